@@ -1,0 +1,949 @@
+/* tests/cuda_on_cpu.h - run CUDA kernels on the CPU, for tests (not part of
+   the kit's API). It lets train_cuda.h compile as plain C++ with g++ and run
+   every kernel, every cuBLAS call and every runtime call on the host, so CI
+   without a GPU still executes the GPU code path.
+
+   Do this, in one C++ test file:
+      #define TRAIN_IMPLEMENTATION
+      #include "train.h"
+      #include "tests/cuda_on_cpu.h"      // defines TRN_CUDA_ON_CPU
+      #define TRAIN_CUDA_IMPLEMENTATION
+      #include "train_cuda.h"
+   and build it with g++ -std=c++17 (add -fsanitize=address,undefined: the
+   harness annotates its stack switches for AddressSanitizer).
+
+   How a launch runs. Blocks run one after another, in a shuffled order. The
+   threads of a block are fibers (ucontext, one small stack each) on one OS
+   thread; a fiber runs until it reaches a synchronization point and then the
+   scheduler picks the NEXT fiber AT RANDOM (seeded: CUEMU_SEED=n, or
+   cuemu::seed). Synchronization points are __syncthreads (all threads of the
+   block), the warp collectives (__shfl*_sync, __ballot_sync, __syncwarp:
+   the lanes named in the mask) and, as extra preemption points, atomics.
+   So the code between two barriers runs in a random thread order, and a
+   kernel that forgot a barrier reads values that are not there yet.
+
+   Mapping of CUDA to C++:
+      __global__ __device__ __host__   nothing (kernels are plain functions)
+      __forceinline__                  inline
+      __shared__                       static: blocks run one at a time on
+                                       one OS thread, so a static IS the
+                                       block's shared memory (and ASan puts
+                                       redzones around it)
+      dynamic shared memory            TRN_CUDA_DYNAMIC_SHARED(T, name) in
+                                       kernels; here a malloc of exactly the
+                                       launch's bytes, filled with 0xff (NaN)
+      threadIdx blockIdx blockDim      globals, switched with each fiber
+      gridDim warpSize
+      device memory                    host memory (posix_memalign), so ASan
+                                       sees out-of-bounds kernel accesses
+      cuBLAS                           a reference column-major GEMM; TF32
+                                       math rounds the inputs to TF32
+      streams, events                  synchronous host operations
+   A kernel is launched by TRN_CUDA_LAUNCH(kernel, grid, block, shmem,
+   stream, args...) (defined by train_cuda.h: <<<>>> under nvcc, a call to
+   cuemu::launch here).
+
+   What it reports (cuemu::errors() counts them; each is printed with the
+   kernel, launch site, block and thread): a deadlock (threads wait at a
+   barrier that others never reach, e.g. a __syncthreads after an early
+   return), threads of one block waiting at DIFFERENT __syncthreads, a warp
+   collective whose mask names lanes that do not exist or lanes that do not
+   take part, a shuffle that reads a lane outside the mask, a launch from
+   inside a kernel. Invalid launch configurations (0 blocks, > 1024
+   threads, > 48 KiB dynamic shared memory) return cudaErrorInvalidConfiguration
+   from cudaGetLastError as on a GPU; bad cuBLAS arguments (lda too small)
+   return CUBLAS_STATUS_INVALID_VALUE; cudaMemcpy checks that the device side
+   of a copy is inside one cudaMalloc block.
+
+   What it cannot catch: races between BLOCKS (blocks run whole, one after
+   another), races inside a stretch of code between two sync points of one
+   thread (a fiber is never interrupted there, so a read-modify-write that
+   is not atomic between threads of a block only shows if a barrier or
+   atomic sits inside it), reads of uninitialized static __shared__ memory
+   (it keeps the previous block's values), a kernel dereferencing a host
+   pointer (one address space), differences of fast-math intrinsics
+   (__expf is expf here), memory-model subtleties (no caches, no
+   reordering), performance.
+*/
+#ifndef CUDA_ON_CPU_H
+#define CUDA_ON_CPU_H
+#ifndef __cplusplus
+#error "cuda_on_cpu.h is C++: compile the test with g++ -std=c++17"
+#endif
+#define TRN_CUDA_ON_CPU 1
+
+#include <ucontext.h>
+#include <sys/mman.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#include <float.h>
+#include <chrono>
+#include <map>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define CUEMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CUEMU_ASAN 1
+#endif
+#endif
+#ifdef CUEMU_ASAN
+#include <sanitizer/common_interface_defs.h>
+#endif
+
+/* ---- the CUDA language: qualifiers and built-in variables ---------------- */
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __noinline__
+#define __constant__
+#define __shared__ static
+#define __launch_bounds__(...)
+#define __align__(n) alignas(n)
+
+struct uint3 { unsigned x, y, z; };
+struct dim3 {
+    unsigned x, y, z;
+    constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+    constexpr dim3(uint3 u) : x(u.x), y(u.y), z(u.z) {}
+};
+inline uint3 threadIdx, blockIdx;
+inline dim3 blockDim, gridDim;
+constexpr int warpSize = 32;
+
+struct float2 { float x, y; };
+struct float4 { float x, y, z, w; };
+static inline float2 make_float2(float x, float y) { float2 r = {x, y}; return r; }
+static inline float4 make_float4(float x, float y, float z, float w) { float4 r = {x, y, z, w}; return r; }
+
+/* ---- the CUDA runtime API, as far as train_cuda.h uses it ---------------- */
+typedef enum cudaError {
+    cudaSuccess = 0,
+    cudaErrorInvalidValue = 1,
+    cudaErrorMemoryAllocation = 2,
+    cudaErrorInitializationError = 3,
+    cudaErrorInsufficientDriver = 35,
+    cudaErrorNoDevice = 100,
+    cudaErrorInvalidDevice = 101,
+    cudaErrorInvalidConfiguration = 9,
+    cudaErrorLaunchFailure = 719
+} cudaError_t;
+typedef enum cudaMemcpyKind {
+    cudaMemcpyHostToHost = 0, cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2,
+    cudaMemcpyDeviceToDevice = 3, cudaMemcpyDefault = 4
+} cudaMemcpyKind;
+struct CUstream_st { int id; };
+typedef CUstream_st *cudaStream_t;
+struct CUevent_st { std::chrono::steady_clock::time_point t; };
+typedef CUevent_st *cudaEvent_t;
+#define cudaStreamNonBlocking 0x01
+#define cudaStreamDefault 0x00
+#define CUDART_VERSION 12040
+struct cudaDeviceProp {
+    char name[256];
+    size_t totalGlobalMem, sharedMemPerBlock;
+    int major, minor, multiProcessorCount, maxThreadsPerBlock, warpSize;
+    int maxThreadsPerMultiProcessor;
+};
+
+namespace cuemu {
+
+/* knobs for tests of the error paths (defaults: one healthy emulated GPU) */
+struct Config {
+    int device_count = 1;
+    int driver_version = 12040;        /* what cudaDriverGetVersion reports   */
+    size_t total_mem = (size_t)16 << 30;
+    size_t context_bytes = (size_t)300 << 20; /* "used" before any cudaMalloc */
+    size_t cublas_bytes = (size_t)4 << 20;    /* what cublasCreate "takes"    */
+    int preempt_atomics = 1;           /* atomics are preemption points       */
+    int sequential = 0;                /* 1: fibers in order (debugging)      */
+};
+
+enum { F_RUN, F_BAR, F_WARP, F_DONE };
+struct Fiber {
+    ucontext_t ctx;
+    void *fake_stack;
+    int state;
+    unsigned warp_gen;
+    uint3 tid;
+};
+struct WarpState {
+    unsigned exist;        /* lanes that exist in this warp            */
+    int arrived[2];        /* double-buffered by each lane's gen & 1   */
+    unsigned mask[2];
+    const char *file[2];
+    int line[2];
+    uint64_t val[2][32];
+};
+struct Launch {
+    const char *name, *file;
+    int line;
+    dim3 grid, block;
+    size_t shmem;
+    void (*body)(void *);
+    void *arg;
+};
+struct State {
+    Config cfg;
+    /* fibers of the block running now */
+    std::vector<Fiber> fib;
+    char *stacks = nullptr;
+    size_t stack_size = 0, stack_threads = 0;
+    ucontext_t main_ctx;
+    const void *main_bottom = nullptr;
+    size_t main_size = 0;
+    void *main_fake = nullptr;
+    std::vector<int> runq;
+    int cur = -1, nthreads = 0;
+    int bar_arrived = 0;
+    const char *bar_file = nullptr;
+    int bar_line = 0;
+    std::vector<WarpState> warps;
+    const Launch *L = nullptr;
+    unsigned char *dyn = nullptr;
+    int in_kernel = 0;
+    uint64_t rng = 0;
+    int seeded = 0;
+    /* bookkeeping */
+    long errors = 0, printed = 0, launches = 0, blocks = 0;
+    cudaError_t last_error = cudaSuccess;
+    std::map<uintptr_t, size_t> allocs;   /* device allocations: base -> bytes */
+    size_t alloc_bytes = 0, cublas_live = 0;
+    int context_up = 0;
+};
+inline State &S() { static State s; return s; }
+inline Config &config() { return S().cfg; }
+
+inline void seed(uint64_t x) { S().rng = x * 0x9E3779B97F4A7C15ull + 1; S().seeded = 1; }
+inline uint64_t rnd() {
+    State &s = S();
+    if (!s.seeded) {
+        const char *e = getenv("CUEMU_SEED");
+        seed(e ? strtoull(e, nullptr, 10) : 12345);
+    }
+    uint64_t x = s.rng; /* xorshift64* */
+    x ^= x >> 12; x ^= x << 25; x ^= x >> 27;
+    s.rng = x;
+    return x * 0x2545F4914F6CDD1Dull;
+}
+
+inline long errors() { return S().errors; }
+/* a diagnostic: counted, printed (the first 20) with where it happened */
+inline void error(const char *fmt, ...) {
+    State &s = S();
+    s.errors++;
+    if (s.printed++ >= 20) return;
+    fprintf(stderr, "cuda_on_cpu: ");
+    if (s.in_kernel && s.L) {
+        fprintf(stderr, "kernel %s (launched at %s:%d) block (%u,%u,%u)", s.L->name, s.L->file,
+                s.L->line, blockIdx.x, blockIdx.y, blockIdx.z);
+        if (s.cur >= 0)
+            fprintf(stderr, " thread (%u,%u,%u)", s.fib[s.cur].tid.x, s.fib[s.cur].tid.y,
+                    s.fib[s.cur].tid.z);
+        fprintf(stderr, ": ");
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+/* ---- fibers: switching stacks (annotated for AddressSanitizer) ----------- */
+inline void asan_start(void **fake, const void *bottom, size_t size) {
+#ifdef CUEMU_ASAN
+    __sanitizer_start_switch_fiber(fake, bottom, size);
+#else
+    (void)fake; (void)bottom; (void)size;
+#endif
+}
+inline void asan_finish(void *fake, const void **bottom_old, size_t *size_old) {
+#ifdef CUEMU_ASAN
+    __sanitizer_finish_switch_fiber(fake, bottom_old, size_old);
+#else
+    (void)fake; (void)bottom_old; (void)size_old;
+#endif
+}
+inline char *stack_of(int i) { return S().stacks + (size_t)i * S().stack_size; }
+
+/* the running fiber gives control back to the scheduler */
+inline void yield() {
+    State &s = S();
+    Fiber &f = s.fib[s.cur];
+    asan_start(&f.fake_stack, s.main_bottom, s.main_size);
+    swapcontext(&f.ctx, &s.main_ctx);
+    asan_finish(f.fake_stack, &s.main_bottom, &s.main_size);
+}
+
+inline void fiber_entry() {
+    State &s = S();
+    asan_finish(nullptr, &s.main_bottom, &s.main_size);
+    s.L->body(s.L->arg);
+    s.fib[s.cur].state = F_DONE;
+    asan_start(nullptr, s.main_bottom, s.main_size); /* this fiber is finished */
+    setcontext(&s.main_ctx);
+}
+
+inline unsigned linear_tid(uint3 t) {
+    return t.x + t.y * blockDim.x + t.z * blockDim.x * blockDim.y;
+}
+
+/* ---- __syncthreads: every thread of the block, at the same barrier ------- */
+inline void syncthreads(const char *file, int line) {
+    State &s = S();
+    if (!s.in_kernel) return;
+    Fiber &f = s.fib[s.cur];
+    if (s.bar_arrived == 0) {
+        s.bar_file = file;
+        s.bar_line = line;
+    } else if (line != s.bar_line || strcmp(file, s.bar_file) != 0) {
+        error("divergent __syncthreads: this thread waits at %s:%d, others at %s:%d", file,
+              line, s.bar_file, s.bar_line);
+    }
+    if (++s.bar_arrived == s.nthreads) { /* the last one in opens the barrier */
+        s.bar_arrived = 0;
+        for (int i = 0; i < s.nthreads; i++)
+            if (s.fib[i].state == F_BAR) { s.fib[i].state = F_RUN; s.runq.push_back(i); }
+        s.runq.push_back(s.cur);
+    } else {
+        f.state = F_BAR;
+    }
+    yield();
+}
+
+/* an extra preemption point (after atomics): another thread may run now */
+inline void preempt() {
+    State &s = S();
+    if (!s.in_kernel || !s.cfg.preempt_atomics) return;
+    s.runq.push_back(s.cur);
+    yield();
+}
+
+/* ---- warp collectives: the lanes in mask meet, deposit, then read -------- */
+inline const uint64_t *warp_meet(unsigned mask, uint64_t v, const char *op, int *lane_out,
+                                 unsigned *exist_out) {
+    State &s = S();
+    Fiber &f = s.fib[s.cur];
+    unsigned lin = linear_tid(f.tid);
+    int lane = (int)(lin % 32);
+    WarpState &W = s.warps[lin / 32];
+    *lane_out = lane;
+    *exist_out = W.exist;
+    if (mask & ~W.exist)
+        error("%s: mask 0x%08x names lanes that do not exist (this warp has 0x%08x: the "
+              "block size is not a multiple of 32)", op, mask, W.exist);
+    if (!((mask >> lane) & 1u)) error("%s: calling lane %d is not in mask 0x%08x", op, lane, mask);
+    int g = (int)(f.warp_gen & 1u);
+    if (W.arrived[g] == 0) {
+        W.mask[g] = mask;
+        W.file[g] = op;
+    } else if (W.mask[g] != mask) {
+        error("%s: lanes of one warp disagree on the mask (0x%08x vs 0x%08x)", op, mask, W.mask[g]);
+    }
+    W.val[g][lane] = v;
+    int need = __builtin_popcount((W.mask[g] & W.exist) | (1u << lane));
+    if (++W.arrived[g] >= need) {
+        W.arrived[g] = 0;
+        unsigned base = lin / 32 * 32;
+        for (int l = 0; l < 32; l++) {
+            int i = (int)(base + (unsigned)l);
+            if (i < s.nthreads && s.fib[i].state == F_WARP) { s.fib[i].state = F_RUN; s.runq.push_back(i); }
+        }
+        s.runq.push_back(s.cur);
+    } else {
+        f.state = F_WARP;
+    }
+    yield();
+    f.warp_gen++;
+    return W.val[g];
+}
+
+template <class T> inline uint64_t to_bits(T v) {
+    static_assert(sizeof(T) <= 8, "shuffle of a type larger than 8 bytes");
+    uint64_t b = 0;
+    memcpy(&b, &v, sizeof v);
+    return b;
+}
+template <class T> inline T from_bits(uint64_t b) {
+    T v;
+    memcpy(&v, &b, sizeof v);
+    return v;
+}
+/* read lane src of a met warp; src outside the mask is an error (undefined on a GPU) */
+template <class T>
+inline T shfl_read(const uint64_t *vals, unsigned mask, unsigned exist, int lane, int src,
+                   const char *op) {
+    if (src != lane && (!((mask >> src) & 1u) || !((exist >> src) & 1u))) {
+        error("%s: lane %d reads lane %d, which is not in mask 0x%08x or does not exist", op,
+              lane, src, mask);
+        return from_bits<T>(vals[lane]);
+    }
+    return from_bits<T>(vals[src]);
+}
+
+/* ---- launching: every block, every thread a fiber ------------------------ */
+inline void ensure_stacks(int n) {
+    State &s = S();
+#ifdef CUEMU_ASAN
+    const size_t want = 256 << 10;
+#else
+    const size_t want = 64 << 10;
+#endif
+    if (s.stacks && (size_t)n <= s.stack_threads) return;
+    if (s.stacks) munmap(s.stacks, s.stack_size * s.stack_threads);
+    s.stack_size = want;
+    s.stack_threads = (size_t)n;
+    void *p = mmap(nullptr, s.stack_size * s.stack_threads, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) { fprintf(stderr, "cuda_on_cpu: cannot map fiber stacks\n"); abort(); }
+    s.stacks = (char *)p;
+    s.fib.resize((size_t)n);
+}
+
+inline void run_block(const Launch &L, uint3 b) {
+    State &s = S();
+    blockIdx = b;
+    int n = s.nthreads;
+    for (int i = 0; i < n; i++) {
+        Fiber &f = s.fib[i];
+        getcontext(&f.ctx);
+        f.ctx.uc_stack.ss_sp = stack_of(i);
+        f.ctx.uc_stack.ss_size = s.stack_size;
+        f.ctx.uc_link = nullptr;
+        makecontext(&f.ctx, (void (*)())fiber_entry, 0);
+        f.state = F_RUN;
+        f.warp_gen = 0;
+        f.fake_stack = nullptr;
+        f.tid.x = (unsigned)i % L.block.x;
+        f.tid.y = (unsigned)i / L.block.x % L.block.y;
+        f.tid.z = (unsigned)i / (L.block.x * L.block.y);
+    }
+    s.warps.assign((size_t)(n + 31) / 32, WarpState());
+    for (size_t w = 0; w < s.warps.size(); w++) {
+        int lanes = n - (int)w * 32 < 32 ? n - (int)w * 32 : 32;
+        s.warps[w].exist = lanes == 32 ? 0xffffffffu : ((1u << lanes) - 1u);
+    }
+    s.bar_arrived = 0;
+    if (L.shmem) {
+        s.dyn = (unsigned char *)malloc(L.shmem);
+        memset(s.dyn, 0xff, L.shmem); /* uninitialized shared memory reads as NaN */
+    }
+    s.runq.clear();
+    for (int i = 0; i < n; i++) s.runq.push_back(n - 1 - i);
+    while (!s.runq.empty()) {
+        size_t k = s.cfg.sequential ? s.runq.size() - 1 : (size_t)(rnd() % s.runq.size());
+        int i = s.runq[k];
+        s.runq[k] = s.runq.back();
+        s.runq.pop_back();
+        s.cur = i;
+        threadIdx = s.fib[i].tid;
+        asan_start(&s.main_fake, stack_of(i), s.stack_size);
+        swapcontext(&s.main_ctx, &s.fib[i].ctx);
+        asan_finish(s.main_fake, nullptr, nullptr);
+    }
+    int done = 0, at_bar = 0, at_warp = 0;
+    for (int i = 0; i < n; i++) {
+        done += s.fib[i].state == F_DONE;
+        at_bar += s.fib[i].state == F_BAR;
+        at_warp += s.fib[i].state == F_WARP;
+    }
+    if (done != n) {
+        s.cur = -1;
+        error("deadlock: %d of %d threads finished, %d wait at __syncthreads (%s:%d), %d at a "
+              "warp collective (%s) - a barrier inside a branch or after an early return?",
+              done, n, at_bar, s.bar_file ? s.bar_file : "?", s.bar_line, at_warp,
+              s.warps.empty() ? "?" : (s.warps[0].file[0] ? s.warps[0].file[0] : "?"));
+    }
+    s.cur = -1;
+    free(s.dyn);
+    s.dyn = nullptr;
+}
+
+inline cudaError_t launch_fail(cudaError_t e, const char *name, const char *file, int line,
+                               const char *why) {
+    fprintf(stderr, "cuda_on_cpu: launch of %s at %s:%d: %s\n", name, file, line, why);
+    S().last_error = e;
+    return e;
+}
+
+inline cudaError_t launch_impl(const Launch &L) {
+    State &s = S();
+    if (s.in_kernel) {
+        error("launch of %s from inside a kernel (dynamic parallelism is not emulated)", L.name);
+        return cudaErrorLaunchFailure;
+    }
+    unsigned long long nt = (unsigned long long)L.block.x * L.block.y * L.block.z;
+    if (L.grid.x == 0 || L.grid.y == 0 || L.grid.z == 0 || L.grid.y > 65535 || L.grid.z > 65535 ||
+        L.grid.x > 2147483647u)
+        return launch_fail(cudaErrorInvalidConfiguration, L.name, L.file, L.line, "bad grid size");
+    if (nt == 0 || nt > 1024 || L.block.z > 64)
+        return launch_fail(cudaErrorInvalidConfiguration, L.name, L.file, L.line,
+                           "bad block size (1..1024 threads)");
+    if (L.shmem > 48 * 1024)
+        return launch_fail(cudaErrorInvalidConfiguration, L.name, L.file, L.line,
+                           "more than 48 KiB of dynamic shared memory");
+    ensure_stacks((int)nt);
+    s.nthreads = (int)nt;
+    s.L = &L;
+    s.launches++;
+    blockDim = L.block;
+    gridDim = L.grid;
+    /* blocks in a shuffled order */
+    size_t nb = (size_t)L.grid.x * L.grid.y * L.grid.z;
+    std::vector<size_t> order(nb);
+    for (size_t i = 0; i < nb; i++) order[i] = i;
+    if (!s.cfg.sequential)
+        for (size_t i = nb; i > 1; i--) std::swap(order[i - 1], order[(size_t)(rnd() % i)]);
+    s.in_kernel = 1;
+    for (size_t i = 0; i < nb; i++) {
+        size_t b = order[i];
+        uint3 bi = {(unsigned)(b % L.grid.x), (unsigned)(b / L.grid.x % L.grid.y),
+                    (unsigned)(b / ((size_t)L.grid.x * L.grid.y))};
+        run_block(L, bi);
+        s.blocks++;
+    }
+    s.in_kernel = 0;
+    s.L = nullptr;
+    return cudaSuccess;
+}
+
+/* the arguments are converted to the kernel's parameter types once, as nvcc does */
+template <class... P> struct Bound {
+    void (*k)(P...);
+    std::tuple<typename std::decay<P>::type...> args;
+    static void call(void *self) {
+        Bound *b = (Bound *)self;
+        std::apply(b->k, b->args);
+    }
+};
+template <class... P, class... A>
+inline cudaError_t launch(const char *name, const char *file, int line, dim3 grid, dim3 block,
+                          size_t shmem, cudaStream_t stream, void (*k)(P...), A &&...a) {
+    (void)stream;
+    static_assert(sizeof...(P) == sizeof...(A), "kernel launched with the wrong number of arguments");
+    Bound<P...> b{k, std::tuple<typename std::decay<P>::type...>(std::forward<A>(a)...)};
+    Launch L;
+    L.name = name; L.file = file; L.line = line;
+    L.grid = grid; L.block = block; L.shmem = shmem;
+    L.body = &Bound<P...>::call;
+    L.arg = &b;
+    return launch_impl(L);
+}
+
+inline void *dynamic_shared() {
+    State &s = S();
+    if (!s.in_kernel) { error("dynamic shared memory used outside a kernel"); return nullptr; }
+    if (!s.dyn) error("dynamic shared memory used, but the launch asked for 0 bytes");
+    return s.dyn;
+}
+
+/* is [p, p+n) inside one device allocation? */
+inline bool is_device(const void *p, size_t n) {
+    State &s = S();
+    uintptr_t a = (uintptr_t)p;
+    auto it = s.allocs.upper_bound(a);
+    if (it == s.allocs.begin()) return false;
+    --it;
+    return a >= it->first && a + n <= it->first + it->second;
+}
+inline bool touches_device(const void *p) { return is_device(p, 1); }
+
+} /* namespace cuemu */
+
+#define __syncthreads() cuemu::syncthreads(__FILE__, __LINE__)
+#define TRN_CUDA_DYNAMIC_SHARED(T, name) T *name = (T *)cuemu::dynamic_shared()
+
+/* ---- warp intrinsics ------------------------------------------------------ */
+static inline void __syncwarp(unsigned mask = 0xffffffffu) {
+    int lane; unsigned ex;
+    cuemu::warp_meet(mask, 0, "__syncwarp", &lane, &ex);
+}
+template <class T> static inline T __shfl_sync(unsigned mask, T var, int src, int width = 32) {
+    int lane; unsigned ex;
+    const uint64_t *v = cuemu::warp_meet(mask, cuemu::to_bits(var), "__shfl_sync", &lane, &ex);
+    int s = lane / width * width + (src % width + width) % width;
+    return cuemu::shfl_read<T>(v, mask, ex, lane, s, "__shfl_sync");
+}
+template <class T> static inline T __shfl_xor_sync(unsigned mask, T var, int lane_mask, int width = 32) {
+    int lane; unsigned ex;
+    const uint64_t *v = cuemu::warp_meet(mask, cuemu::to_bits(var), "__shfl_xor_sync", &lane, &ex);
+    int s = lane ^ lane_mask;
+    if (s >= (lane / width + 1) * width) s = lane; /* later groups: own value */
+    return cuemu::shfl_read<T>(v, mask, ex, lane, s, "__shfl_xor_sync");
+}
+template <class T> static inline T __shfl_down_sync(unsigned mask, T var, unsigned delta, int width = 32) {
+    int lane; unsigned ex;
+    const uint64_t *v = cuemu::warp_meet(mask, cuemu::to_bits(var), "__shfl_down_sync", &lane, &ex);
+    int s = (lane % width) + (int)delta >= width ? lane : lane + (int)delta;
+    return cuemu::shfl_read<T>(v, mask, ex, lane, s, "__shfl_down_sync");
+}
+template <class T> static inline T __shfl_up_sync(unsigned mask, T var, unsigned delta, int width = 32) {
+    int lane; unsigned ex;
+    const uint64_t *v = cuemu::warp_meet(mask, cuemu::to_bits(var), "__shfl_up_sync", &lane, &ex);
+    int s = (lane % width) - (int)delta < 0 ? lane : lane - (int)delta;
+    return cuemu::shfl_read<T>(v, mask, ex, lane, s, "__shfl_up_sync");
+}
+static inline unsigned __ballot_sync(unsigned mask, int pred) {
+    int lane; unsigned ex;
+    const uint64_t *v = cuemu::warp_meet(mask, pred ? 1 : 0, "__ballot_sync", &lane, &ex);
+    unsigned r = 0;
+    for (int l = 0; l < 32; l++)
+        if (((mask & ex) >> l & 1u) && v[l]) r |= 1u << l;
+    return r;
+}
+static inline int __any_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) != 0; }
+static inline int __all_sync(unsigned mask, int pred) {
+    unsigned ex = cuemu::S().warps[cuemu::linear_tid(threadIdx) / 32].exist;
+    return __ballot_sync(mask, pred) == (mask & ex);
+}
+
+/* ---- atomics (each is also a preemption point) --------------------------- */
+template <class T> static inline T atomicAdd(T *a, T v) { T o = *a; *a = o + v; cuemu::preempt(); return o; }
+template <class T> static inline T atomicSub(T *a, T v) { T o = *a; *a = o - v; cuemu::preempt(); return o; }
+template <class T> static inline T atomicMax(T *a, T v) { T o = *a; *a = o > v ? o : v; cuemu::preempt(); return o; }
+template <class T> static inline T atomicMin(T *a, T v) { T o = *a; *a = o < v ? o : v; cuemu::preempt(); return o; }
+template <class T> static inline T atomicExch(T *a, T v) { T o = *a; *a = v; cuemu::preempt(); return o; }
+template <class T> static inline T atomicCAS(T *a, T cmp, T v) {
+    T o = *a; if (o == cmp) *a = v; cuemu::preempt(); return o;
+}
+
+/* ---- math intrinsics: the fast versions are the accurate ones here -------- */
+static inline float __expf(float x) { return expf(x); }
+static inline float __logf(float x) { return logf(x); }
+static inline float __sinf(float x) { return sinf(x); }
+static inline float __cosf(float x) { return cosf(x); }
+static inline float __tanhf(float x) { return tanhf(x); }
+static inline float __powf(float x, float y) { return powf(x, y); }
+static inline float __fdividef(float x, float y) { return x / y; }
+static inline float __frcp_rn(float x) { return 1.0f / x; }
+static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+static inline double rsqrt(double x) { return 1.0 / sqrt(x); }
+static inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x); }
+static inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
+static inline int __float_as_int(float x) { int i; memcpy(&i, &x, 4); return i; }
+static inline float __int_as_float(int i) { float x; memcpy(&x, &i, 4); return x; }
+static inline unsigned __float_as_uint(float x) { unsigned i; memcpy(&i, &x, 4); return i; }
+static inline float __uint_as_float(unsigned i) { float x; memcpy(&x, &i, 4); return x; }
+template <class T> static inline T __ldg(const T *p) { return *p; }
+static inline int min(int a, int b) { return a < b ? a : b; }
+static inline int max(int a, int b) { return a > b ? a : b; }
+static inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
+static inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }
+static inline long long min(long long a, long long b) { return a < b ? a : b; }
+static inline long long max(long long a, long long b) { return a > b ? a : b; }
+static inline size_t min(size_t a, size_t b) { return a < b ? a : b; }
+static inline size_t max(size_t a, size_t b) { return a > b ? a : b; }
+
+/* ---- runtime: device memory is host memory -------------------------------- */
+static inline const char *cudaGetErrorString(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInitializationError: return "initialization error";
+    case cudaErrorInsufficientDriver: return "CUDA driver version is insufficient for CUDA runtime version";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorLaunchFailure: return "unspecified launch failure";
+    }
+    return "unknown error";
+}
+static inline const char *cudaGetErrorName(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorNoDevice: return "cudaErrorNoDevice";
+    case cudaErrorInsufficientDriver: return "cudaErrorInsufficientDriver";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    default: return "cudaError";
+    }
+}
+static inline cudaError_t cudaGetLastError(void) {
+    cudaError_t e = cuemu::S().last_error;
+    cuemu::S().last_error = cudaSuccess;
+    return e;
+}
+static inline cudaError_t cudaPeekAtLastError(void) { return cuemu::S().last_error; }
+static inline cudaError_t cuemu_ret(cudaError_t e) {
+    if (e != cudaSuccess) cuemu::S().last_error = e;
+    return e;
+}
+static inline cudaError_t cudaGetDeviceCount(int *n) {
+    *n = cuemu::S().cfg.device_count;
+    if (cuemu::S().cfg.driver_version < CUDART_VERSION) { *n = 0; return cuemu_ret(cudaErrorInsufficientDriver); }
+    return *n > 0 ? cudaSuccess : cuemu_ret(cudaErrorNoDevice);
+}
+static inline cudaError_t cudaDriverGetVersion(int *v) { *v = cuemu::S().cfg.driver_version; return cudaSuccess; }
+static inline cudaError_t cudaRuntimeGetVersion(int *v) { *v = CUDART_VERSION; return cudaSuccess; }
+static inline cudaError_t cudaSetDevice(int d) {
+    int n;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) return e;
+    if (d < 0 || d >= n) return cuemu_ret(cudaErrorInvalidDevice);
+    cuemu::S().context_up = 1;
+    return cudaSuccess;
+}
+static inline cudaError_t cudaGetDevice(int *d) { *d = 0; return cudaSuccess; }
+static inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d) {
+    int n;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) return e;
+    if (d < 0 || d >= n) return cuemu_ret(cudaErrorInvalidDevice);
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "cuda_on_cpu (emulated sm_90)");
+    p->totalGlobalMem = cuemu::S().cfg.total_mem;
+    p->sharedMemPerBlock = 48 * 1024;
+    p->major = 9; p->minor = 0;
+    p->multiProcessorCount = 132;
+    p->maxThreadsPerBlock = 1024;
+    p->warpSize = 32;
+    p->maxThreadsPerMultiProcessor = 2048;
+    return cudaSuccess;
+}
+static inline cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+static inline cudaError_t cudaDeviceReset(void) { return cudaSuccess; }
+static inline cudaError_t cudaMalloc(void **p, size_t n) {
+    cuemu::State &s = cuemu::S();
+    *p = nullptr;
+    size_t used = s.cfg.context_bytes + s.cublas_live + s.alloc_bytes;
+    if (n > s.cfg.total_mem || used + n > s.cfg.total_mem) return cuemu_ret(cudaErrorMemoryAllocation);
+    void *q = nullptr;
+    if (posix_memalign(&q, 256, n ? n : 1) != 0) return cuemu_ret(cudaErrorMemoryAllocation);
+    s.allocs[(uintptr_t)q] = n;
+    s.alloc_bytes += n;
+    *p = q;
+    return cudaSuccess;
+}
+template <class T> static inline cudaError_t cudaMalloc(T **p, size_t n) { return cudaMalloc((void **)p, n); }
+static inline cudaError_t cudaFree(void *p) {
+    cuemu::State &s = cuemu::S();
+    if (!p) { s.context_up = 1; return cudaSuccess; } /* cudaFree(0): create the context */
+    auto it = s.allocs.find((uintptr_t)p);
+    if (it == s.allocs.end()) {
+        cuemu::error("cudaFree of %p, which cudaMalloc did not return", p);
+        return cuemu_ret(cudaErrorInvalidValue);
+    }
+    s.alloc_bytes -= it->second;
+    s.allocs.erase(it);
+    free(p);
+    return cudaSuccess;
+}
+static inline cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total) {
+    cuemu::State &s = cuemu::S();
+    size_t used = s.cfg.context_bytes + s.cublas_live + s.alloc_bytes;
+    *total = s.cfg.total_mem;
+    *free_b = used < s.cfg.total_mem ? s.cfg.total_mem - used : 0;
+    return cudaSuccess;
+}
+static inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind k) {
+    if (n == 0) return cudaSuccess;
+    bool dd = cuemu::is_device(dst, n), sd = cuemu::is_device(src, n);
+    bool ok = true;
+    switch (k) {
+    case cudaMemcpyHostToDevice: ok = dd && !cuemu::touches_device(src); break;
+    case cudaMemcpyDeviceToHost: ok = sd && !cuemu::touches_device(dst); break;
+    case cudaMemcpyDeviceToDevice: ok = dd && sd; break;
+    default: break;
+    }
+    if (!ok) {
+        cuemu::error("cudaMemcpy(kind %d) of %zu bytes: a pointer is not on the side the kind says "
+                     "(or the range leaves its cudaMalloc block)", (int)k, n);
+        return cuemu_ret(cudaErrorInvalidValue);
+    }
+    memmove(dst, src, n);
+    return cudaSuccess;
+}
+static inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind k,
+                                          cudaStream_t s = nullptr) {
+    (void)s;
+    return cudaMemcpy(dst, src, n, k);
+}
+static inline cudaError_t cudaMemset(void *p, int v, size_t n) {
+    if (n == 0) return cudaSuccess;
+    if (!cuemu::is_device(p, n)) {
+        cuemu::error("cudaMemset of %zu bytes outside any cudaMalloc block", n);
+        return cuemu_ret(cudaErrorInvalidValue);
+    }
+    memset(p, v, n);
+    return cudaSuccess;
+}
+static inline cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s = nullptr) {
+    (void)s;
+    return cudaMemset(p, v, n);
+}
+static inline cudaError_t cudaStreamCreate(cudaStream_t *s) { *s = new CUstream_st{1}; return cudaSuccess; }
+static inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned f) { (void)f; return cudaStreamCreate(s); }
+static inline cudaError_t cudaStreamDestroy(cudaStream_t s) { delete s; return cudaSuccess; }
+static inline cudaError_t cudaStreamSynchronize(cudaStream_t s) { (void)s; return cudaSuccess; }
+static inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned f = 0) {
+    (void)s; (void)e; (void)f; return cudaSuccess;
+}
+static inline cudaError_t cudaEventCreate(cudaEvent_t *e) { *e = new CUevent_st(); return cudaSuccess; }
+static inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned f) { (void)f; return cudaEventCreate(e); }
+static inline cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
+static inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr) {
+    (void)s; e->t = std::chrono::steady_clock::now(); return cudaSuccess;
+}
+static inline cudaError_t cudaEventSynchronize(cudaEvent_t e) { (void)e; return cudaSuccess; }
+static inline cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
+    *ms = std::chrono::duration<float, std::milli>(b->t - a->t).count();
+    return cudaSuccess;
+}
+
+/* ---- cuBLAS: a reference column-major GEMM -------------------------------- */
+typedef enum cublasStatus_t {
+    CUBLAS_STATUS_SUCCESS = 0, CUBLAS_STATUS_NOT_INITIALIZED = 1, CUBLAS_STATUS_ALLOC_FAILED = 3,
+    CUBLAS_STATUS_INVALID_VALUE = 7, CUBLAS_STATUS_ARCH_MISMATCH = 8,
+    CUBLAS_STATUS_EXECUTION_FAILED = 13, CUBLAS_STATUS_NOT_SUPPORTED = 15
+} cublasStatus_t;
+typedef enum cublasOperation_t { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1, CUBLAS_OP_C = 2 } cublasOperation_t;
+typedef enum cublasMath_t {
+    CUBLAS_DEFAULT_MATH = 0, CUBLAS_TENSOR_OP_MATH = 1, CUBLAS_PEDANTIC_MATH = 2,
+    CUBLAS_TF32_TENSOR_OP_MATH = 3
+} cublasMath_t;
+typedef enum cudaDataType_t { CUDA_R_32F = 0, CUDA_R_16F = 2, CUDA_R_16BF = 14 } cudaDataType;
+typedef cudaDataType cudaDataType_t;
+typedef enum cublasComputeType_t {
+    CUBLAS_COMPUTE_32F = 68, CUBLAS_COMPUTE_32F_FAST_TF32 = 77, CUBLAS_COMPUTE_32F_PEDANTIC = 69
+} cublasComputeType_t;
+typedef enum cublasGemmAlgo_t { CUBLAS_GEMM_DEFAULT = -1, CUBLAS_GEMM_DEFAULT_TENSOR_OP = 99 } cublasGemmAlgo_t;
+struct cublasContext { cublasMath_t math; cudaStream_t stream; void *workspace; size_t ws_bytes; };
+typedef cublasContext *cublasHandle_t;
+
+namespace cuemu {
+inline float tf32(float x) { /* round to nearest, 10 explicit mantissa bits */
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7f800000u) != 0x7f800000u) { u += 0xfffu + ((u >> 13) & 1u); u &= 0xffffe000u; }
+    memcpy(&x, &u, 4);
+    return x;
+}
+inline long long gemms = 0;
+/* C(m,n) = alpha op(A)(m,k) op(B)(k,n) + beta C, all column-major */
+inline cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
+                           int n, int k, float alpha, const float *A, int lda, const float *B,
+                           int ldb, float beta, float *C, int ldc, int tf, const char *who) {
+    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+    int arow = ta == CUBLAS_OP_N ? m : k, brow = tb == CUBLAS_OP_N ? k : n;
+    if (m < 0 || n < 0 || k < 0 || lda < (arow > 1 ? arow : 1) || ldb < (brow > 1 ? brow : 1) ||
+        ldc < (m > 1 ? m : 1)) {
+        error("%s: invalid value (m=%d n=%d k=%d lda=%d ldb=%d ldc=%d)", who, m, n, k, lda, ldb, ldc);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    gemms++;
+    if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+    std::vector<float> col((size_t)k);
+    for (int j = 0; j < n; j++) {
+        for (int l = 0; l < k; l++) {
+            float b = tb == CUBLAS_OP_N ? B[l + (size_t)j * ldb] : B[j + (size_t)l * ldb];
+            col[(size_t)l] = tf ? tf32(b) : b;
+        }
+        for (int i = 0; i < m; i++) {
+            float acc = 0.0f;
+            for (int l = 0; l < k; l++) {
+                float a = ta == CUBLAS_OP_N ? A[i + (size_t)l * lda] : A[l + (size_t)i * lda];
+                acc += (tf ? tf32(a) : a) * col[(size_t)l];
+            }
+            float *c = &C[i + (size_t)j * ldc];
+            /* beta == 0: C is not read (it may hold NaN), as cuBLAS documents */
+            *c = beta == 0.0f ? alpha * acc : alpha * acc + beta * *c;
+        }
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+inline int want_tf32(cublasHandle_t h, int compute) {
+    return compute == CUBLAS_COMPUTE_32F_FAST_TF32 ||
+           (h && h->math == CUBLAS_TF32_TENSOR_OP_MATH && compute != CUBLAS_COMPUTE_32F_PEDANTIC);
+}
+} /* namespace cuemu */
+
+static inline cublasStatus_t cublasCreate(cublasHandle_t *h) {
+    if (!cuemu::S().context_up && cuemu::S().cfg.device_count <= 0) return CUBLAS_STATUS_NOT_INITIALIZED;
+    *h = new cublasContext{CUBLAS_DEFAULT_MATH, nullptr, nullptr, 0};
+    cuemu::S().cublas_live += cuemu::S().cfg.cublas_bytes;
+    return CUBLAS_STATUS_SUCCESS;
+}
+static inline cublasStatus_t cublasDestroy(cublasHandle_t h) {
+    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+    cuemu::S().cublas_live -= cuemu::S().cfg.cublas_bytes;
+    delete h;
+    return CUBLAS_STATUS_SUCCESS;
+}
+static inline cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s) { h->stream = s; return CUBLAS_STATUS_SUCCESS; }
+static inline cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t m) { h->math = m; return CUBLAS_STATUS_SUCCESS; }
+static inline cublasStatus_t cublasSetWorkspace(cublasHandle_t h, void *w, size_t n) {
+    if (n && !cuemu::is_device(w, n)) return CUBLAS_STATUS_INVALID_VALUE;
+    h->workspace = w; h->ws_bytes = n; return CUBLAS_STATUS_SUCCESS;
+}
+static inline const char *cublasGetStatusString(cublasStatus_t s) {
+    switch (s) {
+    case CUBLAS_STATUS_SUCCESS: return "the operation completed successfully";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "the library was not initialized";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "the resource allocation failed";
+    case CUBLAS_STATUS_INVALID_VALUE: return "an invalid numeric value was used as an argument";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "the functionality requested is not supported";
+    default: return "an error occurred";
+    }
+}
+static inline const char *cublasGetStatusName(cublasStatus_t s) {
+    return s == CUBLAS_STATUS_SUCCESS ? "CUBLAS_STATUS_SUCCESS" : "CUBLAS_STATUS_ERROR";
+}
+static inline cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb,
+                                         int m, int n, int k, const float *alpha, const float *A,
+                                         int lda, const float *B, int ldb, const float *beta,
+                                         float *C, int ldc) {
+    return cuemu::gemm(h, ta, tb, m, n, k, *alpha, A, lda, B, ldb, *beta, C, ldc,
+                       cuemu::want_tf32(h, CUBLAS_COMPUTE_32F), "cublasSgemm");
+}
+static inline cublasStatus_t cublasSgemmStridedBatched(
+    cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+    const float *alpha, const float *A, int lda, long long sa, const float *B, int ldb,
+    long long sb, const float *beta, float *C, int ldc, long long sc, int batch) {
+    if (batch < 0) return CUBLAS_STATUS_INVALID_VALUE;
+    for (int i = 0; i < batch; i++) {
+        cublasStatus_t st = cuemu::gemm(h, ta, tb, m, n, k, *alpha, A + i * sa, lda, B + i * sb, ldb,
+                                        *beta, C + i * sc, ldc, cuemu::want_tf32(h, CUBLAS_COMPUTE_32F),
+                                        "cublasSgemmStridedBatched");
+        if (st != CUBLAS_STATUS_SUCCESS) return st;
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+static inline cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb,
+                                          int m, int n, int k, const void *alpha, const void *A,
+                                          cudaDataType at, int lda, const void *B, cudaDataType bt,
+                                          int ldb, const void *beta, void *C, cudaDataType ct, int ldc,
+                                          cublasComputeType_t compute, cublasGemmAlgo_t algo) {
+    (void)algo;
+    if (at != CUDA_R_32F || bt != CUDA_R_32F || ct != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+    return cuemu::gemm(h, ta, tb, m, n, k, *(const float *)alpha, (const float *)A, lda,
+                       (const float *)B, ldb, *(const float *)beta, (float *)C, ldc,
+                       cuemu::want_tf32(h, compute), "cublasGemmEx");
+}
+static inline cublasStatus_t cublasGemmStridedBatchedEx(
+    cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+    const void *alpha, const void *A, cudaDataType at, int lda, long long sa, const void *B,
+    cudaDataType bt, int ldb, long long sb, const void *beta, void *C, cudaDataType ct, int ldc,
+    long long sc, int batch, cublasComputeType_t compute, cublasGemmAlgo_t algo) {
+    (void)algo;
+    if (at != CUDA_R_32F || bt != CUDA_R_32F || ct != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (batch < 0) return CUBLAS_STATUS_INVALID_VALUE;
+    for (int i = 0; i < batch; i++) {
+        cublasStatus_t st = cuemu::gemm(h, ta, tb, m, n, k, *(const float *)alpha,
+                                        (const float *)A + i * sa, lda, (const float *)B + i * sb, ldb,
+                                        *(const float *)beta, (float *)C + i * sc, ldc,
+                                        cuemu::want_tf32(h, compute), "cublasGemmStridedBatchedEx");
+        if (st != CUBLAS_STATUS_SUCCESS) return st;
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+#endif /* CUDA_ON_CPU_H */
