@@ -8,7 +8,7 @@
 set -u
 cd "$(dirname "$0")/.."
 total_pass=0; total_fail=0
-export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:allocator_may_return_null=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
 pattern=${TESTS:-}
 
