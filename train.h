@@ -760,28 +760,40 @@ TRNDEF void trn_ledger_reset_peak(void) {
 }
 
 /* RSS counts pages actually touched: malloc'd but untouched memory is not
-   resident yet, and freed memory may stay resident in the C allocator. */
+   resident yet, and freed memory may stay resident in the C allocator.
+   On Linux both numbers come from /proc/self/status (VmRSS, VmHWM), so the
+   peak is never below the current value. */
+#if defined(__linux__)
+static size_t trn__proc_status_kb(const char *key) {
+    char line[256];
+    size_t kb = 0, n = strlen(key);
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return 0;
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, key, n) == 0) { kb = (size_t)strtoull(line + n, NULL, 10); break; }
+    fclose(f);
+    return kb * 1024u;
+}
+#endif
+
 TRNDEF size_t trn_os_rss(void) {
 #if defined(__linux__)
-    long pages_total = 0, pages_resident = 0;
-    FILE *f = fopen("/proc/self/statm", "r");
-    if (!f) return 0;
-    if (fscanf(f, "%ld %ld", &pages_total, &pages_resident) != 2) pages_resident = 0;
-    fclose(f);
-    return (size_t)pages_resident * (size_t)sysconf(_SC_PAGESIZE);
+    return trn__proc_status_kb("VmRSS:");
 #else
     return 0;
 #endif
 }
 
 TRNDEF size_t trn_os_peak_rss(void) {
-#if defined(__unix__) || defined(__APPLE__)
+#if defined(__linux__)
+    return trn__proc_status_kb("VmHWM:");
+#elif defined(__unix__) || defined(__APPLE__)
     struct rusage ru;
     if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
 #if defined(__APPLE__)
     return (size_t)ru.ru_maxrss;           /* bytes on macOS */
 #else
-    return (size_t)ru.ru_maxrss * 1024u;   /* kilobytes on Linux */
+    return (size_t)ru.ru_maxrss * 1024u;   /* kilobytes on BSDs */
 #endif
 #else
     return 0;

@@ -205,7 +205,7 @@ struct State {
     int cur = -1, nthreads = 0;
     int bar_arrived = 0;
     const char *bar_file = nullptr;
-    int bar_line = 0;
+    int bar_line = 0, bar_diverged = 0;
     std::vector<WarpState> warps;
     const Launch *L = nullptr;
     unsigned char *dyn = nullptr;
@@ -213,7 +213,7 @@ struct State {
     uint64_t rng = 0;
     int seeded = 0;
     /* bookkeeping */
-    long errors = 0, printed = 0, launches = 0, blocks = 0;
+    long errors = 0, printed = 0, launches = 0, blocks = 0, launch_printed = 0, launch_errors0 = 0;
     cudaError_t last_error = cudaSuccess;
     std::map<uintptr_t, size_t> allocs;   /* device allocations: base -> bytes */
     size_t alloc_bytes = 0, cublas_live = 0;
@@ -240,7 +240,9 @@ inline long errors() { return S().errors; }
 inline void error(const char *fmt, ...) {
     State &s = S();
     s.errors++;
-    if (s.printed++ >= 20) return;
+    /* at most 3 lines per launch (the rest are counted), 200 in all */
+    if (s.in_kernel && s.launch_printed++ >= 3) return;
+    if (s.printed++ >= 200) return;
     fprintf(stderr, "cuda_on_cpu: ");
     if (s.in_kernel && s.L) {
         fprintf(stderr, "kernel %s (launched at %s:%d) block (%u,%u,%u)", s.L->name, s.L->file,
@@ -304,12 +306,14 @@ inline void syncthreads(const char *file, int line) {
     if (s.bar_arrived == 0) {
         s.bar_file = file;
         s.bar_line = line;
-    } else if (line != s.bar_line || strcmp(file, s.bar_file) != 0) {
+    } else if ((line != s.bar_line || strcmp(file, s.bar_file) != 0) && !s.bar_diverged) {
+        s.bar_diverged = 1; /* once per barrier */
         error("divergent __syncthreads: this thread waits at %s:%d, others at %s:%d", file,
               line, s.bar_file, s.bar_line);
     }
     if (++s.bar_arrived == s.nthreads) { /* the last one in opens the barrier */
         s.bar_arrived = 0;
+        s.bar_diverged = 0;
         for (int i = 0; i < s.nthreads; i++)
             if (s.fib[i].state == F_BAR) { s.fib[i].state = F_RUN; s.runq.push_back(i); }
         s.runq.push_back(s.cur);
@@ -432,6 +436,7 @@ inline void run_block(const Launch &L, uint3 b) {
         s.warps[w].exist = lanes == 32 ? 0xffffffffu : ((1u << lanes) - 1u);
     }
     s.bar_arrived = 0;
+    s.bar_diverged = 0;
     if (L.shmem) {
         s.dyn = (unsigned char *)malloc(L.shmem);
         memset(s.dyn, 0xff, L.shmem); /* uninitialized shared memory reads as NaN */
@@ -458,9 +463,8 @@ inline void run_block(const Launch &L, uint3 b) {
     if (done != n) {
         s.cur = -1;
         error("deadlock: %d of %d threads finished, %d wait at __syncthreads (%s:%d), %d at a "
-              "warp collective (%s) - a barrier inside a branch or after an early return?",
-              done, n, at_bar, s.bar_file ? s.bar_file : "?", s.bar_line, at_warp,
-              s.warps.empty() ? "?" : (s.warps[0].file[0] ? s.warps[0].file[0] : "?"));
+              "warp collective - a barrier inside a branch or after an early return?",
+              done, n, at_bar, s.bar_file ? s.bar_file : "-", at_bar ? s.bar_line : 0, at_warp);
     }
     s.cur = -1;
     free(s.dyn);
@@ -503,6 +507,8 @@ inline cudaError_t launch_impl(const Launch &L) {
     if (!s.cfg.sequential)
         for (size_t i = nb; i > 1; i--) std::swap(order[i - 1], order[(size_t)(rnd() % i)]);
     s.in_kernel = 1;
+    s.launch_printed = 0;
+    s.launch_errors0 = s.errors;
     for (size_t i = 0; i < nb; i++) {
         size_t b = order[i];
         uint3 bi = {(unsigned)(b % L.grid.x), (unsigned)(b / L.grid.x % L.grid.y),
@@ -511,6 +517,9 @@ inline cudaError_t launch_impl(const Launch &L) {
         s.blocks++;
     }
     s.in_kernel = 0;
+    if (s.errors - s.launch_errors0 > 3)
+        fprintf(stderr, "cuda_on_cpu: kernel %s (launched at %s:%d): %ld errors in all\n", L.name,
+                L.file, L.line, s.errors - s.launch_errors0);
     s.L = nullptr;
     return cudaSuccess;
 }
@@ -616,12 +625,14 @@ template <class T> static inline T atomicCAS(T *a, T cmp, T v) {
 }
 
 /* ---- math intrinsics: the fast versions are the accurate ones here -------- */
+#ifndef __GLIBC__ /* glibc declares these itself (its internal names of expf ...) */
 static inline float __expf(float x) { return expf(x); }
 static inline float __logf(float x) { return logf(x); }
 static inline float __sinf(float x) { return sinf(x); }
 static inline float __cosf(float x) { return cosf(x); }
 static inline float __tanhf(float x) { return tanhf(x); }
 static inline float __powf(float x, float y) { return powf(x, y); }
+#endif
 static inline float __fdividef(float x, float y) { return x / y; }
 static inline float __frcp_rn(float x) { return 1.0f / x; }
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
@@ -710,7 +721,14 @@ static inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d) {
     return cudaSuccess;
 }
 static inline cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
-static inline cudaError_t cudaDeviceReset(void) { return cudaSuccess; }
+/* frees every device allocation, as destroying the context does */
+static inline cudaError_t cudaDeviceReset(void) {
+    cuemu::State &s = cuemu::S();
+    for (auto &a : s.allocs) free((void *)a.first);
+    s.allocs.clear();
+    s.alloc_bytes = 0;
+    return cudaSuccess;
+}
 static inline cudaError_t cudaMalloc(void **p, size_t n) {
     cuemu::State &s = cuemu::S();
     *p = nullptr;
