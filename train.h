@@ -344,6 +344,11 @@ typedef struct trn_model {
     int grad_enabled;          /* 0: no tape (evaluation), like no_grad     */
     trn_tensor **tblocks;      /* host-side headers of this step's tensors  */
     int n_tblocks, t_used;
+    /* called by trn_backward after tape entry i (i = tape_len-1 down to 0)
+       has run, with the tape still intact; NULL: none. train_nccl.h uses it
+       to start all-reducing a gradient bucket as soon as it is complete. */
+    void (*backward_hook)(struct trn_model *m, int i, void *user);
+    void *backward_hook_user;
 } trn_model;
 
 /* backend NULL = CPU */
@@ -515,7 +520,7 @@ typedef struct trn_safetensors {
     uint64_t data_len;       /* bytes of the data section                 */
     trn_st_tensor *tensors;  /* in data order                             */
     int n_tensors;
-    const char **meta_key, **meta_val; /* __metadata__, in file order     */
+    const char **meta_key, **meta_val; /* __metadata__, sorted by key     */
     int n_meta;
     int has_crc;             /* the file carries trn.crc32c               */
     uint32_t crc_stored;     /* its value                                 */
@@ -574,7 +579,212 @@ TRNDEF trn_result trn_checkpoint_latest(const char *dir, char *path_out, size_t 
 
 /* ------------------------------------------------------------------------
    >>data declarations
+   Text becomes token ids through a tokenizer; ids live in memory as an int
+   array (trn_tokens) and on disk as llm.c token shards; a loader cuts them
+   into batches of inputs x (B,T) and targets y (B,T), y = x shifted by one
+   token, so y[b][t] is the token that follows x[b][t].
+
+      trn_tokenizer tok;  trn_tokens data = {0};  trn_loader loader;
+      int x[4*64], y[4*64];
+      trn_tokenizer_init_bytes(&tok);                  // or _load_bpe_dir(&tok, dir)
+      trn_tokens_load(&data, "input.txt", &tok);       // text, or a .bin shard
+      trn_tokens_check(data.ids, data.n, tok.vocab_size);
+      trn_loader_desc ld = {0}; ld.B = 4; ld.T = 64; ld.seed = 1337;
+      trn_loader_init(&loader, data.ids, data.n, &ld); // last 10% validate
+      trn_loader_next(&loader, x, y);                  // a training batch
+      trn_loader_val_batch(&loader, 0, x, y);          // validation batch 0
+      trn_loader_pos pos = trn_loader_tell(&loader);   // into the checkpoint,
+      trn_loader_seek(&loader, &pos);                  //   and back on resume
+      ... trn_loader_free(&loader); trn_tokens_free(&data); trn_tokenizer_free(&tok);
+
+   Memory: tokenizer tables and token arrays are counted as RUNTIME; file
+   staging and encoder scratch as TEMP (freed before the call returns).
    ------------------------------------------------------------------------ */
+
+/* a growable array of token ids; {0} is an empty one */
+typedef struct trn_tokens {
+    int *ids;                  /* ids[0 .. n-1] (RUNTIME memory)            */
+    size_t n, cap;
+} trn_tokens;
+
+TRNDEF trn_result trn_tokens_append(trn_tokens *t, const int *ids, size_t n);
+TRNDEF void trn_tokens_free(trn_tokens *t);            /* back to {0}       */
+/* every id in [0, vocab_size)? If not: TRN_ERR_MISMATCH naming the first
+   bad id and its position ("token 300 at position 17 is >= vocab 256") */
+TRNDEF trn_result trn_tokens_check(const int *ids, size_t n, int vocab_size);
+
+/* ---- tokenizers -------------------------------------------------------
+   Both kinds sit behind one struct: encode bytes -> ids, decode ids -> bytes.
+
+   Byte-level: id = byte value, vocab 256, no files, no <|endoftext|>.
+
+   GPT-2 BPE (Radford et al. 2019; files in Hugging Face's layout):
+   - vocab.json maps token strings to ids. GPT-2 writes a token's bytes in
+     a printable alphabet: the 188 bytes that are visible Latin-1 characters
+     ('!'..'~', 0xA1..0xAC, 0xAE..0xFF) stand for themselves, the other 68
+     (controls, space, 0x7F..0xA0, 0xAD) become U+0100.. U+0143 in byte
+     order; so a space is 'Ġ' (U+0120) and a newline 'Ċ' (U+010A). The
+     loader maps keys back to bytes; a character outside that alphabet
+     stands for its own UTF-8 bytes (added tokens).
+   - merges.txt lists pairs "left right" (same alphabet), one per line,
+     best first: line k has rank k. A first line "#version ..." is skipped.
+   - Encoding first splits text into pieces the way GPT-2's regex does
+     (see trn_bpe_pretoken_len), then in each piece starts from single
+     bytes and repeatedly merges the adjacent pair with the lowest rank
+     (leftmost first on ties) until no pair has a rank. Pieces never merge
+     across their boundaries.
+   - "<|endoftext|>" (GPT-2: id 50256) is eot_id when the vocab has it.
+     Encoding treats that string in text as plain text; put eot_id into
+     the id stream yourself (tools/make_shard --eot does, per document).
+   Real GPT-2 files (vocab 50257, 50000 merges) load with the same code;
+   they are not in this repository. */
+typedef enum trn_tokenizer_kind {
+    TRN_TOKENIZER_BYTES = 0,   /* ids are byte values, vocab 256           */
+    TRN_TOKENIZER_BPE = 1      /* GPT-2 byte-level BPE                     */
+} trn_tokenizer_kind;
+
+typedef struct trn_bpe_merge { /* one slot of the merge hash table         */
+    int left, right;           /* the pair of ids (left = -1: empty slot)  */
+    int rank;                  /* line in merges.txt: lower merges first   */
+    int id;                    /* the id of the merged token               */
+} trn_bpe_merge;
+
+typedef struct trn_tokenizer {
+    trn_tokenizer_kind kind;
+    int vocab_size;            /* ids are 0 .. vocab_size-1 (GPT-2: 50257) */
+    int eot_id;                /* id of "<|endoftext|>", -1 when none      */
+    int n_merges;
+    /* BPE tables (RUNTIME memory; all NULL for bytes) */
+    char *bytes;               /* every token's bytes, back to back        */
+    uint32_t *off, *len;       /* id -> its bytes bytes[off[id]..]; len[id]
+                                  = UINT32_MAX for an id no token uses     */
+    int *lookup;               /* hash table: bytes -> id (-1: empty)      */
+    size_t lookup_cap;         /* power of two                             */
+    trn_bpe_merge *merges;     /* hash table: (left, right) -> rank, id    */
+    size_t merges_cap;         /* power of two                             */
+    int byte_id[256];          /* the id of each single-byte token         */
+} trn_tokenizer;
+
+TRNDEF void trn_tokenizer_init_bytes(trn_tokenizer *tok);
+/* TRN_ERR_IO (cannot read), TRN_ERR_FORMAT (bad JSON, bad merge line, a
+   merge naming a token not in the vocab, a byte without its token,
+   duplicate tokens or ids, ids >= 2^24), TRN_ERR_NOMEM. On error *tok is
+   left empty (safe to free). */
+TRNDEF trn_result trn_tokenizer_load_bpe(trn_tokenizer *tok, const char *vocab_json_path,
+                                         const char *merges_txt_path);
+/* dir/vocab.json + dir/merges.txt */
+TRNDEF trn_result trn_tokenizer_load_bpe_dir(trn_tokenizer *tok, const char *dir);
+TRNDEF void trn_tokenizer_free(trn_tokenizer *tok);
+/* append the ids of text[0..len) to *out (any bytes, need not be UTF-8 or
+   NUL-terminated). Fails only for memory (TRN_ERR_NOMEM). */
+TRNDEF trn_result trn_tokenizer_encode(const trn_tokenizer *tok, const char *text, size_t len,
+                                       trn_tokens *out);
+/* the bytes of one token (not NUL-terminated): *len set; NULL (and *len 0)
+   for an id outside the vocab, e.g. the padding ids 50257..50303 of the
+   124M model. For printing samples one token at a time. */
+TRNDEF const char *trn_tokenizer_token(const trn_tokenizer *tok, int id, size_t *len);
+/* decode n ids into buf like snprintf: writes at most cap-1 bytes plus a
+   NUL, returns the full length; ids outside the vocab decode to nothing */
+TRNDEF size_t trn_tokenizer_decode(const trn_tokenizer *tok, const int *ids, size_t n,
+                                   char *buf, size_t cap);
+/* the id whose bytes are exactly bytes[0..len), or -1 */
+TRNDEF int trn_tokenizer_find(const trn_tokenizer *tok, const char *bytes, size_t len);
+/* GPT-2's pre-tokenizer, one piece at a time: the length in bytes (>= 1
+   when len >= 1) of the piece that starts at text[0]. GPT-2's pattern is
+      's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+   tried in that order at each position; it is written out by hand here:
+   contractions (ASCII apostrophe, lowercase, as in GPT-2), then an optional
+   ASCII space and a run of letters, of digits, or of other characters,
+   then whitespace, where a run followed by a non-space keeps its last
+   character for the next piece (so "a  b" -> "a", " ", " b").
+   Characters are decoded from UTF-8 and classed as GPT-2's regex does:
+   whitespace is Unicode White_Space; letters (L*) and numbers (N*) come
+   from Unicode 14 tables, exact for the BMP (U+0000..U+FFFF), coarse
+   above it (CJK extensions and historic scripts are letters, emoji and
+   other symbols are "other"; 99% of those characters classed right).
+   A byte that is not valid UTF-8 counts as one "other" character. */
+TRNDEF size_t trn_bpe_pretoken_len(const char *text, size_t len);
+
+/* ---- files ------------------------------------------------------------
+   llm.c token shard: a header of 256 little-endian int32, [0] = magic
+   20240520, [1] = version 1, [2] = number of tokens N; then N uint16 ids.
+   The file must be exactly 1024 + 2*N bytes. */
+#define TRN_SHARD_MAGIC 20240520
+#define TRN_SHARD_VERSION 1
+/* append the shard's ids to *out. TRN_ERR_IO, or TRN_ERR_FORMAT with the
+   reason (bad magic, bad version, size does not match the header) */
+TRNDEF trn_result trn_shard_read(trn_tokens *out, const char *path);
+/* write ids as a shard, atomically (path.tmp, then rename). TRN_ERR_INVALID
+   when an id is outside [0, 65535] or n > INT32_MAX; TRN_ERR_IO */
+TRNDEF trn_result trn_shard_write(const char *path, const int *ids, size_t n);
+/* read files and concatenate their bytes into one trn_alloc'd buffer (free
+   with trn_free), NUL-terminated for convenience (*len excludes it). With
+   missing_ok, files that do not exist are skipped, but at least one must
+   be read. The default corpus of examples/gpt2 is this with the kit's own
+   sources (train.h, README.md, the examples' .c files). */
+TRNDEF trn_result trn_text_read_files(char **text, size_t *len, const char *const *paths,
+                                      int n_paths, int missing_ok);
+/* one data file into *out (appended): an llm.c shard when the name ends in
+   ".bin" or the file starts with the shard magic, otherwise text encoded
+   with tok. An empty file or a shard of 0 tokens is TRN_ERR_INVALID. */
+TRNDEF trn_result trn_tokens_load(trn_tokens *out, const char *path, const trn_tokenizer *tok);
+
+/* ---- the loader -------------------------------------------------------
+   Split: the first tokens train, the last val_fraction of them validate.
+   A batch row is a window of T+1 consecutive tokens: x = window[0..T),
+   y = window[1..T]. Windows start at multiples of T (consecutive windows
+   share one token), so a split of n tokens has (n-1)/T windows.
+   Training order: each epoch visits a permutation of the training windows
+   drawn from (seed, epoch), B windows per batch; the last windows that do
+   not fill a batch are skipped that epoch. With sequential = 1 the order
+   is llm.c's instead: window after window through the split.
+   Because the permutation is a pure function of (seed, epoch), the whole
+   loader state is trn_loader_pos: four integers to save in a checkpoint.
+   Validation batch i is always windows i*B .. i*B+B-1 of the validation
+   split, so every evaluation sees the same tokens. */
+typedef struct trn_loader_desc {
+    int B, T;                  /* rows per batch, tokens per row (required) */
+    float val_fraction;        /* default 0.1: the last 10% of the tokens   */
+    int no_val;                /* 1: everything trains, no validation       */
+    int sequential;            /* 1: llm.c's order; default: seeded shuffle */
+    uint64_t seed;             /* shuffle seed (0 is a seed like any other) */
+} trn_loader_desc;
+
+typedef struct trn_loader_pos {
+    int64_t epoch;             /* full passes over the training split       */
+    int64_t batch;             /* batches taken in this epoch               */
+    uint64_t seed;             /* the shuffle seed                          */
+    uint64_t check;            /* fingerprint of split sizes, B, T and order:
+                                  seek refuses a position from other data   */
+} trn_loader_pos;
+
+typedef struct trn_loader {
+    trn_loader_desc desc;      /* effective values                          */
+    const int *tokens;         /* borrowed: the caller keeps them alive     */
+    size_t n_train, n_val;     /* train = tokens[0, n_train), val = the rest */
+    size_t train_windows, val_windows;
+    int64_t batches_per_epoch; /* train_windows / B                         */
+    int64_t val_batches;       /* val_windows / B (0 with no_val)           */
+    trn_loader_pos pos;
+    int *order;                /* window visiting order of pos.epoch (RUNTIME) */
+} trn_loader;
+
+/* TRN_ERR_INVALID with a reason when B or T < 1, val_fraction is outside
+   [0,1), or a split has fewer than B*T+1 tokens; TRN_ERR_NOMEM */
+TRNDEF trn_result trn_loader_init(trn_loader *L, const int *tokens, size_t n,
+                                  const trn_loader_desc *desc);
+TRNDEF void trn_loader_free(trn_loader *L);
+/* the next training batch: x and y are (B,T) each, row-major; advances the
+   position (and rolls into the next epoch after the last batch) */
+TRNDEF void trn_loader_next(trn_loader *L, int *x, int *y);
+/* validation batch i (taken modulo val_batches); does not touch the
+   position. Calling it with no validation split is a programmer error. */
+TRNDEF void trn_loader_val_batch(const trn_loader *L, int64_t i, int *x, int *y);
+TRNDEF trn_loader_pos trn_loader_tell(const trn_loader *L);
+/* continue from a saved position: the next batch is the one that would
+   have followed. TRN_ERR_MISMATCH when it belongs to other data or another
+   B/T/order, TRN_ERR_INVALID when it is out of range. */
+TRNDEF trn_result trn_loader_seek(trn_loader *L, const trn_loader_pos *pos);
 
 /* <<data declarations end */
 
@@ -1696,6 +1906,7 @@ TRNDEF void trn_backward(trn_model *m, trn_tensor *loss) {
     for (i = m->tape_len - 1; i >= 0; i--) {
         trn_tape_entry *e = &m->tape[i];
         if (e->out->grad) e->backward(m, e); /* no gradient reached it: skip */
+        if (m->backward_hook) m->backward_hook(m, i, m->backward_hook_user); /* DDP */
     }
     m->tape_len = 0; /* the tape is consumed, as PyTorch frees its graph */
 }
@@ -2168,6 +2379,7 @@ typedef __m512 trn__vec;
 #define trn__vstoreu _mm512_storeu_ps
 #define trn__vfma _mm512_fmadd_ps
 #define trn__vmul _mm512_mul_ps
+#define TRN__SIMD 1
 #elif defined(__AVX2__) && defined(__FMA__)
 #define TRN__MR 6
 #define TRN__NV 2
@@ -2180,6 +2392,7 @@ typedef __m256 trn__vec;
 #define trn__vstoreu _mm256_storeu_ps
 #define trn__vfma _mm256_fmadd_ps
 #define trn__vmul _mm256_mul_ps
+#define TRN__SIMD 1
 #else
 #define TRN__MR 4
 #define TRN__NV 1
@@ -2193,7 +2406,7 @@ typedef __m256 trn__vec;
 
 /* C tile (MR x NR) = alpha * a @ b + beta * C, where a is one packed A panel
    (kc steps of MR floats) and b one packed B panel (kc steps of NR floats) */
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#ifdef TRN__SIMD
 static void trn__sgemm_kernel(int kc, const float *a, const float *b, float *c, int ldc,
                               float alpha, float beta) {
     trn__vec acc[TRN__MR][TRN__NV], va;
@@ -2246,25 +2459,115 @@ typedef struct trn__gemm { /* one call's arguments, shared by the threads */
     float *C;
 } trn__gemm;
 
+/* Transposing pack: `rows` rows of a matrix (row r at src + r*lds, read
+   along k) are written as kc groups of `lanes` floats, lanes >= rows:
+   dst[k*ldd + r] = src[r*lds + k], and 0 for rows <= r < lanes. With SIMD,
+   a square of STRIP x STRIP floats is transposed in registers (unpack
+   pairs, then quads, then 128-bit lanes), so each store writes a whole
+   group instead of one float; the k tail goes one float at a time. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__cplusplus)
+/* g++ 12 warns about the deliberately undefined lanes inside the
+   unpack/shuffle intrinsics (-Wmaybe-uninitialized); they are fine */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#define TRN__POP_DIAGNOSTIC 1
+#endif
+#if defined(__AVX512F__)
+#define TRN__STRIP 16
+static void trn__transpose_strip(const float *src, size_t lds, int rows, int lanes, int kc,
+                                 float *dst, int ldd, int *k_done) {
+    __mmask16 mask = (__mmask16)((1u << lanes) - 1u);
+    int k, r, q, j;
+    for (k = 0; k + 16 <= kc; k += 16) {
+        __m512 v[16], t[16], u[16];
+        for (r = 0; r < 16; r++)
+            v[r] = r < rows ? _mm512_loadu_ps(src + (size_t)r * lds + k) : _mm512_setzero_ps();
+        for (r = 0; r < 16; r += 2) { /* pairs: (v0[0] v1[0] v0[1] v1[1]) per 128-bit lane */
+            t[r] = _mm512_unpacklo_ps(v[r], v[r + 1]);
+            t[r + 1] = _mm512_unpackhi_ps(v[r], v[r + 1]);
+        }
+        for (q = 0; q < 16; q += 4) { /* quads: lane L of u[q+j] = column 4L+j, rows q..q+3 */
+            u[q + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[q]), _mm512_castps_pd(t[q + 2])));
+            u[q + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[q]), _mm512_castps_pd(t[q + 2])));
+            u[q + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[q + 1]), _mm512_castps_pd(t[q + 3])));
+            u[q + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[q + 1]), _mm512_castps_pd(t[q + 3])));
+        }
+        for (j = 0; j < 4; j++) { /* 128-bit lanes: column 4L+j gathers lane L of u[j], u[4+j], ... */
+            __m512 x0 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x44);
+            __m512 x1 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xEE);
+            __m512 x2 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x44);
+            __m512 x3 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xEE);
+            _mm512_mask_storeu_ps(dst + (size_t)(k + j) * ldd, mask, _mm512_shuffle_f32x4(x0, x2, 0x88));
+            _mm512_mask_storeu_ps(dst + (size_t)(k + 4 + j) * ldd, mask, _mm512_shuffle_f32x4(x0, x2, 0xDD));
+            _mm512_mask_storeu_ps(dst + (size_t)(k + 8 + j) * ldd, mask, _mm512_shuffle_f32x4(x1, x3, 0x88));
+            _mm512_mask_storeu_ps(dst + (size_t)(k + 12 + j) * ldd, mask, _mm512_shuffle_f32x4(x1, x3, 0xDD));
+        }
+    }
+    *k_done = k;
+}
+#elif defined(__AVX2__) && defined(__FMA__)
+#define TRN__STRIP 8
+static void trn__transpose_strip(const float *src, size_t lds, int rows, int lanes, int kc,
+                                 float *dst, int ldd, int *k_done) {
+    __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    int k, r, q, j;
+    for (k = 0; k + 8 <= kc; k += 8) {
+        __m256 v[8], t[8], u[8];
+        for (r = 0; r < 8; r++)
+            v[r] = r < rows ? _mm256_loadu_ps(src + (size_t)r * lds + k) : _mm256_setzero_ps();
+        for (r = 0; r < 8; r += 2) {
+            t[r] = _mm256_unpacklo_ps(v[r], v[r + 1]);
+            t[r + 1] = _mm256_unpackhi_ps(v[r], v[r + 1]);
+        }
+        for (q = 0; q < 8; q += 4) {
+            u[q + 0] = _mm256_shuffle_ps(t[q], t[q + 2], 0x44);
+            u[q + 1] = _mm256_shuffle_ps(t[q], t[q + 2], 0xEE);
+            u[q + 2] = _mm256_shuffle_ps(t[q + 1], t[q + 3], 0x44);
+            u[q + 3] = _mm256_shuffle_ps(t[q + 1], t[q + 3], 0xEE);
+        }
+        for (j = 0; j < 4; j++) {
+            _mm256_maskstore_ps(dst + (size_t)(k + j) * ldd, mask, _mm256_permute2f128_ps(u[j], u[4 + j], 0x20));
+            _mm256_maskstore_ps(dst + (size_t)(k + 4 + j) * ldd, mask, _mm256_permute2f128_ps(u[j], u[4 + j], 0x31));
+        }
+    }
+    *k_done = k;
+}
+#else
+#define TRN__STRIP 16
+static void trn__transpose_strip(const float *src, size_t lds, int rows, int lanes, int kc,
+                                 float *dst, int ldd, int *k_done) {
+    (void)src; (void)lds; (void)rows; (void)lanes; (void)kc; (void)dst; (void)ldd;
+    *k_done = 0; /* all of it in the plain loop of trn__pack_strip */
+}
+#endif
+
+#ifdef TRN__POP_DIAGNOSTIC
+#pragma GCC diagnostic pop
+#endif
+
+static void trn__pack_strip(const float *src, size_t lds, int rows, int lanes, int kc,
+                            float *dst, int ldd) {
+    int k, r;
+    trn__transpose_strip(src, lds, rows, lanes, kc, dst, ldd, &k);
+    for (; k < kc; k++)
+        for (r = 0; r < lanes; r++) dst[(size_t)k * ldd + r] = r < rows ? src[(size_t)r * lds + k] : 0.0f;
+}
+
 /* pack op(A)[i0:+mc, p0:+kc] as panels of MR rows; in a panel, step k holds
    the MR values op(A)[i0+ir+0..MR-1, p0+k] (zeros past the last row) */
 static void trn__pack_a(const trn__gemm *g, int i0, int p0, int mc, int kc, float *dst) {
     int ir, i, k;
     for (ir = 0; ir < mc; ir += TRN__MR, dst += (size_t)TRN__MR * kc) {
         int m = TRN__MIN(TRN__MR, mc - ir);
-        if (g->ta) { /* op(A)[i,k] = A[k,i]: rows of A are contiguous in i */
+        if (g->ta) { /* op(A)[i,k] = A[k,i]: a row of A holds the MR values */
             for (k = 0; k < kc; k++) {
                 const float *src = g->A + (size_t)(p0 + k) * g->lda + i0 + ir;
                 for (i = 0; i < m; i++) dst[k * TRN__MR + i] = src[i];
                 for (; i < TRN__MR; i++) dst[k * TRN__MR + i] = 0.0f;
             }
-        } else {     /* op(A)[i,k] = A[i,k]: read each row along k */
-            for (i = 0; i < m; i++) {
-                const float *src = g->A + (size_t)(i0 + ir + i) * g->lda + p0;
-                for (k = 0; k < kc; k++) dst[k * TRN__MR + i] = src[k];
-            }
-            for (; i < TRN__MR; i++)
-                for (k = 0; k < kc; k++) dst[k * TRN__MR + i] = 0.0f;
+        } else {     /* op(A)[i,k] = A[i,k]: transpose MR rows of A */
+            trn__pack_strip(g->A + (size_t)(i0 + ir) * g->lda + p0, (size_t)g->lda, m, TRN__MR,
+                            kc, dst, TRN__MR);
         }
     }
 }
@@ -2272,22 +2575,22 @@ static void trn__pack_a(const trn__gemm *g, int i0, int p0, int mc, int kc, floa
 /* pack op(B)[p0:+kc, j0:+nc] as panels of NR columns; in a panel, step k
    holds the NR values op(B)[p0+k, j0+jr+0..NR-1] (zeros past the last one) */
 static void trn__pack_b(const trn__gemm *g, int p0, int j0, int kc, int nc, float *dst) {
-    int jr, j, k;
+    int jr, j, k, h;
     for (jr = 0; jr < nc; jr += TRN__NR, dst += (size_t)TRN__NR * kc) {
         int n = TRN__MIN(TRN__NR, nc - jr);
-        if (!g->tb) { /* op(B)[k,j] = B[k,j]: rows of B are contiguous in j */
+        if (!g->tb) { /* op(B)[k,j] = B[k,j]: a row of B holds the NR values */
             for (k = 0; k < kc; k++) {
                 const float *src = g->B + (size_t)(p0 + k) * g->ldb + j0 + jr;
                 for (j = 0; j < n; j++) dst[k * TRN__NR + j] = src[j];
                 for (; j < TRN__NR; j++) dst[k * TRN__NR + j] = 0.0f;
             }
-        } else {      /* op(B)[k,j] = B[j,k] (W^T of nn.Linear): read rows along k */
-            for (j = 0; j < n; j++) {
-                const float *src = g->B + (size_t)(j0 + jr + j) * g->ldb + p0;
-                for (k = 0; k < kc; k++) dst[k * TRN__NR + j] = src[k];
+        } else {      /* op(B)[k,j] = B[j,k] (W^T of nn.Linear): transpose NR rows
+                         of B, STRIP rows at a time */
+            for (h = 0; h < TRN__NR; h += TRN__STRIP) {
+                int rows = TRN__MAX(0, TRN__MIN(TRN__STRIP, n - h));
+                const float *src = g->B + (size_t)(j0 + jr + (rows ? h : 0)) * g->ldb + p0;
+                trn__pack_strip(src, (size_t)g->ldb, rows, TRN__STRIP, kc, dst + h, TRN__NR);
             }
-            for (; j < TRN__NR; j++)
-                for (k = 0; k < kc; k++) dst[k * TRN__NR + j] = 0.0f;
         }
     }
 }
@@ -2382,6 +2685,51 @@ static void trn__sgemm_block(const trn__gemm *g, int m0, int m1, int n0, int n1)
 #endif
 }
 
+/* A few rows and op(B) = B: C[i,:] = beta C[i,:] + sum_k (alpha op(A)[i,k]) B[k,:]
+   straight from the rows of B, for columns n0..n1 (in chunks that stay in
+   L1). Packing B would cost as much as the product itself here, and an
+   MR-row tile would be mostly padding. Four k at a time per load of C. */
+#define TRN__FEW_ROWS 4
+static void trn__sgemm_rows(const trn__gemm *g, int n0, int n1) {
+    int jb, i, k, j, u;
+    for (jb = n0; jb < n1; jb += 512) {
+        int nb = TRN__MIN(512, n1 - jb);
+        for (i = 0; i < g->M; i++) {
+            float *c = g->C + (size_t)i * g->ldc + jb;
+            for (j = 0; j < nb; j++) c[j] = g->beta == 0.0f ? 0.0f : g->beta * c[j];
+        }
+        for (k = 0; k < g->K; k += 4) {
+            int ku = TRN__MIN(4, g->K - k);
+            const float *b[4];
+            for (u = 0; u < 4; u++) b[u] = g->B + (size_t)(k + TRN__MIN(u, ku - 1)) * g->ldb + jb;
+            for (i = 0; i < g->M; i++) {
+                float a[4], *c = g->C + (size_t)i * g->ldc + jb;
+                for (u = 0; u < 4; u++) /* a[u] = 0 past K: adds exact zeros */
+                    a[u] = u >= ku ? 0.0f
+                         : g->alpha * (g->ta ? g->A[(size_t)(k + u) * g->lda + i]
+                                             : g->A[(size_t)i * g->lda + k + u]);
+                j = 0;
+#ifdef TRN__SIMD
+                {
+                    trn__vec a0 = trn__vset1(a[0]), a1 = trn__vset1(a[1]);
+                    trn__vec a2 = trn__vset1(a[2]), a3 = trn__vset1(a[3]);
+                    for (; j + TRN__VL <= nb; j += TRN__VL) {
+                        trn__vec acc = trn__vloadu(c + j);
+                        acc = trn__vfma(a0, trn__vloadu(b[0] + j), acc);
+                        acc = trn__vfma(a1, trn__vloadu(b[1] + j), acc);
+                        acc = trn__vfma(a2, trn__vloadu(b[2] + j), acc);
+                        acc = trn__vfma(a3, trn__vloadu(b[3] + j), acc);
+                        trn__vstoreu(c + j, acc);
+                    }
+                }
+#endif
+                for (; j < nb; j++)
+                    c[j] = (((c[j] + a[0] * b[0][j]) + a[1] * b[1][j]) + a[2] * b[2][j]) + a[3] * b[3][j];
+            }
+        }
+    }
+}
+
 TRNDEF void trn_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha,
                       const float *A, int lda, const float *B, int ldb, float beta,
                       float *C, int ldc) {
@@ -2405,6 +2753,20 @@ TRNDEF void trn_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha
 #ifdef _OPENMP
     if ((double)M * N * K >= TRN__PAR_MIN && !omp_in_parallel()) nt = omp_get_max_threads();
 #endif
+    if (M <= TRN__FEW_ROWS && !trans_b) { /* threads take whole 64-byte lines of C */
+        un = (N + 15) / 16;
+        if (nt == 1) { trn__sgemm_rows(&g, 0, N); return; }
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt)
+#endif
+        for (t = 0; t < nt; t++) {
+            int n0 = (int)TRN__MIN((long long)N, (long long)un * t / nt * 16);
+            int n1 = (int)TRN__MIN((long long)N, (long long)un * (t + 1) / nt * 16);
+            if (n0 < n1) trn__sgemm_rows(&g, n0, n1);
+        }
+        return;
+    }
+    if (nt == 1) { trn__sgemm_block(&g, 0, M, 0, N); return; }
     /* the grid gm x gn = nt of C blocks whose largest block has the fewest
        tiles; on a tie, cut N (each thread then packs only its part of B) */
     um = (M + TRN__MR - 1) / TRN__MR;
@@ -2416,7 +2778,7 @@ TRNDEF void trn_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha
         }
     }
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+#pragma omp parallel for schedule(static) num_threads(nt)
 #endif
     for (t = 0; t < gm * gn; t++) {
         int bi = t / gn, bj = t % gn;
@@ -2433,11 +2795,2564 @@ TRNDEF void trn_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha
 /* <<matmul implementation end */
 
 /* >>checkpoint implementation */
+/* ========================================================================
+   >>checkpoint
+   Four layers, bottom up:
+     1. CRC-32C and a few string helpers (UTF-8 check, JSON escaping)
+     2. the header parser: a small JSON reader that checks everything the
+        safetensors format promises (bounds, sizes, tiling of the data)
+     3. the writer: header, then tensors streamed through one staging
+        buffer, into "<path>.tmp.<pid>"; fsync; rename; fsync the directory
+     4. training-state checkpoints and run directories on top of 2 and 3
+   Test hook: TRN_CKPT_TEST_DELAY_MS=<ms> sleeps after each tensor written,
+   so a test can kill -9 a process in the middle of a save.
+   ======================================================================== */
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <time.h>
+#if defined(__SSE4_2__) && defined(__x86_64__)
+#include <nmmintrin.h>
+#endif
 
+#define TRN__ST_MAX_HEADER 100000000u /* the Python package's limit, 100 MB  */
+#define TRN__ST_MAX_DEPTH 64          /* JSON nesting in fields we skip       */
+static size_t trn__st_staging = (size_t)4 << 20; /* staging buffer, bytes */
+
+/* --- CRC-32C: polynomial 0x1EDC6F41 (reflected: 0x82F63B78) --------------
+   One table lookup per byte; the SSE4.2 crc32 instruction computes the same
+   function 8 bytes at a time. crc(0, "123456789") = 0xE3069283. */
+static uint32_t trn__crc_table[256];
+static int trn__crc_ready;
+
+static uint32_t trn__crc32c_sw(uint32_t crc, const void *data, size_t n) {
+    const unsigned char *p = (const unsigned char *)data;
+    if (!trn__crc_ready) {
+        uint32_t i, k, c;
+        for (i = 0; i < 256; i++) {
+            for (c = i, k = 0; k < 8; k++) c = (c >> 1) ^ (0x82F63B78u & (0u - (c & 1u)));
+            trn__crc_table[i] = c;
+        }
+        trn__crc_ready = 1;
+    }
+    crc = ~crc;
+    while (n--) crc = trn__crc_table[(crc ^ *p++) & 0xffu] ^ (crc >> 8);
+    return ~crc;
+}
+
+TRNDEF uint32_t trn_crc32c(uint32_t crc, const void *data, size_t n) {
+#if defined(__SSE4_2__) && defined(__x86_64__)
+    const unsigned char *p = (const unsigned char *)data;
+    uint64_t c = ~crc;
+    while (n && ((uintptr_t)p & 7u)) { c = _mm_crc32_u8((uint32_t)c, *p++); n--; }
+    while (n >= 8) { uint64_t w; memcpy(&w, p, 8); c = _mm_crc32_u64(c, w); p += 8; n -= 8; }
+    while (n--) c = _mm_crc32_u8((uint32_t)c, *p++);
+    return ~(uint32_t)c;
+#else
+    return trn__crc32c_sw(crc, data, n);
+#endif
+}
+
+static int trn__little_endian(void) {
+    const uint16_t one = 1;
+    unsigned char b;
+    memcpy(&b, &one, 1);
+    return b == 1;
+}
+
+/* length of the valid UTF-8 sequence at p (1..4), 0 if invalid: no overlong
+   forms, no surrogates, nothing above U+10FFFF (RFC 3629) */
+static int trn__utf8_seq(const unsigned char *p, const unsigned char *end) {
+    unsigned c = p[0], cp;
+    int n, i;
+    if (c < 0x80) return 1;
+    if (c >= 0xC2 && c <= 0xDF) n = 2;
+    else if (c >= 0xE0 && c <= 0xEF) n = 3;
+    else if (c >= 0xF0 && c <= 0xF4) n = 4;
+    else return 0;
+    if (end - p < n) return 0;
+    cp = c & (0x7Fu >> n);
+    for (i = 1; i < n; i++) {
+        if ((p[i] & 0xC0u) != 0x80u) return 0;
+        cp = (cp << 6) | (p[i] & 0x3Fu);
+    }
+    if ((n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+        return 0;
+    return n;
+}
+
+static int trn__utf8_valid(const char *s) {
+    const unsigned char *p = (const unsigned char *)s, *end = p + strlen(s);
+    while (p < end) {
+        int n = trn__utf8_seq(p, end);
+        if (!n) return 0;
+        p += n;
+    }
+    return 1;
+}
+
+static const char *trn__shape64_str(char *buf, size_t n, int ndim, const int64_t *shape) {
+    size_t k = 0;
+    int i;
+    buf[0] = 0;
+    k += (size_t)snprintf(buf, n, "(");
+    for (i = 0; i < ndim && k < n; i++)
+        k += (size_t)snprintf(buf + k, n - k, i ? ",%lld" : "%lld", (long long)shape[i]);
+    if (k < n) snprintf(buf + k, n - k, ")");
+    return buf;
+}
+
+/* --- trn_meta --------------------------------------------------------- */
+static int trn__meta_find(const trn_meta *meta, const char *key) {
+    int i;
+    for (i = 0; i < meta->n; i++) if (strcmp(meta->key[i], key) == 0) return i;
+    return -1;
+}
+
+/* the kit's own keys: written by the kit, never taken from or handed to the caller */
+static int trn__meta_reserved(const char *key) {
+    return strncmp(key, "trn.", 4) == 0 || strcmp(key, "format") == 0;
+}
+
+TRNDEF void trn_meta_set(trn_meta *meta, const char *key, const char *val) {
+    int i;
+    if (!meta || !key || !val) trn_fatal("trn_meta_set: NULL argument");
+    if (!key[0] || strlen(key) >= TRN_META_KEY)
+        trn_fatal("trn_meta_set: key '%.60s' must be 1..%d bytes", key, TRN_META_KEY - 1);
+    if (strlen(val) >= TRN_META_VAL)
+        trn_fatal("trn_meta_set %s: value of %zu bytes, at most %d fit", key, strlen(val), TRN_META_VAL - 1);
+    i = trn__meta_find(meta, key);
+    if (i < 0) {
+        if (meta->n < 0 || meta->n >= TRN_META_MAX)
+            trn_fatal("trn_meta_set %s: the table is full (%d keys)", key, TRN_META_MAX);
+        i = meta->n++;
+        strcpy(meta->key[i], key);
+    }
+    strcpy(meta->val[i], val);
+}
+
+TRNDEF void trn_meta_set_u64(trn_meta *meta, const char *key, uint64_t v) {
+    char buf[32];
+    snprintf(buf, sizeof buf, "%llu", (unsigned long long)v);
+    trn_meta_set(meta, key, buf);
+}
+
+/* %.17g: 17 significant digits bring every double back exactly (and every
+   float, through the double it widens to) */
+TRNDEF void trn_meta_set_f64(trn_meta *meta, const char *key, double v) {
+    char buf[40];
+    snprintf(buf, sizeof buf, "%.17g", v);
+    trn_meta_set(meta, key, buf);
+}
+
+TRNDEF const char *trn_meta_get(const trn_meta *meta, const char *key) {
+    int i;
+    if (!meta || !key) return NULL;
+    i = trn__meta_find(meta, key);
+    return i < 0 ? NULL : meta->val[i];
+}
+
+static trn_result trn__parse_u64(const char *s, uint64_t *out) {
+    uint64_t v = 0;
+    if (!s || !*s) return TRN_ERR_FORMAT;
+    for (; *s; s++) {
+        if (*s < '0' || *s > '9') return TRN_ERR_FORMAT;
+        if (v > (UINT64_MAX - (uint64_t)(*s - '0')) / 10) return TRN_ERR_FORMAT;
+        v = v * 10 + (uint64_t)(*s - '0');
+    }
+    *out = v;
+    return TRN_OK;
+}
+
+TRNDEF trn_result trn_meta_get_u64(const trn_meta *meta, const char *key, uint64_t *out) {
+    const char *s = trn_meta_get(meta, key);
+    if (!s) return trn_fail(TRN_ERR_MISMATCH, "metadata has no key '%s'", key ? key : "(null)");
+    if (trn__parse_u64(s, out) != TRN_OK)
+        return trn_fail(TRN_ERR_FORMAT, "metadata '%s' = '%.60s' is not an unsigned integer", key, s);
+    return TRN_OK;
+}
+
+TRNDEF trn_result trn_meta_get_f64(const trn_meta *meta, const char *key, double *out) {
+    const char *s = trn_meta_get(meta, key);
+    char *end;
+    if (!s) return trn_fail(TRN_ERR_MISMATCH, "metadata has no key '%s'", key ? key : "(null)");
+    errno = 0;
+    *out = strtod(s, &end);
+    if (!*s || *end || (errno == ERANGE && fabs(*out) > 1.0))
+        return trn_fail(TRN_ERR_FORMAT, "metadata '%s' = '%.60s' is not a number", key, s);
+    return TRN_OK;
+}
+
+/* --- the header parser -------------------------------------------------
+   The header is JSON (RFC 8259). This reader handles all of it: strings
+   with every escape (\uXXXX with surrogate pairs), numbers, true, false,
+   null, nesting; each read checks the bounds first. Decoded strings go to
+   one pool as large as the header (a decoded string is never longer than
+   its quoted source, so the pool cannot overflow). Fields of a tensor
+   other than dtype, shape and data_offsets are skipped, by a recursive
+   walk limited to TRN__ST_MAX_DEPTH levels. */
+typedef struct trn__jp {
+    const char *s, *p, *end; /* header text, cursor, one past the end */
+    char *pool;
+    size_t pool_used;
+    const char *path;
+} trn__jp;
+
+static trn_result trn__jerr(trn__jp *j, const char *what) {
+    return trn_fail(TRN_ERR_FORMAT, "%s: bad safetensors header at byte %zu: %s", j->path,
+                    (size_t)(j->p - j->s) + 8, what);
+}
+
+static void trn__jws(trn__jp *j) {
+    while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r')) j->p++;
+}
+
+/* after whitespace, is the next character c? (consumes it if so) */
+static int trn__jeat(trn__jp *j, char c) {
+    trn__jws(j);
+    if (j->p < j->end && *j->p == c) { j->p++; return 1; }
+    return 0;
+}
+
+static int trn__jhex4(const char *p, const char *end, unsigned *out) {
+    unsigned v = 0;
+    int i;
+    if (end - p < 4) return 0;
+    for (i = 0; i < 4; i++) {
+        char c = p[i];
+        v <<= 4;
+        if (c >= '0' && c <= '9') v |= (unsigned)(c - '0');
+        else if (c >= 'a' && c <= 'f') v |= (unsigned)(c - 'a' + 10);
+        else if (c >= 'A' && c <= 'F') v |= (unsigned)(c - 'A' + 10);
+        else return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+/* a string at the cursor, decoded (UTF-8, NUL-terminated) into the pool */
+static trn_result trn__jstring(trn__jp *j, const char **out) {
+    char *start = j->pool + j->pool_used, *o = start;
+    trn__jws(j);
+    if (j->p >= j->end || *j->p != '"') return trn__jerr(j, "expected a string");
+    j->p++;
+    for (;;) {
+        unsigned char c;
+        if (j->p >= j->end) return trn__jerr(j, "unterminated string");
+        c = (unsigned char)*j->p;
+        if (c == '"') { j->p++; break; }
+        if (c < 0x20) return trn__jerr(j, "control character inside a string");
+        if (c == '\\') {
+            unsigned cp, lo;
+            if (j->end - j->p < 2) return trn__jerr(j, "unterminated escape");
+            j->p += 2;
+            switch (j->p[-1]) {
+            case '"': *o++ = '"'; break;
+            case '\\': *o++ = '\\'; break;
+            case '/': *o++ = '/'; break;
+            case 'b': *o++ = '\b'; break;
+            case 'f': *o++ = '\f'; break;
+            case 'n': *o++ = '\n'; break;
+            case 'r': *o++ = '\r'; break;
+            case 't': *o++ = '\t'; break;
+            case 'u':
+                if (!trn__jhex4(j->p, j->end, &cp)) return trn__jerr(j, "bad \\u escape");
+                j->p += 4;
+                if (cp >= 0xD800 && cp <= 0xDBFF) { /* high surrogate: a low one must follow */
+                    if (j->end - j->p < 6 || j->p[0] != '\\' || j->p[1] != 'u' ||
+                        !trn__jhex4(j->p + 2, j->end, &lo) || lo < 0xDC00 || lo > 0xDFFF)
+                        return trn__jerr(j, "unpaired UTF-16 surrogate in \\u escape");
+                    j->p += 6;
+                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
+                    return trn__jerr(j, "unpaired UTF-16 surrogate in \\u escape");
+                }
+                if (cp == 0) return trn__jerr(j, "NUL character (\\u0000) in a string");
+                if (cp < 0x80) *o++ = (char)cp;
+                else if (cp < 0x800) { *o++ = (char)(0xC0 | (cp >> 6)); *o++ = (char)(0x80 | (cp & 0x3F)); }
+                else if (cp < 0x10000) {
+                    *o++ = (char)(0xE0 | (cp >> 12)); *o++ = (char)(0x80 | ((cp >> 6) & 0x3F));
+                    *o++ = (char)(0x80 | (cp & 0x3F));
+                } else {
+                    *o++ = (char)(0xF0 | (cp >> 18)); *o++ = (char)(0x80 | ((cp >> 12) & 0x3F));
+                    *o++ = (char)(0x80 | ((cp >> 6) & 0x3F)); *o++ = (char)(0x80 | (cp & 0x3F));
+                }
+                break;
+            default: j->p--; return trn__jerr(j, "unknown escape in a string");
+            }
+        } else {
+            int n = trn__utf8_seq((const unsigned char *)j->p, (const unsigned char *)j->end);
+            if (!n) return trn__jerr(j, "invalid UTF-8 in a string");
+            memcpy(o, j->p, (size_t)n);
+            o += n;
+            j->p += n;
+        }
+    }
+    *o++ = 0;
+    j->pool_used = (size_t)(o - j->pool);
+    *out = start;
+    return TRN_OK;
+}
+
+/* a non-negative integer (shapes, offsets): no sign, fraction or exponent */
+static trn_result trn__juint(trn__jp *j, uint64_t *out) {
+    uint64_t v = 0;
+    const char *start;
+    trn__jws(j);
+    start = j->p;
+    if (j->p < j->end && *j->p == '-') return trn__jerr(j, "negative number where a size is expected");
+    while (j->p < j->end && *j->p >= '0' && *j->p <= '9') {
+        if (v > ((uint64_t)1 << 62)) return trn__jerr(j, "number too large");
+        v = v * 10 + (uint64_t)(*j->p++ - '0');
+    }
+    if (j->p == start) return trn__jerr(j, "expected a number");
+    if (*start == '0' && j->p - start > 1) return trn__jerr(j, "number with a leading zero");
+    if (j->p < j->end && (*j->p == '.' || *j->p == 'e' || *j->p == 'E'))
+        return trn__jerr(j, "expected an integer");
+    *out = v;
+    return TRN_OK;
+}
+
+static trn_result trn__jskip(trn__jp *j, int depth) {
+    size_t mark = j->pool_used;
+    const char *str;
+    trn__jws(j);
+    if (depth > TRN__ST_MAX_DEPTH) return trn__jerr(j, "JSON nested too deeply");
+    if (j->p >= j->end) return trn__jerr(j, "unexpected end of header");
+    switch (*j->p) {
+    case '"': {
+        trn_result r = trn__jstring(j, &str);
+        j->pool_used = mark;
+        return r;
+    }
+    case '{':
+        j->p++;
+        if (trn__jeat(j, '}')) return TRN_OK;
+        for (;;) {
+            trn_result r = trn__jstring(j, &str);
+            j->pool_used = mark;
+            if (r) return r;
+            if (!trn__jeat(j, ':')) return trn__jerr(j, "expected ':'");
+            if ((r = trn__jskip(j, depth + 1)) != TRN_OK) return r;
+            if (trn__jeat(j, '}')) return TRN_OK;
+            if (!trn__jeat(j, ',')) return trn__jerr(j, "expected ',' or '}'");
+        }
+    case '[':
+        j->p++;
+        if (trn__jeat(j, ']')) return TRN_OK;
+        for (;;) {
+            trn_result r = trn__jskip(j, depth + 1);
+            if (r) return r;
+            if (trn__jeat(j, ']')) return TRN_OK;
+            if (!trn__jeat(j, ',')) return trn__jerr(j, "expected ',' or ']'");
+        }
+    case 't': case 'f': case 'n': {
+        const char *lit = *j->p == 't' ? "true" : *j->p == 'f' ? "false" : "null";
+        size_t n = strlen(lit);
+        if ((size_t)(j->end - j->p) < n || memcmp(j->p, lit, n) != 0) return trn__jerr(j, "unknown literal");
+        j->p += n;
+        return TRN_OK;
+    }
+    default: { /* number: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? */
+        const char *d;
+        if (j->p < j->end && *j->p == '-') j->p++;
+        d = j->p;
+        while (j->p < j->end && *j->p >= '0' && *j->p <= '9') j->p++;
+        if (j->p == d || (*d == '0' && j->p - d > 1)) return trn__jerr(j, "bad number");
+        if (j->p < j->end && *j->p == '.') {
+            d = ++j->p;
+            while (j->p < j->end && *j->p >= '0' && *j->p <= '9') j->p++;
+            if (j->p == d) return trn__jerr(j, "bad number");
+        }
+        if (j->p < j->end && (*j->p == 'e' || *j->p == 'E')) {
+            j->p++;
+            if (j->p < j->end && (*j->p == '+' || *j->p == '-')) j->p++;
+            d = j->p;
+            while (j->p < j->end && *j->p >= '0' && *j->p <= '9') j->p++;
+            if (j->p == d) return trn__jerr(j, "bad number");
+        }
+        return TRN_OK;
+    }
+    }
+}
+
+/* the dtypes of the safetensors format and their sizes */
+static const struct { const char *name; int size; } trn__st_dtypes[] = {
+    {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"F64", 8}, {"I64", 8}, {"I32", 4}, {"I16", 2},
+    {"I8", 1}, {"U64", 8}, {"U32", 4}, {"U16", 2}, {"U8", 1}, {"BOOL", 1},
+    {"F8_E4M3", 1}, {"F8_E5M2", 1}};
+
+/* one tensor's object: {"dtype": .., "shape": [..], "data_offsets": [b, e], other: skipped} */
+static trn_result trn__jtensor(trn__jp *j, trn_st_tensor *t) {
+    int have_dtype = 0, have_shape = 0, have_offsets = 0;
+    trn_result r;
+    char msg[160];
+    if (!trn__jeat(j, '{')) return trn__jerr(j, "a tensor entry must be an object");
+    if (!trn__jeat(j, '}')) {
+        for (;;) {
+            size_t mark = j->pool_used;
+            const char *key, *val;
+            if ((r = trn__jstring(j, &key)) != TRN_OK) return r;
+            if (!trn__jeat(j, ':')) return trn__jerr(j, "expected ':'");
+            if (strcmp(key, "dtype") == 0) {
+                size_t i;
+                if (have_dtype++) return trn__jerr(j, "dtype given twice");
+                if ((r = trn__jstring(j, &val)) != TRN_OK) return r;
+                for (i = 0; i < sizeof trn__st_dtypes / sizeof trn__st_dtypes[0]; i++)
+                    if (strcmp(val, trn__st_dtypes[i].name) == 0) break;
+                if (i == sizeof trn__st_dtypes / sizeof trn__st_dtypes[0]) {
+                    snprintf(msg, sizeof msg, "tensor '%.60s': unknown dtype '%.20s'", t->name, val);
+                    return trn__jerr(j, msg);
+                }
+                t->dtype = trn__st_dtypes[i].name;
+                t->dtype_size = trn__st_dtypes[i].size;
+            } else if (strcmp(key, "shape") == 0) {
+                if (have_shape++) return trn__jerr(j, "shape given twice");
+                if (!trn__jeat(j, '[')) return trn__jerr(j, "shape must be an array");
+                if (!trn__jeat(j, ']')) {
+                    for (;;) {
+                        uint64_t d;
+                        if (t->ndim == TRN_ST_MAX_DIMS) {
+                            snprintf(msg, sizeof msg, "tensor '%.60s' has more than %d dims", t->name, TRN_ST_MAX_DIMS);
+                            return trn__jerr(j, msg);
+                        }
+                        if ((r = trn__juint(j, &d)) != TRN_OK) return r;
+                        t->shape[t->ndim++] = (int64_t)d;
+                        if (trn__jeat(j, ']')) break;
+                        if (!trn__jeat(j, ',')) return trn__jerr(j, "expected ',' or ']' in shape");
+                    }
+                }
+            } else if (strcmp(key, "data_offsets") == 0) {
+                if (have_offsets++) return trn__jerr(j, "data_offsets given twice");
+                if (!trn__jeat(j, '[')) return trn__jerr(j, "data_offsets must be an array");
+                if ((r = trn__juint(j, &t->begin)) != TRN_OK) return r;
+                if (!trn__jeat(j, ',')) return trn__jerr(j, "data_offsets must hold two numbers");
+                if ((r = trn__juint(j, &t->end)) != TRN_OK) return r;
+                if (!trn__jeat(j, ']')) return trn__jerr(j, "data_offsets must hold two numbers");
+            } else if ((r = trn__jskip(j, 2)) != TRN_OK) {
+                return r;
+            }
+            j->pool_used = mark; /* the key (and dtype string) are not kept */
+            if (trn__jeat(j, '}')) break;
+            if (!trn__jeat(j, ',')) return trn__jerr(j, "expected ',' or '}'");
+        }
+    }
+    if (!have_dtype || !have_shape || !have_offsets) {
+        snprintf(msg, sizeof msg, "tensor '%.60s' lacks %s", t->name,
+                 !have_dtype ? "dtype" : !have_shape ? "shape" : "data_offsets");
+        return trn__jerr(j, msg);
+    }
+    return TRN_OK;
+}
+
+static int trn__st_cmp_offset(const void *a, const void *b) {
+    const trn_st_tensor *x = (const trn_st_tensor *)a, *y = (const trn_st_tensor *)b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    if (x->end != y->end) return x->end < y->end ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+static int trn__cmp_str(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+typedef struct trn__kv { const char *k, *v; } trn__kv;
+static int trn__cmp_kv(const void *a, const void *b) {
+    return strcmp(((const trn__kv *)a)->k, ((const trn__kv *)b)->k);
+}
+
+/* grow an array of `size`-byte items to hold at least n+1 (TEMP memory) */
+static int trn__grow(void **arr, int *cap, int n, size_t size) {
+    void *q;
+    int c;
+    if (n < *cap) return 1;
+    if (*cap > (1 << 28)) return 0;
+    c = *cap ? 2 * *cap : 16;
+    q = trn_alloc((size_t)c * size, TRN_KIND_TEMP);
+    if (!q) return 0;
+    if (*arr) memcpy(q, *arr, (size_t)n * size);
+    trn_free(*arr);
+    *arr = q;
+    *cap = c;
+    return 1;
+}
+
+/* The CRC of a header is computed over its content, not its bytes:
+   metadata pairs sorted by key (trn.crc32c itself left out), then each
+   tensor in data order (name, dtype, ndim, shape, offsets). */
+static uint32_t trn__st_header_crc(const trn_safetensors *f) {
+    uint32_t crc = 0;
+    int i, k;
+    for (i = 0; i < f->n_meta; i++) {
+        if (strcmp(f->meta_key[i], "trn.crc32c") == 0) continue;
+        crc = trn_crc32c(crc, f->meta_key[i], strlen(f->meta_key[i]) + 1);
+        crc = trn_crc32c(crc, f->meta_val[i], strlen(f->meta_val[i]) + 1);
+    }
+    for (i = 0; i < f->n_tensors; i++) {
+        const trn_st_tensor *t = &f->tensors[i];
+        uint64_t v[3 + TRN_ST_MAX_DIMS];
+        v[0] = (uint64_t)t->ndim; v[1] = t->begin; v[2] = t->end;
+        for (k = 0; k < t->ndim; k++) v[3 + k] = (uint64_t)t->shape[k];
+        crc = trn_crc32c(crc, t->name, strlen(t->name) + 1);
+        crc = trn_crc32c(crc, t->dtype, strlen(t->dtype) + 1);
+        crc = trn_crc32c(crc, v, sizeof(uint64_t) * (size_t)(3 + t->ndim));
+    }
+    return crc;
+}
+
+TRNDEF void trn_safetensors_close(trn_safetensors *f) {
+    if (!f) return;
+    if (f->fp) fclose(f->fp);
+    trn_free(f->tensors);
+    trn_free((void *)f->meta_key);
+    trn_free((void *)f->meta_val);
+    trn_free(f->pool);
+    memset(f, 0, sizeof *f);
+}
+
+/* Parse header text hdr[0..n) of a file whose data section has data_len
+   bytes, into f (f->path set, the rest zero). Validates everything. */
+static trn_result trn__st_parse(trn_safetensors *f, const char *hdr, size_t n, uint64_t data_len) {
+    trn__jp j;
+    trn_result r;
+    int cap_t = 0, cap_m = 0, seen_meta = 0, i, k;
+    const char **names = NULL;
+    uint64_t expect = 0, max_end = 0;
+    char msg[200];
+    memset(&j, 0, sizeof j);
+    j.s = j.p = hdr;
+    j.end = hdr + n;
+    j.path = f->path;
+    f->data_len = data_len;
+    f->pool = (char *)trn_alloc(n + 1, TRN_KIND_TEMP);
+    if (!f->pool) return trn_fail(TRN_ERR_NOMEM, "%s: header: %s", f->path, trn_error_reason());
+    j.pool = f->pool;
+
+    if (!trn__jeat(&j, '{')) return trn__jerr(&j, "the header must be a JSON object");
+    if (!trn__jeat(&j, '}')) {
+        for (;;) {
+            const char *key;
+            if ((r = trn__jstring(&j, &key)) != TRN_OK) return r;
+            if (!trn__jeat(&j, ':')) return trn__jerr(&j, "expected ':'");
+            if (strcmp(key, "__metadata__") == 0) {
+                if (seen_meta++) return trn__jerr(&j, "__metadata__ given twice");
+                trn__jws(&j);
+                if (j.end - j.p >= 4 && memcmp(j.p, "null", 4) == 0) {
+                    j.p += 4;
+                } else {
+                    if (!trn__jeat(&j, '{')) return trn__jerr(&j, "__metadata__ must be an object");
+                    if (!trn__jeat(&j, '}')) {
+                        for (;;) {
+                            const char *mk, *mv, *raw;
+                            int cap_v = cap_m;
+                            if ((r = trn__jstring(&j, &mk)) != TRN_OK) return r;
+                            if (!trn__jeat(&j, ':')) return trn__jerr(&j, "expected ':'");
+                            trn__jws(&j);
+                            raw = j.p + 1; /* where the value's characters start */
+                            if (j.p < j.end && *j.p != '"') return trn__jerr(&j, "__metadata__ values must be strings");
+                            if ((r = trn__jstring(&j, &mv)) != TRN_OK) return r;
+                            if (!trn__grow((void **)&f->meta_key, &cap_m, f->n_meta, sizeof(char *)) ||
+                                !trn__grow((void **)&f->meta_val, &cap_v, f->n_meta, sizeof(char *)))
+                                return trn_fail(TRN_ERR_NOMEM, "%s: header: %s", f->path, trn_error_reason());
+                            f->meta_key[f->n_meta] = mk;
+                            f->meta_val[f->n_meta++] = mv;
+                            if (strcmp(mk, "trn.crc32c") == 0) {
+                                uint32_t v = 0;
+                                /* exactly 8 hex digits, unescaped, so a writer can patch them in place */
+                                if (j.p - raw != 9 || strlen(mv) != 8) return trn__jerr(&j, "trn.crc32c must be 8 hex digits");
+                                for (k = 0; k < 8; k++) {
+                                    char c = mv[k];
+                                    int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+                                    if (d < 0) return trn__jerr(&j, "trn.crc32c must be 8 lowercase hex digits");
+                                    v = (v << 4) | (uint32_t)d;
+                                }
+                                f->has_crc = 1;
+                                f->crc_stored = v;
+                                f->crc_pos = (size_t)(raw - hdr);
+                            }
+                            if (trn__jeat(&j, '}')) break;
+                            if (!trn__jeat(&j, ',')) return trn__jerr(&j, "expected ',' or '}'");
+                        }
+                    }
+                }
+            } else {
+                trn_st_tensor *t;
+                if (!trn__grow((void **)&f->tensors, &cap_t, f->n_tensors, sizeof(trn_st_tensor)))
+                    return trn_fail(TRN_ERR_NOMEM, "%s: header: %s", f->path, trn_error_reason());
+                t = &f->tensors[f->n_tensors++];
+                memset(t, 0, sizeof *t);
+                t->name = key;
+                if ((r = trn__jtensor(&j, t)) != TRN_OK) return r;
+            }
+            if (trn__jeat(&j, '}')) break;
+            if (!trn__jeat(&j, ',')) return trn__jerr(&j, "expected ',' or '}'");
+        }
+    }
+    trn__jws(&j); /* the padding */
+    if (j.p != j.end) return trn__jerr(&j, "characters after the header object");
+
+    /* sizes: numel = prod(shape), bytes = numel * dtype size, no overflow */
+    for (i = 0; i < f->n_tensors; i++) {
+        trn_st_tensor *t = &f->tensors[i];
+        uint64_t numel = 1;
+        int zero = 0;
+        for (k = 0; k < t->ndim; k++) zero |= t->shape[k] == 0;
+        for (k = 0; k < t->ndim && !zero; k++) {
+            if (numel > UINT64_MAX / (uint64_t)t->shape[k]) {
+                return trn_fail(TRN_ERR_FORMAT, "%s: tensor '%.60s': shape %s is too large", f->path, t->name,
+                                trn__shape64_str(msg, sizeof msg, t->ndim, t->shape));
+            }
+            numel *= (uint64_t)t->shape[k];
+        }
+        t->numel = zero ? 0 : numel;
+        if (t->numel > (UINT64_MAX >> 4))
+            return trn_fail(TRN_ERR_FORMAT, "%s: tensor '%.60s': shape %s is too large", f->path, t->name,
+                            trn__shape64_str(msg, sizeof msg, t->ndim, t->shape));
+        if (t->end < t->begin || t->end - t->begin != t->numel * (uint64_t)t->dtype_size)
+            return trn_fail(TRN_ERR_FORMAT,
+                            "%s: tensor '%.60s': data_offsets [%llu, %llu] do not hold %s %s (%llu bytes)",
+                            f->path, t->name, (unsigned long long)t->begin, (unsigned long long)t->end,
+                            trn__shape64_str(msg, sizeof msg, t->ndim, t->shape), t->dtype,
+                            (unsigned long long)(t->numel * (uint64_t)t->dtype_size));
+        if (t->end > max_end) max_end = t->end;
+    }
+    if (max_end > data_len)
+        return trn_fail(TRN_ERR_FORMAT, "%s: truncated: the header describes %llu bytes of data, the file holds %llu",
+                        f->path, (unsigned long long)max_end, (unsigned long long)data_len);
+
+    /* the tensors must tile the data section: sorted by offset, each one
+       starts where the previous one ended, the last ends at the file's end */
+    if (f->n_tensors > 1) qsort(f->tensors, (size_t)f->n_tensors, sizeof(trn_st_tensor), trn__st_cmp_offset);
+    for (i = 0; i < f->n_tensors; i++) {
+        const trn_st_tensor *t = &f->tensors[i];
+        if (t->begin < expect)
+            return trn_fail(TRN_ERR_FORMAT, "%s: tensors '%.60s' and '%.60s' overlap in the data section", f->path,
+                            f->tensors[i - 1].name, t->name);
+        if (t->begin > expect)
+            return trn_fail(TRN_ERR_FORMAT, "%s: %llu unused bytes before tensor '%.60s' in the data section", f->path,
+                            (unsigned long long)(t->begin - expect), t->name);
+        expect = t->end;
+    }
+    if (expect != data_len)
+        return trn_fail(TRN_ERR_FORMAT, "%s: %llu bytes after the last tensor (the data section must end there)",
+                        f->path, (unsigned long long)(data_len - expect));
+
+    /* unique names and keys */
+    if (f->n_tensors > 1 || f->n_meta > 1) {
+        names = (const char **)trn_alloc(sizeof(char *) * (size_t)TRN__MAX(f->n_tensors, 1), TRN_KIND_TEMP);
+        if (!names) return trn_fail(TRN_ERR_NOMEM, "%s: header: %s", f->path, trn_error_reason());
+        for (i = 0; i < f->n_tensors; i++) names[i] = f->tensors[i].name;
+        qsort((void *)names, (size_t)f->n_tensors, sizeof(char *), trn__cmp_str);
+        for (i = 1; i < f->n_tensors; i++)
+            if (strcmp(names[i - 1], names[i]) == 0) break;
+        if (i < f->n_tensors) {
+            r = trn_fail(TRN_ERR_FORMAT, "%s: tensor '%.60s' appears twice in the header", f->path, names[i]);
+            trn_free((void *)names);
+            return r;
+        }
+        /* metadata: sort the pairs by key (the CRC walks them in that order) */
+        if (f->n_meta > 1) {
+            trn__kv *kv = (trn__kv *)trn_alloc(sizeof(trn__kv) * (size_t)f->n_meta, TRN_KIND_TEMP);
+            if (!kv) {
+                trn_free((void *)names);
+                return trn_fail(TRN_ERR_NOMEM, "%s: header: %s", f->path, trn_error_reason());
+            }
+            for (i = 0; i < f->n_meta; i++) { kv[i].k = f->meta_key[i]; kv[i].v = f->meta_val[i]; }
+            qsort(kv, (size_t)f->n_meta, sizeof(trn__kv), trn__cmp_kv);
+            for (i = 0; i < f->n_meta; i++) { f->meta_key[i] = kv[i].k; f->meta_val[i] = kv[i].v; }
+            trn_free(kv);
+            for (i = 1; i < f->n_meta; i++)
+                if (strcmp(f->meta_key[i - 1], f->meta_key[i]) == 0) {
+                    trn_free((void *)names);
+                    return trn_fail(TRN_ERR_FORMAT, "%s: metadata key '%.60s' appears twice", f->path, f->meta_key[i]);
+                }
+        }
+        trn_free((void *)names);
+    }
+    if (!f->has_crc && trn_safetensors_meta(f, "trn.version"))
+        return trn_fail(TRN_ERR_FORMAT, "%s: written by train.h but its trn.crc32c is missing", f->path);
+    if (f->has_crc) f->crc_header = trn__st_header_crc(f);
+    return TRN_OK;
+}
+
+/* open on a stdio stream (the fuzzer passes a memory stream); takes fp */
+static trn_result trn__st_open_fp(trn_safetensors *f, FILE *fp, const char *path) {
+    unsigned char len8[8];
+    uint64_t n = 0;
+    long long size;
+    char *hdr;
+    trn_result r;
+    int i;
+    memset(f, 0, sizeof *f);
+    snprintf(f->path, sizeof f->path, "%s", path);
+    f->fp = fp;
+    if (!trn__little_endian()) {
+        trn_safetensors_close(f);
+        return trn_fail(TRN_ERR_INVALID, "%s: safetensors on a big-endian host is not supported", path);
+    }
+    if (fileno(fp) >= 0) {
+        struct stat st;
+        if (fstat(fileno(fp), &st) == 0 && S_ISDIR(st.st_mode)) {
+            trn_safetensors_close(f);
+            return trn_fail(TRN_ERR_IO, "open %s: is a directory", path);
+        }
+    }
+    if (fseeko(fp, 0, SEEK_END) != 0 || (size = (long long)ftello(fp)) < 0 || fseeko(fp, 0, SEEK_SET) != 0) {
+        r = trn_fail(TRN_ERR_IO, "%s: cannot find the file size: %s", path, strerror(errno));
+        trn_safetensors_close(f);
+        return r;
+    }
+    if (size < 8 || fread(len8, 1, 8, fp) != 8) {
+        trn_safetensors_close(f);
+        return trn_fail(TRN_ERR_FORMAT, "%s: not a safetensors file (%lld bytes, too short for the header length)",
+                        path, size);
+    }
+    for (i = 7; i >= 0; i--) n = (n << 8) | len8[i];
+    if (n > (uint64_t)size - 8) {
+        trn_safetensors_close(f);
+        return trn_fail(TRN_ERR_FORMAT, "%s: not a safetensors file, or truncated: header length %llu, file size %lld",
+                        path, (unsigned long long)n, size);
+    }
+    if (n > TRN__ST_MAX_HEADER || n < 2) {
+        trn_safetensors_close(f);
+        return trn_fail(TRN_ERR_FORMAT, "%s: not a safetensors file: header length %llu (must be 2..%u)", path,
+                        (unsigned long long)n, TRN__ST_MAX_HEADER);
+    }
+    hdr = (char *)trn_alloc((size_t)n, TRN_KIND_TEMP);
+    if (!hdr) {
+        r = trn_fail(TRN_ERR_NOMEM, "%s: header: %s", path, trn_error_reason());
+        trn_safetensors_close(f);
+        return r;
+    }
+    if (fread(hdr, 1, (size_t)n, fp) != (size_t)n) {
+        r = trn_fail(TRN_ERR_IO, "%s: read error in the header", path);
+    } else if (hdr[0] != '{') {
+        r = trn_fail(TRN_ERR_FORMAT, "%s: not a safetensors file (the header does not start with '{')", path);
+    } else {
+        f->header_len = n;
+        f->data_start = 8 + n;
+        r = trn__st_parse(f, hdr, (size_t)n, (uint64_t)size - 8 - n);
+    }
+    trn_free(hdr);
+    if (r != TRN_OK) trn_safetensors_close(f);
+    return r;
+}
+
+TRNDEF trn_result trn_safetensors_open(trn_safetensors *f, const char *path) {
+    FILE *fp;
+    if (!f || !path) return trn_fail(TRN_ERR_INVALID, "trn_safetensors_open: NULL argument");
+    memset(f, 0, sizeof *f);
+    fp = fopen(path, "rb");
+    if (!fp) return trn_fail(TRN_ERR_IO, "open %s: %s", path, strerror(errno));
+    return trn__st_open_fp(f, fp, path);
+}
+
+TRNDEF const trn_st_tensor *trn_safetensors_find(const trn_safetensors *f, const char *name) {
+    int i;
+    if (!f || !name) return NULL;
+    for (i = 0; i < f->n_tensors; i++) if (strcmp(f->tensors[i].name, name) == 0) return &f->tensors[i];
+    return NULL;
+}
+
+TRNDEF const char *trn_safetensors_meta(const trn_safetensors *f, const char *key) {
+    int i;
+    if (!f || !key) return NULL;
+    for (i = 0; i < f->n_meta; i++) if (strcmp(f->meta_key[i], key) == 0) return f->meta_val[i];
+    return NULL;
+}
+
+/* read n bytes at offset off of the data section */
+static trn_result trn__st_read_at(trn_safetensors *f, uint64_t off, void *dst, size_t n) {
+    if (fseeko(f->fp, (off_t)(f->data_start + off), SEEK_SET) != 0)
+        return trn_fail(TRN_ERR_IO, "%s: seek: %s", f->path, strerror(errno));
+    if (n && fread(dst, 1, n, f->fp) != n)
+        return trn_fail(TRN_ERR_IO, "%s: read failed at data byte %llu (%s)", f->path, (unsigned long long)off,
+                        ferror(f->fp) ? strerror(errno) : "the file got shorter since it was opened");
+    return TRN_OK;
+}
+
+/* half -> float, exactly (every f16 value, subnormals, inf and NaN included) */
+static float trn__f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1Fu, mant = h & 0x3FFu, bits;
+    float out;
+    if (e == 0x1F) bits = sign | 0x7F800000u | (mant << 13);
+    else if (e) bits = sign | ((e + 112u) << 23) | (mant << 13);
+    else if (!mant) bits = sign;
+    else { /* subnormal: mant * 2^-24; shift the leading 1 up to the hidden bit */
+        e = 113;
+        while (!(mant & 0x400u)) { mant <<= 1; e--; }
+        bits = sign | (e << 23) | ((mant & 0x3FFu) << 13);
+    }
+    memcpy(&out, &bits, 4);
+    return out;
+}
+
+static float trn__bf16_to_f32(uint16_t h) {
+    uint32_t bits = (uint32_t)h << 16;
+    float out;
+    memcpy(&out, &bits, 4);
+    return out;
+}
+
+/* 2-byte elements, read into the upper half of dst, widen in place from the
+   front: element i is written at bytes [4i, 4i+4), below every source
+   element it has not read yet (source j sits at 2n + 2j >= 4i + 2) */
+static void trn__st_widen(float *dst, size_t n, const char *dtype) {
+    const unsigned char *src = (const unsigned char *)dst + 2 * n;
+    size_t i;
+    int bf = strcmp(dtype, "BF16") == 0;
+    for (i = 0; i < n; i++) {
+        uint16_t h = (uint16_t)(src[2 * i] | (src[2 * i + 1] << 8));
+        dst[i] = bf ? trn__bf16_to_f32(h) : trn__f16_to_f32(h);
+    }
+}
+
+static int trn__st_is_float(const trn_st_tensor *t) {
+    return strcmp(t->dtype, "F32") == 0 || strcmp(t->dtype, "F16") == 0 || strcmp(t->dtype, "BF16") == 0;
+}
+
+TRNDEF trn_result trn_safetensors_read(trn_safetensors *f, const trn_st_tensor *t, float *host_dst) {
+    trn_result r;
+    if (!f || !f->fp || !t || (!host_dst && t->numel))
+        return trn_fail(TRN_ERR_INVALID, "trn_safetensors_read: NULL argument");
+    if (!trn__st_is_float(t))
+        return trn_fail(TRN_ERR_FORMAT, "%s: tensor '%s' is %s; only F32, F16 and BF16 read as floats", f->path,
+                        t->name, t->dtype);
+    if (t->numel > SIZE_MAX / 4) return trn_fail(TRN_ERR_NOMEM, "%s: tensor '%s' is too large", f->path, t->name);
+    if (t->dtype_size == 4) return trn__st_read_at(f, t->begin, host_dst, (size_t)(t->end - t->begin));
+    r = trn__st_read_at(f, t->begin, (char *)host_dst + 2 * t->numel, (size_t)(t->end - t->begin));
+    if (r == TRN_OK) trn__st_widen(host_dst, (size_t)t->numel, t->dtype);
+    return r;
+}
+
+static trn_result trn__st_crc_check(trn_safetensors *f, uint32_t crc) {
+    if (f->has_crc && crc != f->crc_stored)
+        return trn_fail(TRN_ERR_CHECKSUM, "%s: checksum mismatch (stored %08x, computed %08x): the file is corrupt",
+                        f->path, (unsigned)f->crc_stored, (unsigned)crc);
+    return TRN_OK;
+}
+
+TRNDEF trn_result trn_safetensors_verify(trn_safetensors *f) {
+    uint64_t off = 0;
+    uint32_t crc;
+    size_t cap;
+    char *buf;
+    trn_result r = TRN_OK;
+    if (!f || !f->fp) return trn_fail(TRN_ERR_INVALID, "trn_safetensors_verify: file not open");
+    if (!f->has_crc) return TRN_OK;
+    cap = (size_t)TRN__MIN((uint64_t)trn__st_staging, TRN__MAX(f->data_len, 1));
+    buf = (char *)trn_alloc(cap, TRN_KIND_TEMP);
+    if (!buf) return trn_fail(TRN_ERR_NOMEM, "%s: verify: %s", f->path, trn_error_reason());
+    crc = f->crc_header;
+    while (off < f->data_len && r == TRN_OK) {
+        size_t n = (size_t)TRN__MIN((uint64_t)cap, f->data_len - off);
+        r = trn__st_read_at(f, off, buf, n);
+        crc = trn_crc32c(crc, buf, n);
+        off += n;
+    }
+    trn_free(buf);
+    return r ? r : trn__st_crc_check(f, crc);
+}
+
+/* --- loading into a model ----------------------------------------------
+   First every check that needs only the header (names, shapes, dtypes),
+   so a wrong file leaves the model untouched; then one sequential pass
+   over the data section: each chunk is read into the staging buffer,
+   added to the CRC, widened if F16/BF16, and uploaded to its place. */
+static int trn__st_shape_eq(const trn_st_tensor *e, int ndim, const int *shape) {
+    int i;
+    if (e->ndim != ndim) return 0;
+    for (i = 0; i < ndim; i++) if (e->shape[i] != (int64_t)shape[i]) return 0;
+    return 1;
+}
+
+static trn_result trn__st_shape_mismatch(const trn_safetensors *f, const char *name, const trn_st_tensor *e,
+                                         int ndim, const int *shape) {
+    char a[160], b[160];
+    int64_t s64[TRN_ST_MAX_DIMS];
+    int i;
+    for (i = 0; i < ndim && i < TRN_ST_MAX_DIMS; i++) s64[i] = shape[i];
+    return trn_fail(TRN_ERR_MISMATCH, "%s: tensor '%s' has shape %s in the file but %s in the model", f->path, name,
+                    trn__shape64_str(a, sizeof a, e->ndim, e->shape), trn__shape64_str(b, sizeof b, ndim, s64));
+}
+
+/* the header-only part: every parameter in the file with its shape, a
+   float dtype, and nothing else there (but "optim.m"/"optim.v" when
+   allow_moments) */
+static trn_result trn__st_check_model(const trn_safetensors *f, trn_model *m, int allow_moments) {
+    int i;
+    for (i = 0; i < m->n_params; i++) {
+        const trn_tensor *p = m->params[i];
+        const trn_st_tensor *e = trn_safetensors_find(f, p->name);
+        if (!e)
+            return trn_fail(TRN_ERR_MISMATCH, "%s: the model's tensor '%s' is not in the file (%d tensors there): "
+                            "a file of another model?", f->path, p->name, f->n_tensors);
+        if (!trn__st_is_float(e))
+            return trn_fail(TRN_ERR_MISMATCH, "%s: tensor '%s' is %s in the file; the model needs F32 (or F16/BF16)",
+                            f->path, p->name, e->dtype);
+        if (!trn__st_shape_eq(e, p->ndim, p->shape)) return trn__st_shape_mismatch(f, p->name, e, p->ndim, p->shape);
+    }
+    for (i = 0; i < f->n_tensors; i++) {
+        const trn_st_tensor *e = &f->tensors[i];
+        int is_mom = allow_moments && (strcmp(e->name, "optim.m") == 0 || strcmp(e->name, "optim.v") == 0);
+        if (!is_mom && !trn_model_find(m, e->name))
+            return trn_fail(TRN_ERR_MISMATCH, "%s: the file has tensor '%s' that the model lacks: a file of another model?",
+                            f->path, e->name);
+    }
+    return TRN_OK;
+}
+
+/* the data pass; moments (may be NULL) receive "optim.m" / "optim.v" of
+   n_mom floats each. Call trn__st_check_model first. */
+static trn_result trn__st_load_into(trn_safetensors *f, trn_model *m, float *mom_m, float *mom_v, size_t n_mom) {
+    const trn_backend *be = m->backend;
+    uint64_t max_bytes = 0;
+    size_t cap;
+    uint32_t crc = f->crc_header;
+    char *stage;
+    trn_result r = TRN_OK;
+    int i;
+    for (i = 0; i < f->n_tensors; i++) {
+        const trn_st_tensor *e = &f->tensors[i];
+        if (mom_m && (strcmp(e->name, "optim.m") == 0 || strcmp(e->name, "optim.v") == 0) &&
+            (strcmp(e->dtype, "F32") != 0 || e->ndim != 1 || e->shape[0] != (int64_t)n_mom))
+            return trn_fail(TRN_ERR_FORMAT, "%s: tensor '%s' should be F32 (%zu)", f->path, e->name, n_mom);
+        if (e->end - e->begin > max_bytes) max_bytes = e->end - e->begin;
+    }
+    cap = (size_t)TRN__MIN((uint64_t)trn__st_staging, TRN__MAX(2 * max_bytes, 64));
+    cap &= ~(size_t)7;
+    stage = (char *)trn_alloc(cap, TRN_KIND_TEMP);
+    if (!stage) return trn_fail(TRN_ERR_NOMEM, "%s: staging: %s", f->path, trn_error_reason());
+    if (fseeko(f->fp, (off_t)f->data_start, SEEK_SET) != 0) r = trn_fail(TRN_ERR_IO, "%s: seek: %s", f->path, strerror(errno));
+    for (i = 0; i < f->n_tensors && r == TRN_OK; i++) {
+        const trn_st_tensor *e = &f->tensors[i];
+        const trn_tensor *p = trn_model_find(m, e->name);
+        float *dst = p ? m->param_data + p->offset
+                   : strcmp(e->name, "optim.m") == 0 ? mom_m : strcmp(e->name, "optim.v") == 0 ? mom_v : NULL;
+        size_t per = cap / 4;      /* elements per chunk: their F32 form fits the buffer */
+        uint64_t done = 0;
+        while (done < e->numel) {
+            size_t k = (size_t)TRN__MIN((uint64_t)per, e->numel - done);
+            size_t raw = k * (size_t)e->dtype_size;
+            char *into = stage + (e->dtype_size == 2 ? 2 * k : 0);
+            if (fread(into, 1, raw, f->fp) != raw) {
+                r = trn_fail(TRN_ERR_IO, "%s: read failed in tensor '%s': %s", f->path, e->name,
+                             ferror(f->fp) ? strerror(errno) : "unexpected end of file");
+                break;
+            }
+            crc = trn_crc32c(crc, into, raw);
+            if (dst) {
+                if (e->dtype_size == 2) trn__st_widen((float *)stage, k, e->dtype);
+                be->upload(dst + done, stage, k * sizeof(float));
+            }
+            done += k;
+        }
+    }
+    trn_free(stage);
+    return r ? r : trn__st_crc_check(f, crc);
+}
+
+/* the caller's keys, from the file (kit keys left out) */
+static trn_result trn__st_meta_out(const trn_safetensors *f, trn_meta *out) {
+    int i;
+    if (!out) return TRN_OK;
+    memset(out, 0, sizeof *out);
+    for (i = 0; i < f->n_meta; i++) {
+        if (trn__meta_reserved(f->meta_key[i])) continue;
+        if (out->n == TRN_META_MAX || strlen(f->meta_key[i]) >= TRN_META_KEY || strlen(f->meta_val[i]) >= TRN_META_VAL)
+            return trn_fail(TRN_ERR_FORMAT, "%s: metadata '%.60s' does not fit in a trn_meta (%d keys of < %d bytes, "
+                            "values < %d bytes); pass NULL for meta", f->path, f->meta_key[i], TRN_META_MAX,
+                            TRN_META_KEY, TRN_META_VAL);
+        trn_meta_set(out, f->meta_key[i], f->meta_val[i]);
+    }
+    return TRN_OK;
+}
+
+TRNDEF trn_result trn_safetensors_load(const char *path, trn_model *m, trn_meta *meta_out) {
+    trn_safetensors f;
+    trn_result r;
+    if (!path || !m || !m->param_data) return trn_fail(TRN_ERR_INVALID, "trn_safetensors_load: no path or model not allocated");
+    if ((r = trn_safetensors_open(&f, path)) != TRN_OK) return r;
+    r = trn__st_check_model(&f, m, 0);
+    if (r == TRN_OK) r = trn__st_load_into(&f, m, NULL, NULL, 0);
+    if (r == TRN_OK) r = trn__st_meta_out(&f, meta_out);
+    trn_safetensors_close(&f);
+    return r;
+}
+
+/* --- the writer ---------------------------------------------------------- */
+typedef struct trn__sbuf { char *p; size_t n, cap; int oom; } trn__sbuf;
+
+static void trn__sb_put(trn__sbuf *b, const char *s, size_t n) {
+    if (b->oom) return;
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? 2 * b->cap : 4096;
+        char *q;
+        while (cap < b->n + n + 1) cap *= 2;
+        q = (char *)trn_alloc(cap, TRN_KIND_TEMP);
+        if (!q) { b->oom = 1; return; }
+        if (b->p) memcpy(q, b->p, b->n);
+        trn_free(b->p);
+        b->p = q;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+}
+
+static void trn__sb_cat(trn__sbuf *b, const char *s) { trn__sb_put(b, s, strlen(s)); }
+
+/* a JSON string: quote, backslash and control characters escaped */
+static void trn__sb_json(trn__sbuf *b, const char *s) {
+    trn__sb_put(b, "\"", 1);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        char esc[8];
+        if (c == '"' || c == '\\') { esc[0] = '\\'; esc[1] = (char)c; trn__sb_put(b, esc, 2); }
+        else if (c < 0x20) { snprintf(esc, sizeof esc, "\\u%04x", c); trn__sb_put(b, esc, 6); }
+        else trn__sb_put(b, s, 1);
+    }
+    trn__sb_put(b, "\"", 1);
+}
+
+typedef struct trn__st_item {  /* one tensor to write                     */
+    const char *name;
+    int ndim;
+    int shape[TRN_MAX_DIMS];
+    const float *src;          /* backend memory                          */
+    size_t n;                  /* floats                                  */
+} trn__st_item;
+
+static void trn__st_test_delay(void) {
+    const char *s = getenv("TRN_CKPT_TEST_DELAY_MS");
+    long ms = s ? atol(s) : 0;
+    if (ms > 0) {
+        struct timespec ts;
+        ts.tv_sec = ms / 1000;
+        ts.tv_nsec = (ms % 1000) * 1000000L;
+        nanosleep(&ts, NULL);
+    }
+}
+
+static trn_result trn__write_all(int fd, const void *p, size_t n, const char *path) {
+    const char *c = (const char *)p;
+    while (n) {
+        ssize_t w = write(fd, c, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return trn_fail(TRN_ERR_IO, "write %s: %s", path, w < 0 ? strerror(errno) : "no progress");
+        c += w;
+        n -= (size_t)w;
+    }
+    return TRN_OK;
+}
+
+/* fsync the directory holding path, so the rename itself is durable */
+static trn_result trn__fsync_dir(const char *path) {
+    char dir[1024];
+    char *slash;
+    int fd;
+    snprintf(dir, sizeof dir, "%s", path);
+    slash = strrchr(dir, '/');
+    if (!slash) strcpy(dir, ".");
+    else if (slash == dir) dir[1] = 0;
+    else *slash = 0;
+    fd = open(dir, O_RDONLY);
+    if (fd < 0) return trn_fail(TRN_ERR_IO, "open directory %s: %s", dir, strerror(errno));
+    if (fsync(fd) != 0 && errno != EINVAL) { /* EINVAL: the file system cannot sync directories */
+        trn_result r = trn_fail(TRN_ERR_IO, "fsync directory %s: %s", dir, strerror(errno));
+        close(fd);
+        return r;
+    }
+    close(fd);
+    return TRN_OK;
+}
+
+static trn_result trn__st_write(const char *path, const trn_backend *be, const trn__st_item *items, int n_items,
+                                const trn_meta *kit, const trn_meta *user) {
+    trn__sbuf h;
+    trn_safetensors parsed;
+    trn_result r = TRN_OK;
+    char tmp[1100], num[96], hex[9];
+    unsigned char len8[8];
+    uint64_t off = 0, hl, max_bytes = 0;
+    uint32_t crc;
+    char *stage = NULL;
+    size_t cap, crc_pos;
+    int fd = -1, i, k;
+    const trn_meta *metas[2];
+
+    if (!trn__little_endian()) return trn_fail(TRN_ERR_INVALID, "%s: safetensors on a big-endian host is not supported", path);
+    memset(&h, 0, sizeof h);
+    /* 1. the header: {"__metadata__":{kit pairs, caller's pairs, "trn.crc32c":"00000000"}, tensors...} */
+    metas[0] = kit; metas[1] = user;
+    trn__sb_cat(&h, "{\"__metadata__\":{");
+    for (k = 0; k < 2; k++) {
+        for (i = 0; metas[k] && i < metas[k]->n; i++) {
+            const char *key = metas[k]->key[i], *val = metas[k]->val[i];
+            if (k == 1 && trn__meta_reserved(key)) continue; /* the kit's values win */
+            if (!trn__utf8_valid(key) || !trn__utf8_valid(val)) {
+                trn_free(h.p);
+                return trn_fail(TRN_ERR_INVALID, "%s: metadata '%.60s' is not valid UTF-8", path, key);
+            }
+            trn__sb_json(&h, key);
+            trn__sb_cat(&h, ":");
+            trn__sb_json(&h, val);
+            trn__sb_cat(&h, ",");
+        }
+    }
+    trn__sb_cat(&h, "\"trn.crc32c\":\"00000000\"}");
+    for (i = 0; i < n_items; i++) {
+        const trn__st_item *it = &items[i];
+        if (!trn__utf8_valid(it->name)) {
+            trn_free(h.p);
+            return trn_fail(TRN_ERR_INVALID, "%s: tensor name '%.60s' is not valid UTF-8", path, it->name);
+        }
+        trn__sb_cat(&h, ",");
+        trn__sb_json(&h, it->name);
+        trn__sb_cat(&h, ":{\"dtype\":\"F32\",\"shape\":[");
+        for (k = 0; k < it->ndim; k++) {
+            snprintf(num, sizeof num, k ? ",%d" : "%d", it->shape[k]);
+            trn__sb_cat(&h, num);
+        }
+        snprintf(num, sizeof num, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,
+                 (unsigned long long)(off + 4 * (uint64_t)it->n));
+        trn__sb_cat(&h, num);
+        off += 4 * (uint64_t)it->n;
+        if (4 * (uint64_t)it->n > max_bytes) max_bytes = 4 * (uint64_t)it->n;
+    }
+    trn__sb_cat(&h, "}");
+    while (h.n % 8) trn__sb_cat(&h, " "); /* so the data starts 8-aligned */
+    if (h.oom) { trn_free(h.p); return trn_fail(TRN_ERR_NOMEM, "%s: header: %s", path, trn_error_reason()); }
+
+    /* 2. read our own header back: the same checks a reader makes, and the
+          header's CRC and the place of the crc digits come out of it */
+    memset(&parsed, 0, sizeof parsed);
+    snprintf(parsed.path, sizeof parsed.path, "%s", path);
+    r = trn__st_parse(&parsed, h.p, h.n, off);
+    crc = parsed.crc_header;
+    hl = h.n;
+    crc_pos = parsed.crc_pos;
+    trn_safetensors_close(&parsed);
+    if (r != TRN_OK) { trn_free(h.p); return r; }
+
+    /* 3. stream: length, header, tensors through the staging buffer */
+    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= sizeof tmp) {
+        trn_free(h.p);
+        return trn_fail(TRN_ERR_INVALID, "%s: path too long", path);
+    }
+    cap = (size_t)TRN__MIN((uint64_t)trn__st_staging, TRN__MAX(max_bytes, 64));
+    stage = (char *)trn_alloc(cap, TRN_KIND_TEMP);
+    if (!stage) { trn_free(h.p); return trn_fail(TRN_ERR_NOMEM, "%s: staging: %s", path, trn_error_reason()); }
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) r = trn_fail(TRN_ERR_IO, "create %s: %s", tmp, strerror(errno));
+    for (i = 0; i < 8; i++) len8[i] = (unsigned char)(hl >> (8 * i));
+    if (r == TRN_OK) r = trn__write_all(fd, len8, 8, tmp);
+    if (r == TRN_OK) r = trn__write_all(fd, h.p, h.n, tmp);
+    for (i = 0; i < n_items && r == TRN_OK; i++) {
+        size_t done = 0;
+        while (done < items[i].n && r == TRN_OK) {
+            size_t n = TRN__MIN(cap / 4, items[i].n - done);
+            be->download(stage, items[i].src + done, n * sizeof(float));
+            crc = trn_crc32c(crc, stage, n * sizeof(float));
+            r = trn__write_all(fd, stage, n * sizeof(float), tmp);
+            done += n;
+        }
+        trn__st_test_delay();
+    }
+    /* 4. the CRC into its place in the header, then make it durable */
+    snprintf(hex, sizeof hex, "%08x", (unsigned)crc);
+    if (r == TRN_OK && pwrite(fd, hex, 8, (off_t)(8 + crc_pos)) != 8)
+        r = trn_fail(TRN_ERR_IO, "write %s: %s", tmp, strerror(errno));
+    if (r == TRN_OK && fsync(fd) != 0) r = trn_fail(TRN_ERR_IO, "fsync %s: %s", tmp, strerror(errno));
+    if (fd >= 0 && close(fd) != 0 && r == TRN_OK) r = trn_fail(TRN_ERR_IO, "close %s: %s", tmp, strerror(errno));
+    if (r == TRN_OK && rename(tmp, path) != 0) r = trn_fail(TRN_ERR_IO, "rename %s to %s: %s", tmp, path, strerror(errno));
+    if (r != TRN_OK && fd >= 0) unlink(tmp); /* the old file at path is untouched */
+    if (r == TRN_OK) r = trn__fsync_dir(path);
+    trn_free(stage);
+    trn_free(h.p);
+    return r;
+}
+
+static trn_result trn__st_params(trn_model *m, trn__st_item **out, int extra) {
+    trn__st_item *it;
+    int i;
+    *out = NULL;
+    if (!m || !m->param_data) return trn_fail(TRN_ERR_INVALID, "save: model not allocated (trn_model_alloc)");
+    it = (trn__st_item *)trn_calloc(sizeof(trn__st_item) * (size_t)(m->n_params + extra), TRN_KIND_TEMP);
+    if (!it) return trn_fail(TRN_ERR_NOMEM, "save: %s", trn_error_reason());
+    for (i = 0; i < m->n_params; i++) {
+        const trn_tensor *p = m->params[i];
+        it[i].name = p->name;
+        it[i].ndim = p->ndim;
+        memcpy(it[i].shape, p->shape, sizeof p->shape);
+        it[i].src = m->param_data + p->offset;
+        it[i].n = p->size;
+    }
+    *out = it;
+    return TRN_OK;
+}
+
+static void trn__kit_meta(trn_meta *kit, const char *kind, const trn_model *m) {
+    memset(kit, 0, sizeof *kit);
+    trn_meta_set(kit, "format", "pt"); /* Hugging Face loaders look for it */
+    trn_meta_set(kit, "trn.version", "1");
+    trn_meta_set(kit, "trn.kind", kind);
+    trn_meta_set_u64(kit, "trn.n_floats", (uint64_t)m->n_floats);
+}
+
+TRNDEF trn_result trn_safetensors_save(const char *path, trn_model *m, const trn_meta *meta) {
+    trn__st_item *items;
+    trn_meta kit;
+    trn_result r;
+    if (!path) return trn_fail(TRN_ERR_INVALID, "trn_safetensors_save: path is NULL");
+    if ((r = trn__st_params(m, &items, 0)) != TRN_OK) return r;
+    trn__kit_meta(&kit, "weights", m);
+    r = trn__st_write(path, m->backend, items, m->n_params, &kit, meta);
+    trn_free(items);
+    return r;
+}
+
+/* --- training-state checkpoints ------------------------------------------ */
+TRNDEF trn_result trn_checkpoint_save(const char *path, trn_model *m, const trn_adamw *opt, const trn_meta *meta) {
+    trn__st_item *items;
+    trn_meta kit;
+    trn_result r;
+    int n;
+    if (!path) return trn_fail(TRN_ERR_INVALID, "trn_checkpoint_save: path is NULL");
+    if (trn_model_find(m, "optim.m") || trn_model_find(m, "optim.v"))
+        return trn_fail(TRN_ERR_INVALID, "trn_checkpoint_save: parameter names optim.m / optim.v are taken by the checkpoint");
+    if ((r = trn__st_params(m, &items, 2)) != TRN_OK) return r;
+    n = m->n_params;
+    trn__kit_meta(&kit, "checkpoint", m);
+    if (opt) {
+        trn_meta_set_u64(&kit, "trn.optim.step", (uint64_t)opt->step);
+        trn_meta_set_f64(&kit, "trn.optim.lr", opt->desc.lr);
+        trn_meta_set_f64(&kit, "trn.optim.beta1", opt->desc.beta1);
+        trn_meta_set_f64(&kit, "trn.optim.beta2", opt->desc.beta2);
+        trn_meta_set_f64(&kit, "trn.optim.eps", opt->desc.eps);
+        trn_meta_set_f64(&kit, "trn.optim.weight_decay", opt->desc.weight_decay);
+        trn_meta_set_u64(&kit, "trn.optim.no_weight_decay", (uint64_t)(opt->desc.no_weight_decay != 0));
+        trn_meta_set_u64(&kit, "trn.optim.lo", (uint64_t)opt->lo);
+        trn_meta_set_u64(&kit, "trn.optim.hi", (uint64_t)opt->hi);
+        if (opt->m && opt->v) {
+            size_t nm = opt->hi - opt->lo;
+            if (opt->hi <= opt->lo || opt->hi > m->n_floats || nm > 2147483647u) {
+                trn_free(items);
+                return trn_fail(TRN_ERR_INVALID, "trn_checkpoint_save: optimizer slice [%zu,%zu) of %zu floats",
+                                opt->lo, opt->hi, m->n_floats);
+            }
+            items[n].name = "optim.m"; items[n].ndim = 1; items[n].shape[0] = (int)nm;
+            items[n].src = opt->m; items[n].n = nm; n++;
+            items[n].name = "optim.v"; items[n].ndim = 1; items[n].shape[0] = (int)nm;
+            items[n].src = opt->v; items[n].n = nm; n++;
+        }
+    }
+    r = trn__st_write(path, m->backend, items, n, &kit, meta);
+    trn_free(items);
+    return r;
+}
+
+/* a trn_meta view of the file's metadata, for the typed getters */
+static trn_result trn__ckpt_get(const trn_safetensors *f, const char *key, uint64_t *u, double *d) {
+    const char *s = trn_safetensors_meta(f, key);
+    char *end;
+    if (!s) return trn_fail(TRN_ERR_FORMAT, "%s: checkpoint metadata lacks '%s'", f->path, key);
+    if (u && trn__parse_u64(s, u) == TRN_OK) return TRN_OK;
+    if (d) {
+        *d = strtod(s, &end);
+        if (*s && !*end) return TRN_OK;
+    }
+    return trn_fail(TRN_ERR_FORMAT, "%s: checkpoint metadata '%s' = '%.40s' is not a number", f->path, key, s);
+}
+
+static trn_result trn__ckpt_open(trn_safetensors *f, const char *path) {
+    trn_result r = trn_safetensors_open(f, path);
+    const char *kind;
+    if (r != TRN_OK) return r;
+    kind = trn_safetensors_meta(f, "trn.kind");
+    if (!f->has_crc || !kind || strcmp(kind, "checkpoint") != 0) {
+        trn_safetensors_close(f);
+        return trn_fail(TRN_ERR_FORMAT, "%s: not a train.h training checkpoint (no trn.kind=checkpoint%s)", path,
+                        f->has_crc ? "" : " and no trn.crc32c");
+    }
+    return TRN_OK;
+}
+
+TRNDEF trn_result trn_checkpoint_verify(const char *path) {
+    trn_safetensors f;
+    trn_result r;
+    if (!path) return trn_fail(TRN_ERR_INVALID, "trn_checkpoint_verify: path is NULL");
+    if ((r = trn__ckpt_open(&f, path)) != TRN_OK) return r;
+    r = trn_safetensors_verify(&f);
+    trn_safetensors_close(&f);
+    return r;
+}
+
+TRNDEF trn_result trn_checkpoint_load(const char *path, trn_model *m, trn_adamw *opt, trn_meta *meta_out) {
+    trn_safetensors f;
+    trn_result r;
+    uint64_t step = 0, lo = 0, hi = 0, nwd = 0;
+    double lr = 0, b1 = 0, b2 = 0, eps = 0, wd = 0;
+    const trn_st_tensor *em;
+    float *mm = NULL, *mv = NULL;
+    size_t n_mom = 0;
+    if (!path || !m || !m->param_data) return trn_fail(TRN_ERR_INVALID, "trn_checkpoint_load: no path or model not allocated");
+    if ((r = trn__ckpt_open(&f, path)) != TRN_OK) return r;
+    em = trn_safetensors_find(&f, "optim.m");
+    if ((r = trn__st_check_model(&f, m, 1)) != TRN_OK) goto done;
+    if (opt) {
+        if ((r = trn__ckpt_get(&f, "trn.optim.step", &step, NULL)) || (r = trn__ckpt_get(&f, "trn.optim.lo", &lo, NULL)) ||
+            (r = trn__ckpt_get(&f, "trn.optim.hi", &hi, NULL)) ||
+            (r = trn__ckpt_get(&f, "trn.optim.no_weight_decay", &nwd, NULL)) ||
+            (r = trn__ckpt_get(&f, "trn.optim.lr", NULL, &lr)) || (r = trn__ckpt_get(&f, "trn.optim.beta1", NULL, &b1)) ||
+            (r = trn__ckpt_get(&f, "trn.optim.beta2", NULL, &b2)) || (r = trn__ckpt_get(&f, "trn.optim.eps", NULL, &eps)) ||
+            (r = trn__ckpt_get(&f, "trn.optim.weight_decay", NULL, &wd)))
+            goto done;
+        if (em) {
+            if (lo >= hi || hi > (uint64_t)m->n_floats || !trn_safetensors_find(&f, "optim.v")) {
+                r = trn_fail(TRN_ERR_FORMAT, "%s: optimizer slice [%llu,%llu) does not fit %zu parameters", path,
+                             (unsigned long long)lo, (unsigned long long)hi, m->n_floats);
+                goto done;
+            }
+            n_mom = (size_t)(hi - lo);
+            if (opt->m && (opt->lo != lo || opt->hi != hi)) {
+                r = trn_fail(TRN_ERR_MISMATCH, "%s: the checkpoint holds moments of [%llu,%llu), the optimizer owns [%zu,%zu)",
+                             path, (unsigned long long)lo, (unsigned long long)hi, opt->lo, opt->hi);
+                goto done;
+            }
+            if (!opt->m) { /* as trn_adamw_step would allocate them */
+                opt->backend = m->backend;
+                opt->lo = (size_t)lo;
+                opt->hi = (size_t)hi;
+                opt->m = (float *)m->backend->alloc(n_mom * sizeof(float), TRN_KIND_OPTIM);
+                opt->v = opt->m ? (float *)m->backend->alloc(n_mom * sizeof(float), TRN_KIND_OPTIM) : NULL;
+                if (!opt->m || !opt->v) {
+                    r = trn_fail(TRN_ERR_NOMEM, "%s: moments: %s", path, trn_error_reason());
+                    trn_adamw_free(opt);
+                    goto done;
+                }
+            }
+            mm = opt->m;
+            mv = opt->v;
+        }
+    }
+    if ((r = trn__st_load_into(&f, m, mm, mv, n_mom)) != TRN_OK) goto done;
+    if ((r = trn__st_meta_out(&f, meta_out)) != TRN_OK) goto done;
+    if (opt) {
+        if (!em) trn_adamw_free(opt); /* saved before the first step: moments appear on the next */
+        opt->step = (long long)step;
+        opt->lo = (size_t)lo;
+        opt->hi = (size_t)hi;
+        opt->desc.lr = (float)lr;
+        opt->desc.beta1 = (float)b1;
+        opt->desc.beta2 = (float)b2;
+        opt->desc.eps = (float)eps;
+        opt->desc.weight_decay = (float)wd;
+        opt->desc.no_weight_decay = (int)nwd;
+    }
+done:
+    trn_safetensors_close(&f);
+    return r;
+}
+
+/* --- run directories ------------------------------------------------------- */
+/* "ckpt_<digits>.safetensors" -> step; 0 if the name is anything else */
+static int trn__ckpt_name_step(const char *name, long long *step) {
+    const char *p = name;
+    long long s = 0;
+    if (strncmp(p, "ckpt_", 5) != 0) return 0;
+    p += 5;
+    if (*p < '0' || *p > '9') return 0;
+    while (*p >= '0' && *p <= '9') {
+        if (s > 100000000000000000LL) return 0;
+        s = s * 10 + (*p++ - '0');
+    }
+    if (strcmp(p, ".safetensors") != 0) return 0;
+    *step = s;
+    return 1;
+}
+
+static int trn__cmp_ll_desc(const void *a, const void *b) {
+    long long x = *(const long long *)a, y = *(const long long *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* the steps of DIR's checkpoints, newest first; n = -1 if DIR cannot be read */
+static long long *trn__ckpt_list(const char *dir, int *n) {
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    long long *steps = NULL, s;
+    int cap = 0;
+    *n = 0;
+    if (!d) { *n = -1; return NULL; }
+    while ((de = readdir(d)) != NULL) {
+        if (!trn__ckpt_name_step(de->d_name, &s)) continue;
+        if (!trn__grow((void **)&steps, &cap, *n, sizeof(long long))) break;
+        steps[(*n)++] = s;
+    }
+    closedir(d);
+    if (*n > 1) qsort(steps, (size_t)*n, sizeof(long long), trn__cmp_ll_desc);
+    return steps;
+}
+
+static trn_result trn__ckpt_path(char *out, size_t cap, const char *dir, long long step) {
+    if ((size_t)snprintf(out, cap, "%s/ckpt_%08lld.safetensors", dir, step) >= cap)
+        return trn_fail(TRN_ERR_INVALID, "checkpoint path in %s is too long", dir);
+    return TRN_OK;
+}
+
+static trn_result trn__mkdirs(const char *dir) {
+    char buf[1024];
+    char *p;
+    struct stat st;
+    if ((size_t)snprintf(buf, sizeof buf, "%s", dir) >= sizeof buf) return trn_fail(TRN_ERR_INVALID, "%s: path too long", dir);
+    for (p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST) return trn_fail(TRN_ERR_IO, "mkdir %s: %s", buf, strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST) return trn_fail(TRN_ERR_IO, "mkdir %s: %s", buf, strerror(errno));
+    if (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode)) return trn_fail(TRN_ERR_IO, "%s is not a directory", buf);
+    return TRN_OK;
+}
+
+/* remove "ckpt_*.safetensors.tmp.<pid>" left by processes that died mid-save */
+static void trn__ckpt_clean_tmp(const char *dir) {
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    char path[1100];
+    if (!d) return;
+    while ((de = readdir(d)) != NULL) {
+        const char *t = strstr(de->d_name, ".safetensors.tmp.");
+        long pid;
+        char *end;
+        if (strncmp(de->d_name, "ckpt_", 5) != 0 || !t) continue;
+        pid = strtol(t + 17, &end, 10);
+        if (*end || pid <= 0 || pid == (long)getpid()) continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive, or not ours to judge */
+        if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, de->d_name) < sizeof path) unlink(path);
+    }
+    closedir(d);
+}
+
+TRNDEF trn_result trn_checkpoint_save_dir(const char *dir, long long step, int keep, trn_model *m,
+                                          const trn_adamw *opt, const trn_meta *meta, char *path_out, size_t path_cap) {
+    char path[1100], old[1100];
+    trn_result r;
+    long long *steps;
+    int n, i, kept = 1;
+    if (!dir || step < 0) return trn_fail(TRN_ERR_INVALID, "trn_checkpoint_save_dir: no directory or step %lld < 0", step);
+    if ((r = trn__mkdirs(dir)) != TRN_OK) return r;
+    if ((r = trn__ckpt_path(path, sizeof path, dir, step)) != TRN_OK) return r;
+    if ((r = trn_checkpoint_save(path, m, opt, meta)) != TRN_OK) return r;
+    /* read it back before deleting anything: the older ones stay until this one is known good */
+    if ((r = trn_checkpoint_verify(path)) != TRN_OK) return r;
+    if (path_out && path_cap) snprintf(path_out, path_cap, "%s", path);
+    steps = trn__ckpt_list(dir, &n);
+    for (i = 0; i < n; i++) {
+        if (steps[i] >= step) continue; /* this one, or newer ones of an earlier run */
+        if (keep > 0 && kept < keep) { kept++; continue; }
+        if (keep > 0 && trn__ckpt_path(old, sizeof old, dir, steps[i]) == TRN_OK && unlink(old) != 0)
+            fprintf(stderr, "train.h: could not delete old checkpoint %s: %s\n", old, strerror(errno));
+    }
+    trn_free(steps);
+    trn__ckpt_clean_tmp(dir);
+    return TRN_OK;
+}
+
+TRNDEF trn_result trn_checkpoint_latest(const char *dir, char *path_out, size_t path_cap, long long *step_out) {
+    char path[1100], first[512];
+    trn_result r, first_r = TRN_OK;
+    long long *steps;
+    int n, i;
+    if (!dir || !path_out || !path_cap) return trn_fail(TRN_ERR_INVALID, "trn_checkpoint_latest: NULL argument");
+    steps = trn__ckpt_list(dir, &n);
+    if (n <= 0) {
+        trn_free(steps);
+        return trn_fail(TRN_ERR_IO, "no checkpoint in %s%s", dir, n < 0 ? " (cannot open the directory)" : "");
+    }
+    first[0] = 0;
+    for (i = 0; i < n; i++) {
+        if ((r = trn__ckpt_path(path, sizeof path, dir, steps[i])) == TRN_OK) r = trn_checkpoint_verify(path);
+        if (r == TRN_OK) {
+            snprintf(path_out, path_cap, "%s", path);
+            if (step_out) *step_out = steps[i];
+            trn_free(steps);
+            return TRN_OK;
+        }
+        fprintf(stderr, "train.h: skipping a broken checkpoint: %s\n", trn_error_reason());
+        if (first_r == TRN_OK) { first_r = r; snprintf(first, sizeof first, "%s", trn_error_reason()); }
+    }
+    trn_free(steps);
+    return trn_fail(first_r, "no valid checkpoint in %s (%d broken; newest: %s)", dir, n, first);
+}
 /* <<checkpoint implementation end */
 
 /* >>data implementation */
+#include <limits.h>
 
+/* ---- token arrays ------------------------------------------------------ */
+static trn_result trn__tokens_reserve(trn_tokens *t, size_t more) {
+    size_t need, cap;
+    int *ids;
+    if (more > (size_t)-1 / sizeof(int) - t->n) return trn_fail(TRN_ERR_NOMEM, "tokens: %zu more ids is too many", more);
+    need = t->n + more;
+    if (need <= t->cap) return TRN_OK;
+    cap = t->cap ? t->cap : 4096;
+    while (cap < need) cap = cap > (size_t)-1 / sizeof(int) / 2 ? need : cap * 2;
+    ids = (int *)trn_alloc(cap * sizeof(int), TRN_KIND_RUNTIME);
+    if (!ids) return TRN_ERR_NOMEM; /* trn_alloc left the reason */
+    if (t->n) memcpy(ids, t->ids, t->n * sizeof(int));
+    trn_free(t->ids);
+    t->ids = ids;
+    t->cap = cap;
+    return TRN_OK;
+}
+
+TRNDEF trn_result trn_tokens_append(trn_tokens *t, const int *ids, size_t n) {
+    trn_result r;
+    if (!t || (!ids && n)) return trn_fail(TRN_ERR_INVALID, "trn_tokens_append: NULL argument");
+    if ((r = trn__tokens_reserve(t, n)) != TRN_OK) return r;
+    if (n) memcpy(t->ids + t->n, ids, n * sizeof(int));
+    t->n += n;
+    return TRN_OK;
+}
+
+TRNDEF void trn_tokens_free(trn_tokens *t) {
+    if (!t) return;
+    trn_free(t->ids);
+    t->ids = NULL; t->n = t->cap = 0;
+}
+
+TRNDEF trn_result trn_tokens_check(const int *ids, size_t n, int vocab_size) {
+    size_t i;
+    if (vocab_size <= 0) return trn_fail(TRN_ERR_INVALID, "tokens check: vocab size %d", vocab_size);
+    if (!ids && n) return trn_fail(TRN_ERR_INVALID, "tokens check: NULL ids");
+    for (i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= vocab_size)
+            return trn_fail(TRN_ERR_MISMATCH, "token %d at position %zu is outside the vocabulary "
+                            "[0, %d): data made for a larger vocabulary?", ids[i], i, vocab_size);
+    return TRN_OK;
+}
+
+/* ---- bytes, files ------------------------------------------------------ */
+typedef struct trn__dbuf { char *p; size_t n, cap; trn_kind kind; } trn__dbuf;
+
+/* room for `more` bytes plus a NUL after them */
+static trn_result trn__dbuf_reserve(trn__dbuf *b, size_t more) {
+    size_t cap;
+    char *p;
+    if (more > (size_t)-1 / 4 - b->n) return trn_fail(TRN_ERR_NOMEM, "buffer: %zu more bytes is too many", more);
+    if (b->n + more + 1 <= b->cap) return TRN_OK;
+    cap = b->cap ? b->cap : 256;
+    while (cap < b->n + more + 1) cap *= 2;
+    p = (char *)trn_alloc(cap, b->kind);
+    if (!p) return TRN_ERR_NOMEM;
+    if (b->n) memcpy(p, b->p, b->n);
+    trn_free(b->p);
+    b->p = p;
+    b->cap = cap;
+    return TRN_OK;
+}
+
+static trn_result trn__dbuf_put(trn__dbuf *b, const void *src, size_t n) {
+    trn_result r = trn__dbuf_reserve(b, n);
+    if (r != TRN_OK) return r;
+    memcpy(b->p + b->n, src, n);
+    b->n += n;
+    b->p[b->n] = 0;
+    return TRN_OK;
+}
+
+/* append a whole file to b; missing (ENOENT) reports 1 in *missing if asked */
+static trn_result trn__data_slurp(trn__dbuf *b, const char *path, int *missing) {
+    FILE *f = fopen(path, "rb");
+    trn_result r = TRN_OK;
+    if (!f) {
+        if (missing && errno == ENOENT) { *missing = 1; return TRN_OK; }
+        return trn_fail(TRN_ERR_IO, "open %s: %s", path, strerror(errno));
+    }
+    if (missing) *missing = 0;
+    for (;;) {
+        size_t got;
+        if ((r = trn__dbuf_reserve(b, 65536)) != TRN_OK) break;
+        got = fread(b->p + b->n, 1, 65536, f);
+        b->n += got;
+        b->p[b->n] = 0;
+        if (got < 65536) {
+            if (ferror(f)) r = trn_fail(TRN_ERR_IO, "read %s: %s", path, strerror(errno));
+            break;
+        }
+    }
+    fclose(f);
+    return r;
+}
+
+TRNDEF trn_result trn_text_read_files(char **text, size_t *len, const char *const *paths,
+                                      int n_paths, int missing_ok) {
+    trn__dbuf b = {NULL, 0, 0, TRN_KIND_TEMP};
+    trn_result r;
+    int i, n_read = 0;
+    if (!text || !len || (!paths && n_paths)) return trn_fail(TRN_ERR_INVALID, "trn_text_read_files: NULL argument");
+    *text = NULL; *len = 0;
+    if ((r = trn__dbuf_reserve(&b, 0)) != TRN_OK) return r;
+    for (i = 0; i < n_paths; i++) {
+        int missing = 0;
+        if (!paths[i]) { trn_free(b.p); return trn_fail(TRN_ERR_INVALID, "trn_text_read_files: path %d is NULL", i); }
+        r = trn__data_slurp(&b, paths[i], missing_ok ? &missing : NULL);
+        if (r != TRN_OK) { trn_free(b.p); return r; }
+        n_read += !missing;
+    }
+    if (n_read == 0) {
+        trn_free(b.p);
+        return trn_fail(TRN_ERR_IO, "none of the %d text files exists (the first is %s)", n_paths,
+                        n_paths ? paths[0] : "(none)");
+    }
+    *text = b.p; *len = b.n;
+    return TRN_OK;
+}
+
+/* ---- UTF-8 and GPT-2's character classes ------------------------------- */
+#define TRN__NO_CHAR 0xFFFFFFFFu
+
+/* one UTF-8 character at s[0..n), n >= 1: returns its length and sets *cp;
+   an invalid, overlong or truncated sequence is one byte, *cp = NO_CHAR */
+static size_t trn__utf8_decode(const unsigned char *s, size_t n, uint32_t *cp) {
+    uint32_t c = s[0], min;
+    size_t len, i;
+    *cp = TRN__NO_CHAR;
+    if (c < 0x80) { *cp = c; return 1; }
+    if (c >= 0xC2 && c <= 0xDF) { len = 2; c &= 0x1F; min = 0x80; }
+    else if (c >= 0xE0 && c <= 0xEF) { len = 3; c &= 0x0F; min = 0x800; }
+    else if (c >= 0xF0 && c <= 0xF4) { len = 4; c &= 0x07; min = 0x10000; }
+    else return 1;
+    if (n < len) return 1;
+    for (i = 1; i < len; i++) {
+        if ((s[i] & 0xC0) != 0x80) return 1;
+        c = (c << 6) | (s[i] & 0x3F);
+    }
+    if (c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) return 1;
+    *cp = c;
+    return len;
+}
+
+static size_t trn__utf8_encode(uint32_t c, char *out) {
+    if (c < 0x80) { out[0] = (char)c; return 1; }
+    if (c < 0x800) { out[0] = (char)(0xC0 | (c >> 6)); out[1] = (char)(0x80 | (c & 0x3F)); return 2; }
+    if (c < 0x10000) {
+        out[0] = (char)(0xE0 | (c >> 12)); out[1] = (char)(0x80 | ((c >> 6) & 0x3F));
+        out[2] = (char)(0x80 | (c & 0x3F)); return 3;
+    }
+    out[0] = (char)(0xF0 | (c >> 18)); out[1] = (char)(0x80 | ((c >> 12) & 0x3F));
+    out[2] = (char)(0x80 | ((c >> 6) & 0x3F)); out[3] = (char)(0x80 | (c & 0x3F));
+    return 4;
+}
+
+/* Unicode letters (categories Lu Ll Lt Lm Lo) and numbers (Nd Nl No) from
+   U+0080 to U+FFFF, as inclusive ranges. Derived from Python's unicodedata
+   (Unicode 14.0): maximal runs of the category, joined across gaps that
+   hold only unassigned code points (they never occur in real text). */
+static const uint16_t trn__uni_letters[][2] = {
+    {0xAA,0xAA}, {0xB5,0xB5}, {0xBA,0xBA}, {0xC0,0xD6}, {0xD8,0xF6}, {0xF8,0x2C1},
+    {0x2C6,0x2D1}, {0x2E0,0x2E4}, {0x2EC,0x2EC}, {0x2EE,0x2EE}, {0x370,0x374},
+    {0x376,0x37D}, {0x37F,0x37F}, {0x386,0x386}, {0x388,0x3F5}, {0x3F7,0x481},
+    {0x48A,0x559}, {0x560,0x588}, {0x5D0,0x5F2}, {0x620,0x64A}, {0x66E,0x66F},
+    {0x671,0x6D3}, {0x6D5,0x6D5}, {0x6E5,0x6E6}, {0x6EE,0x6EF}, {0x6FA,0x6FC},
+    {0x6FF,0x6FF}, {0x710,0x710}, {0x712,0x72F}, {0x74D,0x7A5}, {0x7B1,0x7B1},
+    {0x7CA,0x7EA}, {0x7F4,0x7F5}, {0x7FA,0x7FA}, {0x800,0x815}, {0x81A,0x81A},
+    {0x824,0x824}, {0x828,0x828}, {0x840,0x858}, {0x860,0x887}, {0x889,0x88E},
+    {0x8A0,0x8C9}, {0x904,0x939}, {0x93D,0x93D}, {0x950,0x950}, {0x958,0x961},
+    {0x971,0x980}, {0x985,0x9B9}, {0x9BD,0x9BD}, {0x9CE,0x9CE}, {0x9DC,0x9E1},
+    {0x9F0,0x9F1}, {0x9FC,0x9FC}, {0xA05,0xA39}, {0xA59,0xA5E}, {0xA72,0xA74},
+    {0xA85,0xAB9}, {0xABD,0xABD}, {0xAD0,0xAE1}, {0xAF9,0xAF9}, {0xB05,0xB39},
+    {0xB3D,0xB3D}, {0xB5C,0xB61}, {0xB71,0xB71}, {0xB83,0xBB9}, {0xBD0,0xBD0},
+    {0xC05,0xC39}, {0xC3D,0xC3D}, {0xC58,0xC61}, {0xC80,0xC80}, {0xC85,0xCB9},
+    {0xCBD,0xCBD}, {0xCDD,0xCE1}, {0xCF1,0xCF2}, {0xD04,0xD3A}, {0xD3D,0xD3D},
+    {0xD4E,0xD4E}, {0xD54,0xD56}, {0xD5F,0xD61}, {0xD7A,0xD7F}, {0xD85,0xDC6},
+    {0xE01,0xE30}, {0xE32,0xE33}, {0xE40,0xE46}, {0xE81,0xEB0}, {0xEB2,0xEB3},
+    {0xEBD,0xEC6}, {0xEDC,0xF00}, {0xF40,0xF6C}, {0xF88,0xF8C}, {0x1000,0x102A},
+    {0x103F,0x103F}, {0x1050,0x1055}, {0x105A,0x105D}, {0x1061,0x1061}, {0x1065,0x1066},
+    {0x106E,0x1070}, {0x1075,0x1081}, {0x108E,0x108E}, {0x10A0,0x10FA}, {0x10FC,0x135A},
+    {0x1380,0x138F}, {0x13A0,0x13FD}, {0x1401,0x166C}, {0x166F,0x167F}, {0x1681,0x169A},
+    {0x16A0,0x16EA}, {0x16F1,0x1711}, {0x171F,0x1731}, {0x1740,0x1751}, {0x1760,0x1770},
+    {0x1780,0x17B3}, {0x17D7,0x17D7}, {0x17DC,0x17DC}, {0x1820,0x1884}, {0x1887,0x18A8},
+    {0x18AA,0x191E}, {0x1950,0x19C9}, {0x1A00,0x1A16}, {0x1A20,0x1A54}, {0x1AA7,0x1AA7},
+    {0x1B05,0x1B33}, {0x1B45,0x1B4C}, {0x1B83,0x1BA0}, {0x1BAE,0x1BAF}, {0x1BBA,0x1BE5},
+    {0x1C00,0x1C23}, {0x1C4D,0x1C4F}, {0x1C5A,0x1C7D}, {0x1C80,0x1CBF}, {0x1CE9,0x1CEC},
+    {0x1CEE,0x1CF3}, {0x1CF5,0x1CF6}, {0x1CFA,0x1DBF}, {0x1E00,0x1FBC}, {0x1FBE,0x1FBE},
+    {0x1FC2,0x1FCC}, {0x1FD0,0x1FDB}, {0x1FE0,0x1FEC}, {0x1FF2,0x1FFC}, {0x2071,0x2071},
+    {0x207F,0x207F}, {0x2090,0x209C}, {0x2102,0x2102}, {0x2107,0x2107}, {0x210A,0x2113},
+    {0x2115,0x2115}, {0x2119,0x211D}, {0x2124,0x2124}, {0x2126,0x2126}, {0x2128,0x2128},
+    {0x212A,0x212D}, {0x212F,0x2139}, {0x213C,0x213F}, {0x2145,0x2149}, {0x214E,0x214E},
+    {0x2183,0x2184}, {0x2C00,0x2CE4}, {0x2CEB,0x2CEE}, {0x2CF2,0x2CF3}, {0x2D00,0x2D6F},
+    {0x2D80,0x2DDE}, {0x2E2F,0x2E2F}, {0x3005,0x3006}, {0x3031,0x3035}, {0x303B,0x303C},
+    {0x3041,0x3096}, {0x309D,0x309F}, {0x30A1,0x30FA}, {0x30FC,0x318E}, {0x31A0,0x31BF},
+    {0x31F0,0x31FF}, {0x3400,0x4DBF}, {0x4E00,0xA48C}, {0xA4D0,0xA4FD}, {0xA500,0xA60C},
+    {0xA610,0xA61F}, {0xA62A,0xA66E}, {0xA67F,0xA69D}, {0xA6A0,0xA6E5}, {0xA717,0xA71F},
+    {0xA722,0xA788}, {0xA78B,0xA801}, {0xA803,0xA805}, {0xA807,0xA80A}, {0xA80C,0xA822},
+    {0xA840,0xA873}, {0xA882,0xA8B3}, {0xA8F2,0xA8F7}, {0xA8FB,0xA8FB}, {0xA8FD,0xA8FE},
+    {0xA90A,0xA925}, {0xA930,0xA946}, {0xA960,0xA97C}, {0xA984,0xA9B2}, {0xA9CF,0xA9CF},
+    {0xA9E0,0xA9E4}, {0xA9E6,0xA9EF}, {0xA9FA,0xAA28}, {0xAA40,0xAA42}, {0xAA44,0xAA4B},
+    {0xAA60,0xAA76}, {0xAA7A,0xAA7A}, {0xAA7E,0xAAAF}, {0xAAB1,0xAAB1}, {0xAAB5,0xAAB6},
+    {0xAAB9,0xAABD}, {0xAAC0,0xAAC0}, {0xAAC2,0xAADD}, {0xAAE0,0xAAEA}, {0xAAF2,0xAAF4},
+    {0xAB01,0xAB5A}, {0xAB5C,0xAB69}, {0xAB70,0xABE2}, {0xAC00,0xD7FB}, {0xF900,0xFB1D},
+    {0xFB1F,0xFB28}, {0xFB2A,0xFBB1}, {0xFBD3,0xFD3D}, {0xFD50,0xFDC7}, {0xFDF0,0xFDFB},
+    {0xFE70,0xFEFC}, {0xFF21,0xFF3A}, {0xFF41,0xFF5A}, {0xFF66,0xFFDC},
+};
+static const uint16_t trn__uni_numbers[][2] = {
+    {0xB2,0xB3}, {0xB9,0xB9}, {0xBC,0xBE}, {0x660,0x669}, {0x6F0,0x6F9}, {0x7C0,0x7C9},
+    {0x966,0x96F}, {0x9E6,0x9EF}, {0x9F4,0x9F9}, {0xA66,0xA6F}, {0xAE6,0xAEF},
+    {0xB66,0xB6F}, {0xB72,0xB77}, {0xBE6,0xBF2}, {0xC66,0xC6F}, {0xC78,0xC7E},
+    {0xCE6,0xCEF}, {0xD58,0xD5E}, {0xD66,0xD78}, {0xDE6,0xDEF}, {0xE50,0xE59},
+    {0xED0,0xED9}, {0xF20,0xF33}, {0x1040,0x1049}, {0x1090,0x1099}, {0x1369,0x137C},
+    {0x16EE,0x16F0}, {0x17E0,0x17F9}, {0x1810,0x1819}, {0x1946,0x194F}, {0x19D0,0x19DA},
+    {0x1A80,0x1A99}, {0x1B50,0x1B59}, {0x1BB0,0x1BB9}, {0x1C40,0x1C49}, {0x1C50,0x1C59},
+    {0x2070,0x2070}, {0x2074,0x2079}, {0x2080,0x2089}, {0x2150,0x2182}, {0x2185,0x2189},
+    {0x2460,0x249B}, {0x24EA,0x24FF}, {0x2776,0x2793}, {0x2CFD,0x2CFD}, {0x3007,0x3007},
+    {0x3021,0x3029}, {0x3038,0x303A}, {0x3192,0x3195}, {0x3220,0x3229}, {0x3248,0x324F},
+    {0x3251,0x325F}, {0x3280,0x3289}, {0x32B1,0x32BF}, {0xA620,0xA629}, {0xA6E6,0xA6EF},
+    {0xA830,0xA835}, {0xA8D0,0xA8D9}, {0xA900,0xA909}, {0xA9D0,0xA9D9}, {0xA9F0,0xA9F9},
+    {0xAA50,0xAA59}, {0xABF0,0xABF9}, {0xFF10,0xFF19},
+};
+
+/* above U+FFFF, coarse ranges (99% of the assigned characters
+   classed right): historic scripts, CJK extensions, math letters; some digits */
+static const uint32_t trn__uni_astral_letters[][2] = {
+    {0x10000,0x12543}, {0x12F90,0x14646}, {0x16800,0x18D08}, {0x1AFF0,0x1B2FB},
+    {0x1BC00,0x1BC99}, {0x1D400,0x1D7CB}, {0x1DF00,0x1E2EB}, {0x1E7E0,0x1E94B},
+    {0x1EE00,0x1EEBB}, {0x20000,0x2EE5D}, {0x2F800,0x2FA1D}, {0x30000,0x33479},
+};
+static const uint32_t trn__uni_astral_numbers[][2] = {
+    {0x1D2E0,0x1D378}, {0x1D7CE,0x1D7FF}, {0x1F100,0x1F10C}, {0x1FBF0,0x1FBF9},
+};
+
+static int trn__uni_in16(const uint16_t (*r)[2], int n, uint32_t cp) {
+    int lo = 0, hi = n - 1;
+    while (lo <= hi) {           /* binary search over sorted ranges */
+        int mid = (lo + hi) / 2;
+        if (cp < r[mid][0]) hi = mid - 1;
+        else if (cp > r[mid][1]) lo = mid + 1;
+        else return 1;
+    }
+    return 0;
+}
+
+static int trn__uni_in32(const uint32_t (*r)[2], int n, uint32_t cp) {
+    int i;
+    for (i = 0; i < n; i++) if (cp >= r[i][0] && cp <= r[i][1]) return 1;
+    return 0;
+}
+
+enum { TRN__CH_OTHER, TRN__CH_SPACE, TRN__CH_LETTER, TRN__CH_NUMBER };
+
+static int trn__char_class(uint32_t c) {
+    if (c < 0x80) {
+        if (c == ' ' || (c >= 0x09 && c <= 0x0D)) return TRN__CH_SPACE;
+        if ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') return TRN__CH_LETTER;
+        if (c >= '0' && c <= '9') return TRN__CH_NUMBER;
+        return TRN__CH_OTHER;
+    }
+    if (c == TRN__NO_CHAR) return TRN__CH_OTHER;
+    /* Unicode White_Space, which is what \s means in GPT-2's regex */
+    if (c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 ||
+        c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000)
+        return TRN__CH_SPACE;
+    if (c < 0x10000) {
+        if (trn__uni_in16(trn__uni_letters, (int)(sizeof trn__uni_letters / sizeof trn__uni_letters[0]), c))
+            return TRN__CH_LETTER;
+        if (trn__uni_in16(trn__uni_numbers, (int)(sizeof trn__uni_numbers / sizeof trn__uni_numbers[0]), c))
+            return TRN__CH_NUMBER;
+        return TRN__CH_OTHER;
+    }
+    if (trn__uni_in32(trn__uni_astral_letters, (int)(sizeof trn__uni_astral_letters / sizeof trn__uni_astral_letters[0]), c)) return TRN__CH_LETTER;
+    if (trn__uni_in32(trn__uni_astral_numbers, (int)(sizeof trn__uni_astral_numbers / sizeof trn__uni_astral_numbers[0]), c)) return TRN__CH_NUMBER;
+    return TRN__CH_OTHER;
+}
+
+/* class of the character at s[i] (i < n); its byte length in *w */
+static int trn__class_at(const unsigned char *s, size_t n, size_t i, size_t *w) {
+    uint32_t cp;
+    *w = trn__utf8_decode(s + i, n - i, &cp);
+    return trn__char_class(cp);
+}
+
+TRNDEF size_t trn_bpe_pretoken_len(const char *text, size_t len) {
+    const unsigned char *s = (const unsigned char *)text;
+    size_t i, w, end, last_w = 0;
+    int c;
+    if (!text || len == 0) return 0;
+    /* 1. 's 't 're 've 'm 'll 'd */
+    if (s[0] == '\'' && len >= 2) {
+        if (len >= 3 && ((s[1] == 'r' && s[2] == 'e') || (s[1] == 'v' && s[2] == 'e') ||
+                         (s[1] == 'l' && s[2] == 'l')))
+            return 3;
+        if (s[1] == 's' || s[1] == 't' || s[1] == 'm' || s[1] == 'd') return 2;
+    }
+    /* 2. ' ?\p{L}+', ' ?\p{N}+', ' ?[^\s\p{L}\p{N}]+': an optional ASCII
+       space, then a run of one class (the run must not be empty) */
+    i = (s[0] == ' ' && len > 1) ? 1 : 0;
+    c = trn__class_at(s, len, i, &w);
+    if (c != TRN__CH_SPACE) {
+        end = i + w;
+        while (end < len && trn__class_at(s, len, end, &w) == c) end += w;
+        return end;
+    }
+    /* 3. '\s+(?!\S)' then '\s+': the whole whitespace run if it ends the
+       text or only more whitespace could follow; if a non-space follows,
+       the run minus its last character (that one joins the next piece, as
+       the optional space of rule 2 or a whitespace piece of its own) */
+    end = 0;
+    while (end < len && trn__class_at(s, len, end, &w) == TRN__CH_SPACE) { end += w; last_w = w; }
+    if (end == len || end == last_w) return end;
+    return end - last_w;
+}
+
+/* ---- GPT-2 BPE: loading ------------------------------------------------ */
+/* GPT-2's printable alphabet for bytes (see the declarations) */
+static int trn__bpe_visible(int b) {
+    return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+}
+
+/* the byte a character of the alphabet stands for, or -1 */
+static int trn__bpe_byte_of(uint32_t cp) {
+    int b, k = 0;
+    if (cp < 256) return trn__bpe_visible((int)cp) ? (int)cp : -1;
+    if (cp >= 256 + 68) return -1;
+    for (b = 0; b < 256; b++)
+        if (!trn__bpe_visible(b) && 256 + k++ == (int)cp) return b;
+    return -1;
+}
+
+/* append what one character of a vocab/merges string means in bytes */
+static trn_result trn__bpe_put_char(trn__dbuf *out, const int *byte_of, uint32_t cp) {
+    char u[4];
+    if (cp < 256 + 68 && byte_of[cp] >= 0) { u[0] = (char)byte_of[cp]; return trn__dbuf_put(out, u, 1); }
+    return trn__dbuf_put(out, u, trn__utf8_encode(cp, u)); /* outside the alphabet */
+}
+
+static uint64_t trn__fnv1a(const char *s, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    size_t i;
+    for (i = 0; i < n; i++) { h ^= (unsigned char)s[i]; h *= 1099511628211ull; }
+    return h;
+}
+
+static uint64_t trn__mix64(uint64_t z) { /* splitmix64's finalizer */
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+TRNDEF int trn_tokenizer_find(const trn_tokenizer *tok, const char *bytes, size_t len) {
+    size_t mask, i;
+    if (!tok || (!bytes && len)) return -1;
+    if (tok->kind == TRN_TOKENIZER_BYTES) return len == 1 ? (unsigned char)bytes[0] : -1;
+    if (!tok->lookup) return -1;
+    mask = tok->lookup_cap - 1;
+    for (i = (size_t)trn__fnv1a(bytes, len) & mask;; i = (i + 1) & mask) {
+        int id = tok->lookup[i];
+        if (id < 0) return -1;
+        if (tok->len[id] == len && memcmp(tok->bytes + tok->off[id], bytes, len) == 0) return id;
+    }
+}
+
+static const trn_bpe_merge *trn__bpe_merge_find(const trn_tokenizer *tok, int left, int right) {
+    size_t mask = tok->merges_cap - 1, i;
+    for (i = (size_t)trn__mix64(((uint64_t)(uint32_t)left << 32) | (uint32_t)right) & mask;;
+         i = (i + 1) & mask) {
+        const trn_bpe_merge *m = &tok->merges[i];
+        if (m->left < 0) return NULL;
+        if (m->left == left && m->right == right) return m;
+    }
+}
+
+TRNDEF void trn_tokenizer_init_bytes(trn_tokenizer *tok) {
+    int b;
+    if (!tok) trn_fatal("trn_tokenizer_init_bytes: NULL tokenizer");
+    memset(tok, 0, sizeof *tok);
+    tok->kind = TRN_TOKENIZER_BYTES;
+    tok->vocab_size = 256;
+    tok->eot_id = -1;
+    for (b = 0; b < 256; b++) tok->byte_id[b] = b;
+}
+
+TRNDEF void trn_tokenizer_free(trn_tokenizer *tok) {
+    if (!tok) return;
+    trn_free(tok->bytes); trn_free(tok->off); trn_free(tok->len);
+    trn_free(tok->lookup); trn_free(tok->merges);
+    trn_tokenizer_init_bytes(tok);
+}
+
+/* a JSON reader just big enough for vocab.json: one object of string keys
+   and non-negative integer values. j->p walks, errors say the byte offset. */
+typedef struct trn__json { const char *p, *begin, *end, *path; } trn__json;
+
+static void trn__json_ws(trn__json *j) {
+    while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r')) j->p++;
+}
+
+static trn_result trn__json_err(const trn__json *j, const char *what) {
+    return trn_fail(TRN_ERR_FORMAT, "%s: bad JSON at byte %ld: %s", j->path, (long)(j->p - j->begin), what);
+}
+
+static int trn__json_hex4(const char *p, uint32_t *v) {
+    int i;
+    *v = 0;
+    for (i = 0; i < 4; i++) {
+        char c = p[i];
+        int d = (c >= '0' && c <= '9') ? c - '0' : (c >= 'a' && c <= 'f') ? c - 'a' + 10
+              : (c >= 'A' && c <= 'F') ? c - 'A' + 10 : -1;
+        if (d < 0) return 0;
+        *v = *v * 16 + (uint32_t)d;
+    }
+    return 1;
+}
+
+/* a string at j->p (on its opening quote): each character, escaped or raw
+   UTF-8, is mapped through byte_of and appended to out */
+static trn_result trn__json_string(trn__json *j, trn__dbuf *out, const int *byte_of) {
+    trn_result r;
+    if (j->p >= j->end || *j->p != '"') return trn__json_err(j, "expected a string");
+    j->p++;
+    for (;;) {
+        uint32_t cp;
+        if (j->p >= j->end) return trn__json_err(j, "unterminated string");
+        if (*j->p == '"') { j->p++; return TRN_OK; }
+        if ((unsigned char)*j->p < 0x20) return trn__json_err(j, "control character in a string");
+        if (*j->p == '\\') {
+            if (j->end - j->p < 2) return trn__json_err(j, "unterminated escape");
+            switch (j->p[1]) {
+            case '"': cp = '"'; break;
+            case '\\': cp = '\\'; break;
+            case '/': cp = '/'; break;
+            case 'b': cp = 8; break;
+            case 'f': cp = 12; break;
+            case 'n': cp = 10; break;
+            case 'r': cp = 13; break;
+            case 't': cp = 9; break;
+            case 'u':
+                if (j->end - j->p < 6 || !trn__json_hex4(j->p + 2, &cp)) return trn__json_err(j, "bad \\u escape");
+                if (cp >= 0xDC00 && cp <= 0xDFFF) return trn__json_err(j, "lone low surrogate");
+                if (cp >= 0xD800 && cp <= 0xDBFF) { /* a pair: \uD83D\uDE00 -> U+1F600 */
+                    uint32_t lo;
+                    if (j->end - j->p < 12 || j->p[6] != '\\' || j->p[7] != 'u' || !trn__json_hex4(j->p + 8, &lo) ||
+                        lo < 0xDC00 || lo > 0xDFFF)
+                        return trn__json_err(j, "high surrogate without its low half");
+                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                    j->p += 6;
+                }
+                j->p += 4;
+                break;
+            default: return trn__json_err(j, "unknown escape");
+            }
+            j->p += 2;
+        } else {
+            size_t w = trn__utf8_decode((const unsigned char *)j->p, (size_t)(j->end - j->p), &cp);
+            if (cp == TRN__NO_CHAR) return trn__json_err(j, "invalid UTF-8");
+            j->p += w;
+        }
+        if ((r = trn__bpe_put_char(out, byte_of, cp)) != TRN_OK) return r;
+    }
+}
+
+#define TRN__MAX_VOCAB (1 << 24)
+
+/* parse vocab.json into tok->bytes/off/len (ids without a token get
+   len UINT32_MAX) and tok->vocab_size */
+static trn_result trn__bpe_read_vocab(trn_tokenizer *tok, const char *path, const int *byte_of) {
+    trn__dbuf file = {NULL, 0, 0, TRN_KIND_TEMP};
+    trn__dbuf text = {NULL, 0, 0, TRN_KIND_RUNTIME};
+    trn__dbuf ent = {NULL, 0, 0, TRN_KIND_TEMP}; /* (off, len, id) triples */
+    trn__json j;
+    trn_result r;
+    size_t i, n_ent;
+    int max_id = -1;
+    if ((r = trn__data_slurp(&file, path, NULL)) != TRN_OK) return r;
+    j.p = j.begin = file.p; j.end = file.p + file.n; j.path = path;
+    trn__json_ws(&j);
+    if (j.p >= j.end || *j.p != '{') { r = trn__json_err(&j, "expected '{' (vocab.json is one object)"); goto done; }
+    j.p++;
+    trn__json_ws(&j);
+    if (j.p < j.end && *j.p == '}') j.p++;
+    else for (;;) {
+        uint32_t e[3];
+        long long v = 0;
+        size_t start = text.n;
+        trn__json_ws(&j);
+        if ((r = trn__json_string(&j, &text, byte_of)) != TRN_OK) goto done;
+        trn__json_ws(&j);
+        if (j.p >= j.end || *j.p != ':') { r = trn__json_err(&j, "expected ':'"); goto done; }
+        j.p++;
+        trn__json_ws(&j);
+        if (j.p >= j.end || *j.p < '0' || *j.p > '9') { r = trn__json_err(&j, "expected a token id (an integer >= 0)"); goto done; }
+        while (j.p < j.end && *j.p >= '0' && *j.p <= '9') {
+            v = v * 10 + (*j.p++ - '0');
+            if (v >= TRN__MAX_VOCAB) { r = trn__json_err(&j, "token id >= 2^24"); goto done; }
+        }
+        if (j.p < j.end && (*j.p == '.' || *j.p == 'e' || *j.p == 'E')) { r = trn__json_err(&j, "token id is not an integer"); goto done; }
+        if (text.n - start > 0xFFFFFFFFu / 2 || text.n > 0xFFFFFFFFu / 2) { r = trn__json_err(&j, "vocabulary too large"); goto done; }
+        e[0] = (uint32_t)start; e[1] = (uint32_t)(text.n - start); e[2] = (uint32_t)v;
+        if ((r = trn__dbuf_put(&ent, e, sizeof e)) != TRN_OK) goto done;
+        if ((int)v > max_id) max_id = (int)v;
+        trn__json_ws(&j);
+        if (j.p < j.end && *j.p == ',') { j.p++; continue; }
+        if (j.p < j.end && *j.p == '}') { j.p++; break; }
+        r = trn__json_err(&j, "expected ',' or '}'");
+        goto done;
+    }
+    trn__json_ws(&j);
+    if (j.p != j.end) { r = trn__json_err(&j, "text after the object"); goto done; }
+    n_ent = ent.n / (3 * sizeof(uint32_t));
+    if (n_ent == 0) { r = trn_fail(TRN_ERR_FORMAT, "%s: the vocabulary is empty", path); goto done; }
+    tok->vocab_size = max_id + 1;
+    tok->off = (uint32_t *)trn_alloc((size_t)tok->vocab_size * sizeof(uint32_t), TRN_KIND_RUNTIME);
+    tok->len = (uint32_t *)trn_alloc((size_t)tok->vocab_size * sizeof(uint32_t), TRN_KIND_RUNTIME);
+    if (!tok->off || !tok->len) { r = TRN_ERR_NOMEM; goto done; }
+    for (i = 0; i < (size_t)tok->vocab_size; i++) { tok->off[i] = 0; tok->len[i] = UINT32_MAX; }
+    for (i = 0; i < n_ent; i++) {
+        uint32_t e[3];
+        memcpy(e, ent.p + i * sizeof e, sizeof e);
+        if (tok->len[e[2]] != UINT32_MAX) {
+            r = trn_fail(TRN_ERR_FORMAT, "%s: id %u is given to two tokens", path, e[2]);
+            goto done;
+        }
+        tok->off[e[2]] = e[0];
+        tok->len[e[2]] = e[1];
+    }
+    tok->bytes = text.p;
+    text.p = NULL;
+done:
+    trn_free(file.p); trn_free(ent.p); trn_free(text.p);
+    return r;
+}
+
+static trn_result trn__bpe_build_lookup(trn_tokenizer *tok, const char *path) {
+    size_t cap = 16, mask, i;
+    int id;
+    while (cap < 2 * (size_t)tok->vocab_size) cap *= 2;
+    tok->lookup = (int *)trn_alloc(cap * sizeof(int), TRN_KIND_RUNTIME);
+    if (!tok->lookup) return TRN_ERR_NOMEM;
+    tok->lookup_cap = cap;
+    mask = cap - 1;
+    for (i = 0; i < cap; i++) tok->lookup[i] = -1;
+    for (id = 0; id < tok->vocab_size; id++) {
+        const char *s = tok->bytes + tok->off[id];
+        size_t n = tok->len[id];
+        if (tok->len[id] == UINT32_MAX) continue;
+        for (i = (size_t)trn__fnv1a(s, n) & mask; tok->lookup[i] >= 0; i = (i + 1) & mask) {
+            int other = tok->lookup[i];
+            if (tok->len[other] == n && memcmp(tok->bytes + tok->off[other], s, n) == 0)
+                return trn_fail(TRN_ERR_FORMAT, "%s: ids %d and %d are the same token", path, other, id);
+        }
+        tok->lookup[i] = id;
+    }
+    return TRN_OK;
+}
+
+/* one side of a merge line, s[0..n) in the alphabet, -> its token id */
+static int trn__bpe_merge_side(const trn_tokenizer *tok, const int *byte_of, const char *s, size_t n,
+                               trn__dbuf *scratch) {
+    size_t i = 0;
+    scratch->n = 0;
+    while (i < n) {
+        uint32_t cp;
+        i += trn__utf8_decode((const unsigned char *)s + i, n - i, &cp);
+        if (cp == TRN__NO_CHAR) return -2;
+        if (trn__bpe_put_char(scratch, byte_of, cp) != TRN_OK) return -3;
+    }
+    return trn_tokenizer_find(tok, scratch->p, scratch->n);
+}
+
+static trn_result trn__bpe_read_merges(trn_tokenizer *tok, const char *path, const int *byte_of) {
+    trn__dbuf file = {NULL, 0, 0, TRN_KIND_TEMP};
+    trn__dbuf a = {NULL, 0, 0, TRN_KIND_TEMP}, both = {NULL, 0, 0, TRN_KIND_TEMP};
+    trn_result r;
+    size_t lines = 0, i, cap = 16, pos;
+    int line_no = 0;
+    if ((r = trn__data_slurp(&file, path, NULL)) != TRN_OK) return r;
+    for (i = 0; i < file.n; i++) lines += file.p[i] == '\n';
+    while (cap < 2 * (lines + 1)) cap *= 2;
+    tok->merges = (trn_bpe_merge *)trn_alloc(cap * sizeof(trn_bpe_merge), TRN_KIND_RUNTIME);
+    if (!tok->merges) { r = TRN_ERR_NOMEM; goto done; }
+    tok->merges_cap = cap;
+    for (i = 0; i < cap; i++) tok->merges[i].left = -1;
+    for (pos = 0; pos < file.n;) {
+        const char *line = file.p + pos, *sp;
+        size_t n = 0, mask = cap - 1, h;
+        int left, right, id;
+        while (pos + n < file.n && line[n] != '\n') n++;
+        pos += n + 1;
+        line_no++;
+        if (n && line[n - 1] == '\r') n--;
+        if (n == 0) continue;
+        if (line_no == 1 && n >= 8 && memcmp(line, "#version", 8) == 0) continue;
+        sp = (const char *)memchr(line, ' ', n);
+        if (!sp || sp == line || sp == line + n - 1 || memchr(sp + 1, ' ', (size_t)(line + n - sp - 1))) {
+            r = trn_fail(TRN_ERR_FORMAT, "%s line %d: expected two tokens separated by one space", path, line_no);
+            goto done;
+        }
+        left = trn__bpe_merge_side(tok, byte_of, line, (size_t)(sp - line), &a);
+        if (left >= 0) { both.n = 0; r = trn__dbuf_put(&both, a.p, a.n); if (r != TRN_OK) goto done; }
+        right = left >= 0 ? trn__bpe_merge_side(tok, byte_of, sp + 1, (size_t)(line + n - sp - 1), &a) : -1;
+        if (left == -3 || right == -3) { r = TRN_ERR_NOMEM; goto done; }
+        if (left == -2 || right == -2) { r = trn_fail(TRN_ERR_FORMAT, "%s line %d: invalid UTF-8", path, line_no); goto done; }
+        if (left < 0 || right < 0) {
+            r = trn_fail(TRN_ERR_FORMAT, "%s line %d: the %s token of \"%.*s\" is not in the vocabulary", path,
+                         line_no, left < 0 ? "left" : "right", (int)TRN__MIN(n, 80), line);
+            goto done;
+        }
+        if ((r = trn__dbuf_put(&both, a.p, a.n)) != TRN_OK) goto done;
+        id = trn_tokenizer_find(tok, both.p, both.n);
+        if (id < 0) {
+            r = trn_fail(TRN_ERR_FORMAT, "%s line %d: the merged token of \"%.*s\" is not in the vocabulary",
+                         path, line_no, (int)TRN__MIN(n, 80), line);
+            goto done;
+        }
+        h = (size_t)trn__mix64(((uint64_t)(uint32_t)left << 32) | (uint32_t)right) & mask;
+        while (tok->merges[h].left >= 0 && !(tok->merges[h].left == left && tok->merges[h].right == right))
+            h = (h + 1) & mask;
+        if (tok->merges[h].left >= 0) continue; /* listed twice: the first (better) rank stays */
+        tok->merges[h].left = left;
+        tok->merges[h].right = right;
+        tok->merges[h].rank = tok->n_merges++;
+        tok->merges[h].id = id;
+    }
+done:
+    trn_free(file.p); trn_free(a.p); trn_free(both.p);
+    return r;
+}
+
+TRNDEF trn_result trn_tokenizer_load_bpe(trn_tokenizer *tok, const char *vocab_json_path,
+                                         const char *merges_txt_path) {
+    int byte_of[256 + 68];
+    trn_result r;
+    uint32_t c;
+    int b;
+    if (!tok || !vocab_json_path || !merges_txt_path) return trn_fail(TRN_ERR_INVALID, "trn_tokenizer_load_bpe: NULL argument");
+    trn_tokenizer_init_bytes(tok);
+    tok->kind = TRN_TOKENIZER_BPE;
+    tok->vocab_size = 0;
+    for (c = 0; c < 256 + 68; c++) byte_of[c] = trn__bpe_byte_of(c);
+    if ((r = trn__bpe_read_vocab(tok, vocab_json_path, byte_of)) != TRN_OK) goto fail;
+    if ((r = trn__bpe_build_lookup(tok, vocab_json_path)) != TRN_OK) goto fail;
+    for (b = 0; b < 256; b++) {
+        char ch = (char)b;
+        if ((tok->byte_id[b] = trn_tokenizer_find(tok, &ch, 1)) < 0) {
+            r = trn_fail(TRN_ERR_FORMAT, "%s: no token for byte 0x%02X (a byte-level vocabulary has all 256)",
+                         vocab_json_path, b);
+            goto fail;
+        }
+    }
+    tok->eot_id = trn_tokenizer_find(tok, "<|endoftext|>", 13);
+    if ((r = trn__bpe_read_merges(tok, merges_txt_path, byte_of)) != TRN_OK) goto fail;
+    return TRN_OK;
+fail:
+    trn_tokenizer_free(tok);
+    return r;
+}
+
+TRNDEF trn_result trn_tokenizer_load_bpe_dir(trn_tokenizer *tok, const char *dir) {
+    char vocab[4096], merges[4096];
+    if (!tok || !dir) return trn_fail(TRN_ERR_INVALID, "trn_tokenizer_load_bpe_dir: NULL argument");
+    if ((size_t)snprintf(vocab, sizeof vocab, "%s/vocab.json", dir) >= sizeof vocab ||
+        (size_t)snprintf(merges, sizeof merges, "%s/merges.txt", dir) >= sizeof merges)
+        return trn_fail(TRN_ERR_INVALID, "tokenizer directory name too long");
+    return trn_tokenizer_load_bpe(tok, vocab, merges);
+}
+
+/* ---- GPT-2 BPE: encoding and decoding ---------------------------------- */
+/* a candidate merge of the symbols at pos and the one after it */
+typedef struct trn__bpe_cand { int rank, pos, left, right; } trn__bpe_cand;
+
+static int trn__bpe_cand_less(const trn__bpe_cand *a, const trn__bpe_cand *b) {
+    return a->rank < b->rank || (a->rank == b->rank && a->pos < b->pos);
+}
+
+static void trn__bpe_heap_push(trn__bpe_cand *h, int *n, trn__bpe_cand c) {
+    int i = (*n)++;
+    while (i > 0 && trn__bpe_cand_less(&c, &h[(i - 1) / 2])) { h[i] = h[(i - 1) / 2]; i = (i - 1) / 2; }
+    h[i] = c;
+}
+
+static trn__bpe_cand trn__bpe_heap_pop(trn__bpe_cand *h, int *n) {
+    trn__bpe_cand top = h[0], last = h[--(*n)];
+    int i = 0;
+    for (;;) {
+        int k = 2 * i + 1;
+        if (k >= *n) break;
+        if (k + 1 < *n && trn__bpe_cand_less(&h[k + 1], &h[k])) k++;
+        if (!trn__bpe_cand_less(&h[k], &last)) break;
+        h[i] = h[k];
+        i = k;
+    }
+    if (*n > 0) h[i] = last;
+    return top;
+}
+
+/* scratch for one piece: symbol ids, links, and the candidate heap */
+typedef struct trn__bpe_work { int *id, *prev, *next; trn__bpe_cand *heap; size_t cap; } trn__bpe_work;
+
+static void trn__bpe_try(const trn_tokenizer *tok, trn__bpe_work *w, int *n_heap, int pos) {
+    const trn_bpe_merge *m;
+    int nx;
+    if (pos < 0 || (nx = w->next[pos]) < 0) return;
+    m = trn__bpe_merge_find(tok, w->id[pos], w->id[nx]);
+    if (m) {
+        trn__bpe_cand c;
+        c.rank = m->rank; c.pos = pos; c.left = m->left; c.right = m->right;
+        trn__bpe_heap_push(w->heap, n_heap, c);
+    }
+}
+
+/* Byte-pair merging of one piece s[0..n) into out. GPT-2's reference
+   repeatedly finds the lowest-ranked adjacent pair and merges all its
+   occurrences left to right. Here every adjacent pair that has a rank sits
+   in a min-heap keyed (rank, position); popping merges one occurrence and
+   pushes the two new neighbouring pairs; entries whose symbols changed
+   since they were pushed are skipped. Same result as the reference for
+   merges learned by BPE (a merge's parts always rank better than the
+   merge itself), in O(n log n) instead of O(n^2) for long pieces. */
+static trn_result trn__bpe_piece(const trn_tokenizer *tok, trn__bpe_work *w, const unsigned char *s,
+                                 size_t n, trn_tokens *out) {
+    int i, n_heap = 0;
+    trn_result r;
+    if (n > w->cap) {
+        size_t cap = TRN__MAX(n, 2 * w->cap);
+        if (cap > (size_t)INT_MAX / 4) return trn_fail(TRN_ERR_NOMEM, "bpe: a piece of %zu bytes is too long", n);
+        trn_free(w->id); trn_free(w->prev); trn_free(w->next); trn_free(w->heap);
+        w->id = (int *)trn_alloc(cap * sizeof(int), TRN_KIND_TEMP);
+        w->prev = (int *)trn_alloc(cap * sizeof(int), TRN_KIND_TEMP);
+        w->next = (int *)trn_alloc(cap * sizeof(int), TRN_KIND_TEMP);
+        w->heap = (trn__bpe_cand *)trn_alloc(3 * cap * sizeof(trn__bpe_cand), TRN_KIND_TEMP);
+        w->cap = cap;
+        if (!w->id || !w->prev || !w->next || !w->heap) { w->cap = 0; return TRN_ERR_NOMEM; }
+    }
+    for (i = 0; i < (int)n; i++) {
+        w->id[i] = tok->byte_id[s[i]];
+        w->prev[i] = i - 1;
+        w->next[i] = i + 1 < (int)n ? i + 1 : -1;
+    }
+    for (i = 0; i + 1 < (int)n; i++) trn__bpe_try(tok, w, &n_heap, i);
+    while (n_heap > 0) {
+        trn__bpe_cand c = trn__bpe_heap_pop(w->heap, &n_heap);
+        int nx = w->next[c.pos];
+        const trn_bpe_merge *m;
+        if (w->id[c.pos] != c.left || nx < 0 || w->id[nx] != c.right) continue; /* stale */
+        m = trn__bpe_merge_find(tok, c.left, c.right);
+        w->id[c.pos] = m->id;       /* the left symbol becomes the merged one */
+        w->id[nx] = -1;             /* the right one leaves the list          */
+        w->next[c.pos] = w->next[nx];
+        if (w->next[nx] >= 0) w->prev[w->next[nx]] = c.pos;
+        trn__bpe_try(tok, w, &n_heap, w->prev[c.pos]);
+        trn__bpe_try(tok, w, &n_heap, c.pos);
+    }
+    if ((r = trn__tokens_reserve(out, n)) != TRN_OK) return r;
+    for (i = 0; i >= 0; i = w->next[i]) out->ids[out->n++] = w->id[i];
+    return TRN_OK;
+}
+
+TRNDEF trn_result trn_tokenizer_encode(const trn_tokenizer *tok, const char *text, size_t len,
+                                       trn_tokens *out) {
+    trn__bpe_work w;
+    trn_result r = TRN_OK;
+    size_t pos, i;
+    if (!tok || !out || (!text && len)) return trn_fail(TRN_ERR_INVALID, "trn_tokenizer_encode: NULL argument");
+    if (tok->kind == TRN_TOKENIZER_BYTES) {
+        if ((r = trn__tokens_reserve(out, len)) != TRN_OK) return r;
+        for (i = 0; i < len; i++) out->ids[out->n++] = (unsigned char)text[i];
+        return TRN_OK;
+    }
+    if (!tok->merges) return trn_fail(TRN_ERR_INVALID, "trn_tokenizer_encode: tokenizer not loaded");
+    memset(&w, 0, sizeof w);
+    for (pos = 0; pos < len && r == TRN_OK;) {
+        size_t n = trn_bpe_pretoken_len(text + pos, len - pos);
+        r = trn__bpe_piece(tok, &w, (const unsigned char *)text + pos, n, out);
+        pos += n;
+    }
+    trn_free(w.id); trn_free(w.prev); trn_free(w.next); trn_free(w.heap);
+    return r;
+}
+
+static const unsigned char trn__byte_values[256] = {
+#define TRN__B16(x) x, x + 1, x + 2, x + 3, x + 4, x + 5, x + 6, x + 7, x + 8, x + 9, x + 10, x + 11, \
+                    x + 12, x + 13, x + 14, x + 15
+    TRN__B16(0), TRN__B16(16), TRN__B16(32), TRN__B16(48), TRN__B16(64), TRN__B16(80),
+    TRN__B16(96), TRN__B16(112), TRN__B16(128), TRN__B16(144), TRN__B16(160), TRN__B16(176),
+    TRN__B16(192), TRN__B16(208), TRN__B16(224), TRN__B16(240)
+#undef TRN__B16
+};
+
+TRNDEF const char *trn_tokenizer_token(const trn_tokenizer *tok, int id, size_t *len) {
+    size_t dummy;
+    if (!len) len = &dummy;
+    *len = 0;
+    if (!tok || id < 0 || id >= tok->vocab_size) return NULL;
+    if (tok->kind == TRN_TOKENIZER_BYTES) { *len = 1; return (const char *)&trn__byte_values[id]; }
+    if (tok->len[id] == UINT32_MAX) return NULL;
+    *len = tok->len[id];
+    return tok->bytes + tok->off[id];
+}
+
+TRNDEF size_t trn_tokenizer_decode(const trn_tokenizer *tok, const int *ids, size_t n, char *buf,
+                                   size_t cap) {
+    size_t total = 0, i;
+    if (!buf) cap = 0;
+    for (i = 0; i < n && ids; i++) {
+        size_t len;
+        const char *s = trn_tokenizer_token(tok, ids[i], &len);
+        if (s && total < cap) memcpy(buf + total, s, TRN__MIN(len, cap - total));
+        total += len;
+    }
+    if (cap > 0) buf[TRN__MIN(total, cap - 1)] = 0;
+    return total;
+}
+
+/* ---- llm.c token shards ------------------------------------------------ */
+static uint32_t trn__le32(const unsigned char *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static void trn__put_le32(unsigned char *p, uint32_t v) {
+    p[0] = (unsigned char)v; p[1] = (unsigned char)(v >> 8);
+    p[2] = (unsigned char)(v >> 16); p[3] = (unsigned char)(v >> 24);
+}
+
+TRNDEF trn_result trn_shard_read(trn_tokens *out, const char *path) {
+    unsigned char hdr[1024], buf[65536];
+    FILE *f;
+    trn_result r = TRN_OK;
+    size_t got, i, left;
+    long size;
+    int32_t magic, version, ntok;
+    if (!out || !path) return trn_fail(TRN_ERR_INVALID, "trn_shard_read: NULL argument");
+    if (!(f = fopen(path, "rb"))) return trn_fail(TRN_ERR_IO, "open %s: %s", path, strerror(errno));
+    if (fseek(f, 0, SEEK_END) != 0 || (size = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        r = trn_fail(TRN_ERR_IO, "seek %s: %s", path, strerror(errno));
+        goto done;
+    }
+    got = fread(hdr, 1, sizeof hdr, f);
+    if (got < sizeof hdr) {
+        r = ferror(f) ? trn_fail(TRN_ERR_IO, "read %s: %s", path, strerror(errno))
+                      : trn_fail(TRN_ERR_FORMAT, "%s: %zu bytes, shorter than a token shard's 1024-byte header", path, got);
+        goto done;
+    }
+    magic = (int32_t)trn__le32(hdr); version = (int32_t)trn__le32(hdr + 4); ntok = (int32_t)trn__le32(hdr + 8);
+    if (magic != TRN_SHARD_MAGIC) {
+        r = trn_fail(TRN_ERR_FORMAT, "%s: bad magic %d, a token shard starts with %d", path, (int)magic, TRN_SHARD_MAGIC);
+        goto done;
+    }
+    if (version != TRN_SHARD_VERSION) {
+        r = trn_fail(TRN_ERR_FORMAT, "%s: shard version %d, only version 1 (uint16 tokens) is read", path, (int)version);
+        goto done;
+    }
+    if (ntok < 0 || (long long)size != 1024 + 2 * (long long)ntok) {
+        r = trn_fail(TRN_ERR_FORMAT, "%s: the header says %d tokens (%lld bytes) but the file has %ld bytes%s",
+                     path, (int)ntok, 1024 + 2 * (long long)ntok, size,
+                     (long long)size < 1024 + 2 * (long long)ntok ? " (truncated?)" : "");
+        goto done;
+    }
+    if ((r = trn__tokens_reserve(out, (size_t)ntok)) != TRN_OK) goto done;
+    for (left = (size_t)ntok; left > 0; left -= got / 2) {
+        size_t want = TRN__MIN(left * 2, sizeof buf);
+        got = fread(buf, 1, want, f);
+        if (got != want) { r = trn_fail(TRN_ERR_IO, "read %s: %s", path, ferror(f) ? strerror(errno) : "file shrank"); goto done; }
+        for (i = 0; i < got; i += 2) out->ids[out->n++] = buf[i] | buf[i + 1] << 8;
+    }
+done:
+    fclose(f);
+    return r;
+}
+
+TRNDEF trn_result trn_shard_write(const char *path, const int *ids, size_t n) {
+    unsigned char hdr[1024], buf[65536];
+    char *tmp;
+    FILE *f;
+    size_t i, k;
+    int ok;
+    if (!path || (!ids && n)) return trn_fail(TRN_ERR_INVALID, "trn_shard_write: NULL argument");
+    if (n > INT32_MAX) return trn_fail(TRN_ERR_INVALID, "%s: %zu tokens do not fit one shard (at most 2^31-1)", path, n);
+    for (i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] > 65535)
+            return trn_fail(TRN_ERR_INVALID, "%s: token %d at position %zu does not fit a uint16 shard", path, ids[i], i);
+    if (!(tmp = (char *)trn_alloc(strlen(path) + 5, TRN_KIND_TEMP))) return TRN_ERR_NOMEM;
+    sprintf(tmp, "%s.tmp", path);
+    if (!(f = fopen(tmp, "wb"))) {
+        trn_result r = trn_fail(TRN_ERR_IO, "open %s: %s", tmp, strerror(errno));
+        trn_free(tmp);
+        return r;
+    }
+    memset(hdr, 0, sizeof hdr);
+    trn__put_le32(hdr, TRN_SHARD_MAGIC);
+    trn__put_le32(hdr + 4, TRN_SHARD_VERSION);
+    trn__put_le32(hdr + 8, (uint32_t)n);
+    ok = fwrite(hdr, 1, sizeof hdr, f) == sizeof hdr;
+    for (i = 0; i < n && ok; i += k) {
+        for (k = 0; k < sizeof buf / 2 && i + k < n; k++) {
+            buf[2 * k] = (unsigned char)ids[i + k];
+            buf[2 * k + 1] = (unsigned char)(ids[i + k] >> 8);
+        }
+        ok = fwrite(buf, 1, 2 * k, f) == 2 * k;
+    }
+    ok = (fclose(f) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        trn_result r = trn_fail(TRN_ERR_IO, "write %s: %s", ok ? path : tmp, strerror(errno));
+        remove(tmp);
+        trn_free(tmp);
+        return r;
+    }
+    trn_free(tmp);
+    return TRN_OK;
+}
+
+TRNDEF trn_result trn_tokens_load(trn_tokens *out, const char *path, const trn_tokenizer *tok) {
+    size_t plen, n0, len;
+    unsigned char head[4] = {0, 0, 0, 0};
+    int shard;
+    char *text;
+    const char *one[1];
+    trn_result r;
+    FILE *f;
+    if (!out || !path) return trn_fail(TRN_ERR_INVALID, "trn_tokens_load: NULL argument");
+    plen = strlen(path);
+    shard = plen >= 4 && strcmp(path + plen - 4, ".bin") == 0;
+    if (!shard) { /* a text file that is secretly a shard? look at its magic */
+        if (!(f = fopen(path, "rb"))) return trn_fail(TRN_ERR_IO, "open %s: %s", path, strerror(errno));
+        shard = fread(head, 1, 4, f) == 4 && trn__le32(head) == TRN_SHARD_MAGIC;
+        fclose(f);
+    }
+    n0 = out->n;
+    if (shard) {
+        if ((r = trn_shard_read(out, path)) != TRN_OK) return r;
+        if (out->n == n0) return trn_fail(TRN_ERR_INVALID, "%s: the shard holds no tokens", path);
+        return TRN_OK;
+    }
+    if (!tok) return trn_fail(TRN_ERR_INVALID, "trn_tokens_load: %s is text and no tokenizer was given", path);
+    one[0] = path;
+    if ((r = trn_text_read_files(&text, &len, one, 1, 0)) != TRN_OK) return r;
+    if (len == 0) r = trn_fail(TRN_ERR_INVALID, "%s: the file is empty", path);
+    else r = trn_tokenizer_encode(tok, text, len, out);
+    trn_free(text);
+    return r;
+}
+
+/* ---- the loader -------------------------------------------------------- */
+static uint64_t trn__loader_fingerprint(const trn_loader *L) {
+    uint64_t h = trn__mix64(0x7472616E2E68ull ^ (uint64_t)L->n_train);
+    h = trn__mix64(h ^ (uint64_t)L->n_val);
+    h = trn__mix64(h ^ ((uint64_t)(uint32_t)L->desc.B << 32 | (uint32_t)L->desc.T));
+    return trn__mix64(h ^ (uint64_t)L->desc.sequential);
+}
+
+/* the visiting order of pos.epoch: identity (sequential) or a permutation
+   that depends only on (seed, epoch) */
+static void trn__loader_order(trn_loader *L) {
+    trn_rng rng;
+    size_t i;
+    for (i = 0; i < L->train_windows; i++) L->order[i] = (int)i;
+    if (L->desc.sequential) return;
+    trn_rng_seed(&rng, L->pos.seed ^ trn__mix64((uint64_t)L->pos.epoch + 0x9E3779B97F4A7C15ull));
+    trn_rng_shuffle(&rng, L->order, (int)L->train_windows);
+}
+
+TRNDEF trn_result trn_loader_init(trn_loader *L, const int *tokens, size_t n, const trn_loader_desc *desc) {
+    size_t need;
+    if (!L || !desc || (!tokens && n)) return trn_fail(TRN_ERR_INVALID, "trn_loader_init: NULL argument");
+    memset(L, 0, sizeof *L);
+    L->desc = *desc;
+    if (desc->B < 1 || desc->T < 1)
+        return trn_fail(TRN_ERR_INVALID, "loader: batch %d x sequence %d, both must be >= 1", desc->B, desc->T);
+    if (!(desc->val_fraction >= 0.0f && desc->val_fraction < 1.0f))
+        return trn_fail(TRN_ERR_INVALID, "loader: validation fraction %g is outside [0, 1)", (double)desc->val_fraction);
+    if (L->desc.val_fraction == 0.0f) L->desc.val_fraction = 0.1f;
+    if (L->desc.no_val) L->desc.val_fraction = 0.0f;
+    L->tokens = tokens;
+    L->n_val = (size_t)((double)n * (double)L->desc.val_fraction);
+    L->n_train = n - L->n_val;
+    need = (size_t)desc->B * (size_t)desc->T + 1;
+    if (L->n_train < need)
+        return trn_fail(TRN_ERR_INVALID, "loader: the training split has %zu tokens, one batch needs B*T+1 = %zu "
+                        "(B=%d, T=%d): use more data or a smaller batch/sequence", L->n_train, need, desc->B, desc->T);
+    if (!L->desc.no_val && L->n_val < need)
+        return trn_fail(TRN_ERR_INVALID, "loader: the validation split (last %g of %zu tokens) has %zu tokens, one "
+                        "batch needs B*T+1 = %zu (B=%d, T=%d): use more data, a smaller batch/sequence, or no "
+                        "validation", (double)L->desc.val_fraction, n, L->n_val, need, desc->B, desc->T);
+    L->train_windows = (L->n_train - 1) / (size_t)desc->T;
+    L->val_windows = L->n_val ? (L->n_val - 1) / (size_t)desc->T : 0;
+    if (L->train_windows > (size_t)INT_MAX)
+        return trn_fail(TRN_ERR_INVALID, "loader: %zu windows of %d tokens are too many; raise T", L->train_windows, desc->T);
+    L->batches_per_epoch = (int64_t)(L->train_windows / (size_t)desc->B);
+    L->val_batches = (int64_t)(L->val_windows / (size_t)desc->B);
+    L->order = (int *)trn_alloc(L->train_windows * sizeof(int), TRN_KIND_RUNTIME);
+    if (!L->order) return TRN_ERR_NOMEM;
+    L->pos.seed = desc->seed;
+    L->pos.check = trn__loader_fingerprint(L);
+    trn__loader_order(L);
+    return TRN_OK;
+}
+
+TRNDEF void trn_loader_free(trn_loader *L) {
+    if (!L) return;
+    trn_free(L->order);
+    memset(L, 0, sizeof *L);
+}
+
+/* row r of (x, y) from the window that starts at token `start` */
+static void trn__loader_row(const int *tokens, size_t start, int T, int *x, int *y) {
+    memcpy(x, tokens + start, (size_t)T * sizeof(int));
+    memcpy(y, tokens + start + 1, (size_t)T * sizeof(int));
+}
+
+TRNDEF void trn_loader_next(trn_loader *L, int *x, int *y) {
+    int b, B, T;
+    if (!L || !L->order || !x || !y) trn_fatal("trn_loader_next: loader not initialized or NULL x/y");
+    B = L->desc.B; T = L->desc.T;
+    if (L->pos.batch >= L->batches_per_epoch) { /* epoch done: the next one has its own order */
+        L->pos.epoch++;
+        L->pos.batch = 0;
+        trn__loader_order(L);
+    }
+    for (b = 0; b < B; b++) {
+        size_t w = (size_t)L->order[(size_t)L->pos.batch * (size_t)B + (size_t)b];
+        trn__loader_row(L->tokens, w * (size_t)T, T, x + (size_t)b * T, y + (size_t)b * T);
+    }
+    L->pos.batch++;
+}
+
+TRNDEF void trn_loader_val_batch(const trn_loader *L, int64_t i, int *x, int *y) {
+    int b, B, T;
+    if (!L || !x || !y) trn_fatal("trn_loader_val_batch: NULL argument");
+    if (L->val_batches <= 0) trn_fatal("trn_loader_val_batch: this loader has no validation split");
+    B = L->desc.B; T = L->desc.T;
+    i %= L->val_batches;
+    if (i < 0) i += L->val_batches;
+    for (b = 0; b < B; b++) {
+        size_t w = (size_t)i * (size_t)B + (size_t)b;
+        trn__loader_row(L->tokens, L->n_train + w * (size_t)T, T, x + (size_t)b * T, y + (size_t)b * T);
+    }
+}
+
+TRNDEF trn_loader_pos trn_loader_tell(const trn_loader *L) {
+    if (!L) trn_fatal("trn_loader_tell: NULL loader");
+    return L->pos;
+}
+
+TRNDEF trn_result trn_loader_seek(trn_loader *L, const trn_loader_pos *pos) {
+    if (!L || !pos || !L->order) return trn_fail(TRN_ERR_INVALID, "trn_loader_seek: NULL or uninitialized loader");
+    if (pos->check != L->pos.check)
+        return trn_fail(TRN_ERR_MISMATCH, "loader: the saved position belongs to other data or another batch "
+                        "shape (fingerprint %016llx, this loader %016llx)",
+                        (unsigned long long)pos->check, (unsigned long long)L->pos.check);
+    if (pos->epoch < 0 || pos->batch < 0 || pos->batch > L->batches_per_epoch)
+        return trn_fail(TRN_ERR_INVALID, "loader: position epoch %lld batch %lld is out of range (%lld batches per epoch)",
+                        (long long)pos->epoch, (long long)pos->batch, (long long)L->batches_per_epoch);
+    L->pos = *pos;
+    trn__loader_order(L);
+    return TRN_OK;
+}
 /* <<data implementation end */
 
 

@@ -187,8 +187,15 @@ static int load_one(const char *path, unsigned char *dst, int size, int channels
     unsigned char *img = stbi_load(path, &w, &h, &n, 0);
     *file_channels = n;
     if (!img) {
-        *reason = stbi_failure_reason();  // thread-local in stb_image >= 2.26
-        if (!*reason) *reason = "unreadable";
+        // stb_image's reasons are terse ("outofdata" = truncated, "unknown
+        // image type" = not an image it knows); say which file problem it was
+        struct stat st;
+        const char *why = stbi_failure_reason();  // thread-local in stb_image >= 2.26
+        if (stat(path, &st) != 0) *reason = "cannot open";
+        else if (st.st_size == 0) *reason = "empty file";
+        else if (why && !strcmp(why, "outofdata")) *reason = "truncated (stb_image: outofdata)";
+        else if (why && !strcmp(why, "unknown image type")) *reason = "not an image (stb_image: unknown image type)";
+        else *reason = why ? why : "cannot decode";
         return LOAD_BAD;
     }
     if (w <= 0 || h <= 0 || n < 1 || n > 4) {
@@ -391,12 +398,15 @@ static void make_batch(float *x, int *y, const image_set *s, const int *idx, int
 //   --linear--> (B,T,D) + pos[0..T) (B,T,D)           learned positions
 //   block x depth:  x = x + proj(attn(qkv(ln1(x))))   attention NOT causal:
 //                   x = x + fc2(gelu(fc1(ln2(x))))    every patch sees every patch
+//                                                     (fc1: D -> mlp*D, fc2: back to D)
 //   --ln_f--> --mean over T--> (B,D) --head--> (B,K) logits --> cross-entropy
 // ===========================================================================
 
 typedef struct vit_config {
     int size, channels, patch;  // input size x size x channels, patch side
     int dim, depth, heads;      // width, blocks, attention heads
+    int mlp;                    // hidden width of the MLP = mlp * dim
+    int relu;                   // MLP activation: 0 GELU (as in ViT), 1 ReLU
     int n_classes;
 } vit_config;
 
@@ -420,7 +430,7 @@ typedef struct vit {
 static trn_result vit_init(vit *v, const vit_config *cfg, int max_batch, uint64_t seed) {
     memset(v, 0, sizeof *v);
     v->cfg = *cfg;
-    int D = cfg->dim, P = cfg->patch;
+    int D = cfg->dim, P = cfg->patch, H = cfg->mlp * cfg->dim;
     v->T = (cfg->size / P) * (cfg->size / P);
     v->patch_dim = P * P * cfg->channels;
     trn_result r = trn_model_init(&v->model, NULL);
@@ -440,8 +450,8 @@ static trn_result vit_init(vit *v, const vit_config *cfg, int max_batch, uint64_
         P2(qkv_w, "attn.qkv.weight", 3 * D, D); P1(qkv_b, "attn.qkv.bias", 3 * D);
         P2(proj_w, "attn.proj.weight", D, D);  P1(proj_b, "attn.proj.bias", D);
         P1(ln2_w, "norm2.weight", D);         P1(ln2_b, "norm2.bias", D);
-        P2(fc1_w, "mlp.fc1.weight", 4 * D, D); P1(fc1_b, "mlp.fc1.bias", 4 * D);
-        P2(fc2_w, "mlp.fc2.weight", D, 4 * D); P1(fc2_b, "mlp.fc2.bias", D);
+        P2(fc1_w, "mlp.fc1.weight", H, D);    P1(fc1_b, "mlp.fc1.bias", H);
+        P2(fc2_w, "mlp.fc2.weight", D, H);    P1(fc2_b, "mlp.fc2.bias", D);
 #undef P2
 #undef P1
     }
@@ -502,7 +512,8 @@ static trn_tensor *vit_forward(vit *v, const float *patches, int B) {
         h = trn_attention(m, h, v->cfg.heads, /*causal=*/0);            // (B,T,D)
         x = trn_add(m, x, trn_linear(m, h, b->proj_w, b->proj_b));
         h = trn_layernorm(m, x, b->ln2_w, b->ln2_b);
-        h = trn_gelu(m, trn_linear(m, h, b->fc1_w, b->fc1_b));          // (B,T,4D)
+        h = trn_linear(m, h, b->fc1_w, b->fc1_b);                       // (B,T,mlp*D)
+        h = v->cfg.relu ? trn_relu(m, h) : trn_gelu(m, h);
         x = trn_add(m, x, trn_linear(m, h, b->fc2_w, b->fc2_b));
     }
     x = trn_layernorm(m, x, v->lnf_w, v->lnf_b);
@@ -520,8 +531,9 @@ static trn_tensor *vit_forward(vit *v, const float *patches, int B) {
 
 static void vit_config_str(const vit *v, char *buf, size_t n) {
     const vit_config *c = &v->cfg;
-    snprintf(buf, n, "size=%d channels=%d patch=%d dim=%d depth=%d heads=%d classes=%d", c->size,
-             c->channels, c->patch, c->dim, c->depth, c->heads, c->n_classes);
+    snprintf(buf, n, "size=%d channels=%d patch=%d dim=%d depth=%d heads=%d mlp=%d act=%s classes=%d",
+             c->size, c->channels, c->patch, c->dim, c->depth, c->heads, c->mlp,
+             c->relu ? "relu" : "gelu", c->n_classes);
 }
 
 // DIR/ckpt_<step>.safetensors, written atomically; the newest two are kept
@@ -795,6 +807,8 @@ static void usage(FILE *f) {
         "  --dim N           width D, default 64\n"
         "  --depth N         transformer blocks, default 4\n"
         "  --heads N         attention heads (must divide dim), default 4\n"
+        "  --mlp N           MLP hidden width = N * dim, default 4\n"
+        "  --act gelu|relu   MLP activation, default gelu\n"
         "  --patch N         patch side in pixels (must divide size), default 7\n"
         "  --size N          images are resized to N x N, default 28\n"
         "  --channels N      1 (gray) or 3 (RGB); 0 = as the first image, default 0\n"
@@ -804,6 +818,7 @@ static void usage(FILE *f) {
         "  --out DIR         checkpoint and predictions.png go here, default runs/vit\n"
         "  --resume PATH     continue from a checkpoint written by this program\n"
         "  --limit N         use only the first N images of each split (quick runs)\n"
+        "  --stop-after N    stop after N epochs as if interrupted (to try --resume)\n"
         "  --help            this text\n");
 }
 
@@ -857,12 +872,15 @@ int main(int argc, char **argv) {
     int warmup = 0;                     // warmup steps; 0 = 5% of the run
     float weight_decay = 0.05f;         // AdamW decay (matrices only)
     int dim = 64, depth = 4, heads = 4; // the transformer
+    int mlp = 4;                        // MLP hidden width = mlp * dim
+    int relu = 0;                       // activation: GELU as in the ViT paper
     int patch = 7, size = 28;           // 28x28 -> 4x4 = 16 patches of 7x7
     int channels = 0;                   // 0: as the data
     int strict = 0;                     // 1: skip gray<->RGB mismatches
     int threads = 0;                    // 0: OpenMP's default (all cores)
     int seed = 1337;
     int limit = 0;                      // 0: every image
+    int stop_after = 0;                 // >0: quit after this many epochs
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -884,12 +902,18 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--dim")) flag_int(a, val, 1, 4096, &dim);
         else if (!strcmp(a, "--depth")) flag_int(a, val, 1, 256, &depth);
         else if (!strcmp(a, "--heads")) flag_int(a, val, 1, 256, &heads);
+        else if (!strcmp(a, "--mlp")) flag_int(a, val, 1, 64, &mlp);
+        else if (!strcmp(a, "--act")) {
+            if (strcmp(val, "gelu") && strcmp(val, "relu")) { fprintf(stderr, "vit: --act wants gelu or relu, got '%s'\n", val); return 2; }
+            relu = !strcmp(val, "relu");
+        }
         else if (!strcmp(a, "--patch")) flag_int(a, val, 1, 1024, &patch);
         else if (!strcmp(a, "--size")) flag_int(a, val, 1, 4096, &size);
         else if (!strcmp(a, "--channels")) flag_int(a, val, 0, 3, &channels);
         else if (!strcmp(a, "--threads")) flag_int(a, val, 0, 1024, &threads);
         else if (!strcmp(a, "--seed")) flag_int(a, val, 0, 2147483647, &seed);
         else if (!strcmp(a, "--limit")) flag_int(a, val, 0, 2147483647, &limit);
+        else if (!strcmp(a, "--stop-after")) flag_int(a, val, 0, 100000, &stop_after);
         else { fprintf(stderr, "vit: unknown flag %s (see --help)\n", a); return 2; }
     }
     if (channels == 2) { fprintf(stderr, "vit: --channels must be 0, 1 or 3\n"); return 2; }
@@ -918,7 +942,7 @@ int main(int argc, char **argv) {
 
     // ---- model and optimizer
     if (batch > train.n) batch = train.n;
-    vit_config cfg = {size, channels, patch, dim, depth, heads, K};
+    vit_config cfg = {size, channels, patch, dim, depth, heads, mlp, relu, K};
     vit v;
     CHECK_OK(vit_init(&v, &cfg, batch, (uint64_t)seed), "");
     trn_model *m = &v.model;
@@ -933,8 +957,8 @@ int main(int argc, char **argv) {
     long long steps_per_epoch = train.n / batch;        // the last partial batch is dropped
     long long total_steps = steps_per_epoch * epochs;
     if (warmup == 0) warmup = (int)(total_steps / 20 > 1 ? total_steps / 20 : 1);
-    printf("model: ViT %d blocks, dim %d, %d heads, %d patches of %dx%d, %zu parameters\n",
-           depth, dim, heads, v.T, patch, patch, m->n_floats);
+    printf("model: ViT %d blocks, dim %d, %d heads, MLP %d (%s), %d patches of %dx%d, %zu parameters\n",
+           depth, dim, heads, mlp * dim, relu ? "relu" : "gelu", v.T, patch, patch, m->n_floats);
     printf("train: %d epochs x %lld steps of %d, AdamW lr %g (warmup %d, cosine to %g), wd %g, "
            "%d threads\n", epochs, steps_per_epoch, batch, lr, warmup, lr * 0.01, weight_decay,
            trn_get_threads());
@@ -994,6 +1018,11 @@ int main(int argc, char **argv) {
         fflush(stdout);
         CHECK_OK(vit_save(&v, &opt, out_dir, step, run, path, sizeof path), "");
         printf("checkpoint %s\n", path);
+        if (stop_after > 0 && epoch + 1 >= stop_after && epoch + 1 < epochs) {
+            printf("stopping after epoch %lld (--stop-after); continue with --resume %s\n",
+                   epoch + 1, out_dir);
+            return 0;
+        }
     }
     double train_s = now_s() - t_train;
 

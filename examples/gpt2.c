@@ -1,0 +1,1231 @@
+// gpt2 - GPT-2 trained end to end with train.h: data, tokenizers, training
+// loop, validation, sampling, checkpoints, pretrained weights.
+//
+// The model is written once, from the kit's ops (embedding, layernorm,
+// linear, attention, gelu, add, cross-entropy); the tape gives the backward
+// pass. The same code runs on CUDA: examples/gpt2_cuda.cu is just
+//     #define TRN_USE_CUDA
+//     #include "gpt2.c"
+// and the only line that differs is which backend the model is created on
+// (see GPT2_BACKEND below).
+//
+// Run it (no download needed: with no --data it learns the kit's own text,
+// byte by byte, about two minutes on 2 cores):
+//
+//     ./build.sh && ./examples/gpt2
+//
+// and watch the loss fall from ln(256) = 5.5 and the sample at the end turn
+// into something that looks like C. Other things to try:
+//
+//     ./examples/gpt2 --data my.txt --steps 2000         any text file
+//     ./examples/gpt2 --model gpt2 --data fineweb_val_000000.bin   llm.c shard
+//     ./examples/gpt2 --init gpt2/model.safetensors --bpe gpt2 --steps 0 \
+//                     --prompt "The meaning of life is"    pretrained GPT-2
+//     ./examples/gpt2 --resume runs/gpt2                   continue a run
+//
+// The run directory (--out, default runs/gpt2) receives the checkpoints
+// (ckpt_<step>.safetensors: weights + AdamW + step + RNG + data position),
+// the final weights (model.safetensors), and loss.svg (train and validation
+// loss). --log FILE writes one JSON object per line for scripts.
+//
+// Sections: >>config (presets) >>model >>weights (--init, saving) >>data
+// >>train (evaluation, sampling, logs, plot, checkpoints) >>main.
+#define TRAIN_IMPLEMENTATION
+#include "train.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <glob.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+// The one place where the backend is chosen. Everything below only talks
+// to the model through train.h, which routes each op to m->backend.
+#ifdef TRN_USE_CUDA
+#include "train_cuda.h"
+#define GPT2_BACKEND() trn_cuda_backend()
+#define GPT2_DEVICE_NAME "cuda"
+#else
+#define GPT2_BACKEND() NULL /* NULL = the CPU backend */
+#define GPT2_DEVICE_NAME "cpu"
+#endif
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// Bad input (flags, files): one line on stderr, exit code 2.
+static void die(const char *fmt, ...) {
+    va_list ap;
+    fflush(stdout);
+    fputs("gpt2: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    exit(2);
+}
+
+// A kit call that failed for reasons outside our control (disk full, out
+// of memory): its reason, and exit code 1.
+#define CHECK_OK(call)                                                                            \
+    do {                                                                                          \
+        trn_result check_r_ = (call);                                                             \
+        if (check_r_ != TRN_OK) {                                                                 \
+            fprintf(stderr, "gpt2: %s:%d: %s failed: %s (%s)\n", __FILE__, __LINE__, #call,       \
+                    trn_error_reason(), trn_result_string(check_r_));                             \
+            exit(1);                                                                              \
+        }                                                                                         \
+    } while (0)
+
+// ===========================================================================
+// >>config: the shapes of GPT-2, and a small one that trains in minutes
+// ===========================================================================
+
+typedef struct gpt2_config {
+    int n_layer;      // L: transformer blocks
+    int n_head;       // NH: attention heads (head size C / NH)
+    int n_embd;       // C: channels of the residual stream
+    int block_size;   // maxT: the longest context (rows of wpe)
+    int vocab_size;   // V: tokens the model predicts
+    int padded_vocab; // Vp: rows of wte; V rounded up to 128 for the matmuls
+} gpt2_config;
+
+typedef struct preset {
+    const char *name;
+    gpt2_config cfg;
+    int batch, seq;   // default micro-batch and sequence length on a CPU
+    float lr;         // default peak learning rate
+    const char *what;
+} preset;
+
+// V = 256 means byte-level: the tokens are the bytes of the text.
+static const preset PRESETS[] = {
+    {"mini", {4, 4, 192, 256, 256, 256}, 16, 128, 2e-3f, "byte-level, 1.9M parameters: learns in minutes on a CPU"},
+    {"tiny", {2, 2, 32, 64, 256, 256}, 4, 32, 3e-3f, "byte-level, 34K parameters: for tests"},
+    {"gpt2", {12, 12, 768, 1024, 50257, 50304}, 4, 64, 6e-4f, "GPT-2 small, 124M"},
+    {"gpt2-medium", {24, 16, 1024, 1024, 50257, 50304}, 4, 64, 3e-4f, "GPT-2 medium, 350M"},
+    {"gpt2-large", {36, 20, 1280, 1024, 50257, 50304}, 4, 64, 2.5e-4f, "GPT-2 large, 774M"},
+    {"gpt2-xl", {48, 25, 1600, 1024, 50257, 50304}, 4, 64, 2e-4f, "GPT-2 XL, 1558M"},
+};
+#define N_PRESETS ((int)(sizeof PRESETS / sizeof PRESETS[0]))
+
+static const preset *find_preset(const char *name) {
+    for (int i = 0; i < N_PRESETS; i++)
+        if (strcmp(PRESETS[i].name, name) == 0) return &PRESETS[i];
+    return NULL;
+}
+
+// GPT-2 pads 50257 to 50304 = 393 * 128; a byte vocabulary stays 256
+static int pad_vocab(int V) { return V <= 256 ? V : (V + 127) / 128 * 128; }
+
+// ===========================================================================
+// >>model
+// Parameter names are Hugging Face's GPT-2 names ("h.0.attn.c_attn.weight")
+// so that files are easy to compare; the weight matrices are stored as
+// nn.Linear stores them, (out, in). Hugging Face's GPT-2 uses Conv1D, which
+// stores (in, out): --init transposes those when it loads them.
+// ===========================================================================
+
+typedef struct gpt2_block {
+    trn_tensor *ln1_w, *ln1_b;   // (C) (C)         ln_1
+    trn_tensor *qkv_w, *qkv_b;   // (3C,C) (3C)     attn.c_attn: x -> q,k,v
+    trn_tensor *proj_w, *proj_b; // (C,C) (C)       attn.c_proj
+    trn_tensor *ln2_w, *ln2_b;   // (C) (C)         ln_2
+    trn_tensor *fc_w, *fc_b;     // (4C,C) (4C)     mlp.c_fc
+    trn_tensor *fcp_w, *fcp_b;   // (C,4C) (C)      mlp.c_proj
+} gpt2_block;
+
+typedef struct gpt2 {
+    gpt2_config cfg;
+    trn_model m;               // flat weights/grads, arena, tape, backend
+    trn_tensor *wte, *wpe;     // (Vp,C) token embeddings = LM head; (maxT,C)
+    gpt2_block *h;             // L blocks
+    trn_tensor *lnf_w, *lnf_b; // (C) (C)
+    int *pos;                  // host: position ids t for every (b,t)
+    int pos_cap;
+} gpt2;
+
+static trn_result gpt2_create(gpt2 *g, const gpt2_config *cfg, const trn_backend *backend) {
+    memset(g, 0, sizeof *g);
+    g->cfg = *cfg;
+    int L = cfg->n_layer, C = cfg->n_embd;
+    trn_result r = trn_model_init(&g->m, backend);
+    if (r != TRN_OK) return r;
+    trn_model *m = &g->m;
+    g->wte = trn_param2(m, "wte.weight", cfg->padded_vocab, C);
+    g->wpe = trn_param2(m, "wpe.weight", cfg->block_size, C);
+    g->h = (gpt2_block *)calloc((size_t)L, sizeof(gpt2_block));
+    if (!g->h) return trn_fail(TRN_ERR_NOMEM, "gpt2: out of memory for %d blocks", L);
+    for (int l = 0; l < L; l++) {
+        gpt2_block *b = &g->h[l];
+        char n[64];
+#define GPT2_P1(field, what, d0) (snprintf(n, sizeof n, "h.%d.%s", l, what), b->field = trn_param1(m, n, d0))
+#define GPT2_P2(field, what, d0, d1) (snprintf(n, sizeof n, "h.%d.%s", l, what), b->field = trn_param2(m, n, d0, d1))
+        GPT2_P1(ln1_w, "ln_1.weight", C);
+        GPT2_P1(ln1_b, "ln_1.bias", C);
+        GPT2_P2(qkv_w, "attn.c_attn.weight", 3 * C, C);
+        GPT2_P1(qkv_b, "attn.c_attn.bias", 3 * C);
+        GPT2_P2(proj_w, "attn.c_proj.weight", C, C);
+        GPT2_P1(proj_b, "attn.c_proj.bias", C);
+        GPT2_P1(ln2_w, "ln_2.weight", C);
+        GPT2_P1(ln2_b, "ln_2.bias", C);
+        GPT2_P2(fc_w, "mlp.c_fc.weight", 4 * C, C);
+        GPT2_P1(fc_b, "mlp.c_fc.bias", 4 * C);
+        GPT2_P2(fcp_w, "mlp.c_proj.weight", C, 4 * C);
+        GPT2_P1(fcp_b, "mlp.c_proj.bias", C);
+#undef GPT2_P1
+#undef GPT2_P2
+    }
+    g->lnf_w = trn_param1(m, "ln_f.weight", C);
+    g->lnf_b = trn_param1(m, "ln_f.bias", C);
+    return trn_model_alloc(m); // one flat buffer, zeroed
+}
+
+static void gpt2_free(gpt2 *g) {
+    trn_model_free(&g->m);
+    free(g->h);
+    free(g->pos);
+    memset(g, 0, sizeof *g);
+}
+
+// GPT-2's initialization (Radford et al. 2019, section 2.3, as in their
+// code): every weight matrix ~ N(0, 0.02); the two projections that write
+// into the residual stream (attn.c_proj, mlp.c_proj) get 0.02/sqrt(2L), so
+// the residual's variance does not grow with depth; biases 0 (the buffer
+// is zeroed); LayerNorm gains 1. The padding rows of wte stay 0: no token
+// has them, and the loss ignores their logits, so they never change.
+static void gpt2_init_weights(gpt2 *g, uint64_t seed) {
+    trn_rng rng;
+    trn_model *m = &g->m;
+    int V = g->cfg.vocab_size, Vp = g->cfg.padded_vocab, C = g->cfg.n_embd;
+    float std = 0.02f, std_res = 0.02f / sqrtf(2.0f * (float)g->cfg.n_layer);
+    trn_rng_seed(&rng, seed);
+    trn_init_normal(m, g->wte, 0.0f, std, &rng);
+    if (Vp > V) { // zero the padding rows: a host row of zeros, uploaded per row
+        float *zeros = (float *)calloc((size_t)C, sizeof(float));
+        if (!zeros) trn_fatal("gpt2_init_weights: out of memory");
+        for (int v = V; v < Vp; v++) m->backend->upload(g->wte->data + (size_t)v * C, zeros, sizeof(float) * (size_t)C);
+        free(zeros);
+    }
+    trn_init_normal(m, g->wpe, 0.0f, std, &rng);
+    for (int l = 0; l < g->cfg.n_layer; l++) {
+        gpt2_block *b = &g->h[l];
+        trn_init_const(m, b->ln1_w, 1.0f);
+        trn_init_normal(m, b->qkv_w, 0.0f, std, &rng);
+        trn_init_normal(m, b->proj_w, 0.0f, std_res, &rng);
+        trn_init_const(m, b->ln2_w, 1.0f);
+        trn_init_normal(m, b->fc_w, 0.0f, std, &rng);
+        trn_init_normal(m, b->fcp_w, 0.0f, std_res, &rng);
+    }
+    trn_init_const(m, g->lnf_w, 1.0f);
+}
+
+// The forward pass: ids (B,T) -> logits (B,T,Vp). Each op records itself
+// on the tape (unless m->grad_enabled is 0), so trn_backward can replay
+// it in reverse. Call trn_reset(&g->m) before each forward.
+static trn_tensor *gpt2_forward(gpt2 *g, const int *ids, int B, int T) {
+    trn_model *m = &g->m;
+    if (B * T > g->pos_cap) {
+        free(g->pos);
+        g->pos = (int *)malloc(sizeof(int) * (size_t)B * T);
+        if (!g->pos) trn_fatal("gpt2_forward: out of memory");
+        g->pos_cap = B * T;
+    }
+    for (int i = 0; i < B * T; i++) g->pos[i] = i % T; // position of (b,t) is t
+    // token embedding + position embedding                      (B,T,C)
+    trn_tensor *x = trn_add(m, trn_embedding(m, g->wte, ids, B, T), trn_embedding(m, g->wpe, g->pos, B, T));
+    for (int l = 0; l < g->cfg.n_layer; l++) {
+        gpt2_block *b = &g->h[l];
+        // x = x + attn(ln_1(x)): pre-LayerNorm, the residual stays clean
+        trn_tensor *h = trn_layernorm(m, x, b->ln1_w, b->ln1_b);      // (B,T,C)
+        h = trn_linear(m, h, b->qkv_w, b->qkv_b);                      // (B,T,3C)
+        h = trn_attention(m, h, g->cfg.n_head, 1);                    // (B,T,C) causal
+        h = trn_linear(m, h, b->proj_w, b->proj_b);                    // (B,T,C)
+        x = trn_add(m, x, h);
+        // x = x + mlp(ln_2(x)), the MLP 4C wide with GELU
+        h = trn_layernorm(m, x, b->ln2_w, b->ln2_b);                   // (B,T,C)
+        h = trn_gelu(m, trn_linear(m, h, b->fc_w, b->fc_b));           // (B,T,4C)
+        h = trn_linear(m, h, b->fcp_w, b->fcp_b);                      // (B,T,C)
+        x = trn_add(m, x, h);
+    }
+    x = trn_layernorm(m, x, g->lnf_w, g->lnf_b);
+    // LM head tied to the token embedding: logits = x @ wte^T      (B,T,Vp)
+    return trn_linear(m, x, g->wte, NULL);
+}
+
+// mean cross-entropy of the next token over the V real classes (scalar)
+static trn_tensor *gpt2_loss(gpt2 *g, const int *x, const int *y, int B, int T) {
+    return trn_cross_entropy(&g->m, gpt2_forward(g, x, B, T), y, g->cfg.vocab_size);
+}
+
+// parameters that go through matmuls (for FLOP counts): all but biases and
+// LayerNorms, with wte counted once as the LM head (its embedding use is
+// a lookup) and wpe not at all
+static double gpt2_matmul_params(const gpt2_config *c) {
+    double C = c->n_embd;
+    return (double)c->n_layer * 12.0 * C * C + (double)c->padded_vocab * C;
+}
+
+// FLOPs of one training step (forward + backward = 3x forward) for B*T
+// tokens: 2 per multiply-add in every linear layer, plus attention's two
+// (T,T) products per layer (causal or not, the kit computes the full square)
+static double gpt2_step_flops(const gpt2_config *c, int B, int T) {
+    double tokens = (double)B * T;
+    double linear = 6.0 * gpt2_matmul_params(c) * tokens;
+    double attn = 3.0 * c->n_layer * (2.0 * 2.0 * (double)B * T * T * c->n_embd);
+    return linear + attn;
+}
+
+// ===========================================================================
+// >>weights: --init from Hugging Face or llm.c files; the metadata we save
+// ===========================================================================
+
+static void config_to_meta(const gpt2_config *c, trn_meta *meta) {
+    trn_meta_set_u64(meta, "gpt2.n_layer", (uint64_t)c->n_layer);
+    trn_meta_set_u64(meta, "gpt2.n_head", (uint64_t)c->n_head);
+    trn_meta_set_u64(meta, "gpt2.n_embd", (uint64_t)c->n_embd);
+    trn_meta_set_u64(meta, "gpt2.block_size", (uint64_t)c->block_size);
+    trn_meta_set_u64(meta, "gpt2.vocab_size", (uint64_t)c->vocab_size);
+    trn_meta_set_u64(meta, "gpt2.padded_vocab", (uint64_t)c->padded_vocab);
+    // linear weights are (out,in) like nn.Linear; Hugging Face's are (in,out)
+    trn_meta_set(meta, "gpt2.layout", "linear");
+}
+
+// a number from a safetensors header's __metadata__, or -1
+static long st_meta_long(const trn_safetensors *f, const char *key) {
+    const char *v = trn_safetensors_meta(f, key);
+    char *end;
+    long x;
+    if (!v) return -1;
+    errno = 0;
+    x = strtol(v, &end, 10);
+    return (errno || *end || end == v || x < 0 || x > 100000000) ? -1 : x;
+}
+
+// "n_head": 12 from a Hugging Face config.json next to the weights, or -1
+static int n_head_from_config_json(const char *weights_path) {
+    char path[1024];
+    const char *slash = strrchr(weights_path, '/');
+    int dir_len = slash ? (int)(slash - weights_path) : 1;
+    snprintf(path, sizeof path, "%.*s/config.json", dir_len, slash ? weights_path : ".");
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    char buf[8192];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *p = strstr(buf, "\"n_head\"");
+    if (!p || !(p = strchr(p, ':'))) return -1;
+    return atoi(p + 1) > 0 ? atoi(p + 1) : -1;
+}
+
+// What --init found in a file: the model's shape and how to read it.
+typedef struct init_source {
+    int kind;             // 1 = llm.c .bin, 2 = safetensors
+    gpt2_config cfg;
+    int file_vocab_rows;  // rows of wte in the file (V or Vp)
+    char prefix[32];      // "" or "transformer."
+    int conv1d;           // Hugging Face layout: matrices are (in,out)
+    int llmc_version;
+} init_source;
+
+// Look at an --init file without loading it: its model config.
+static trn_result init_inspect(const char *path, int n_head_hint, init_source *src) {
+    memset(src, 0, sizeof *src);
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return trn_fail(TRN_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    int hdr[256];
+    size_t got = fread(hdr, sizeof(int), 256, fp);
+    fclose(fp);
+    if (got >= 8 && hdr[0] == 20240326) {
+        // llm.c's model file: 256 int32 (magic, version, maxT, V, L, NH, C,
+        // Vp), then every parameter as float32, in llm.c's order
+        if (got < 256) return trn_fail(TRN_ERR_FORMAT, "%s: llm.c header is truncated", path);
+        if (hdr[1] != 3 && hdr[1] != 1)
+            return trn_fail(TRN_ERR_FORMAT, "%s: llm.c model version %d (float32 versions 1 and 3 are read)", path, hdr[1]);
+        src->kind = 1;
+        src->llmc_version = hdr[1];
+        src->cfg.block_size = hdr[2];
+        src->cfg.vocab_size = hdr[3];
+        src->cfg.n_layer = hdr[4];
+        src->cfg.n_head = hdr[5];
+        src->cfg.n_embd = hdr[6];
+        src->file_vocab_rows = hdr[1] == 3 ? hdr[7] : hdr[3];
+        src->cfg.padded_vocab = hdr[1] == 3 ? hdr[7] : pad_vocab(hdr[3]);
+        const gpt2_config *c = &src->cfg;
+        if (c->block_size <= 0 || c->vocab_size <= 0 || c->n_layer <= 0 || c->n_head <= 0 || c->n_embd <= 0 ||
+            c->n_embd % c->n_head || c->padded_vocab < c->vocab_size || c->n_layer > 1000 || c->n_embd > 100000 ||
+            c->block_size > 1000000 || c->padded_vocab > 10000000)
+            return trn_fail(TRN_ERR_FORMAT, "%s: implausible llm.c header (maxT %d V %d L %d NH %d C %d Vp %d)", path,
+                            c->block_size, c->vocab_size, c->n_layer, c->n_head, c->n_embd, c->padded_vocab);
+        return TRN_OK;
+    }
+    trn_safetensors f;
+    trn_result r = trn_safetensors_open(&f, path);
+    if (r != TRN_OK) return r;
+    src->kind = 2;
+    const trn_st_tensor *wte = trn_safetensors_find(&f, "wte.weight");
+    if (!wte && (wte = trn_safetensors_find(&f, "transformer.wte.weight")) != NULL) strcpy(src->prefix, "transformer.");
+    char name[96];
+    snprintf(name, sizeof name, "%swpe.weight", src->prefix);
+    const trn_st_tensor *wpe = trn_safetensors_find(&f, name);
+    if (!wte || !wpe || wte->ndim != 2 || wpe->ndim != 2 || wte->shape[1] != wpe->shape[1]) {
+        trn_safetensors_close(&f);
+        return trn_fail(TRN_ERR_MISMATCH, "%s: not a GPT-2 model (no wte.weight/wpe.weight of shape (V,C) and (maxT,C))", path);
+    }
+    gpt2_config *c = &src->cfg;
+    c->n_embd = (int)wte->shape[1];
+    c->block_size = (int)wpe->shape[0];
+    src->file_vocab_rows = (int)wte->shape[0];
+    for (c->n_layer = 0;; c->n_layer++) {
+        snprintf(name, sizeof name, "%sh.%d.ln_1.weight", src->prefix, c->n_layer);
+        if (!trn_safetensors_find(&f, name)) break;
+    }
+    // files written here say everything in __metadata__; Hugging Face's say
+    // nothing, and the head count is not visible in the weights: it comes
+    // from config.json beside the file, --model, or C/64 (true for all GPT-2s)
+    long v = st_meta_long(&f, "gpt2.vocab_size"), nh = st_meta_long(&f, "gpt2.n_head");
+    const char *layout = trn_safetensors_meta(&f, "gpt2.layout");
+    src->conv1d = !(layout && strcmp(layout, "linear") == 0);
+    c->vocab_size = v > 0 ? (int)v : src->file_vocab_rows;
+    c->padded_vocab = pad_vocab(c->vocab_size);
+    if (src->file_vocab_rows > c->padded_vocab) c->padded_vocab = src->file_vocab_rows;
+    c->n_head = nh > 0 ? (int)nh : n_head_from_config_json(path);
+    if (c->n_head <= 0) c->n_head = n_head_hint > 0 ? n_head_hint : (c->n_embd % 64 == 0 ? c->n_embd / 64 : 1);
+    trn_safetensors_close(&f);
+    if (c->n_layer == 0) return trn_fail(TRN_ERR_MISMATCH, "%s: no h.0.ln_1.weight: not a GPT-2 model", path);
+    if (c->n_embd % c->n_head) return trn_fail(TRN_ERR_MISMATCH, "%s: %d channels do not split into %d heads", path, c->n_embd, c->n_head);
+    if (c->vocab_size > src->file_vocab_rows)
+        return trn_fail(TRN_ERR_MISMATCH, "%s: vocab_size %d but wte has %d rows", path, c->vocab_size, src->file_vocab_rows);
+    return TRN_OK;
+}
+
+// out (cols,rows) = in (rows,cols) transposed
+static void transpose(float *out, const float *in, int64_t rows, int64_t cols) {
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++) out[j * rows + i] = in[i * cols + j];
+}
+
+// Fill every parameter of g from a safetensors file (Hugging Face's GPT-2,
+// or one written here). HF's Conv1D matrices are (in,out): transposed here.
+static trn_result init_load_safetensors(gpt2 *g, const char *path, const init_source *src) {
+    trn_safetensors f;
+    trn_result r = trn_safetensors_open(&f, path);
+    if (r != TRN_OK) return r;
+    size_t most = 0;
+    for (int i = 0; i < g->m.n_params; i++) most = g->m.params[i]->size > most ? g->m.params[i]->size : most;
+    float *buf = (float *)trn_alloc(2 * most * sizeof(float), TRN_KIND_TEMP);
+    if (!buf) { trn_safetensors_close(&f); return trn_fail(TRN_ERR_NOMEM, "--init: %s", trn_error_reason()); }
+    float *tmp = buf + most;
+    for (int i = 0; i < g->m.n_params && r == TRN_OK; i++) {
+        trn_tensor *p = g->m.params[i];
+        char name[128];
+        snprintf(name, sizeof name, "%s%s", src->prefix, p->name);
+        const trn_st_tensor *t = trn_safetensors_find(&f, name);
+        if (!t) { r = trn_fail(TRN_ERR_MISMATCH, "%s: tensor %s is missing", path, name); break; }
+        int is_conv = src->conv1d && p->ndim == 2 && p != g->wte && p != g->wpe;
+        int64_t rows = p->shape[0], cols = p->ndim == 2 ? p->shape[1] : 1;
+        if (p == g->wte) rows = src->file_vocab_rows; // may be fewer than Vp
+        int ok = (p->ndim == 1 && t->ndim == 1 && t->shape[0] == rows) ||
+                 (p->ndim == 2 && t->ndim == 2 && !is_conv && t->shape[0] == rows && t->shape[1] == cols) ||
+                 (p->ndim == 2 && t->ndim == 2 && is_conv && t->shape[0] == cols && t->shape[1] == rows);
+        if (!ok) {
+            r = trn_fail(TRN_ERR_MISMATCH, "%s: tensor %s has %d dims (%lld,%lld), expected (%lld,%lld)%s", path, name,
+                         t->ndim, (long long)t->shape[0], (long long)(t->ndim > 1 ? t->shape[1] : 0),
+                         (long long)(is_conv ? cols : rows), (long long)(is_conv ? rows : cols),
+                         is_conv ? " (Conv1D layout)" : "");
+            break;
+        }
+        if ((r = trn_safetensors_read(&f, t, is_conv ? tmp : buf)) != TRN_OK) break;
+        if (is_conv) transpose(buf, tmp, cols, rows); // file (in,out) -> kit (out,in)
+        if (p == g->wte && rows < p->shape[0])          // zero padding rows
+            memset(buf + rows * cols, 0, sizeof(float) * (size_t)(p->shape[0] - rows) * (size_t)cols);
+        trn_write(&g->m, p, buf);
+    }
+    trn_free(buf);
+    trn_safetensors_close(&f);
+    return r;
+}
+
+// Fill every parameter of g from an llm.c model file: after the header,
+// float32 arrays in this order, each stacked over the L layers:
+//   wte (Vp,C) wpe (maxT,C) ln1w (L,C) ln1b (L,C) qkvw (L,3C,C) qkvb (L,3C)
+//   attprojw (L,C,C) attprojb (L,C) ln2w ln2b (L,C) fcw (L,4C,C) fcb (L,4C)
+//   fcprojw (L,C,4C) fcprojb (L,C) lnfw (C) lnfb (C)
+// llm.c's matrices are (out,in), as here. Version 1 files have V rows of wte.
+static trn_result init_load_llmc(gpt2 *g, const char *path, const init_source *src) {
+    const gpt2_config *c = &g->cfg;
+    int L = c->n_layer, C = c->n_embd;
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return trn_fail(TRN_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    double want = 1024.0 + 4.0 * ((double)src->file_vocab_rows * C + (double)c->block_size * C +
+                                  (double)L * (12.0 * C * C + 13.0 * C) + 2.0 * C);
+    fseek(fp, 0, SEEK_END);
+    double have = (double)ftell(fp);
+    if (have != want) {
+        fclose(fp);
+        return trn_fail(TRN_ERR_FORMAT, "%s: %.0f bytes, but its header describes a %.0f-byte model (truncated?)", path, have, want);
+    }
+    fseek(fp, 1024, SEEK_SET);
+    size_t most = (size_t)c->padded_vocab * C;
+    float *buf = (float *)trn_calloc(most * sizeof(float), TRN_KIND_TEMP);
+    if (!buf) { fclose(fp); return trn_fail(TRN_ERR_NOMEM, "--init: %s", trn_error_reason()); }
+    trn_result r = TRN_OK;
+#define LLMC_READ(tensor, n)                                                                    \
+    do {                                                                                        \
+        if (r == TRN_OK) {                                                                      \
+            if (fread(buf, sizeof(float), (size_t)(n), fp) != (size_t)(n))                      \
+                r = trn_fail(TRN_ERR_FORMAT, "%s: short read at %s", path, (tensor)->name);     \
+            else trn_write(&g->m, (tensor), buf);                                               \
+        }                                                                                       \
+    } while (0)
+    LLMC_READ(g->wte, (size_t)src->file_vocab_rows * C); // rows past V stay 0 (calloc)
+    LLMC_READ(g->wpe, (size_t)c->block_size * C);
+    for (int l = 0; l < L; l++) LLMC_READ(g->h[l].ln1_w, C);
+    for (int l = 0; l < L; l++) LLMC_READ(g->h[l].ln1_b, C);
+    for (int l = 0; l < L; l++) LLMC_READ(g->h[l].qkv_w, 3 * C * C);
+    for (int l = 0; l < L; l++) LLMC_READ(g->h[l].qkv_b, 3 * C);
+    for (int l = 0; l < L; l++) LLMC_READ(g->h[l].proj_w, C * C);
+    for (int l = 0; l < L; l++) LLMC_READ(g->h[l].proj_b, C);
+    for (int l = 0; l < L; l++) LLMC_READ(g->h[l].ln2_w, C);
+    for (int l = 0; l < L; l++) LLMC_READ(g->h[l].ln2_b, C);
+    for (int l = 0; l < L; l++) LLMC_READ(g->h[l].fc_w, 4 * C * C);
+    for (int l = 0; l < L; l++) LLMC_READ(g->h[l].fc_b, 4 * C);
+    for (int l = 0; l < L; l++) LLMC_READ(g->h[l].fcp_w, 4 * C * C);
+    for (int l = 0; l < L; l++) LLMC_READ(g->h[l].fcp_b, C);
+    LLMC_READ(g->lnf_w, C);
+    LLMC_READ(g->lnf_b, C);
+#undef LLMC_READ
+    trn_free(buf);
+    fclose(fp);
+    return r;
+}
+
+// ===========================================================================
+// >>data: text or token shards -> one array of token ids -> the kit's loader
+// ===========================================================================
+
+// The kit's own text, found from the current folder or from the folder
+// above the program (examples/gpt2 -> .): the headers, README, every
+// example, test, bench and tool source. Returns the number of files.
+static int kit_corpus_files(const char *argv0, char ***paths_out) {
+    static const char *patterns[] = {"train.h", "train_cuda.h", "train_nccl.h", "README.md", "build.sh",
+                                     "examples/*.c", "examples/*.cu", "tests/*.c", "tests/*.cpp", "tests/*.h",
+                                     "tests/*.sh", "bench/*.c", "tools/*.c"};
+    char root[1024] = ".";
+    struct stat st;
+    if (stat("train.h", &st) != 0) {
+        const char *slash = strrchr(argv0, '/');
+        if (slash) snprintf(root, sizeof root, "%.*s/..", (int)(slash - argv0), argv0);
+    }
+    char **paths = NULL;
+    int n = 0, cap = 0;
+    for (size_t i = 0; i < sizeof patterns / sizeof patterns[0]; i++) {
+        char pat[1200];
+        glob_t gl;
+        snprintf(pat, sizeof pat, "%s/%s", root, patterns[i]);
+        if (glob(pat, 0, NULL, &gl) != 0) continue; // sorted, so the corpus is deterministic
+        for (size_t k = 0; k < gl.gl_pathc; k++) {
+            if (n == cap) {
+                cap = cap ? 2 * cap : 64;
+                char **np = (char **)realloc(paths, sizeof(char *) * (size_t)cap);
+                if (!np) { globfree(&gl); break; }
+                paths = np;
+            }
+            paths[n] = (char *)malloc(strlen(gl.gl_pathv[k]) + 1);
+            if (paths[n]) strcpy(paths[n], gl.gl_pathv[k]), n++;
+        }
+        globfree(&gl);
+    }
+    *paths_out = paths;
+    return n;
+}
+
+// Tokens of the run: --data FILE (text, tokenized; or an llm.c shard,
+// read as is) or the kit's own files. Every bad case exits with code 2.
+static void load_tokens(trn_tokens *tokens, const char *data, const trn_tokenizer *tok, const char *argv0) {
+    memset(tokens, 0, sizeof *tokens);
+    if (data) {
+        struct stat st;
+        if (stat(data, &st) != 0) die("--data %s: %s", data, strerror(errno));
+        if (S_ISDIR(st.st_mode)) die("--data %s: is a directory (give a text file or a .bin shard)", data);
+        if (st.st_size == 0) die("--data %s: the file is empty", data);
+        trn_result r = trn_tokens_load(tokens, data, tok);
+        if (r != TRN_OK) die("--data %s: %s", data, trn_error_reason());
+        return;
+    }
+    char **paths = NULL;
+    int n = kit_corpus_files(argv0, &paths);
+    char *text = NULL;
+    size_t len = 0;
+    if (n == 0 || trn_text_read_files(&text, &len, (const char *const *)paths, n, 1) != TRN_OK || len == 0)
+        die("no --data given and the kit's own text files (train.h, examples/*.c, ...) were not found: "
+            "run from the kit's folder or pass --data FILE");
+    printf("data: the kit's own text, %d files, %zu bytes\n", n, len);
+    for (int i = 0; i < n; i++) free(paths[i]);
+    free(paths);
+    trn_result r = trn_tokenizer_encode(tok, text, len, tokens);
+    free(text);
+    if (r != TRN_OK) die("tokenizing the kit's text: %s", trn_error_reason());
+}
+
+// ===========================================================================
+// >>train: evaluation, sampling, the log, the plot, checkpoints
+// ===========================================================================
+
+// mean validation loss over the first n validation batches (fixed, so
+// every evaluation sees the same tokens). Like torch.no_grad(): no tape.
+static float evaluate(gpt2 *g, trn_loader *ld, int n, int *x, int *y, int B, int T) {
+    double sum = 0.0;
+    g->m.grad_enabled = 0;
+    for (int i = 0; i < n; i++) {
+        trn_loader_val_batch(ld, i, x, y);
+        trn_reset(&g->m);
+        sum += trn_item(&g->m, gpt2_loss(g, x, y, B, T));
+    }
+    g->m.grad_enabled = 1;
+    return (float)(sum / n);
+}
+
+// Sample n tokens after the prompt: each new token recomputes the forward
+// pass over the last `window` tokens (simple; no key/value cache), takes
+// the logits of the last position, keeps the top_k, and draws from
+// softmax(logits / temperature) with the kit's RNG.
+static void sample_text(gpt2 *g, const trn_tokenizer *tok, const int *prompt, int n_prompt, int n, int window,
+                        float temperature, int top_k, trn_rng *rng) {
+    int V = g->cfg.vocab_size, Vp = g->cfg.padded_vocab;
+    int *ctx = (int *)malloc(sizeof(int) * (size_t)(n_prompt + n));
+    float *logits = (float *)malloc(sizeof(float) * (size_t)Vp);
+    int *idx = (int *)malloc(sizeof(int) * (size_t)V);
+    char text[256];
+    if (!ctx || !logits || !idx) trn_fatal("sample: out of memory");
+    memcpy(ctx, prompt, sizeof(int) * (size_t)n_prompt);
+    if (top_k <= 0 || top_k > V) top_k = V;
+    g->m.grad_enabled = 0;
+    size_t len = trn_tokenizer_decode(tok, ctx, (size_t)n_prompt, text, sizeof text);
+    fwrite(text, 1, len < sizeof text ? len : sizeof text - 1, stdout);
+    for (int i = n_prompt; i < n_prompt + n; i++) {
+        int start = i > window ? i - window : 0, T = i - start;
+        trn_reset(&g->m);
+        trn_tensor *lg = gpt2_forward(g, ctx + start, 1, T);
+        g->m.backend->download(logits, lg->data + (size_t)(T - 1) * Vp, sizeof(float) * (size_t)Vp);
+        // top-k by partial selection sort (k is small), then softmax over them
+        for (int v = 0; v < V; v++) idx[v] = v;
+        for (int k = 0; k < top_k; k++) {
+            int best = k;
+            for (int v = k + 1; v < V; v++) if (logits[idx[v]] > logits[idx[best]]) best = v;
+            int t = idx[k]; idx[k] = idx[best]; idx[best] = t;
+        }
+        double sum = 0.0, mx = logits[idx[0]];
+        for (int k = 0; k < top_k; k++) sum += exp((logits[idx[k]] - mx) / temperature);
+        double u = trn_rng_uniform(rng) * sum, acc = 0.0;
+        int pick = idx[top_k - 1];
+        for (int k = 0; k < top_k; k++) {
+            acc += exp((logits[idx[k]] - mx) / temperature);
+            if (u < acc) { pick = idx[k]; break; }
+        }
+        ctx[i] = pick;
+        len = trn_tokenizer_decode(tok, &pick, 1, text, sizeof text);
+        fwrite(text, 1, len < sizeof text ? len : sizeof text - 1, stdout);
+        fflush(stdout);
+    }
+    g->m.grad_enabled = 1;
+    free(ctx);
+    free(logits);
+    free(idx);
+}
+
+// The loss history, for the plot (and read back from --log on --resume).
+typedef struct history {
+    int n, cap, nv, capv;
+    float *step, *loss;    // training loss per step
+    float *vstep, *vloss;  // validation loss
+} history;
+
+static void hist_push(float **a, float **b, int *n, int *cap, float x, float y) {
+    if (*n == *cap) {
+        *cap = *cap ? 2 * *cap : 256;
+        float *na = (float *)realloc(*a, sizeof(float) * (size_t)*cap), *nb;
+        if (!na) return;
+        *a = na;
+        if (!(nb = (float *)realloc(*b, sizeof(float) * (size_t)*cap))) return;
+        *b = nb;
+    }
+    (*a)[*n] = x;
+    (*b)[*n] = y;
+    (*n)++;
+}
+
+// a number after "key": in one line of our JSONL (or 0 if absent)
+static int json_number(const char *line, const char *key, double *out) {
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *p = strstr(line, pat);
+    if (!p) return 0;
+    *out = strtod(p + strlen(pat), NULL);
+    return 1;
+}
+
+// On --resume: keep the log's lines up to the checkpoint's step (a run
+// killed after its last checkpoint logged steps that will now run again),
+// and read the loss history back for the plot.
+static void log_truncate_and_read(const char *path, long long upto, history *h) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return;
+    char tmp[1100], line[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *o = fopen(tmp, "wb");
+    if (!o) { fclose(f); return; }
+    while (fgets(line, sizeof line, f)) {
+        double step, v;
+        if (!json_number(line, "step", &step) || step > (double)upto) continue;
+        fputs(line, o);
+        if (json_number(line, "val_loss", &v)) hist_push(&h->vstep, &h->vloss, &h->nv, &h->capv, (float)step, (float)v);
+        else if (json_number(line, "loss", &v)) hist_push(&h->step, &h->loss, &h->n, &h->cap, (float)step, (float)v);
+    }
+    fclose(f);
+    if (fclose(o) == 0) rename(tmp, path);
+}
+
+// loss.svg: training loss (thin, blue) and validation loss (orange dots),
+// hand-written SVG, readable in any browser
+static void write_plot(const char *path, const history *h, const char *title) {
+    if (h->n == 0 && h->nv == 0) return;
+    FILE *f = fopen(path, "w");
+    if (!f) { fprintf(stderr, "gpt2: cannot write %s: %s\n", path, strerror(errno)); return; }
+    const double W = 800, H = 450, x0 = 70, y0 = 30, pw = 700, ph = 360;
+    double xmax = 1, ymin = 1e30, ymax = -1e30;
+    for (int i = 0; i < h->n; i++) {
+        if (h->step[i] > xmax) xmax = h->step[i];
+        if (h->loss[i] < ymin) ymin = h->loss[i];
+        if (h->loss[i] > ymax) ymax = h->loss[i];
+    }
+    for (int i = 0; i < h->nv; i++) {
+        if (h->vstep[i] > xmax) xmax = h->vstep[i];
+        if (h->vloss[i] < ymin) ymin = h->vloss[i];
+        if (h->vloss[i] > ymax) ymax = h->vloss[i];
+    }
+    if (!(ymax > ymin)) { ymax = ymin + 1; }
+    double pad = 0.05 * (ymax - ymin);
+    ymin = ymin - pad < 0 ? 0 : ymin - pad;
+    ymax += pad;
+#define PX(s) (x0 + pw * (s) / xmax)
+#define PY(v) (y0 + ph * (1.0 - ((v) - ymin) / (ymax - ymin)))
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" font-size=\"12\">\n", W, H);
+    fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
+    fprintf(f, "<text x=\"%.0f\" y=\"18\" font-size=\"14\">%s</text>\n", x0, title);
+    for (int k = 0; k <= 5; k++) { // grid and tick labels
+        double v = ymin + (ymax - ymin) * k / 5.0, s = xmax * k / 5.0;
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", x0, PY(v), x0 + pw, PY(v));
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%.2f</text>\n", x0 - 6, PY(v) + 4, v);
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", PX(s), y0, PX(s), y0 + ph);
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.0f</text>\n", PX(s), y0 + ph + 16, s);
+    }
+    fprintf(f, "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" stroke=\"black\"/>\n", x0, y0, pw, ph);
+    fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">step</text>\n", x0 + pw / 2, H - 10);
+    fprintf(f, "<text x=\"16\" y=\"%.0f\" transform=\"rotate(-90 16 %.0f)\" text-anchor=\"middle\">loss (nats/token)</text>\n",
+            y0 + ph / 2, y0 + ph / 2);
+    if (h->n) {
+        fprintf(f, "<polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"1.2\" points=\"");
+        for (int i = 0; i < h->n; i++) fprintf(f, "%.1f,%.1f ", PX(h->step[i]), PY(h->loss[i]));
+        fprintf(f, "\"/>\n");
+    }
+    if (h->nv) {
+        fprintf(f, "<polyline fill=\"none\" stroke=\"#ff7f0e\" stroke-width=\"2\" points=\"");
+        for (int i = 0; i < h->nv; i++) fprintf(f, "%.1f,%.1f ", PX(h->vstep[i]), PY(h->vloss[i]));
+        fprintf(f, "\"/>\n");
+        for (int i = 0; i < h->nv; i++)
+            fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"#ff7f0e\"/>\n", PX(h->vstep[i]), PY(h->vloss[i]));
+    }
+    fprintf(f, "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"#1f77b4\" stroke-width=\"2\"/>"
+               "<text x=\"%.0f\" y=\"%.0f\">train</text>\n", x0 + pw - 150, y0 + 15, x0 + pw - 125, y0 + 15, x0 + pw - 120, y0 + 19);
+    fprintf(f, "<circle cx=\"%.0f\" cy=\"%.0f\" r=\"3.5\" fill=\"#ff7f0e\"/><text x=\"%.0f\" y=\"%.0f\">validation</text>\n",
+            x0 + pw - 70, y0 + 15, x0 + pw - 60, y0 + 19);
+    fprintf(f, "</svg>\n");
+#undef PX
+#undef PY
+    fclose(f);
+}
+
+// The hyperparameters of a run, saved in every checkpoint so that
+// `--resume DIR` alone continues the same run (flags given again win).
+typedef struct run_args {
+    const char *model, *data, *bpe, *out, *resume, *init, *log, *prompt, *dump_logits;
+    long long steps;
+    int batch, seq, warmup, grad_accum, eval_every, eval_batches, ckpt_every, keep, sample, threads, top_k;
+    float lr, min_lr, weight_decay, clip, temperature;
+    long long seed;
+    int overfit;
+} run_args;
+
+static void run_to_meta(const run_args *a, trn_meta *meta) {
+    trn_meta_set_u64(meta, "run.batch", (uint64_t)a->batch);
+    trn_meta_set_u64(meta, "run.seq", (uint64_t)a->seq);
+    trn_meta_set_u64(meta, "run.grad_accum", (uint64_t)a->grad_accum);
+    trn_meta_set_u64(meta, "run.warmup", (uint64_t)a->warmup);
+    trn_meta_set_u64(meta, "run.steps", (uint64_t)a->steps);
+    trn_meta_set_u64(meta, "run.seed", (uint64_t)a->seed);
+    trn_meta_set_u64(meta, "run.overfit", (uint64_t)a->overfit);
+    trn_meta_set_f64(meta, "run.lr", a->lr);
+    trn_meta_set_f64(meta, "run.min_lr", a->min_lr);
+    trn_meta_set_f64(meta, "run.weight_decay", a->weight_decay);
+    trn_meta_set_f64(meta, "run.clip", a->clip);
+    trn_meta_set(meta, "run.data", a->data ? a->data : "");
+    trn_meta_set(meta, "run.bpe", a->bpe ? a->bpe : "");
+}
+
+// ===========================================================================
+// >>main
+// ===========================================================================
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: gpt2 [flags]          train GPT-2 with train.h (defaults in brackets)\n"
+            "model and data\n"
+            "  --model NAME       mini | tiny | gpt2 | gpt2-medium | gpt2-large | gpt2-xl [mini]\n"
+            "  --data FILE        text file, or llm.c token shard (.bin) [the kit's own text]\n"
+            "  --bpe DIR          GPT-2 tokenizer from DIR/vocab.json + DIR/merges.txt [bytes]\n"
+            "  --init PATH        start from weights: Hugging Face model.safetensors or llm.c .bin\n"
+            "training\n"
+            "  --steps N          optimizer steps of the whole run [300]\n"
+            "  --batch B          sequences per micro-batch [preset]\n"
+            "  --seq T            tokens per sequence [preset]\n"
+            "  --grad-accum K     micro-batches per step [1]\n"
+            "  --lr X             peak learning rate [preset]\n"
+            "  --min-lr X         final learning rate of the cosine [lr/10]\n"
+            "  --warmup N         linear warmup steps [steps/20]\n"
+            "  --weight-decay X   AdamW decoupled weight decay on matrices [0.1]\n"
+            "  --clip X           clip the global gradient norm, 0 = off [1.0]\n"
+            "  --seed N           initialization, data order, sampling [1337]\n"
+            "  --threads N        OpenMP threads [all cores]\n"
+            "  --overfit          train on one fixed batch (the loss should go to ~0)\n"
+            "evaluation, output\n"
+            "  --eval-every N     validation every N steps [steps/10]\n"
+            "  --eval-batches N   batches per validation [8]\n"
+            "  --sample N         tokens to generate at the end [preset: 400 bytes / 100 tokens]\n"
+            "  --prompt TEXT      start of the generated text [newline / <|endoftext|>]\n"
+            "  --temperature X    [0.8]   --top-k K [40]\n"
+            "  --out DIR          checkpoints, model.safetensors, loss.svg [runs/gpt2]\n"
+            "  --ckpt-every N     checkpoint every N steps, 0 = never [eval-every]\n"
+            "  --keep K           checkpoints kept in --out [3]\n"
+            "  --resume PATH      continue from a checkpoint file or run directory (newest valid)\n"
+            "  --log FILE         one JSON object per line per step and validation\n"
+            "  --dump-logits FILE write the logits of validation batch 0 (float32) at the end\n"
+            "  --help\n");
+}
+
+static long long parse_int(const char *flag, const char *s, long long lo, long long hi) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) die("%s: '%s' is not an integer in [%lld, %lld]", flag, s, lo, hi);
+    return v;
+}
+
+static float parse_float(const char *flag, const char *s, double lo, double hi) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi)) die("%s: '%s' is not a number in [%g, %g]", flag, s, lo, hi);
+    return (float)v;
+}
+
+#ifndef GPT2_NO_MAIN
+int main(int argc, char **argv) {
+    // --- defaults: -1 (or NULL) means "decided below": from the
+    // checkpoint when resuming, else from the preset or the other flags
+    run_args a;
+    memset(&a, 0, sizeof a);
+    a.model = NULL;          // preset name [mini]
+    a.out = "runs/gpt2";     // run directory
+    a.steps = -1;            // optimizer steps in the whole run [300]
+    a.batch = -1;            // B [preset]
+    a.seq = -1;              // T [preset]
+    a.grad_accum = -1;       // micro-batches per step [1]
+    a.lr = -1;               // peak learning rate [preset]
+    a.min_lr = -1;           // floor of the cosine [lr / 10]
+    a.warmup = -1;           // warmup steps [steps / 20]
+    a.weight_decay = -1;     // AdamW weight decay [0.1]
+    a.clip = -1;             // gradient clipping [1.0]
+    a.seed = -1;             // everything random [1337]
+    a.eval_every = -1;       // validation period [steps / 10]
+    a.eval_batches = 8;      // batches per validation
+    a.ckpt_every = -1;       // checkpoint period [eval_every]
+    a.keep = 3;              // checkpoints kept
+    a.sample = -1;           // tokens sampled at the end [400 bytes / 100 BPE tokens]
+    a.temperature = 0.8f;    // sampling temperature
+    a.top_k = 40;            // sample among the k most likely tokens
+    a.threads = 0;           // 0: OpenMP's default (all cores)
+
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i];
+        if (!strcmp(f, "--help") || !strcmp(f, "-h")) { usage(stdout); return 0; }
+        if (!strcmp(f, "--overfit")) { a.overfit = 1; continue; }
+        if (strncmp(f, "--", 2) != 0) die("unexpected argument '%s' (see --help)", f);
+        if (i + 1 >= argc) die("%s needs a value (see --help)", f);
+        const char *v = argv[++i];
+        if (!strcmp(f, "--model")) a.model = v;
+        else if (!strcmp(f, "--data")) a.data = v;
+        else if (!strcmp(f, "--bpe")) a.bpe = v;
+        else if (!strcmp(f, "--init")) a.init = v;
+        else if (!strcmp(f, "--out")) a.out = v;
+        else if (!strcmp(f, "--resume")) a.resume = v;
+        else if (!strcmp(f, "--log")) a.log = v;
+        else if (!strcmp(f, "--prompt")) a.prompt = v;
+        else if (!strcmp(f, "--dump-logits")) a.dump_logits = v;
+        else if (!strcmp(f, "--steps")) a.steps = parse_int(f, v, 0, 1000000000);
+        else if (!strcmp(f, "--batch")) a.batch = (int)parse_int(f, v, 1, 1 << 20);
+        else if (!strcmp(f, "--seq")) a.seq = (int)parse_int(f, v, 1, 1 << 20);
+        else if (!strcmp(f, "--grad-accum")) a.grad_accum = (int)parse_int(f, v, 1, 1 << 20);
+        else if (!strcmp(f, "--warmup")) a.warmup = (int)parse_int(f, v, 0, 1000000000);
+        else if (!strcmp(f, "--eval-every")) a.eval_every = (int)parse_int(f, v, 0, 1000000000);
+        else if (!strcmp(f, "--eval-batches")) a.eval_batches = (int)parse_int(f, v, 1, 1 << 20);
+        else if (!strcmp(f, "--ckpt-every")) a.ckpt_every = (int)parse_int(f, v, 0, 1000000000);
+        else if (!strcmp(f, "--keep")) a.keep = (int)parse_int(f, v, 1, 1000000);
+        else if (!strcmp(f, "--sample")) a.sample = (int)parse_int(f, v, 0, 1 << 20);
+        else if (!strcmp(f, "--top-k")) a.top_k = (int)parse_int(f, v, 1, 1 << 24);
+        else if (!strcmp(f, "--threads")) a.threads = (int)parse_int(f, v, 1, 4096);
+        else if (!strcmp(f, "--seed")) a.seed = parse_int(f, v, 0, (long long)9e18);
+        else if (!strcmp(f, "--lr")) a.lr = parse_float(f, v, 1e-12, 10);
+        else if (!strcmp(f, "--min-lr")) a.min_lr = parse_float(f, v, 0, 10);
+        else if (!strcmp(f, "--weight-decay")) a.weight_decay = parse_float(f, v, 0, 10);
+        else if (!strcmp(f, "--clip")) a.clip = parse_float(f, v, 0, 1e9);
+        else if (!strcmp(f, "--temperature")) a.temperature = parse_float(f, v, 1e-3, 100);
+        else die("unknown flag %s (see --help)", f);
+    }
+    if (a.threads > 0) trn_set_threads(a.threads);
+
+    // --- resume: find the checkpoint, read its model config and run flags
+    char ckpt_path[1024] = "";
+    trn_safetensors ck;
+    int have_ck = 0;
+    if (a.resume) {
+        struct stat st;
+        if (stat(a.resume, &st) != 0) die("--resume %s: %s", a.resume, strerror(errno));
+        if (S_ISDIR(st.st_mode)) {
+            long long s;
+            trn_result r = trn_checkpoint_latest(a.resume, ckpt_path, sizeof ckpt_path, &s);
+            if (r != TRN_OK) die("--resume %s: %s", a.resume, trn_error_reason());
+        } else {
+            snprintf(ckpt_path, sizeof ckpt_path, "%s", a.resume);
+        }
+        if (trn_safetensors_open(&ck, ckpt_path) != TRN_OK) die("--resume %s: %s", ckpt_path, trn_error_reason());
+        if (st_meta_long(&ck, "gpt2.n_layer") < 0 || st_meta_long(&ck, "run.step") < 0)
+            die("--resume %s: not a checkpoint of examples/gpt2 (no gpt2.* / run.* metadata)", ckpt_path);
+        have_ck = 1;
+        if (a.init) { printf("note: --resume wins over --init\n"); a.init = NULL; }
+    }
+#define FROM_CK_INT(field, key) do { if (a.field < 0 && have_ck && st_meta_long(&ck, key) >= 0) a.field = st_meta_long(&ck, key); } while (0)
+#define FROM_CK_F(field, key) do { const char *s_ = have_ck ? trn_safetensors_meta(&ck, key) : NULL; if (a.field < 0 && s_) a.field = (float)atof(s_); } while (0)
+#define FROM_CK_STR(field, key) do { const char *s_ = have_ck ? trn_safetensors_meta(&ck, key) : NULL; if (!a.field && s_ && *s_) a.field = strdup(s_); } while (0)
+    FROM_CK_INT(batch, "run.batch");
+    FROM_CK_INT(seq, "run.seq");
+    FROM_CK_INT(grad_accum, "run.grad_accum");
+    FROM_CK_INT(warmup, "run.warmup");
+    FROM_CK_INT(steps, "run.steps");
+    FROM_CK_INT(seed, "run.seed");
+    FROM_CK_F(lr, "run.lr");
+    FROM_CK_F(min_lr, "run.min_lr");
+    FROM_CK_F(weight_decay, "run.weight_decay");
+    FROM_CK_F(clip, "run.clip");
+    FROM_CK_STR(data, "run.data");
+    FROM_CK_STR(bpe, "run.bpe");
+    if (have_ck && st_meta_long(&ck, "run.overfit") == 1) a.overfit = 1;
+
+    // --- the model's shape: checkpoint > --init file > preset
+    const preset *pre = find_preset(a.model ? a.model : "mini");
+    if (!pre) {
+        char known[256] = "";
+        for (int i = 0; i < N_PRESETS; i++) strcat(strcat(known, i ? ", " : ""), PRESETS[i].name);
+        die("unknown --model '%s' (known: %s)", a.model, known);
+    }
+    gpt2_config cfg = pre->cfg;
+    init_source src;
+    if (have_ck) {
+        cfg.n_layer = (int)st_meta_long(&ck, "gpt2.n_layer");
+        cfg.n_head = (int)st_meta_long(&ck, "gpt2.n_head");
+        cfg.n_embd = (int)st_meta_long(&ck, "gpt2.n_embd");
+        cfg.block_size = (int)st_meta_long(&ck, "gpt2.block_size");
+        cfg.vocab_size = (int)st_meta_long(&ck, "gpt2.vocab_size");
+        cfg.padded_vocab = (int)st_meta_long(&ck, "gpt2.padded_vocab");
+        if (cfg.n_layer <= 0 || cfg.n_head <= 0 || cfg.n_embd <= 0 || cfg.block_size <= 0 || cfg.vocab_size <= 0 ||
+            cfg.padded_vocab < cfg.vocab_size || cfg.n_embd % cfg.n_head)
+            die("--resume %s: bad model config in its metadata", ckpt_path);
+    } else if (a.init) {
+        if (init_inspect(a.init, a.model ? pre->cfg.n_head : 0, &src) != TRN_OK) die("--init %s", trn_error_reason());
+        cfg = src.cfg;
+    }
+
+    // --- tokenizer: bytes, or GPT-2 BPE; its vocabulary must fit the model
+    trn_tokenizer tok;
+    if (a.bpe) {
+        if (trn_tokenizer_load_bpe_dir(&tok, a.bpe) != TRN_OK) die("--bpe %s: %s", a.bpe, trn_error_reason());
+        if (!have_ck && !a.init && cfg.vocab_size != tok.vocab_size) { // a fresh model takes the tokenizer's size
+            cfg.vocab_size = tok.vocab_size;
+            cfg.padded_vocab = pad_vocab(tok.vocab_size);
+        }
+        if (tok.vocab_size > cfg.vocab_size)
+            die("--bpe %s: %d tokens, but the model predicts only %d", a.bpe, tok.vocab_size, cfg.vocab_size);
+    } else {
+        trn_tokenizer_init_bytes(&tok);
+    }
+
+    // --- the rest of the defaults
+    if (a.steps < 0) a.steps = 300;
+    if (a.batch < 0) a.batch = pre->batch;
+    if (a.seq < 0) a.seq = pre->seq < cfg.block_size ? pre->seq : cfg.block_size;
+    if (a.grad_accum < 0) a.grad_accum = 1;
+    if (a.lr < 0) a.lr = pre->lr;
+    if (a.min_lr < 0) a.min_lr = a.lr / 10;
+    if (a.warmup < 0) a.warmup = (int)(a.steps / 20);
+    if (a.weight_decay < 0) a.weight_decay = 0.1f;
+    if (a.clip < 0) a.clip = 1.0f;
+    if (a.seed < 0) a.seed = 1337;
+    if (a.eval_every < 0) a.eval_every = a.steps >= 10 ? (int)(a.steps / 10) : 1;
+    if (a.ckpt_every < 0) a.ckpt_every = a.eval_every;
+    if (a.sample < 0) a.sample = cfg.vocab_size <= 256 ? 400 : 100;
+    if (a.seq > cfg.block_size) die("--seq %d is longer than the model's context of %d tokens", a.seq, cfg.block_size);
+    if (a.min_lr > a.lr) die("--min-lr %g is above --lr %g", a.min_lr, a.lr);
+    if (!a.bpe && cfg.vocab_size > 256 && !a.data && a.steps > 0)
+        die("the model has a %d-token vocabulary: give --bpe DIR (GPT-2's vocab.json + merges.txt) or --data SHARD.bin",
+            cfg.vocab_size);
+    int B = a.batch, T = a.seq;
+
+    // --- data: tokens -> checked against the vocabulary -> loader
+    trn_tokens tokens;
+    if (a.data && !a.bpe && cfg.vocab_size > 256) {
+        // a text file cannot be read without the BPE tokenizer; a shard can
+        FILE *fp = fopen(a.data, "rb");
+        int magic = 0;
+        if (fp && fread(&magic, 4, 1, fp) == 1 && magic != 20240520) {
+            fclose(fp);
+            die("--data %s: a text file for a %d-token model needs --bpe DIR", a.data, cfg.vocab_size);
+        }
+        if (fp) fclose(fp);
+    }
+    load_tokens(&tokens, a.data, &tok, argv[0]);
+    if (trn_tokens_check(tokens.ids, tokens.n, cfg.vocab_size) != TRN_OK)
+        die("%s: %s (the model's vocabulary is %d; a GPT-2 shard needs --model gpt2 or --init)",
+            a.data ? a.data : "data", trn_error_reason(), cfg.vocab_size);
+    trn_loader ld;
+    trn_loader_desc dd;
+    memset(&dd, 0, sizeof dd);
+    dd.B = B;
+    dd.T = T;
+    dd.seed = (uint64_t)a.seed;
+    dd.no_val = a.overfit; // one memorized batch: no validation split
+    if (trn_loader_init(&ld, tokens.ids, tokens.n, &dd) != TRN_OK)
+        die("%s: %zu tokens: %s", a.data ? a.data : "data", tokens.n, trn_error_reason());
+    if (a.eval_batches > ld.val_batches && ld.val_batches > 0) a.eval_batches = (int)ld.val_batches;
+
+    // --- the model
+    gpt2 g;
+    trn_result r = gpt2_create(&g, &cfg, GPT2_BACKEND());
+    if (r != TRN_OK) {
+        fprintf(stderr, "gpt2: cannot create the model: %s\n", trn_error_reason());
+        return 1;
+    }
+    trn_adamw opt;
+    trn_adamw_desc od;
+    memset(&od, 0, sizeof od);
+    od.lr = a.lr;
+    od.beta1 = 0.9f;
+    od.beta2 = 0.95f; // GPT-2/3 recipe (Brown et al. 2020), as nanoGPT and llm.c
+    od.eps = 1e-8f;
+    od.weight_decay = a.weight_decay;
+    od.no_weight_decay = a.weight_decay == 0.0f;
+    trn_adamw_init(&opt, &od);
+    trn_rng sample_rng;
+    trn_rng_seed(&sample_rng, (uint64_t)a.seed ^ 0x5A4D504C45ull);
+    long long step = 0;
+    history hist;
+    memset(&hist, 0, sizeof hist);
+
+    if (have_ck) {
+        trn_safetensors_close(&ck);
+        trn_meta meta;
+        if (trn_checkpoint_load(ckpt_path, &g.m, &opt, &meta) != TRN_OK)
+            die("--resume %s: %s", ckpt_path, trn_error_reason());
+        uint64_t u;
+        trn_meta_get_u64(&meta, "run.step", &u);
+        step = (long long)u;
+        if (trn_meta_get_u64(&meta, "run.sample_rng", &u) == TRN_OK) sample_rng.state = u;
+        trn_loader_pos pos = ld.pos;
+        uint64_t e, b;
+        if (trn_meta_get_u64(&meta, "run.data_epoch", &e) != TRN_OK || trn_meta_get_u64(&meta, "run.data_batch", &b) != TRN_OK)
+            die("--resume %s: no data position in the checkpoint", ckpt_path);
+        pos.epoch = (int64_t)e;
+        pos.batch = (int64_t)b;
+        if (trn_loader_seek(&ld, &pos) != TRN_OK)
+            die("--resume %s: the data differs from the run's (%s)", ckpt_path, trn_error_reason());
+        printf("resumed from %s at step %lld\n", ckpt_path, step);
+        if (a.log) log_truncate_and_read(a.log, step, &hist);
+    } else if (a.init) {
+        r = src.kind == 1 ? init_load_llmc(&g, a.init, &src) : init_load_safetensors(&g, a.init, &src);
+        if (r != TRN_OK) die("--init %s", trn_error_reason());
+        printf("loaded %s\n", a.init);
+    } else {
+        gpt2_init_weights(&g, (uint64_t)a.seed);
+    }
+    if (step > a.steps) die("--steps %lld: the checkpoint is already at step %lld", a.steps, step);
+
+    // --- say what is about to happen
+    printf("model: L=%d heads=%d C=%d context=%d vocab=%d (padded %d), %.2fM parameters, backend %s\n", cfg.n_layer,
+           cfg.n_head, cfg.n_embd, cfg.block_size, cfg.vocab_size, cfg.padded_vocab, g.m.n_floats / 1e6,
+           g.m.backend->name);
+    printf("data: %zu tokens (%zu train, %zu validation), %s tokenizer; batch %d x %d tokens x %d accumulation\n",
+           tokens.n, ld.n_train, ld.n_val, a.bpe ? "GPT-2 BPE" : "byte", B, T, a.grad_accum);
+    printf("train: %lld steps, lr %g -> %g (warmup %d, cosine), AdamW wd %g, clip %g, seed %lld, %d threads\n",
+           a.steps, a.lr, a.min_lr, a.warmup, a.weight_decay, a.clip, a.seed, trn_get_threads());
+    if (mkdir(a.out, 0777) != 0 && errno != EEXIST) die("--out %s: %s", a.out, strerror(errno));
+    FILE *logf = NULL;
+    if (a.log && !(logf = fopen(a.log, have_ck ? "a" : "w"))) die("--log %s: %s", a.log, strerror(errno));
+
+    int *x = (int *)malloc(sizeof(int) * (size_t)B * T), *y = (int *)malloc(sizeof(int) * (size_t)B * T);
+    if (!x || !y) die("out of memory for a batch");
+    if (a.overfit) trn_loader_next(&ld, x, y); // the one batch we will memorize
+    char path[1200], title[256];
+    snprintf(title, sizeof title, "examples/gpt2: L=%d C=%d, %s, batch %dx%d", cfg.n_layer, cfg.n_embd,
+             a.data ? a.data : "the kit's text", B, T);
+    double t_start = now_s();
+    float first_loss = -1, last_loss = -1, val = -1;
+    long long val_step = -1;
+
+    // evaluation: validation loss (the memorized batch for --overfit)
+#define EVALUATE()                                                                                 \
+    do {                                                                                           \
+        if (a.overfit) {                                                                           \
+            g.m.grad_enabled = 0;                                                                  \
+            trn_reset(&g.m);                                                                       \
+            val = trn_item(&g.m, gpt2_loss(&g, x, y, B, T));                                       \
+            g.m.grad_enabled = 1;                                                                  \
+        } else {                                                                                   \
+            val = evaluate(&g, &ld, a.eval_batches, x, y, B, T);                                   \
+        }                                                                                          \
+        val_step = step;                                                                           \
+        printf("step %5lld | val_loss %.4f\n", step, val);                                         \
+        if (logf) fprintf(logf, "{\"step\":%lld,\"val_loss\":%.9g}\n", step, val), fflush(logf);   \
+        hist_push(&hist.vstep, &hist.vloss, &hist.nv, &hist.capv, (float)step, val);              \
+    } while (0)
+    if (step == 0 && a.eval_every > 0 && a.steps > 0) EVALUATE();
+
+    // --- the training loop
+    while (step < a.steps) {
+        double t0 = now_s();
+        float lr = trn_lr_schedule(step, a.warmup, a.steps, a.lr, a.min_lr);
+        float loss = 0.0f;
+        trn_zero_grad(&g.m);
+        for (int k = 0; k < a.grad_accum; k++) {
+            if (!a.overfit) trn_loader_next(&ld, x, y);
+            trn_reset(&g.m);
+            trn_tensor *l = gpt2_loss(&g, x, y, B, T);
+            loss += trn_item(&g.m, l) / (float)a.grad_accum;
+            trn_backward(&g.m, l); // grads += d(this micro-batch's mean loss)
+        }
+        // the mean over micro-batches: scale the summed gradients once
+        if (a.grad_accum > 1) g.m.backend->scale(g.m.grad_data, 1.0f / (float)a.grad_accum, g.m.n_floats);
+        float norm = trn_clip_grad_norm(&g.m, a.clip);
+        CHECK_OK(trn_adamw_step(&opt, &g.m, lr));
+        g.m.backend->sync();
+        step++;
+        double ms = 1e3 * (now_s() - t0), tps = (double)B * T * a.grad_accum / (ms / 1e3);
+        size_t mem = trn_ledger_total(TRN_HOST) + trn_ledger_total(TRN_DEVICE);
+        if (first_loss < 0) first_loss = loss;
+        last_loss = loss;
+        printf("step %5lld/%lld | loss %.4f | lr %.2e | norm %.3f | %7.1f ms | %6.0f tok/s | mem %.1f MiB\n", step,
+               a.steps, loss, lr, norm, ms, tps, mem / 1048576.0);
+        if (logf)
+            fprintf(logf, "{\"step\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"ms\":%.3f,\"tok_per_s\":%.1f,\"mem_bytes\":%zu}\n",
+                    step, loss, lr, norm, ms, tps, mem), fflush(logf);
+        hist_push(&hist.step, &hist.loss, &hist.n, &hist.cap, (float)step, loss);
+        if (a.eval_every > 0 && (step % a.eval_every == 0 || step == a.steps)) {
+            EVALUATE();
+            snprintf(path, sizeof path, "%s/loss.svg", a.out);
+            write_plot(path, &hist, title);
+        }
+        if (a.ckpt_every > 0 && (step % a.ckpt_every == 0 || step == a.steps)) {
+            // everything the next step depends on: weights, AdamW (in the
+            // file's tensors), step, RNG, data position, flags (metadata)
+            trn_meta meta;
+            memset(&meta, 0, sizeof meta);
+            config_to_meta(&cfg, &meta);
+            run_to_meta(&a, &meta);
+            trn_loader_pos pos = trn_loader_tell(&ld);
+            trn_meta_set_u64(&meta, "run.step", (uint64_t)step);
+            trn_meta_set_u64(&meta, "run.sample_rng", sample_rng.state);
+            trn_meta_set_u64(&meta, "run.data_epoch", (uint64_t)pos.epoch);
+            trn_meta_set_u64(&meta, "run.data_batch", (uint64_t)pos.batch);
+            CHECK_OK(trn_checkpoint_save_dir(a.out, step, a.keep, &g.m, &opt, &meta, path, sizeof path));
+            printf("checkpoint %s\n", path);
+        }
+    }
+    double wall = now_s() - t_start;
+
+    // --- the end: a final validation, the plot, the weights, a sample
+    if (val_step != step || a.eval_every == 0) EVALUATE();
+    if (a.steps > 0 && first_loss >= 0)
+        printf("trained %lld steps in %.1f s: loss %.4f -> %.4f, val_loss %.4f\n", a.steps, wall, first_loss, last_loss, val);
+    printf("final val_loss %.9g\n", val);
+    snprintf(path, sizeof path, "%s/loss.svg", a.out);
+    write_plot(path, &hist, title);
+    {
+        trn_meta meta;
+        memset(&meta, 0, sizeof meta);
+        config_to_meta(&cfg, &meta);
+        snprintf(path, sizeof path, "%s/model.safetensors", a.out);
+        CHECK_OK(trn_safetensors_save(path, &g.m, &meta));
+        printf("wrote %s and %s/loss.svg\n", path, a.out);
+    }
+    if (a.dump_logits) { // the logits of validation batch 0, for comparisons
+        FILE *f = fopen(a.dump_logits, "wb");
+        if (!f) die("--dump-logits %s: %s", a.dump_logits, strerror(errno));
+        if (a.overfit) trn_loader_next(&ld, x, y);
+        else trn_loader_val_batch(&ld, 0, x, y);
+        g.m.grad_enabled = 0;
+        trn_reset(&g.m);
+        trn_tensor *lg = gpt2_forward(&g, x, B, T);
+        float *host = (float *)malloc(sizeof(float) * lg->size);
+        if (!host) die("out of memory");
+        trn_read(&g.m, lg, host);
+        fwrite(host, sizeof(float), lg->size, f);
+        fclose(f);
+        free(host);
+        g.m.grad_enabled = 1;
+    }
+    if (a.sample > 0) {
+        trn_tokens p;
+        memset(&p, 0, sizeof p);
+        int start[1];
+        start[0] = cfg.vocab_size <= 256 ? '\n' : (tok.eot_id >= 0 ? tok.eot_id : 0);
+        const int *prompt = start;
+        int n_prompt = 1;
+        if (a.prompt && *a.prompt) {
+            if (trn_tokenizer_encode(&tok, a.prompt, strlen(a.prompt), &p) != TRN_OK) die("--prompt: %s", trn_error_reason());
+            if (trn_tokens_check(p.ids, p.n, cfg.vocab_size) != TRN_OK) die("--prompt: %s", trn_error_reason());
+            prompt = p.ids;
+            n_prompt = (int)(p.n < (size_t)T ? p.n : (size_t)T);
+        }
+        printf("---- sample (%d tokens, temperature %g, top-k %d) ----\n", a.sample, a.temperature, a.top_k);
+        sample_text(&g, &tok, prompt, n_prompt, a.sample, T, a.temperature, a.top_k, &sample_rng);
+        printf("\n----\n");
+        trn_tokens_free(&p);
+    }
+    if (logf) fclose(logf);
+    free(x);
+    free(y);
+    free(hist.step); free(hist.loss); free(hist.vstep); free(hist.vloss);
+    trn_loader_free(&ld);
+    trn_tokens_free(&tokens);
+    trn_tokenizer_free(&tok);
+    trn_adamw_free(&opt);
+    gpt2_free(&g);
+    return 0;
+}
+#endif /* GPT2_NO_MAIN */

@@ -1,0 +1,545 @@
+// build: -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+/* tests/test_cuda_kernels.cpp - every kernel of train_cuda.h against the CPU
+   backend of train.h, and 10 training steps of a small GPT through both.
+
+   Built by g++ with tests/cuda_on_cpu.h, the kernels run on the CPU: each
+   block's threads as fibers in a random order between barriers, cuBLAS as a
+   reference GEMM, device memory as host memory under AddressSanitizer (see
+   the build line). The same source compiled by nvcc (tests/test_cuda_gpu.cu)
+   runs the same checks on a real GPU.
+
+   Shapes are odd on purpose (37 rows, 53 channels, T=13 and 40, a vocabulary
+   of 67 padded to 72): nothing is a multiple of a block or warp size.
+   For each kernel it prints the largest |cuda - cpu| seen. TF32 is off for
+   the kernel checks (fp32 GEMMs match to rounding); one check turns it on.
+
+   Run:  tests/bin/test_cuda_kernels [--seed N]     (CUEMU_SEED=n picks the
+         thread order of the harness)
+*/
+#define TRAIN_IMPLEMENTATION
+#include "train.h"
+#ifndef __CUDACC__
+#include "tests/cuda_on_cpu.h"
+#endif
+#define TRAIN_CUDA_IMPLEMENTATION
+#include "train_cuda.h"
+#include "tests/check.h"
+
+#include <string.h>
+#include <vector>
+
+typedef std::vector<float> vec;
+static const trn_backend *GPU, *CPU;
+static trn_rng RNG;
+
+static long harness_errors(void) {
+#ifdef TRN_CUDA_ON_CPU
+    return cuemu::errors();
+#else
+    return 0;
+#endif
+}
+
+static vec randn(size_t n, float scale = 1.0f) {
+    vec v(n);
+    for (size_t i = 0; i < n; i++) v[i] = scale * trn_rng_normal(&RNG);
+    return v;
+}
+/* device copies that free themselves */
+struct dbuf {
+    void *p = nullptr;
+    size_t bytes = 0;
+    dbuf(const void *host, size_t b) : bytes(b) {
+        p = GPU->alloc(b ? b : 1, TRN_KIND_TEMP);
+        if (!p) trn_fatal("test: %s", trn_error_reason());
+        if (host && b) GPU->upload(p, host, b);
+    }
+    explicit dbuf(const vec &v) : dbuf(v.data(), v.size() * sizeof(float)) {}
+    ~dbuf() { GPU->free(p); }
+    float *f() { return (float *)p; }
+    int *i() { return (int *)p; }
+    vec get() {
+        vec h(bytes / sizeof(float));
+        GPU->download(h.data(), p, bytes);
+        return h;
+    }
+};
+
+static double maxdiff(const vec &a, const vec &b) {
+    double d = 0;
+    if (a.size() != b.size()) return INFINITY;
+    for (size_t i = 0; i < a.size(); i++) {
+        double e = fabs((double)a[i] - (double)b[i]);
+        if (!(e <= d)) d = e; /* NaN wins */
+    }
+    return d;
+}
+
+/* one line per kernel; the table at the end repeats them */
+struct result { char name[48]; double diff, tol; };
+static std::vector<result> results;
+static void report(const char *name, double diff, double tol, long err0) {
+    result r;
+    snprintf(r.name, sizeof r.name, "%s", name);
+    r.diff = diff;
+    r.tol = tol;
+    results.push_back(r);
+    CHECK(diff <= tol, "%s: max|cuda-cpu| = %.3g > tol %.3g\n", name, diff, tol);
+    CHECK(harness_errors() == err0, "%s: the harness reported %ld errors\n", name, harness_errors() - err0);
+}
+
+/* ---------------------------------------------------------------- kernels */
+static void test_matmul(int N, int C, int OC, int with_bias, double tol, const char *label) {
+    long e0 = harness_errors();
+    vec inp = randn((size_t)N * C), w = randn((size_t)OC * C, 0.3f), bias = randn((size_t)OC);
+    vec out_c((size_t)N * OC);
+    trn_matmul_forward(out_c.data(), inp.data(), w.data(), with_bias ? bias.data() : NULL, N, C, OC);
+    dbuf di(inp), dw(w), db(bias), dout(NULL, out_c.size() * sizeof(float));
+    GPU->matmul_forward(dout.f(), di.f(), dw.f(), with_bias ? db.f() : NULL, N, C, OC);
+    char name[48];
+    snprintf(name, sizeof name, "matmul_forward%s", label);
+    report(name, maxdiff(dout.get(), out_c), tol, e0);
+
+    /* backward accumulates: start every gradient from nonzero values */
+    vec g = randn((size_t)N * OC), dinp0 = randn((size_t)N * C), dw0 = randn((size_t)OC * C), db0 = randn((size_t)OC);
+    vec dinp_c = dinp0, dw_c = dw0, db_c = db0;
+    trn_matmul_backward(dinp_c.data(), dw_c.data(), with_bias ? db_c.data() : NULL, g.data(), inp.data(), w.data(), N,
+                        C, OC);
+    dbuf dg(g), ddi(dinp0), ddw(dw0), ddb(db0);
+    GPU->matmul_backward(ddi.f(), ddw.f(), with_bias ? ddb.f() : NULL, dg.f(), di.f(), dw.f(), N, C, OC);
+    double d = maxdiff(ddi.get(), dinp_c);
+    d = fmax(d, maxdiff(ddw.get(), dw_c));
+    d = fmax(d, maxdiff(ddb.get(), db_c));
+    snprintf(name, sizeof name, "matmul_backward%s", label);
+    report(name, d, tol, e0);
+    /* NULL outputs are skipped */
+    GPU->matmul_backward(NULL, NULL, NULL, dg.f(), di.f(), dw.f(), N, C, OC);
+    CHECK(maxdiff(ddi.get(), dinp_c) <= tol, "matmul_backward with NULL outputs changed something\n");
+}
+
+static void test_embedding(int N, int C, int V) {
+    long e0 = harness_errors();
+    std::vector<int> ids((size_t)N);
+    for (int i = 0; i < N; i++) ids[(size_t)i] = (int)trn_rng_below(&RNG, (uint32_t)V);
+    ids[0] = ids[1] = 3; /* repeated ids add into one row */
+    vec table = randn((size_t)V * C), out_c((size_t)N * C);
+    trn_embedding_forward(out_c.data(), ids.data(), table.data(), N, C);
+    dbuf dids(ids.data(), ids.size() * sizeof(int)), dt(table), dout(NULL, out_c.size() * sizeof(float));
+    GPU->embedding_forward(dout.f(), dids.i(), dt.f(), N, C);
+    report("embedding_forward", maxdiff(dout.get(), out_c), 0.0, e0);
+    vec g = randn((size_t)N * C), dt0 = randn((size_t)V * C), dt_c = dt0;
+    trn_embedding_backward(dt_c.data(), g.data(), ids.data(), N, C);
+    dbuf dg(g), ddt(dt0);
+    GPU->embedding_backward(ddt.f(), dg.f(), dids.i(), N, C);
+    report("embedding_backward", maxdiff(ddt.get(), dt_c), 1e-5, e0);
+}
+
+static void test_layernorm(int N, int C) {
+    long e0 = harness_errors();
+    vec inp = randn((size_t)N * C, 2.0f), w = randn((size_t)C), b = randn((size_t)C);
+    for (size_t i = 0; i < inp.size(); i++) inp[i] += 0.5f; /* a nonzero mean */
+    vec out_c((size_t)N * C), mean_c((size_t)N), rstd_c((size_t)N);
+    trn_layernorm_forward(out_c.data(), mean_c.data(), rstd_c.data(), inp.data(), w.data(), b.data(), N, C);
+    dbuf di(inp), dw(w), db(b), dout(NULL, out_c.size() * 4), dm(NULL, (size_t)N * 4), dr(NULL, (size_t)N * 4);
+    GPU->layernorm_forward(dout.f(), dm.f(), dr.f(), di.f(), dw.f(), db.f(), N, C);
+    double d = maxdiff(dout.get(), out_c);
+    d = fmax(d, maxdiff(dm.get(), mean_c));
+    d = fmax(d, maxdiff(dr.get(), rstd_c));
+    char name[48];
+    snprintf(name, sizeof name, "layernorm_forward C=%d", C);
+    report(name, d, 2e-5, e0);
+    vec g = randn((size_t)N * C), dx0 = randn((size_t)N * C), dw0 = randn((size_t)C), db0 = randn((size_t)C);
+    vec dx_c = dx0, dw_c = dw0, db_c = db0;
+    trn_layernorm_backward(dx_c.data(), dw_c.data(), db_c.data(), g.data(), inp.data(), w.data(), mean_c.data(),
+                           rstd_c.data(), N, C);
+    dbuf dg(g), ddx(dx0), ddw(dw0), ddb(db0);
+    GPU->layernorm_backward(ddx.f(), ddw.f(), ddb.f(), dg.f(), di.f(), dw.f(), dm.f(), dr.f(), N, C);
+    d = maxdiff(ddx.get(), dx_c);
+    d = fmax(d, maxdiff(ddw.get(), dw_c));
+    d = fmax(d, maxdiff(ddb.get(), db_c));
+    snprintf(name, sizeof name, "layernorm_backward C=%d", C);
+    report(name, d, 1e-4, e0);
+}
+
+/* the elementwise ops: gelu, relu, add, accumulate, mse, scale */
+static void test_elementwise(size_t n) {
+    long e0 = harness_errors();
+    vec x = randn(n, 2.0f), y = randn(n), g = randn(n), d0 = randn(n);
+    dbuf dx(x), dy(y), dg(g), dout(NULL, n * 4);
+    vec c(n);
+    trn_gelu_forward(c.data(), x.data(), n);
+    GPU->gelu_forward(dout.f(), dx.f(), n);
+    report("gelu_forward", maxdiff(dout.get(), c), 1e-6, e0);
+    {
+        vec cc = d0;
+        dbuf dd(d0);
+        trn_gelu_backward(cc.data(), x.data(), g.data(), n);
+        GPU->gelu_backward(dd.f(), dx.f(), dg.f(), n);
+        report("gelu_backward", maxdiff(dd.get(), cc), 1e-6, e0);
+    }
+    trn_relu_forward(c.data(), x.data(), n);
+    GPU->relu_forward(dout.f(), dx.f(), n);
+    report("relu_forward", maxdiff(dout.get(), c), 0.0, e0);
+    {
+        vec cc = d0;
+        dbuf dd(d0), drelu(c);
+        trn_relu_backward(cc.data(), c.data(), g.data(), n);
+        GPU->relu_backward(dd.f(), drelu.f(), dg.f(), n);
+        report("relu_backward", maxdiff(dd.get(), cc), 0.0, e0);
+    }
+    trn_add_forward(c.data(), x.data(), y.data(), n);
+    GPU->add_forward(dout.f(), dx.f(), dy.f(), n);
+    report("add_forward", maxdiff(dout.get(), c), 0.0, e0);
+    {
+        vec cc = d0;
+        dbuf dd(d0);
+        trn_accumulate(cc.data(), g.data(), n);
+        GPU->accumulate(dd.f(), dg.f(), n);
+        report("accumulate (add backward)", maxdiff(dd.get(), cc), 0.0, e0);
+    }
+    trn_mse_forward(c.data(), x.data(), y.data(), n);
+    GPU->mse_forward(dout.f(), dx.f(), dy.f(), n);
+    report("mse_forward", maxdiff(dout.get(), c), 1e-6, e0);
+    {
+        vec cc = d0;
+        dbuf dd(d0);
+        trn_mse_backward(cc.data(), x.data(), y.data(), 1.0f / (float)n, n);
+        GPU->mse_backward(dd.f(), dx.f(), dy.f(), 1.0f / (float)n, n);
+        report("mse_backward", maxdiff(dd.get(), cc), 1e-7, e0);
+    }
+    {
+        vec cc = x;
+        dbuf dd(x);
+        trn_scale(cc.data(), 0.37f, n);
+        GPU->scale(dd.f(), 0.37f, n);
+        report("scale", maxdiff(dd.get(), cc), 0.0, e0);
+    }
+    {
+        double sc = trn_sum_squares(x.data(), n), sg = GPU->sum_squares(dx.f(), n);
+        report("sum_squares (relative)", fabs(sc - sg) / sc, 1e-12, e0);
+    }
+}
+
+static void test_attention(int B, int T, int C, int NH, int causal) {
+    long e0 = harness_errors();
+    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, na = (size_t)B * NH * T * T;
+    vec qkv = randn(nq), out_c(no), att_c(na);
+    trn_attention_forward(out_c.data(), att_c.data(), qkv.data(), B, T, C, NH, causal);
+    dbuf dq(qkv), dout(NULL, no * 4), datt(NULL, na * 4);
+    GPU->attention_forward(dout.f(), datt.f(), dq.f(), B, T, C, NH, causal);
+    char name[64];
+    snprintf(name, sizeof name, "attention_forward %s T=%d", causal ? "causal" : "full", T);
+    report(name, fmax(maxdiff(dout.get(), out_c), maxdiff(datt.get(), att_c)), 2e-6, e0);
+    vec g = randn(no), dqkv0 = randn(nq), dqkv_c = dqkv0, scratch_c(na);
+    trn_attention_backward(dqkv_c.data(), scratch_c.data(), g.data(), qkv.data(), att_c.data(), B, T, C, NH, causal);
+    dbuf dg(g), ddq(dqkv0), dscr(NULL, na * 4);
+    GPU->attention_backward(ddq.f(), dscr.f(), dg.f(), dq.f(), datt.f(), B, T, C, NH, causal);
+    snprintf(name, sizeof name, "attention_backward %s T=%d", causal ? "causal" : "full", T);
+    report(name, maxdiff(ddq.get(), dqkv_c), 1e-5, e0);
+}
+
+static void test_crossentropy(int N, int V, int Vp) {
+    long e0 = harness_errors();
+    vec logits = randn((size_t)N * Vp, 3.0f);
+    std::vector<int> tg((size_t)N);
+    for (int i = 0; i < N; i++) tg[(size_t)i] = (int)trn_rng_below(&RNG, (uint32_t)V);
+    tg[0] = V - 1; /* the last real class */
+    vec loss_c((size_t)N), lse_c((size_t)N);
+    trn_crossentropy_forward(loss_c.data(), lse_c.data(), logits.data(), tg.data(), N, V, Vp);
+    dbuf dl(logits), dt(tg.data(), tg.size() * sizeof(int)), dloss(NULL, (size_t)N * 4), dlse(NULL, (size_t)N * 4);
+    GPU->crossentropy_forward(dloss.f(), dlse.f(), dl.f(), dt.i(), N, V, Vp);
+    char name[48];
+    snprintf(name, sizeof name, "crossentropy_forward V=%d", V);
+    report(name, fmax(maxdiff(dloss.get(), loss_c), maxdiff(dlse.get(), lse_c)), 1e-5, e0);
+    vec d0 = randn((size_t)N * Vp), dc = d0;
+    trn_crossentropy_backward(dc.data(), logits.data(), lse_c.data(), tg.data(), 1.0f / (float)N, N, V, Vp);
+    dbuf dd(d0);
+    GPU->crossentropy_backward(dd.f(), dl.f(), dlse.f(), dt.i(), 1.0f / (float)N, N, V, Vp);
+    vec got = dd.get();
+    snprintf(name, sizeof name, "crossentropy_backward V=%d", V);
+    report(name, maxdiff(got, dc), 1e-6, e0);
+    int pad_ok = 1; /* the padding columns are not touched */
+    for (int n = 0; n < N; n++)
+        for (int v = V; v < Vp; v++) pad_ok &= got[(size_t)n * Vp + v] == d0[(size_t)n * Vp + v];
+    CHECK(pad_ok, "crossentropy_backward wrote into the padding columns\n");
+}
+
+static void test_meanpool(int B, int T, int C) {
+    long e0 = harness_errors();
+    vec x = randn((size_t)B * T * C), c((size_t)B * C);
+    trn_meanpool_forward(c.data(), x.data(), B, T, C);
+    dbuf dx(x), dout(NULL, c.size() * 4);
+    GPU->meanpool_forward(dout.f(), dx.f(), B, T, C);
+    report("meanpool_forward", maxdiff(dout.get(), c), 1e-6, e0);
+    vec g = randn((size_t)B * C), d0 = randn(x.size()), dc = d0;
+    trn_meanpool_backward(dc.data(), g.data(), B, T, C);
+    dbuf dg(g), dd(d0);
+    GPU->meanpool_backward(dd.f(), dg.f(), B, T, C);
+    report("meanpool_backward", maxdiff(dd.get(), dc), 1e-6, e0);
+}
+
+static void test_adamw(size_t n) {
+    long e0 = harness_errors();
+    vec p = randn(n), g = randn(n), m = randn(n, 0.1f), v = randn(n, 0.1f);
+    for (size_t i = 0; i < n; i++) v[i] = v[i] * v[i];
+    vec pc = p, mc = m, vc = v;
+    trn_adamw_update(pc.data(), g.data(), mc.data(), vc.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.19f, 0.0975f);
+    dbuf dp(p), dg(g), dm(m), dv(v);
+    GPU->adamw_update(dp.f(), dg.f(), dm.f(), dv.f(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.19f, 0.0975f);
+    double d = fmax(maxdiff(dp.get(), pc), fmax(maxdiff(dm.get(), mc), maxdiff(dv.get(), vc)));
+    report("adamw_update", d, 1e-6, e0);
+}
+
+/* memory ops of the table: zero, copy, upload/download round trip */
+static void test_memory(void) {
+    vec x = randn(1001);
+    dbuf a(x), b(NULL, x.size() * 4);
+    GPU->copy(b.p, a.p, x.size() * 4);
+    CHECK(maxdiff(b.get(), x) == 0.0, "copy\n");
+    GPU->zero(a.p, x.size() * 4);
+    GPU->sync();
+    CHECK(maxdiff(a.get(), vec(x.size(), 0.0f)) == 0.0, "zero\n");
+    /* zero-sized calls launch nothing (a 0-block launch is an error on a GPU) */
+    GPU->gelu_forward(a.f(), b.f(), 0);
+    GPU->matmul_forward(a.f(), b.f(), b.f(), NULL, 0, 4, 4);
+    GPU->layernorm_forward(a.f(), a.f(), a.f(), b.f(), b.f(), b.f(), 0, 4);
+    CHECK(GPU->sum_squares(a.f(), 0) == 0.0, "sum_squares of nothing\n");
+}
+
+/* ------------------------------------------------------- a small GPT, twice */
+struct gpt {
+    trn_model m;
+    int V, Vp, C, NH, L, T;
+    trn_tensor *wte, *wpe, *lnf_w, *lnf_b;
+    std::vector<trn_tensor *> blk; /* 12 per layer */
+};
+static void gpt_create(gpt *g, const trn_backend *be, int V, int Vp, int C, int NH, int L, int T) {
+    trn_model_init(&g->m, be);
+    g->V = V; g->Vp = Vp; g->C = C; g->NH = NH; g->L = L; g->T = T;
+    trn_model *m = &g->m;
+    g->wte = trn_param2(m, "wte", Vp, C);
+    g->wpe = trn_param2(m, "wpe", T, C);
+    char n[64];
+    for (int l = 0; l < L; l++) {
+        const char *names[12] = {"ln1.w", "ln1.b", "qkv.w", "qkv.b", "proj.w", "proj.b",
+                                 "ln2.w", "ln2.b", "fc.w",  "fc.b",  "fcp.w",  "fcp.b"};
+        int d0[12] = {C, C, 3 * C, 3 * C, C, C, C, C, 4 * C, 4 * C, C, C};
+        int d1[12] = {0, 0, C, 0, C, 0, 0, 0, C, 0, 4 * C, 0};
+        for (int k = 0; k < 12; k++) {
+            snprintf(n, sizeof n, "h%d.%s", l, names[k]);
+            g->blk.push_back(d1[k] ? trn_param2(m, n, d0[k], d1[k]) : trn_param1(m, n, d0[k]));
+        }
+    }
+    g->lnf_w = trn_param1(m, "lnf.w", C);
+    g->lnf_b = trn_param1(m, "lnf.b", C);
+    if (trn_model_alloc(m) != TRN_OK) trn_fatal("gpt: %s", trn_error_reason());
+}
+/* the same numbers into both models: generated on the host, then written */
+static void gpt_init(gpt *g, uint64_t seed) {
+    trn_rng r;
+    trn_rng_seed(&r, seed);
+    for (int i = 0; i < g->m.n_params; i++) {
+        trn_tensor *t = g->m.params[i];
+        vec h(t->size);
+        int is_ln_w = strstr(t->name, "ln") && strstr(t->name, ".w");
+        for (size_t k = 0; k < t->size; k++)
+            h[k] = t->ndim == 2 ? 0.05f * trn_rng_normal(&r) : (is_ln_w ? 1.0f : 0.01f * trn_rng_normal(&r));
+        trn_write(&g->m, t, h.data());
+    }
+}
+static trn_tensor *gpt_loss(gpt *g, const int *ids, const int *pos, const int *targets, int B) {
+    trn_model *m = &g->m;
+    int T = g->T;
+    trn_tensor *x = trn_add(m, trn_embedding(m, g->wte, ids, B, T), trn_embedding(m, g->wpe, pos, B, T));
+    for (int l = 0; l < g->L; l++) {
+        trn_tensor **p = &g->blk[(size_t)l * 12];
+        trn_tensor *h = trn_layernorm(m, x, p[0], p[1]);
+        h = trn_attention(m, trn_linear(m, h, p[2], p[3]), g->NH, 1);
+        x = trn_add(m, x, trn_linear(m, h, p[4], p[5]));
+        h = trn_layernorm(m, x, p[6], p[7]);
+        h = trn_linear(m, trn_gelu(m, trn_linear(m, h, p[8], p[9])), p[10], p[11]);
+        x = trn_add(m, x, h);
+    }
+    x = trn_layernorm(m, x, g->lnf_w, g->lnf_b);
+    return trn_cross_entropy(m, trn_linear(m, x, g->wte, NULL), targets, g->V);
+}
+
+static void test_training(int tf32, double loss_tol, double param_tol) {
+    const int V = 67, Vp = 72, C = 48, NH = 4, L = 2, T = 13, B = 3, steps = 10;
+    long e0 = harness_errors();
+    trn_cuda_set_tf32(tf32);
+    gpt cg, gg;
+    gpt_create(&cg, CPU, V, Vp, C, NH, L, T);
+    gpt_create(&gg, GPU, V, Vp, C, NH, L, T);
+    gpt_init(&cg, 7);
+    gpt_init(&gg, 7);
+    trn_adamw_desc desc;
+    memset(&desc, 0, sizeof desc);
+    desc.lr = 3e-3f;
+    desc.weight_decay = 0.1f;
+    trn_adamw oc, og;
+    trn_adamw_init(&oc, &desc);
+    trn_adamw_init(&og, &desc);
+    /* a learnable sequence: token t+1 follows token t (mod V), random starts */
+    std::vector<int> ids((size_t)B * T), tg((size_t)B * T), pos((size_t)B * T);
+    double worst_loss = 0, worst_norm = 0;
+    float first = 0, last = 0;
+    for (int s = 0; s < steps; s++) {
+        for (int b = 0; b < B; b++) {
+            int start = (int)trn_rng_below(&RNG, (uint32_t)V);
+            for (int t = 0; t < T; t++) {
+                ids[(size_t)(b * T + t)] = (start + t) % V;
+                tg[(size_t)(b * T + t)] = (start + t + 1) % V;
+                pos[(size_t)(b * T + t)] = t;
+            }
+        }
+        float loss[2], norm[2];
+        gpt *gs[2] = {&cg, &gg};
+        trn_adamw *os[2] = {&oc, &og};
+        for (int k = 0; k < 2; k++) {
+            trn_model *m = &gs[k]->m;
+            trn_zero_grad(m);
+            trn_reset(m);
+            trn_tensor *l = gpt_loss(gs[k], ids.data(), pos.data(), tg.data(), B);
+            loss[k] = trn_item(m, l);
+            trn_backward(m, l);
+            norm[k] = trn_clip_grad_norm(m, 1.0f);
+            if (trn_adamw_step(os[k], m, desc.lr) != TRN_OK) trn_fatal("adamw: %s", trn_error_reason());
+        }
+        if (s == 0) first = loss[0];
+        last = loss[0];
+        worst_loss = fmax(worst_loss, fabs((double)loss[0] - loss[1]));
+        worst_norm = fmax(worst_norm, fabs((double)norm[0] - norm[1]) / norm[0]);
+        printf("  step %2d  loss cpu %.6f cuda %.6f  |diff| %.2g   grad norm cpu %.5f cuda %.5f\n", s, loss[0],
+               loss[1], fabs((double)loss[0] - loss[1]), norm[0], norm[1]);
+    }
+    /* the parameters after 10 AdamW steps */
+    vec pc(cg.m.n_floats), pg(gg.m.n_floats);
+    CPU->download(pc.data(), cg.m.param_data, pc.size() * 4);
+    GPU->download(pg.data(), gg.m.param_data, pg.size() * 4);
+    double dp = maxdiff(pc, pg);
+    char name[64];
+    snprintf(name, sizeof name, "gpt 10 steps: loss%s", tf32 ? " (TF32)" : "");
+    report(name, worst_loss, loss_tol, e0);
+    snprintf(name, sizeof name, "gpt 10 steps: params%s", tf32 ? " (TF32)" : "");
+    report(name, dp, param_tol, e0);
+    snprintf(name, sizeof name, "gpt 10 steps: grad norm rel%s", tf32 ? " (TF32)" : "");
+    report(name, worst_norm, loss_tol, e0);
+    CHECK(last < first - 0.1f, "the small GPT did not learn: loss %.4f -> %.4f\n", first, last);
+    trn_adamw_free(&oc);
+    trn_adamw_free(&og);
+    trn_model_free(&cg.m);
+    trn_model_free(&gg.m);
+    trn_cuda_set_tf32(0);
+}
+
+/* ----------------------------------------------- errors and the ledger */
+static void test_errors_before_init(void) {
+#ifdef TRN_CUDA_ON_CPU
+    /* no device: one clear line, not a crash */
+    cuemu::config().device_count = 0;
+    trn_result r = trn_cuda_init(0);
+    printf("no device:   %s: %s\n", trn_result_string(r), trn_error_reason());
+    CHECK(r == TRN_ERR_BACKEND && strstr(trn_error_reason(), "no CUDA device"), "no device: %d %s\n", (int)r,
+          trn_error_reason());
+    cuemu::config().device_count = 1;
+    /* a driver older than the runtime */
+    cuemu::config().driver_version = 11020;
+    r = trn_cuda_init(0);
+    printf("old driver:  %s: %s\n", trn_result_string(r), trn_error_reason());
+    CHECK(r == TRN_ERR_BACKEND && strstr(trn_error_reason(), "update the driver"), "old driver: %s\n",
+          trn_error_reason());
+    cuemu::config().driver_version = 12040;
+    r = trn_cuda_init(3);
+    CHECK(r == TRN_ERR_INVALID && strstr(trn_error_reason(), "does not exist"), "device 3: %s\n", trn_error_reason());
+    CHECK(trn_ledger_current(TRN_DEVICE, TRN_KIND_RUNTIME) == 0, "failed inits left bytes in the ledger\n");
+#endif
+}
+
+static void test_ledger(void) {
+    trn_ledger_snapshot s;
+    trn_ledger_read(&s);
+    size_t runtime = trn_ledger_current(TRN_DEVICE, TRN_KIND_RUNTIME);
+    printf("ledger after init: runtime %.1f MiB (context + cuBLAS + 32 MiB workspace); driver: %.1f MiB used of %.1f GiB\n",
+           runtime / 1048576.0, s.device_used / 1048576.0, s.device_total / 1073741824.0);
+    CHECK(runtime >= ((size_t)32 << 20), "runtime kind does not hold the cuBLAS workspace\n");
+    CHECK(s.device_total > 0, "no device probe\n");
+    size_t before = trn_ledger_current(TRN_DEVICE, TRN_KIND_WEIGHTS);
+    void *p = GPU->alloc(12345, TRN_KIND_WEIGHTS);
+    CHECK(p && trn_ledger_current(TRN_DEVICE, TRN_KIND_WEIGHTS) == before + 12345, "alloc not counted\n");
+#ifdef TRN_CUDA_ON_CPU
+    /* here the driver's view is exact, so it must equal the ledger's total */
+    trn_ledger_read(&s);
+    CHECK(s.device_used == trn_ledger_total(TRN_DEVICE), "driver %zu vs ledger %zu\n", s.device_used,
+          trn_ledger_total(TRN_DEVICE));
+#endif
+    GPU->free(p);
+    CHECK(trn_ledger_current(TRN_DEVICE, TRN_KIND_WEIGHTS) == before, "free not counted\n");
+#ifdef TRN_CUDA_ON_CPU
+    /* out of memory: NULL, a reason, the ledger printed; then a model fails cleanly */
+    size_t keep = cuemu::config().total_mem;
+    cuemu::config().total_mem = ((size_t)400 << 20);
+    p = GPU->alloc((size_t)200 << 20, TRN_KIND_ACTIVATIONS);
+    CHECK(p == NULL && strstr(trn_error_reason(), "out of device memory"), "OOM: %p %s\n", p, trn_error_reason());
+    trn_model m;
+    trn_model_init(&m, GPU);
+    trn_param2(&m, "huge", 1 << 14, 1 << 12); /* 256 MiB */
+    trn_result r = trn_model_alloc(&m);
+    CHECK(r == TRN_ERR_NOMEM, "model alloc on a full device: %s\n", trn_result_string(r));
+    trn_model_free(&m);
+    cuemu::config().total_mem = keep;
+#endif
+}
+
+int main(int argc, char **argv) {
+    uint64_t seed = 1;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--help")) { printf("usage: %s [--seed N]\n", argv[0]); return 0; }
+        else { fprintf(stderr, "test_cuda_kernels: unknown flag %s (try --help)\n", argv[i]); return 2; }
+    }
+    trn_rng_seed(&RNG, seed);
+    test_errors_before_init();
+    trn_cuda_set_tf32(0);
+    if (trn_cuda_init(0) != TRN_OK) {
+        /* only the nvcc build on a machine without a GPU gets here */
+        printf("no CUDA device (%s): nothing to test\n", trn_error_reason());
+        return check_summary();
+    }
+    CPU = trn_cpu_backend();
+    GPU = trn_cuda_backend();
+    printf("device: %s\n", trn_cuda_device_name());
+    test_ledger();
+    test_memory();
+    test_matmul(37, 53, 29, 1, 2e-5, "");
+    test_matmul(5, 200, 7, 0, 2e-5, " (no bias)");
+    trn_cuda_set_tf32(1);
+    test_matmul(37, 53, 29, 1, 3e-2, " (TF32)");
+    trn_cuda_set_tf32(0);
+    test_embedding(37, 53, 11);
+    test_layernorm(37, 53);
+    test_layernorm(9, 300);
+    test_elementwise(1001);
+    test_attention(2, 13, 30, 3, 1);
+    test_attention(2, 13, 30, 3, 0);
+    test_attention(1, 40, 24, 2, 1);
+    test_crossentropy(19, 67, 72);
+    test_crossentropy(3, 1000, 1003);
+    test_meanpool(3, 13, 53);
+    test_adamw(1001);
+    printf("training a 2-layer GPT (C=48, T=13, V=67) for 10 steps, fp32:\n");
+    test_training(0, 1e-4, 1e-4);
+    printf("the same with TF32 matmuls:\n");
+    test_training(1, 2e-2, 2e-2);
+
+    printf("\n%-40s %12s %10s\n", "kernel", "max|diff|", "tolerance");
+    for (size_t i = 0; i < results.size(); i++)
+        printf("%-40s %12.3g %10.1g\n", results[i].name, results[i].diff, results[i].tol);
+#ifdef TRN_CUDA_ON_CPU
+    printf("harness: %ld launches, %ld blocks, %lld GEMMs, %ld errors\n", cuemu::S().launches, cuemu::S().blocks,
+           cuemu::gemms, cuemu::errors());
+#endif
+    trn_cuda_shutdown();
+    CHECK(trn_ledger_current(TRN_DEVICE, TRN_KIND_RUNTIME) == 0, "shutdown left runtime bytes in the ledger\n");
+    return check_summary();
+}

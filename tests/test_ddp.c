@@ -1,0 +1,734 @@
+/* test_ddp.c - data-parallel training with real ranks: this program starts
+   copies of itself (fork + exec, the way a launcher does) with torchrun's
+   environment variables, and they rendezvous and all-reduce over TCP on
+   loopback. Checked:
+     - the launchers' variables (torchrun, Open MPI, MPICH, Slurm) parse,
+       and malformed ones are refused with the variable's name;
+     - after N AdamW steps of a small MLP (a layernorm, a weight used by two
+       layers, a parameter no op uses), every rank holds bit-identical
+       weights, equal within TOL to one process trained on the combined
+       batch; for 2 and 3 ranks, one bucket and many small ones;
+     - buckets started during backward (the hook) give the same bits as
+       all-reducing after backward, so no bucket leaves before it is final;
+     - ZeRO-1 equals DDP (bitwise with 2 ranks, within TOL with 3) and its
+       optimizer state per rank is 1/W of DDP's in the ledger; the COMM
+       line stays at the fixed staging buffer whatever the bucket size;
+     - resuming from a checkpoint gives the uninterrupted run's bits (DDP
+       and ZeRO-1), and another world size is refused on every rank;
+     - faults end every rank with a clear message, never a hang: a rank
+       killed with SIGKILL mid-run, a rank that stops (SIGSTOP), a missing
+       rank at the rendezvous, a rank with another WORLD_SIZE, no rank 0.
+   Worker mode (used by this test and tests/test_ddp.sh):
+       test_ddp --worker OUTDIR TAG [key=value ...]
+   reads the launcher's environment like any training program. */
+// build: -pthread
+#define TRAIN_IMPLEMENTATION
+#include "train.h"
+#define TRAIN_NCCL_CPU_ONLY
+#define TRAIN_NCCL_IMPLEMENTATION
+#include "train_nccl.h"
+#include "check.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+/* |DDP - one process| bound on any weight after STEPS steps. float32 sums
+   in another order differ in the last bits; AdamW (update ~ lr * m/sqrt(v))
+   carries that along but does not blow it up over 8 steps. */
+#define TOL 2e-5
+#define STEPS 8
+#define ROWS 6 /* rows per rank per step */
+#define NIN 8
+#define NHID 16
+#define NOUT 4
+
+/* ------------------------------------------------------------------------
+   the model and the data, shared by the ranks and the reference process
+   ------------------------------------------------------------------------ */
+typedef struct net {
+    trn_model m;
+    trn_tensor *w1, *b1, *lw, *lb, *w2, *b2, *b2b, *w3, *b3, *unused;
+} net;
+
+static void net_build(net *n, uint64_t seed) {
+    trn_rng rng;
+    trn_rng_seed(&rng, seed);
+    trn_model_init(&n->m, NULL);
+    n->w1 = trn_param2(&n->m, "w1", NHID, NIN);
+    n->b1 = trn_param1(&n->m, "b1", NHID);
+    n->lw = trn_param1(&n->m, "ln.w", NHID);
+    n->lb = trn_param1(&n->m, "ln.b", NHID);
+    n->w2 = trn_param2(&n->m, "w2", NHID, NHID); /* used by two layers */
+    n->b2 = trn_param1(&n->m, "b2", NHID);
+    n->b2b = trn_param1(&n->m, "b2b", NHID);
+    n->w3 = trn_param2(&n->m, "w3", NOUT, NHID);
+    n->b3 = trn_param1(&n->m, "b3", NOUT);
+    n->unused = trn_param1(&n->m, "unused", 5); /* no op touches it */
+    if (trn_model_alloc(&n->m) != TRN_OK) trn_fatal("net_build: %s", trn_error_reason());
+    trn_init_normal(&n->m, n->w1, 0.0f, 0.4f, &rng);
+    trn_init_normal(&n->m, n->b1, 0.0f, 0.1f, &rng);
+    trn_init_const(&n->m, n->lw, 1.0f);
+    trn_init_const(&n->m, n->lb, 0.0f);
+    trn_init_normal(&n->m, n->w2, 0.0f, 0.3f, &rng);
+    trn_init_normal(&n->m, n->b2, 0.0f, 0.1f, &rng);
+    trn_init_normal(&n->m, n->b2b, 0.0f, 0.1f, &rng);
+    trn_init_normal(&n->m, n->w3, 0.0f, 0.3f, &rng);
+    trn_init_normal(&n->m, n->b3, 0.0f, 0.1f, &rng);
+    trn_init_normal(&n->m, n->unused, 0.0f, 1.0f, &rng);
+}
+
+static trn_tensor *net_forward(net *n, const float *x, const int *y, int rows) {
+    trn_model *m = &n->m;
+    int shape[2];
+    trn_tensor *h;
+    shape[0] = rows; shape[1] = NIN;
+    h = trn_input(m, "x", 2, shape, x);
+    h = trn_linear(m, h, n->w1, n->b1);
+    h = trn_layernorm(m, h, n->lw, n->lb);
+    h = trn_relu(m, trn_linear(m, h, n->w2, n->b2));
+    h = trn_gelu(m, trn_linear(m, h, n->w2, n->b2b));
+    h = trn_linear(m, h, n->w3, n->b3);
+    return trn_cross_entropy(m, h, y, NOUT);
+}
+
+/* sample i of an endless data set: 8 normals, a label they determine */
+static void sample(long long i, float *x, int *y) {
+    trn_rng r;
+    int k;
+    trn_rng_seed(&r, (uint64_t)i * 7919u + 17u);
+    for (k = 0; k < NIN; k++) x[k] = trn_rng_normal(&r);
+    *y = (x[0] + x[1] > 0.0f) * 2 + (x[2] > 0.3f);
+}
+
+/* batch number k: rows [k*rows, (k+1)*rows) */
+static void batch(long long k, int rows, float *x, int *y) {
+    int i;
+    for (i = 0; i < rows; i++) sample(k * rows + i, x + i * NIN, y + i);
+}
+
+/* ------------------------------------------------------------------------
+   worker: one rank of a data-parallel run
+   ------------------------------------------------------------------------ */
+typedef struct wopts {
+    int zero1, no_overlap, steps, kill_at, stop_at, clip;
+    long long bucket;
+    double timeout;
+    const char *save, *load;
+} wopts;
+
+static int worker_fail(trn_ddp *ddp, const char *what, trn_result rc) {
+    fprintf(stderr, "rank %d: %s: %s: %s\n", ddp->rank, what, trn_result_string(rc), trn_error_reason());
+    fflush(stderr);
+    trn_ddp_abort(ddp);
+    return 1;
+}
+
+static int worker(const char *dir, const char *tag, int argc, char **argv) {
+    wopts o;
+    trn_ddp ddp;
+    trn_ddp_desc dd;
+    trn_adamw opt;
+    net n;
+    trn_result rc;
+    float x[ROWS * NIN];
+    int y[ROWS], i, step, start = 0;
+    char path[512];
+    FILE *f;
+    memset(&o, 0, sizeof o);
+    o.steps = STEPS; o.kill_at = o.stop_at = -1; o.clip = 1;
+    for (i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strncmp(a, "zero1=", 6)) o.zero1 = atoi(a + 6);
+        else if (!strncmp(a, "overlap=", 8)) o.no_overlap = !atoi(a + 8);
+        else if (!strncmp(a, "steps=", 6)) o.steps = atoi(a + 6);
+        else if (!strncmp(a, "bucket=", 7)) o.bucket = atoll(a + 7);
+        else if (!strncmp(a, "timeout=", 8)) o.timeout = atof(a + 8);
+        else if (!strncmp(a, "kill_at=", 8)) o.kill_at = atoi(a + 8);
+        else if (!strncmp(a, "stop_at=", 8)) o.stop_at = atoi(a + 8);
+        else if (!strncmp(a, "clip=", 5)) o.clip = atoi(a + 5);
+        else if (!strncmp(a, "save=", 5)) o.save = a + 5;
+        else if (!strncmp(a, "load=", 5)) o.load = a + 5;
+        else { fprintf(stderr, "worker: unknown option %s\n", a); return 2; }
+    }
+    memset(&dd, 0, sizeof dd);
+    dd.zero1 = o.zero1;
+    dd.no_overlap = o.no_overlap;
+    dd.bucket_bytes = (size_t)o.bucket;
+    dd.timeout_s = o.timeout;
+    if ((rc = trn_ddp_init(&ddp, &dd)) != TRN_OK) {
+        fprintf(stderr, "rank ?: init: %s: %s\n", trn_result_string(rc), trn_error_reason());
+        return 1;
+    }
+    /* every rank its own seed: attach must replace them by rank 0's */
+    net_build(&n, 1000u + (uint64_t)ddp.rank);
+    if ((rc = trn_ddp_attach(&ddp, &n.m)) != TRN_OK) return worker_fail(&ddp, "attach", rc);
+    trn_adamw_init(&opt, NULL);
+    if (o.load) {
+        trn_meta meta;
+        if ((rc = trn_ddp_checkpoint_load(&ddp, o.load, &n.m, &opt, &meta)) != TRN_OK) return worker_fail(&ddp, "load", rc);
+        start = (int)opt.step;
+    }
+    for (step = start; step < o.steps; step++) {
+        trn_tensor *loss;
+        double l;
+        float norm = 0.0f;
+        if (step == o.kill_at) raise(SIGKILL); /* as kill -9 */
+        if (step == o.stop_at) raise(SIGSTOP); /* a hang */
+        batch(trn_ddp_batch_index(&ddp, step), ROWS, x, y);
+        trn_zero_grad(&n.m);
+        trn_reset(&n.m);
+        loss = net_forward(&n, x, y, ROWS);
+        trn_backward(&n.m, loss);
+        if ((rc = trn_ddp_allreduce_grads(&ddp, &n.m)) != TRN_OK) return worker_fail(&ddp, "allreduce", rc);
+        if ((rc = trn_ddp_clip_grad_norm(&ddp, &n.m, o.clip ? 1.0f : 0.0f, &norm)) != TRN_OK)
+            return worker_fail(&ddp, "clip", rc);
+        if ((rc = trn_ddp_adamw_step(&ddp, &opt, &n.m, 0.02f)) != TRN_OK) return worker_fail(&ddp, "adamw", rc);
+        l = trn_item(&n.m, loss);
+        if ((rc = trn_ddp_allreduce_host(&ddp, &l, 1, 1)) != TRN_OK) return worker_fail(&ddp, "loss", rc);
+        trn_ddp_log(&ddp, "step %d loss %.6f norm %.4f\n", step, l, norm);
+    }
+    if (o.save && (rc = trn_ddp_checkpoint_save(&ddp, o.save, &n.m, &opt, NULL)) != TRN_OK)
+        return worker_fail(&ddp, "save", rc);
+    /* results for the parent: the weights and what the ledger saw */
+    snprintf(path, sizeof path, "%s/%s.w%d", dir, tag, ddp.rank);
+    f = fopen(path, "wb");
+    if (!f || fwrite(n.m.param_data, sizeof(float), n.m.n_floats, f) != n.m.n_floats) return 1;
+    fclose(f);
+    snprintf(path, sizeof path, "%s/%s.s%d", dir, tag, ddp.rank);
+    f = fopen(path, "w");
+    if (!f) return 1;
+    fprintf(f, "%zu %zu %d %zu %zu\n", trn_ledger_current(TRN_HOST, TRN_KIND_OPTIM),
+            trn_ledger_peak(TRN_HOST, TRN_KIND_COMM), ddp.n_buckets, n.m.n_floats, ddp.shard_hi - ddp.shard_lo);
+    fclose(f);
+    if ((rc = trn_ddp_barrier(&ddp)) != TRN_OK) return worker_fail(&ddp, "barrier", rc);
+    trn_ddp_free(&ddp);
+    trn_adamw_free(&opt);
+    trn_model_free(&n.m);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------
+   parent: start ranks, wait for them with a deadline, read what they left
+   ------------------------------------------------------------------------ */
+static char g_self[1024], g_dir[256];
+
+static const char *const launcher_vars[] = {
+    "RANK", "WORLD_SIZE", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+    "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_JOB_NODELIST",
+    "SLURM_NODELIST", "SLURM_JOB_ID", "MASTER_ADDR", "MASTER_PORT", "TRN_DDP_TIMEOUT", NULL};
+
+static void clear_launcher_env(void) {
+    int i;
+    for (i = 0; launcher_vars[i]; i++) unsetenv(launcher_vars[i]);
+}
+
+static int free_port(void) {
+    int port = 0, fd = trn__listen(0, &port);
+    if (fd >= 0) close(fd);
+    return port;
+}
+
+typedef struct job {
+    int n;
+    pid_t pid[8];
+    int status[8], hung[8];
+    double t_end[8];
+    double t0;
+    char tag[32];
+} job;
+
+/* start rank `rank` of `world` (WORLD_SIZE as told: world_env) */
+static void spawn(job *j, int rank, int world_env, int port, char **opts) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        char *argv[24], s[3][32], log[512];
+        int k = 0, fd;
+        clear_launcher_env();
+        snprintf(s[0], 32, "%d", rank); snprintf(s[1], 32, "%d", world_env); snprintf(s[2], 32, "%d", port);
+        setenv("RANK", s[0], 1); setenv("LOCAL_RANK", s[0], 1); setenv("WORLD_SIZE", s[1], 1);
+        setenv("MASTER_ADDR", "127.0.0.1", 1); setenv("MASTER_PORT", s[2], 1);
+        snprintf(log, sizeof log, "%s/%s.log%d", g_dir, j->tag, rank);
+        fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) { dup2(fd, 1); dup2(fd, 2); close(fd); }
+        argv[k++] = g_self; argv[k++] = (char *)"--worker"; argv[k++] = g_dir; argv[k++] = j->tag;
+        while (opts && *opts && k < 23) argv[k++] = *opts++;
+        argv[k] = NULL;
+        execv(g_self, argv);
+        _exit(127);
+    }
+    j->pid[j->n] = pid;
+    j->status[j->n] = -1;
+    j->hung[j->n] = 0;
+    j->t_end[j->n] = 0;
+    j->n++;
+}
+
+static void job_begin(job *j, const char *tag) {
+    memset(j, 0, sizeof *j);
+    snprintf(j->tag, sizeof j->tag, "%s", tag);
+    j->t0 = trn__now();
+}
+
+/* wait until all exited; past the deadline, SIGKILL and mark them hung */
+static void job_wait(job *j, double limit_s) {
+    int left = j->n, i;
+    while (left > 0) {
+        for (i = 0; i < j->n; i++) {
+            int st;
+            if (j->status[i] != -1 || j->hung[i]) continue;
+            if (waitpid(j->pid[i], &st, WNOHANG) == j->pid[i]) {
+                j->status[i] = st;
+                j->t_end[i] = trn__now() - j->t0;
+                left--;
+            }
+        }
+        if (left > 0 && trn__now() - j->t0 > limit_s) {
+            for (i = 0; i < j->n; i++)
+                if (j->status[i] == -1 && !j->hung[i]) {
+                    kill(j->pid[i], SIGKILL);
+                    waitpid(j->pid[i], NULL, 0);
+                    j->hung[i] = 1;
+                    left--;
+                }
+        }
+        trn__sleep_ms(5);
+    }
+}
+
+static int exited_with(const job *j, int i, int code) {
+    return !j->hung[i] && j->status[i] != -1 && WIFEXITED(j->status[i]) && WEXITSTATUS(j->status[i]) == code;
+}
+
+/* run `world` ranks to completion; 1 if all exited 0 */
+static int run_job(job *j, const char *tag, int world, char **opts) {
+    int r, port = free_port(), ok = 1;
+    job_begin(j, tag);
+    for (r = 0; r < world; r++) spawn(j, r, world, port, opts);
+    job_wait(j, 30.0);
+    for (r = 0; r < world; r++) ok &= exited_with(j, r, 0);
+    return ok;
+}
+
+static void read_log(const char *tag, int rank, char *buf, size_t cap) {
+    char path[512];
+    FILE *f;
+    size_t n = 0;
+    snprintf(path, sizeof path, "%s/%s.log%d", g_dir, tag, rank);
+    buf[0] = 0;
+    if ((f = fopen(path, "r"))) { n = fread(buf, 1, cap - 1, f); fclose(f); }
+    buf[n] = 0;
+}
+
+/* the last line of a rank's log, for printing */
+static const char *last_line(char *buf) {
+    size_t n = strlen(buf);
+    while (n > 0 && buf[n - 1] == '\n') buf[--n] = 0;
+    while (n > 0 && buf[n - 1] != '\n') n--;
+    return buf + n;
+}
+
+static float *read_weights(const char *tag, int rank, size_t n) {
+    char path[512];
+    FILE *f;
+    float *w = (float *)malloc(n * sizeof(float));
+    snprintf(path, sizeof path, "%s/%s.w%d", g_dir, tag, rank);
+    f = fopen(path, "rb");
+    if (!f || fread(w, sizeof(float), n, f) != n) { if (f) fclose(f); free(w); return NULL; }
+    fclose(f);
+    return w;
+}
+
+typedef struct stats { size_t optim, comm; int buckets; size_t n_floats, shard; } stats;
+static int read_stats(const char *tag, int rank, stats *s) {
+    char path[512];
+    FILE *f;
+    int k;
+    snprintf(path, sizeof path, "%s/%s.s%d", g_dir, tag, rank);
+    if (!(f = fopen(path, "r"))) return 0;
+    k = fscanf(f, "%zu %zu %d %zu %zu", &s->optim, &s->comm, &s->buckets, &s->n_floats, &s->shard);
+    fclose(f);
+    return k == 5;
+}
+
+static double max_diff(const float *a, const float *b, size_t n) {
+    double d = 0;
+    size_t i;
+    for (i = 0; i < n; i++) if (fabs((double)a[i] - b[i]) > d) d = fabs((double)a[i] - b[i]);
+    return d;
+}
+
+/* ------------------------------------------------------------------------
+   the reference: one process, W*ROWS rows per step
+   ------------------------------------------------------------------------ */
+static float *reference(int world, int clip, size_t *n_out) {
+    net n;
+    trn_adamw opt;
+    float *x = (float *)malloc(sizeof(float) * world * ROWS * NIN), *w;
+    int *y = (int *)malloc(sizeof(int) * world * ROWS), step;
+    net_build(&n, 1000u);
+    trn_adamw_init(&opt, NULL);
+    for (step = 0; step < STEPS; step++) {
+        /* batches step*W .. step*W+W-1 of ROWS rows = rows step*W*ROWS... */
+        batch(step, world * ROWS, x, y);
+        trn_zero_grad(&n.m);
+        trn_reset(&n.m);
+        trn_backward(&n.m, net_forward(&n, x, y, world * ROWS));
+        trn_clip_grad_norm(&n.m, clip ? 1.0f : 0.0f);
+        trn_adamw_step(&opt, &n.m, 0.02f);
+    }
+    *n_out = n.m.n_floats;
+    w = (float *)malloc(sizeof(float) * n.m.n_floats);
+    memcpy(w, n.m.param_data, sizeof(float) * n.m.n_floats);
+    trn_adamw_free(&opt);
+    trn_model_free(&n.m);
+    free(x); free(y);
+    return w;
+}
+
+/* ------------------------------------------------------------------------
+   tests
+   ------------------------------------------------------------------------ */
+static void test_env(void) {
+    trn_dist_env e;
+    clear_launcher_env();
+    CHECK(trn_dist_env_read(&e) == TRN_OK && e.world_size == 1 && e.rank == 0 && !strcmp(e.launcher, "none") &&
+          !strcmp(e.master_addr, "127.0.0.1") && e.master_port == 29500, "no launcher: one process\n");
+
+    setenv("RANK", "3", 1); setenv("WORLD_SIZE", "8", 1); setenv("LOCAL_RANK", "3", 1);
+    setenv("MASTER_ADDR", "node7", 1); setenv("MASTER_PORT", "1234", 1);
+    CHECK(trn_dist_env_read(&e) == TRN_OK && e.rank == 3 && e.world_size == 8 && e.local_rank == 3 &&
+          !strcmp(e.launcher, "torchrun") && !strcmp(e.master_addr, "node7") && e.master_port == 1234, "torchrun\n");
+    /* torchrun started inside a Slurm allocation: torchrun's variables win */
+    setenv("SLURM_PROCID", "0", 1); setenv("SLURM_NTASKS", "2", 1); setenv("SLURM_LOCALID", "0", 1);
+    CHECK(trn_dist_env_read(&e) == TRN_OK && e.rank == 3 && e.world_size == 8 && !strcmp(e.launcher, "torchrun"),
+          "torchrun over slurm\n");
+    clear_launcher_env();
+
+    setenv("OMPI_COMM_WORLD_RANK", "5", 1); setenv("OMPI_COMM_WORLD_SIZE", "16", 1);
+    setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1", 1);
+    setenv("SLURM_PROCID", "0", 1); setenv("SLURM_NTASKS", "1", 1); /* mpirun inside sbatch */
+    CHECK(trn_dist_env_read(&e) == TRN_OK && e.rank == 5 && e.world_size == 16 && e.local_rank == 1 &&
+          !strcmp(e.launcher, "mpirun") && !strcmp(e.master_addr, "127.0.0.1"), "open mpi\n");
+    clear_launcher_env();
+
+    setenv("PMI_RANK", "2", 1); setenv("PMI_SIZE", "4", 1); setenv("MPI_LOCALRANKID", "2", 1);
+    CHECK(trn_dist_env_read(&e) == TRN_OK && e.rank == 2 && e.world_size == 4 && e.local_rank == 2 &&
+          !strcmp(e.launcher, "mpirun"), "mpich\n");
+    clear_launcher_env();
+
+    setenv("SLURM_PROCID", "9", 1); setenv("SLURM_NTASKS", "16", 1); setenv("SLURM_LOCALID", "1", 1);
+    setenv("SLURM_JOB_NODELIST", "gpu[07-09,12],cpu1", 1); setenv("SLURM_JOB_ID", "123456", 1);
+    CHECK(trn_dist_env_read(&e) == TRN_OK && e.rank == 9 && e.world_size == 16 && e.local_rank == 1 &&
+          !strcmp(e.launcher, "slurm") && !strcmp(e.master_addr, "gpu07") && e.master_port == 20000 + 123456 % 20000,
+          "slurm: rank %d addr %s port %d\n", e.rank, e.master_addr, e.master_port);
+    setenv("SLURM_JOB_NODELIST", "a1,b2", 1);
+    CHECK(trn_dist_env_read(&e) == TRN_OK && !strcmp(e.master_addr, "a1"), "slurm plain node list: %s\n", e.master_addr);
+    setenv("MASTER_ADDR", "h0", 1); setenv("MASTER_PORT", "29999", 1);
+    CHECK(trn_dist_env_read(&e) == TRN_OK && !strcmp(e.master_addr, "h0") && e.master_port == 29999,
+          "slurm: MASTER_ADDR/PORT override\n");
+    clear_launcher_env();
+
+    /* malformed: refused, and the reason names the variable */
+    setenv("RANK", "abc", 1); setenv("WORLD_SIZE", "2", 1);
+    CHECK(trn_dist_env_read(&e) == TRN_ERR_INVALID && strstr(trn_error_reason(), "RANK='abc'"), "bad RANK: %s\n",
+          trn_error_reason());
+    setenv("RANK", "2", 1);
+    CHECK(trn_dist_env_read(&e) == TRN_ERR_INVALID && strstr(trn_error_reason(), "WORLD_SIZE=2"), "RANK >= WORLD_SIZE: %s\n",
+          trn_error_reason());
+    unsetenv("WORLD_SIZE"); setenv("RANK", "0", 1);
+    CHECK(trn_dist_env_read(&e) == TRN_ERR_INVALID && strstr(trn_error_reason(), "WORLD_SIZE is not"),
+          "RANK without WORLD_SIZE: %s\n", trn_error_reason());
+    setenv("WORLD_SIZE", "2", 1); setenv("MASTER_PORT", "70000", 1);
+    CHECK(trn_dist_env_read(&e) == TRN_ERR_INVALID && strstr(trn_error_reason(), "MASTER_PORT"), "bad port: %s\n",
+          trn_error_reason());
+    setenv("MASTER_PORT", "12x", 1);
+    CHECK(trn_dist_env_read(&e) == TRN_ERR_INVALID, "port with junk\n");
+    clear_launcher_env();
+}
+
+static void test_shards_and_buckets(void) {
+    size_t n, lo, hi, prev;
+    int w, r, ok = 1, i;
+    for (n = 0; n < 300; n += 7)
+        for (w = 1; w <= 5; w++) {
+            prev = 0;
+            for (r = 0; r < w; r++) {
+                trn_comm_shard(n, w, r, &lo, &hi);
+                ok &= lo == prev && hi >= lo && lo % 16 == 0;
+                prev = hi;
+            }
+            ok &= prev == n;
+        }
+    CHECK(ok, "shards tile [0,n) in rank order, 64-byte aligned starts\n");
+
+    {   /* buckets, planned in a one-process "job" */
+        trn_ddp ddp;
+        trn_ddp_desc dd;
+        net nt;
+        int covered = 1;
+        memset(&dd, 0, sizeof dd);
+        dd.bucket_bytes = 200;
+        clear_launcher_env();
+        CHECK(trn_ddp_init(&ddp, &dd) == TRN_OK && ddp.world == 1 && !strcmp(ddp.comm.name, "self"), "world of one\n");
+        net_build(&nt, 1);
+        CHECK(trn_ddp_attach(&ddp, &nt.m) == TRN_OK, "attach\n");
+        /* reverse parameter order, contiguous, covering everything */
+        prev = nt.m.n_floats;
+        for (i = 0; i < ddp.n_buckets; i++) {
+            const trn_ddp_bucket *b = &ddp.buckets[i];
+            covered &= b->hi == prev && b->lo < b->hi && b->p_first <= b->p_last;
+            covered &= (b->hi - b->lo) * 4 <= 200 || b->p_first == b->p_last; /* over: one big parameter */
+            prev = b->lo;
+        }
+        CHECK(covered && prev == 0, "buckets tile the gradient buffer from the end (%d buckets)\n", ddp.n_buckets);
+        CHECK(ddp.n_buckets == 6, "bucket count %d\n", ddp.n_buckets);
+        CHECK(nt.m.backward_hook == NULL, "no hook with one rank\n");
+        CHECK(trn_ddp_batch_index(&ddp, 5) == 5 && trn_ddp_is_main(&ddp), "one rank: batch k is k\n");
+        trn_ddp_free(&ddp);
+        trn_model_free(&nt.m);
+    }
+}
+
+/* run W ranks with opts; check identity across ranks; return rank 0's
+   weights (NULL on failure) */
+static float *run_and_collect(const char *tag, int world, char **opts, size_t n, stats *st) {
+    job j;
+    float *w0 = NULL;
+    int r, same = 1, ok = run_job(&j, tag, world, opts);
+    char buf[4096];
+    CHECK(ok, "%s: all %d ranks exit 0\n", tag, world);
+    if (!ok) {
+        for (r = 0; r < world; r++) { read_log(tag, r, buf, sizeof buf); printf("  %s rank %d: %s\n", tag, r, last_line(buf)); }
+        return NULL;
+    }
+    w0 = read_weights(tag, 0, n);
+    for (r = 1; r < world && w0; r++) {
+        float *wr = read_weights(tag, r, n);
+        same &= wr && memcmp(wr, w0, n * sizeof(float)) == 0;
+        free(wr);
+    }
+    CHECK(w0 && same, "%s: every rank holds bit-identical weights\n", tag);
+    if (st) CHECK(read_stats(tag, 0, st), "%s: stats\n", tag);
+    return w0;
+}
+
+static void test_equivalence(void) {
+    size_t n2, n3;
+    float *ref2 = reference(2, 1, &n2), *ref3 = reference(3, 1, &n3), *ref2nc = reference(2, 0, &n2);
+    char *o_many[] = {(char *)"bucket=200", NULL};
+    char *o_one[] = {NULL};
+    char *o_nooverlap[] = {(char *)"bucket=200", (char *)"overlap=0", NULL};
+    char *o_z1[] = {(char *)"zero1=1", NULL};
+    char *o_ddp_noclip[] = {(char *)"bucket=200", (char *)"clip=0", NULL};
+    char *o_z1_noclip[] = {(char *)"zero1=1", (char *)"clip=0", NULL};
+    float *a, *b, *c, *z;
+    stats sd, sz;
+    double d;
+
+    /* 2 ranks, many small buckets started during backward */
+    a = run_and_collect("ddp2", 2, o_many, n2, &sd);
+    if (a) {
+        d = max_diff(a, ref2, n2);
+        printf("  2 ranks, %d buckets: max |w - one process| = %.3g\n", sd.buckets, d);
+        CHECK(d <= TOL, "2 ranks = one process on the combined batch (%.3g <= %.3g)\n", d, TOL);
+        CHECK(sd.buckets == 6, "6 buckets of <= 200 bytes or one parameter (%d)\n", sd.buckets);
+        CHECK(sd.comm == TRN__STAGE_BYTES, "COMM ledger = the staging buffer only (%zu bytes)\n", sd.comm);
+    }
+    /* 3 ranks, one bucket (the 25 MiB default) */
+    b = run_and_collect("ddp3", 3, o_one, n3, &sd);
+    if (b) {
+        d = max_diff(b, ref3, n3);
+        printf("  3 ranks, 1 bucket: max |w - one process| = %.3g\n", d);
+        CHECK(d <= TOL, "3 ranks = one process (%.3g)\n", d);
+        CHECK(sd.buckets == 1, "default: one bucket (%d)\n", sd.buckets);
+        CHECK(sd.comm == TRN__STAGE_BYTES, "COMM ledger does not grow with the bucket size (%zu)\n", sd.comm);
+    }
+    /* 3 ranks, many buckets: during backward vs after it, same bits */
+    c = run_and_collect("ddp3many", 3, o_many, n3, NULL);
+    z = run_and_collect("ddp3late", 3, o_nooverlap, n3, NULL);
+    if (c && z) {
+        d = max_diff(c, ref3, n3);
+        printf("  3 ranks, 6 buckets: max |w - one process| = %.3g\n", d);
+        CHECK(d <= TOL, "3 ranks, 6 buckets = one process (%.3g)\n", d);
+        CHECK(memcmp(c, z, n3 * sizeof(float)) == 0, "buckets started during backward = all-reduce after backward (bitwise)\n");
+    }
+    free(c); free(z);
+
+    /* ZeRO-1: 3 ranks (clipping on) against DDP and the reference */
+    z = run_and_collect("zero3", 3, o_z1, n3, &sz);
+    if (z && b) {
+        d = max_diff(z, b, n3);
+        printf("  ZeRO-1, 3 ranks: max |w - DDP| = %.3g, max |w - one process| = %.3g\n", d, max_diff(z, ref3, n3));
+        CHECK(d <= TOL, "ZeRO-1 = DDP with 3 ranks (%.3g)\n", d);
+        CHECK(max_diff(z, ref3, n3) <= TOL, "ZeRO-1 = one process\n");
+        CHECK(sz.optim == 2 * 4 * sz.shard && sz.shard * 3 <= sz.n_floats + 32,
+              "ZeRO-1 optimizer state: %zu bytes = m,v of a %zu-float shard of %zu\n", sz.optim, sz.shard, sz.n_floats);
+        CHECK(sd.optim == 2 * 4 * sd.n_floats, "DDP optimizer state: %zu bytes = m,v of all %zu floats\n", sd.optim, sd.n_floats);
+        printf("  optimizer bytes per rank: DDP %zu, ZeRO-1 %zu (rank 0 of 3)\n", sd.optim, sz.optim);
+    }
+    free(z);
+    /* ZeRO-1 = DDP bit for bit with 2 ranks (a+b = b+a; no clipping, whose
+       norm would be summed in another order) */
+    c = run_and_collect("ddp2nc", 2, o_ddp_noclip, n2, NULL);
+    z = run_and_collect("zero2nc", 2, o_z1_noclip, n2, NULL);
+    if (c && z) {
+        CHECK(memcmp(c, z, n2 * sizeof(float)) == 0, "ZeRO-1 = DDP bitwise with 2 ranks (max diff %.3g)\n", max_diff(c, z, n2));
+        d = max_diff(c, ref2nc, n2);
+        CHECK(d <= TOL, "2 ranks without clipping = one process (%.3g)\n", d);
+    }
+    free(a); free(b); free(c); free(z);
+    free(ref2); free(ref3); free(ref2nc);
+}
+
+static void test_checkpoint(void) {
+    size_t n = 0;
+    float *full, *resumed;
+    char save[600], load[600], buf[4096];
+    const char *modes[2] = {"zero1=0", "zero1=1"};
+    int z, r;
+    job j;
+    {
+        net tmp;
+        net_build(&tmp, 1);
+        n = tmp.m.n_floats;
+        trn_model_free(&tmp.m);
+    }
+    for (z = 0; z < 2; z++) {
+        char *o_full[] = {(char *)modes[z], NULL};
+        char *o_first[] = {(char *)modes[z], (char *)"steps=3", save, NULL};
+        char *o_rest[] = {(char *)modes[z], load, NULL};
+        char tf[32], t1[32], t2[32];
+        snprintf(tf, 32, "ck%d_full", z); snprintf(t1, 32, "ck%d_a", z); snprintf(t2, 32, "ck%d_b", z);
+        snprintf(save, sizeof save, "save=%s/ck%d.safetensors", g_dir, z);
+        snprintf(load, sizeof load, "load=%s/ck%d.safetensors", g_dir, z);
+        full = run_and_collect(tf, 2, o_full, n, NULL);
+        free(run_and_collect(t1, 2, o_first, n, NULL));
+        resumed = run_and_collect(t2, 2, o_rest, n, NULL);
+        CHECK(full && resumed && memcmp(full, resumed, n * sizeof(float)) == 0,
+              "%s: 3 steps + checkpoint + 5 steps = 8 steps (bitwise)\n", modes[z]);
+        if (z == 1) {
+            snprintf(buf, sizeof buf, "%s/ck1.rank1.safetensors", g_dir);
+            CHECK(access(buf, F_OK) == 0, "ZeRO-1: rank 1 wrote its own file %s\n", buf);
+        }
+        free(full); free(resumed);
+    }
+    {   /* another world size: every rank refuses, with the reason */
+        char *o_3[] = {(char *)"zero1=0", load, NULL};
+        snprintf(load, sizeof load, "load=%s/ck0.safetensors", g_dir);
+        run_job(&j, "ck_w3", 3, o_3);
+        for (r = 0; r < 3; r++) {
+            read_log("ck_w3", r, buf, sizeof buf);
+            CHECK(exited_with(&j, r, 1) && strstr(buf, "TRN_ERR_MISMATCH") && strstr(buf, "2 rank(s); this run has 3"),
+                  "world size 3 refuses a checkpoint of 2 (rank %d): %s\n", r, last_line(buf));
+            if (r == 0) printf("  refused: %s\n", last_line(buf));
+        }
+    }
+    {   /* a ZeRO-1 checkpoint in a DDP run */
+        char *o_z[] = {(char *)"zero1=0", load, NULL};
+        snprintf(load, sizeof load, "load=%s/ck1.safetensors", g_dir);
+        run_job(&j, "ck_z", 2, o_z);
+        read_log("ck_z", 1, buf, sizeof buf);
+        CHECK(exited_with(&j, 1, 1) && strstr(buf, "with ZeRO-1"), "ZeRO-1 checkpoint refused by a DDP run: %s\n",
+              last_line(buf));
+    }
+}
+
+static void test_faults(void) {
+    job j;
+    char buf[4096];
+    int port, r;
+    {   /* rank 1 is killed (SIGKILL) at step 3: the others notice at once */
+        char *o[] = {(char *)"timeout=20", (char *)"kill_at=3", (char *)"steps=1000", NULL};
+        run_job(&j, "kill", 3, o);
+        CHECK(WIFSIGNALED(j.status[1]) && WTERMSIG(j.status[1]) == SIGKILL, "rank 1 died of SIGKILL\n");
+        for (r = 0; r < 3; r += 2) {
+            read_log("kill", r, buf, sizeof buf);
+            CHECK(exited_with(&j, r, 1) && strstr(buf, "TRN_ERR_COMM") && strstr(buf, "rank 1"),
+                  "killed rank: rank %d exits 1 naming rank 1: %s\n", r, last_line(buf));
+            CHECK(j.t_end[r] - j.t_end[1] < 5.0, "rank %d left %.2f s after rank 1 died (timeout 20 s)\n", r,
+                  j.t_end[r] - j.t_end[1]);
+            printf("  killed rank 1 -> rank %d after %.2f s: %s\n", r, j.t_end[r] - j.t_end[1], last_line(buf));
+        }
+    }
+    {   /* rank 2 hangs (SIGSTOP) at step 3: the others time out */
+        char *o[] = {(char *)"timeout=1.5", (char *)"stop_at=3", (char *)"steps=1000", NULL};
+        int timeouts = 0;
+        job_begin(&j, "hang");
+        port = free_port();
+        for (r = 0; r < 3; r++) spawn(&j, r, 3, port, o);
+        /* wait for ranks 0 and 1 only; rank 2 stays stopped until killed */
+        {
+            job k = j;
+            k.n = 2;
+            job_wait(&k, 15.0);
+            memcpy(j.status, k.status, sizeof k.status[0] * 2);
+            memcpy(j.hung, k.hung, sizeof k.hung[0] * 2);
+            memcpy(j.t_end, k.t_end, sizeof k.t_end[0] * 2);
+        }
+        kill(j.pid[2], SIGKILL);
+        waitpid(j.pid[2], NULL, 0);
+        for (r = 0; r < 2; r++) {
+            read_log("hang", r, buf, sizeof buf);
+            CHECK(exited_with(&j, r, 1) && j.t_end[r] < 10.0, "hung rank: rank %d exits 1 after %.2f s\n", r, j.t_end[r]);
+            timeouts += strstr(buf, "TRN_ERR_TIMEOUT") != NULL;
+            printf("  stopped rank 2 -> rank %d after %.2f s: %s\n", r, j.t_end[r], last_line(buf));
+        }
+        CHECK(timeouts >= 1, "someone reports the timeout\n");
+    }
+    {   /* rank 2 of 3 never starts: the rendezvous gives up */
+        char *o[] = {(char *)"timeout=1", NULL};
+        job_begin(&j, "missing");
+        port = free_port();
+        spawn(&j, 0, 3, port, o);
+        spawn(&j, 1, 3, port, o);
+        job_wait(&j, 15.0);
+        read_log("missing", 0, buf, sizeof buf);
+        CHECK(exited_with(&j, 0, 1) && strstr(buf, "rank(s) 2 did not join"), "missing rank: rank 0 says: %s\n", last_line(buf));
+        read_log("missing", 1, buf, sizeof buf);
+        CHECK(exited_with(&j, 1, 1) && strstr(buf, "did not join"), "missing rank: rank 1 says: %s\n", last_line(buf));
+    }
+    {   /* rank 1 was told another WORLD_SIZE */
+        char *o[] = {(char *)"timeout=5", NULL};
+        job_begin(&j, "wsize");
+        port = free_port();
+        spawn(&j, 0, 2, port, o);
+        spawn(&j, 1, 3, port, o);
+        job_wait(&j, 15.0);
+        for (r = 0; r < 2; r++) {
+            read_log("wsize", r, buf, sizeof buf);
+            CHECK(exited_with(&j, r, 1) && strstr(buf, "WORLD_SIZE=3"), "world size mismatch, rank %d: %s\n", r, last_line(buf));
+        }
+    }
+    {   /* nobody at MASTER_PORT */
+        char *o[] = {(char *)"timeout=1", NULL};
+        job_begin(&j, "norank0");
+        spawn(&j, 1, 2, free_port(), o);
+        job_wait(&j, 15.0);
+        read_log("norank0", 1, buf, sizeof buf);
+        CHECK(exited_with(&j, 0, 1) && strstr(buf, "could not reach rank 0"), "no rank 0: %s\n", last_line(buf));
+    }
+}
+
+int main(int argc, char **argv) {
+    ssize_t k;
+    if (argc >= 4 && strcmp(argv[1], "--worker") == 0) return worker(argv[2], argv[3], argc - 4, argv + 4);
+    trn_set_threads(1);
+    k = readlink("/proc/self/exe", g_self, sizeof g_self - 1);
+    if (k > 0) g_self[k] = 0;
+    else snprintf(g_self, sizeof g_self, "%s", argv[0]);
+    snprintf(g_dir, sizeof g_dir, "/tmp/test_ddp.XXXXXX");
+    if (!mkdtemp(g_dir)) { perror("mkdtemp"); return 1; }
+    setenv("OMP_NUM_THREADS", "1", 1); /* 2 or 3 ranks share the cores */
+    test_env();
+    test_shards_and_buckets();
+    test_equivalence();
+    test_checkpoint();
+    test_faults();
+    {
+        char cmd[300];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+        if (system(cmd) != 0) printf("could not remove %s\n", g_dir);
+    }
+    return check_summary();
+}

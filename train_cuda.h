@@ -1,0 +1,903 @@
+/* train_cuda.h - v0.1 - the CUDA backend of train.h: device memory in the
+   ledger, cuBLAS matmuls, a kernel for every op, fused AdamW.
+
+   Do this:
+      #include "train.h"
+      #define TRAIN_CUDA_IMPLEMENTATION
+      #include "train_cuda.h"
+   in *one* .cu file compiled by nvcc (link -lcublas), next to the file that
+   has TRAIN_IMPLEMENTATION (it may be the same file). Then:
+
+      if (trn_cuda_init(0) != TRN_OK) {               // device 0
+          fprintf(stderr, "%s\n", trn_error_reason()); // "no CUDA device ..."
+          return 2;
+      }
+      trn_model_init(&model, trn_cuda_backend());     // the only change
+
+   The model code does not change: every op of train.h calls the backend
+   table, and this header fills that table with CUDA kernels. Parameters,
+   gradients, optimizer moments and activations live in device memory;
+   inputs (ids, targets) are uploaded by the ops as before; trn_item and
+   trn_read download. A program can compile the same source for the CPU and
+   for CUDA:   examples/foo.cu =  #define TRN_USE_CUDA  +  #include "foo.c".
+
+   Build (build.sh does this for every *.cu):
+      nvcc -O3 -std=c++17 -gencode arch=compute_80,code=sm_80 \
+           -gencode arch=compute_90,code=sm_90 -I. foo.cu -lcublas
+
+   Configuration: trn_cuda_set_tf32(0) turns TF32 tensor-core matmuls off
+   (they are on by default: 10-bit mantissa inputs, fp32 accumulation).
+
+   What it does NOT do: no fp16/bf16 (everything is fp32, with TF32 inside
+   cuBLAS), no fused attention (attention materializes the (B,NH,T,T)
+   probabilities, as the CPU backend does), no CUDA graphs, no multi-GPU
+   (that is train_nccl.h). Embedding backward adds with atomics, so its
+   float sums may differ in the last bit between runs; every other kernel
+   is deterministic.
+
+   Errors: every CUDA and cuBLAS call is checked. An unexpected failure
+   stops the program with file:line, the call and the driver's message
+   (trn_fatal, exit code 3). cudaMalloc failing is not fatal: the backend's
+   alloc prints the ledger and returns NULL with a reason, so the caller's
+   trn_result path reports it. trn_cuda_init returns an error (never
+   crashes) when there is no device, the driver is too old, or the GPU has
+   no kernels in this build (compiled for sm_80/sm_90 only).
+
+   Tests: tests/cuda_on_cpu.h runs this file's kernels on the CPU (g++,
+   fibers for threads, a reference GEMM for cuBLAS); tests/test_cuda_kernels
+   compares every kernel with the CPU backend.
+
+   Contents:  >>cuda-api (declarations)  >>cuda-errors  >>cuda-memory
+              >>cuda-kernels  >>cuda-ops  >>cuda-init
+
+   License: MIT, as train.h.
+*/
+#ifndef TRAIN_CUDA_H_INCLUDED
+#define TRAIN_CUDA_H_INCLUDED
+#ifndef TRAIN_H_INCLUDED
+#error "include train.h before train_cuda.h"
+#endif
+
+/* >>cuda-api: plain C declarations (a C file may call these and link with
+   the .cu file that holds the implementation) */
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* select the device, create the stream and the cuBLAS handle, count the
+   runtime's memory in the ledger. TRN_ERR_BACKEND with one clear line in
+   trn_error_reason() when there is no usable device. Calling it again with
+   the same device is a no-op. */
+TRNDEF trn_result trn_cuda_init(int device);
+/* the backend table; initializes device 0 if trn_cuda_init was not called
+   (and stops with the reason if that fails) */
+TRNDEF const trn_backend *trn_cuda_backend(void);
+TRNDEF void trn_cuda_shutdown(void);          /* free what init created    */
+TRNDEF void trn_cuda_set_tf32(int on);        /* TF32 matmuls (default on) */
+TRNDEF int trn_cuda_tf32(void);
+TRNDEF const char *trn_cuda_device_name(void);
+/* the stream every kernel and copy of the backend runs on (a cudaStream_t),
+   and the cuBLAS handle (a cublasHandle_t), for train_nccl.h and benchmarks */
+TRNDEF void *trn_cuda_stream(void);
+TRNDEF void *trn_cuda_cublas(void);
+#ifdef __cplusplus
+}
+#endif
+#endif /* TRAIN_CUDA_H_INCLUDED */
+
+/* ======================================================================== */
+/*                              IMPLEMENTATION                              */
+/* ======================================================================== */
+#ifdef TRAIN_CUDA_IMPLEMENTATION
+#ifndef TRAIN_CUDA_IMPLEMENTATION_DONE
+#define TRAIN_CUDA_IMPLEMENTATION_DONE
+
+#if !defined(__CUDACC__) && !defined(TRN_CUDA_ON_CPU)
+#error "the implementation of train_cuda.h must be compiled by nvcc (name the file .cu)"
+#endif
+
+/* Kernels are launched through TRN_CUDA_LAUNCH(kernel, grid, block, shmem,
+   stream, args...): <<<>>> under nvcc, a call into the harness under
+   tests/cuda_on_cpu.h; either way the launch is checked. Kernels that want
+   dynamic shared memory declare it with TRN_CUDA_DYNAMIC_SHARED(T, name). */
+#ifndef TRN_CUDA_ON_CPU
+#include <cuda_runtime.h>
+#include <cublas_v2.h>
+#define TRN__CUDA_START(kernel, grid, block, shmem, stream, ...) \
+    kernel<<<grid, block, shmem, stream>>>(__VA_ARGS__)
+#define TRN_CUDA_DYNAMIC_SHARED(T, name) \
+    extern __shared__ __align__(16) unsigned char trn__dyn_smem[]; T *name = (T *)trn__dyn_smem
+#else
+#define TRN__CUDA_START(kernel, grid, block, shmem, stream, ...) \
+    cuemu::launch(#kernel, __FILE__, __LINE__, grid, block, shmem, stream, kernel, __VA_ARGS__)
+#endif
+#define TRN_CUDA_LAUNCH(kernel, grid, block, shmem, stream, ...)                    \
+    do {                                                                            \
+        TRN__CUDA_START(kernel, grid, block, shmem, stream, __VA_ARGS__);           \
+        trn__cuda_check(cudaGetLastError(), "launch " #kernel, __FILE__, __LINE__); \
+    } while (0)
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ========================================================================
+   >>cuda-errors
+   Each call goes through a check that names the file, line and call.
+   ======================================================================== */
+static void trn__cuda_check(cudaError_t e, const char *what, const char *file, int line) {
+    if (e == cudaSuccess) return;
+    if (e == cudaErrorMemoryAllocation) trn_ledger_print("device out of memory");
+    trn_fatal("%s:%d: %s: CUDA error %s: %s", file, line, what, cudaGetErrorName(e), cudaGetErrorString(e));
+}
+static void trn__cublas_check(cublasStatus_t s, const char *what, const char *file, int line) {
+    if (s == CUBLAS_STATUS_SUCCESS) return;
+    trn_fatal("%s:%d: %s: cuBLAS error %d: %s", file, line, what, (int)s, cublasGetStatusString(s));
+}
+#define TRN_CUDA_CHECK(call) trn__cuda_check((call), #call, __FILE__, __LINE__)
+#define TRN_CUBLAS_CHECK(call) trn__cublas_check((call), #call, __FILE__, __LINE__)
+
+/* the backend's state: one device, one stream, one cuBLAS handle */
+typedef struct trn__cuda_block { void *p; size_t bytes; int kind; } trn__cuda_block;
+static struct {
+    int ready, device;
+    int tf32_off;                /* trn_cuda_set_tf32(0) was called           */
+    cudaStream_t stream;
+    cublasHandle_t cublas;
+    void *workspace;             /* cuBLAS workspace (ours, so it is counted) */
+    size_t workspace_bytes;
+    size_t context_bytes;        /* driver-reported use at init: the context */
+    size_t cublas_bytes;         /* what cublasCreate took                   */
+    double *partials;            /* sum_squares: one double per block        */
+    float *tmp;                  /* grows: partial column sums               */
+    size_t tmp_bytes;
+    trn__cuda_block *blocks;     /* live allocations: pointer -> bytes, kind */
+    int n_blocks, cap_blocks;
+    char name[320];              /* "<device name> (sm_XY)"                   */
+    trn_backend table;
+} trn__cu;
+
+#define TRN__CUDA_PARTIALS 1024  /* blocks of the sum-of-squares reduction  */
+#define TRN__CUDA_WORKSPACE ((size_t)32 << 20) /* cuBLAS: 32 MiB for Hopper */
+
+/* ========================================================================
+   >>cuda-memory
+   cudaMalloc, with each block remembered (size and kind) so that free can
+   take it off the ledger. Out of memory prints the ledger and returns NULL.
+   ======================================================================== */
+static void *trn__cuda_alloc(size_t bytes, trn_kind kind) {
+    void *p = NULL;
+    cudaError_t e;
+    if (bytes == 0) bytes = 1;
+    e = cudaMalloc(&p, bytes);
+    if (e != cudaSuccess) {
+        size_t fr = 0, tot = 0;
+        cudaGetLastError(); /* an allocation failure is not sticky: clear it */
+        cudaMemGetInfo(&fr, &tot);
+        trn_fail(TRN_ERR_NOMEM, "out of device memory: %zu bytes for %s (%s; the driver reports %.2f GiB free of %.2f GiB)",
+                 bytes, trn_kind_name(kind), cudaGetErrorString(e), fr / 1073741824.0, tot / 1073741824.0);
+        fprintf(stderr, "train_cuda.h: %s\n", trn_error_reason());
+        trn_ledger_print("device out of memory");
+        return NULL;
+    }
+    if (trn__cu.n_blocks == trn__cu.cap_blocks) {
+        int cap = trn__cu.cap_blocks ? 2 * trn__cu.cap_blocks : 64;
+        trn__cuda_block *nb = (trn__cuda_block *)realloc(trn__cu.blocks, sizeof(trn__cuda_block) * (size_t)cap);
+        if (!nb) trn_fatal("train_cuda.h: out of host memory for the allocation table");
+        trn__cu.blocks = nb;
+        trn__cu.cap_blocks = cap;
+    }
+    trn__cu.blocks[trn__cu.n_blocks].p = p;
+    trn__cu.blocks[trn__cu.n_blocks].bytes = bytes;
+    trn__cu.blocks[trn__cu.n_blocks].kind = (int)kind;
+    trn__cu.n_blocks++;
+    trn_ledger_add(TRN_DEVICE, kind, (long long)bytes);
+    return p;
+}
+
+static void trn__cuda_free(void *p) {
+    int i;
+    if (!p) return;
+    for (i = trn__cu.n_blocks - 1; i >= 0; i--)
+        if (trn__cu.blocks[i].p == p) break;
+    if (i < 0) trn_fatal("train_cuda.h: free of %p, which the CUDA backend did not allocate", p);
+    trn_ledger_add(TRN_DEVICE, (trn_kind)trn__cu.blocks[i].kind, -(long long)trn__cu.blocks[i].bytes);
+    trn__cu.blocks[i] = trn__cu.blocks[--trn__cu.n_blocks];
+    TRN_CUDA_CHECK(cudaFree(p));
+}
+
+static void trn__cuda_zero(void *p, size_t bytes) {
+    if (bytes) TRN_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, trn__cu.stream));
+}
+/* uploads and downloads wait for the copy: the host buffer is the caller's
+   again when they return (the loss, a batch of ids on the stack ...) */
+static void trn__cuda_upload(void *dst, const void *src, size_t bytes) {
+    if (!bytes) return;
+    TRN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, trn__cu.stream));
+    TRN_CUDA_CHECK(cudaStreamSynchronize(trn__cu.stream));
+}
+static void trn__cuda_download(void *dst, const void *src, size_t bytes) {
+    if (!bytes) return;
+    TRN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, trn__cu.stream));
+    TRN_CUDA_CHECK(cudaStreamSynchronize(trn__cu.stream));
+}
+static void trn__cuda_copy(void *dst, const void *src, size_t bytes) {
+    if (bytes) TRN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, trn__cu.stream));
+}
+static void trn__cuda_sync(void) { TRN_CUDA_CHECK(cudaStreamSynchronize(trn__cu.stream)); }
+
+/* scratch that grows and stays (kind TEMP): partial sums of reductions */
+static float *trn__cuda_tmp(size_t floats) {
+    size_t bytes = floats * sizeof(float);
+    if (bytes > trn__cu.tmp_bytes) {
+        if (trn__cu.tmp) trn__cuda_free(trn__cu.tmp);
+        trn__cu.tmp = (float *)trn__cuda_alloc(bytes, TRN_KIND_TEMP);
+        if (!trn__cu.tmp) trn_fatal("train_cuda.h: scratch of %zu bytes: %s", bytes, trn_error_reason());
+        trn__cu.tmp_bytes = bytes;
+    }
+    return trn__cu.tmp;
+}
+
+/* the driver's view for the ledger: used = total - free */
+static void trn__cuda_probe(size_t *used, size_t *total) {
+    size_t fr = 0, tot = 0;
+    *used = *total = 0;
+    if (trn__cu.ready && cudaMemGetInfo(&fr, &tot) == cudaSuccess) { *used = tot - fr; *total = tot; }
+}
+
+/* ========================================================================
+   >>cuda-kernels
+   Block sizes are multiples of 32 (whole warps). Elementwise kernels loop
+   with a grid stride, so any n works with a capped grid. Reductions are
+   written so the order of additions is fixed by the shapes alone: the
+   same inputs give the same bits on every run (except embedding backward,
+   which uses atomics).
+   ======================================================================== */
+#define TRN__CUDA_BLOCK 256
+
+static unsigned trn__cuda_grid(size_t n) {
+    size_t g = (n + TRN__CUDA_BLOCK - 1) / TRN__CUDA_BLOCK;
+    return (unsigned)(g < 1 ? 1 : (g > 8192 ? 8192 : g));
+}
+#define TRN__GRID_STRIDE(i, n) \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
+
+static __device__ __forceinline__ float trn__warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+static __device__ __forceinline__ double trn__warp_sum_d(double v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+static __device__ __forceinline__ float trn__warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* does nothing; init launches it to find out whether this GPU can run
+   this build's kernels at all */
+static __global__ void trn__k_probe(int *x) { if (x) x[0] = 1; }
+
+/* --- linear: cuBLAS does the products; these add the bias and sum dbias -- */
+static __global__ void trn__k_bias_add(float *out, const float *bias, size_t N, int OC) {
+    TRN__GRID_STRIDE(i, N * (size_t)OC) out[i] += bias[i % (size_t)OC];
+}
+
+/* Column sums of x (N,C), in two deterministic passes. Pass 1: block
+   (32,8) owns 32 columns and one chunk of `rows` rows; its 8 thread rows
+   stride the chunk, then add their 8 partials in shared memory: part
+   (nchunk, C). Pass 2: dst[c] += part[0][c] + part[1][c] + ... in order. */
+static __global__ void trn__k_colsum_part(float *part, const float *x, int N, int C, int rows) {
+    __shared__ float acc[8][33];
+    int c = blockIdx.x * 32 + threadIdx.x, r0 = blockIdx.y * rows, r1 = min(N, r0 + rows);
+    float s = 0.0f;
+    if (c < C)
+        for (int r = r0 + (int)threadIdx.y; r < r1; r += 8) s += x[(size_t)r * C + c];
+    acc[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        for (int k = 1; k < 8; k++) s += acc[k][threadIdx.x];
+        part[(size_t)blockIdx.y * C + c] = s;
+    }
+}
+static __global__ void trn__k_colsum_final(float *dst, const float *part, int nchunk, int C) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float s = 0.0f;
+    for (int k = 0; k < nchunk; k++) s += part[(size_t)k * C + c];
+    dst[c] += s;
+}
+
+/* --- embedding ------------------------------------------------------------- */
+static __global__ void trn__k_embed_fwd(float *out, const int *ids, const float *table, int N, int C) {
+    TRN__GRID_STRIDE(i, (size_t)N * C) out[i] = table[(size_t)ids[i / (size_t)C] * C + i % (size_t)C];
+}
+/* rows with the same id add into the same table row: atomics */
+static __global__ void trn__k_embed_bwd(float *dtable, const float *dout, const int *ids, int N, int C) {
+    TRN__GRID_STRIDE(i, (size_t)N * C) atomicAdd(&dtable[(size_t)ids[i / (size_t)C] * C + i % (size_t)C], dout[i]);
+}
+
+/* --- layernorm: one warp per row (block of 8 warps = 8 rows) ---------------- */
+static __global__ void trn__k_ln_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                                     const float *b, int N, int C) {
+    int lane = threadIdx.x % 32, row = blockIdx.x * 8 + threadIdx.x / 32;
+    if (row >= N) return; /* the whole warp leaves together */
+    const float *x = inp + (size_t)row * C;
+    float *y = out + (size_t)row * C;
+    float s = 0.0f;
+    for (int i = lane; i < C; i += 32) s += x[i];
+    float m = trn__warp_sum(s) / C;
+    float v = 0.0f;
+    for (int i = lane; i < C; i += 32) { float d = x[i] - m; v += d * d; }
+    float r = rsqrtf(trn__warp_sum(v) / C + 1e-5f);
+    for (int i = lane; i < C; i += 32) y[i] = (x[i] - m) * r * w[i] + b[i];
+    if (lane == 0) {
+        if (mean) mean[row] = m;
+        if (rstd) rstd[row] = r;
+    }
+}
+/* dx += rstd * (g - mean(g) - xhat * mean(g * xhat)),  g = dout * w */
+static __global__ void trn__k_ln_bwd_dx(float *dinp, const float *dout, const float *inp, const float *w,
+                                        const float *mean, const float *rstd, int N, int C) {
+    int lane = threadIdx.x % 32, row = blockIdx.x * 8 + threadIdx.x / 32;
+    if (row >= N) return;
+    const float *x = inp + (size_t)row * C, *g = dout + (size_t)row * C;
+    float *dx = dinp + (size_t)row * C;
+    float m = mean[row], r = rstd[row], mg = 0.0f, mgx = 0.0f;
+    for (int i = lane; i < C; i += 32) {
+        float gi = g[i] * w[i];
+        mg += gi;
+        mgx += gi * (x[i] - m) * r;
+    }
+    mg = trn__warp_sum(mg) / C;
+    mgx = trn__warp_sum(mgx) / C;
+    for (int i = lane; i < C; i += 32) dx[i] += r * (g[i] * w[i] - mg - (x[i] - m) * r * mgx);
+}
+/* dw = sum_n dout * xhat, db = sum_n dout: as trn__k_colsum_part, twice */
+static __global__ void trn__k_ln_bwd_part(float *pw, float *pb, const float *dout, const float *inp,
+                                          const float *mean, const float *rstd, int N, int C, int rows) {
+    __shared__ float aw[8][33], ab[8][33];
+    int c = blockIdx.x * 32 + threadIdx.x, r0 = blockIdx.y * rows, r1 = min(N, r0 + rows);
+    float sw = 0.0f, sb = 0.0f;
+    if (c < C)
+        for (int r = r0 + (int)threadIdx.y; r < r1; r += 8) {
+            float g = dout[(size_t)r * C + c];
+            sw += g * ((inp[(size_t)r * C + c] - mean[r]) * rstd[r]);
+            sb += g;
+        }
+    aw[threadIdx.y][threadIdx.x] = sw;
+    ab[threadIdx.y][threadIdx.x] = sb;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        for (int k = 1; k < 8; k++) { sw += aw[k][threadIdx.x]; sb += ab[k][threadIdx.x]; }
+        pw[(size_t)blockIdx.y * C + c] = sw;
+        pb[(size_t)blockIdx.y * C + c] = sb;
+    }
+}
+
+/* --- elementwise ------------------------------------------------------------ */
+#define TRN__CUDA_GELU_K 0.7978845608028654f /* sqrt(2/pi), as train.h */
+static __global__ void trn__k_gelu_fwd(float *out, const float *inp, size_t n) {
+    TRN__GRID_STRIDE(i, n) {
+        float x = inp[i];
+        out[i] = 0.5f * x * (1.0f + tanhf(TRN__CUDA_GELU_K * (x + 0.044715f * x * x * x)));
+    }
+}
+static __global__ void trn__k_gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n) {
+    TRN__GRID_STRIDE(i, n) {
+        float x = inp[i];
+        float t = tanhf(TRN__CUDA_GELU_K * (x + 0.044715f * x * x * x));
+        float dt = (1.0f - t * t) * TRN__CUDA_GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] += dout[i] * (0.5f * (1.0f + t) + 0.5f * x * dt);
+    }
+}
+static __global__ void trn__k_relu_fwd(float *out, const float *inp, size_t n) {
+    TRN__GRID_STRIDE(i, n) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
+}
+static __global__ void trn__k_relu_bwd(float *dinp, const float *out, const float *dout, size_t n) {
+    TRN__GRID_STRIDE(i, n) if (out[i] > 0.0f) dinp[i] += dout[i];
+}
+static __global__ void trn__k_add(float *out, const float *a, const float *b, size_t n) {
+    TRN__GRID_STRIDE(i, n) out[i] = a[i] + b[i];
+}
+static __global__ void trn__k_accumulate(float *dst, const float *src, size_t n) {
+    TRN__GRID_STRIDE(i, n) dst[i] += src[i];
+}
+static __global__ void trn__k_scale(float *x, float s, size_t n) {
+    TRN__GRID_STRIDE(i, n) x[i] *= s;
+}
+static __global__ void trn__k_mse_fwd(float *losses, const float *pred, const float *target, size_t n) {
+    TRN__GRID_STRIDE(i, n) { float d = pred[i] - target[i]; losses[i] = d * d; }
+}
+static __global__ void trn__k_mse_bwd(float *dpred, const float *pred, const float *target, float dloss, size_t n) {
+    TRN__GRID_STRIDE(i, n) dpred[i] += dloss * 2.0f * (pred[i] - target[i]);
+}
+
+/* --- attention: softmax over rows of S (B*NH*T rows of length T), in place.
+   One warp per row; causal rows t see columns 0..t, the rest become 0. --- */
+static __global__ void trn__k_softmax_fwd(float *att, int rows, int T, int causal) {
+    int lane = threadIdx.x % 32, row = blockIdx.x * 8 + threadIdx.x / 32;
+    if (row >= rows) return;
+    float *p = att + (size_t)row * T;
+    int last = causal ? row % T : T - 1;
+    float mx = -INFINITY;
+    for (int s = lane; s <= last; s += 32) mx = fmaxf(mx, p[s]);
+    mx = trn__warp_max(mx);
+    float sum = 0.0f;
+    for (int s = lane; s <= last; s += 32) sum += expf(p[s] - mx);
+    sum = trn__warp_sum(sum);
+    float inv = 1.0f / sum;
+    for (int s = lane; s < T; s += 32) p[s] = s <= last ? expf(p[s] - mx) * inv : 0.0f;
+}
+/* dS = P * (dP - rowsum(dP * P)), in place over dP (masked entries: P = 0) */
+static __global__ void trn__k_softmax_bwd(float *dS, const float *att, int rows, int T) {
+    int lane = threadIdx.x % 32, row = blockIdx.x * 8 + threadIdx.x / 32;
+    if (row >= rows) return;
+    const float *p = att + (size_t)row * T;
+    float *d = dS + (size_t)row * T;
+    float dot = 0.0f;
+    for (int s = lane; s < T; s += 32) dot += p[s] * d[s];
+    dot = trn__warp_sum(dot);
+    for (int s = lane; s < T; s += 32) d[s] = p[s] * (d[s] - dot);
+}
+
+/* --- cross-entropy: one block per row. Each thread keeps a running max m
+   and sum s of exp(x - m) over its columns ("online softmax", Milakov &
+   Gimelshein 2018); the pairs are then merged across the block. --------- */
+static __device__ __forceinline__ void trn__ms_merge(float *m, float *s, float m2, float s2) {
+    if (m2 == -INFINITY) return;
+    if (*m == -INFINITY) { *m = m2; *s = s2; return; }
+    float M = fmaxf(*m, m2);
+    *s = *s * expf(*m - M) + s2 * expf(m2 - M);
+    *m = M;
+}
+static __global__ void trn__k_xent_fwd(float *losses, float *lse, const float *logits, const int *targets,
+                                       int V, int Vp) {
+    __shared__ float wm[32], wsum[32];
+    int n = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
+    const float *l = logits + (size_t)n * Vp;
+    float m = -INFINITY, s = 0.0f;
+    for (int v = threadIdx.x; v < V; v += blockDim.x) {
+        float x = l[v];
+        if (x > m) { s = s * expf(m - x) + 1.0f; m = x; }
+        else s += expf(x - m);
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+        trn__ms_merge(&m, &s, m2, s2);
+    }
+    if (lane == 0) { wm[warp] = m; wsum[warp] = s; }
+    __syncthreads();
+    if (warp == 0) {
+        m = lane < nw ? wm[lane] : -INFINITY;
+        s = lane < nw ? wsum[lane] : 0.0f;
+        for (int o = 16; o > 0; o >>= 1) {
+            float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+            trn__ms_merge(&m, &s, m2, s2);
+        }
+        if (lane == 0) {
+            float z = m + logf(s);
+            lse[n] = z;
+            losses[n] = z - l[targets[n]];
+        }
+    }
+}
+/* dlogits += dloss * (softmax - onehot) on the V real columns */
+static __global__ void trn__k_xent_bwd(float *dlogits, const float *logits, const float *lse, const int *targets,
+                                       float dloss, int V, int Vp) {
+    int n = blockIdx.x, t = targets[n];
+    const float *l = logits + (size_t)n * Vp;
+    float *d = dlogits + (size_t)n * Vp, z = lse[n];
+    for (int v = threadIdx.x; v < V; v += blockDim.x) {
+        float p = expf(l[v] - z);
+        d[v] += dloss * (v == t ? p - 1.0f : p);
+    }
+}
+
+/* --- mean pool over T: one thread per (b,c) ---------------------------------- */
+static __global__ void trn__k_meanpool_fwd(float *out, const float *inp, int B, int T, int C) {
+    TRN__GRID_STRIDE(i, (size_t)B * C) {
+        size_t b = i / (size_t)C, c = i % (size_t)C;
+        float s = 0.0f;
+        for (int t = 0; t < T; t++) s += inp[(b * T + t) * C + c];
+        out[i] = s / (float)T;
+    }
+}
+static __global__ void trn__k_meanpool_bwd(float *dinp, const float *dout, int B, int T, int C) {
+    TRN__GRID_STRIDE(i, (size_t)B * T * C) {
+        size_t c = i % (size_t)C, b = i / ((size_t)T * C);
+        dinp[i] += dout[b * C + c] / (float)T;
+    }
+}
+
+/* --- AdamW: one pass over a slice of the flat buffers ------------------------ */
+static __global__ void trn__k_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1,
+                                   float b2, float eps, float wd, float bc1, float bc2) {
+    TRN__GRID_STRIDE(i, n) {
+        float gi = g[i];
+        float mi = b1 * m[i] + (1.0f - b1) * gi;
+        float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        p[i] -= lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * p[i]);
+    }
+}
+
+/* --- sum of squares: each block sums a fixed grid-stride slice in double -- */
+static __global__ void trn__k_sumsq(double *part, const float *x, size_t n) {
+    __shared__ double ws[32];
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
+    double s = 0.0;
+    TRN__GRID_STRIDE(i, n) s += (double)x[i] * (double)x[i];
+    s = trn__warp_sum_d(s);
+    if (lane == 0) ws[warp] = s;
+    __syncthreads();
+    if (warp == 0) {
+        s = lane < nw ? ws[lane] : 0.0;
+        s = trn__warp_sum_d(s);
+        if (lane == 0) part[blockIdx.x] = s;
+    }
+}
+
+/* ========================================================================
+   >>cuda-ops: the backend table's functions (host side)
+   cuBLAS is column-major. A row-major (R,K) matrix with row stride ld is,
+   to cuBLAS, a column-major (K,R) matrix with leading dimension ld: the
+   same bytes, transposed. So row-major C = A B is column-major
+   C^T = B^T A^T, and every call below swaps the operands.
+   ======================================================================== */
+static void trn__cuda_gemm(const char *file, int line, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                      float alpha, const float *A, int lda, long long sa, const float *B, int ldb, long long sb,
+                      float beta, float *C, int ldc, long long sc, int batch) {
+    cublasComputeType_t ct = trn__cu.tf32_off ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_FAST_TF32;
+    cublasStatus_t st;
+    if (batch == 1)
+        st = cublasGemmEx(trn__cu.cublas, ta, tb, m, n, k, &alpha, A, CUDA_R_32F, lda, B, CUDA_R_32F, ldb, &beta, C,
+                          CUDA_R_32F, ldc, ct, CUBLAS_GEMM_DEFAULT);
+    else
+        st = cublasGemmStridedBatchedEx(trn__cu.cublas, ta, tb, m, n, k, &alpha, A, CUDA_R_32F, lda, sa, B,
+                                        CUDA_R_32F, ldb, sb, &beta, C, CUDA_R_32F, ldc, sc, batch, ct,
+                                        CUBLAS_GEMM_DEFAULT);
+    trn__cublas_check(st, "cublasGemmEx", file, line);
+}
+#define TRN__CUDA_GEMM(...) trn__cuda_gemm(__FILE__, __LINE__, __VA_ARGS__)
+
+/* out (N,OC) = inp (N,C) @ w^T (w is (OC,C)) + bias:
+   column-major out^T (OC,N) = w^T^T ... i.e. op(w-as-(C,OC)) = T, inp-as-(C,N) = N */
+static void trn__cuda_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C,
+                                     int OC) {
+    if (N <= 0 || OC <= 0) return;
+    TRN__CUDA_GEMM(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, 1.0f, w, C, 0, inp, C, 0, 0.0f, out, OC, 0, 1);
+    if (bias)
+        TRN_CUDA_LAUNCH(trn__k_bias_add, dim3(trn__cuda_grid((size_t)N * OC)), dim3(TRN__CUDA_BLOCK), 0,
+                        trn__cu.stream, out, bias, (size_t)N, OC);
+}
+
+/* dst (C) += column sums of x (N,C) */
+static void trn__cuda_colsum(float *dst, const float *x, int N, int C) {
+    int nchunk = (N + 63) / 64, rows;
+    float *part;
+    if (nchunk > 64) nchunk = 64;
+    if (nchunk < 1) nchunk = 1;
+    rows = (N + nchunk - 1) / nchunk;
+    part = trn__cuda_tmp((size_t)nchunk * C);
+    TRN_CUDA_LAUNCH(trn__k_colsum_part, dim3((unsigned)(C + 31) / 32, (unsigned)nchunk), dim3(32, 8), 0,
+                    trn__cu.stream, part, x, N, C, rows);
+    TRN_CUDA_LAUNCH(trn__k_colsum_final, dim3((unsigned)(C + 255) / 256), dim3(256), 0, trn__cu.stream, dst,
+                    (const float *)part, nchunk, C);
+}
+
+static void trn__cuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
+                                      const float *w, int N, int C, int OC) {
+    if (N <= 0 || OC <= 0 || C <= 0) return;
+    /* dinp (N,C) += dout (N,OC) @ w (OC,C):  dinp^T = w^T dout^T */
+    if (dinp) TRN__CUDA_GEMM(CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, 1.0f, w, C, 0, dout, OC, 0, 1.0f, dinp, C, 0, 1);
+    /* dw (OC,C) += dout^T (OC,N) @ inp (N,C):  dw^T = inp^T dout */
+    if (dw) TRN__CUDA_GEMM(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, 1.0f, inp, C, 0, dout, OC, 0, 1.0f, dw, C, 0, 1);
+    if (dbias) trn__cuda_colsum(dbias, dout, N, OC);
+}
+
+static void trn__cuda_embedding_forward(float *out, const int *ids, const float *table, int N, int C) {
+    if ((size_t)N * C == 0) return;
+    TRN_CUDA_LAUNCH(trn__k_embed_fwd, dim3(trn__cuda_grid((size_t)N * C)), dim3(TRN__CUDA_BLOCK), 0, trn__cu.stream,
+                    out, ids, table, N, C);
+}
+static void trn__cuda_embedding_backward(float *dtable, const float *dout, const int *ids, int N, int C) {
+    if (!dtable || (size_t)N * C == 0) return;
+    TRN_CUDA_LAUNCH(trn__k_embed_bwd, dim3(trn__cuda_grid((size_t)N * C)), dim3(TRN__CUDA_BLOCK), 0, trn__cu.stream,
+                    dtable, dout, ids, N, C);
+}
+
+static void trn__cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                                        const float *b, int N, int C) {
+    if (N <= 0) return;
+    TRN_CUDA_LAUNCH(trn__k_ln_fwd, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, out, mean, rstd, inp,
+                    w, b, N, C);
+}
+static void trn__cuda_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                                         const float *w, const float *mean, const float *rstd, int N, int C) {
+    if (N <= 0) return;
+    if (dinp)
+        TRN_CUDA_LAUNCH(trn__k_ln_bwd_dx, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, dinp, dout,
+                        inp, w, mean, rstd, N, C);
+    if (dw || db) {
+        int nchunk = (N + 63) / 64, rows;
+        float *pw, *pb;
+        if (nchunk > 64) nchunk = 64;
+        rows = (N + nchunk - 1) / nchunk;
+        pw = trn__cuda_tmp(2 * (size_t)nchunk * C);
+        pb = pw + (size_t)nchunk * C;
+        TRN_CUDA_LAUNCH(trn__k_ln_bwd_part, dim3((unsigned)(C + 31) / 32, (unsigned)nchunk), dim3(32, 8), 0,
+                        trn__cu.stream, pw, pb, dout, inp, mean, rstd, N, C, rows);
+        if (dw)
+            TRN_CUDA_LAUNCH(trn__k_colsum_final, dim3((unsigned)(C + 255) / 256), dim3(256), 0, trn__cu.stream, dw,
+                            (const float *)pw, nchunk, C);
+        if (db)
+            TRN_CUDA_LAUNCH(trn__k_colsum_final, dim3((unsigned)(C + 255) / 256), dim3(256), 0, trn__cu.stream, db,
+                            (const float *)pb, nchunk, C);
+    }
+}
+
+#define TRN__CUDA_ELEMENTWISE(kernel, n, ...)                                                                  \
+    do {                                                                                                       \
+        if ((n) > 0)                                                                                           \
+            TRN_CUDA_LAUNCH(kernel, dim3(trn__cuda_grid(n)), dim3(TRN__CUDA_BLOCK), 0, trn__cu.stream, __VA_ARGS__); \
+    } while (0)
+static void trn__cuda_gelu_forward(float *out, const float *inp, size_t n) { TRN__CUDA_ELEMENTWISE(trn__k_gelu_fwd, n, out, inp, n); }
+static void trn__cuda_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+    if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_gelu_bwd, n, dinp, inp, dout, n);
+}
+static void trn__cuda_relu_forward(float *out, const float *inp, size_t n) { TRN__CUDA_ELEMENTWISE(trn__k_relu_fwd, n, out, inp, n); }
+static void trn__cuda_relu_backward(float *dinp, const float *out, const float *dout, size_t n) {
+    if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_relu_bwd, n, dinp, out, dout, n);
+}
+static void trn__cuda_add_forward(float *out, const float *a, const float *b, size_t n) { TRN__CUDA_ELEMENTWISE(trn__k_add, n, out, a, b, n); }
+static void trn__cuda_accumulate(float *dst, const float *src, size_t n) {
+    if (dst) TRN__CUDA_ELEMENTWISE(trn__k_accumulate, n, dst, src, n);
+}
+static void trn__cuda_scale(float *x, float s, size_t n) { TRN__CUDA_ELEMENTWISE(trn__k_scale, n, x, s, n); }
+static void trn__cuda_mse_forward(float *losses, const float *pred, const float *target, size_t n) {
+    TRN__CUDA_ELEMENTWISE(trn__k_mse_fwd, n, losses, pred, target, n);
+}
+static void trn__cuda_mse_backward(float *dpred, const float *pred, const float *target, float dloss, size_t n) {
+    if (dpred) TRN__CUDA_ELEMENTWISE(trn__k_mse_bwd, n, dpred, pred, target, dloss, n);
+}
+static void trn__cuda_meanpool_forward(float *out, const float *inp, int B, int T, int C) {
+    TRN__CUDA_ELEMENTWISE(trn__k_meanpool_fwd, (size_t)B * C, out, inp, B, T, C);
+}
+static void trn__cuda_meanpool_backward(float *dinp, const float *dout, int B, int T, int C) {
+    if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_meanpool_bwd, (size_t)B * T * C, dinp, dout, B, T, C);
+}
+static void trn__cuda_adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
+                                   float beta2, float eps, float weight_decay, float bias_corr1, float bias_corr2) {
+    TRN__CUDA_ELEMENTWISE(trn__k_adamw, n, p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bias_corr1, bias_corr2);
+}
+
+/* the partial sums come back to the host and are added there, in order */
+static double trn__cuda_sum_squares(const float *x, size_t n) {
+    double part[TRN__CUDA_PARTIALS], total = 0.0;
+    size_t g = (n + TRN__CUDA_BLOCK - 1) / TRN__CUDA_BLOCK, i;
+    if (n == 0) return 0.0;
+    if (g > TRN__CUDA_PARTIALS) g = TRN__CUDA_PARTIALS;
+    TRN_CUDA_LAUNCH(trn__k_sumsq, dim3((unsigned)g), dim3(TRN__CUDA_BLOCK), 0, trn__cu.stream, trn__cu.partials, x, n);
+    trn__cuda_download(part, trn__cu.partials, g * sizeof(double));
+    for (i = 0; i < g; i++) total += part[i];
+    return total;
+}
+
+/* attention. Per batch row b, the NH heads are one strided-batched GEMM:
+   head h's Q, K, V start h*hs floats apart in qkv (row stride 3C), its
+   (T,T) block of att starts h*T*T apart. Shapes as in train.h's CPU
+   version: S = Q K^T * scale; P = softmax(S); O = P V. */
+static void trn__cuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH,
+                                        int causal) {
+    int hs = C / NH, C3 = 3 * C, b;
+    float scale = 1.0f / sqrtf((float)hs);
+    long long TT = (long long)T * T;
+    if (B <= 0 || T <= 0) return;
+    for (b = 0; b < B; b++) {
+        const float *q = qkv + (size_t)b * T * C3, *k = q + C;
+        float *P = att + (size_t)b * NH * TT;
+        /* S (T,T) = Q K^T:  S^T = K Q^T, K-as-(hs,T) transposed, Q-as-(hs,T) */
+        TRN__CUDA_GEMM(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, scale, k, C3, hs, q, C3, hs, 0.0f, P, T, TT, NH);
+    }
+    TRN_CUDA_LAUNCH(trn__k_softmax_fwd, dim3((unsigned)((B * NH * T + 7) / 8)), dim3(256), 0, trn__cu.stream, att,
+                    B * NH * T, T, causal);
+    for (b = 0; b < B; b++) {
+        const float *v = qkv + (size_t)b * T * C3 + 2 * C;
+        const float *P = att + (size_t)b * NH * TT;
+        /* O (T,hs) = P V:  O^T = V^T P^T, V-as-(hs,T), P-as-(T,T) = P^T */
+        TRN__CUDA_GEMM(CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, v, C3, hs, P, T, TT, 0.0f, out + (size_t)b * T * C, C, hs,
+                  NH);
+    }
+}
+
+static void trn__cuda_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                                         const float *att, int B, int T, int C, int NH, int causal) {
+    int hs = C / NH, C3 = 3 * C, b;
+    float scale = 1.0f / sqrtf((float)hs);
+    long long TT = (long long)T * T;
+    (void)causal; /* masked entries have P = 0, so dS = 0 there */
+    if (!dqkv || B <= 0 || T <= 0) return;
+    for (b = 0; b < B; b++) {
+        const float *v = qkv + (size_t)b * T * C3 + 2 * C;
+        const float *dO = dout + (size_t)b * T * C;
+        const float *P = att + (size_t)b * NH * TT;
+        float *dP = scratch + (size_t)b * NH * TT, *dv = dqkv + (size_t)b * T * C3 + 2 * C;
+        /* dP (T,T) = dO V^T:  dP^T = V dO^T */
+        TRN__CUDA_GEMM(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, v, C3, hs, dO, C, hs, 0.0f, dP, T, TT, NH);
+        /* dV (T,hs) += P^T dO:  dV^T = dO^T P */
+        TRN__CUDA_GEMM(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, dO, C, hs, P, T, TT, 1.0f, dv, C3, hs, NH);
+    }
+    TRN_CUDA_LAUNCH(trn__k_softmax_bwd, dim3((unsigned)((B * NH * T + 7) / 8)), dim3(256), 0, trn__cu.stream,
+                    scratch, att, B * NH * T, T);
+    for (b = 0; b < B; b++) {
+        const float *q = qkv + (size_t)b * T * C3, *k = q + C;
+        const float *dS = scratch + (size_t)b * NH * TT;
+        float *dq = dqkv + (size_t)b * T * C3, *dk = dq + C;
+        /* dQ (T,hs) += scale dS K:  dQ^T = K^T dS^T, K-as-(hs,T), dS-as-(T,T) = dS^T */
+        TRN__CUDA_GEMM(CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, scale, k, C3, hs, dS, T, TT, 1.0f, dq, C3, hs, NH);
+        /* dK (T,hs) += scale dS^T Q:  dK^T = Q^T dS */
+        TRN__CUDA_GEMM(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, scale, q, C3, hs, dS, T, TT, 1.0f, dk, C3, hs, NH);
+    }
+}
+
+static void trn__cuda_crossentropy_forward(float *losses, float *lse, const float *logits, const int *targets, int N,
+                                           int V, int Vp) {
+    if (N <= 0) return;
+    TRN_CUDA_LAUNCH(trn__k_xent_fwd, dim3((unsigned)N), dim3(256), 0, trn__cu.stream, losses, lse, logits, targets, V,
+                    Vp);
+}
+static void trn__cuda_crossentropy_backward(float *dlogits, const float *logits, const float *lse, const int *targets,
+                                            float dloss, int N, int V, int Vp) {
+    if (!dlogits || N <= 0) return;
+    TRN_CUDA_LAUNCH(trn__k_xent_bwd, dim3((unsigned)N), dim3(256), 0, trn__cu.stream, dlogits, logits, lse, targets,
+                    dloss, V, Vp);
+}
+
+/* ========================================================================
+   >>cuda-init
+   ======================================================================== */
+static void trn__cuda_release(void) {
+    if (trn__cu.tmp) { trn__cuda_free(trn__cu.tmp); trn__cu.tmp = NULL; trn__cu.tmp_bytes = 0; }
+    if (trn__cu.partials) { trn__cuda_free(trn__cu.partials); trn__cu.partials = NULL; }
+    if (trn__cu.cublas) { cublasDestroy(trn__cu.cublas); trn__cu.cublas = NULL; }
+    if (trn__cu.workspace) { trn__cuda_free(trn__cu.workspace); trn__cu.workspace = NULL; }
+    if (trn__cu.stream) { cudaStreamDestroy(trn__cu.stream); trn__cu.stream = NULL; }
+    trn_ledger_add(TRN_DEVICE, TRN_KIND_RUNTIME, -(long long)(trn__cu.context_bytes + trn__cu.cublas_bytes));
+    trn__cu.context_bytes = trn__cu.cublas_bytes = 0;
+}
+
+TRNDEF trn_result trn_cuda_init(int device) {
+    int count = 0, drv = 0, rt = 0, *probe = NULL;
+    size_t fr0 = 0, fr1 = 0, tot = 0;
+    cudaError_t e;
+    cudaDeviceProp prop;
+    if (trn__cu.ready) {
+        if (device == trn__cu.device) return TRN_OK;
+        return trn_fail(TRN_ERR_INVALID, "trn_cuda_init(%d): device %d is already in use (one device per process)",
+                        device, trn__cu.device);
+    }
+    cudaDriverGetVersion(&drv);
+    cudaRuntimeGetVersion(&rt);
+    e = cudaGetDeviceCount(&count);
+    cudaGetLastError();
+    if (e == cudaErrorInsufficientDriver || (drv > 0 && drv < rt))
+        return trn_fail(TRN_ERR_BACKEND, "CUDA: the NVIDIA driver supports CUDA %d.%d but this program needs %d.%d: update the driver",
+                        drv / 1000, drv % 1000 / 10, rt / 1000, rt % 1000 / 10);
+    if (drv == 0 && e != cudaSuccess)
+        return trn_fail(TRN_ERR_BACKEND, "CUDA: no NVIDIA driver found (%s)", cudaGetErrorString(e));
+    if (e == cudaErrorNoDevice || (e == cudaSuccess && count == 0))
+        return trn_fail(TRN_ERR_BACKEND, "CUDA: no CUDA device found (%s)",
+                        e == cudaSuccess ? "no GPU visible: check CUDA_VISIBLE_DEVICES and nvidia-smi" : cudaGetErrorString(e));
+    if (e != cudaSuccess) return trn_fail(TRN_ERR_BACKEND, "CUDA: cudaGetDeviceCount: %s", cudaGetErrorString(e));
+    if (device < 0 || device >= count)
+        return trn_fail(TRN_ERR_INVALID, "CUDA: device %d does not exist (%d device%s)", device, count, count == 1 ? "" : "s");
+    if ((e = cudaSetDevice(device)) != cudaSuccess || (e = cudaFree(0)) != cudaSuccess) {
+        cudaGetLastError();
+        return trn_fail(TRN_ERR_BACKEND, "CUDA: cannot open device %d: %s", device, cudaGetErrorString(e));
+    }
+    cudaGetDeviceProperties(&prop, device);
+    snprintf(trn__cu.name, sizeof trn__cu.name, "%s (sm_%d%d)", prop.name, prop.major, prop.minor);
+    /* can this GPU run our kernels? (a build for sm_80/sm_90 cannot run on sm_75) */
+    {
+        cudaStream_t s0 = 0;
+        TRN__CUDA_START(trn__k_probe, dim3(1), dim3(32), 0, s0, probe);
+        e = cudaGetLastError();
+        if (e == cudaSuccess) e = cudaDeviceSynchronize();
+        if (e != cudaSuccess)
+            return trn_fail(TRN_ERR_BACKEND, "CUDA: cannot run kernels on %s: %s (this program was built for sm_80 and sm_90)",
+                            trn__cu.name, cudaGetErrorString(e));
+    }
+    trn__cu.ready = 1; /* the allocations below need it */
+    trn__cu.device = device;
+    /* what the driver already uses now is the context (and other processes) */
+    TRN_CUDA_CHECK(cudaMemGetInfo(&fr0, &tot));
+    trn__cu.context_bytes = tot - fr0;
+    trn_ledger_add(TRN_DEVICE, TRN_KIND_RUNTIME, (long long)trn__cu.context_bytes);
+    TRN_CUDA_CHECK(cudaStreamCreateWithFlags(&trn__cu.stream, cudaStreamNonBlocking));
+    if (cublasCreate(&trn__cu.cublas) != CUBLAS_STATUS_SUCCESS) {
+        trn__cu.cublas = NULL;
+        trn__cuda_release();
+        trn__cu.ready = 0;
+        return trn_fail(TRN_ERR_BACKEND, "cuBLAS: cublasCreate failed on %s", trn__cu.name);
+    }
+    TRN_CUDA_CHECK(cudaMemGetInfo(&fr1, &tot));
+    trn__cu.cublas_bytes = fr0 > fr1 ? fr0 - fr1 : 0;
+    trn_ledger_add(TRN_DEVICE, TRN_KIND_RUNTIME, (long long)trn__cu.cublas_bytes);
+    /* our own workspace, so the ledger sees it (cuBLAS would allocate one) */
+    trn__cu.workspace = trn__cuda_alloc(TRN__CUDA_WORKSPACE, TRN_KIND_RUNTIME);
+    trn__cu.partials = (double *)trn__cuda_alloc(TRN__CUDA_PARTIALS * sizeof(double), TRN_KIND_RUNTIME);
+    if (!trn__cu.workspace || !trn__cu.partials) {
+        trn__cuda_release();
+        trn__cu.ready = 0;
+        return trn_fail(TRN_ERR_NOMEM, "CUDA: no device memory for the cuBLAS workspace on %s", trn__cu.name);
+    }
+    trn__cu.workspace_bytes = TRN__CUDA_WORKSPACE;
+    TRN_CUBLAS_CHECK(cublasSetWorkspace(trn__cu.cublas, trn__cu.workspace, trn__cu.workspace_bytes));
+    TRN_CUBLAS_CHECK(cublasSetStream(trn__cu.cublas, trn__cu.stream));
+    trn_cuda_set_tf32(!trn__cu.tf32_off);
+    trn_ledger_set_device_probe(trn__cuda_probe);
+    return TRN_OK;
+}
+
+TRNDEF void trn_cuda_set_tf32(int on) {
+    trn__cu.tf32_off = !on;
+    if (trn__cu.cublas)
+        TRN_CUBLAS_CHECK(cublasSetMathMode(trn__cu.cublas, on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+}
+TRNDEF int trn_cuda_tf32(void) { return !trn__cu.tf32_off; }
+TRNDEF const char *trn_cuda_device_name(void) { return trn__cu.ready ? trn__cu.name : "(no CUDA device)"; }
+TRNDEF void *trn_cuda_stream(void) { return (void *)trn__cu.stream; }
+TRNDEF void *trn_cuda_cublas(void) { return (void *)trn__cu.cublas; }
+
+TRNDEF void trn_cuda_shutdown(void) {
+    if (!trn__cu.ready) return;
+    cudaStreamSynchronize(trn__cu.stream);
+    trn__cuda_release();
+    trn_ledger_set_device_probe(NULL);
+    trn__cu.ready = 0;
+}
+
+TRNDEF const trn_backend *trn_cuda_backend(void) {
+    trn_backend *t = &trn__cu.table;
+    if (!trn__cu.ready && trn_cuda_init(0) != TRN_OK) trn_fatal("train_cuda.h: %s", trn_error_reason());
+    if (!t->name) {
+        t->place = TRN_DEVICE;
+        t->alloc = trn__cuda_alloc;
+        t->free = trn__cuda_free;
+        t->zero = trn__cuda_zero;
+        t->upload = trn__cuda_upload;
+        t->download = trn__cuda_download;
+        t->copy = trn__cuda_copy;
+        t->sync = trn__cuda_sync;
+        t->matmul_forward = trn__cuda_matmul_forward;
+        t->matmul_backward = trn__cuda_matmul_backward;
+        t->embedding_forward = trn__cuda_embedding_forward;
+        t->embedding_backward = trn__cuda_embedding_backward;
+        t->layernorm_forward = trn__cuda_layernorm_forward;
+        t->layernorm_backward = trn__cuda_layernorm_backward;
+        t->gelu_forward = trn__cuda_gelu_forward;
+        t->gelu_backward = trn__cuda_gelu_backward;
+        t->relu_forward = trn__cuda_relu_forward;
+        t->relu_backward = trn__cuda_relu_backward;
+        t->add_forward = trn__cuda_add_forward;
+        t->accumulate = trn__cuda_accumulate;
+        t->attention_forward = trn__cuda_attention_forward;
+        t->attention_backward = trn__cuda_attention_backward;
+        t->crossentropy_forward = trn__cuda_crossentropy_forward;
+        t->crossentropy_backward = trn__cuda_crossentropy_backward;
+        t->mse_forward = trn__cuda_mse_forward;
+        t->mse_backward = trn__cuda_mse_backward;
+        t->meanpool_forward = trn__cuda_meanpool_forward;
+        t->meanpool_backward = trn__cuda_meanpool_backward;
+        t->adamw_update = trn__cuda_adamw_update;
+        t->sum_squares = trn__cuda_sum_squares;
+        t->scale = trn__cuda_scale;
+        t->name = "cuda";
+    }
+    return t;
+}
+
+#endif /* TRAIN_CUDA_IMPLEMENTATION_DONE */
+#endif /* TRAIN_CUDA_IMPLEMENTATION */

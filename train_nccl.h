@@ -1,0 +1,1764 @@
+/* train_nccl.h - v0.1 - data-parallel training for train.h: DDP and ZeRO-1,
+   over NCCL between GPUs, or over TCP between CPU processes.
+
+   Do this, in ONE .cu file of a GPU program (compile with nvcc, link -lnccl):
+      #define TRAIN_IMPLEMENTATION
+      #include "train.h"
+      #define TRAIN_CUDA_IMPLEMENTATION
+      #include "train_cuda.h"
+      #define TRAIN_NCCL_IMPLEMENTATION
+      #include "train_nccl.h"
+   A CPU program (and every test) uses the TCP communicator only, with any
+   C99 or C++ compiler on a POSIX system (compile with -D_POSIX_C_SOURCE=
+   200809L -D_DEFAULT_SOURCE, or gnu99, and -pthread):
+      #define TRAIN_NCCL_CPU_ONLY
+      #define TRAIN_NCCL_IMPLEMENTATION
+      #include "train_nccl.h"
+
+   The data-parallel training step. Every rank (process) runs the same
+   program on its own slice of the data; after backward the gradients are
+   averaged over the ranks, so every rank takes the same AdamW step and the
+   weights stay identical everywhere:
+
+      trn_ddp ddp;
+      trn_ddp_desc dd = {0};                      // zero = defaults
+      CHECK(trn_ddp_init(&ddp, &dd));             // who am I? rendezvous; GPU = local rank
+      ... build the model and its optimizer ...
+      CHECK(trn_ddp_attach(&ddp, &model));        // rank 0's weights to all; buckets
+      for (step = 0; step < steps; step++) {
+          load batch trn_ddp_batch_index(&ddp, step) // rank r: batches r, r+W, ...
+          trn_zero_grad(&model); trn_reset(&model);
+          loss = forward(&model, x, y);
+          trn_backward(&model, loss);             // each finished bucket starts
+                                                  //   its all-reduce right away
+          CHECK(trn_ddp_allreduce_grads(&ddp, &model)); // wait for the rest
+          CHECK(trn_ddp_clip_grad_norm(&ddp, &model, 1.0f, &norm));
+          CHECK(trn_ddp_adamw_step(&ddp, &opt, &model, lr));
+          if (trn_ddp_is_main(&ddp)) printf(...); // log and save on rank 0
+      }
+      trn_ddp_barrier(&ddp);                      // nobody leaves early
+      trn_ddp_free(&ddp);
+
+   Launch the same binary with the launcher you already use. Each one sets
+   environment variables that trn_ddp_init reads (torchrun's first, then
+   Open MPI's, MPICH's, Slurm's):
+      torchrun --nproc_per_node=8 ./prog                  one node, 8 GPUs
+      torchrun --nnodes=2 --node_rank=0 --master_addr=h0 --nproc_per_node=8 ./prog
+      mpirun -np 16 -H h0:8,h1:8 -x MASTER_ADDR=h0 ./prog
+      srun -N 2 --ntasks-per-node=8 --gpus-per-node=8 ./prog
+   Rank 0 listens at MASTER_ADDR:MASTER_PORT (defaults: the first node of
+   the Slurm job or 127.0.0.1; 29500, under Slurm 20000 + job id % 20000)
+   and hands every rank the NCCL unique id there: no MPI library needed.
+
+   What the memory ledger shows. Gradients are all-reduced IN PLACE, in
+   buckets that are views of the one flat gradient buffer, so the COMM line
+   holds only a fixed 256 KiB (TCP) or 64 bytes (NCCL) whatever the model
+   size (PyTorch's DDP copies gradients into separate buckets: one more
+   gradient-sized buffer). With ZeRO-1 (desc.zero1 = 1) each rank keeps
+   AdamW's m and v for 1/W of the parameters: OPTIM shrinks W times.
+
+   Faults. No collective waits forever: if a rank dies, its neighbours see
+   the connection close (TCP) or NCCL reports it, and every rank returns
+   TRN_ERR_COMM; if a rank hangs, the others return TRN_ERR_TIMEOUT after
+   desc.timeout_s (default 600 s, or the environment's TRN_DDP_TIMEOUT).
+   The failing rank closes its connections (aborts its communicator) at
+   once, so the failure spreads in milliseconds, not after the timeout.
+
+   Configuration macros:
+      TRAIN_NCCL_CPU_ONLY   only the TCP communicator (no CUDA, no NCCL)
+      TRN_NCCL_COMPUTE_STREAM  the cudaStream_t the model's kernels run on
+                            (default: train_cuda.h's stream)
+
+   What it does NOT do: no tensor, pipeline or sequence parallelism; no
+   ZeRO-2/3 (gradients and weights stay whole on every rank); no elastic
+   membership (a dead rank ends the job: resume from the last checkpoint
+   with the same world size); IPv4 only; the TCP communicator is for CPU
+   training and tests, not a fast interconnect; ZeRO-1's reduce-scatter
+   runs after backward (no overlap).
+
+   Contents (grep for the anchors):
+      >>env         launcher environment: rank, world size, local rank
+      >>comm        the communicator table; shards; init/free
+      >>ddp         DDP and ZeRO-1 on top of a communicator
+      >>sockets     TCP helpers with deadlines
+      >>rendezvous  rank 0 hands out the unique id and the peer table
+      >>ring        the TCP communicator: ring collectives on a worker thread
+      >>nccl        the NCCL communicator (nvcc only)
+
+   License: MIT, as train.h.
+*/
+#ifndef TRAIN_H_INCLUDED
+#error "train_nccl.h: include train.h before train_nccl.h"
+#endif
+#if !defined(TRAIN_NCCL_CPU_ONLY)
+#if !defined(__CUDACC__)
+#error "train_nccl.h: the NCCL communicator must be compiled by nvcc (or define TRAIN_NCCL_CPU_ONLY for the TCP communicator between CPU processes)"
+#endif
+#if !defined(TRAIN_CUDA_H_INCLUDED)
+#error "train_nccl.h: include train_cuda.h before train_nccl.h (or define TRAIN_NCCL_CPU_ONLY)"
+#endif
+#endif
+
+#ifndef TRAIN_NCCL_H_INCLUDED
+#define TRAIN_NCCL_H_INCLUDED
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------
+   >>env
+   Who am I? Launchers tell each process its place in environment
+   variables. trn_dist_env_read looks for them in this order (the first
+   launcher whose rank variable is set wins, so torchrun inside an Slurm
+   allocation is torchrun):
+      torchrun   RANK, WORLD_SIZE, LOCAL_RANK
+      Open MPI   OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK
+      MPICH      PMI_RANK, PMI_SIZE, MPI_LOCALRANKID
+      Slurm      SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID
+   and MASTER_ADDR, MASTER_PORT for all of them. None set: one process.
+   ------------------------------------------------------------------------ */
+typedef struct trn_dist_env {
+    int rank;               /* 0 .. world_size-1                           */
+    int world_size;         /* processes in the job (1: not distributed)   */
+    int local_rank;         /* index among the ranks of this node (GPU)    */
+    char master_addr[256];  /* host where rank 0 runs the rendezvous       */
+    int master_port;
+    const char *launcher;   /* "torchrun", "mpirun", "slurm" or "none"    */
+} trn_dist_env;
+
+/* TRN_ERR_INVALID names the variable when one is malformed or they
+   disagree (RANK >= WORLD_SIZE, RANK without WORLD_SIZE, ...) */
+TRNDEF trn_result trn_dist_env_read(trn_dist_env *env);
+
+/* ------------------------------------------------------------------------
+   >>comm
+   A communicator: collectives over the ranks on float ranges in the
+   backend's memory. Like trn_backend, a table of functions; two tables
+   exist: NCCL (GPU memory, nvcc builds) and a ring over TCP sockets (host
+   memory, any build). Every collective is QUEUED in call order and returns
+   at once (NCCL: on the communication stream; TCP: on a worker thread);
+   wait() blocks until all queued ones are done and returns the first
+   error. Every rank must call the same collectives in the same order.
+   Collectives work in place. "average" divides the sum by world.
+   Sharded collectives use trn_comm_shard's split of [0, n).
+   ------------------------------------------------------------------------ */
+typedef enum trn_comm_kind {
+    TRN_COMM_AUTO = 0,  /* NCCL in an NCCL build, TCP otherwise            */
+    TRN_COMM_TCP,       /* ring over TCP, host memory (CPU backends)       */
+    TRN_COMM_NCCL,      /* NCCL, device memory                             */
+    TRN_COMM_SELF       /* world size 1: every collective is a no-op       */
+} trn_comm_kind;
+
+typedef struct trn_comm {
+    trn_comm_kind kind;
+    const char *name;   /* "self", "tcp-ring", "nccl"                      */
+    int rank, world;
+    double timeout_s;   /* how long a rank waits for another               */
+    trn_result (*all_reduce)(struct trn_comm *c, float *x, size_t n, int average);
+    /* rank r ends with shard r of the sum (or average); the rest of x is
+       left with meaningless partial values */
+    trn_result (*reduce_scatter)(struct trn_comm *c, float *x, size_t n, int average);
+    /* every rank contributes its shard r of x; all end with all of x */
+    trn_result (*all_gather)(struct trn_comm *c, float *x, size_t n);
+    trn_result (*broadcast)(struct trn_comm *c, void *x, size_t bytes, int root);
+    trn_result (*wait)(struct trn_comm *c);
+    /* a few doubles in host memory (loss, norms, flags); waits */
+    trn_result (*all_reduce_host)(struct trn_comm *c, double *x, int n, int average);
+    /* give up: close connections / ncclCommAbort, so peers fail fast */
+    void (*abort)(struct trn_comm *c);
+    void (*destroy)(struct trn_comm *c);
+    void *impl;
+} trn_comm;
+
+/* rendezvous (when world > 1) and connect; timeout_s <= 0: 600 s */
+TRNDEF trn_result trn_comm_init(trn_comm *c, const trn_dist_env *env, trn_comm_kind kind,
+                                double timeout_s);
+TRNDEF void trn_comm_free(trn_comm *c);
+/* rank's shard [lo,hi) of n elements: equal shards of a multiple of 16
+   floats (64-byte aligned starts), the last rank also takes the rest */
+TRNDEF void trn_comm_shard(size_t n, int world, int rank, size_t *lo, size_t *hi);
+
+/* ------------------------------------------------------------------------
+   >>ddp
+   Data parallelism on top of a communicator, for one trn_model.
+   DDP: after backward every rank holds the average gradient. The flat
+   gradient buffer is cut into buckets (whole parameters, at most
+   bucket_bytes each unless one parameter is larger), from the LAST
+   parameter to the first, because backward produces gradients in roughly
+   that order. trn_backward calls a hook after every tape entry; when the
+   last entry that uses a parameter has run, that parameter's gradient is
+   final; when all of a bucket's are, its all-reduce starts, while backward
+   goes on with the earlier layers (buckets start in order on every rank).
+   ZeRO-1: rank r owns shard r of the flat buffers (trn_comm_shard). The
+   gradients are reduce-scattered (r gets the average of its shard), AdamW
+   updates only that shard (trn_adamw's [lo,hi): m and v are 1/W the size),
+   and an all-gather brings every rank all the new weights.
+   ------------------------------------------------------------------------ */
+typedef struct trn_ddp_desc {
+    int zero1;            /* 1: shard the optimizer state (ZeRO stage 1)   */
+    size_t bucket_bytes;  /* default 25 MiB (PyTorch's bucket_cap_mb)      */
+    int no_overlap;       /* 1: all-reduce only in trn_ddp_allreduce_grads */
+    double timeout_s;     /* default: $TRN_DDP_TIMEOUT, else 600 s         */
+    trn_comm_kind comm;   /* default TRN_COMM_AUTO                         */
+} trn_ddp_desc;
+
+typedef struct trn_ddp_bucket {
+    size_t lo, hi;        /* [lo,hi) of the flat gradient buffer (floats)  */
+    int p_first, p_last;  /* the parameters in it (table indices)          */
+    int pending;          /* this step: parameters not yet final           */
+} trn_ddp_bucket;
+
+typedef struct trn_ddp {
+    trn_ddp_desc desc;    /* effective values                              */
+    trn_dist_env env;
+    int rank, world, local_rank;
+    trn_comm comm;
+    trn_model *model;     /* set by trn_ddp_attach                         */
+    trn_ddp_bucket *buckets;
+    int n_buckets;
+    int *bucket_of;       /* parameter index -> bucket                     */
+    int *last_use;        /* this step: lowest tape index using it         */
+    int next_bucket;      /* the first bucket not started this step        */
+    int armed;            /* a backward has started buckets this step      */
+    int sync;             /* 0: backward does not start buckets (accumulating) */
+    size_t shard_lo, shard_hi; /* ZeRO-1: this rank's slice                */
+    trn_result error;     /* sticky: the first failure                     */
+    char error_reason[512];
+} trn_ddp;
+
+TRNDEF trn_ddp_desc trn_ddp_defaults(const trn_ddp_desc *desc);
+/* read the launcher's environment, pick the GPU (cudaSetDevice(local
+   rank)), rendezvous, create the communicator. Call it before building
+   the model (the model's memory must be on this rank's GPU). */
+TRNDEF trn_result trn_ddp_init(trn_ddp *ddp, const trn_ddp_desc *desc);
+/* the model's weights (trn_model_alloc done) become rank 0's; plan the
+   buckets; install the backward hook */
+TRNDEF trn_result trn_ddp_attach(trn_ddp *ddp, trn_model *m);
+/* gradient accumulation: set 0 before the backward passes that only
+   accumulate, 1 before the last one (as PyTorch's no_sync()) */
+TRNDEF void trn_ddp_set_sync(trn_ddp *ddp, int sync);
+/* after trn_backward: DDP: start the buckets backward did not start and
+   wait for all; ZeRO-1: reduce-scatter. Then the gradients are averaged
+   (ZeRO-1: this rank's shard of them). */
+TRNDEF trn_result trn_ddp_allreduce_grads(trn_ddp *ddp, trn_model *m);
+/* the global gradient norm (ZeRO-1: over all shards), clipped as
+   trn_clip_grad_norm does; norm_out may be NULL */
+TRNDEF trn_result trn_ddp_clip_grad_norm(trn_ddp *ddp, trn_model *m, float max_norm,
+                                         float *norm_out);
+/* DDP: trn_adamw_step. ZeRO-1: the step on this rank's shard (sets
+   opt->lo/hi on the first call), then all-gather the weights. */
+TRNDEF trn_result trn_ddp_adamw_step(trn_ddp *ddp, trn_adamw *opt, trn_model *m, float lr);
+/* sum (or average) a few host doubles over the ranks: losses, counts */
+TRNDEF trn_result trn_ddp_allreduce_host(trn_ddp *ddp, double *x, int n, int average);
+/* every rank passes its own result; all get TRN_OK only if all were OK
+   (then one failing rank cannot leave the others waiting) */
+TRNDEF trn_result trn_ddp_agree(trn_ddp *ddp, trn_result mine);
+TRNDEF trn_result trn_ddp_barrier(trn_ddp *ddp);
+TRNDEF int trn_ddp_is_main(const trn_ddp *ddp);   /* rank 0 */
+/* printf on rank 0 only (stdout, flushed) */
+TRNDEF void trn_ddp_log(const trn_ddp *ddp, const char *fmt, ...);
+/* rank-sharded data: this rank's k-th batch is global batch k*W + rank */
+TRNDEF long long trn_ddp_batch_index(const trn_ddp *ddp, long long k);
+/* on a fatal error: abort the communicator so the other ranks stop now */
+TRNDEF void trn_ddp_abort(trn_ddp *ddp);
+TRNDEF void trn_ddp_free(trn_ddp *ddp);
+
+/* Checkpoints. The world size (and ZeRO-1) go into the metadata as
+   "ddp.world_size" and "ddp.zero1"; a run resumes only with the same ones,
+   because the data position (batches r, r+W, ...) and ZeRO-1's optimizer
+   shards depend on them. DDP: rank 0 writes `path` (every rank holds the
+   same state). ZeRO-1: rank 0 writes `path` (weights + its shard), rank r
+   writes trn_ddp_rank_path(path) (weights + shard r). Load: every rank
+   reads the metadata of `path` first (all refuse a mismatch with the same
+   message), then its own file. Both return on every rank only after all
+   ranks are done, with an error on all if one failed. Files must be on a
+   file system every rank sees. */
+TRNDEF void trn_ddp_meta_set(const trn_ddp *ddp, trn_meta *meta);
+TRNDEF trn_result trn_ddp_meta_check(const trn_ddp *ddp, const trn_meta *meta, const char *path);
+/* "dir/ckpt.safetensors" -> "dir/ckpt.rank3.safetensors" (rank 0: path) */
+TRNDEF const char *trn_ddp_rank_path(const trn_ddp *ddp, const char *path, char *buf, size_t cap);
+TRNDEF trn_result trn_ddp_checkpoint_save(trn_ddp *ddp, const char *path, trn_model *m,
+                                          const trn_adamw *opt, const trn_meta *meta);
+TRNDEF trn_result trn_ddp_checkpoint_load(trn_ddp *ddp, const char *path, trn_model *m,
+                                          trn_adamw *opt, trn_meta *meta_out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TRAIN_NCCL_H_INCLUDED */
+
+/* ======================================================================== */
+/*                              IMPLEMENTATION                              */
+/* ======================================================================== */
+#ifdef TRAIN_NCCL_IMPLEMENTATION
+#ifndef TRAIN_NCCL_IMPLEMENTATION_DONE
+#define TRAIN_NCCL_IMPLEMENTATION_DONE
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <pthread.h>
+#include <unistd.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <netdb.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+
+#if !defined(TRAIN_NCCL_CPU_ONLY)
+#include <cuda_runtime.h>
+#include <nccl.h>
+#endif
+
+#ifndef MSG_NOSIGNAL
+#define MSG_NOSIGNAL 0 /* macOS: a dead peer raises SIGPIPE; ignore it there */
+#endif
+
+#define TRN__NMIN(a, b) ((a) < (b) ? (a) : (b))
+#define TRN__DEFAULT_TIMEOUT 600.0
+#define TRN__BLOB_MAX 128     /* ncclUniqueId is 128 bytes               */
+#define TRN__STAGE_BYTES (256u << 10) /* TCP receive staging (COMM)     */
+
+static double trn__now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+static void trn__sleep_ms(int ms) {
+    struct timespec ts;
+    ts.tv_sec = ms / 1000; ts.tv_nsec = (long)(ms % 1000) * 1000000L;
+    nanosleep(&ts, NULL);
+}
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ========================================================================
+   >>env
+   ======================================================================== */
+/* an integer variable in [lo,hi]; *present = 0 when unset or empty */
+static trn_result trn__env_int(const char *name, long lo, long hi, int *out, int *present) {
+    const char *s = getenv(name);
+    char *end;
+    long v;
+    *present = 0;
+    if (!s || !*s) return TRN_OK;
+    errno = 0;
+    v = strtol(s, &end, 10);
+    while (*end == ' ' || *end == '\n') end++;
+    if (errno || end == s || *end || v < lo || v > hi)
+        return trn_fail(TRN_ERR_INVALID, "environment: %s='%s' is not a number in [%ld, %ld]", name, s, lo, hi);
+    *out = (int)v;
+    *present = 1;
+    return TRN_OK;
+}
+
+/* Slurm node lists: "gpu[07-09,12],cpu1" -> "gpu07"; "a,b" -> "a" */
+static void trn__first_host(const char *list, char *out, size_t cap) {
+    size_t n = 0;
+    const char *p = list;
+    while (*p && *p != ',' && *p != '[' && n + 1 < cap) out[n++] = *p++;
+    if (*p == '[') {
+        p++;
+        while (*p >= '0' && *p <= '9' && n + 1 < cap) out[n++] = *p++;
+        while (*p && *p != ']') p++;
+        if (*p == ']') p++;
+        while (*p && *p != ',' && *p != '[' && n + 1 < cap) out[n++] = *p++;
+    }
+    out[n] = 0;
+}
+
+TRNDEF trn_result trn_dist_env_read(trn_dist_env *env) {
+    static const char *const L[4][4] = {
+        {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"},
+        {"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
+        {"mpirun", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"},
+        {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
+    };
+    int i, have, v;
+    trn_result r;
+    const char *s;
+    if (!env) return trn_fail(TRN_ERR_INVALID, "trn_dist_env_read: env is NULL");
+    memset(env, 0, sizeof *env);
+    env->world_size = 1;
+    env->launcher = "none";
+    for (i = 0; i < 4; i++) {
+        if ((r = trn__env_int(L[i][1], 0, 1 << 24, &v, &have)) != TRN_OK) return r;
+        if (!have) continue;
+        env->rank = v;
+        env->launcher = L[i][0];
+        if ((r = trn__env_int(L[i][2], 1, 1 << 24, &env->world_size, &have)) != TRN_OK) return r;
+        if (!have) return trn_fail(TRN_ERR_INVALID, "environment: %s is set but %s is not", L[i][1], L[i][2]);
+        if (env->rank >= env->world_size)
+            return trn_fail(TRN_ERR_INVALID, "environment: %s=%d but %s=%d (ranks are 0..%d)", L[i][1], env->rank,
+                            L[i][2], env->world_size, env->world_size - 1);
+        if ((r = trn__env_int(L[i][3], 0, 1 << 24, &env->local_rank, &have)) != TRN_OK) return r;
+        break;
+    }
+    s = getenv("MASTER_ADDR");
+    if (s && *s) {
+        if (strlen(s) >= sizeof env->master_addr) return trn_fail(TRN_ERR_INVALID, "environment: MASTER_ADDR is too long");
+        strcpy(env->master_addr, s);
+    } else if (strcmp(env->launcher, "slurm") == 0 &&
+               (((s = getenv("SLURM_JOB_NODELIST")) && *s) || ((s = getenv("SLURM_NODELIST")) && *s))) {
+        trn__first_host(s, env->master_addr, sizeof env->master_addr); /* rank 0 runs on the first node */
+    } else {
+        strcpy(env->master_addr, "127.0.0.1");
+    }
+    if ((r = trn__env_int("MASTER_PORT", 1, 65535, &env->master_port, &have)) != TRN_OK) return r;
+    if (!have) {
+        int job = 0, hj = 0;
+        env->master_port = 29500; /* torchrun's default */
+        if (strcmp(env->launcher, "slurm") == 0) {
+            /* two jobs sharing a node must not both take 29500 */
+            if ((r = trn__env_int("SLURM_JOB_ID", 0, 2147483647L, &job, &hj)) != TRN_OK) return r;
+            if (hj) env->master_port = 20000 + job % 20000;
+        }
+    }
+    return TRN_OK;
+}
+
+/* ========================================================================
+   >>sockets
+   Every socket is non-blocking; every wait goes through poll() with a
+   deadline, so nothing can block forever.
+   ======================================================================== */
+typedef struct trn__peer { struct in_addr addr; int port; } trn__peer;
+
+static void trn__put32(unsigned char *p, uint32_t v) {
+    p[0] = (unsigned char)(v >> 24); p[1] = (unsigned char)(v >> 16); p[2] = (unsigned char)(v >> 8); p[3] = (unsigned char)v;
+}
+static uint32_t trn__get32(const unsigned char *p) {
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
+}
+
+static int trn__nonblock(int fd) {
+    int fl = fcntl(fd, F_GETFL, 0);
+    return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+}
+
+static int trn__resolve(const char *host, struct in_addr *out) {
+    struct addrinfo hints, *res = NULL;
+    int e;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_STREAM;
+    e = getaddrinfo(host, NULL, &hints, &res);
+    if (e != 0 || !res) return e ? e : EAI_NONAME;
+    *out = ((struct sockaddr_in *)(void *)res->ai_addr)->sin_addr;
+    freeaddrinfo(res);
+    return 0;
+}
+
+/* 1: ready, 0: deadline passed, -1: error */
+static int trn__wait_fd(int fd, short events, double deadline) {
+    for (;;) {
+        struct pollfd p;
+        double left = deadline - trn__now();
+        int k;
+        if (left <= 0) return 0;
+        p.fd = fd; p.events = events; p.revents = 0;
+        k = poll(&p, 1, (int)(left * 1000.0) + 1);
+        if (k > 0) return 1;
+        if (k < 0 && errno != EINTR) return -1;
+    }
+}
+
+/* send or receive exactly n bytes before the deadline.
+   0: done, -1: closed or failed (errno), -2: deadline passed */
+static int trn__xfer(int fd, void *buf, size_t n, int sending, double deadline) {
+    char *p = (char *)buf;
+    size_t done = 0;
+    while (done < n) {
+        ssize_t k;
+        int w = trn__wait_fd(fd, sending ? POLLOUT : POLLIN, deadline);
+        if (w == 0) return -2;
+        if (w < 0) return -1;
+        k = sending ? send(fd, p + done, n - done, MSG_NOSIGNAL) : recv(fd, p + done, n - done, 0);
+        if (k > 0) done += (size_t)k;
+        else if (k == 0) { errno = ECONNRESET; return -1; }
+        else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return -1;
+    }
+    return 0;
+}
+
+static int trn__listen(int port, int *port_out) {
+    struct sockaddr_in sa;
+    socklen_t len = sizeof sa;
+    int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1, e;
+    if (fd < 0) return -1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    memset(&sa, 0, sizeof sa);
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_ANY);
+    sa.sin_port = htons((uint16_t)port);
+    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(fd, 128) != 0 || trn__nonblock(fd) != 0 ||
+        getsockname(fd, (struct sockaddr *)&sa, &len) != 0) {
+        e = errno; close(fd); errno = e;
+        return -1;
+    }
+    if (port_out) *port_out = ntohs(sa.sin_port);
+    return fd;
+}
+
+/* connect, retrying while nobody listens yet (the peer may start later) */
+static int trn__connect(struct in_addr addr, int port, double deadline) {
+    for (;;) {
+        struct sockaddr_in sa;
+        int fd = socket(AF_INET, SOCK_STREAM, 0), e, one = 1;
+        if (fd < 0) return -1;
+        trn__nonblock(fd);
+        memset(&sa, 0, sizeof sa);
+        sa.sin_family = AF_INET;
+        sa.sin_addr = addr;
+        sa.sin_port = htons((uint16_t)port);
+        if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0) e = 0;
+        else if (errno != EINPROGRESS) e = errno;
+        else {
+            double d = TRN__NMIN(deadline, trn__now() + 2.0);
+            int w = trn__wait_fd(fd, POLLOUT, d);
+            socklen_t len = sizeof e;
+            e = ETIMEDOUT;
+            if (w > 0 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &len) != 0) e = errno;
+        }
+        if (e == 0) {
+            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+            return fd;
+        }
+        close(fd);
+        errno = e;
+        if (trn__now() >= deadline) return -1;
+        if (e != ECONNREFUSED && e != ETIMEDOUT && e != ENETUNREACH && e != EHOSTUNREACH && e != ECONNRESET &&
+            e != ECONNABORTED && e != EAGAIN)
+            return -1;
+        trn__sleep_ms(50);
+    }
+}
+
+/* ========================================================================
+   >>rendezvous
+   Rank 0 listens at MASTER_ADDR:MASTER_PORT. Every other rank connects
+   (retrying until rank 0 is up) and says who it is:
+      hello  "trnrdv01" rank world ring_port          (20 bytes)
+   When all W-1 have come, rank 0 answers each:
+      reply  "trnrdv01" status message[256] blob[128] (addr port) x W
+   status 0 = go; 1 = the job is broken and message says why (a missing
+   rank, two ranks with one RANK, a different WORLD_SIZE). The blob is
+   rank 0's ncclUniqueId (NCCL) or a random job token (TCP); the table is
+   where every rank's ring listener is, as rank 0 saw it.
+   ======================================================================== */
+#define TRN__RDV_MAGIC "trnrdv01"
+#define TRN__REPLY_FIXED (8 + 4 + 256 + TRN__BLOB_MAX)
+
+static trn_result trn__rdv_master(const trn_dist_env *env, double timeout, int ring_port,
+                                  const unsigned char *blob, trn__peer *peers) {
+    int W = env->world_size, lfd, i, joined = 1, timed_out = 0;
+    int *fds;
+    char err[256] = "";
+    double deadline = trn__now() + timeout;
+    size_t reply_len = TRN__REPLY_FIXED + 8 * (size_t)W;
+    unsigned char *reply;
+    trn_result rc = TRN_OK;
+
+    if (trn__resolve(env->master_addr, &peers[0].addr) != 0)
+        return trn_fail(TRN_ERR_COMM, "rank 0: cannot resolve MASTER_ADDR '%s'", env->master_addr);
+    peers[0].port = ring_port;
+    lfd = trn__listen(env->master_port, NULL);
+    if (lfd < 0)
+        return trn_fail(TRN_ERR_COMM, "rank 0: cannot listen on port %d: %s (another job there? set MASTER_PORT)",
+                        env->master_port, strerror(errno));
+    fds = (int *)calloc((size_t)W, sizeof(int));
+    reply = (unsigned char *)calloc(1, reply_len);
+    if (!fds || !reply) { free(fds); free(reply); close(lfd); return trn_fail(TRN_ERR_NOMEM, "rendezvous: out of memory"); }
+    for (i = 0; i < W; i++) fds[i] = -1;
+
+    while (joined < W && !err[0]) {
+        struct sockaddr_in sa;
+        socklen_t len = sizeof sa;
+        unsigned char hello[20];
+        int cfd, r, w, port;
+        int k = trn__wait_fd(lfd, POLLIN, deadline);
+        if (k == 0) {
+            size_t n = (size_t)snprintf(err, sizeof err, "rank(s)");
+            for (i = 1; i < W && n < sizeof err - 16; i++)
+                if (fds[i] < 0) n += (size_t)snprintf(err + n, sizeof err - n, " %d", i);
+            snprintf(err + n, sizeof err - n, " did not join within %.0f s%s", timeout,
+                     strcmp(env->launcher, "slurm") == 0 ? " (under Slurm, start the ranks with srun)" : "");
+            timed_out = 1;
+            break;
+        }
+        cfd = accept(lfd, (struct sockaddr *)&sa, &len);
+        if (cfd < 0) continue;
+        trn__nonblock(cfd);
+        /* a stray connection (port scanner, old job) must not stall us */
+        if (trn__xfer(cfd, hello, sizeof hello, 0, TRN__NMIN(deadline, trn__now() + 5.0)) != 0 ||
+            memcmp(hello, TRN__RDV_MAGIC, 8) != 0) {
+            close(cfd);
+            continue;
+        }
+        r = (int)trn__get32(hello + 8); w = (int)trn__get32(hello + 12); port = (int)trn__get32(hello + 16);
+        if (w != W) snprintf(err, sizeof err, "rank %d was started with WORLD_SIZE=%d, rank 0 with %d", r, w, W);
+        else if (r <= 0 || r >= W) snprintf(err, sizeof err, "a process with rank %d joined a job of %d ranks", r, W);
+        else if (fds[r] >= 0) snprintf(err, sizeof err, "two processes have rank %d", r);
+        if (err[0]) { /* tell the newcomer too, then everyone below */
+            memcpy(reply, TRN__RDV_MAGIC, 8);
+            trn__put32(reply + 8, 1);
+            strncpy((char *)reply + 12, err, 255);
+            trn__xfer(cfd, reply, reply_len, 1, trn__now() + 2.0);
+            close(cfd);
+            break;
+        }
+        fds[r] = cfd;
+        peers[r].addr = sa.sin_addr; /* where rank r is, as seen from here */
+        peers[r].port = port;
+        joined++;
+    }
+    memset(reply, 0, reply_len);
+    memcpy(reply, TRN__RDV_MAGIC, 8);
+    trn__put32(reply + 8, err[0] ? 1u : 0u);
+    strncpy((char *)reply + 12, err, 255);
+    memcpy(reply + 12 + 256, blob, TRN__BLOB_MAX);
+    for (i = 0; i < W; i++) {
+        memcpy(reply + TRN__REPLY_FIXED + 8 * (size_t)i, &peers[i].addr, 4);
+        trn__put32(reply + TRN__REPLY_FIXED + 8 * (size_t)i + 4, (uint32_t)peers[i].port);
+    }
+    for (i = 1; i < W; i++) {
+        if (fds[i] < 0) continue;
+        if (!err[0] && trn__xfer(fds[i], reply, reply_len, 1, trn__now() + timeout) != 0 && !err[0])
+            snprintf(err, sizeof err, "could not send the peer table to rank %d: %s", i, strerror(errno));
+        else if (err[0]) trn__xfer(fds[i], reply, reply_len, 1, trn__now() + 2.0);
+        close(fds[i]);
+    }
+    close(lfd);
+    free(fds);
+    free(reply);
+    if (err[0]) rc = trn_fail(timed_out ? TRN_ERR_TIMEOUT : TRN_ERR_COMM, "rank 0: rendezvous at port %d: %s",
+                              env->master_port, err);
+    return rc;
+}
+
+static trn_result trn__rdv_join(const trn_dist_env *env, double timeout, int ring_port, unsigned char *blob,
+                                trn__peer *peers) {
+    int W = env->world_size, fd, i, x;
+    struct in_addr addr;
+    unsigned char hello[20];
+    size_t reply_len = TRN__REPLY_FIXED + 8 * (size_t)W;
+    unsigned char *reply;
+    double t0 = trn__now();
+    const char *hint = strncmp(env->master_addr, "127.", 4) == 0 || strcmp(env->master_addr, "localhost") == 0
+                           ? "; across nodes set MASTER_ADDR to rank 0's host" : "";
+
+    if (trn__resolve(env->master_addr, &addr) != 0)
+        return trn_fail(TRN_ERR_COMM, "rank %d: cannot resolve MASTER_ADDR '%s'", env->rank, env->master_addr);
+    fd = trn__connect(addr, env->master_port, t0 + timeout);
+    if (fd < 0)
+        return trn_fail(TRN_ERR_TIMEOUT, "rank %d: could not reach rank 0 at %s:%d within %.0f s (%s)%s",
+                        env->rank, env->master_addr, env->master_port, timeout, strerror(errno), hint);
+    memcpy(hello, TRN__RDV_MAGIC, 8);
+    trn__put32(hello + 8, (uint32_t)env->rank);
+    trn__put32(hello + 12, (uint32_t)W);
+    trn__put32(hello + 16, (uint32_t)ring_port);
+    reply = (unsigned char *)malloc(reply_len);
+    if (!reply) { close(fd); return trn_fail(TRN_ERR_NOMEM, "rendezvous: out of memory"); }
+    if (trn__xfer(fd, hello, sizeof hello, 1, t0 + timeout) != 0) {
+        free(reply); close(fd);
+        return trn_fail(TRN_ERR_COMM, "rank %d: rendezvous with rank 0 at %s:%d failed: %s", env->rank,
+                        env->master_addr, env->master_port, strerror(errno));
+    }
+    /* rank 0 answers when everyone is there, or with the reason it gave up
+       (it waits `timeout` from its own start: allow it time to say why) */
+    x = trn__xfer(fd, reply, TRN__REPLY_FIXED, 0, t0 + 1.5 * timeout + 2.0);
+    if (x == 0 && trn__get32(reply + 8) == 0) x = trn__xfer(fd, reply + TRN__REPLY_FIXED, reply_len - TRN__REPLY_FIXED, 0,
+                                                           trn__now() + timeout);
+    close(fd);
+    if (x != 0) {
+        free(reply);
+        return trn_fail(x == -2 ? TRN_ERR_TIMEOUT : TRN_ERR_COMM,
+                        "rank %d: rank 0 at %s:%d %s", env->rank, env->master_addr, env->master_port,
+                        x == -2 ? "did not answer in time (are all ranks started?)" : "closed the rendezvous connection");
+    }
+    if (memcmp(reply, TRN__RDV_MAGIC, 8) != 0) {
+        free(reply);
+        return trn_fail(TRN_ERR_COMM, "rank %d: %s:%d does not speak the train_nccl rendezvous", env->rank,
+                        env->master_addr, env->master_port);
+    }
+    if (trn__get32(reply + 8) != 0) {
+        char msg[257];
+        memcpy(msg, reply + 12, 256); msg[256] = 0;
+        free(reply);
+        return trn_fail(TRN_ERR_COMM, "rank %d: rank 0 stopped the job: %s", env->rank, msg);
+    }
+    memcpy(blob, reply + 12 + 256, TRN__BLOB_MAX);
+    for (i = 0; i < W; i++) {
+        memcpy(&peers[i].addr, reply + TRN__REPLY_FIXED + 8 * (size_t)i, 4);
+        peers[i].port = (int)trn__get32(reply + TRN__REPLY_FIXED + 8 * (size_t)i + 4);
+    }
+    free(reply);
+    return TRN_OK;
+}
+
+static trn_result trn__rendezvous(const trn_dist_env *env, double timeout, int ring_port, unsigned char *blob,
+                                  trn__peer *peers) {
+    return env->rank == 0 ? trn__rdv_master(env, timeout, ring_port, blob, peers)
+                          : trn__rdv_join(env, timeout, ring_port, blob, peers);
+}
+
+/* ========================================================================
+   >>ring
+   The TCP communicator. Ranks form a ring: each sends to the next rank
+   and receives from the previous one (two connections per rank). An
+   all-reduce of n floats cut into W chunks takes 2(W-1) steps (the
+   algorithm NCCL's ring uses too):
+     reduce-scatter: in step s, rank r sends chunk r-s-1 and receives
+       chunk r-s-2, adding it into its own; after W-1 steps rank r holds
+       the complete sum of chunk r (it divides by W for an average);
+     all-gather: in step s, rank r sends chunk r-s and receives chunk
+       r-s-1 (a copy); after W-1 steps everyone has every chunk.
+   Each rank sends and receives 2(W-1)/W of the data, whatever W is, and
+   every rank ends with the same bits (each chunk is summed once, by its
+   owner, then copied). A worker thread runs the queued collectives, so
+   backward keeps computing while buckets travel (the CPU's "stream").
+   ======================================================================== */
+enum { TRN__OP_ALLREDUCE, TRN__OP_REDSCAT, TRN__OP_ALLGATHER, TRN__OP_BCAST };
+enum { TRN__RECV_ADD, TRN__RECV_COPY, TRN__RECV_FORWARD };
+
+typedef struct trn__ring_op {
+    int kind;
+    char *buf;
+    size_t n;      /* elements (bytes for broadcast)                        */
+    int esize;     /* 4: float, 8: double                                   */
+    int average;
+    int root;
+} trn__ring_op;
+
+#define TRN__QCAP 128
+typedef struct trn__ring {
+    trn_comm *c;
+    int fd_next, fd_prev, next, prev;
+    char *stage;
+    pthread_t thread;
+    int thread_up;
+    pthread_mutex_t mu;
+    pthread_cond_t cv_work, cv_done;
+    trn__ring_op q[TRN__QCAP];
+    int q_head, q_len, stop;
+    volatile int aborted;
+    const char *what;        /* the collective running (for messages)     */
+    trn_result err;          /* first failure (sticky)                    */
+    char err_msg[512];
+} trn__ring;
+
+static void trn__ring_close_fds(trn__ring *g) {
+    /* shutdown, not close: the worker may sit in poll() on them */
+    if (g->fd_next >= 0) shutdown(g->fd_next, SHUT_RDWR);
+    if (g->fd_prev >= 0) shutdown(g->fd_prev, SHUT_RDWR);
+}
+
+static int trn__ring_fail(trn__ring *g, trn_result rc, const char *fmt, ...) {
+    va_list ap;
+    int n;
+    if (g->err) return -1;
+    n = snprintf(g->err_msg, sizeof g->err_msg, "rank %d: %s: ", g->c->rank, g->what);
+    va_start(ap, fmt);
+    vsnprintf(g->err_msg + n, sizeof g->err_msg - (size_t)n, fmt, ap);
+    va_end(ap);
+    g->err = rc;
+    trn__ring_close_fds(g); /* the neighbours see it now, not after their timeout */
+    return -1;
+}
+
+static void trn__add(char *dst, const char *src, size_t bytes, int esize) {
+    size_t i;
+    if (esize == 8) {
+        double *d = (double *)(void *)dst; const double *s = (const double *)(const void *)src;
+        for (i = 0; i < bytes / 8; i++) d[i] += s[i];
+    } else {
+        float *d = (float *)(void *)dst; const float *s = (const float *)(const void *)src;
+        for (i = 0; i < bytes / 4; i++) d[i] += s[i];
+    }
+}
+
+/* One ring step: send sbytes at sbuf to the next rank while receiving
+   rbytes from the previous one into rbuf, which is added (ADD: through the
+   staging buffer), copied (COPY) or copied and passed on (FORWARD: sbuf
+   is rbuf and only what has arrived may leave). Both directions move at
+   once (poll), so neither side can fill its socket buffer and stall the
+   ring. Returns 0 or -1 (g->err set). */
+static int trn__ring_step(trn__ring *g, const char *sbuf, size_t sbytes, char *rbuf, size_t rbytes, int mode,
+                          int esize) {
+    size_t sent = 0, got = 0, staged = 0;
+    double last = trn__now(), timeout = g->c->timeout_s;
+    while (sent < sbytes || got < rbytes) {
+        struct pollfd p[2];
+        size_t can_send = mode == TRN__RECV_FORWARD ? got : sbytes;
+        int k;
+        /* fd_next: writable when we have data for it; readable means the
+           next rank closed (it never sends to us). fd_prev only while we
+           expect data: it may already be sending the next collective. */
+        p[0].fd = sent < sbytes ? g->fd_next : -1;
+        p[0].events = (short)(POLLIN | (sent < can_send ? POLLOUT : 0));
+        p[1].fd = got < rbytes ? g->fd_prev : -1;
+        p[1].events = POLLIN;
+        p[0].revents = p[1].revents = 0;
+        k = poll(p, 2, 100);
+        if (g->aborted) return trn__ring_fail(g, TRN_ERR_COMM, "aborted by this rank");
+        if (k < 0) {
+            if (errno == EINTR) continue;
+            return trn__ring_fail(g, TRN_ERR_COMM, "poll: %s", strerror(errno));
+        }
+        if (k == 0) {
+            if (trn__now() - last > timeout)
+                return trn__ring_fail(g, TRN_ERR_TIMEOUT,
+                                      "no progress for %.1f s waiting for rank %d: a rank hangs or is much slower "
+                                      "(timeout: trn_ddp_desc.timeout_s or TRN_DDP_TIMEOUT)",
+                                      timeout, got < rbytes ? g->prev : g->next);
+            continue;
+        }
+        if (p[0].revents & POLLOUT) {
+            ssize_t n = send(g->fd_next, sbuf + sent, TRN__NMIN(can_send - sent, (size_t)1 << 20), MSG_NOSIGNAL);
+            if (n > 0) { sent += (size_t)n; last = trn__now(); }
+            else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+                return trn__ring_fail(g, TRN_ERR_COMM, "rank %d (next in the ring) is gone: %s (did it exit or die?)",
+                                      g->next, strerror(errno));
+        } else if (p[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+            return trn__ring_fail(g, TRN_ERR_COMM, "rank %d (next in the ring) closed its connection: it exited or died",
+                                  g->next);
+        }
+        if (p[1].revents & (POLLIN | POLLHUP | POLLERR)) {
+            char *dst = mode == TRN__RECV_ADD ? g->stage + staged : rbuf + got;
+            size_t room = mode == TRN__RECV_ADD ? TRN__NMIN(TRN__STAGE_BYTES - staged, rbytes - got - staged) : rbytes - got;
+            ssize_t n = recv(g->fd_prev, dst, room, 0);
+            if (n == 0)
+                return trn__ring_fail(g, TRN_ERR_COMM, "rank %d (previous in the ring) closed its connection: it exited or died",
+                                      g->prev);
+            if (n < 0) {
+                if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) continue;
+                return trn__ring_fail(g, TRN_ERR_COMM, "rank %d (previous in the ring) is gone: %s", g->prev, strerror(errno));
+            }
+            last = trn__now();
+            if (mode != TRN__RECV_ADD) got += (size_t)n;
+            else {
+                staged += (size_t)n;
+                /* add whole stage loads; sizes are multiples of esize */
+                if (staged == TRN__STAGE_BYTES || got + staged == rbytes) {
+                    trn__add(rbuf + got, g->stage, staged, esize);
+                    got += staged;
+                    staged = 0;
+                }
+            }
+        }
+    }
+    return 0;
+}
+
+static size_t trn__mod(long long a, int w) { return (size_t)(((a % w) + w) % w); }
+
+/* chunk c of n elements, in bytes from the buffer start */
+static void trn__chunk(size_t n, int W, int ch, int esize, size_t *off, size_t *bytes) {
+    size_t lo, hi;
+    trn_comm_shard(n, W, ch, &lo, &hi);
+    *off = lo * (size_t)esize;
+    *bytes = (hi - lo) * (size_t)esize;
+}
+
+static int trn__ring_reduce_scatter(trn__ring *g, char *x, size_t n, int esize, int average) {
+    int W = g->c->world, r = g->c->rank, s;
+    size_t so, sb, ro, rb, i;
+    for (s = 0; s < W - 1; s++) {
+        trn__chunk(n, W, (int)trn__mod((long long)r - s - 1, W), esize, &so, &sb);
+        trn__chunk(n, W, (int)trn__mod((long long)r - s - 2, W), esize, &ro, &rb);
+        if (trn__ring_step(g, x + so, sb, x + ro, rb, TRN__RECV_ADD, esize) != 0) return -1;
+    }
+    if (average) { /* the owner of the complete chunk divides it */
+        trn__chunk(n, W, r, esize, &ro, &rb);
+        if (esize == 8) for (i = 0; i < rb / 8; i++) ((double *)(void *)(x + ro))[i] /= (double)W;
+        else for (i = 0; i < rb / 4; i++) ((float *)(void *)(x + ro))[i] /= (float)W;
+    }
+    return 0;
+}
+
+static int trn__ring_all_gather(trn__ring *g, char *x, size_t n, int esize) {
+    int W = g->c->world, r = g->c->rank, s;
+    size_t so, sb, ro, rb;
+    for (s = 0; s < W - 1; s++) {
+        trn__chunk(n, W, (int)trn__mod((long long)r - s, W), esize, &so, &sb);
+        trn__chunk(n, W, (int)trn__mod((long long)r - s - 1, W), esize, &ro, &rb);
+        if (trn__ring_step(g, x + so, sb, x + ro, rb, TRN__RECV_COPY, esize) != 0) return -1;
+    }
+    return 0;
+}
+
+/* a chain root -> root+1 -> ... -> root-1, pipelined: each rank passes on
+   what has arrived while the rest still comes */
+static int trn__ring_bcast(trn__ring *g, char *x, size_t bytes, int root) {
+    int W = g->c->world, pos = (int)trn__mod((long long)g->c->rank - root, W);
+    if (pos == 0) return trn__ring_step(g, x, bytes, NULL, 0, TRN__RECV_COPY, 1);
+    if (pos == W - 1) return trn__ring_step(g, NULL, 0, x, bytes, TRN__RECV_COPY, 1);
+    return trn__ring_step(g, x, bytes, x, bytes, TRN__RECV_FORWARD, 1);
+}
+
+static void trn__ring_run(trn__ring *g, const trn__ring_op *op) {
+    static const char *const names[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast"};
+    g->what = names[op->kind];
+    switch (op->kind) {
+    case TRN__OP_ALLREDUCE:
+        if (trn__ring_reduce_scatter(g, op->buf, op->n, op->esize, op->average) == 0)
+            trn__ring_all_gather(g, op->buf, op->n, op->esize);
+        break;
+    case TRN__OP_REDSCAT: trn__ring_reduce_scatter(g, op->buf, op->n, op->esize, op->average); break;
+    case TRN__OP_ALLGATHER: trn__ring_all_gather(g, op->buf, op->n, op->esize); break;
+    default: trn__ring_bcast(g, op->buf, op->n, op->root); break;
+    }
+}
+
+static void *trn__ring_worker(void *arg) {
+    trn__ring *g = (trn__ring *)arg;
+    pthread_mutex_lock(&g->mu);
+    for (;;) {
+        trn__ring_op op;
+        while (g->q_len == 0 && !g->stop) pthread_cond_wait(&g->cv_work, &g->mu);
+        if (g->q_len == 0) break; /* stop, and nothing left */
+        op = g->q[g->q_head];
+        pthread_mutex_unlock(&g->mu);
+        if (!g->err) trn__ring_run(g, &op); /* after a failure: drain only */
+        pthread_mutex_lock(&g->mu);
+        g->q_head = (g->q_head + 1) % TRN__QCAP;
+        g->q_len--;
+        pthread_cond_broadcast(&g->cv_done);
+    }
+    pthread_mutex_unlock(&g->mu);
+    return NULL;
+}
+
+static trn_result trn__ring_error(trn__ring *g) { return trn_fail(g->err, "%s", g->err_msg); }
+
+static trn_result trn__ring_push(trn_comm *c, int kind, void *buf, size_t n, int esize, int average, int root) {
+    trn__ring *g = (trn__ring *)c->impl;
+    trn__ring_op *op;
+    pthread_mutex_lock(&g->mu);
+    while (g->q_len == TRN__QCAP && !g->err) pthread_cond_wait(&g->cv_done, &g->mu);
+    if (g->err) { pthread_mutex_unlock(&g->mu); return trn__ring_error(g); }
+    op = &g->q[(g->q_head + g->q_len) % TRN__QCAP];
+    op->kind = kind; op->buf = (char *)buf; op->n = n; op->esize = esize; op->average = average; op->root = root;
+    g->q_len++;
+    pthread_cond_signal(&g->cv_work);
+    pthread_mutex_unlock(&g->mu);
+    return TRN_OK;
+}
+
+static trn_result trn__ring_all_reduce(trn_comm *c, float *x, size_t n, int average) {
+    return trn__ring_push(c, TRN__OP_ALLREDUCE, x, n, 4, average, 0);
+}
+static trn_result trn__ring_redscat(trn_comm *c, float *x, size_t n, int average) {
+    return trn__ring_push(c, TRN__OP_REDSCAT, x, n, 4, average, 0);
+}
+static trn_result trn__ring_allgather(trn_comm *c, float *x, size_t n) {
+    return trn__ring_push(c, TRN__OP_ALLGATHER, x, n, 4, 0, 0);
+}
+static trn_result trn__ring_broadcast(trn_comm *c, void *x, size_t bytes, int root) {
+    return trn__ring_push(c, TRN__OP_BCAST, x, bytes, 1, 0, root);
+}
+static trn_result trn__ring_wait(trn_comm *c) {
+    trn__ring *g = (trn__ring *)c->impl;
+    trn_result rc;
+    pthread_mutex_lock(&g->mu);
+    while (g->q_len > 0) pthread_cond_wait(&g->cv_done, &g->mu);
+    rc = g->err;
+    pthread_mutex_unlock(&g->mu);
+    return rc ? trn__ring_error(g) : TRN_OK;
+}
+static trn_result trn__ring_all_reduce_host(trn_comm *c, double *x, int n, int average) {
+    trn_result rc = trn__ring_push(c, TRN__OP_ALLREDUCE, x, (size_t)n, 8, average, 0);
+    return rc ? rc : trn__ring_wait(c);
+}
+static void trn__ring_abort(trn_comm *c) {
+    trn__ring *g = (trn__ring *)c->impl;
+    if (!g) return;
+    g->aborted = 1;
+    trn__ring_close_fds(g);
+}
+static void trn__ring_destroy(trn_comm *c) {
+    trn__ring *g = (trn__ring *)c->impl;
+    if (!g) return;
+    if (g->thread_up) {
+        pthread_mutex_lock(&g->mu);
+        g->stop = 1;
+        pthread_cond_signal(&g->cv_work);
+        pthread_mutex_unlock(&g->mu);
+        pthread_join(g->thread, NULL);
+        pthread_mutex_destroy(&g->mu);
+        pthread_cond_destroy(&g->cv_work);
+        pthread_cond_destroy(&g->cv_done);
+    }
+    if (g->fd_next >= 0) close(g->fd_next);
+    if (g->fd_prev >= 0) close(g->fd_prev);
+    trn_free(g->stage);
+    free(g);
+    c->impl = NULL;
+}
+
+/* connect to the next rank, accept the previous one; both say hello with
+   the job token so a process of another job cannot slip into the ring */
+#define TRN__RING_MAGIC "trnring1"
+static trn_result trn__ring_connect(trn__ring *g, int lfd, const trn__peer *peers, const unsigned char *token,
+                                    double timeout) {
+    int r = g->c->rank, one = 1;
+    double deadline = trn__now() + timeout;
+    unsigned char hello[20];
+    memcpy(hello, TRN__RING_MAGIC, 8);
+    memcpy(hello + 8, token, 8);
+    trn__put32(hello + 16, (uint32_t)r);
+    g->fd_next = trn__connect(peers[g->next].addr, peers[g->next].port, deadline);
+    if (g->fd_next < 0)
+        return trn_fail(TRN_ERR_TIMEOUT, "rank %d: could not connect to rank %d at %s:%d: %s", r, g->next,
+                        inet_ntoa(peers[g->next].addr), peers[g->next].port, strerror(errno));
+    if (trn__xfer(g->fd_next, hello, sizeof hello, 1, deadline) != 0)
+        return trn_fail(TRN_ERR_COMM, "rank %d: could not greet rank %d: %s", r, g->next, strerror(errno));
+    while (g->fd_prev < 0) {
+        unsigned char h[20];
+        int fd, k = trn__wait_fd(lfd, POLLIN, deadline);
+        if (k == 0) return trn_fail(TRN_ERR_TIMEOUT, "rank %d: rank %d did not connect within %.0f s", r, g->prev, timeout);
+        fd = accept(lfd, NULL, NULL);
+        if (fd < 0) continue;
+        trn__nonblock(fd);
+        if (trn__xfer(fd, h, sizeof h, 0, deadline) == 0 && memcmp(h, TRN__RING_MAGIC, 8) == 0 &&
+            memcmp(h + 8, token, 8) == 0 && (int)trn__get32(h + 16) == g->prev) {
+            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+            g->fd_prev = fd;
+        } else {
+            close(fd);
+        }
+    }
+    return TRN_OK;
+}
+
+static trn_result trn__ring_init(trn_comm *c, const trn_dist_env *env) {
+    trn__ring *g = (trn__ring *)calloc(1, sizeof(trn__ring));
+    unsigned char blob[TRN__BLOB_MAX];
+    trn__peer *peers;
+    int lfd, port = 0;
+    trn_result rc;
+    if (!g) return trn_fail(TRN_ERR_NOMEM, "tcp communicator: out of memory");
+    g->c = c;
+    g->fd_next = g->fd_prev = -1;
+    g->next = (c->rank + 1) % c->world;
+    g->prev = (c->rank + c->world - 1) % c->world;
+    c->impl = g;
+    g->stage = (char *)trn_alloc(TRN__STAGE_BYTES, TRN_KIND_COMM);
+    peers = (trn__peer *)calloc((size_t)c->world, sizeof(trn__peer));
+    if (!g->stage || !peers) { free(peers); return trn_fail(TRN_ERR_NOMEM, "tcp communicator: out of memory"); }
+    lfd = trn__listen(0, &port); /* our ring listener, on a port the OS picks */
+    if (lfd < 0) { free(peers); return trn_fail(TRN_ERR_COMM, "rank %d: listen: %s", c->rank, strerror(errno)); }
+    memset(blob, 0, sizeof blob);
+    if (c->rank == 0) { /* a job token: time, pid and an address, mixed */
+        uint64_t t = (uint64_t)(trn__now() * 1e9) ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)g;
+        trn_rng rng;
+        trn_rng_seed(&rng, t);
+        t = trn_rng_next(&rng);
+        memcpy(blob, &t, 8);
+    }
+    rc = trn__rendezvous(env, c->timeout_s, port, blob, peers);
+    if (rc == TRN_OK) rc = trn__ring_connect(g, lfd, peers, blob, c->timeout_s);
+    close(lfd);
+    free(peers);
+    if (rc != TRN_OK) return rc;
+    trn__nonblock(g->fd_next);
+    trn__nonblock(g->fd_prev);
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->cv_work, NULL);
+    pthread_cond_init(&g->cv_done, NULL);
+    if (pthread_create(&g->thread, NULL, trn__ring_worker, g) != 0)
+        return trn_fail(TRN_ERR_COMM, "tcp communicator: cannot start its thread");
+    g->thread_up = 1;
+    c->name = "tcp-ring";
+    c->all_reduce = trn__ring_all_reduce;
+    c->reduce_scatter = trn__ring_redscat;
+    c->all_gather = trn__ring_allgather;
+    c->broadcast = trn__ring_broadcast;
+    c->wait = trn__ring_wait;
+    c->all_reduce_host = trn__ring_all_reduce_host;
+    c->abort = trn__ring_abort;
+    c->destroy = trn__ring_destroy;
+    return TRN_OK;
+}
+
+/* ---- world size 1: nothing to talk to ----------------------------------- */
+static trn_result trn__self_all_reduce(trn_comm *c, float *x, size_t n, int a) { (void)c; (void)x; (void)n; (void)a; return TRN_OK; }
+static trn_result trn__self_allgather(trn_comm *c, float *x, size_t n) { (void)c; (void)x; (void)n; return TRN_OK; }
+static trn_result trn__self_bcast(trn_comm *c, void *x, size_t n, int r) { (void)c; (void)x; (void)n; (void)r; return TRN_OK; }
+static trn_result trn__self_wait(trn_comm *c) { (void)c; return TRN_OK; }
+static trn_result trn__self_host(trn_comm *c, double *x, int n, int a) { (void)c; (void)x; (void)n; (void)a; return TRN_OK; }
+static void trn__self_abort(trn_comm *c) { (void)c; }
+
+/* ========================================================================
+   >>nccl
+   The same table over NCCL. Collectives go to a communication stream of
+   our own; before each, the stream waits on an event recorded on the
+   compute stream, so a bucket leaves only after the kernels that wrote it.
+   wait() records an event on the communication stream and polls it,
+   checking ncclCommGetAsyncError, until it completes or timeout_s passes:
+   then ncclCommAbort (a dead peer on another node makes NCCL fail; on one
+   node it may just hang: the timeout catches both). The communicator is
+   created non-blocking (NCCL >= 2.14), so even its creation can time out.
+   ======================================================================== */
+#if !defined(TRAIN_NCCL_CPU_ONLY)
+#ifndef TRN_NCCL_COMPUTE_STREAM
+#define TRN_NCCL_COMPUTE_STREAM trn_cuda_stream()
+#endif
+
+typedef struct trn__nccl {
+    ncclComm_t comm;
+    cudaStream_t stream;     /* the communication stream               */
+    cudaEvent_t ready, done;
+    double *scratch;         /* 8 doubles on the device (COMM)          */
+    size_t runtime_bytes;    /* NCCL's own buffers, measured at init    */
+    int aborted;
+    trn_result err;
+    char err_msg[512];
+} trn__nccl;
+
+static trn_result trn__nccl_fail(trn_comm *c, trn_result rc, const char *fmt, ...) {
+    trn__nccl *g = (trn__nccl *)c->impl;
+    va_list ap;
+    int n;
+    if (!g->err) {
+        n = snprintf(g->err_msg, sizeof g->err_msg, "rank %d: nccl: ", c->rank);
+        va_start(ap, fmt);
+        vsnprintf(g->err_msg + n, sizeof g->err_msg - (size_t)n, fmt, ap);
+        va_end(ap);
+        g->err = rc;
+        if (!g->aborted) { ncclCommAbort(g->comm); g->aborted = 1; } /* peers fail fast */
+    }
+    return trn_fail(g->err, "%s", g->err_msg);
+}
+
+/* a non-blocking communicator may answer ncclInProgress: poll until done */
+static trn_result trn__nccl_settle(trn_comm *c, ncclResult_t r, const char *what) {
+    trn__nccl *g = (trn__nccl *)c->impl;
+    double deadline = trn__now() + c->timeout_s;
+    while (r == ncclInProgress) {
+        if (trn__now() > deadline)
+            return trn__nccl_fail(c, TRN_ERR_TIMEOUT, "%s did not finish within %.0f s (a rank hangs or died?)", what,
+                                  c->timeout_s);
+        trn__sleep_ms(1);
+        if (ncclCommGetAsyncError(g->comm, &r) != ncclSuccess) break;
+    }
+    if (r != ncclSuccess)
+        return trn__nccl_fail(c, TRN_ERR_COMM, "%s: %s (%s)", what, ncclGetErrorString(r), ncclGetLastError(g->comm));
+    return TRN_OK;
+}
+
+static trn_result trn__nccl_enter(trn_comm *c) { /* comm stream waits for compute */
+    trn__nccl *g = (trn__nccl *)c->impl;
+    if (g->err) return trn_fail(g->err, "%s", g->err_msg);
+    if (cudaEventRecord(g->ready, TRN_NCCL_COMPUTE_STREAM) != cudaSuccess ||
+        cudaStreamWaitEvent(g->stream, g->ready, 0) != cudaSuccess)
+        return trn__nccl_fail(c, TRN_ERR_BACKEND, "cuda event: %s", cudaGetErrorString(cudaGetLastError()));
+    return TRN_OK;
+}
+
+static trn_result trn__nccl_all_reduce(trn_comm *c, float *x, size_t n, int average) {
+    trn__nccl *g = (trn__nccl *)c->impl;
+    trn_result rc = trn__nccl_enter(c);
+    if (rc) return rc;
+    return trn__nccl_settle(c, ncclAllReduce(x, x, n, ncclFloat, average ? ncclAvg : ncclSum, g->comm, g->stream),
+                            "ncclAllReduce");
+}
+
+/* NCCL's reduce-scatter needs W equal parts: the first W*S elements go
+   through it, the tail (the last rank's extra) through an all-reduce */
+static trn_result trn__nccl_redscat(trn_comm *c, float *x, size_t n, int average) {
+    trn__nccl *g = (trn__nccl *)c->impl;
+    size_t lo, hi, S, tail;
+    ncclRedOp_t op = average ? ncclAvg : ncclSum;
+    trn_result rc = trn__nccl_enter(c);
+    if (rc) return rc;
+    trn_comm_shard(n, c->world, 0, &lo, &S);
+    (void)hi;
+    tail = n - S * (size_t)c->world;
+    if (S && (rc = trn__nccl_settle(c, ncclReduceScatter(x, x + S * (size_t)c->rank, S, ncclFloat, op, g->comm, g->stream),
+                                    "ncclReduceScatter")))
+        return rc;
+    if (tail) return trn__nccl_settle(c, ncclAllReduce(x + S * (size_t)c->world, x + S * (size_t)c->world, tail, ncclFloat,
+                                                       op, g->comm, g->stream), "ncclAllReduce (tail)");
+    return TRN_OK;
+}
+
+static trn_result trn__nccl_allgather(trn_comm *c, float *x, size_t n) {
+    trn__nccl *g = (trn__nccl *)c->impl;
+    size_t lo, S, tail;
+    trn_result rc = trn__nccl_enter(c);
+    if (rc) return rc;
+    trn_comm_shard(n, c->world, 0, &lo, &S);
+    tail = n - S * (size_t)c->world;
+    if (S && (rc = trn__nccl_settle(c, ncclAllGather(x + S * (size_t)c->rank, x, S, ncclFloat, g->comm, g->stream),
+                                    "ncclAllGather")))
+        return rc;
+    if (tail) return trn__nccl_settle(c, ncclBroadcast(x + S * (size_t)c->world, x + S * (size_t)c->world, tail, ncclFloat,
+                                                       c->world - 1, g->comm, g->stream), "ncclBroadcast (tail)");
+    return TRN_OK;
+}
+
+static trn_result trn__nccl_broadcast(trn_comm *c, void *x, size_t bytes, int root) {
+    trn__nccl *g = (trn__nccl *)c->impl;
+    trn_result rc = trn__nccl_enter(c);
+    if (rc) return rc;
+    return trn__nccl_settle(c, ncclBroadcast(x, x, bytes, ncclInt8, root, g->comm, g->stream), "ncclBroadcast");
+}
+
+static trn_result trn__nccl_wait(trn_comm *c) {
+    trn__nccl *g = (trn__nccl *)c->impl;
+    double deadline = trn__now() + c->timeout_s;
+    if (g->err) return trn_fail(g->err, "%s", g->err_msg);
+    if (cudaEventRecord(g->done, g->stream) != cudaSuccess)
+        return trn__nccl_fail(c, TRN_ERR_BACKEND, "cudaEventRecord: %s", cudaGetErrorString(cudaGetLastError()));
+    for (;;) {
+        ncclResult_t a = ncclSuccess;
+        cudaError_t q = cudaEventQuery(g->done);
+        if (q == cudaSuccess) break;
+        if (q != cudaErrorNotReady) return trn__nccl_fail(c, TRN_ERR_BACKEND, "cudaEventQuery: %s", cudaGetErrorString(q));
+        if (ncclCommGetAsyncError(g->comm, &a) != ncclSuccess || (a != ncclSuccess && a != ncclInProgress))
+            return trn__nccl_fail(c, TRN_ERR_COMM, "a collective failed: %s (%s): a rank died or the network broke",
+                                  ncclGetErrorString(a), ncclGetLastError(g->comm));
+        if (trn__now() > deadline)
+            return trn__nccl_fail(c, TRN_ERR_TIMEOUT,
+                                  "collectives not done after %.1f s: a rank hangs or died (timeout: trn_ddp_desc.timeout_s "
+                                  "or TRN_DDP_TIMEOUT)", c->timeout_s);
+        sched_yield();
+    }
+    /* later kernels on the compute stream see the reduced values */
+    if (cudaStreamWaitEvent(TRN_NCCL_COMPUTE_STREAM, g->done, 0) != cudaSuccess)
+        return trn__nccl_fail(c, TRN_ERR_BACKEND, "cudaStreamWaitEvent: %s", cudaGetErrorString(cudaGetLastError()));
+    return TRN_OK;
+}
+
+static trn_result trn__nccl_all_reduce_host(trn_comm *c, double *x, int n, int average) {
+    trn__nccl *g = (trn__nccl *)c->impl;
+    trn_result rc;
+    if (n > 8) return trn_fail(TRN_ERR_INVALID, "all_reduce_host: at most 8 values");
+    if ((rc = trn__nccl_enter(c))) return rc;
+    if (cudaMemcpyAsync(g->scratch, x, sizeof(double) * (size_t)n, cudaMemcpyHostToDevice, g->stream) != cudaSuccess)
+        return trn__nccl_fail(c, TRN_ERR_BACKEND, "cudaMemcpyAsync: %s", cudaGetErrorString(cudaGetLastError()));
+    if ((rc = trn__nccl_settle(c, ncclAllReduce(g->scratch, g->scratch, (size_t)n, ncclFloat64, average ? ncclAvg : ncclSum,
+                                                g->comm, g->stream), "ncclAllReduce (host values)")))
+        return rc;
+    if (cudaMemcpyAsync(x, g->scratch, sizeof(double) * (size_t)n, cudaMemcpyDeviceToHost, g->stream) != cudaSuccess)
+        return trn__nccl_fail(c, TRN_ERR_BACKEND, "cudaMemcpyAsync: %s", cudaGetErrorString(cudaGetLastError()));
+    return trn__nccl_wait(c);
+}
+
+static void trn__nccl_abort(trn_comm *c) {
+    trn__nccl *g = (trn__nccl *)c->impl;
+    if (g && !g->aborted) { ncclCommAbort(g->comm); g->aborted = 1; }
+}
+
+static void trn__nccl_destroy(trn_comm *c) {
+    trn__nccl *g = (trn__nccl *)c->impl;
+    if (!g) return;
+    if (!g->aborted && g->comm) ncclCommDestroy(g->comm);
+    if (g->scratch) { cudaFree(g->scratch); trn_ledger_add(TRN_DEVICE, TRN_KIND_COMM, -(long long)(8 * sizeof(double))); }
+    if (g->runtime_bytes) trn_ledger_add(TRN_DEVICE, TRN_KIND_RUNTIME, -(long long)g->runtime_bytes);
+    if (g->ready) cudaEventDestroy(g->ready);
+    if (g->done) cudaEventDestroy(g->done);
+    if (g->stream) cudaStreamDestroy(g->stream);
+    free(g);
+    c->impl = NULL;
+}
+
+static trn_result trn__nccl_init(trn_comm *c, const trn_dist_env *env) {
+    trn__nccl *g = (trn__nccl *)calloc(1, sizeof(trn__nccl));
+    unsigned char blob[TRN__BLOB_MAX];
+    ncclUniqueId id;
+    trn__peer *peers;
+    size_t free0 = 0, free1 = 0, total = 0;
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    trn_result rc;
+    if (!g) return trn_fail(TRN_ERR_NOMEM, "nccl communicator: out of memory");
+    c->impl = g;
+    c->name = "nccl";
+    c->all_reduce = trn__nccl_all_reduce;
+    c->reduce_scatter = trn__nccl_redscat;
+    c->all_gather = trn__nccl_allgather;
+    c->broadcast = trn__nccl_broadcast;
+    c->wait = trn__nccl_wait;
+    c->all_reduce_host = trn__nccl_all_reduce_host;
+    c->abort = trn__nccl_abort;
+    c->destroy = trn__nccl_destroy;
+    g->aborted = 1; /* nothing to abort until the communicator exists */
+    memset(blob, 0, sizeof blob);
+    if (c->rank == 0) {
+        ncclResult_t r = ncclGetUniqueId(&id);
+        if (r != ncclSuccess) return trn_fail(TRN_ERR_COMM, "rank 0: ncclGetUniqueId: %s", ncclGetErrorString(r));
+        memcpy(blob, &id, sizeof id);
+    }
+    peers = (trn__peer *)calloc((size_t)c->world, sizeof(trn__peer));
+    if (!peers) return trn_fail(TRN_ERR_NOMEM, "nccl communicator: out of memory");
+    rc = trn__rendezvous(env, c->timeout_s, 0, blob, peers);
+    free(peers);
+    if (rc != TRN_OK) return rc;
+    memcpy(&id, blob, sizeof id);
+    if (cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking) != cudaSuccess ||
+        cudaEventCreateWithFlags(&g->ready, cudaEventDisableTiming) != cudaSuccess ||
+        cudaEventCreateWithFlags(&g->done, cudaEventDisableTiming) != cudaSuccess ||
+        cudaMalloc((void **)&g->scratch, 8 * sizeof(double)) != cudaSuccess)
+        return trn_fail(TRN_ERR_BACKEND, "rank %d: nccl setup: %s", c->rank, cudaGetErrorString(cudaGetLastError()));
+    trn_ledger_add(TRN_DEVICE, TRN_KIND_COMM, (long long)(8 * sizeof(double)));
+    cudaMemGetInfo(&free0, &total);
+    config.blocking = 0; /* so that creating it can time out too */
+    {
+        ncclResult_t r = ncclCommInitRankConfig(&g->comm, c->world, id, c->rank, &config);
+        if (r != ncclSuccess && r != ncclInProgress)
+            return trn_fail(TRN_ERR_COMM, "rank %d: ncclCommInitRank: %s", c->rank, ncclGetErrorString(r));
+        g->aborted = 0;
+        if ((rc = trn__nccl_settle(c, r, "ncclCommInitRank")) != TRN_OK) return rc;
+    }
+    cudaMemGetInfo(&free1, &total);
+    if (free0 > free1) { /* NCCL's buffers: fixed, not model-sized */
+        g->runtime_bytes = free0 - free1;
+        trn_ledger_add(TRN_DEVICE, TRN_KIND_RUNTIME, (long long)g->runtime_bytes);
+    }
+    return TRN_OK;
+}
+#endif /* !TRAIN_NCCL_CPU_ONLY */
+
+/* ========================================================================
+   >>comm
+   ======================================================================== */
+TRNDEF void trn_comm_shard(size_t n, int world, int rank, size_t *lo, size_t *hi) {
+    size_t s = world > 0 ? n / (size_t)world : n;
+    s -= s % 16;
+    *lo = s * (size_t)rank;
+    *hi = rank == world - 1 ? n : s * (size_t)(rank + 1);
+}
+
+TRNDEF trn_result trn_comm_init(trn_comm *c, const trn_dist_env *env, trn_comm_kind kind, double timeout_s) {
+    trn_result rc;
+    if (!c || !env) return trn_fail(TRN_ERR_INVALID, "trn_comm_init: NULL argument");
+    memset(c, 0, sizeof *c);
+    c->rank = env->rank;
+    c->world = env->world_size;
+    c->timeout_s = timeout_s > 0 ? timeout_s : TRN__DEFAULT_TIMEOUT;
+    if (env->world_size < 1 || env->rank < 0 || env->rank >= env->world_size)
+        return trn_fail(TRN_ERR_INVALID, "trn_comm_init: rank %d of %d", env->rank, env->world_size);
+#if defined(TRAIN_NCCL_CPU_ONLY)
+    if (kind == TRN_COMM_NCCL)
+        return trn_fail(TRN_ERR_INVALID, "trn_comm_init: this build has no NCCL (TRAIN_NCCL_CPU_ONLY)");
+    if (kind == TRN_COMM_AUTO) kind = TRN_COMM_TCP;
+#else
+    if (kind == TRN_COMM_AUTO) kind = TRN_COMM_NCCL;
+#endif
+    if (env->world_size == 1) kind = TRN_COMM_SELF;
+    c->kind = kind;
+    if (kind == TRN_COMM_SELF) {
+        c->name = "self";
+        c->all_reduce = trn__self_all_reduce;
+        c->reduce_scatter = trn__self_all_reduce;
+        c->all_gather = trn__self_allgather;
+        c->broadcast = trn__self_bcast;
+        c->wait = trn__self_wait;
+        c->all_reduce_host = trn__self_host;
+        c->abort = trn__self_abort;
+        return TRN_OK;
+    }
+#if !defined(TRAIN_NCCL_CPU_ONLY)
+    if (kind == TRN_COMM_NCCL) rc = trn__nccl_init(c, env);
+    else
+#endif
+    rc = trn__ring_init(c, env);
+    if (rc != TRN_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", trn_error_reason());
+        if (c->destroy) c->destroy(c);
+        else trn__ring_destroy(c);
+        c->impl = NULL;
+        c->destroy = NULL;
+        return trn_fail(rc, "%s", why);
+    }
+    return TRN_OK;
+}
+
+TRNDEF void trn_comm_free(trn_comm *c) {
+    if (!c) return;
+    if (c->destroy) c->destroy(c);
+    memset(c, 0, sizeof *c);
+}
+
+/* ========================================================================
+   >>ddp
+   ======================================================================== */
+TRNDEF trn_ddp_desc trn_ddp_defaults(const trn_ddp_desc *desc) {
+    trn_ddp_desc d;
+    memset(&d, 0, sizeof d);
+    if (desc) d = *desc;
+    if (d.bucket_bytes == 0) d.bucket_bytes = (size_t)25 << 20;
+    if (d.timeout_s <= 0) {
+        const char *s = getenv("TRN_DDP_TIMEOUT");
+        d.timeout_s = s && atof(s) > 0 ? atof(s) : TRN__DEFAULT_TIMEOUT;
+    }
+    return d;
+}
+
+static trn_result trn__ddp_fail(trn_ddp *d, trn_result rc) { /* remember the first failure */
+    if (!d->error) {
+        d->error = rc;
+        snprintf(d->error_reason, sizeof d->error_reason, "%s", trn_error_reason());
+    }
+    return rc;
+}
+static trn_result trn__ddp_sticky(trn_ddp *d) { return trn_fail(d->error, "%s", d->error_reason); }
+
+TRNDEF trn_result trn_ddp_init(trn_ddp *ddp, const trn_ddp_desc *desc) {
+    trn_result rc;
+    if (!ddp) return trn_fail(TRN_ERR_INVALID, "trn_ddp_init: ddp is NULL");
+    memset(ddp, 0, sizeof *ddp);
+    ddp->desc = trn_ddp_defaults(desc);
+    ddp->sync = 1;
+    if ((rc = trn_dist_env_read(&ddp->env)) != TRN_OK) return rc;
+    ddp->rank = ddp->env.rank;
+    ddp->world = ddp->env.world_size;
+    ddp->local_rank = ddp->env.local_rank;
+#if !defined(TRAIN_NCCL_CPU_ONLY)
+    if (ddp->desc.comm != TRN_COMM_TCP) { /* one GPU per rank: the local rank's */
+        int n = 0;
+        if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0)
+            return trn_fail(TRN_ERR_BACKEND, "rank %d: no CUDA device", ddp->rank);
+        if (ddp->local_rank >= n)
+            return trn_fail(TRN_ERR_INVALID, "rank %d: local rank %d but this node has %d GPU(s): start at most %d ranks per node",
+                            ddp->rank, ddp->local_rank, n, n);
+        if (cudaSetDevice(ddp->local_rank) != cudaSuccess)
+            return trn_fail(TRN_ERR_BACKEND, "rank %d: cudaSetDevice(%d): %s", ddp->rank, ddp->local_rank,
+                            cudaGetErrorString(cudaGetLastError()));
+    }
+#endif
+    return trn_comm_init(&ddp->comm, &ddp->env, ddp->desc.comm, ddp->desc.timeout_s);
+}
+
+/* the parameter whose slice of the flat buffer holds element `off` */
+static int trn__ddp_param_at(const trn_model *m, size_t off) {
+    int lo = 0, hi = m->n_params - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (m->params[mid]->offset <= off) lo = mid; else hi = mid - 1;
+    }
+    return lo;
+}
+
+/* the flat-buffer range a tape input writes gradients into, if any */
+static int trn__ddp_grad_range(const trn_model *m, const trn_tensor *t, size_t *off) {
+    if (!t || !t->requires_grad) return 0;
+    if (t->grad && t->grad >= m->grad_data && t->grad < m->grad_data + m->n_floats) {
+        *off = (size_t)(t->grad - m->grad_data);
+        return 1;
+    }
+    if (t->is_param) { *off = t->offset; return 1; }
+    return 0;
+}
+
+static void trn__ddp_launch_ready(trn_ddp *d, trn_model *m) {
+    while (!d->error && d->next_bucket < d->n_buckets && d->buckets[d->next_bucket].pending == 0) {
+        trn_ddp_bucket *b = &d->buckets[d->next_bucket++];
+        trn_result rc = d->comm.all_reduce(&d->comm, m->grad_data + b->lo, b->hi - b->lo, 1);
+        if (rc) trn__ddp_fail(d, rc);
+    }
+}
+
+/* a new backward: for every parameter, the lowest tape index that writes
+   its gradient (entries run from the top down, so after that entry the
+   gradient is final); -1: no entry (final already) */
+static void trn__ddp_begin(trn_ddp *d, trn_model *m) {
+    int i, k, p;
+    for (p = 0; p < m->n_params; p++) d->last_use[p] = -1;
+    for (i = 0; i < m->tape_len; i++)
+        for (k = 0; k < 3; k++) {
+            size_t off, end;
+            trn_tensor *t = m->tape[i].in[k];
+            if (!trn__ddp_grad_range(m, t, &off)) continue;
+            end = off + t->size;
+            for (p = trn__ddp_param_at(m, off); p < m->n_params && m->params[p]->offset < end; p++)
+                if (d->last_use[p] < 0 || i < d->last_use[p]) d->last_use[p] = i;
+        }
+    for (i = 0; i < d->n_buckets; i++) d->buckets[i].pending = 0;
+    for (p = 0; p < m->n_params; p++)
+        if (d->last_use[p] >= 0) d->buckets[d->bucket_of[p]].pending++;
+    d->next_bucket = 0;
+    d->armed = 1;
+}
+
+/* trn_backward calls this after tape entry i */
+static void trn__ddp_hook(trn_model *m, int i, void *user) {
+    trn_ddp *d = (trn_ddp *)user;
+    int k, p;
+    if (!d->sync || d->error) return;
+    if (i == m->tape_len - 1) {
+        if (d->armed) { /* a second backward would all-reduce partial sums twice */
+            trn_fail(TRN_ERR_INVALID, "rank %d: trn_backward ran twice without trn_ddp_allreduce_grads between: "
+                                      "to accumulate gradients call trn_ddp_set_sync(&ddp, 0) before all but the last backward",
+                     d->rank);
+            trn__ddp_fail(d, TRN_ERR_INVALID);
+            return;
+        }
+        trn__ddp_begin(d, m);
+    }
+    for (k = 0; k < 3; k++) {
+        size_t off, end;
+        trn_tensor *t = m->tape[i].in[k];
+        if (!trn__ddp_grad_range(m, t, &off)) continue;
+        end = off + t->size;
+        for (p = trn__ddp_param_at(m, off); p < m->n_params && m->params[p]->offset < end; p++)
+            if (d->last_use[p] == i) {
+                d->last_use[p] = -2; /* counted once even if used twice by this entry */
+                d->buckets[d->bucket_of[p]].pending--;
+            }
+    }
+    trn__ddp_launch_ready(d, m);
+}
+
+TRNDEF trn_result trn_ddp_attach(trn_ddp *ddp, trn_model *m) {
+    trn_result rc;
+    int p, nb = 0;
+    size_t bytes = 0;
+    if (!ddp || !m) return trn_fail(TRN_ERR_INVALID, "trn_ddp_attach: NULL argument");
+    if (!m->param_data) return trn_fail(TRN_ERR_INVALID, "trn_ddp_attach: call trn_model_alloc first");
+    if (ddp->comm.kind == TRN_COMM_TCP && m->backend->place != TRN_HOST)
+        return trn_fail(TRN_ERR_INVALID, "trn_ddp_attach: the TCP communicator needs a host backend (model is on '%s')",
+                        m->backend->name);
+    if (ddp->comm.kind == TRN_COMM_NCCL && m->backend->place != TRN_DEVICE)
+        return trn_fail(TRN_ERR_INVALID, "trn_ddp_attach: NCCL needs a CUDA backend (model is on '%s'); "
+                                         "use trn_ddp_desc.comm = TRN_COMM_TCP for CPU training", m->backend->name);
+    ddp->model = m;
+    /* 1. everyone starts from rank 0's weights */
+    if ((rc = ddp->comm.broadcast(&ddp->comm, m->param_data, m->n_floats * sizeof(float), 0)) ||
+        (rc = ddp->comm.wait(&ddp->comm)))
+        return trn__ddp_fail(ddp, rc);
+    trn_comm_shard(m->n_floats, ddp->world, ddp->rank, &ddp->shard_lo, &ddp->shard_hi);
+    /* 2. buckets: whole parameters from the last one back, each bucket at
+       most bucket_bytes unless a single parameter is larger */
+    ddp->buckets = (trn_ddp_bucket *)trn_calloc(sizeof(trn_ddp_bucket) * (size_t)m->n_params, TRN_KIND_RUNTIME);
+    ddp->bucket_of = (int *)trn_alloc(sizeof(int) * (size_t)m->n_params, TRN_KIND_RUNTIME);
+    ddp->last_use = (int *)trn_alloc(sizeof(int) * (size_t)m->n_params, TRN_KIND_RUNTIME);
+    if (!ddp->buckets || !ddp->bucket_of || !ddp->last_use)
+        return trn__ddp_fail(ddp, trn_fail(TRN_ERR_NOMEM, "trn_ddp_attach: %s", trn_error_reason()));
+    for (p = m->n_params - 1; p >= 0; p--) {
+        size_t pb = m->params[p]->size * sizeof(float);
+        if (nb == 0 || bytes + pb > ddp->desc.bucket_bytes) { /* start a new bucket */
+            nb++;
+            bytes = 0;
+            ddp->buckets[nb - 1].p_last = p;
+            ddp->buckets[nb - 1].hi = m->params[p]->offset + m->params[p]->size;
+        }
+        ddp->buckets[nb - 1].p_first = p;
+        ddp->buckets[nb - 1].lo = m->params[p]->offset;
+        ddp->bucket_of[p] = nb - 1;
+        bytes += pb;
+    }
+    ddp->n_buckets = nb;
+    /* 3. the hook that starts buckets during backward */
+    if (ddp->world > 1 && !ddp->desc.zero1 && !ddp->desc.no_overlap) {
+        m->backward_hook = trn__ddp_hook;
+        m->backward_hook_user = ddp;
+    }
+    return TRN_OK;
+}
+
+TRNDEF void trn_ddp_set_sync(trn_ddp *ddp, int sync) { if (ddp) ddp->sync = sync != 0; }
+
+TRNDEF trn_result trn_ddp_allreduce_grads(trn_ddp *ddp, trn_model *m) {
+    trn_result rc;
+    int b;
+    if (!ddp || !m || m != ddp->model) return trn_fail(TRN_ERR_INVALID, "trn_ddp_allreduce_grads: not the attached model");
+    if (ddp->error) return trn__ddp_sticky(ddp);
+    if (!m->grad_data) return trn_fail(TRN_ERR_INVALID, "trn_ddp_allreduce_grads: no gradients (call trn_backward first)");
+    if (ddp->world == 1) return TRN_OK;
+    if (ddp->desc.zero1) {
+        rc = ddp->comm.reduce_scatter(&ddp->comm, m->grad_data, m->n_floats, 1);
+    } else {
+        if (!ddp->armed) { /* no hook ran (no_overlap, or sync was 0): all buckets now */
+            ddp->next_bucket = 0;
+            for (b = 0; b < ddp->n_buckets; b++) ddp->buckets[b].pending = 0;
+        }
+        trn__ddp_launch_ready(ddp, m);
+        ddp->armed = 0;
+        rc = ddp->error;
+    }
+    if (rc == TRN_OK) rc = ddp->comm.wait(&ddp->comm);
+    return rc ? trn__ddp_fail(ddp, rc) : TRN_OK;
+}
+
+TRNDEF trn_result trn_ddp_clip_grad_norm(trn_ddp *ddp, trn_model *m, float max_norm, float *norm_out) {
+    double ss;
+    float norm;
+    trn_result rc;
+    if (!ddp || !m || !m->grad_data) return trn_fail(TRN_ERR_INVALID, "trn_ddp_clip_grad_norm: no gradients");
+    if (ddp->error) return trn__ddp_sticky(ddp);
+    if (!ddp->desc.zero1 || ddp->world == 1) { /* every rank holds the same averaged gradients */
+        norm = trn_clip_grad_norm(m, max_norm);
+    } else { /* each rank has its shard: add up the squares over all */
+        ss = m->backend->sum_squares(m->grad_data + ddp->shard_lo, ddp->shard_hi - ddp->shard_lo);
+        if ((rc = ddp->comm.all_reduce_host(&ddp->comm, &ss, 1, 0)) != TRN_OK) return trn__ddp_fail(ddp, rc);
+        norm = (float)sqrt(ss);
+        if (max_norm > 0.0f && norm > max_norm)
+            m->backend->scale(m->grad_data + ddp->shard_lo, max_norm / (norm + 1e-6f), ddp->shard_hi - ddp->shard_lo);
+    }
+    if (norm_out) *norm_out = norm;
+    return TRN_OK;
+}
+
+TRNDEF trn_result trn_ddp_adamw_step(trn_ddp *ddp, trn_adamw *opt, trn_model *m, float lr) {
+    trn_result rc;
+    if (!ddp || !opt || !m) return trn_fail(TRN_ERR_INVALID, "trn_ddp_adamw_step: NULL argument");
+    if (ddp->error) return trn__ddp_sticky(ddp);
+    if (!ddp->desc.zero1 || ddp->world == 1) return trn_adamw_step(opt, m, lr);
+    if (opt->hi == 0 && !opt->m) { opt->lo = ddp->shard_lo; opt->hi = ddp->shard_hi; }
+    if (opt->lo != ddp->shard_lo || opt->hi != ddp->shard_hi)
+        return trn_fail(TRN_ERR_MISMATCH, "rank %d: the optimizer owns [%zu,%zu) but this rank's ZeRO-1 shard is [%zu,%zu) "
+                                          "(loaded from a run with another world size?)",
+                        ddp->rank, opt->lo, opt->hi, ddp->shard_lo, ddp->shard_hi);
+    if ((rc = trn_adamw_step(opt, m, lr)) != TRN_OK) return rc;
+    if ((rc = ddp->comm.all_gather(&ddp->comm, m->param_data, m->n_floats)) || (rc = ddp->comm.wait(&ddp->comm)))
+        return trn__ddp_fail(ddp, rc);
+    return TRN_OK;
+}
+
+TRNDEF trn_result trn_ddp_allreduce_host(trn_ddp *ddp, double *x, int n, int average) {
+    trn_result rc;
+    if (!ddp || !x || n < 1 || n > 8) return trn_fail(TRN_ERR_INVALID, "trn_ddp_allreduce_host: 1 to 8 values");
+    if (ddp->error) return trn__ddp_sticky(ddp);
+    rc = ddp->comm.all_reduce_host(&ddp->comm, x, n, average);
+    return rc ? trn__ddp_fail(ddp, rc) : TRN_OK;
+}
+
+TRNDEF trn_result trn_ddp_agree(trn_ddp *ddp, trn_result mine) {
+    double failed = mine != TRN_OK;
+    char why[512];
+    trn_result rc;
+    snprintf(why, sizeof why, "%s", mine ? trn_error_reason() : "");
+    if ((rc = trn_ddp_allreduce_host(ddp, &failed, 1, 0)) != TRN_OK) return rc;
+    if (mine) return trn_fail(mine, "%s", why);
+    if (failed > 0) return trn_fail(TRN_ERR_COMM, "rank %d: %.0f other rank(s) failed (their messages say why)", ddp->rank, failed);
+    return TRN_OK;
+}
+
+TRNDEF trn_result trn_ddp_barrier(trn_ddp *ddp) {
+    double z = 0.0;
+    return trn_ddp_allreduce_host(ddp, &z, 1, 0);
+}
+
+TRNDEF int trn_ddp_is_main(const trn_ddp *ddp) { return !ddp || ddp->rank == 0; }
+
+TRNDEF void trn_ddp_log(const trn_ddp *ddp, const char *fmt, ...) {
+    va_list ap;
+    if (!trn_ddp_is_main(ddp)) return;
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    fflush(stdout);
+}
+
+TRNDEF long long trn_ddp_batch_index(const trn_ddp *ddp, long long k) {
+    return ddp ? k * ddp->world + ddp->rank : k;
+}
+
+TRNDEF void trn_ddp_abort(trn_ddp *ddp) {
+    if (ddp && ddp->comm.abort) ddp->comm.abort(&ddp->comm);
+}
+
+TRNDEF void trn_ddp_free(trn_ddp *ddp) {
+    if (!ddp) return;
+    if (ddp->model && ddp->model->backward_hook_user == ddp) {
+        ddp->model->backward_hook = NULL;
+        ddp->model->backward_hook_user = NULL;
+    }
+    trn_comm_free(&ddp->comm);
+    trn_free(ddp->buckets);
+    trn_free(ddp->bucket_of);
+    trn_free(ddp->last_use);
+    memset(ddp, 0, sizeof *ddp);
+}
+
+/* ---- checkpoints ---------------------------------------------------------- */
+TRNDEF void trn_ddp_meta_set(const trn_ddp *ddp, trn_meta *meta) {
+    trn_meta_set_u64(meta, "ddp.world_size", (uint64_t)ddp->world);
+    trn_meta_set_u64(meta, "ddp.zero1", (uint64_t)(ddp->desc.zero1 != 0));
+}
+
+static trn_result trn__ddp_check(const trn_ddp *ddp, const char *ws, const char *z1, const char *path) {
+    unsigned long long w = 1, z = 0; /* a checkpoint without them: one process */
+    if (ws) w = strtoull(ws, NULL, 10);
+    if (z1) z = strtoull(z1, NULL, 10);
+    if (w != (unsigned long long)ddp->world)
+        return trn_fail(TRN_ERR_MISMATCH,
+                        "%s was written by a run of %llu rank(s); this run has %d: resume with the same world size "
+                        "(the data order and the optimizer shards depend on it)", path, w, ddp->world);
+    if ((z != 0) != (ddp->desc.zero1 != 0))
+        return trn_fail(TRN_ERR_MISMATCH, "%s was written %s ZeRO-1; this run is %s ZeRO-1", path, z ? "with" : "without",
+                        ddp->desc.zero1 ? "with" : "without");
+    return TRN_OK;
+}
+
+TRNDEF trn_result trn_ddp_meta_check(const trn_ddp *ddp, const trn_meta *meta, const char *path) {
+    return trn__ddp_check(ddp, trn_meta_get(meta, "ddp.world_size"), trn_meta_get(meta, "ddp.zero1"), path ? path : "the checkpoint");
+}
+
+TRNDEF const char *trn_ddp_rank_path(const trn_ddp *ddp, const char *path, char *buf, size_t cap) {
+    static const char ext[] = ".safetensors";
+    size_t n = strlen(path), e = sizeof ext - 1;
+    if (ddp->rank == 0) snprintf(buf, cap, "%s", path);
+    else if (n > e && strcmp(path + n - e, ext) == 0) snprintf(buf, cap, "%.*s.rank%d%s", (int)(n - e), path, ddp->rank, ext);
+    else snprintf(buf, cap, "%s.rank%d", path, ddp->rank);
+    return buf;
+}
+
+TRNDEF trn_result trn_ddp_checkpoint_save(trn_ddp *ddp, const char *path, trn_model *m, const trn_adamw *opt,
+                                          const trn_meta *meta) {
+    trn_result rc = TRN_OK;
+    trn_meta *mm;
+    char mine[1024];
+    if (!ddp || !path || !m) return trn_fail(TRN_ERR_INVALID, "trn_ddp_checkpoint_save: NULL argument");
+    if (ddp->error) return trn__ddp_sticky(ddp);
+    mm = (trn_meta *)trn_alloc(sizeof(trn_meta), TRN_KIND_TEMP);
+    if (!mm) rc = TRN_ERR_NOMEM;
+    else {
+        if (meta) *mm = *meta; else memset(mm, 0, sizeof *mm);
+        trn_ddp_meta_set(ddp, mm);
+        /* DDP: the state is the same on every rank, rank 0 writes it.
+           ZeRO-1: every rank writes its own optimizer shard. */
+        if (ddp->rank == 0 || ddp->desc.zero1)
+            rc = trn_checkpoint_save(trn_ddp_rank_path(ddp, path, mine, sizeof mine), m, opt, mm);
+        trn_free(mm);
+    }
+    return trn_ddp_agree(ddp, rc); /* returns after every rank has finished writing */
+}
+
+TRNDEF trn_result trn_ddp_checkpoint_load(trn_ddp *ddp, const char *path, trn_model *m, trn_adamw *opt,
+                                          trn_meta *meta_out) {
+    trn_safetensors f;
+    trn_result rc;
+    char mine[1024];
+    if (!ddp || !path || !m) return trn_fail(TRN_ERR_INVALID, "trn_ddp_checkpoint_load: NULL argument");
+    if (ddp->error) return trn__ddp_sticky(ddp);
+    /* every rank reads rank 0's metadata, so all refuse a mismatch alike */
+    rc = trn_safetensors_open(&f, path);
+    if (rc == TRN_OK) {
+        rc = trn__ddp_check(ddp, trn_safetensors_meta(&f, "ddp.world_size"), trn_safetensors_meta(&f, "ddp.zero1"), path);
+        trn_safetensors_close(&f);
+    }
+    if (rc == TRN_OK) rc = trn_checkpoint_load(ddp->desc.zero1 ? trn_ddp_rank_path(ddp, path, mine, sizeof mine) : path, m,
+                                               opt, meta_out);
+    if (rc == TRN_OK && opt && ddp->desc.zero1 && (opt->lo != ddp->shard_lo || opt->hi != ddp->shard_hi))
+        rc = trn_fail(TRN_ERR_MISMATCH, "%s holds optimizer slice [%zu,%zu), this rank's shard is [%zu,%zu)", mine,
+                      opt->lo, opt->hi, ddp->shard_lo, ddp->shard_hi);
+    return trn_ddp_agree(ddp, rc);
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TRAIN_NCCL_IMPLEMENTATION_DONE */
+#endif /* TRAIN_NCCL_IMPLEMENTATION */
