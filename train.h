@@ -2621,12 +2621,36 @@ static void trn__sgemm_macro(int mc, int nc, int kc, const float *Ap, const floa
     }
 }
 
-/* the per-thread packing buffer, grown on demand and kept. Where the
+/* The per-thread packing buffer, grown on demand and kept. Each one is also
+   listed in trn__pack_all, so leak checkers see it as still in use (a
+   thread's own variables vanish from their view when it ends). Where the
    compiler has no thread-local storage, each call allocates and frees. */
 #if defined(__cplusplus) || defined(__GNUC__) || defined(__clang__) || defined(_MSC_VER)
 #define TRN__PACK_KEEP 1
 static TRN__TLS float *trn__pack_buf;
 static TRN__TLS size_t trn__pack_cap; /* floats */
+static TRN__TLS int trn__pack_slot;   /* 1 + its index in trn__pack_all; 0: none */
+static float *trn__pack_all[256];
+
+static float *trn__pack_scratch(size_t floats) {
+    float *p;
+    if (floats <= trn__pack_cap) return trn__pack_buf;
+    p = (float *)trn_alloc(floats * sizeof(float), TRN_KIND_TEMP);
+    if (!p) return NULL;
+    trn_free(trn__pack_buf);
+    trn__pack_buf = p;
+    trn__pack_cap = floats;
+#ifdef _OPENMP
+#pragma omp critical(trn__pack_lock)
+#endif
+    {
+        int i;
+        for (i = 0; i < 256 && !trn__pack_slot; i++)
+            if (!trn__pack_all[i]) trn__pack_slot = i + 1;
+        if (trn__pack_slot) trn__pack_all[trn__pack_slot - 1] = p;
+    }
+    return p;
+}
 #else
 #define TRN__PACK_KEEP 0
 #endif
@@ -2649,16 +2673,11 @@ static void trn__sgemm_block(const trn__gemm *g, int m0, int m1, int n0, int n1)
     float *Ap, *Bp;
     int jc, pc, ic;
 #if TRN__PACK_KEEP
-    if (need > trn__pack_cap) {
-        trn_free(trn__pack_buf);
-        trn__pack_buf = (float *)trn_alloc(need * sizeof(float), TRN_KIND_TEMP);
-        trn__pack_cap = trn__pack_buf ? need : 0;
-    }
-    Ap = trn__pack_buf;
+    Ap = trn__pack_scratch(need);
 #else
     Ap = (float *)trn_alloc(need * sizeof(float), TRN_KIND_TEMP);
 #endif
-    if (!Ap) { /* out of memory for 4 MB of scratch: still give the right answer */
+    if (!Ap) { /* no memory for the packing buffer: still give the right answer */
         const float *A = g->A + (g->ta ? (size_t)m0 : (size_t)m0 * g->lda);
         const float *B = g->B + (g->tb ? (size_t)n0 * g->ldb : (size_t)n0);
         trn_sgemm_ref(g->ta, g->tb, m1 - m0, n1 - n0, g->K, g->alpha, A, g->lda, B, g->ldb,
@@ -4299,7 +4318,8 @@ TRNDEF trn_result trn_checkpoint_latest(const char *dir, char *path_out, size_t 
 static trn_result trn__tokens_reserve(trn_tokens *t, size_t more) {
     size_t need, cap;
     int *ids;
-    if (more > (size_t)-1 / sizeof(int) - t->n) return trn_fail(TRN_ERR_NOMEM, "tokens: %zu more ids is too many", more);
+    if (more > (size_t)-1 / sizeof(int) - t->n)
+        return trn_fail(TRN_ERR_NOMEM, "tokens: %zu more ids is too many", more);
     need = t->n + more;
     if (need <= t->cap) return TRN_OK;
     cap = t->cap ? t->cap : 4096;
@@ -4346,7 +4366,8 @@ typedef struct trn__dbuf { char *p; size_t n, cap; trn_kind kind; } trn__dbuf;
 static trn_result trn__dbuf_reserve(trn__dbuf *b, size_t more) {
     size_t cap;
     char *p;
-    if (more > (size_t)-1 / 4 - b->n) return trn_fail(TRN_ERR_NOMEM, "buffer: %zu more bytes is too many", more);
+    if (more > (size_t)-1 / 4 - b->n)
+        return trn_fail(TRN_ERR_NOMEM, "buffer: %zu more bytes is too many", more);
     if (b->n + more + 1 <= b->cap) return TRN_OK;
     cap = b->cap ? b->cap : 256;
     while (cap < b->n + more + 1) cap *= 2;
@@ -4397,12 +4418,16 @@ TRNDEF trn_result trn_text_read_files(char **text, size_t *len, const char *cons
     trn__dbuf b = {NULL, 0, 0, TRN_KIND_TEMP};
     trn_result r;
     int i, n_read = 0;
-    if (!text || !len || (!paths && n_paths)) return trn_fail(TRN_ERR_INVALID, "trn_text_read_files: NULL argument");
+    if (!text || !len || (!paths && n_paths))
+        return trn_fail(TRN_ERR_INVALID, "trn_text_read_files: NULL argument");
     *text = NULL; *len = 0;
     if ((r = trn__dbuf_reserve(&b, 0)) != TRN_OK) return r;
     for (i = 0; i < n_paths; i++) {
         int missing = 0;
-        if (!paths[i]) { trn_free(b.p); return trn_fail(TRN_ERR_INVALID, "trn_text_read_files: path %d is NULL", i); }
+        if (!paths[i]) {
+            trn_free(b.p);
+            return trn_fail(TRN_ERR_INVALID, "trn_text_read_files: path %d is NULL", i);
+        }
         r = trn__data_slurp(&b, paths[i], missing_ok ? &missing : NULL);
         if (r != TRN_OK) { trn_free(b.p); return r; }
         n_read += !missing;
@@ -4530,6 +4555,8 @@ static const uint32_t trn__uni_astral_numbers[][2] = {
     {0x1D2E0,0x1D378}, {0x1D7CE,0x1D7FF}, {0x1F100,0x1F10C}, {0x1FBF0,0x1FBF9},
 };
 
+#define TRN__COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
 static int trn__uni_in16(const uint16_t (*r)[2], int n, uint32_t cp) {
     int lo = 0, hi = n - 1;
     while (lo <= hi) {           /* binary search over sorted ranges */
@@ -4562,14 +4589,14 @@ static int trn__char_class(uint32_t c) {
         c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000)
         return TRN__CH_SPACE;
     if (c < 0x10000) {
-        if (trn__uni_in16(trn__uni_letters, (int)(sizeof trn__uni_letters / sizeof trn__uni_letters[0]), c))
-            return TRN__CH_LETTER;
-        if (trn__uni_in16(trn__uni_numbers, (int)(sizeof trn__uni_numbers / sizeof trn__uni_numbers[0]), c))
-            return TRN__CH_NUMBER;
+        if (trn__uni_in16(trn__uni_letters, TRN__COUNT(trn__uni_letters), c)) return TRN__CH_LETTER;
+        if (trn__uni_in16(trn__uni_numbers, TRN__COUNT(trn__uni_numbers), c)) return TRN__CH_NUMBER;
         return TRN__CH_OTHER;
     }
-    if (trn__uni_in32(trn__uni_astral_letters, (int)(sizeof trn__uni_astral_letters / sizeof trn__uni_astral_letters[0]), c)) return TRN__CH_LETTER;
-    if (trn__uni_in32(trn__uni_astral_numbers, (int)(sizeof trn__uni_astral_numbers / sizeof trn__uni_astral_numbers[0]), c)) return TRN__CH_NUMBER;
+    if (trn__uni_in32(trn__uni_astral_letters, TRN__COUNT(trn__uni_astral_letters), c))
+        return TRN__CH_LETTER;
+    if (trn__uni_in32(trn__uni_astral_numbers, TRN__COUNT(trn__uni_astral_numbers), c))
+        return TRN__CH_NUMBER;
     return TRN__CH_OTHER;
 }
 
@@ -4735,12 +4762,13 @@ static trn_result trn__json_string(trn__json *j, trn__dbuf *out, const int *byte
             case 'r': cp = 13; break;
             case 't': cp = 9; break;
             case 'u':
-                if (j->end - j->p < 6 || !trn__json_hex4(j->p + 2, &cp)) return trn__json_err(j, "bad \\u escape");
+                if (j->end - j->p < 6 || !trn__json_hex4(j->p + 2, &cp))
+                    return trn__json_err(j, "bad \\u escape");
                 if (cp >= 0xDC00 && cp <= 0xDFFF) return trn__json_err(j, "lone low surrogate");
                 if (cp >= 0xD800 && cp <= 0xDBFF) { /* a pair: \uD83D\uDE00 -> U+1F600 */
                     uint32_t lo;
-                    if (j->end - j->p < 12 || j->p[6] != '\\' || j->p[7] != 'u' || !trn__json_hex4(j->p + 8, &lo) ||
-                        lo < 0xDC00 || lo > 0xDFFF)
+                    if (j->end - j->p < 12 || j->p[6] != '\\' || j->p[7] != 'u' ||
+                        !trn__json_hex4(j->p + 8, &lo) || lo < 0xDC00 || lo > 0xDFFF)
                         return trn__json_err(j, "high surrogate without its low half");
                     cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
                     j->p += 6;
@@ -4773,8 +4801,12 @@ static trn_result trn__bpe_read_vocab(trn_tokenizer *tok, const char *path, cons
     int max_id = -1;
     if ((r = trn__data_slurp(&file, path, NULL)) != TRN_OK) return r;
     j.p = j.begin = file.p; j.end = file.p + file.n; j.path = path;
+    if (file.n >= 3 && memcmp(file.p, "\xEF\xBB\xBF", 3) == 0) j.p += 3; /* a UTF-8 byte order mark */
     trn__json_ws(&j);
-    if (j.p >= j.end || *j.p != '{') { r = trn__json_err(&j, "expected '{' (vocab.json is one object)"); goto done; }
+    if (j.p >= j.end || *j.p != '{') {
+        r = trn__json_err(&j, "expected '{' (vocab.json is one object)");
+        goto done;
+    }
     j.p++;
     trn__json_ws(&j);
     if (j.p < j.end && *j.p == '}') j.p++;
@@ -4788,13 +4820,19 @@ static trn_result trn__bpe_read_vocab(trn_tokenizer *tok, const char *path, cons
         if (j.p >= j.end || *j.p != ':') { r = trn__json_err(&j, "expected ':'"); goto done; }
         j.p++;
         trn__json_ws(&j);
-        if (j.p >= j.end || *j.p < '0' || *j.p > '9') { r = trn__json_err(&j, "expected a token id (an integer >= 0)"); goto done; }
+        if (j.p >= j.end || *j.p < '0' || *j.p > '9') {
+            r = trn__json_err(&j, "expected a token id (an integer >= 0)");
+            goto done;
+        }
         while (j.p < j.end && *j.p >= '0' && *j.p <= '9') {
             v = v * 10 + (*j.p++ - '0');
             if (v >= TRN__MAX_VOCAB) { r = trn__json_err(&j, "token id >= 2^24"); goto done; }
         }
-        if (j.p < j.end && (*j.p == '.' || *j.p == 'e' || *j.p == 'E')) { r = trn__json_err(&j, "token id is not an integer"); goto done; }
-        if (text.n - start > 0xFFFFFFFFu / 2 || text.n > 0xFFFFFFFFu / 2) { r = trn__json_err(&j, "vocabulary too large"); goto done; }
+        if (j.p < j.end && (*j.p == '.' || *j.p == 'e' || *j.p == 'E')) {
+            r = trn__json_err(&j, "token id is not an integer");
+            goto done;
+        }
+        if (text.n > 0xFFFFFFFFu / 2) { r = trn__json_err(&j, "vocabulary too large"); goto done; }
         e[0] = (uint32_t)start; e[1] = (uint32_t)(text.n - start); e[2] = (uint32_t)v;
         if ((r = trn__dbuf_put(&ent, e, sizeof e)) != TRN_OK) goto done;
         if ((int)v > max_id) max_id = (int)v;
@@ -4880,7 +4918,8 @@ static trn_result trn__bpe_read_merges(trn_tokenizer *tok, const char *path, con
     if (!tok->merges) { r = TRN_ERR_NOMEM; goto done; }
     tok->merges_cap = cap;
     for (i = 0; i < cap; i++) tok->merges[i].left = -1;
-    for (pos = 0; pos < file.n;) {
+    pos = file.n >= 3 && memcmp(file.p, "\xEF\xBB\xBF", 3) == 0 ? 3 : 0; /* skip a byte order mark */
+    for (; pos < file.n;) {
         const char *line = file.p + pos, *sp;
         size_t n = 0, mask = cap - 1, h;
         int left, right, id;
@@ -4892,24 +4931,28 @@ static trn_result trn__bpe_read_merges(trn_tokenizer *tok, const char *path, con
         if (line_no == 1 && n >= 8 && memcmp(line, "#version", 8) == 0) continue;
         sp = (const char *)memchr(line, ' ', n);
         if (!sp || sp == line || sp == line + n - 1 || memchr(sp + 1, ' ', (size_t)(line + n - sp - 1))) {
-            r = trn_fail(TRN_ERR_FORMAT, "%s line %d: expected two tokens separated by one space", path, line_no);
+            r = trn_fail(TRN_ERR_FORMAT, "%s line %d: expected two tokens separated by one space", path,
+                         line_no);
             goto done;
         }
         left = trn__bpe_merge_side(tok, byte_of, line, (size_t)(sp - line), &a);
         if (left >= 0) { both.n = 0; r = trn__dbuf_put(&both, a.p, a.n); if (r != TRN_OK) goto done; }
         right = left >= 0 ? trn__bpe_merge_side(tok, byte_of, sp + 1, (size_t)(line + n - sp - 1), &a) : -1;
         if (left == -3 || right == -3) { r = TRN_ERR_NOMEM; goto done; }
-        if (left == -2 || right == -2) { r = trn_fail(TRN_ERR_FORMAT, "%s line %d: invalid UTF-8", path, line_no); goto done; }
+        if (left == -2 || right == -2) {
+            r = trn_fail(TRN_ERR_FORMAT, "%s line %d: invalid UTF-8", path, line_no);
+            goto done;
+        }
         if (left < 0 || right < 0) {
-            r = trn_fail(TRN_ERR_FORMAT, "%s line %d: the %s token of \"%.*s\" is not in the vocabulary", path,
-                         line_no, left < 0 ? "left" : "right", (int)TRN__MIN(n, 80), line);
+            r = trn_fail(TRN_ERR_FORMAT, "%s line %d: the %s token of \"%.*s\" is not in the vocabulary",
+                         path, line_no, left < 0 ? "left" : "right", (int)TRN__MIN(n, 80), line);
             goto done;
         }
         if ((r = trn__dbuf_put(&both, a.p, a.n)) != TRN_OK) goto done;
         id = trn_tokenizer_find(tok, both.p, both.n);
         if (id < 0) {
-            r = trn_fail(TRN_ERR_FORMAT, "%s line %d: the merged token of \"%.*s\" is not in the vocabulary",
-                         path, line_no, (int)TRN__MIN(n, 80), line);
+            r = trn_fail(TRN_ERR_FORMAT, "%s line %d: the merged token of \"%.*s\" is not in the "
+                         "vocabulary", path, line_no, (int)TRN__MIN(n, 80), line);
             goto done;
         }
         h = (size_t)trn__mix64(((uint64_t)(uint32_t)left << 32) | (uint32_t)right) & mask;
@@ -4932,7 +4975,8 @@ TRNDEF trn_result trn_tokenizer_load_bpe(trn_tokenizer *tok, const char *vocab_j
     trn_result r;
     uint32_t c;
     int b;
-    if (!tok || !vocab_json_path || !merges_txt_path) return trn_fail(TRN_ERR_INVALID, "trn_tokenizer_load_bpe: NULL argument");
+    if (!tok || !vocab_json_path || !merges_txt_path)
+        return trn_fail(TRN_ERR_INVALID, "trn_tokenizer_load_bpe: NULL argument");
     trn_tokenizer_init_bytes(tok);
     tok->kind = TRN_TOKENIZER_BPE;
     tok->vocab_size = 0;
@@ -4942,8 +4986,8 @@ TRNDEF trn_result trn_tokenizer_load_bpe(trn_tokenizer *tok, const char *vocab_j
     for (b = 0; b < 256; b++) {
         char ch = (char)b;
         if ((tok->byte_id[b] = trn_tokenizer_find(tok, &ch, 1)) < 0) {
-            r = trn_fail(TRN_ERR_FORMAT, "%s: no token for byte 0x%02X (a byte-level vocabulary has all 256)",
-                         vocab_json_path, b);
+            r = trn_fail(TRN_ERR_FORMAT, "%s: no token for byte 0x%02X (a byte-level vocabulary has "
+                         "all 256)", vocab_json_path, b);
             goto fail;
         }
     }
@@ -5022,7 +5066,8 @@ static trn_result trn__bpe_piece(const trn_tokenizer *tok, trn__bpe_work *w, con
     trn_result r;
     if (n > w->cap) {
         size_t cap = TRN__MAX(n, 2 * w->cap);
-        if (cap > (size_t)INT_MAX / 4) return trn_fail(TRN_ERR_NOMEM, "bpe: a piece of %zu bytes is too long", n);
+        if (cap > (size_t)INT_MAX / 4)
+            return trn_fail(TRN_ERR_NOMEM, "bpe: a piece of %zu bytes is too long", n);
         trn_free(w->id); trn_free(w->prev); trn_free(w->next); trn_free(w->heap);
         w->id = (int *)trn_alloc(cap * sizeof(int), TRN_KIND_TEMP);
         w->prev = (int *)trn_alloc(cap * sizeof(int), TRN_KIND_TEMP);
@@ -5060,7 +5105,8 @@ TRNDEF trn_result trn_tokenizer_encode(const trn_tokenizer *tok, const char *tex
     trn__bpe_work w;
     trn_result r = TRN_OK;
     size_t pos, i;
-    if (!tok || !out || (!text && len)) return trn_fail(TRN_ERR_INVALID, "trn_tokenizer_encode: NULL argument");
+    if (!tok || !out || (!text && len))
+        return trn_fail(TRN_ERR_INVALID, "trn_tokenizer_encode: NULL argument");
     if (tok->kind == TRN_TOKENIZER_BYTES) {
         if ((r = trn__tokens_reserve(out, len)) != TRN_OK) return r;
         for (i = 0; i < len; i++) out->ids[out->n++] = (unsigned char)text[i];
@@ -5137,21 +5183,26 @@ TRNDEF trn_result trn_shard_read(trn_tokens *out, const char *path) {
     got = fread(hdr, 1, sizeof hdr, f);
     if (got < sizeof hdr) {
         r = ferror(f) ? trn_fail(TRN_ERR_IO, "read %s: %s", path, strerror(errno))
-                      : trn_fail(TRN_ERR_FORMAT, "%s: %zu bytes, shorter than a token shard's 1024-byte header", path, got);
+                      : trn_fail(TRN_ERR_FORMAT, "%s: %zu bytes, shorter than a token shard's 1024-byte "
+                                 "header", path, got);
         goto done;
     }
-    magic = (int32_t)trn__le32(hdr); version = (int32_t)trn__le32(hdr + 4); ntok = (int32_t)trn__le32(hdr + 8);
+    magic = (int32_t)trn__le32(hdr);
+    version = (int32_t)trn__le32(hdr + 4);
+    ntok = (int32_t)trn__le32(hdr + 8);
     if (magic != TRN_SHARD_MAGIC) {
-        r = trn_fail(TRN_ERR_FORMAT, "%s: bad magic %d, a token shard starts with %d", path, (int)magic, TRN_SHARD_MAGIC);
+        r = trn_fail(TRN_ERR_FORMAT, "%s: bad magic %d, a token shard starts with %d", path, (int)magic,
+                     TRN_SHARD_MAGIC);
         goto done;
     }
     if (version != TRN_SHARD_VERSION) {
-        r = trn_fail(TRN_ERR_FORMAT, "%s: shard version %d, only version 1 (uint16 tokens) is read", path, (int)version);
+        r = trn_fail(TRN_ERR_FORMAT, "%s: shard version %d, only version 1 (uint16 tokens) is read", path,
+                     (int)version);
         goto done;
     }
     if (ntok < 0 || (long long)size != 1024 + 2 * (long long)ntok) {
-        r = trn_fail(TRN_ERR_FORMAT, "%s: the header says %d tokens (%lld bytes) but the file has %ld bytes%s",
-                     path, (int)ntok, 1024 + 2 * (long long)ntok, size,
+        r = trn_fail(TRN_ERR_FORMAT, "%s: the header says %d tokens (%lld bytes) but the file has %ld "
+                     "bytes%s", path, (int)ntok, 1024 + 2 * (long long)ntok, size,
                      (long long)size < 1024 + 2 * (long long)ntok ? " (truncated?)" : "");
         goto done;
     }
@@ -5159,7 +5210,10 @@ TRNDEF trn_result trn_shard_read(trn_tokens *out, const char *path) {
     for (left = (size_t)ntok; left > 0; left -= got / 2) {
         size_t want = TRN__MIN(left * 2, sizeof buf);
         got = fread(buf, 1, want, f);
-        if (got != want) { r = trn_fail(TRN_ERR_IO, "read %s: %s", path, ferror(f) ? strerror(errno) : "file shrank"); goto done; }
+        if (got != want) {
+            r = trn_fail(TRN_ERR_IO, "read %s: %s", path, ferror(f) ? strerror(errno) : "file shrank");
+            goto done;
+        }
         for (i = 0; i < got; i += 2) out->ids[out->n++] = buf[i] | buf[i + 1] << 8;
     }
 done:
@@ -5174,10 +5228,12 @@ TRNDEF trn_result trn_shard_write(const char *path, const int *ids, size_t n) {
     size_t i, k;
     int ok;
     if (!path || (!ids && n)) return trn_fail(TRN_ERR_INVALID, "trn_shard_write: NULL argument");
-    if (n > INT32_MAX) return trn_fail(TRN_ERR_INVALID, "%s: %zu tokens do not fit one shard (at most 2^31-1)", path, n);
+    if (n > INT32_MAX)
+        return trn_fail(TRN_ERR_INVALID, "%s: %zu tokens do not fit one shard (at most 2^31-1)", path, n);
     for (i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] > 65535)
-            return trn_fail(TRN_ERR_INVALID, "%s: token %d at position %zu does not fit a uint16 shard", path, ids[i], i);
+            return trn_fail(TRN_ERR_INVALID, "%s: token %d at position %zu does not fit a uint16 shard", path,
+                            ids[i], i);
     if (!(tmp = (char *)trn_alloc(strlen(path) + 5, TRN_KIND_TEMP))) return TRN_ERR_NOMEM;
     sprintf(tmp, "%s.tmp", path);
     if (!(f = fopen(tmp, "wb"))) {
@@ -5230,7 +5286,7 @@ TRNDEF trn_result trn_tokens_load(trn_tokens *out, const char *path, const trn_t
         if (out->n == n0) return trn_fail(TRN_ERR_INVALID, "%s: the shard holds no tokens", path);
         return TRN_OK;
     }
-    if (!tok) return trn_fail(TRN_ERR_INVALID, "trn_tokens_load: %s is text and no tokenizer was given", path);
+    if (!tok) return trn_fail(TRN_ERR_INVALID, "trn_tokens_load: %s is text but no tokenizer was given", path);
     one[0] = path;
     if ((r = trn_text_read_files(&text, &len, one, 1, 0)) != TRN_OK) return r;
     if (len == 0) r = trn_fail(TRN_ERR_INVALID, "%s: the file is empty", path);
@@ -5266,7 +5322,8 @@ TRNDEF trn_result trn_loader_init(trn_loader *L, const int *tokens, size_t n, co
     if (desc->B < 1 || desc->T < 1)
         return trn_fail(TRN_ERR_INVALID, "loader: batch %d x sequence %d, both must be >= 1", desc->B, desc->T);
     if (!(desc->val_fraction >= 0.0f && desc->val_fraction < 1.0f))
-        return trn_fail(TRN_ERR_INVALID, "loader: validation fraction %g is outside [0, 1)", (double)desc->val_fraction);
+        return trn_fail(TRN_ERR_INVALID, "loader: validation fraction %g is outside [0, 1)",
+                        (double)desc->val_fraction);
     if (L->desc.val_fraction == 0.0f) L->desc.val_fraction = 0.1f;
     if (L->desc.no_val) L->desc.val_fraction = 0.0f;
     L->tokens = tokens;
@@ -5274,16 +5331,19 @@ TRNDEF trn_result trn_loader_init(trn_loader *L, const int *tokens, size_t n, co
     L->n_train = n - L->n_val;
     need = (size_t)desc->B * (size_t)desc->T + 1;
     if (L->n_train < need)
-        return trn_fail(TRN_ERR_INVALID, "loader: the training split has %zu tokens, one batch needs B*T+1 = %zu "
-                        "(B=%d, T=%d): use more data or a smaller batch/sequence", L->n_train, need, desc->B, desc->T);
+        return trn_fail(TRN_ERR_INVALID, "loader: the training split has %zu tokens, one batch needs B*T+1 = "
+                        "%zu (B=%d, T=%d): use more data or a smaller batch/sequence", L->n_train, need,
+                        desc->B, desc->T);
     if (!L->desc.no_val && L->n_val < need)
-        return trn_fail(TRN_ERR_INVALID, "loader: the validation split (last %g of %zu tokens) has %zu tokens, one "
-                        "batch needs B*T+1 = %zu (B=%d, T=%d): use more data, a smaller batch/sequence, or no "
-                        "validation", (double)L->desc.val_fraction, n, L->n_val, need, desc->B, desc->T);
+        return trn_fail(TRN_ERR_INVALID, "loader: the validation split (last %g of %zu tokens) has %zu "
+                        "tokens, one batch needs B*T+1 = %zu (B=%d, T=%d): use more data, a smaller "
+                        "batch/sequence, or no validation", (double)L->desc.val_fraction, n, L->n_val, need,
+                        desc->B, desc->T);
     L->train_windows = (L->n_train - 1) / (size_t)desc->T;
     L->val_windows = L->n_val ? (L->n_val - 1) / (size_t)desc->T : 0;
     if (L->train_windows > (size_t)INT_MAX)
-        return trn_fail(TRN_ERR_INVALID, "loader: %zu windows of %d tokens are too many; raise T", L->train_windows, desc->T);
+        return trn_fail(TRN_ERR_INVALID, "loader: %zu windows of %d tokens are too many; raise T",
+                        L->train_windows, desc->T);
     L->batches_per_epoch = (int64_t)(L->train_windows / (size_t)desc->B);
     L->val_batches = (int64_t)(L->val_windows / (size_t)desc->B);
     L->order = (int *)trn_alloc(L->train_windows * sizeof(int), TRN_KIND_RUNTIME);
@@ -5341,13 +5401,16 @@ TRNDEF trn_loader_pos trn_loader_tell(const trn_loader *L) {
 }
 
 TRNDEF trn_result trn_loader_seek(trn_loader *L, const trn_loader_pos *pos) {
-    if (!L || !pos || !L->order) return trn_fail(TRN_ERR_INVALID, "trn_loader_seek: NULL or uninitialized loader");
+    if (!L || !pos || !L->order)
+        return trn_fail(TRN_ERR_INVALID, "trn_loader_seek: NULL or uninitialized loader");
     if (pos->check != L->pos.check)
-        return trn_fail(TRN_ERR_MISMATCH, "loader: the saved position belongs to other data or another batch "
+        return trn_fail(TRN_ERR_MISMATCH, "loader: the saved position belongs to other data or another "
+                        "batch "
                         "shape (fingerprint %016llx, this loader %016llx)",
                         (unsigned long long)pos->check, (unsigned long long)L->pos.check);
     if (pos->epoch < 0 || pos->batch < 0 || pos->batch > L->batches_per_epoch)
-        return trn_fail(TRN_ERR_INVALID, "loader: position epoch %lld batch %lld is out of range (%lld batches per epoch)",
+        return trn_fail(TRN_ERR_INVALID, "loader: position epoch %lld batch %lld is out of range (%lld "
+                        "batches per epoch)",
                         (long long)pos->epoch, (long long)pos->batch, (long long)L->batches_per_epoch);
     L->pos = *pos;
     trn__loader_order(L);

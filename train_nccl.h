@@ -42,13 +42,16 @@
    Launch the same binary with the launcher you already use. Each one sets
    environment variables that trn_ddp_init reads (torchrun's first, then
    Open MPI's, MPICH's, Slurm's):
-      torchrun --nproc_per_node=8 ./prog                  one node, 8 GPUs
-      torchrun --nnodes=2 --node_rank=0 --master_addr=h0 --nproc_per_node=8 ./prog
+      torchrun --nproc_per_node=8 --no-python ./prog      one node, 8 GPUs
+      torchrun --nnodes=2 --node_rank=0 --master_addr=h0 --nproc_per_node=8 --no-python ./prog
       mpirun -np 16 -H h0:8,h1:8 -x MASTER_ADDR=h0 ./prog
       srun -N 2 --ntasks-per-node=8 --gpus-per-node=8 ./prog
+   (torchrun needs --no-python to start a program that is not Python.)
    Rank 0 listens at MASTER_ADDR:MASTER_PORT (defaults: the first node of
    the Slurm job or 127.0.0.1; 29500, under Slurm 20000 + job id % 20000)
    and hands every rank the NCCL unique id there: no MPI library needed.
+   trn_ddp_init picks the GPU (trn_cuda_init(local rank)): do not call
+   trn_cuda_init yourself.
 
    What the memory ledger shows. Gradients are all-reduced IN PLACE, in
    buckets that are views of the one flat gradient buffer, so the COMM line
@@ -117,6 +120,8 @@ extern "C" {
       MPICH      PMI_RANK, PMI_SIZE, MPI_LOCALRANKID
       Slurm      SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID
    and MASTER_ADDR, MASTER_PORT for all of them. None set: one process.
+   Under torchrun, whose agent itself listens at MASTER_PORT (it sets
+   TORCHELASTIC_USE_AGENT_STORE=True), rank 0 listens at MASTER_PORT+1.
    ------------------------------------------------------------------------ */
 typedef struct trn_dist_env {
     int rank;               /* 0 .. world_size-1                           */
@@ -413,6 +418,9 @@ TRNDEF trn_result trn_dist_env_read(trn_dist_env *env) {
         strcpy(env->master_addr, "127.0.0.1");
     }
     if ((r = trn__env_int("MASTER_PORT", 1, 65535, &env->master_port, &have)) != TRN_OK) return r;
+    s = getenv("TORCHELASTIC_USE_AGENT_STORE");
+    if (have && s && strcmp(s, "True") == 0 && strcmp(env->launcher, "torchrun") == 0)
+        env->master_port = env->master_port % 65535 + 1; /* torchrun's agent listens at MASTER_PORT itself */
     if (!have) {
         int job = 0, hj = 0;
         env->master_port = 29500; /* torchrun's default */
@@ -610,7 +618,7 @@ static trn_result trn__rdv_master(const trn_dist_env *env, double timeout, int r
         if (err[0]) { /* tell the newcomer too, then everyone below */
             memcpy(reply, TRN__RDV_MAGIC, 8);
             trn__put32(reply + 8, 1);
-            strncpy((char *)reply + 12, err, 255);
+            memcpy(reply + 12, err, sizeof err); /* NUL-terminated inside */
             trn__xfer(cfd, reply, reply_len, 1, trn__now() + 2.0);
             close(cfd);
             break;
@@ -623,7 +631,7 @@ static trn_result trn__rdv_master(const trn_dist_env *env, double timeout, int r
     memset(reply, 0, reply_len);
     memcpy(reply, TRN__RDV_MAGIC, 8);
     trn__put32(reply + 8, err[0] ? 1u : 0u);
-    strncpy((char *)reply + 12, err, 255);
+    memcpy(reply + 12, err, sizeof err); /* NUL-terminated inside */
     memcpy(reply + 12 + 256, blob, TRN__BLOB_MAX);
     for (i = 0; i < W; i++) {
         memcpy(reply + TRN__REPLY_FIXED + 8 * (size_t)i, &peers[i].addr, 4);
@@ -774,6 +782,12 @@ static int trn__ring_fail(trn__ring *g, trn_result rc, const char *fmt, ...) {
     return -1;
 }
 
+/* a neighbour's connection broke: it died, or failed and closed it */
+static int trn__ring_gone(trn__ring *g, int peer, const char *which, const char *detail) {
+    return trn__ring_fail(g, TRN_ERR_COMM, "rank %d (%s in the ring) is gone (%s): it died, exited, or gave up after an "
+                          "error elsewhere", peer, which, detail);
+}
+
 static void trn__add(char *dst, const char *src, size_t bytes, int esize) {
     size_t i;
     if (esize == 8) {
@@ -825,22 +839,18 @@ static int trn__ring_step(trn__ring *g, const char *sbuf, size_t sbytes, char *r
             ssize_t n = send(g->fd_next, sbuf + sent, TRN__NMIN(can_send - sent, (size_t)1 << 20), MSG_NOSIGNAL);
             if (n > 0) { sent += (size_t)n; last = trn__now(); }
             else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-                return trn__ring_fail(g, TRN_ERR_COMM, "rank %d (next in the ring) is gone: %s (did it exit or die?)",
-                                      g->next, strerror(errno));
+                return trn__ring_gone(g, g->next, "next", strerror(errno));
         } else if (p[0].revents & (POLLIN | POLLHUP | POLLERR)) {
-            return trn__ring_fail(g, TRN_ERR_COMM, "rank %d (next in the ring) closed its connection: it exited or died",
-                                  g->next);
+            return trn__ring_gone(g, g->next, "next", "connection closed");
         }
         if (p[1].revents & (POLLIN | POLLHUP | POLLERR)) {
             char *dst = mode == TRN__RECV_ADD ? g->stage + staged : rbuf + got;
             size_t room = mode == TRN__RECV_ADD ? TRN__NMIN(TRN__STAGE_BYTES - staged, rbytes - got - staged) : rbytes - got;
             ssize_t n = recv(g->fd_prev, dst, room, 0);
-            if (n == 0)
-                return trn__ring_fail(g, TRN_ERR_COMM, "rank %d (previous in the ring) closed its connection: it exited or died",
-                                      g->prev);
+            if (n == 0) return trn__ring_gone(g, g->prev, "previous", "connection closed");
             if (n < 0) {
                 if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) continue;
-                return trn__ring_fail(g, TRN_ERR_COMM, "rank %d (previous in the ring) is gone: %s", g->prev, strerror(errno));
+                return trn__ring_gone(g, g->prev, "previous", strerror(errno));
             }
             last = trn__now();
             if (mode != TRN__RECV_ADD) got += (size_t)n;
@@ -1110,7 +1120,7 @@ static void trn__self_abort(trn_comm *c) { (void)c; }
    ======================================================================== */
 #if !defined(TRAIN_NCCL_CPU_ONLY)
 #ifndef TRN_NCCL_COMPUTE_STREAM
-#define TRN_NCCL_COMPUTE_STREAM trn_cuda_stream()
+#define TRN_NCCL_COMPUTE_STREAM ((cudaStream_t)trn_cuda_stream()) /* train_cuda.h's one stream */
 #endif
 
 typedef struct trn__nccl {
@@ -1432,9 +1442,8 @@ TRNDEF trn_result trn_ddp_init(trn_ddp *ddp, const trn_ddp_desc *desc) {
         if (ddp->local_rank >= n)
             return trn_fail(TRN_ERR_INVALID, "rank %d: local rank %d but this node has %d GPU(s): start at most %d ranks per node",
                             ddp->rank, ddp->local_rank, n, n);
-        if (cudaSetDevice(ddp->local_rank) != cudaSuccess)
-            return trn_fail(TRN_ERR_BACKEND, "rank %d: cudaSetDevice(%d): %s", ddp->rank, ddp->local_rank,
-                            cudaGetErrorString(cudaGetLastError()));
+        /* the backend's device, stream and cuBLAS handle, on this GPU */
+        if ((rc = trn_cuda_init(ddp->local_rank)) != TRN_OK) return rc;
     }
 #endif
     return trn_comm_init(&ddp->comm, &ddp->env, ddp->desc.comm, ddp->desc.timeout_s);

@@ -19,8 +19,8 @@
 //
 //     ./examples/gpt2 --data my.txt --steps 2000         any text file
 //     ./examples/gpt2 --model gpt2 --data fineweb_val_000000.bin   llm.c shard
-//     ./examples/gpt2 --init gpt2/model.safetensors --bpe gpt2 --steps 0 \
-//                     --prompt "The meaning of life is"    pretrained GPT-2
+//     ./examples/gpt2 --init gpt2/model.safetensors --bpe gpt2 --steps 0
+//                     --prompt "The meaning of life is"    (one line) GPT-2
 //     ./examples/gpt2 --resume runs/gpt2                   continue a run
 //
 // The run directory (--out, default runs/gpt2) receives the checkpoints
@@ -572,7 +572,7 @@ static void load_tokens(trn_tokens *tokens, const char *data, const trn_tokenize
     for (int i = 0; i < n; i++) free(paths[i]);
     free(paths);
     trn_result r = trn_tokenizer_encode(tok, text, len, tokens);
-    free(text);
+    trn_free(text);
     if (r != TRN_OK) die("tokenizing the kit's text: %s", trn_error_reason());
 }
 
@@ -1057,9 +1057,11 @@ int main(int argc, char **argv) {
         trn_meta_get_u64(&meta, "run.step", &u);
         step = (long long)u;
         if (trn_meta_get_u64(&meta, "run.sample_rng", &u) == TRN_OK) sample_rng.state = u;
-        trn_loader_pos pos = ld.pos;
+        trn_loader_pos pos;
         uint64_t e, b;
-        if (trn_meta_get_u64(&meta, "run.data_epoch", &e) != TRN_OK || trn_meta_get_u64(&meta, "run.data_batch", &b) != TRN_OK)
+        if (trn_meta_get_u64(&meta, "run.data_epoch", &e) != TRN_OK || trn_meta_get_u64(&meta, "run.data_batch", &b) != TRN_OK ||
+            trn_meta_get_u64(&meta, "run.data_seed", &pos.seed) != TRN_OK ||
+            trn_meta_get_u64(&meta, "run.data_check", &pos.check) != TRN_OK)
             die("--resume %s: no data position in the checkpoint", ckpt_path);
         pos.epoch = (int64_t)e;
         pos.batch = (int64_t)b;
@@ -1162,6 +1164,8 @@ int main(int argc, char **argv) {
             trn_meta_set_u64(&meta, "run.sample_rng", sample_rng.state);
             trn_meta_set_u64(&meta, "run.data_epoch", (uint64_t)pos.epoch);
             trn_meta_set_u64(&meta, "run.data_batch", (uint64_t)pos.batch);
+            trn_meta_set_u64(&meta, "run.data_seed", pos.seed);
+            trn_meta_set_u64(&meta, "run.data_check", pos.check);
             CHECK_OK(trn_checkpoint_save_dir(a.out, step, a.keep, &g.m, &opt, &meta, path, sizeof path));
             printf("checkpoint %s\n", path);
         }
@@ -1186,8 +1190,7 @@ int main(int argc, char **argv) {
     if (a.dump_logits) { // the logits of validation batch 0, for comparisons
         FILE *f = fopen(a.dump_logits, "wb");
         if (!f) die("--dump-logits %s: %s", a.dump_logits, strerror(errno));
-        if (a.overfit) trn_loader_next(&ld, x, y);
-        else trn_loader_val_batch(&ld, 0, x, y);
+        if (!a.overfit) trn_loader_val_batch(&ld, 0, x, y); // (--overfit: its one batch)
         g.m.grad_enabled = 0;
         trn_reset(&g.m);
         trn_tensor *lg = gpt2_forward(&g, x, B, T);

@@ -38,12 +38,18 @@
 // On CUDA: examples/linear_memory_cuda.cu is this file with TRN_USE_CUDA
 // defined; the model is created in host memory, then moved to the device
 // like model.to("cuda"), and every other line is the same.
+//
+// build: -pthread
 #define TRAIN_IMPLEMENTATION
 #include "train.h"
 #ifdef TRN_USE_CUDA
 #define TRAIN_CUDA_IMPLEMENTATION
 #include "train_cuda.h"
+#else
+#define TRAIN_NCCL_CPU_ONLY   // no NCCL on the CPU: world size 1 needs no communication
 #endif
+#define TRAIN_NCCL_IMPLEMENTATION
+#include "train_nccl.h"
 
 #include <errno.h>
 #include <math.h>
@@ -110,7 +116,6 @@ typedef struct config {
     int clip_given;   // --clip was on the command line
     int fused;        // --fused-step
     int block_rows;   // fused: rows of a weight gradient produced at once
-    size_t bucket_bytes; // DDP bucket size (25 MiB, PyTorch's default)
     uint64_t seed;
     int threads;
     const char *out;  // where the chart and the checkpoint go
@@ -165,7 +170,7 @@ static int parse_float(const char *flag, const char *s, float lo, float hi, floa
 static int parse_args(int argc, char **argv, config *c, int *exit_code) {
     int i, seed = 1;
     c->width = 20000; c->batch = 8; c->steps = 2; c->lr = 1e-4f; c->clip = 1.0f; c->clip_given = 0;
-    c->fused = 0; c->block_rows = 0; c->bucket_bytes = (size_t)25 << 20; c->seed = 1; c->threads = 0;
+    c->fused = 0; c->block_rows = 0; c->seed = 1; c->threads = 0;
     c->out = "runs/linear_memory";
     *exit_code = 0;
     for (i = 1; i < argc; i++) {
@@ -293,40 +298,28 @@ static void make_batch(float *x, float *y, int batch, int width, uint64_t seed) 
 }
 
 // ===========================================================================
-// >>ddp: the data-parallel wrapper, world size 1
+// >>ddp: the data-parallel wrapper (train_nccl.h), world size 1
 //
-// The kit's DDP (train_nccl.h) all-reduces the gradients bucket by bucket,
-// and a bucket is a VIEW: a contiguous range [offset, offset+count) of the
-// one flat gradient buffer. Setting it up computes this table and nothing
-// else, so it adds 0 bytes of gradient memory. Buckets are cut from the end
-// of the flat buffer, because backward produces the last layer's gradients
-// first and each bucket can be all-reduced as soon as it is complete. With
-// world size 1 the average over ranks of a gradient is the gradient itself:
-// the all-reduce is the identity and nothing is sent.
-// PyTorch's DDP, by default (gradient_as_bucket_view=False), allocates the
+// trn_ddp_init is the process group (torch.distributed.init_process_group):
+// it reads the launcher's environment (none here: one rank) and picks the
+// communicator; with one rank that is "self", where every collective is a
+// no-op. trn_ddp_attach is DistributedDataParallel(model): rank 0's weights
+// to every rank, and a table of buckets. A bucket is a VIEW, a range
+// [lo,hi) of the one flat gradient buffer (whole parameters, at most 25 MiB
+// unless one parameter is larger, cut from the last parameter back, the
+// order in which backward finishes them), so setting DDP up allocates no
+// gradient memory at all: the all-reduce works in place.
+// PyTorch's DDP, by default (gradient_as_bucket_view=False), allocates its
 // buckets as storage of their own and copies every gradient into them: a
 // second full copy of the gradients.
 // ===========================================================================
-typedef struct ddp_bucket { size_t offset, count; } ddp_bucket;
-typedef struct ddp {
-    int world_size, n_buckets;
-    ddp_bucket *buckets; // the table: a few KB (TRN_KIND_COMM)
-} ddp;
-
-static void ddp_setup(ddp *d, const trn_model *m, size_t bucket_bytes) {
-    size_t per = bucket_bytes / sizeof(float), end = m->n_floats;
-    int i = 0;
-    d->world_size = 1;
-    d->n_buckets = (int)((m->n_floats + per - 1) / per);
-    d->buckets = (ddp_bucket *)trn_alloc(sizeof(ddp_bucket) * (size_t)d->n_buckets, TRN_KIND_COMM);
-    if (!d->buckets) { fprintf(stderr, "linear_memory: %s\n", trn_error_reason()); exit(1); }
-    while (end > 0) {
-        size_t count = end < per ? end : per;
-        d->buckets[i].offset = end - count;
-        d->buckets[i].count = count;
-        end -= count;
-        i++;
-    }
+static void ddp_describe(const trn_ddp *d, char *buf, size_t n) {
+    size_t used = (size_t)snprintf(buf, n, "communicator '%s', world size %d, %d buckets (views [lo,hi) of the "
+                                           "flat gradient buffer, no copies):", d->comm.name, d->world, d->n_buckets);
+    int b;
+    for (b = 0; b < d->n_buckets && used < n; b++)
+        used += (size_t)snprintf(buf + used, n - used, " [%zu,%zu) %.1f MB", d->buckets[b].lo, d->buckets[b].hi,
+                                 (double)(d->buckets[b].hi - d->buckets[b].lo) * 4 / 1e6);
 }
 
 // ===========================================================================
@@ -343,6 +336,9 @@ static void ddp_setup(ddp *d, const trn_model *m, size_t bucket_bytes) {
 // Layers come last to first (the tape in reverse), so step 1 of the layer
 // below still sees its own, not yet updated, weight. The gradient block
 // counts as TRN_KIND_GRADS: it is all the gradient memory there is.
+// With several ranks each block would be averaged over them (one
+// all-reduce of the block, like a DDP bucket) before it is applied; with
+// one rank the communicator's all-reduce returns at once.
 // The columns dout[:,rows] are gathered into a small contiguous (N,R)
 // buffer so that the block product is the backend's own matmul_backward:
 // the same lines run on the CPU and on CUDA.
@@ -377,7 +373,8 @@ static float *act_grad(trn_model *m, trn_tensor *t) {
     return t->grad;
 }
 
-static void fused_linear(trn_model *m, trn_tape_entry *e, fused *f, trn_adamw *opt, float lr, float bc1, float bc2) {
+static void fused_linear(trn_model *m, trn_tape_entry *e, fused *f, trn_ddp *ddp, trn_adamw *opt, float lr,
+                         float bc1, float bc2) {
     const trn_backend *bk = m->backend;
     const trn_adamw_desc *d = &opt->desc;
     trn_tensor *x = e->in[0], *w = e->in[1], *b = e->in[2];
@@ -393,6 +390,9 @@ static void fused_linear(trn_model *m, trn_tape_entry *e, fused *f, trn_adamw *o
         bk->zero(f->dw, (size_t)R * C * sizeof(float)); // matmul_backward accumulates
         bk->zero(f->db, (size_t)R * sizeof(float));
         bk->matmul_backward(NULL, f->dw, b ? f->db : NULL, f->dout, x->data, w->data, N, C, R);
+        TRY(ddp->comm.all_reduce(&ddp->comm, f->dw, (size_t)R * C, 1)); // average over ranks
+        if (b) TRY(ddp->comm.all_reduce(&ddp->comm, f->db, (size_t)R, 1));
+        TRY(ddp->comm.wait(&ddp->comm));
         bk->adamw_update(w->data + (size_t)r0 * C, f->dw, opt->m + w->offset + (size_t)r0 * C,
                          opt->v + w->offset + (size_t)r0 * C, (size_t)R * C, lr, d->beta1, d->beta2, d->eps,
                          w->decay ? d->weight_decay : 0.0f, bc1, bc2);
@@ -403,7 +403,7 @@ static void fused_linear(trn_model *m, trn_tape_entry *e, fused *f, trn_adamw *o
 }
 
 // backward + AdamW step in one walk of the tape
-static void fused_backward_step(trn_model *m, trn_tensor *loss, fused *f, trn_adamw *opt, float lr) {
+static void fused_backward_step(trn_model *m, trn_tensor *loss, fused *f, trn_ddp *ddp, trn_adamw *opt, float lr) {
     const trn_backend *bk = m->backend;
     float one = 1.0f, bc1, bc2;
     int i;
@@ -423,7 +423,7 @@ static void fused_backward_step(trn_model *m, trn_tensor *loss, fused *f, trn_ad
     for (i = m->tape_len - 1; i >= 0; i--) {
         trn_tape_entry *e = &m->tape[i];
         if (!e->out->grad) continue;
-        if (!strcmp(e->op, "linear")) fused_linear(m, e, f, opt, lr, bc1, bc2);
+        if (!strcmp(e->op, "linear")) fused_linear(m, e, f, ddp, opt, lr, bc1, bc2);
         else e->backward(m, e); // relu, mse: activation gradients only
     }
     m->tape_len = 0;
@@ -577,6 +577,8 @@ static trn_result write_chart(const char *path, const config *c, trn_place place
 // ===========================================================================
 // >>report: the table beside Lightning, one sentence per phase
 // ===========================================================================
+// pgb, pgib: this run's parameter bytes; LP: the seed's model (width 20000)
+#define LP (800060001.0 * 4.0 / GIB)
 static void why(int ph, const config *c, char *buf, size_t n, double pgb, double pgib, double block_mb) {
     switch (ph) {
     case PH_CREATED:
@@ -585,18 +587,19 @@ static void why(int ph, const config *c, char *buf, size_t n, double pgb, double
         break;
     case PH_DEVICE:
 #ifdef TRN_USE_CUDA
-        snprintf(buf, n, "The flat weight buffer moved to the device (%.2f GiB counted); Lightning's 3.85 GiB is the "
-                         "same %.2f GiB plus about 0.87 GiB that is not weights, most likely the CUDA context.", pgib, pgib);
+        snprintf(buf, n, "The flat weight buffer moved to the device (%.2f GiB counted); Lightning's 3.85 GiB is "
+                         "%.2f GiB of weights plus %.2f GiB that is not weights, most likely the CUDA context.", pgib,
+                 LP, 3.85 - LP);
 #else
-        snprintf(buf, n, "On the CPU the host is the device, so nothing moves (+0); Lightning's 3.85 GiB is the "
-                         "%.2f GiB of weights plus about 0.87 GiB that is not weights, most likely the CUDA context.", pgib);
+        snprintf(buf, n, "On the CPU the host is the device, so nothing moves (+0); Lightning's 3.85 GiB is %.2f GiB "
+                         "of weights plus %.2f GiB that is not weights, most likely the CUDA context.", LP, 3.85 - LP);
 #endif
         break;
     case PH_DDP:
         snprintf(buf, n, "Our buckets are views into the flat gradient buffer (a table of offsets, +0 gradient bytes); "
                          "PyTorch's DDP (gradient_as_bucket_view=False) allocates a second copy of every gradient "
                          "(%.2f GiB) plus another parameter-sized block the caching allocator keeps until "
-                         "resume_end's empty_cache (6.84 GiB after it).", pgib);
+                         "resume_end's empty_cache (6.84 GiB after it).", LP);
         break;
     case PH_FORWARD:
         snprintf(buf, n, "%d rows of %d floats are %.2f MB per layer output, so activations are tiny in both; the "
@@ -611,7 +614,7 @@ static void why(int ph, const config *c, char *buf, size_t n, double pgb, double
         if (c->fused)
             snprintf(buf, n, "Fused: no gradient buffer; each weight gradient is produced %d rows at a time into one "
                              "%.1f MB block that AdamW applies at once, so only m and v (first step) appear; "
-                             "Lightning adds the full %.2f GiB of .grad tensors.", c->block_rows, block_mb, pgib);
+                             "Lightning adds the full %.2f GiB of .grad tensors.", c->block_rows, block_mb, LP);
         else
             snprintf(buf, n, "The flat gradient buffer appears on the first backward (+%.2f GB = %.2f GiB) in both; "
                              "the gap to Lightning is what it already held (DDP's copy, the context).", pgb, pgib);
@@ -626,13 +629,14 @@ static void why(int ph, const config *c, char *buf, size_t n, double pgb, double
         break;
     case PH_STEP1:
         if (c->fused)
-            snprintf(buf, n, "Already done inside backward (row above): m and v (%.2f GiB) appeared there; "
-                             "Lightning's 18.79 GiB also holds gradients, DDP's copy and an AdamW temporary.", 2 * pgib);
+            snprintf(buf, n, "Done inside backward (row above), where m and v (%.2f GiB) appeared; Lightning's 18.79 "
+                             "GiB also holds the gradients, DDP's copy of them and a parameter-sized AdamW temporary.",
+                     2 * pgib);
         else
             snprintf(buf, n, "m and v appear (+%.2f GB = %.2f GiB) and the update is one in-place loop; Lightning's "
                              "18.79 GiB is 9.85 + %.2f for m and v + %.2f GiB more, a parameter-sized temporary "
                              "of the default foreach AdamW kept by the caching allocator.", 2 * pgb, 2 * pgib,
-                     2 * pgib, 18.79 - 9.85 - 2 * pgib);
+                     2 * LP, 18.79 - 9.85 - 2 * LP);
         break;
     case PH_STEP2:
         snprintf(buf, n, "Steady state: the second step allocates nothing (the arena is reused, moments kept); "
@@ -651,7 +655,7 @@ static void print_table(const config *c, trn_place place, size_t param_bytes, si
     char sentence[600];
     printf("\n== Beside PyTorch Lightning (seed: Trainer(devices=1, strategy=\"ddp\"), same model, GPU, GiB) ==\n");
     if (c->width != 20000)
-        printf("   (this run has --width %d: the Lightning column is for width 20000; compare ratios)\n", c->width);
+        printf("   (this run has --width %d: the Lightning column and its arithmetic are for width 20000)\n", c->width);
     printf("  %-18s %12s %12s %12s  %s\n", "phase", "Lightning", "kit GiB", place == TRN_DEVICE ? "driver GiB" : "RSS GiB",
            "why they differ");
     for (i = 0; i < PH_COUNT; i++) {
@@ -703,7 +707,8 @@ static double param_checksum(trn_model *m) {
 int main(int argc, char **argv) {
     config c;
     net n;
-    ddp d;
+    trn_ddp ddp;
+    trn_ddp_desc dd;
     fused f;
     trn_adamw opt;
     trn_adamw_desc od;
@@ -713,13 +718,26 @@ int main(int argc, char **argv) {
     float *x_host, *y_host, loss_val[3] = {0, 0, 0};
     size_t param_bytes, start_rss;
     double t_start, t, ckpt_seconds;
-    char path[1200], what[400];
+    char path[1200], what[1200];
     int code, step, k;
 
     if (parse_args(argc, argv, &c, &code)) return code;
     if (c.threads > 0) trn_set_threads(c.threads);
     if (mkdir_p(c.out) != 0) {
         fprintf(stderr, "linear_memory: cannot create --out directory '%s': %s\n", c.out, strerror(errno));
+        return 2;
+    }
+    // the process group, as Lightning's setup_environment does first (on
+    // CUDA this also picks the GPU and creates the context)
+    memset(&dd, 0, sizeof dd);
+    if (trn_ddp_init(&ddp, &dd) != TRN_OK) {
+        fprintf(stderr, "linear_memory: %s\n", trn_error_reason());
+        return 2;
+    }
+    if (ddp.world != 1) {
+        fprintf(stderr, "linear_memory: this experiment runs one rank (world size 1, as the seed); started as rank %d "
+                        "of %d (see examples/ddp_mlp for several)\n", ddp.rank, ddp.world);
+        trn_ddp_free(&ddp);
         return 2;
     }
 #ifdef TRN_USE_CUDA
@@ -752,10 +770,8 @@ int main(int argc, char **argv) {
 
     // 3. DDP set up, world size 1
     t = now_s();
-    ddp_setup(&d, &n.model, c.bucket_bytes);
-    snprintf(what, sizeof what, "world size 1, %d buckets of at most %zu MiB: views (offset, count) into the flat "
-             "gradient buffer, no copies; table %zu B", d.n_buckets, c.bucket_bytes >> 20,
-             sizeof(ddp_bucket) * (size_t)d.n_buckets);
+    TRY(trn_ddp_attach(&ddp, &n.model));
+    ddp_describe(&ddp, what, sizeof what);
     record(PH_DDP, now_s() - t, what);
 
     x_host = (float *)trn_alloc((size_t)c.batch * c.width * sizeof(float), TRN_KIND_TEMP); // the batch, host side
@@ -785,7 +801,7 @@ int main(int argc, char **argv) {
         t = now_s();
         if (c.fused) {
             if (!f.dw) fused_init(&f, &n.model, c.block_rows, c.width, c.batch);
-            fused_backward_step(&n.model, loss, &f, &opt, c.lr);
+            fused_backward_step(&n.model, loss, &f, &ddp, &opt, c.lr);
             if (first) {
                 snprintf(what, sizeof what, "fused with AdamW step 1: blocks of %d rows (%.2f MB), m and v appear",
                          c.block_rows, (double)f.bytes / 1e6);
@@ -795,19 +811,19 @@ int main(int argc, char **argv) {
             }
         } else {
             trn_backward(&n.model, loss);
-            // DDP would all-reduce each bucket here, as it completes. With
-            // world size 1 the average over ranks is the gradient itself.
+            TRY(trn_ddp_allreduce_grads(&ddp, &n.model)); // one rank: the average is the gradient
             if (first) record(PH_BACKWARD, now_s() - t, "the gradient buffer appears on the first backward");
             t = now_s();
             if (c.clip > 0.0f) {
-                float norm = trn_clip_grad_norm(&n.model, c.clip);
+                float norm = 0.0f;
+                TRY(trn_ddp_clip_grad_norm(&ddp, &n.model, c.clip, &norm));
                 snprintf(what, sizeof what, "global norm %.4g, clipped to %g", (double)norm, (double)c.clip);
             } else {
                 snprintf(what, sizeof what, "off (--clip 0)");
             }
             if (first) record(PH_CLIP, now_s() - t, what);
             t = now_s();
-            TRY(trn_adamw_step(&opt, &n.model, c.lr));
+            TRY(trn_ddp_adamw_step(&ddp, &opt, &n.model, c.lr));
             if (first) record(PH_STEP1, now_s() - t, "AdamW: m and v appear on the first step");
         }
         if (step == 2) {
@@ -828,7 +844,7 @@ int main(int argc, char **argv) {
         snprintf(v, sizeof v, "%d", c.width);
         trn_meta_set(&meta, "width", v);
         trn_meta_set(&meta, "mode", c.fused ? "fused" : "standard");
-        TRY(trn_checkpoint_save(path, &n.model, &opt, &meta));
+        TRY(trn_ddp_checkpoint_save(&ddp, path, &n.model, &opt, &meta)); // rank 0 writes
     }
     ckpt_seconds = now_s() - t;
     record(PH_CKPT, ckpt_seconds, path);
@@ -878,7 +894,7 @@ int main(int argc, char **argv) {
 
     trn_free(x_host);
     trn_free(y_host);
-    trn_free(d.buckets);
+    trn_ddp_free(&ddp);
     if (f.dw) fused_free(&f, &n.model);
     trn_adamw_free(&opt);
     trn_model_free(&n.model);

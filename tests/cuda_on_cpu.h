@@ -13,7 +13,8 @@
    harness annotates its stack switches for AddressSanitizer).
 
    How a launch runs. Blocks run one after another, in a shuffled order. The
-   threads of a block are fibers (ucontext, one small stack each) on one OS
+   threads of a block are fibers (one small stack each; a 20-instruction
+   stack switch on x86-64, ucontext elsewhere or with -DCUEMU_UCONTEXT) on one OS
    thread; a fiber runs until it reaches a synchronization point and then the
    scheduler picks the NEXT fiber AT RANDOM (seeded: CUEMU_SEED=n, or
    cuemu::seed). Synchronization points are __syncthreads (all threads of the
@@ -96,6 +97,7 @@
 #endif
 #ifdef CUEMU_ASAN
 #include <sanitizer/common_interface_defs.h>
+#include <sanitizer/asan_interface.h>
 #endif
 
 /* ---- the CUDA language: qualifiers and built-in variables ---------------- */
@@ -169,7 +171,8 @@ struct Config {
 
 enum { F_RUN, F_BAR, F_WARP, F_DONE };
 struct Fiber {
-    ucontext_t ctx;
+    ucontext_t ctx;            /* the ucontext switch              */
+    void *sp;                  /* the x86-64 switch: saved stack pointer */
     void *fake_stack;
     int state;
     unsigned warp_gen;
@@ -198,6 +201,7 @@ struct State {
     char *stacks = nullptr;
     size_t stack_size = 0, stack_threads = 0;
     ucontext_t main_ctx;
+    void *main_sp = nullptr;
     const void *main_bottom = nullptr;
     size_t main_size = 0;
     void *main_fake = nullptr;
@@ -276,12 +280,35 @@ inline void asan_finish(void *fake, const void **bottom_old, size_t *size_old) {
 }
 inline char *stack_of(int i) { return S().stacks + (size_t)i * S().stack_size; }
 
+/* Switching stacks. swapcontext costs a system call (it saves the signal
+   mask), which made it most of the run time; on x86-64 a switch only has
+   to save the callee-saved registers, MXCSR and the x87 control word. */
+#if defined(__x86_64__) && !defined(CUEMU_UCONTEXT)
+#define CUEMU_FAST_SWITCH 1
+extern "C" void cuemu_switch_x86_64(void **save_sp, void *to_sp);
+__asm__(".text\n"
+        ".weak cuemu_switch_x86_64\n"
+        ".type cuemu_switch_x86_64,@function\n"
+        "cuemu_switch_x86_64:\n"
+        "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+        "  subq $8, %rsp\n  stmxcsr (%rsp)\n  fnstcw 4(%rsp)\n"
+        "  movq %rsp, (%rdi)\n  movq %rsi, %rsp\n"
+        "  ldmxcsr (%rsp)\n  fldcw 4(%rsp)\n  addq $8, %rsp\n"
+        "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+        "  ret\n"
+        ".size cuemu_switch_x86_64, .-cuemu_switch_x86_64\n");
+#endif
+
 /* the running fiber gives control back to the scheduler */
 inline void yield() {
     State &s = S();
     Fiber &f = s.fib[s.cur];
     asan_start(&f.fake_stack, s.main_bottom, s.main_size);
+#ifdef CUEMU_FAST_SWITCH
+    cuemu_switch_x86_64(&f.sp, s.main_sp);
+#else
     swapcontext(&f.ctx, &s.main_ctx);
+#endif
     asan_finish(f.fake_stack, &s.main_bottom, &s.main_size);
 }
 
@@ -291,7 +318,41 @@ inline void fiber_entry() {
     s.L->body(s.L->arg);
     s.fib[s.cur].state = F_DONE;
     asan_start(nullptr, s.main_bottom, s.main_size); /* this fiber is finished */
+#ifdef CUEMU_FAST_SWITCH
+    void *dead;
+    cuemu_switch_x86_64(&dead, s.main_sp);
+#else
     setcontext(&s.main_ctx);
+#endif
+    abort(); /* not reached */
+}
+
+/* a fresh fiber on stack i: its first switch "returns" into fiber_entry */
+inline void fiber_init(Fiber &f, int i) {
+    State &s = S();
+#ifdef CUEMU_FAST_SWITCH
+    uintptr_t top = ((uintptr_t)stack_of(i) + s.stack_size) & ~(uintptr_t)15;
+#ifdef CUEMU_ASAN
+    /* a finished fiber never returns from fiber_entry, so that frame's
+       redzones stay poisoned in the shadow: clear the top of the stack (a
+       deadlock clears whole stacks, see run_block) */
+    __asan_unpoison_memory_region((void *)(top - 2048), 2048);
+#endif
+    uint64_t *sp = (uint64_t *)top;
+    uint32_t csr[2];
+    __asm__ volatile("stmxcsr %0\n fnstcw %1" : "=m"(csr[0]), "=m"(csr[1]));
+    *--sp = 0;                            /* fiber_entry's return address: none */
+    *--sp = (uint64_t)(uintptr_t)&fiber_entry;
+    for (int r = 0; r < 6; r++) *--sp = 0; /* rbp rbx r12-r15 */
+    *--sp = (uint64_t)csr[0] | ((uint64_t)(csr[1] & 0xffffu) << 32);
+    f.sp = sp;
+#else
+    getcontext(&f.ctx);
+    f.ctx.uc_stack.ss_sp = stack_of(i);
+    f.ctx.uc_stack.ss_size = s.stack_size;
+    f.ctx.uc_link = nullptr;
+    makecontext(&f.ctx, (void (*)())fiber_entry, 0);
+#endif
 }
 
 inline unsigned linear_tid(uint3 t) {
@@ -418,11 +479,7 @@ inline void run_block(const Launch &L, uint3 b) {
     int n = s.nthreads;
     for (int i = 0; i < n; i++) {
         Fiber &f = s.fib[i];
-        getcontext(&f.ctx);
-        f.ctx.uc_stack.ss_sp = stack_of(i);
-        f.ctx.uc_stack.ss_size = s.stack_size;
-        f.ctx.uc_link = nullptr;
-        makecontext(&f.ctx, (void (*)())fiber_entry, 0);
+        fiber_init(f, i);
         f.state = F_RUN;
         f.warp_gen = 0;
         f.fake_stack = nullptr;
@@ -451,7 +508,11 @@ inline void run_block(const Launch &L, uint3 b) {
         s.cur = i;
         threadIdx = s.fib[i].tid;
         asan_start(&s.main_fake, stack_of(i), s.stack_size);
+#ifdef CUEMU_FAST_SWITCH
+        cuemu_switch_x86_64(&s.main_sp, s.fib[i].sp);
+#else
         swapcontext(&s.main_ctx, &s.fib[i].ctx);
+#endif
         asan_finish(s.main_fake, nullptr, nullptr);
     }
     int done = 0, at_bar = 0, at_warp = 0;
@@ -461,6 +522,9 @@ inline void run_block(const Launch &L, uint3 b) {
         at_warp += s.fib[i].state == F_WARP;
     }
     if (done != n) {
+#ifdef CUEMU_ASAN
+        __asan_unpoison_memory_region(s.stacks, s.stack_size * s.stack_threads); /* abandoned frames */
+#endif
         s.cur = -1;
         error("deadlock: %d of %d threads finished, %d wait at __syncthreads (%s:%d), %d at a "
               "warp collective - a barrier inside a branch or after an early return?",

@@ -304,6 +304,13 @@ static void test_bpe_errors(void) {
         if (r != TRN_ERR_FORMAT) { crashed_or_ok++; printf("  cut at %zu: %s\n", cut, trn_result_string(r)); }
     }
     CHECK(crashed_or_ok == 0, "truncated vocab.json: %d cuts did not give TRN_ERR_FORMAT\n", crashed_or_ok);
+    f = fopen(tmp_path("bom.json"), "wb"); /* the same file after a UTF-8 byte order mark */
+    fputs("\xEF\xBB\xBF", f);
+    fwrite(vocab, 1, n, f);
+    fclose(f);
+    CHECK(trn_tokenizer_load_bpe(&tok, tmp_path("bom.json"), tmp_path("merges.txt")) == TRN_OK,
+          "vocab.json with a byte order mark: %s\n", trn_error_reason());
+    trn_tokenizer_free(&tok);
     free(vocab);
 
     CHECK(load_with("{\"a\": 1", NULL) == TRN_ERR_FORMAT, "unterminated object\n");
@@ -569,7 +576,7 @@ static void test_loader(void) {
 
 int main(void) {
     int i;
-    const char *files[] = {"vocab.json", "merges.txt", "merges2.txt", "bad_vocab.json", "bad_merges.txt", "cut.json",
+    const char *files[] = {"vocab.json", "merges.txt", "merges2.txt", "bad_vocab.json", "bad_merges.txt", "cut.json", "bom.json",
                            "s.bin", "magic.bin", "version.bin", "trunc.bin", "long.bin", "short.bin", "neg.bin",
                            "a.txt", "b.txt", "empty.txt", "shard.txt", "fake.bin", "zero.bin"};
     strcpy(g_dir, "/tmp/test_data_XXXXXX");

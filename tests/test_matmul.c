@@ -11,8 +11,15 @@
    + |beta c_ij|), the size a float sum of those terms may be off by.
    beta = 0 runs with C full of NaN (it must be overwritten, never read),
    and the padding columns of C (ldc > N) must come back untouched.
-   Also: the same bits for 1, 2 and 3 threads, and calls made from inside
-   a parallel region (each thread its own product and packing buffer). */
+   Also: the same bits for 1, 2 and 3 threads, calls made from inside a
+   parallel region (each thread its own product and packing buffer), and
+   the right answer when the packing buffer cannot be allocated. */
+#include <stdlib.h>
+/* an allocator that can be told to fail, to test the out-of-memory path */
+static int g_fail_alloc;
+static void *test_malloc(size_t n) { return g_fail_alloc ? NULL : malloc(n); }
+#define TRN_MALLOC(n) test_malloc(n)
+#define TRN_FREE(p) free(p)
 #define TRAIN_IMPLEMENTATION
 #include "train.h"
 #include "check.h"
@@ -131,6 +138,21 @@ int main(void) {
     static const float betas[3] = {0.0f, 1.0f, 0.5f};
     int s, ta, tb, b, pad;
     trn_rng_seed(&RNG, 7);
+    /* first, before any packing buffer exists: no memory for it must still
+       give the right answer (through the reference loop) */
+    g_fail_alloc = 1;
+    {
+        float A[40 * 30], B[30 * 20], C[40 * 20], R[40 * 20];
+        int i, ok = 1;
+        for (i = 0; i < 40 * 30; i++) A[i] = 2.0f * trn_rng_uniform(&RNG) - 1.0f;
+        for (i = 0; i < 30 * 20; i++) B[i] = 2.0f * trn_rng_uniform(&RNG) - 1.0f;
+        trn_sgemm(0, 0, 40, 20, 30, 1.0f, A, 30, B, 20, 0.0f, C, 20);
+        trn_sgemm_ref(0, 0, 40, 20, 30, 1.0f, A, 30, B, 20, 0.0f, R, 20);
+        for (i = 0; i < 40 * 20; i++)
+            if (!(fabs((double)C[i] - R[i]) <= 1e-5 * 30)) ok = 0;
+        CHECK(ok, "sgemm without memory for its packing buffer is wrong\n");
+    }
+    g_fail_alloc = 0;
     for (s = 0; s < (int)(sizeof shapes / sizeof shapes[0]); s++)
         for (ta = 0; ta < 2; ta++)
             for (tb = 0; tb < 2; tb++)

@@ -13,7 +13,8 @@
    corrupted) resumes to the same final weights and losses as a run never
    stopped. tests/test_kill_resume.sh runs it as a program and kill -9s it:
 
-     test_resume --dir DIR [--steps 40] [--every 3] [--keep 2] [--step-ms 0]
+     test_resume --dir DIR [--steps 40] [--every 3] [--keep 2] [--threads 1]
+                 [--step-ms 0]    (sleep inside each step: room for a kill)
          train, resuming from DIR's newest valid checkpoint if there is one;
          print "step S loss L" (L in hex, exact) per step; at the end write
          DIR/final.safetensors and print "final <crc32c of the weights>"
@@ -102,15 +103,9 @@ static void net_init(net *n) {
     trn_init_normal(&n->m, n->w3, 0.0f, 0.125f, &r);
 }
 
-static void sleep_ms(int ms) {
-    struct timespec ts;
-    ts.tv_sec = ms / 1000;
-    ts.tv_nsec = (long)(ms % 1000) * 1000000L;
-    nanosleep(&ts, NULL);
-}
-
 /* train to cfg->steps, resuming from cfg->dir if it holds a checkpoint.
    losses[s] gets step s's loss; returns 0, or 2 with a message. */
+static void sleep_ms(int ms);
 static int train(const run_cfg *cfg, float *losses, uint32_t *final_crc) {
     net n;
     trn_adamw opt;
@@ -169,7 +164,7 @@ static int train(const run_cfg *cfg, float *losses, uint32_t *final_crc) {
         h = trn_relu(&n.m, trn_linear(&n.m, h, n.w2, n.b2));
         logits = trn_linear(&n.m, h, n.w3, n.b3);
         loss = trn_cross_entropy(&n.m, logits, y, C);
-        if (cfg->step_ms) sleep_ms(cfg->step_ms); /* room for a kill in mid-step */
+        if (cfg->step_ms) sleep_ms(cfg->step_ms); /* between forward and backward */
         trn_backward(&n.m, loss);
         trn_clip_grad_norm(&n.m, 1.0f);
         if (trn_adamw_step(&opt, &n.m, lr) != TRN_OK) { fprintf(stderr, "test_resume: %s\n", trn_error_reason()); return 2; }
@@ -198,6 +193,13 @@ static int train(const run_cfg *cfg, float *losses, uint32_t *final_crc) {
     trn_adamw_free(&opt);
     trn_model_free(&n.m);
     return 0;
+}
+
+static void sleep_ms(int ms) {
+    struct timespec ts;
+    ts.tv_sec = ms / 1000;
+    ts.tv_nsec = (long)(ms % 1000) * 1000000L;
+    nanosleep(&ts, NULL);
 }
 
 static int verify_all(const char *dir) {
@@ -272,7 +274,7 @@ static int self_test(void) {
 
 static void usage(FILE *to) {
     fprintf(to, "usage: test_resume                       (self-test)\n"
-                "       test_resume --dir DIR [--steps N] [--every K] [--keep K] [--step-ms MS]\n"
+                "       test_resume --dir DIR [--steps N] [--every K] [--keep K] [--threads T] [--step-ms MS]\n"
                 "       test_resume --verify-all DIR\n");
 }
 
@@ -282,11 +284,11 @@ int main(int argc, char **argv) {
     uint32_t crc = 0;
     int i;
     make_data();
-    trn_set_threads(2);
+    trn_set_threads(1); /* same thread count, same bits: fixed unless --threads */
     if (argc == 1) return self_test();
     memset(&cfg, 0, sizeof cfg);
     cfg.steps = 40; cfg.every = 3; cfg.keep = 2;
-    for (i = 1; i < argc; i++) {
+    for (i = 1; i < argc; i += 2) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) { usage(stdout); return 0; }
         if (!v) { fprintf(stderr, "test_resume: %s needs a value\n", a); return 2; }
@@ -295,9 +297,9 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--steps") == 0) cfg.steps = atoi(v);
         else if (strcmp(a, "--every") == 0) cfg.every = atoi(v);
         else if (strcmp(a, "--keep") == 0) cfg.keep = atoi(v);
+        else if (strcmp(a, "--threads") == 0) trn_set_threads(atoi(v));
         else if (strcmp(a, "--step-ms") == 0) cfg.step_ms = atoi(v);
         else { fprintf(stderr, "test_resume: unknown flag %s\n", a); usage(stderr); return 2; }
-        i++;
     }
     if (!cfg.dir || cfg.steps <= 0 || cfg.steps > 100000 || cfg.every <= 0) {
         fprintf(stderr, "test_resume: need --dir, 0 < --steps <= 100000, --every > 0\n");

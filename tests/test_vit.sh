@@ -48,6 +48,8 @@ check "predictions.png is a PNG" \
 check "a checkpoint was written" test -n "$(ls "$tmp/run1"/ckpt_*.safetensors 2>/dev/null)"
 check "confusion matrix printed" grep -q "^confusion matrix" "$tmp/run1.log"
 [ "$fail" = 0 ] || sed 's/^/      /' "$tmp/run1.log" | tail -20
+"$VIT" --data "$tmp/toy" --out "$tmp/gelu" $SMALL --epochs 6 --act gelu >"$tmp/gelu.log" 2>&1
+check "toy with --act gelu: train_acc >= 0.95 (got $(value train_acc "$tmp/gelu.log"))" ge "$(value train_acc "$tmp/gelu.log")" 0.95
 
 # --- 2. corrupt files are skipped and reported ---------------------------------
 cp -r "$tmp/toy" "$tmp/bad"

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# tests/test_fuzz.sh - a short fuzz run of the safetensors reader
+# (tests/fuzz_safetensors.c): libFuzzer with AddressSanitizer and UBSan,
+# built here with clang, for FUZZ_SECONDS (default 25) on a seed corpus
+# of files the kit writes plus hand-made foreign ones. Any crash, leak of
+# a TEMP buffer, sanitizer report or timeout fails the test; the crashing
+# input is kept as tests/bin/fuzz-crash-*.
+# Without clang's libFuzzer it falls back to the plain ASan build's own
+# mutation loop (weaker: no coverage guidance) and says so.
+# A longer campaign: FUZZ_SECONDS=600 bash tests/test_fuzz.sh
+set -u
+cd "$(dirname "$0")/.."
+pass=0; fail=0
+ok()  { pass=$((pass + 1)); }
+bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
+finish() { echo "$pass passed, $fail failed"; [ "$fail" = 0 ]; exit $?; }
+secs=${FUZZ_SECONDS:-25}
+tmp=$(mktemp -d /tmp/trn_fuzz.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+mkdir -p tests/bin
+
+# the seed corpus comes from the plain build (build.sh makes it)
+seeder=tests/bin/fuzz_safetensors
+if [ ! -x "$seeder" ]; then bad "$seeder is missing (run ./build.sh)"; finish; fi
+if "$seeder" --write-seeds "$tmp/corpus" > "$tmp/seed.log" 2>&1; then ok; else bad "seeds: $(cat "$tmp/seed.log")"; finish; fi
+
+cat > "$tmp/dict" <<'EOF'
+"\"dtype\""
+"\"shape\""
+"\"data_offsets\""
+"\"__metadata__\""
+"\"F32\""
+"\"F16\""
+"\"BF16\""
+"\"I64\""
+"\"U8\""
+"\"trn.crc32c\""
+"\"trn.version\""
+"\"trn.kind\""
+"\"optim.m\""
+"\"a\""
+"\"b\""
+"\\u00e9"
+"\\ud83d\\ude00"
+"\\u0000"
+"null"
+"true"
+"false"
+"1e5"
+"-0"
+"18446744073709551616"
+EOF
+
+fuzzer=tests/bin/fuzz_safetensors_libfuzzer
+CLANG=${CLANG:-$(command -v clang || command -v clang-14 || true)}
+if [ -n "$CLANG" ] && "$CLANG" -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+        -DTRN_LIBFUZZER -I. -std=c99 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE \
+        -o "$fuzzer" tests/fuzz_safetensors.c -lm > "$tmp/build.log" 2>&1; then
+    ok
+    echo "libFuzzer for ${secs}s on $(ls "$tmp/corpus" | wc -l) seeds"
+    ASAN_OPTIONS=detect_leaks=1 "$fuzzer" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
+        -max_len=65536 -dict="$tmp/dict" -artifact_prefix=tests/bin/fuzz-crash- -print_final_stats=1 \
+        "$tmp/corpus" > "$tmp/fuzz.log" 2>&1
+    rc=$?
+    execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$tmp/fuzz.log")
+    cov=$(grep -E '^#[0-9]+' "$tmp/fuzz.log" | tail -1 | sed -n 's/.*cov: \([0-9]*\).*/\1/p')
+    if [ "$rc" = 0 ] && [ -n "$execs" ]; then
+        ok
+        echo "fuzz: ${execs} executions, coverage ${cov:-?} edges, no crash"
+    else
+        bad "libFuzzer found a problem (exit $rc):"
+        grep -E 'ERROR|SUMMARY|invariant|Test unit written|runtime error' "$tmp/fuzz.log" | head -10
+    fi
+else
+    echo "no clang with libFuzzer ($(tail -1 "$tmp/build.log" 2>/dev/null)): using the ASan build's mutation loop"
+    asan=tests/bin/asan/fuzz_safetensors
+    [ -x "$asan" ] || asan=$seeder
+    if ASAN_OPTIONS=detect_leaks=1 timeout 600 "$asan" --mutate 300000 > "$tmp/fuzz.log" 2>&1; then
+        ok; cat "$tmp/fuzz.log"
+    else
+        bad "mutation fuzzing crashed:"; tail -15 "$tmp/fuzz.log"
+    fi
+fi
+finish
