@@ -1166,6 +1166,86 @@ TRNDEF int trn_get_threads(void) {
    an order that depends on timing: same thread count => same bits.
    ======================================================================== */
 
+/* --- helpers that vectorize ------------------------------------------------
+   libm's expf and tanhf may set errno, so a compiler will not vectorize a
+   loop that calls them (short of -ffast-math); those loops were half of a
+   small GPT-2's step (GELU). trn__expf is e^x in plain C that GCC (with
+   AVX-512) and clang vectorize, within 1.5 ulp of expf on [-87, 88]:
+   x = n ln2 + r with |r| <= ln2/2; e^r by its Taylor series to r^7 (the
+   rest is < 3e-9 relative); 2^n built in the float's exponent bits.
+   Below -87 it returns 0 (no denormals), above 88 it returns e^88.     */
+static inline float trn__expf(float x) {
+    float xc = x > 88.0f ? 88.0f : x, n, r, p, scale;
+    int32_t bits;
+    xc = xc < -87.0f ? -87.0f : xc;
+#ifdef __FAST_MATH__
+    n = floorf(xc * 1.44269504f + 0.5f); /* -ffast-math would fold the trick below */
+#else
+    n = (xc * 1.44269504f + 12582912.0f) - 12582912.0f; /* round: 1.5*2^23 drops the fraction */
+#endif
+    r = (xc - n * 0.693145752f) - n * 1.42860677e-6f; /* ln 2 in two parts: r is exact */
+    p = 1.0f / 5040;
+    p = p * r + 1.0f / 720;
+    p = p * r + 1.0f / 120;
+    p = p * r + 1.0f / 24;
+    p = p * r + 1.0f / 6;
+    p = p * r + 0.5f;
+    p = p * r * r + r + 1.0f;
+    bits = ((int32_t)n + 127) << 23; /* the float 2^n */
+    memcpy(&scale, &bits, sizeof scale);
+    return x < -87.0f ? 0.0f : p * scale;
+}
+
+/* Reductions over a row in TRN__LANES independent partial results, which
+   the compiler turns into vector registers; the lanes are combined in a
+   fixed order, so the result depends only on the input. */
+#define TRN__LANES 16
+static float trn__row_max(const float *x, int n) {
+    float acc[TRN__LANES], mx = -INFINITY;
+    int i, j;
+    for (j = 0; j < TRN__LANES; j++) acc[j] = -INFINITY;
+    for (i = 0; i + TRN__LANES <= n; i += TRN__LANES)
+        for (j = 0; j < TRN__LANES; j++) acc[j] = x[i + j] > acc[j] ? x[i + j] : acc[j];
+    for (j = 0; j < TRN__LANES; j++) mx = acc[j] > mx ? acc[j] : mx;
+    for (; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    return mx;
+}
+
+/* sum of e^(x[i] - shift) */
+static double trn__row_sum_exp(const float *x, int n, float shift) {
+    float acc[TRN__LANES];
+    double sum = 0.0;
+    int i, j;
+    for (j = 0; j < TRN__LANES; j++) acc[j] = 0.0f;
+    for (i = 0; i + TRN__LANES <= n; i += TRN__LANES)
+        for (j = 0; j < TRN__LANES; j++) acc[j] += trn__expf(x[i + j] - shift);
+    for (j = 0; j < TRN__LANES; j++) sum += acc[j];
+    for (; i < n; i++) sum += trn__expf(x[i] - shift);
+    return sum;
+}
+
+static float trn__row_sum(const float *x, int n) {
+    float acc[TRN__LANES], sum = 0.0f;
+    int i, j;
+    for (j = 0; j < TRN__LANES; j++) acc[j] = 0.0f;
+    for (i = 0; i + TRN__LANES <= n; i += TRN__LANES)
+        for (j = 0; j < TRN__LANES; j++) acc[j] += x[i + j];
+    for (j = 0; j < TRN__LANES; j++) sum += acc[j];
+    for (; i < n; i++) sum += x[i];
+    return sum;
+}
+
+static float trn__row_dot(const float *a, const float *b, int n) {
+    float acc[TRN__LANES], dot = 0.0f;
+    int i, j;
+    for (j = 0; j < TRN__LANES; j++) acc[j] = 0.0f;
+    for (i = 0; i + TRN__LANES <= n; i += TRN__LANES)
+        for (j = 0; j < TRN__LANES; j++) acc[j] += a[i + j] * b[i + j];
+    for (j = 0; j < TRN__LANES; j++) dot += acc[j];
+    for (; i < n; i++) dot += a[i] * b[i];
+    return dot;
+}
+
 /* --- linear: out = inp @ w^T + bias ------------------------------------
    inp (N,C), w (OC,C) as PyTorch's nn.Linear stores it, bias (OC) or NULL,
    out (N,OC). Saved for backward: inp and w (they are still alive).
@@ -1322,18 +1402,25 @@ TRNDEF void trn_layernorm_backward(float *dinp, float *dw, float *db, const floa
 }
 
 /* --- GELU, tanh form as in GPT-2 (Hendrycks & Gimpel 2016) --------------
-   y = 0.5 x (1 + tanh(k (x + 0.044715 x^3))),  k = sqrt(2/pi).
-   Saved: the input x (backward recomputes tanh from it).                 */
+   y = 0.5 x (1 + tanh(u)),  u = k (x + 0.044715 x^3),  k = sqrt(2/pi).
+   Computed as y = x s with s = 0.5 (1 + tanh(u)) = 1 / (1 + e^(-2u)), the
+   same function through one exp (trn__expf, which vectorizes).
+   Saved: the input x (backward recomputes s from it).
+   Backward: dy/dx = s + x ds/dx, ds/dx = 2 s (1 - s) k (1 + 3 * 0.044715 x^2)
+   (the tanh form's 0.5 (1 - tanh^2(u)) is 2 s (1 - s)).                  */
 #define TRN__GELU_K 0.7978845608028654f
+static inline float trn__gelu_s(float x) {
+    float z = -2.0f * TRN__GELU_K * (x + 0.044715f * x * x * x);
+    z = z > 80.0f ? 80.0f : z; /* x < -10: s ~ 1e-35, not a denormal */
+    return 1.0f / (1.0f + trn__expf(z));
+}
+
 TRNDEF void trn_gelu_forward(float *out, const float *inp, size_t n) {
     ptrdiff_t i;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static)
 #endif
-    for (i = 0; i < (ptrdiff_t)n; i++) {
-        float x = inp[i];
-        out[i] = 0.5f * x * (1.0f + tanhf(TRN__GELU_K * (x + 0.044715f * x * x * x)));
-    }
+    for (i = 0; i < (ptrdiff_t)n; i++) out[i] = inp[i] * trn__gelu_s(inp[i]);
 }
 
 TRNDEF void trn_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
@@ -1342,10 +1429,9 @@ TRNDEF void trn_gelu_backward(float *dinp, const float *inp, const float *dout, 
 #pragma omp parallel for schedule(static)
 #endif
     for (i = 0; i < (ptrdiff_t)n; i++) {
-        float x = inp[i];
-        float t = tanhf(TRN__GELU_K * (x + 0.044715f * x * x * x));
-        float dt = (1.0f - t * t) * TRN__GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] += dout[i] * (0.5f * (1.0f + t) + 0.5f * x * dt);
+        float x = inp[i], s = trn__gelu_s(x);
+        float ds = 2.0f * s * (1.0f - s) * TRN__GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] += dout[i] * (s + x * ds);
     }
 }
 
@@ -1411,8 +1497,9 @@ TRNDEF void trn_attention_forward(float *out, float *att, const float *qkv,
         for (t = 0; t < T; t++) {
             float *row = P + (size_t)t * T, mx = -INFINITY, sum = 0.0f;
             int last = causal ? t : T - 1; /* causal: position t sees 0..t */
-            for (s = 0; s <= last; s++) mx = row[s] > mx ? row[s] : mx;
-            for (s = 0; s <= last; s++) { row[s] = expf(row[s] - mx); sum += row[s]; }
+            mx = trn__row_max(row, last + 1);
+            for (s = 0; s <= last; s++) row[s] = trn__expf(row[s] - mx);
+            sum = trn__row_sum(row, last + 1);
             for (s = 0; s <= last; s++) row[s] /= sum;
             for (s = last + 1; s < T; s++) row[s] = 0.0f;
         }
@@ -1441,8 +1528,7 @@ TRNDEF void trn_attention_backward(float *dqkv, float *scratch, const float *dou
         trn_sgemm(1, 0, T, hs, T, 1.0f, P, T, dO, C, 1.0f, dv, C3);   /* dV += P^T dO */
         for (t = 0; t < T; t++) {
             const float *p = P + (size_t)t * T;
-            float *d = dS + (size_t)t * T, dot = 0.0f;
-            for (s = 0; s < T; s++) dot += p[s] * d[s];
+            float *d = dS + (size_t)t * T, dot = trn__row_dot(p, d, T);
             for (s = 0; s < T; s++) d[s] = p[s] * (d[s] - dot);
         }
         trn_sgemm(0, 0, T, hs, T, scale, dS, T, k, C3, 1.0f, dq, C3); /* dQ += dS K */
@@ -1467,12 +1553,8 @@ TRNDEF void trn_crossentropy_forward(float *losses, float *lse, const float *log
 #endif
     for (n = 0; n < N; n++) {
         const float *l = logits + (size_t)n * Vp;
-        float mx = -INFINITY;
-        double sum = 0.0;
-        int v;
-        for (v = 0; v < V; v++) mx = l[v] > mx ? l[v] : mx;
-        for (v = 0; v < V; v++) sum += expf(l[v] - mx);
-        lse[n] = mx + (float)log(sum);
+        float mx = trn__row_max(l, V);
+        lse[n] = mx + (float)log(trn__row_sum_exp(l, V, mx));
         losses[n] = lse[n] - l[targets[n]];
     }
 }
@@ -1487,7 +1569,7 @@ TRNDEF void trn_crossentropy_backward(float *dlogits, const float *logits, const
         const float *l = logits + (size_t)n * Vp;
         float *d = dlogits + (size_t)n * Vp, m = lse[n];
         int v;
-        for (v = 0; v < V; v++) d[v] += dloss * expf(l[v] - m);
+        for (v = 0; v < V; v++) d[v] += dloss * trn__expf(l[v] - m);
         d[targets[n]] -= dloss;
     }
 }
@@ -1544,14 +1626,54 @@ TRNDEF void trn_meanpool_backward(float *dinp, const float *dout, int B, int T, 
    p -= lr * ( (m/bc1) / (sqrt(v/bc2) + eps) + weight_decay * p )
    bc1 = 1 - b1^t, bc2 = 1 - b2^t are the bias corrections for step t.
    Weight decay is decoupled: it shrinks p directly, not through g.       */
+/* sqrtf may set errno, so compilers keep a loop that calls it scalar
+   (short of -ffast-math or -fno-math-errno), and AdamW then took 20% of a
+   GPT-2 124M step. On x86 the same formula is written with vector
+   intrinsics, 16 (AVX-512) or 8 (AVX) elements at a time; the scalar loop
+   does the tail. Threads split whole vectors, so an element always takes
+   the same path whatever the thread count. */
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#define TRN__AW_VL 16
+#define TRN__AW(op) _mm512_##op
+typedef __m512 trn__aw_vec;
+#elif defined(__AVX__)
+#include <immintrin.h>
+#define TRN__AW_VL 8
+#define TRN__AW(op) _mm256_##op
+typedef __m256 trn__aw_vec;
+#endif
 TRNDEF void trn_adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr,
                              float beta1, float beta2, float eps, float weight_decay,
                              float bias_corr1, float bias_corr2) {
-    ptrdiff_t i;
+    ptrdiff_t i, done = 0;
+#ifdef TRN__AW_VL
+    ptrdiff_t nv = (ptrdiff_t)(n / TRN__AW_VL);
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static)
 #endif
-    for (i = 0; i < (ptrdiff_t)n; i++) {
+    for (i = 0; i < nv; i++) {
+        size_t o = (size_t)i * TRN__AW_VL;
+        trn__aw_vec G = TRN__AW(loadu_ps)(g + o), M = TRN__AW(loadu_ps)(m + o);
+        trn__aw_vec V = TRN__AW(loadu_ps)(v + o), P = TRN__AW(loadu_ps)(p + o), den, upd;
+        M = TRN__AW(add_ps)(TRN__AW(mul_ps)(TRN__AW(set1_ps)(beta1), M),
+                            TRN__AW(mul_ps)(TRN__AW(set1_ps)(1.0f - beta1), G));
+        V = TRN__AW(add_ps)(TRN__AW(mul_ps)(TRN__AW(set1_ps)(beta2), V),
+                            TRN__AW(mul_ps)(TRN__AW(mul_ps)(TRN__AW(set1_ps)(1.0f - beta2), G), G));
+        TRN__AW(storeu_ps)(m + o, M);
+        TRN__AW(storeu_ps)(v + o, V);
+        den = TRN__AW(add_ps)(TRN__AW(sqrt_ps)(TRN__AW(div_ps)(V, TRN__AW(set1_ps)(bias_corr2))),
+                              TRN__AW(set1_ps)(eps));
+        upd = TRN__AW(add_ps)(TRN__AW(div_ps)(TRN__AW(div_ps)(M, TRN__AW(set1_ps)(bias_corr1)), den),
+                              TRN__AW(mul_ps)(TRN__AW(set1_ps)(weight_decay), P));
+        TRN__AW(storeu_ps)(p + o, TRN__AW(sub_ps)(P, TRN__AW(mul_ps)(TRN__AW(set1_ps)(lr), upd)));
+    }
+    done = nv * TRN__AW_VL;
+#endif
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if ((ptrdiff_t)n - done > 4096)
+#endif
+    for (i = done; i < (ptrdiff_t)n; i++) {
         float gi = g[i];
         float mi = beta1 * m[i] + (1.0f - beta1) * gi;
         float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
@@ -1576,8 +1698,12 @@ TRNDEF double trn_sum_squares(const float *x, size_t n) {
 #endif
     for (t = 0; t < nt; t++) {
         size_t lo = n * (size_t)t / (size_t)nt, hi = n * (size_t)(t + 1) / (size_t)nt, i;
-        double s = 0.0;
-        for (i = lo; i < hi; i++) s += (double)x[i] * x[i];
+        double s = 0.0, acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}; /* 8 lanes: vectorizes */
+        int j;
+        for (i = lo; i + 8 <= hi; i += 8)
+            for (j = 0; j < 8; j++) acc[j] += (double)x[i + j] * x[i + j];
+        for (j = 0; j < 8; j++) s += acc[j];
+        for (; i < hi; i++) s += (double)x[i] * x[i];
         parts[t] = s;
     }
     for (t = 0; t < nt; t++) total += parts[t];
@@ -2553,44 +2679,55 @@ static void trn__pack_strip(const float *src, size_t lds, int rows, int lanes, i
         for (r = 0; r < lanes; r++) dst[(size_t)k * ldd + r] = r < rows ? src[(size_t)r * lds + k] : 0.0f;
 }
 
+/* Copying pack: row k of the block (at src + k*lds) holds `width` values,
+   cut into panels of `lanes` (zeros past width): panel p, step k gets
+   src[k*lds + p*lanes + 0..lanes-1]. Rows are read front to back, so the
+   hardware prefetcher streams them. */
+static void trn__pack_rows(const float *src, size_t lds, int width, int lanes, int kc, float *dst) {
+    int k, p, l;
+    for (k = 0; k < kc; k++) {
+        const float *s = src + (size_t)k * lds;
+        float *d = dst + (size_t)k * lanes;
+        for (p = 0; p < width; p += lanes, d += (size_t)lanes * kc) {
+            int n = TRN__MIN(lanes, width - p);
+            if (n == lanes) {
+                for (l = 0; l < lanes; l++) d[l] = s[p + l];
+            } else {
+                for (l = 0; l < n; l++) d[l] = s[p + l];
+                for (; l < lanes; l++) d[l] = 0.0f;
+            }
+        }
+    }
+}
+
 /* pack op(A)[i0:+mc, p0:+kc] as panels of MR rows; in a panel, step k holds
    the MR values op(A)[i0+ir+0..MR-1, p0+k] (zeros past the last row) */
 static void trn__pack_a(const trn__gemm *g, int i0, int p0, int mc, int kc, float *dst) {
-    int ir, i, k;
-    for (ir = 0; ir < mc; ir += TRN__MR, dst += (size_t)TRN__MR * kc) {
-        int m = TRN__MIN(TRN__MR, mc - ir);
-        if (g->ta) { /* op(A)[i,k] = A[k,i]: a row of A holds the MR values */
-            for (k = 0; k < kc; k++) {
-                const float *src = g->A + (size_t)(p0 + k) * g->lda + i0 + ir;
-                for (i = 0; i < m; i++) dst[k * TRN__MR + i] = src[i];
-                for (; i < TRN__MR; i++) dst[k * TRN__MR + i] = 0.0f;
-            }
-        } else {     /* op(A)[i,k] = A[i,k]: transpose MR rows of A */
-            trn__pack_strip(g->A + (size_t)(i0 + ir) * g->lda + p0, (size_t)g->lda, m, TRN__MR,
-                            kc, dst, TRN__MR);
-        }
+    int ir;
+    if (g->ta) { /* op(A)[i,k] = A[k,i]: row k of A holds the values */
+        trn__pack_rows(g->A + (size_t)p0 * g->lda + i0, (size_t)g->lda, mc, TRN__MR, kc, dst);
+        return;
     }
+    for (ir = 0; ir < mc; ir += TRN__MR, dst += (size_t)TRN__MR * kc) /* transpose MR rows */
+        trn__pack_strip(g->A + (size_t)(i0 + ir) * g->lda + p0, (size_t)g->lda,
+                        TRN__MIN(TRN__MR, mc - ir), TRN__MR, kc, dst, TRN__MR);
 }
 
 /* pack op(B)[p0:+kc, j0:+nc] as panels of NR columns; in a panel, step k
    holds the NR values op(B)[p0+k, j0+jr+0..NR-1] (zeros past the last one) */
 static void trn__pack_b(const trn__gemm *g, int p0, int j0, int kc, int nc, float *dst) {
-    int jr, j, k, h;
+    int jr, h;
+    if (!g->tb) { /* op(B)[k,j] = B[k,j]: row k of B holds the values */
+        trn__pack_rows(g->B + (size_t)p0 * g->ldb + j0, (size_t)g->ldb, nc, TRN__NR, kc, dst);
+        return;
+    }
+    /* op(B)[k,j] = B[j,k] (W^T of nn.Linear): transpose NR rows, STRIP at a time */
     for (jr = 0; jr < nc; jr += TRN__NR, dst += (size_t)TRN__NR * kc) {
         int n = TRN__MIN(TRN__NR, nc - jr);
-        if (!g->tb) { /* op(B)[k,j] = B[k,j]: a row of B holds the NR values */
-            for (k = 0; k < kc; k++) {
-                const float *src = g->B + (size_t)(p0 + k) * g->ldb + j0 + jr;
-                for (j = 0; j < n; j++) dst[k * TRN__NR + j] = src[j];
-                for (; j < TRN__NR; j++) dst[k * TRN__NR + j] = 0.0f;
-            }
-        } else {      /* op(B)[k,j] = B[j,k] (W^T of nn.Linear): transpose NR rows
-                         of B, STRIP rows at a time */
-            for (h = 0; h < TRN__NR; h += TRN__STRIP) {
-                int rows = TRN__MAX(0, TRN__MIN(TRN__STRIP, n - h));
-                const float *src = g->B + (size_t)(j0 + jr + (rows ? h : 0)) * g->ldb + p0;
-                trn__pack_strip(src, (size_t)g->ldb, rows, TRN__STRIP, kc, dst + h, TRN__NR);
-            }
+        for (h = 0; h < TRN__NR; h += TRN__STRIP) {
+            int rows = TRN__MAX(0, TRN__MIN(TRN__STRIP, n - h));
+            const float *src = g->B + (size_t)(j0 + jr + (rows ? h : 0)) * g->ldb + p0;
+            trn__pack_strip(src, (size_t)g->ldb, rows, TRN__STRIP, kc, dst + h, TRN__NR);
         }
     }
 }

@@ -782,11 +782,12 @@ TRNDEF trn_result trn_cuda_init(int device) {
     cudaRuntimeGetVersion(&rt);
     e = cudaGetDeviceCount(&count);
     cudaGetLastError();
-    if (e == cudaErrorInsufficientDriver || (drv > 0 && drv < rt))
+    if (drv == 0 && e != cudaSuccess) /* no libcuda.so: a machine without a GPU driver */
+        return trn_fail(TRN_ERR_BACKEND, "CUDA: no CUDA device found: no NVIDIA driver is loaded (%s)",
+                        cudaGetErrorString(e));
+    if (e == cudaErrorInsufficientDriver || drv < rt)
         return trn_fail(TRN_ERR_BACKEND, "CUDA: the NVIDIA driver supports CUDA %d.%d but this program needs %d.%d: update the driver",
                         drv / 1000, drv % 1000 / 10, rt / 1000, rt % 1000 / 10);
-    if (drv == 0 && e != cudaSuccess)
-        return trn_fail(TRN_ERR_BACKEND, "CUDA: no NVIDIA driver found (%s)", cudaGetErrorString(e));
     if (e == cudaErrorNoDevice || (e == cudaSuccess && count == 0))
         return trn_fail(TRN_ERR_BACKEND, "CUDA: no CUDA device found (%s)",
                         e == cudaSuccess ? "no GPU visible: check CUDA_VISIBLE_DEVICES and nvidia-smi" : cudaGetErrorString(e));

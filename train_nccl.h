@@ -94,7 +94,7 @@
 #error "train_nccl.h: include train.h before train_nccl.h"
 #endif
 #if !defined(TRAIN_NCCL_CPU_ONLY)
-#if !defined(__CUDACC__)
+#if !defined(__CUDACC__) && !defined(TRN_CUDA_ON_CPU) /* (tests: cuda_on_cpu.h + nccl_on_cpu.h) */
 #error "train_nccl.h: the NCCL communicator must be compiled by nvcc (or define TRAIN_NCCL_CPU_ONLY for the TCP communicator between CPU processes)"
 #endif
 #if !defined(TRAIN_CUDA_H_INCLUDED)
@@ -180,8 +180,9 @@ typedef struct trn_comm {
 TRNDEF trn_result trn_comm_init(trn_comm *c, const trn_dist_env *env, trn_comm_kind kind,
                                 double timeout_s);
 TRNDEF void trn_comm_free(trn_comm *c);
-/* rank's shard [lo,hi) of n elements: equal shards of a multiple of 16
-   floats (64-byte aligned starts), the last rank also takes the rest */
+/* rank's shard [lo,hi) of n elements: equal shards (a multiple of 16
+   floats, so starts are 64-byte aligned, once n/world >= 64), the last
+   rank also takes the rest */
 TRNDEF void trn_comm_shard(size_t n, int world, int rank, size_t *lo, size_t *hi);
 
 /* ------------------------------------------------------------------------
@@ -317,7 +318,8 @@ TRNDEF trn_result trn_ddp_checkpoint_load(trn_ddp *ddp, const char *path, trn_mo
 #include <sys/socket.h>
 #include <sys/types.h>
 
-#if !defined(TRAIN_NCCL_CPU_ONLY)
+#include <sched.h>
+#if !defined(TRAIN_NCCL_CPU_ONLY) && !defined(TRN_CUDA_ON_CPU)
 #include <cuda_runtime.h>
 #include <nccl.h>
 #endif
@@ -331,6 +333,10 @@ TRNDEF trn_result trn_ddp_checkpoint_load(trn_ddp *ddp, const char *path, trn_mo
 #define TRN__BLOB_MAX 128     /* ncclUniqueId is 128 bytes               */
 #define TRN__STAGE_BYTES (256u << 10) /* TCP receive staging (COMM)     */
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+static size_t trn__shard_size(size_t n, int world);
 static double trn__now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -341,9 +347,6 @@ static void trn__sleep_ms(int ms) {
     ts.tv_sec = ms / 1000; ts.tv_nsec = (long)(ms % 1000) * 1000000L;
     nanosleep(&ts, NULL);
 }
-#ifdef __cplusplus
-extern "C" {
-#endif
 
 /* ========================================================================
    >>env
@@ -998,6 +1001,9 @@ static void trn__ring_destroy(trn_comm *c) {
     trn__ring *g = (trn__ring *)c->impl;
     if (!g) return;
     if (g->thread_up) {
+        /* collectives still queued have nobody to wait for them: stop them
+           (after a barrier the queue is empty and the worker is idle) */
+        if (g->q_len > 0) trn__ring_abort(c);
         pthread_mutex_lock(&g->mu);
         g->stop = 1;
         pthread_cond_signal(&g->cv_work);
@@ -1186,13 +1192,10 @@ static trn_result trn__nccl_all_reduce(trn_comm *c, float *x, size_t n, int aver
    through it, the tail (the last rank's extra) through an all-reduce */
 static trn_result trn__nccl_redscat(trn_comm *c, float *x, size_t n, int average) {
     trn__nccl *g = (trn__nccl *)c->impl;
-    size_t lo, hi, S, tail;
+    size_t S = trn__shard_size(n, c->world), tail = n - S * (size_t)c->world;
     ncclRedOp_t op = average ? ncclAvg : ncclSum;
     trn_result rc = trn__nccl_enter(c);
     if (rc) return rc;
-    trn_comm_shard(n, c->world, 0, &lo, &S);
-    (void)hi;
-    tail = n - S * (size_t)c->world;
     if (S && (rc = trn__nccl_settle(c, ncclReduceScatter(x, x + S * (size_t)c->rank, S, ncclFloat, op, g->comm, g->stream),
                                     "ncclReduceScatter")))
         return rc;
@@ -1203,11 +1206,9 @@ static trn_result trn__nccl_redscat(trn_comm *c, float *x, size_t n, int average
 
 static trn_result trn__nccl_allgather(trn_comm *c, float *x, size_t n) {
     trn__nccl *g = (trn__nccl *)c->impl;
-    size_t lo, S, tail;
+    size_t S = trn__shard_size(n, c->world), tail = n - S * (size_t)c->world;
     trn_result rc = trn__nccl_enter(c);
     if (rc) return rc;
-    trn_comm_shard(n, c->world, 0, &lo, &S);
-    tail = n - S * (size_t)c->world;
     if (S && (rc = trn__nccl_settle(c, ncclAllGather(x + S * (size_t)c->rank, x, S, ncclFloat, g->comm, g->stream),
                                     "ncclAllGather")))
         return rc;
@@ -1341,9 +1342,14 @@ static trn_result trn__nccl_init(trn_comm *c, const trn_dist_env *env) {
 /* ========================================================================
    >>comm
    ======================================================================== */
-TRNDEF void trn_comm_shard(size_t n, int world, int rank, size_t *lo, size_t *hi) {
+static size_t trn__shard_size(size_t n, int world) {
     size_t s = world > 0 ? n / (size_t)world : n;
-    s -= s % 16;
+    if (s >= 64) s -= s % 16; /* 64-byte aligned starts, except for tiny n */
+    return s;
+}
+
+TRNDEF void trn_comm_shard(size_t n, int world, int rank, size_t *lo, size_t *hi) {
+    size_t s = trn__shard_size(n, world);
     *lo = s * (size_t)rank;
     *hi = rank == world - 1 ? n : s * (size_t)(rank + 1);
 }
@@ -1629,7 +1635,8 @@ TRNDEF trn_result trn_ddp_adamw_step(trn_ddp *ddp, trn_adamw *opt, trn_model *m,
         return trn_fail(TRN_ERR_MISMATCH, "rank %d: the optimizer owns [%zu,%zu) but this rank's ZeRO-1 shard is [%zu,%zu) "
                                           "(loaded from a run with another world size?)",
                         ddp->rank, opt->lo, opt->hi, ddp->shard_lo, ddp->shard_hi);
-    if ((rc = trn_adamw_step(opt, m, lr)) != TRN_OK) return rc;
+    /* (a model smaller than the world size leaves some ranks no shard) */
+    if (ddp->shard_hi > ddp->shard_lo && (rc = trn_adamw_step(opt, m, lr)) != TRN_OK) return rc;
     if ((rc = ddp->comm.all_gather(&ddp->comm, m->param_data, m->n_floats)) || (rc = ddp->comm.wait(&ddp->comm)))
         return trn__ddp_fail(ddp, rc);
     return TRN_OK;

@@ -1,7 +1,7 @@
 // linear_memory - the 20000x20000 memory experiment, line by line.
 //
-// Where does the memory of a training step go? The model is the one a
-// PyTorch Lightning trace measured (../shared/seeds/000_..., figures below):
+// Where does the memory of a training step go? The model is the one of a
+// PyTorch Lightning GPU memory trace (its figures are in >>seed below):
 //
 //   Linear(20000,20000) -> ReLU -> Linear(20000,20000) -> ReLU -> Linear(20000,1)
 //   800,060,001 fp32 parameters = 3,200,240,004 bytes = 3.20 GB = 2.98 GiB
@@ -26,6 +26,8 @@
 // exists, so global-norm clipping (which needs all of them before the first
 // update) is impossible in this mode: --fused-step with --clip is an error.
 //
+// build: -pthread
+//
 // Run:
 //   ./build.sh
 //   examples/linear_memory                     # the real one: ~13 GB, ~10 GB checkpoint on disk
@@ -38,8 +40,6 @@
 // On CUDA: examples/linear_memory_cuda.cu is this file with TRN_USE_CUDA
 // defined; the model is created in host memory, then moved to the device
 // like model.to("cuda"), and every other line is the same.
-//
-// build: -pthread
 #define TRAIN_IMPLEMENTATION
 #include "train.h"
 #ifdef TRN_USE_CUDA
@@ -690,7 +690,7 @@ static int mkdir_p(const char *path) {
 // a weighted sum of every parameter: two runs that agree on it (and on the
 // loss) took the same steps
 static double param_checksum(trn_model *m) {
-    const size_t chunk = (size_t)1 << 20;
+    const size_t chunk = (size_t)1 << 16;
     float *buf = (float *)trn_alloc(chunk * sizeof(float), TRN_KIND_TEMP);
     double sum = 0.0;
     size_t lo, i;

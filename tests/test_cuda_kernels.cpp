@@ -12,6 +12,10 @@
    of 67 padded to 72): nothing is a multiple of a block or warp size.
    For each kernel it prints the largest |cuda - cpu| seen. TF32 is off for
    the kernel checks (fp32 GEMMs match to rounding); one check turns it on.
+   Tolerances allow for a GPU's different summation order, FMA contraction
+   and math library (expf, tanhf differ by an ulp or two): 0 for copies,
+   1e-5 for elementwise math and reductions of O(1) values, 2e-5..1e-4 for
+   GEMMs and layernorm backward (sums over 50..300 terms).
 
    Run:  tests/bin/test_cuda_kernels [--seed N]     (CUEMU_SEED=n picks the
          thread order of the harness)
@@ -169,13 +173,13 @@ static void test_elementwise(size_t n) {
     vec c(n);
     trn_gelu_forward(c.data(), x.data(), n);
     GPU->gelu_forward(dout.f(), dx.f(), n);
-    report("gelu_forward", maxdiff(dout.get(), c), 1e-6, e0);
+    report("gelu_forward", maxdiff(dout.get(), c), 1e-5, e0);
     {
         vec cc = d0;
         dbuf dd(d0);
         trn_gelu_backward(cc.data(), x.data(), g.data(), n);
         GPU->gelu_backward(dd.f(), dx.f(), dg.f(), n);
-        report("gelu_backward", maxdiff(dd.get(), cc), 1e-6, e0);
+        report("gelu_backward", maxdiff(dd.get(), cc), 1e-5, e0);
     }
     trn_relu_forward(c.data(), x.data(), n);
     GPU->relu_forward(dout.f(), dx.f(), n);
@@ -199,13 +203,13 @@ static void test_elementwise(size_t n) {
     }
     trn_mse_forward(c.data(), x.data(), y.data(), n);
     GPU->mse_forward(dout.f(), dx.f(), dy.f(), n);
-    report("mse_forward", maxdiff(dout.get(), c), 1e-6, e0);
+    report("mse_forward", maxdiff(dout.get(), c), 1e-5, e0);
     {
         vec cc = d0;
         dbuf dd(d0);
         trn_mse_backward(cc.data(), x.data(), y.data(), 1.0f / (float)n, n);
         GPU->mse_backward(dd.f(), dx.f(), dy.f(), 1.0f / (float)n, n);
-        report("mse_backward", maxdiff(dd.get(), cc), 1e-7, e0);
+        report("mse_backward", maxdiff(dd.get(), cc), 1e-6, e0);
     }
     {
         vec cc = x;
@@ -229,7 +233,7 @@ static void test_attention(int B, int T, int C, int NH, int causal) {
     GPU->attention_forward(dout.f(), datt.f(), dq.f(), B, T, C, NH, causal);
     char name[64];
     snprintf(name, sizeof name, "attention_forward %s T=%d", causal ? "causal" : "full", T);
-    report(name, fmax(maxdiff(dout.get(), out_c), maxdiff(datt.get(), att_c)), 2e-6, e0);
+    report(name, fmax(maxdiff(dout.get(), out_c), maxdiff(datt.get(), att_c)), 1e-5, e0);
     vec g = randn(no), dqkv0 = randn(nq), dqkv_c = dqkv0, scratch_c(na);
     trn_attention_backward(dqkv_c.data(), scratch_c.data(), g.data(), qkv.data(), att_c.data(), B, T, C, NH, causal);
     dbuf dg(g), ddq(dqkv0), dscr(NULL, na * 4);
@@ -257,7 +261,7 @@ static void test_crossentropy(int N, int V, int Vp) {
     GPU->crossentropy_backward(dd.f(), dl.f(), dlse.f(), dt.i(), 1.0f / (float)N, N, V, Vp);
     vec got = dd.get();
     snprintf(name, sizeof name, "crossentropy_backward V=%d", V);
-    report(name, maxdiff(got, dc), 1e-6, e0);
+    report(name, maxdiff(got, dc), 1e-5, e0);
     int pad_ok = 1; /* the padding columns are not touched */
     for (int n = 0; n < N; n++)
         for (int v = V; v < Vp; v++) pad_ok &= got[(size_t)n * Vp + v] == d0[(size_t)n * Vp + v];
@@ -270,12 +274,12 @@ static void test_meanpool(int B, int T, int C) {
     trn_meanpool_forward(c.data(), x.data(), B, T, C);
     dbuf dx(x), dout(NULL, c.size() * 4);
     GPU->meanpool_forward(dout.f(), dx.f(), B, T, C);
-    report("meanpool_forward", maxdiff(dout.get(), c), 1e-6, e0);
+    report("meanpool_forward", maxdiff(dout.get(), c), 1e-5, e0);
     vec g = randn((size_t)B * C), d0 = randn(x.size()), dc = d0;
     trn_meanpool_backward(dc.data(), g.data(), B, T, C);
     dbuf dg(g), dd(d0);
     GPU->meanpool_backward(dd.f(), dg.f(), B, T, C);
-    report("meanpool_backward", maxdiff(dd.get(), dc), 1e-6, e0);
+    report("meanpool_backward", maxdiff(dd.get(), dc), 1e-5, e0);
 }
 
 static void test_adamw(size_t n) {
@@ -287,7 +291,7 @@ static void test_adamw(size_t n) {
     dbuf dp(p), dg(g), dm(m), dv(v);
     GPU->adamw_update(dp.f(), dg.f(), dm.f(), dv.f(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.19f, 0.0975f);
     double d = fmax(maxdiff(dp.get(), pc), fmax(maxdiff(dm.get(), mc), maxdiff(dv.get(), vc)));
-    report("adamw_update", d, 1e-6, e0);
+    report("adamw_update", d, 1e-5, e0);
 }
 
 /* memory ops of the table: zero, copy, upload/download round trip */
@@ -364,6 +368,13 @@ static trn_tensor *gpt_loss(gpt *g, const int *ids, const int *pos, const int *t
     return trn_cross_entropy(m, trn_linear(m, x, g->wte, NULL), targets, g->V);
 }
 
+/* Tolerances: the loss per step (absolute), the gradient norm (relative),
+   and the parameters after 10 steps as ||p_cuda - p_cpu|| / ||p_cpu - p_0||:
+   the disagreement as a fraction of how far training moved the weights.
+   (The largest single-parameter difference is printed too: Adam divides
+   by sqrt(v), so a weight whose gradient is near zero moves by ~lr per
+   step in a direction that rounding can flip. It is checked to be below
+   2 lr fp32, 15 lr with TF32.) */
 static void test_training(int tf32, double loss_tol, double param_tol) {
     const int V = 67, Vp = 72, C = 48, NH = 4, L = 2, T = 13, B = 3, steps = 10;
     long e0 = harness_errors();
@@ -373,6 +384,8 @@ static void test_training(int tf32, double loss_tol, double param_tol) {
     gpt_create(&gg, GPU, V, Vp, C, NH, L, T);
     gpt_init(&cg, 7);
     gpt_init(&gg, 7);
+    vec p0(cg.m.n_floats);
+    CPU->download(p0.data(), cg.m.param_data, p0.size() * 4);
     trn_adamw_desc desc;
     memset(&desc, 0, sizeof desc);
     desc.lr = 3e-3f;
@@ -417,12 +430,18 @@ static void test_training(int tf32, double loss_tol, double param_tol) {
     vec pc(cg.m.n_floats), pg(gg.m.n_floats);
     CPU->download(pc.data(), cg.m.param_data, pc.size() * 4);
     GPU->download(pg.data(), gg.m.param_data, pg.size() * 4);
-    double dp = maxdiff(pc, pg);
+    double dp = maxdiff(pc, pg), num = 0, den = 0;
+    for (size_t i = 0; i < pc.size(); i++) {
+        num += ((double)pg[i] - pc[i]) * ((double)pg[i] - pc[i]);
+        den += ((double)pc[i] - p0[i]) * ((double)pc[i] - p0[i]);
+    }
     char name[64];
     snprintf(name, sizeof name, "gpt 10 steps: loss%s", tf32 ? " (TF32)" : "");
     report(name, worst_loss, loss_tol, e0);
-    snprintf(name, sizeof name, "gpt 10 steps: params%s", tf32 ? " (TF32)" : "");
-    report(name, dp, param_tol, e0);
+    snprintf(name, sizeof name, "gpt 10 steps: params rel%s", tf32 ? " (TF32)" : "");
+    report(name, sqrt(num / den), param_tol, e0);
+    snprintf(name, sizeof name, "gpt 10 steps: params max%s", tf32 ? " (TF32)" : "");
+    report(name, dp, (tf32 ? 15 : 2) * desc.lr, e0);
     snprintf(name, sizeof name, "gpt 10 steps: grad norm rel%s", tf32 ? " (TF32)" : "");
     report(name, worst_norm, loss_tol, e0);
     CHECK(last < first - 0.1f, "the small GPT did not learn: loss %.4f -> %.4f\n", first, last);
@@ -499,6 +518,7 @@ int main(int argc, char **argv) {
         else { fprintf(stderr, "test_cuda_kernels: unknown flag %s (try --help)\n", argv[i]); return 2; }
     }
     trn_rng_seed(&RNG, seed);
+    trn_set_threads(1); /* the CPU reference: one thread is enough, and never spins */
     test_errors_before_init();
     trn_cuda_set_tf32(0);
     if (trn_cuda_init(0) != TRN_OK) {
@@ -528,9 +548,9 @@ int main(int argc, char **argv) {
     test_meanpool(3, 13, 53);
     test_adamw(1001);
     printf("training a 2-layer GPT (C=48, T=13, V=67) for 10 steps, fp32:\n");
-    test_training(0, 1e-4, 1e-4);
+    test_training(0, 1e-4, 1e-3);
     printf("the same with TF32 matmuls:\n");
-    test_training(1, 2e-2, 2e-2);
+    test_training(1, 1e-2, 0.1);
 
     printf("\n%-40s %12s %10s\n", "kernel", "max|diff|", "tolerance");
     for (size_t i = 0; i < results.size(); i++)

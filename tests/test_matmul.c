@@ -24,7 +24,6 @@ static void *test_malloc(size_t n) { return g_fail_alloc ? NULL : malloc(n); }
 #include "train.h"
 #include "check.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 static trn_rng RNG;
