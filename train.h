@@ -597,8 +597,10 @@ TRNDEF trn_result trn_checkpoint_latest(const char *dir, char *path_out, size_t 
       trn_loader_seek(&loader, &pos);                  //   and back on resume
       ... trn_loader_free(&loader); trn_tokens_free(&data); trn_tokenizer_free(&tok);
 
-   Memory: tokenizer tables and token arrays are counted as RUNTIME; file
-   staging and encoder scratch as TEMP (freed before the call returns).
+   (Calls that return trn_result must be checked; left out above.)
+   Memory: tokenizer tables, token arrays and the loader's order are
+   counted as RUNTIME; the text of trn_text_read_files and the encoder's
+   scratch (freed before encode returns) as TEMP.
    ------------------------------------------------------------------------ */
 
 /* a growable array of token ids; {0} is an empty one */

@@ -103,7 +103,7 @@ static ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUni
     c->rank = rank; c->world = nranks;
     *comm = c;
     if (trn_comm_init(&c->ring, &env, TRN_COMM_TCP, 60.0) != TRN_OK) {
-        snprintf(c->last, sizeof c->last, "init: %s", trn_error_reason());
+        snprintf(c->last, sizeof c->last, "%.500s", trn_error_reason());
         c->async = ncclSystemError;
     }
     if (cfg && cfg->blocking == 0) return ncclInProgress; /* settles at once: async holds the outcome */
