@@ -485,8 +485,11 @@ TRNDEF trn_result trn_meta_get_f64(const trn_meta *meta, const char *key, double
    file must hold nothing else (TRN_ERR_MISMATCH names the tensor, the file
    and both shapes). F16 and BF16 tensors are converted. If the file has a
    trn.crc32c it is verified. meta_out (may be NULL) receives the file's
-   metadata except the kit's own keys. On an error the model's weights may
-   have been partly overwritten: do not use them. */
+   metadata except the kit's own keys. A wrong name or shape is found in
+   the header and leaves the model untouched; after a data error (CRC,
+   I/O) the weights are partly overwritten: do not use them. A training
+   checkpoint is refused here (extra optim.m/v): load its weights with
+   trn_checkpoint_load(path, m, NULL, NULL). */
 TRNDEF trn_result trn_safetensors_save(const char *path, trn_model *m, const trn_meta *meta);
 TRNDEF trn_result trn_safetensors_load(const char *path, trn_model *m, trn_meta *meta_out);
 
@@ -550,7 +553,7 @@ TRNDEF uint32_t trn_crc32c(uint32_t crc, const void *data, size_t n);
    opt->step, opt->desc, opt->lo/hi and m, v (allocating them if NULL), so
    the next trn_adamw_step continues the run bit for bit. The file's
    checksum is required and verified. meta_out (may be NULL) receives the
-   keys you saved. */
+   keys you saved. Errors as for trn_safetensors_load. */
 TRNDEF trn_result trn_checkpoint_save(const char *path, trn_model *m, const trn_adamw *opt,
                                       const trn_meta *meta);
 TRNDEF trn_result trn_checkpoint_load(const char *path, trn_model *m, trn_adamw *opt,
@@ -2971,6 +2974,7 @@ TRNDEF void trn_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <time.h>
+#include <unistd.h>
 #if defined(__SSE4_2__) && defined(__x86_64__)
 #include <nmmintrin.h>
 #endif

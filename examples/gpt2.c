@@ -398,7 +398,11 @@ static trn_result init_inspect(const char *path, int n_head_hint, init_source *s
     c->padded_vocab = pad_vocab(c->vocab_size);
     if (src->file_vocab_rows > c->padded_vocab) c->padded_vocab = src->file_vocab_rows;
     c->n_head = nh > 0 ? (int)nh : n_head_from_config_json(path);
-    if (c->n_head <= 0) c->n_head = n_head_hint > 0 ? n_head_hint : (c->n_embd % 64 == 0 ? c->n_embd / 64 : 1);
+    if (c->n_head <= 0) {
+        c->n_head = n_head_hint > 0 ? n_head_hint : (c->n_embd % 64 == 0 ? c->n_embd / 64 : 1);
+        printf("note: %s does not say its head count (no config.json beside it): using %d%s\n", path, c->n_head,
+               n_head_hint > 0 ? " from --model" : ", head size 64 as in every GPT-2");
+    }
     trn_safetensors_close(&f);
     if (c->n_layer == 0) return trn_fail(TRN_ERR_MISMATCH, "%s: no h.0.ln_1.weight: not a GPT-2 model", path);
     if (c->n_embd % c->n_head) return trn_fail(TRN_ERR_MISMATCH, "%s: %d channels do not split into %d heads", path, c->n_embd, c->n_head);
@@ -773,6 +777,10 @@ static void run_to_meta(const run_args *a, trn_meta *meta) {
     trn_meta_set_u64(meta, "run.steps", (uint64_t)a->steps);
     trn_meta_set_u64(meta, "run.seed", (uint64_t)a->seed);
     trn_meta_set_u64(meta, "run.overfit", (uint64_t)a->overfit);
+    trn_meta_set_u64(meta, "run.eval_every", (uint64_t)a->eval_every);
+    trn_meta_set_u64(meta, "run.eval_batches", (uint64_t)a->eval_batches);
+    trn_meta_set_u64(meta, "run.ckpt_every", (uint64_t)a->ckpt_every);
+    trn_meta_set_u64(meta, "run.keep", (uint64_t)a->keep);
     trn_meta_set_f64(meta, "run.lr", a->lr);
     trn_meta_set_f64(meta, "run.min_lr", a->min_lr);
     trn_meta_set_f64(meta, "run.weight_decay", a->weight_decay);
@@ -856,9 +864,9 @@ int main(int argc, char **argv) {
     a.clip = -1;             // gradient clipping [1.0]
     a.seed = -1;             // everything random [1337]
     a.eval_every = -1;       // validation period [steps / 10]
-    a.eval_batches = 8;      // batches per validation
+    a.eval_batches = -1;     // batches per validation [8]
     a.ckpt_every = -1;       // checkpoint period [eval_every]
-    a.keep = 3;              // checkpoints kept
+    a.keep = -1;             // checkpoints kept [3]
     a.sample = -1;           // tokens sampled at the end [400 bytes / 100 BPE tokens]
     a.temperature = 0.8f;    // sampling temperature
     a.top_k = 40;            // sample among the k most likely tokens
@@ -931,6 +939,10 @@ int main(int argc, char **argv) {
     FROM_CK_INT(warmup, "run.warmup");
     FROM_CK_INT(steps, "run.steps");
     FROM_CK_INT(seed, "run.seed");
+    FROM_CK_INT(eval_every, "run.eval_every");
+    FROM_CK_INT(eval_batches, "run.eval_batches");
+    FROM_CK_INT(ckpt_every, "run.ckpt_every");
+    FROM_CK_INT(keep, "run.keep");
     FROM_CK_F(lr, "run.lr");
     FROM_CK_F(min_lr, "run.min_lr");
     FROM_CK_F(weight_decay, "run.weight_decay");
@@ -990,6 +1002,8 @@ int main(int argc, char **argv) {
     if (a.seed < 0) a.seed = 1337;
     if (a.eval_every < 0) a.eval_every = a.steps >= 10 ? (int)(a.steps / 10) : 1;
     if (a.ckpt_every < 0) a.ckpt_every = a.eval_every;
+    if (a.eval_batches < 0) a.eval_batches = 8;
+    if (a.keep < 0) a.keep = 3;
     if (a.sample < 0) a.sample = cfg.vocab_size <= 256 ? 400 : 100;
     if (a.seq > cfg.block_size) die("--seq %d is longer than the model's context of %d tokens", a.seq, cfg.block_size);
     if (a.min_lr > a.lr) die("--min-lr %g is above --lr %g", a.min_lr, a.lr);
@@ -1097,6 +1111,7 @@ int main(int argc, char **argv) {
     snprintf(title, sizeof title, "examples/gpt2: L=%d C=%d, %s, batch %dx%d", cfg.n_layer, cfg.n_embd,
              a.data ? a.data : "the kit's text", B, T);
     double t_start = now_s();
+    long long first_step = step + 1;
     float first_loss = -1, last_loss = -1, val = -1;
     long long val_step = -1;
 
@@ -1174,8 +1189,9 @@ int main(int argc, char **argv) {
 
     // --- the end: a final validation, the plot, the weights, a sample
     if (val_step != step || a.eval_every == 0) EVALUATE();
-    if (a.steps > 0 && first_loss >= 0)
-        printf("trained %lld steps in %.1f s: loss %.4f -> %.4f, val_loss %.4f\n", a.steps, wall, first_loss, last_loss, val);
+    if (first_loss >= 0)
+        printf("trained steps %lld..%lld in %.1f s: loss %.4f -> %.4f, val_loss %.4f\n", first_step, a.steps, wall,
+               first_loss, last_loss, val);
     printf("final val_loss %.9g\n", val);
     snprintf(path, sizeof path, "%s/loss.svg", a.out);
     write_plot(path, &hist, title);

@@ -111,7 +111,10 @@ typedef struct config {
     int width;        // 20000: the real experiment
     int batch;        // 8 rows: activations stay tiny, the point is the rest
     int steps;        // 2: the first step (moments appear) and steady state
-    float lr;         // AdamW learning rate
+    float lr;         // AdamW learning rate: 0.04 / width unless given. Adam's
+                      // first step moves every weight by about lr, and a unit of
+                      // a width-W layer adds up W such moves, so a stable lr
+                      // shrinks as 1/W (the muP rule): 2e-6 at width 20000
     float clip;       // global-norm clipping (standard step only); 0 = off
     int clip_given;   // --clip was on the command line
     int fused;        // --fused-step
@@ -129,7 +132,7 @@ static void usage(FILE *f) {
             "  --width N        layer width (default 20000, the real experiment; 2000 for CI)\n"
             "  --batch N        rows per batch (default 8)\n"
             "  --steps N        training steps, at least 2 (default 2)\n"
-            "  --lr X           AdamW learning rate (default 1e-4)\n"
+            "  --lr X           AdamW learning rate (default 0.04/width: 2e-6 at 20000)\n"
             "  --clip X         clip the global gradient norm to X (default 1.0; 0 = off;\n"
             "                   not possible with --fused-step)\n"
             "  --fused-step     apply AdamW inside backward, block by block: no gradient buffer\n"
@@ -169,7 +172,7 @@ static int parse_float(const char *flag, const char *s, float lo, float hi, floa
 // returns 0 to go on, or the exit code (0 for --help, 2 for bad input)
 static int parse_args(int argc, char **argv, config *c, int *exit_code) {
     int i, seed = 1;
-    c->width = 20000; c->batch = 8; c->steps = 2; c->lr = 1e-4f; c->clip = 1.0f; c->clip_given = 0;
+    c->width = 20000; c->batch = 8; c->steps = 2; c->lr = 0.0f; c->clip = 1.0f; c->clip_given = 0;
     c->fused = 0; c->block_rows = 0; c->seed = 1; c->threads = 0;
     c->out = "runs/linear_memory";
     *exit_code = 0;
@@ -185,7 +188,7 @@ static int parse_args(int argc, char **argv, config *c, int *exit_code) {
         if (!strcmp(a, "--width")) ok = parse_int(a, v, 4, 46340, &c->width);
         else if (!strcmp(a, "--batch")) ok = parse_int(a, v, 1, 4096, &c->batch);
         else if (!strcmp(a, "--steps")) ok = parse_int(a, v, 2, 1000000, &c->steps);
-        else if (!strcmp(a, "--lr")) ok = parse_float(a, v, 0.0f, 10.0f, &c->lr);
+        else if (!strcmp(a, "--lr")) ok = parse_float(a, v, 1e-12f, 10.0f, &c->lr);
         else if (!strcmp(a, "--clip")) { ok = parse_float(a, v, 0.0f, 1e30f, &c->clip); c->clip_given = 1; }
         else if (!strcmp(a, "--block-rows")) ok = parse_int(a, v, 1, 46340, &c->block_rows);
         else if (!strcmp(a, "--seed")) { ok = parse_int(a, v, 0, 2147483647, &seed); c->seed = (uint64_t)seed; }
@@ -202,6 +205,7 @@ static int parse_args(int argc, char **argv, config *c, int *exit_code) {
         *exit_code = 2; return 1;
     }
     if (c->fused) c->clip = 0.0f;
+    if (c->lr == 0.0f) c->lr = 0.04f / (float)c->width;
     if (c->block_rows == 0) c->block_rows = c->width / 64 > 0 ? c->width / 64 : 1;
     if (c->block_rows > c->width) c->block_rows = c->width;
     return 0;
@@ -749,8 +753,8 @@ int main(int argc, char **argv) {
     start_rss = trn_os_rss();
     t_start = now_s();
     printf("linear_memory: Linear(%d,%d) -> ReLU -> Linear(%d,%d) -> ReLU -> Linear(%d,1), batch %d, %s step, "
-           "backend %s, %d threads\n", c.width, c.width, c.width, c.width, c.width, c.batch,
-           c.fused ? "fused" : "standard", device->name, trn_get_threads());
+           "lr %g, backend %s, %d threads\n", c.width, c.width, c.width, c.width, c.width, c.batch,
+           c.fused ? "fused" : "standard", (double)c.lr, device->name, trn_get_threads());
 
     // 1. model created: the parameter table, one flat buffer, PyTorch's init
     t = now_s();

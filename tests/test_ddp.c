@@ -59,12 +59,14 @@ static void net_build(net *n, uint64_t seed) {
     n->b1 = trn_param1(&n->m, "b1", NHID);
     n->lw = trn_param1(&n->m, "ln.w", NHID);
     n->lb = trn_param1(&n->m, "ln.b", NHID);
-    n->w2 = trn_param2(&n->m, "w2", NHID, NHID); /* used by two layers */
     n->b2 = trn_param1(&n->m, "b2", NHID);
     n->b2b = trn_param1(&n->m, "b2b", NHID);
     n->w3 = trn_param2(&n->m, "w3", NOUT, NHID);
     n->b3 = trn_param1(&n->m, "b3", NOUT);
     n->unused = trn_param1(&n->m, "unused", 5); /* no op touches it */
+    /* declared last, so its bucket is the first to leave; used by the 2nd
+       and 3rd layers, so it is final only after the 2nd layer's backward */
+    n->w2 = trn_param2(&n->m, "w2", NHID, NHID);
     if (trn_model_alloc(&n->m) != TRN_OK) trn_fatal("net_build: %s", trn_error_reason());
     trn_init_normal(&n->m, n->w1, 0.0f, 0.4f, &rng);
     trn_init_normal(&n->m, n->b1, 0.0f, 0.1f, &rng);
@@ -505,6 +507,83 @@ static void test_shards_and_buckets(void) {
     }
 }
 
+/* The hook, seen from inside: a communicator that only records. Its
+   all_reduce copies the bucket as it is at launch; after backward every
+   copy must equal the final gradients (a bucket that left early would
+   miss a later contribution: here w2, used by two layers). */
+static float *g_snap;
+static int g_launches, g_during;
+static trn_result rec_all_reduce(trn_comm *c, float *x, size_t n, int average) {
+    trn_model *m = (trn_model *)c->impl;
+    memcpy(g_snap + (x - m->grad_data), x, n * sizeof(float));
+    g_launches++;
+    g_during += m->tape_len > 0; /* trn_backward is still walking the tape */
+    return TRN_OK;
+}
+static trn_result rec_bcast(trn_comm *c, void *x, size_t n, int root) { return TRN_OK; }
+static trn_result rec_wait(trn_comm *c) { return TRN_OK; }
+
+static void rec_step(net *n, int step) {
+    float x[2 * ROWS * NIN];
+    int y[2 * ROWS];
+    batch(step, 2 * ROWS, x, y);
+    trn_reset(&n->m);
+    trn_backward(&n->m, net_forward(n, x, y, 2 * ROWS));
+}
+
+static void test_hook(void) {
+    trn_ddp ddp;
+    trn_ddp_desc dd;
+    net n;
+    int step;
+    memset(&dd, 0, sizeof dd);
+    dd.bucket_bytes = 200;
+    memset(&ddp, 0, sizeof ddp);
+    ddp.desc = trn_ddp_defaults(&dd);
+    ddp.world = 2; ddp.sync = 1;          /* a pretend rank 0 of 2 */
+    ddp.comm.kind = TRN_COMM_TCP;
+    ddp.comm.world = 2;
+    ddp.comm.all_reduce = rec_all_reduce;
+    ddp.comm.broadcast = rec_bcast;
+    ddp.comm.wait = rec_wait;
+    net_build(&n, 7);
+    ddp.comm.impl = &n.m;
+    CHECK(trn_ddp_attach(&ddp, &n.m) == TRN_OK && n.m.backward_hook != NULL, "attach installs the hook\n");
+    g_snap = (float *)calloc(n.m.n_floats, sizeof(float));
+    for (step = 0; step < 2; step++) {
+        g_launches = g_during = 0;
+        trn_zero_grad(&n.m);
+        rec_step(&n, step);
+        CHECK(trn_ddp_allreduce_grads(&ddp, &n.m) == TRN_OK, "allreduce\n");
+        CHECK(g_launches == ddp.n_buckets && g_during == ddp.n_buckets,
+              "step %d: %d of %d buckets left during backward\n", step, g_during, ddp.n_buckets);
+        CHECK(memcmp(g_snap, n.m.grad_data, n.m.n_floats * sizeof(float)) == 0,
+              "step %d: every bucket left with its final gradients\n", step);
+    }
+    /* accumulation: sync off for the first pass, on for the last */
+    g_launches = 0;
+    trn_zero_grad(&n.m);
+    trn_ddp_set_sync(&ddp, 0);
+    rec_step(&n, 5);
+    CHECK(g_launches == 0, "sync off: nothing leaves\n");
+    trn_ddp_set_sync(&ddp, 1);
+    rec_step(&n, 6);
+    CHECK(trn_ddp_allreduce_grads(&ddp, &n.m) == TRN_OK && g_launches == ddp.n_buckets &&
+          memcmp(g_snap, n.m.grad_data, n.m.n_floats * sizeof(float)) == 0,
+          "accumulated gradients leave once, complete\n");
+    /* misuse: two backward passes, sync on, no all-reduce between */
+    trn_zero_grad(&n.m);
+    rec_step(&n, 7);
+    rec_step(&n, 8);
+    CHECK(trn_ddp_allreduce_grads(&ddp, &n.m) == TRN_ERR_INVALID && strstr(trn_error_reason(), "trn_ddp_set_sync"),
+          "a second backward without all-reduce is refused: %s\n", trn_error_reason());
+    free(g_snap);
+    ddp.comm.destroy = NULL;
+    trn_ddp_free(&ddp);
+    CHECK(n.m.backward_hook == NULL, "free removes the hook\n");
+    trn_model_free(&n.m);
+}
+
 /* run W ranks with opts; check identity across ranks; return rank 0's
    weights (NULL on failure) */
 static float *run_and_collect(const char *tag, int world, char **opts, size_t n, stats *st) {
@@ -744,6 +823,7 @@ int main(int argc, char **argv) {
         double t = trn__now();
         test_env();
         test_shards_and_buckets();
+        test_hook();
         test_equivalence();
         printf("  (equivalence: %.1f s)\n", trn__now() - t);
         t = trn__now();

@@ -41,13 +41,14 @@ typedef struct net {
     trn_tensor *w1, *b1, *lw, *lb, *w2, *b2, *w3, *b3, *odd;
 } net;
 
-// 128+16+16+16+256+16+64+4+13 = 529 floats: with 3 ranks, 3 equal blocks
-// of 176 (shard sizes are multiples of 16 floats) and a tail of 1 that the
-// last rank also owns
+// 13+128+16+16+16+256+16+64+4 = 529 floats: with 3 ranks, 3 equal blocks
+// of 176 (shard sizes are multiples of 16 floats) and a tail of 1 (b3's
+// last bias) that the last rank also owns
 static void net_build(net *n, const trn_backend *be, uint64_t seed) {
     trn_rng rng;
     trn_rng_seed(&rng, seed);
     trn_model_init(&n->m, be);
+    n->odd = trn_param1(&n->m, "odd", 13); // not used by any op
     n->w1 = trn_param2(&n->m, "w1", NHID, NIN);
     n->b1 = trn_param1(&n->m, "b1", NHID);
     n->lw = trn_param1(&n->m, "ln.w", NHID);
@@ -55,8 +56,7 @@ static void net_build(net *n, const trn_backend *be, uint64_t seed) {
     n->w2 = trn_param2(&n->m, "w2", NHID, NHID);
     n->b2 = trn_param1(&n->m, "b2", NHID);
     n->w3 = trn_param2(&n->m, "w3", NOUT, NHID);
-    n->b3 = trn_param1(&n->m, "b3", NOUT);
-    n->odd = trn_param1(&n->m, "odd", 13); // not used by any op
+    n->b3 = trn_param1(&n->m, "b3", NOUT); // last: the tail is b3's last float
     if (trn_model_alloc(&n->m) != TRN_OK) trn_fatal("net_build: %s", trn_error_reason());
     trn_init_normal(&n->m, n->w1, 0.0f, 0.4f, &rng);
     trn_init_normal(&n->m, n->b1, 0.0f, 0.1f, &rng);

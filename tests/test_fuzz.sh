@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/test_fuzz.sh - a short fuzz run of the safetensors reader
 # (tests/fuzz_safetensors.c): libFuzzer with AddressSanitizer and UBSan,
-# built here with clang, for FUZZ_SECONDS (default 25) on a seed corpus
+# built here with clang, for FUZZ_SECONDS (default 20) on a seed corpus
 # of files the kit writes plus hand-made foreign ones. Any crash, leak of
 # a TEMP buffer, sanitizer report or timeout fails the test; the crashing
 # input is kept as tests/bin/fuzz-crash-*.
@@ -14,7 +14,7 @@ pass=0; fail=0
 ok()  { pass=$((pass + 1)); }
 bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
 finish() { echo "$pass passed, $fail failed"; [ "$fail" = 0 ]; exit $?; }
-secs=${FUZZ_SECONDS:-25}
+secs=${FUZZ_SECONDS:-20}
 tmp=$(mktemp -d /tmp/trn_fuzz.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 mkdir -p tests/bin
