@@ -685,61 +685,66 @@ static double trn__cuda_sum_squares(const float *x, size_t n) {
     return total;
 }
 
-/* attention. Per batch row b, the NH heads are one strided-batched GEMM:
-   head h's Q, K, V start h*hs floats apart in qkv (row stride 3C), its
-   (T,T) block of att starts h*T*T apart. Shapes as in train.h's CPU
-   version: S = Q K^T * scale; P = softmax(S); O = P V. */
+/* attention. Every (b,h) pair is one small GEMM. Their operands sit at
+   regular strides: head h of batch row b starts at b*T*3C + h*hs in qkv
+   (row stride 3C), at b*T*C + h*hs in out, and its (T,T) block of att at
+   (b*NH + h)*T*T. So a strided-batched call covers all heads of one b, or
+   all b of one head: we loop over the smaller of B and NH and batch the
+   larger. Shapes as in train.h's CPU version:
+     S = Q K^T * scale;  P = softmax(S, causal mask);  O = P V            */
+typedef struct trn__cuda_bh { const float *p; int ld; long long sb, sh; } trn__cuda_bh;
+
+static void trn__cuda_gemm_bh(const char *file, int line, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                              int k, float alpha, trn__cuda_bh A, trn__cuda_bh Bm, float beta, float *C, int ldc,
+                              long long csb, long long csh, int B, int NH) {
+    int i;
+    if (B >= NH)
+        for (i = 0; i < NH; i++)
+            trn__cuda_gemm(file, line, ta, tb, m, n, k, alpha, A.p + i * A.sh, A.ld, A.sb, Bm.p + i * Bm.sh, Bm.ld,
+                           Bm.sb, beta, C + i * csh, ldc, csb, B);
+    else
+        for (i = 0; i < B; i++)
+            trn__cuda_gemm(file, line, ta, tb, m, n, k, alpha, A.p + i * A.sb, A.ld, A.sh, Bm.p + i * Bm.sb, Bm.ld,
+                           Bm.sh, beta, C + i * csb, ldc, csh, NH);
+}
+#define TRN__CUDA_GEMM_BH(...) trn__cuda_gemm_bh(__FILE__, __LINE__, __VA_ARGS__)
+
 static void trn__cuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH,
                                         int causal) {
-    int hs = C / NH, C3 = 3 * C, b;
+    int hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
-    long long TT = (long long)T * T;
+    long long TT = (long long)T * T, sq = (long long)T * C3;
+    trn__cuda_bh q = {qkv, C3, sq, hs}, k = {qkv + C, C3, sq, hs}, v = {qkv + 2 * C, C3, sq, hs};
+    trn__cuda_bh P = {att, T, NH * TT, TT};
     if (B <= 0 || T <= 0) return;
-    for (b = 0; b < B; b++) {
-        const float *q = qkv + (size_t)b * T * C3, *k = q + C;
-        float *P = att + (size_t)b * NH * TT;
-        /* S (T,T) = Q K^T:  S^T = K Q^T, K-as-(hs,T) transposed, Q-as-(hs,T) */
-        TRN__CUDA_GEMM(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, scale, k, C3, hs, q, C3, hs, 0.0f, P, T, TT, NH);
-    }
+    /* S (T,T) = Q K^T:  S^T = K Q^T, with K-as-(hs,T) transposed and Q-as-(hs,T) */
+    TRN__CUDA_GEMM_BH(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, scale, k, q, 0.0f, att, T, NH * TT, TT, B, NH);
     TRN_CUDA_LAUNCH(trn__k_softmax_fwd, dim3((unsigned)((B * NH * T + 7) / 8)), dim3(256), 0, trn__cu.stream, att,
                     B * NH * T, T, causal);
-    for (b = 0; b < B; b++) {
-        const float *v = qkv + (size_t)b * T * C3 + 2 * C;
-        const float *P = att + (size_t)b * NH * TT;
-        /* O (T,hs) = P V:  O^T = V^T P^T, V-as-(hs,T), P-as-(T,T) = P^T */
-        TRN__CUDA_GEMM(CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, v, C3, hs, P, T, TT, 0.0f, out + (size_t)b * T * C, C, hs,
-                  NH);
-    }
+    /* O (T,hs) = P V:  O^T = V^T P^T, with V-as-(hs,T) and P-as-(T,T) = P^T */
+    TRN__CUDA_GEMM_BH(CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, v, P, 0.0f, out, C, (long long)T * C, hs, B, NH);
 }
 
 static void trn__cuda_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
                                          const float *att, int B, int T, int C, int NH, int causal) {
-    int hs = C / NH, C3 = 3 * C, b;
+    int hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
-    long long TT = (long long)T * T;
+    long long TT = (long long)T * T, sq = (long long)T * C3;
+    trn__cuda_bh q = {qkv, C3, sq, hs}, k = {qkv + C, C3, sq, hs}, v = {qkv + 2 * C, C3, sq, hs};
+    trn__cuda_bh P = {att, T, NH * TT, TT}, dO = {dout, C, (long long)T * C, hs}, dS = {scratch, T, NH * TT, TT};
     (void)causal; /* masked entries have P = 0, so dS = 0 there */
     if (!dqkv || B <= 0 || T <= 0) return;
-    for (b = 0; b < B; b++) {
-        const float *v = qkv + (size_t)b * T * C3 + 2 * C;
-        const float *dO = dout + (size_t)b * T * C;
-        const float *P = att + (size_t)b * NH * TT;
-        float *dP = scratch + (size_t)b * NH * TT, *dv = dqkv + (size_t)b * T * C3 + 2 * C;
-        /* dP (T,T) = dO V^T:  dP^T = V dO^T */
-        TRN__CUDA_GEMM(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, v, C3, hs, dO, C, hs, 0.0f, dP, T, TT, NH);
-        /* dV (T,hs) += P^T dO:  dV^T = dO^T P */
-        TRN__CUDA_GEMM(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, dO, C, hs, P, T, TT, 1.0f, dv, C3, hs, NH);
-    }
+    /* dP (T,T) = dO V^T:  dP^T = V dO^T  (into scratch) */
+    TRN__CUDA_GEMM_BH(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, v, dO, 0.0f, scratch, T, NH * TT, TT, B, NH);
+    /* dV (T,hs) += P^T dO:  dV^T = dO^T P */
+    TRN__CUDA_GEMM_BH(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, dO, P, 1.0f, dqkv + 2 * C, C3, sq, hs, B, NH);
+    /* dS = P * (dP - rowsum(dP * P)), in place */
     TRN_CUDA_LAUNCH(trn__k_softmax_bwd, dim3((unsigned)((B * NH * T + 7) / 8)), dim3(256), 0, trn__cu.stream,
                     scratch, att, B * NH * T, T);
-    for (b = 0; b < B; b++) {
-        const float *q = qkv + (size_t)b * T * C3, *k = q + C;
-        const float *dS = scratch + (size_t)b * NH * TT;
-        float *dq = dqkv + (size_t)b * T * C3, *dk = dq + C;
-        /* dQ (T,hs) += scale dS K:  dQ^T = K^T dS^T, K-as-(hs,T), dS-as-(T,T) = dS^T */
-        TRN__CUDA_GEMM(CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, scale, k, C3, hs, dS, T, TT, 1.0f, dq, C3, hs, NH);
-        /* dK (T,hs) += scale dS^T Q:  dK^T = Q^T dS */
-        TRN__CUDA_GEMM(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, scale, q, C3, hs, dS, T, TT, 1.0f, dk, C3, hs, NH);
-    }
+    /* dQ (T,hs) += scale dS K:  dQ^T = K^T dS^T, with K-as-(hs,T) and dS-as-(T,T) = dS^T */
+    TRN__CUDA_GEMM_BH(CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, scale, k, dS, 1.0f, dqkv, C3, sq, hs, B, NH);
+    /* dK (T,hs) += scale dS^T Q:  dK^T = Q^T dS */
+    TRN__CUDA_GEMM_BH(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, scale, q, dS, 1.0f, dqkv + C, C3, sq, hs, B, NH);
 }
 
 static void trn__cuda_crossentropy_forward(float *losses, float *lse, const float *logits, const int *targets, int N,

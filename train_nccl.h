@@ -113,7 +113,7 @@ extern "C" {
    >>env
    Who am I? Launchers tell each process its place in environment
    variables. trn_dist_env_read looks for them in this order (the first
-   launcher whose rank variable is set wins, so torchrun inside an Slurm
+   launcher whose rank variable is set wins, so torchrun inside a Slurm
    allocation is torchrun):
       torchrun   RANK, WORLD_SIZE, LOCAL_RANK
       Open MPI   OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK
@@ -234,9 +234,10 @@ typedef struct trn_ddp {
 } trn_ddp;
 
 TRNDEF trn_ddp_desc trn_ddp_defaults(const trn_ddp_desc *desc);
-/* read the launcher's environment, pick the GPU (cudaSetDevice(local
-   rank)), rendezvous, create the communicator. Call it before building
-   the model (the model's memory must be on this rank's GPU). */
+/* read the launcher's environment, pick the GPU (NCCL builds:
+   trn_cuda_init(local rank)), rendezvous, create the communicator. Call
+   it before building the model: the model's memory must be on this
+   rank's GPU. */
 TRNDEF trn_result trn_ddp_init(trn_ddp *ddp, const trn_ddp_desc *desc);
 /* the model's weights (trn_model_alloc done) become rank 0's; plan the
    buckets; install the backward hook */
@@ -1443,13 +1444,16 @@ TRNDEF trn_result trn_ddp_init(trn_ddp *ddp, const trn_ddp_desc *desc) {
 #if !defined(TRAIN_NCCL_CPU_ONLY)
     if (ddp->desc.comm != TRN_COMM_TCP) { /* one GPU per rank: the local rank's */
         int n = 0;
-        if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0)
-            return trn_fail(TRN_ERR_BACKEND, "rank %d: no CUDA device", ddp->rank);
-        if (ddp->local_rank >= n)
+        if (cudaGetDeviceCount(&n) == cudaSuccess && n > 0 && ddp->local_rank >= n)
             return trn_fail(TRN_ERR_INVALID, "rank %d: local rank %d but this node has %d GPU(s): start at most %d ranks per node",
                             ddp->rank, ddp->local_rank, n, n);
+        cudaGetLastError();
         /* the backend's device, stream and cuBLAS handle, on this GPU */
-        if ((rc = trn_cuda_init(ddp->local_rank)) != TRN_OK) return rc;
+        if ((rc = trn_cuda_init(ddp->local_rank)) != TRN_OK) {
+            char why[512];
+            snprintf(why, sizeof why, "%s", trn_error_reason());
+            return trn_fail(rc, "rank %d: %s", ddp->rank, why);
+        }
     }
 #endif
     return trn_comm_init(&ddp->comm, &ddp->env, ddp->desc.comm, ddp->desc.timeout_s);

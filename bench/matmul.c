@@ -16,11 +16,17 @@
 // (OC=V=50304), for N = B*T = 256 and 4096 rows.
 // Each cell is the median of several timed calls after one warm-up call;
 // "ratio" is kit / OpenBLAS (above 1: the kit is faster). A last table times
-// small products (one attention head, a few rows) for information.
+// small products (one attention head, a few rows) for information; the
+// attention ones run on one thread for both, as the kit runs them (one head
+// per thread inside the attention op's own parallel loop).
 //
 // Both libraries keep worker threads that spin for a while after a call
 // (OpenBLAS for up to ~0.1 s), which would steal a core from the other one;
 // the bench therefore sleeps 0.15 s before timing each side.
+// Run it on an otherwise idle machine: when other processes compete for the
+// cores, OpenMP's spinning threads lose their share of the CPU and the kit's
+// numbers drop far more than OpenBLAS's (OMP_WAIT_POLICY=passive helps
+// there). The bench prints a warning when the load average says so.
 //
 // build: -lopenblas
 // requires: test -f /usr/include/x86_64-linux-gnu/cblas.h -o -f /usr/include/cblas.h -o -f /usr/include/openblas/cblas.h
@@ -33,12 +39,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 typedef struct product {
     const char *layer, *what; /* "qkv", "fwd" */
     int rows;                 /* N = B*T of the step it belongs to */
     int ta, tb, M, N, K;
     float beta;
+    int one_thread;           /* run on one thread, as the kit does (attention) */
 } product;
 
 typedef struct result {
@@ -78,10 +86,14 @@ static void run_blas(const product *p, float beta, float *C) {
 }
 
 /* median GFLOP/s of `reps` calls after one warm-up call (beta 0, kept in C) */
+static int g_threads;
+
 static double time_side(int kit, const product *p, int reps) {
     double t[64], flops = 2.0 * p->M * p->N * p->K;
     float *C = kit ? buf_kit : buf_blas;
-    int r;
+    int r, nt = p->one_thread ? 1 : g_threads;
+    openblas_set_num_threads(nt);
+    trn_set_threads(nt);
     sleep_s(0.15);
     if (kit) run_kit(p, 0.0f, C); else run_blas(p, 0.0f, C);
     for (r = 0; r < reps; r++) {
@@ -162,15 +174,14 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    openblas_set_num_threads(threads);
-    trn_set_threads(threads);
+    g_threads = threads;
 
     for (r = 0; r < (quick ? 1 : 2); r++) {
         for (l = 0; l < (int)(sizeof layers / sizeof layers[0]); l++) {
             int N = rows_all[r], OC = layers[l].oc, C = layers[l].c;
-            product fwd = {layers[l].name, "fwd", N, 0, 1, N, OC, C, 0.0f};
-            product bx = {layers[l].name, "bwd-x", N, 0, 0, N, C, OC, 1.0f};
-            product bw = {layers[l].name, "bwd-w", N, 1, 0, OC, C, N, 1.0f};
+            product fwd = {layers[l].name, "fwd", N, 0, 1, N, OC, C, 0.0f, 0};
+            product bx = {layers[l].name, "bwd-x", N, 0, 0, N, C, OC, 1.0f, 0};
+            product bw = {layers[l].name, "bwd-w", N, 1, 0, OC, C, N, 1.0f, 0};
             prods[n_prods++] = fwd;
             prods[n_prods++] = bx;
             prods[n_prods++] = bw;
@@ -178,14 +189,15 @@ int main(int argc, char **argv) {
     }
     {   /* small products: one attention head (T=256, hs=64) and a few rows */
         product s[] = {
-            {"attn head", "QK^T", 256, 0, 1, 256, 256, 64, 0.0f},
-            {"attn head", "PV", 256, 0, 0, 256, 64, 256, 0.0f},
-            {"attn head", "dK", 256, 1, 0, 256, 64, 256, 1.0f},
-            {"4 rows", "fwd", 4, 0, 1, 4, 768, 768, 0.0f},
-            {"4 rows", "bwd-w", 4, 1, 0, 768, 768, 4, 1.0f},
-            {"1 row", "fwd", 1, 0, 1, 1, 3072, 768, 0.0f},
-            {"10 classes", "fwd", 64, 0, 1, 64, 10, 784, 0.0f},
-            {"tiny", "fwd", 7, 0, 0, 7, 13, 5, 0.0f},
+            {"attn head", "QK^T", 256, 0, 1, 256, 256, 64, 0.0f, 1},
+            {"attn head", "PV", 256, 0, 0, 256, 64, 256, 0.0f, 1},
+            {"attn head", "dK", 256, 1, 0, 256, 64, 256, 1.0f, 1},
+            {"4 rows", "fwd", 4, 0, 1, 4, 768, 768, 0.0f, 0},
+            {"4 rows", "bwd-x", 4, 0, 0, 4, 768, 3072, 1.0f, 0},
+            {"4 rows", "bwd-w", 4, 1, 0, 768, 768, 4, 1.0f, 0},
+            {"1 row", "fwd", 1, 0, 1, 1, 3072, 768, 0.0f, 0},
+            {"10 classes", "fwd", 64, 0, 1, 64, 10, 784, 0.0f, 0},
+            {"tiny", "fwd", 7, 0, 0, 7, 13, 5, 0.0f, 0},
         };
         for (i = 0; i < (int)(sizeof s / sizeof s[0]); i++) small[n_small++] = s[i];
     }
@@ -211,8 +223,17 @@ int main(int argc, char **argv) {
 
     printf("trn_sgemm (train.h, %s) vs OpenBLAS cblas_sgemm (%s, core %s)\n", kernel_name(),
            openblas_get_config(), openblas_get_corename());
-    printf("threads: %d for both; GFLOP/s = 2*M*N*K / time, median of 3-15 calls after a warm-up\n\n",
+    printf("threads: %d for both; GFLOP/s = 2*M*N*K / time, median of 3-15 calls after a warm-up\n",
            threads);
+    {
+        double load[1];
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        if (getloadavg(load, 1) == 1 && load[0] > 0.5)
+            printf("WARNING: load average %.1f on %ld CPUs: other processes compete for the cores and\n"
+                   "         the numbers below are unreliable (the kit's OpenMP threads suffer most)\n",
+                   load[0], cpus);
+    }
+    printf("\n");
     printf("  rows  layer       product      M      N      K     kit  openblas  ratio\n");
     for (i = 0; i < n_prods; i++) {
         const product *p = &prods[i];
@@ -227,16 +248,16 @@ int main(int argc, char **argv) {
     printf("\nmin ratio kit/openblas: %.2f (rows %d, %s %s)\n", min_ratio, prods[min_at].rows,
            prods[min_at].layer, prods[min_at].what);
 
-    printf("\nsmall products (information; the kit runs these on one thread below 2^19 M*N*K):\n");
-    printf("  what        product      M      N      K     kit  openblas  ratio\n");
+    printf("\nsmall products (information; the kit uses one thread below 2^21 M*N*K):\n");
+    printf("  what        product      M      N      K  thr     kit  openblas  ratio\n");
     for (i = 0; i < n_small; i++) {
         const product *p = &small[i];
         result res = measure(p, 0.05);
         double ratio = res.kit / res.blas;
         if (ratio < min_small) { min_small = ratio; min_small_at = i; }
         if (res.max_err > worst_err) worst_err = res.max_err;
-        printf("  %-10s  %-7s %6d %6d %6d  %6.1f  %8.1f  %5.2f\n", p->layer, p->what, p->M, p->N,
-               p->K, res.kit, res.blas, ratio);
+        printf("  %-10s  %-7s %6d %6d %6d  %3d  %6.1f  %8.1f  %5.2f\n", p->layer, p->what, p->M, p->N,
+               p->K, p->one_thread ? 1 : threads, res.kit, res.blas, ratio);
         fflush(stdout);
     }
     printf("\nmin ratio on small products: %.2f (%s %s)\n", min_small, small[min_small_at].layer,

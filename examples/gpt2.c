@@ -46,13 +46,21 @@
 // The one place where the backend is chosen. Everything below only talks
 // to the model through train.h, which routes each op to m->backend.
 #ifdef TRN_USE_CUDA
-#include "train_cuda.h"
-#define GPT2_BACKEND() trn_cuda_backend()
-#define GPT2_DEVICE_NAME "cuda"
-#else
-#define GPT2_BACKEND() NULL /* NULL = the CPU backend */
-#define GPT2_DEVICE_NAME "cpu"
+#ifndef TRAIN_CUDA_IMPLEMENTATION
+#define TRAIN_CUDA_IMPLEMENTATION
 #endif
+#include "train_cuda.h"
+static const trn_backend *gpt2_backend(void) {
+    if (trn_cuda_init(0) != TRN_OK) {
+        fprintf(stderr, "gpt2: %s\n", trn_error_reason());
+        exit(1);
+    }
+    return trn_cuda_backend();
+}
+#else
+static const trn_backend *gpt2_backend(void) { return NULL; } // NULL = the CPU backend
+#endif
+#define GPT2_BACKEND() gpt2_backend()
 
 static double now_s(void) {
     struct timespec ts;
@@ -585,12 +593,14 @@ static void load_tokens(trn_tokens *tokens, const char *data, const trn_tokenize
 // ===========================================================================
 
 // mean validation loss over the first n validation batches (fixed, so
-// every evaluation sees the same tokens). Like torch.no_grad(): no tape.
-static float evaluate(gpt2 *g, trn_loader *ld, int n, int *x, int *y, int B, int T) {
+// every evaluation sees the same tokens); with --overfit, the loss of the
+// one memorized batch already in x, y. Like torch.no_grad(): no tape.
+static float evaluate(gpt2 *g, trn_loader *ld, int overfit, int n, int *x, int *y, int B, int T) {
     double sum = 0.0;
     g->m.grad_enabled = 0;
+    if (overfit) n = 1;
     for (int i = 0; i < n; i++) {
-        trn_loader_val_batch(ld, i, x, y);
+        if (!overfit) trn_loader_val_batch(ld, i, x, y);
         trn_reset(&g->m);
         sum += trn_item(&g->m, gpt2_loss(g, x, y, B, T));
     }
@@ -665,6 +675,16 @@ static void hist_push(float **a, float **b, int *n, int *cap, float x, float y) 
     (*a)[*n] = x;
     (*b)[*n] = y;
     (*n)++;
+}
+
+// a validation result: on stdout, into the --log JSONL, into the plot
+static void report_val(FILE *logf, history *h, long long step, float val) {
+    printf("step %5lld | val_loss %.4f\n", step, val);
+    if (logf) {
+        fprintf(logf, "{\"step\":%lld,\"val_loss\":%.9g}\n", step, val);
+        fflush(logf);
+    }
+    hist_push(&h->vstep, &h->vloss, &h->nv, &h->capv, (float)step, val);
 }
 
 // a number after "key": in one line of our JSONL (or 0 if absent)
@@ -876,7 +896,14 @@ int main(int argc, char **argv) {
         const char *f = argv[i];
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) { usage(stdout); return 0; }
         if (!strcmp(f, "--overfit")) { a.overfit = 1; continue; }
-        if (strncmp(f, "--", 2) != 0) die("unexpected argument '%s' (see --help)", f);
+        static const char *with_value[] = {"--model", "--data", "--bpe", "--init", "--out", "--resume", "--log",
+                                           "--prompt", "--dump-logits", "--steps", "--batch", "--seq",
+                                           "--grad-accum", "--warmup", "--eval-every", "--eval-batches",
+                                           "--ckpt-every", "--keep", "--sample", "--top-k", "--threads", "--seed",
+                                           "--lr", "--min-lr", "--weight-decay", "--clip", "--temperature"};
+        int known = 0;
+        for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) known |= !strcmp(f, with_value[k]);
+        if (!known) die("unknown %s '%s' (see --help)", strncmp(f, "--", 2) ? "argument" : "flag", f);
         if (i + 1 >= argc) die("%s needs a value (see --help)", f);
         const char *v = argv[++i];
         if (!strcmp(f, "--model")) a.model = v;
@@ -906,7 +933,6 @@ int main(int argc, char **argv) {
         else if (!strcmp(f, "--weight-decay")) a.weight_decay = parse_float(f, v, 0, 10);
         else if (!strcmp(f, "--clip")) a.clip = parse_float(f, v, 0, 1e9);
         else if (!strcmp(f, "--temperature")) a.temperature = parse_float(f, v, 1e-3, 100);
-        else die("unknown flag %s (see --help)", f);
     }
     if (a.threads > 0) trn_set_threads(a.threads);
 
@@ -1115,23 +1141,9 @@ int main(int argc, char **argv) {
     float first_loss = -1, last_loss = -1, val = -1;
     long long val_step = -1;
 
-    // evaluation: validation loss (the memorized batch for --overfit)
-#define EVALUATE()                                                                                 \
-    do {                                                                                           \
-        if (a.overfit) {                                                                           \
-            g.m.grad_enabled = 0;                                                                  \
-            trn_reset(&g.m);                                                                       \
-            val = trn_item(&g.m, gpt2_loss(&g, x, y, B, T));                                       \
-            g.m.grad_enabled = 1;                                                                  \
-        } else {                                                                                   \
-            val = evaluate(&g, &ld, a.eval_batches, x, y, B, T);                                   \
-        }                                                                                          \
-        val_step = step;                                                                           \
-        printf("step %5lld | val_loss %.4f\n", step, val);                                         \
-        if (logf) fprintf(logf, "{\"step\":%lld,\"val_loss\":%.9g}\n", step, val), fflush(logf);   \
-        hist_push(&hist.vstep, &hist.vloss, &hist.nv, &hist.capv, (float)step, val);              \
-    } while (0)
-    if (step == 0 && a.eval_every > 0 && a.steps > 0) EVALUATE();
+#define VALIDATE()                                                                                 \
+    (val = evaluate(&g, &ld, a.overfit, a.eval_batches, x, y, B, T), val_step = step, report_val(logf, &hist, step, val))
+    if (step == 0 && a.eval_every > 0 && a.steps > 0) VALIDATE();
 
     // --- the training loop
     while (step < a.steps) {
@@ -1163,7 +1175,7 @@ int main(int argc, char **argv) {
                     step, loss, lr, norm, ms, tps, mem), fflush(logf);
         hist_push(&hist.step, &hist.loss, &hist.n, &hist.cap, (float)step, loss);
         if (a.eval_every > 0 && (step % a.eval_every == 0 || step == a.steps)) {
-            EVALUATE();
+            VALIDATE();
             snprintf(path, sizeof path, "%s/loss.svg", a.out);
             write_plot(path, &hist, title);
         }
@@ -1188,7 +1200,7 @@ int main(int argc, char **argv) {
     double wall = now_s() - t_start;
 
     // --- the end: a final validation, the plot, the weights, a sample
-    if (val_step != step || a.eval_every == 0) EVALUATE();
+    if (val_step != step || a.eval_every == 0) VALIDATE();
     if (first_loss >= 0)
         printf("trained steps %lld..%lld in %.1f s: loss %.4f -> %.4f, val_loss %.4f\n", first_step, a.steps, wall,
                first_loss, last_loss, val);
@@ -1203,6 +1215,7 @@ int main(int argc, char **argv) {
         CHECK_OK(trn_safetensors_save(path, &g.m, &meta));
         printf("wrote %s and %s/loss.svg\n", path, a.out);
     }
+    trn_ledger_print("memory: what the kit allocated (peak = the step's high-water mark)");
     if (a.dump_logits) { // the logits of validation batch 0, for comparisons
         FILE *f = fopen(a.dump_logits, "wb");
         if (!f) die("--dump-logits %s: %s", a.dump_logits, strerror(errno));

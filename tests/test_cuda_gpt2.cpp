@@ -1,4 +1,4 @@
-// build: -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+// build: -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined -Wno-maybe-uninitialized
 // requires: test -f examples/gpt2.c
 /* tests/test_cuda_gpt2.cpp - 10 training steps of examples/gpt2.c's model
    (its own code: gpt2_create, gpt2_init_weights, gpt2_loss) on the CPU

@@ -1,4 +1,4 @@
-// build: -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+// build: -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined -Wno-maybe-uninitialized
 /* tests/test_cuda_kernels.cpp - every kernel of train_cuda.h against the CPU
    backend of train.h, and 10 training steps of a small GPT through both.
 
@@ -468,6 +468,12 @@ static void test_errors_before_init(void) {
     printf("old driver:  %s: %s\n", trn_result_string(r), trn_error_reason());
     CHECK(r == TRN_ERR_BACKEND && strstr(trn_error_reason(), "update the driver"), "old driver: %s\n",
           trn_error_reason());
+    /* no driver at all (what this program sees on a machine without a GPU) */
+    cuemu::config().driver_version = 0;
+    r = trn_cuda_init(0);
+    printf("no driver:   %s: %s\n", trn_result_string(r), trn_error_reason());
+    CHECK(r == TRN_ERR_BACKEND && strstr(trn_error_reason(), "no NVIDIA driver"), "no driver: %s\n",
+          trn_error_reason());
     cuemu::config().driver_version = 12040;
     r = trn_cuda_init(3);
     CHECK(r == TRN_ERR_INVALID && strstr(trn_error_reason(), "does not exist"), "device 3: %s\n", trn_error_reason());
@@ -542,7 +548,7 @@ int main(int argc, char **argv) {
     test_elementwise(1001);
     test_attention(2, 13, 30, 3, 1);
     test_attention(2, 13, 30, 3, 0);
-    test_attention(1, 40, 24, 2, 1);
+    test_attention(3, 40, 24, 2, 1); /* B > NH: the GEMMs batch over b */
     test_crossentropy(19, 67, 72);
     test_crossentropy(3, 1000, 1003);
     test_meanpool(3, 13, 53);

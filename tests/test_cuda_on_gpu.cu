@@ -1,4 +1,4 @@
-// build: -lcublas -lgomp
+// build: -lcublas
 /* tests/test_cuda_on_gpu.cu - tests/test_cuda_kernels.cpp compiled by nvcc:
    the same checks of every kernel against the CPU backend, and the same 10
    training steps, on a real GPU.

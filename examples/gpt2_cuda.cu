@@ -1,0 +1,10 @@
+// gpt2_cuda - examples/gpt2.c on a GPU: the same source, compiled by nvcc
+// with TRN_USE_CUDA, which makes gpt2_backend() return train_cuda.h's
+// backend. Same flags, same files (checkpoints from one load in the other).
+//
+//   examples/gpt2_cuda --model gpt2 --data fineweb_train_000001.bin --bpe gpt2
+//
+// build: -lcublas
+// requires: test -f train_cuda.h
+#define TRN_USE_CUDA
+#include "gpt2.c"

@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""tests/cuda_mutations.py - tests the tests: breaks train_cuda.h on purpose
+(one mutation at a time, in a copy under a temporary directory), rebuilds
+tests/test_cuda_kernels.cpp against the broken copy with the CUDA-on-CPU
+harness, and checks that the test FAILS. Each mutation is a bug a CUDA
+kernel can really have: a missing __syncthreads, a wrong shuffle, a
+missing bounds guard, an off-by-one mask, a GEMM that overwrites instead
+of accumulating.
+
+    python3 tests/cuda_mutations.py        (about a minute per mutation)
+
+Prints one line per mutation and "N passed, M failed", where a mutation
+"passes" when the test suite caught it. Not run by tests/run.sh (it
+compiles the kernel test once per mutation); run it after changing the
+kernels or the harness."""
+import os, re, subprocess, sys, tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MUTATIONS = [  # (name, original text, broken text, build with ASan)
+    ("no barrier in colsum_part", "    acc[threadIdx.y][threadIdx.x] = s;\n    __syncthreads();",
+     "    acc[threadIdx.y][threadIdx.x] = s;", False),
+    ("no barrier in xent_fwd", "    if (lane == 0) { wm[warp] = m; wsum[warp] = s; }\n    __syncthreads();",
+     "    if (lane == 0) { wm[warp] = m; wsum[warp] = s; }", False),
+    ("shfl_down instead of shfl_xor in trn__warp_sum",
+     "v += __shfl_xor_sync(0xffffffffu, v, o);\n    return v;\n}\nstatic __device__ __forceinline__ double",
+     "v += __shfl_down_sync(0xffffffffu, v, o);\n    return v;\n}\nstatic __device__ __forceinline__ double", False),
+    ("no row guard in layernorm forward", "    if (row >= N) return; /* the whole warp leaves together */", "", True),
+    ("early return before a barrier in sumsq", "    if (lane == 0) ws[warp] = s;\n    __syncthreads();",
+     "    if (lane == 0) ws[warp] = s;\n    if (blockIdx.x * blockDim.x + threadIdx.x >= n) return;\n    __syncthreads();",
+     False),
+    ("column sums read one row too many", "r1 = min(N, r0 + rows);\n    float s = 0.0f;",
+     "r1 = min(N + 1, r0 + rows + 1);\n    float s = 0.0f;", True),
+    ("causal mask off by one", "int last = causal ? row % T : T - 1;",
+     "int last = causal ? min(row % T + 1, T - 1) : T - 1;", False),
+    ("attention dV overwritten instead of accumulated", "P, 1.0f, dqkv + 2 * C,", "P, 0.0f, dqkv + 2 * C,", False),
+    ("embedding backward without atomics", "atomicAdd(&dtable[(size_t)ids[i / (size_t)C] * C + i % (size_t)C], dout[i]);",
+     "dtable[(size_t)ids[i / (size_t)C] * C + i % (size_t)C] += dout[i];", False),
+]
+
+
+def main():
+    src = open(os.path.join(ROOT, "train_cuda.h")).read()
+    caught = missed = 0
+    tmp = tempfile.mkdtemp(prefix="cuda_mutations.")
+    for i, (name, old, new, asan) in enumerate(MUTATIONS, 1):
+        if old not in src:
+            print(f"MISSED {name}: the original text is no longer in train_cuda.h (update this script)")
+            missed += 1
+            continue
+        d = os.path.join(tmp, f"m{i}")
+        os.makedirs(d)
+        open(os.path.join(d, "train_cuda.h"), "w").write(src.replace(old, new, 1))
+        flags = ["-O1", "-fopenmp", "-std=c++17", f"-I{d}", f"-I{ROOT}"]
+        if asan:
+            flags += ["-g", "-fsanitize=address"]
+        exe = os.path.join(d, "t")
+        b = subprocess.run(["g++"] + flags + ["-o", exe, os.path.join(ROOT, "tests/test_cuda_kernels.cpp"), "-lm"],
+                           capture_output=True, text=True)
+        if b.returncode:
+            print(f"caught {name}: does not even compile")
+            caught += 1
+            continue
+        r = subprocess.run([exe], capture_output=True, text=True, cwd=ROOT,
+                           env=dict(os.environ, ASAN_OPTIONS="detect_leaks=0"))
+        out = r.stdout + r.stderr
+        why = (re.findall(r"AddressSanitizer: [a-z-]+", out) + re.findall(r"deadlock|divergent", out)
+               + re.findall(r"FAIL [^:]*:\d+: ([^:\n]*)", out))
+        if r.returncode != 0:
+            caught += 1
+            print(f"caught {name}: exit {r.returncode}; {', '.join(dict.fromkeys(why[:3]))}")
+        else:
+            missed += 1
+            print(f"MISSED {name}: the kernel test still passes")
+    print(f"{caught} passed, {missed} failed")
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
