@@ -329,7 +329,7 @@ TRNDEF trn_result trn_ddp_checkpoint_load(trn_ddp *ddp, const char *path, trn_mo
 #define MSG_NOSIGNAL 0 /* macOS: a dead peer raises SIGPIPE; ignore it there */
 #endif
 
-#define TRN__NMIN(a, b) ((a) < (b) ? (a) : (b))
+#define TRN__DIST_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define TRN__DEFAULT_TIMEOUT 600.0
 #define TRN__BLOB_MAX 128     /* ncclUniqueId is 128 bytes               */
 #define TRN__STAGE_BYTES (256u << 10) /* TCP receive staging (COMM)     */
@@ -337,13 +337,13 @@ TRNDEF trn_result trn_ddp_checkpoint_load(trn_ddp *ddp, const char *path, trn_mo
 #ifdef __cplusplus
 extern "C" {
 #endif
-static size_t trn__shard_size(size_t n, int world);
-static double trn__now(void) {
+static size_t trn__dist_shard_size(size_t n, int world);
+static double trn__dist_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
-static void trn__sleep_ms(int ms) {
+static void trn__dist_sleep_ms(int ms) {
     struct timespec ts;
     ts.tv_sec = ms / 1000; ts.tv_nsec = (long)(ms % 1000) * 1000000L;
     nanosleep(&ts, NULL);
@@ -353,7 +353,7 @@ static void trn__sleep_ms(int ms) {
    >>env
    ======================================================================== */
 /* an integer variable in [lo,hi]; *present = 0 when unset or empty */
-static trn_result trn__env_int(const char *name, long lo, long hi, int *out, int *present) {
+static trn_result trn__dist_env_int(const char *name, long lo, long hi, int *out, int *present) {
     const char *s = getenv(name);
     char *end;
     long v;
@@ -370,7 +370,7 @@ static trn_result trn__env_int(const char *name, long lo, long hi, int *out, int
 }
 
 /* Slurm node lists: "gpu[07-09,12],cpu1" -> "gpu07"; "a,b" -> "a" */
-static void trn__first_host(const char *list, char *out, size_t cap) {
+static void trn__dist_first_host(const char *list, char *out, size_t cap) {
     size_t n = 0;
     const char *p = list;
     while (*p && *p != ',' && *p != '[' && n + 1 < cap) out[n++] = *p++;
@@ -399,16 +399,16 @@ TRNDEF trn_result trn_dist_env_read(trn_dist_env *env) {
     env->world_size = 1;
     env->launcher = "none";
     for (i = 0; i < 4; i++) {
-        if ((r = trn__env_int(L[i][1], 0, 1 << 24, &v, &have)) != TRN_OK) return r;
+        if ((r = trn__dist_env_int(L[i][1], 0, 1 << 24, &v, &have)) != TRN_OK) return r;
         if (!have) continue;
         env->rank = v;
         env->launcher = L[i][0];
-        if ((r = trn__env_int(L[i][2], 1, 1 << 24, &env->world_size, &have)) != TRN_OK) return r;
+        if ((r = trn__dist_env_int(L[i][2], 1, 1 << 24, &env->world_size, &have)) != TRN_OK) return r;
         if (!have) return trn_fail(TRN_ERR_INVALID, "environment: %s is set but %s is not", L[i][1], L[i][2]);
         if (env->rank >= env->world_size)
             return trn_fail(TRN_ERR_INVALID, "environment: %s=%d but %s=%d (ranks are 0..%d)", L[i][1], env->rank,
                             L[i][2], env->world_size, env->world_size - 1);
-        if ((r = trn__env_int(L[i][3], 0, 1 << 24, &env->local_rank, &have)) != TRN_OK) return r;
+        if ((r = trn__dist_env_int(L[i][3], 0, 1 << 24, &env->local_rank, &have)) != TRN_OK) return r;
         break;
     }
     s = getenv("MASTER_ADDR");
@@ -417,11 +417,11 @@ TRNDEF trn_result trn_dist_env_read(trn_dist_env *env) {
         strcpy(env->master_addr, s);
     } else if (strcmp(env->launcher, "slurm") == 0 &&
                (((s = getenv("SLURM_JOB_NODELIST")) && *s) || ((s = getenv("SLURM_NODELIST")) && *s))) {
-        trn__first_host(s, env->master_addr, sizeof env->master_addr); /* rank 0 runs on the first node */
+        trn__dist_first_host(s, env->master_addr, sizeof env->master_addr); /* rank 0 runs on the first node */
     } else {
         strcpy(env->master_addr, "127.0.0.1");
     }
-    if ((r = trn__env_int("MASTER_PORT", 1, 65535, &env->master_port, &have)) != TRN_OK) return r;
+    if ((r = trn__dist_env_int("MASTER_PORT", 1, 65535, &env->master_port, &have)) != TRN_OK) return r;
     s = getenv("TORCHELASTIC_USE_AGENT_STORE");
     if (have && s && strcmp(s, "True") == 0 && strcmp(env->launcher, "torchrun") == 0)
         env->master_port = env->master_port % 65535 + 1; /* torchrun's agent listens at MASTER_PORT itself */
@@ -430,7 +430,7 @@ TRNDEF trn_result trn_dist_env_read(trn_dist_env *env) {
         env->master_port = 29500; /* torchrun's default */
         if (strcmp(env->launcher, "slurm") == 0) {
             /* two jobs sharing a node must not both take 29500 */
-            if ((r = trn__env_int("SLURM_JOB_ID", 0, 2147483647L, &job, &hj)) != TRN_OK) return r;
+            if ((r = trn__dist_env_int("SLURM_JOB_ID", 0, 2147483647L, &job, &hj)) != TRN_OK) return r;
             if (hj) env->master_port = 20000 + job % 20000;
         }
     }
@@ -444,19 +444,19 @@ TRNDEF trn_result trn_dist_env_read(trn_dist_env *env) {
    ======================================================================== */
 typedef struct trn__peer { struct in_addr addr; int port; } trn__peer;
 
-static void trn__put32(unsigned char *p, uint32_t v) {
+static void trn__net_put32(unsigned char *p, uint32_t v) {
     p[0] = (unsigned char)(v >> 24); p[1] = (unsigned char)(v >> 16); p[2] = (unsigned char)(v >> 8); p[3] = (unsigned char)v;
 }
-static uint32_t trn__get32(const unsigned char *p) {
+static uint32_t trn__net_get32(const unsigned char *p) {
     return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
 }
 
-static int trn__nonblock(int fd) {
+static int trn__net_nonblock(int fd) {
     int fl = fcntl(fd, F_GETFL, 0);
     return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | O_NONBLOCK);
 }
 
-static int trn__resolve(const char *host, struct in_addr *out) {
+static int trn__net_resolve(const char *host, struct in_addr *out) {
     struct addrinfo hints, *res = NULL;
     int e;
     memset(&hints, 0, sizeof hints);
@@ -470,10 +470,10 @@ static int trn__resolve(const char *host, struct in_addr *out) {
 }
 
 /* 1: ready, 0: deadline passed, -1: error */
-static int trn__wait_fd(int fd, short events, double deadline) {
+static int trn__net_wait(int fd, short events, double deadline) {
     for (;;) {
         struct pollfd p;
-        double left = deadline - trn__now();
+        double left = deadline - trn__dist_now();
         int k;
         if (left <= 0) return 0;
         p.fd = fd; p.events = events; p.revents = 0;
@@ -485,12 +485,12 @@ static int trn__wait_fd(int fd, short events, double deadline) {
 
 /* send or receive exactly n bytes before the deadline.
    0: done, -1: closed or failed (errno), -2: deadline passed */
-static int trn__xfer(int fd, void *buf, size_t n, int sending, double deadline) {
+static int trn__net_xfer(int fd, void *buf, size_t n, int sending, double deadline) {
     char *p = (char *)buf;
     size_t done = 0;
     while (done < n) {
         ssize_t k;
-        int w = trn__wait_fd(fd, sending ? POLLOUT : POLLIN, deadline);
+        int w = trn__net_wait(fd, sending ? POLLOUT : POLLIN, deadline);
         if (w == 0) return -2;
         if (w < 0) return -1;
         k = sending ? send(fd, p + done, n - done, MSG_NOSIGNAL) : recv(fd, p + done, n - done, 0);
@@ -501,7 +501,7 @@ static int trn__xfer(int fd, void *buf, size_t n, int sending, double deadline) 
     return 0;
 }
 
-static int trn__listen(int port, int *port_out) {
+static int trn__net_listen(int port, int *port_out) {
     struct sockaddr_in sa;
     socklen_t len = sizeof sa;
     int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1, e;
@@ -511,7 +511,7 @@ static int trn__listen(int port, int *port_out) {
     sa.sin_family = AF_INET;
     sa.sin_addr.s_addr = htonl(INADDR_ANY);
     sa.sin_port = htons((uint16_t)port);
-    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(fd, 128) != 0 || trn__nonblock(fd) != 0 ||
+    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(fd, 128) != 0 || trn__net_nonblock(fd) != 0 ||
         getsockname(fd, (struct sockaddr *)&sa, &len) != 0) {
         e = errno; close(fd); errno = e;
         return -1;
@@ -521,12 +521,12 @@ static int trn__listen(int port, int *port_out) {
 }
 
 /* connect, retrying while nobody listens yet (the peer may start later) */
-static int trn__connect(struct in_addr addr, int port, double deadline) {
+static int trn__net_connect(struct in_addr addr, int port, double deadline) {
     for (;;) {
         struct sockaddr_in sa;
         int fd = socket(AF_INET, SOCK_STREAM, 0), e, one = 1;
         if (fd < 0) return -1;
-        trn__nonblock(fd);
+        trn__net_nonblock(fd);
         memset(&sa, 0, sizeof sa);
         sa.sin_family = AF_INET;
         sa.sin_addr = addr;
@@ -534,8 +534,8 @@ static int trn__connect(struct in_addr addr, int port, double deadline) {
         if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0) e = 0;
         else if (errno != EINPROGRESS) e = errno;
         else {
-            double d = TRN__NMIN(deadline, trn__now() + 2.0);
-            int w = trn__wait_fd(fd, POLLOUT, d);
+            double d = TRN__DIST_MIN(deadline, trn__dist_now() + 2.0);
+            int w = trn__net_wait(fd, POLLOUT, d);
             socklen_t len = sizeof e;
             e = ETIMEDOUT;
             if (w > 0 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &len) != 0) e = errno;
@@ -546,11 +546,11 @@ static int trn__connect(struct in_addr addr, int port, double deadline) {
         }
         close(fd);
         errno = e;
-        if (trn__now() >= deadline) return -1;
+        if (trn__dist_now() >= deadline) return -1;
         if (e != ECONNREFUSED && e != ETIMEDOUT && e != ENETUNREACH && e != EHOSTUNREACH && e != ECONNRESET &&
             e != ECONNABORTED && e != EAGAIN)
             return -1;
-        trn__sleep_ms(50);
+        trn__dist_sleep_ms(50);
     }
 }
 
@@ -574,15 +574,15 @@ static trn_result trn__rdv_master(const trn_dist_env *env, double timeout, int r
     int W = env->world_size, lfd, i, joined = 1, timed_out = 0;
     int *fds;
     char err[256] = "";
-    double deadline = trn__now() + timeout;
+    double deadline = trn__dist_now() + timeout;
     size_t reply_len = TRN__REPLY_FIXED + 8 * (size_t)W;
     unsigned char *reply;
     trn_result rc = TRN_OK;
 
-    if (trn__resolve(env->master_addr, &peers[0].addr) != 0)
+    if (trn__net_resolve(env->master_addr, &peers[0].addr) != 0)
         return trn_fail(TRN_ERR_COMM, "rank 0: cannot resolve MASTER_ADDR '%s'", env->master_addr);
     peers[0].port = ring_port;
-    lfd = trn__listen(env->master_port, NULL);
+    lfd = trn__net_listen(env->master_port, NULL);
     if (lfd < 0)
         return trn_fail(TRN_ERR_COMM, "rank 0: cannot listen on port %d: %s (another job there? set MASTER_PORT)",
                         env->master_port, strerror(errno));
@@ -596,7 +596,7 @@ static trn_result trn__rdv_master(const trn_dist_env *env, double timeout, int r
         socklen_t len = sizeof sa;
         unsigned char hello[20];
         int cfd, r, w, port;
-        int k = trn__wait_fd(lfd, POLLIN, deadline);
+        int k = trn__net_wait(lfd, POLLIN, deadline);
         if (k == 0) {
             size_t n = (size_t)snprintf(err, sizeof err, "rank(s)");
             for (i = 1; i < W && n < sizeof err - 16; i++)
@@ -608,22 +608,22 @@ static trn_result trn__rdv_master(const trn_dist_env *env, double timeout, int r
         }
         cfd = accept(lfd, (struct sockaddr *)&sa, &len);
         if (cfd < 0) continue;
-        trn__nonblock(cfd);
+        trn__net_nonblock(cfd);
         /* a stray connection (port scanner, old job) must not stall us */
-        if (trn__xfer(cfd, hello, sizeof hello, 0, TRN__NMIN(deadline, trn__now() + 5.0)) != 0 ||
+        if (trn__net_xfer(cfd, hello, sizeof hello, 0, TRN__DIST_MIN(deadline, trn__dist_now() + 5.0)) != 0 ||
             memcmp(hello, TRN__RDV_MAGIC, 8) != 0) {
             close(cfd);
             continue;
         }
-        r = (int)trn__get32(hello + 8); w = (int)trn__get32(hello + 12); port = (int)trn__get32(hello + 16);
+        r = (int)trn__net_get32(hello + 8); w = (int)trn__net_get32(hello + 12); port = (int)trn__net_get32(hello + 16);
         if (w != W) snprintf(err, sizeof err, "rank %d was started with WORLD_SIZE=%d, rank 0 with %d", r, w, W);
         else if (r <= 0 || r >= W) snprintf(err, sizeof err, "a process with rank %d joined a job of %d ranks", r, W);
         else if (fds[r] >= 0) snprintf(err, sizeof err, "two processes have rank %d", r);
         if (err[0]) { /* tell the newcomer too, then everyone below */
             memcpy(reply, TRN__RDV_MAGIC, 8);
-            trn__put32(reply + 8, 1);
+            trn__net_put32(reply + 8, 1);
             memcpy(reply + 12, err, sizeof err); /* NUL-terminated inside */
-            trn__xfer(cfd, reply, reply_len, 1, trn__now() + 2.0);
+            trn__net_xfer(cfd, reply, reply_len, 1, trn__dist_now() + 2.0);
             close(cfd);
             break;
         }
@@ -634,18 +634,18 @@ static trn_result trn__rdv_master(const trn_dist_env *env, double timeout, int r
     }
     memset(reply, 0, reply_len);
     memcpy(reply, TRN__RDV_MAGIC, 8);
-    trn__put32(reply + 8, err[0] ? 1u : 0u);
+    trn__net_put32(reply + 8, err[0] ? 1u : 0u);
     memcpy(reply + 12, err, sizeof err); /* NUL-terminated inside */
     memcpy(reply + 12 + 256, blob, TRN__BLOB_MAX);
     for (i = 0; i < W; i++) {
         memcpy(reply + TRN__REPLY_FIXED + 8 * (size_t)i, &peers[i].addr, 4);
-        trn__put32(reply + TRN__REPLY_FIXED + 8 * (size_t)i + 4, (uint32_t)peers[i].port);
+        trn__net_put32(reply + TRN__REPLY_FIXED + 8 * (size_t)i + 4, (uint32_t)peers[i].port);
     }
     for (i = 1; i < W; i++) {
         if (fds[i] < 0) continue;
-        if (!err[0] && trn__xfer(fds[i], reply, reply_len, 1, trn__now() + timeout) != 0 && !err[0])
+        if (!err[0] && trn__net_xfer(fds[i], reply, reply_len, 1, trn__dist_now() + timeout) != 0 && !err[0])
             snprintf(err, sizeof err, "could not send the peer table to rank %d: %s", i, strerror(errno));
-        else if (err[0]) trn__xfer(fds[i], reply, reply_len, 1, trn__now() + 2.0);
+        else if (err[0]) trn__net_xfer(fds[i], reply, reply_len, 1, trn__dist_now() + 2.0);
         close(fds[i]);
     }
     close(lfd);
@@ -663,32 +663,32 @@ static trn_result trn__rdv_join(const trn_dist_env *env, double timeout, int rin
     unsigned char hello[20];
     size_t reply_len = TRN__REPLY_FIXED + 8 * (size_t)W;
     unsigned char *reply;
-    double t0 = trn__now();
+    double t0 = trn__dist_now();
     const char *hint = strncmp(env->master_addr, "127.", 4) == 0 || strcmp(env->master_addr, "localhost") == 0
                            ? "; across nodes set MASTER_ADDR to rank 0's host" : "";
 
-    if (trn__resolve(env->master_addr, &addr) != 0)
+    if (trn__net_resolve(env->master_addr, &addr) != 0)
         return trn_fail(TRN_ERR_COMM, "rank %d: cannot resolve MASTER_ADDR '%s'", env->rank, env->master_addr);
-    fd = trn__connect(addr, env->master_port, t0 + timeout);
+    fd = trn__net_connect(addr, env->master_port, t0 + timeout);
     if (fd < 0)
         return trn_fail(TRN_ERR_TIMEOUT, "rank %d: could not reach rank 0 at %s:%d within %.0f s (%s)%s",
                         env->rank, env->master_addr, env->master_port, timeout, strerror(errno), hint);
     memcpy(hello, TRN__RDV_MAGIC, 8);
-    trn__put32(hello + 8, (uint32_t)env->rank);
-    trn__put32(hello + 12, (uint32_t)W);
-    trn__put32(hello + 16, (uint32_t)ring_port);
+    trn__net_put32(hello + 8, (uint32_t)env->rank);
+    trn__net_put32(hello + 12, (uint32_t)W);
+    trn__net_put32(hello + 16, (uint32_t)ring_port);
     reply = (unsigned char *)malloc(reply_len);
     if (!reply) { close(fd); return trn_fail(TRN_ERR_NOMEM, "rendezvous: out of memory"); }
-    if (trn__xfer(fd, hello, sizeof hello, 1, t0 + timeout) != 0) {
+    if (trn__net_xfer(fd, hello, sizeof hello, 1, t0 + timeout) != 0) {
         free(reply); close(fd);
         return trn_fail(TRN_ERR_COMM, "rank %d: rendezvous with rank 0 at %s:%d failed: %s", env->rank,
                         env->master_addr, env->master_port, strerror(errno));
     }
     /* rank 0 answers when everyone is there, or with the reason it gave up
        (it waits `timeout` from its own start: allow it time to say why) */
-    x = trn__xfer(fd, reply, TRN__REPLY_FIXED, 0, t0 + 1.5 * timeout + 2.0);
-    if (x == 0 && trn__get32(reply + 8) == 0) x = trn__xfer(fd, reply + TRN__REPLY_FIXED, reply_len - TRN__REPLY_FIXED, 0,
-                                                           trn__now() + timeout);
+    x = trn__net_xfer(fd, reply, TRN__REPLY_FIXED, 0, t0 + 1.5 * timeout + 2.0);
+    if (x == 0 && trn__net_get32(reply + 8) == 0) x = trn__net_xfer(fd, reply + TRN__REPLY_FIXED, reply_len - TRN__REPLY_FIXED, 0,
+                                                           trn__dist_now() + timeout);
     close(fd);
     if (x != 0) {
         free(reply);
@@ -701,7 +701,7 @@ static trn_result trn__rdv_join(const trn_dist_env *env, double timeout, int rin
         return trn_fail(TRN_ERR_COMM, "rank %d: %s:%d does not speak the train_nccl rendezvous", env->rank,
                         env->master_addr, env->master_port);
     }
-    if (trn__get32(reply + 8) != 0) {
+    if (trn__net_get32(reply + 8) != 0) {
         char msg[257];
         memcpy(msg, reply + 12, 256); msg[256] = 0;
         free(reply);
@@ -710,7 +710,7 @@ static trn_result trn__rdv_join(const trn_dist_env *env, double timeout, int rin
     memcpy(blob, reply + 12 + 256, TRN__BLOB_MAX);
     for (i = 0; i < W; i++) {
         memcpy(&peers[i].addr, reply + TRN__REPLY_FIXED + 8 * (size_t)i, 4);
-        peers[i].port = (int)trn__get32(reply + TRN__REPLY_FIXED + 8 * (size_t)i + 4);
+        peers[i].port = (int)trn__net_get32(reply + TRN__REPLY_FIXED + 8 * (size_t)i + 4);
     }
     free(reply);
     return TRN_OK;
@@ -792,7 +792,7 @@ static int trn__ring_gone(trn__ring *g, int peer, const char *which, const char 
                           "error elsewhere", peer, which, detail);
 }
 
-static void trn__add(char *dst, const char *src, size_t bytes, int esize) {
+static void trn__ring_add(char *dst, const char *src, size_t bytes, int esize) {
     size_t i;
     if (esize == 8) {
         double *d = (double *)(void *)dst; const double *s = (const double *)(const void *)src;
@@ -812,7 +812,7 @@ static void trn__add(char *dst, const char *src, size_t bytes, int esize) {
 static int trn__ring_step(trn__ring *g, const char *sbuf, size_t sbytes, char *rbuf, size_t rbytes, int mode,
                           int esize) {
     size_t sent = 0, got = 0, staged = 0;
-    double last = trn__now(), timeout = g->c->timeout_s;
+    double last = trn__dist_now(), timeout = g->c->timeout_s;
     while (sent < sbytes || got < rbytes) {
         struct pollfd p[2];
         size_t can_send = mode == TRN__RECV_FORWARD ? got : sbytes;
@@ -832,7 +832,7 @@ static int trn__ring_step(trn__ring *g, const char *sbuf, size_t sbytes, char *r
             return trn__ring_fail(g, TRN_ERR_COMM, "poll: %s", strerror(errno));
         }
         if (k == 0) {
-            if (trn__now() - last > timeout)
+            if (trn__dist_now() - last > timeout)
                 return trn__ring_fail(g, TRN_ERR_TIMEOUT,
                                       "no progress for %.1f s waiting for rank %d: a rank hangs or is much slower "
                                       "(timeout: trn_ddp_desc.timeout_s or TRN_DDP_TIMEOUT)",
@@ -840,8 +840,8 @@ static int trn__ring_step(trn__ring *g, const char *sbuf, size_t sbytes, char *r
             continue;
         }
         if (p[0].revents & POLLOUT) {
-            ssize_t n = send(g->fd_next, sbuf + sent, TRN__NMIN(can_send - sent, (size_t)1 << 20), MSG_NOSIGNAL);
-            if (n > 0) { sent += (size_t)n; last = trn__now(); }
+            ssize_t n = send(g->fd_next, sbuf + sent, TRN__DIST_MIN(can_send - sent, (size_t)1 << 20), MSG_NOSIGNAL);
+            if (n > 0) { sent += (size_t)n; last = trn__dist_now(); }
             else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
                 return trn__ring_gone(g, g->next, "next", strerror(errno));
         } else if (p[0].revents & (POLLIN | POLLHUP | POLLERR)) {
@@ -849,20 +849,20 @@ static int trn__ring_step(trn__ring *g, const char *sbuf, size_t sbytes, char *r
         }
         if (p[1].revents & (POLLIN | POLLHUP | POLLERR)) {
             char *dst = mode == TRN__RECV_ADD ? g->stage + staged : rbuf + got;
-            size_t room = mode == TRN__RECV_ADD ? TRN__NMIN(TRN__STAGE_BYTES - staged, rbytes - got - staged) : rbytes - got;
+            size_t room = mode == TRN__RECV_ADD ? TRN__DIST_MIN(TRN__STAGE_BYTES - staged, rbytes - got - staged) : rbytes - got;
             ssize_t n = recv(g->fd_prev, dst, room, 0);
             if (n == 0) return trn__ring_gone(g, g->prev, "previous", "connection closed");
             if (n < 0) {
                 if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) continue;
                 return trn__ring_gone(g, g->prev, "previous", strerror(errno));
             }
-            last = trn__now();
+            last = trn__dist_now();
             if (mode != TRN__RECV_ADD) got += (size_t)n;
             else {
                 staged += (size_t)n;
                 /* add whole stage loads; sizes are multiples of esize */
                 if (staged == TRN__STAGE_BYTES || got + staged == rbytes) {
-                    trn__add(rbuf + got, g->stage, staged, esize);
+                    trn__ring_add(rbuf + got, g->stage, staged, esize);
                     got += staged;
                     staged = 0;
                 }
@@ -872,10 +872,10 @@ static int trn__ring_step(trn__ring *g, const char *sbuf, size_t sbytes, char *r
     return 0;
 }
 
-static size_t trn__mod(long long a, int w) { return (size_t)(((a % w) + w) % w); }
+static size_t trn__ring_mod(long long a, int w) { return (size_t)(((a % w) + w) % w); }
 
 /* chunk c of n elements, in bytes from the buffer start */
-static void trn__chunk(size_t n, int W, int ch, int esize, size_t *off, size_t *bytes) {
+static void trn__ring_chunk(size_t n, int W, int ch, int esize, size_t *off, size_t *bytes) {
     size_t lo, hi;
     trn_comm_shard(n, W, ch, &lo, &hi);
     *off = lo * (size_t)esize;
@@ -886,12 +886,12 @@ static int trn__ring_reduce_scatter(trn__ring *g, char *x, size_t n, int esize, 
     int W = g->c->world, r = g->c->rank, s;
     size_t so, sb, ro, rb, i;
     for (s = 0; s < W - 1; s++) {
-        trn__chunk(n, W, (int)trn__mod((long long)r - s - 1, W), esize, &so, &sb);
-        trn__chunk(n, W, (int)trn__mod((long long)r - s - 2, W), esize, &ro, &rb);
+        trn__ring_chunk(n, W, (int)trn__ring_mod((long long)r - s - 1, W), esize, &so, &sb);
+        trn__ring_chunk(n, W, (int)trn__ring_mod((long long)r - s - 2, W), esize, &ro, &rb);
         if (trn__ring_step(g, x + so, sb, x + ro, rb, TRN__RECV_ADD, esize) != 0) return -1;
     }
     if (average) { /* the owner of the complete chunk divides it */
-        trn__chunk(n, W, r, esize, &ro, &rb);
+        trn__ring_chunk(n, W, r, esize, &ro, &rb);
         if (esize == 8) for (i = 0; i < rb / 8; i++) ((double *)(void *)(x + ro))[i] /= (double)W;
         else for (i = 0; i < rb / 4; i++) ((float *)(void *)(x + ro))[i] /= (float)W;
     }
@@ -902,8 +902,8 @@ static int trn__ring_all_gather(trn__ring *g, char *x, size_t n, int esize) {
     int W = g->c->world, r = g->c->rank, s;
     size_t so, sb, ro, rb;
     for (s = 0; s < W - 1; s++) {
-        trn__chunk(n, W, (int)trn__mod((long long)r - s, W), esize, &so, &sb);
-        trn__chunk(n, W, (int)trn__mod((long long)r - s - 1, W), esize, &ro, &rb);
+        trn__ring_chunk(n, W, (int)trn__ring_mod((long long)r - s, W), esize, &so, &sb);
+        trn__ring_chunk(n, W, (int)trn__ring_mod((long long)r - s - 1, W), esize, &ro, &rb);
         if (trn__ring_step(g, x + so, sb, x + ro, rb, TRN__RECV_COPY, esize) != 0) return -1;
     }
     return 0;
@@ -912,7 +912,7 @@ static int trn__ring_all_gather(trn__ring *g, char *x, size_t n, int esize) {
 /* a chain root -> root+1 -> ... -> root-1, pipelined: each rank passes on
    what has arrived while the rest still comes */
 static int trn__ring_bcast(trn__ring *g, char *x, size_t bytes, int root) {
-    int W = g->c->world, pos = (int)trn__mod((long long)g->c->rank - root, W);
+    int W = g->c->world, pos = (int)trn__ring_mod((long long)g->c->rank - root, W);
     if (pos == 0) return trn__ring_step(g, x, bytes, NULL, 0, TRN__RECV_COPY, 1);
     if (pos == W - 1) return trn__ring_step(g, NULL, 0, x, bytes, TRN__RECV_COPY, 1);
     return trn__ring_step(g, x, bytes, x, bytes, TRN__RECV_FORWARD, 1);
@@ -1027,26 +1027,26 @@ static void trn__ring_destroy(trn_comm *c) {
 static trn_result trn__ring_connect(trn__ring *g, int lfd, const trn__peer *peers, const unsigned char *token,
                                     double timeout) {
     int r = g->c->rank, one = 1;
-    double deadline = trn__now() + timeout;
+    double deadline = trn__dist_now() + timeout;
     unsigned char hello[20];
     memcpy(hello, TRN__RING_MAGIC, 8);
     memcpy(hello + 8, token, 8);
-    trn__put32(hello + 16, (uint32_t)r);
-    g->fd_next = trn__connect(peers[g->next].addr, peers[g->next].port, deadline);
+    trn__net_put32(hello + 16, (uint32_t)r);
+    g->fd_next = trn__net_connect(peers[g->next].addr, peers[g->next].port, deadline);
     if (g->fd_next < 0)
         return trn_fail(TRN_ERR_TIMEOUT, "rank %d: could not connect to rank %d at %s:%d: %s", r, g->next,
                         inet_ntoa(peers[g->next].addr), peers[g->next].port, strerror(errno));
-    if (trn__xfer(g->fd_next, hello, sizeof hello, 1, deadline) != 0)
+    if (trn__net_xfer(g->fd_next, hello, sizeof hello, 1, deadline) != 0)
         return trn_fail(TRN_ERR_COMM, "rank %d: could not greet rank %d: %s", r, g->next, strerror(errno));
     while (g->fd_prev < 0) {
         unsigned char h[20];
-        int fd, k = trn__wait_fd(lfd, POLLIN, deadline);
+        int fd, k = trn__net_wait(lfd, POLLIN, deadline);
         if (k == 0) return trn_fail(TRN_ERR_TIMEOUT, "rank %d: rank %d did not connect within %.0f s", r, g->prev, timeout);
         fd = accept(lfd, NULL, NULL);
         if (fd < 0) continue;
-        trn__nonblock(fd);
-        if (trn__xfer(fd, h, sizeof h, 0, deadline) == 0 && memcmp(h, TRN__RING_MAGIC, 8) == 0 &&
-            memcmp(h + 8, token, 8) == 0 && (int)trn__get32(h + 16) == g->prev) {
+        trn__net_nonblock(fd);
+        if (trn__net_xfer(fd, h, sizeof h, 0, deadline) == 0 && memcmp(h, TRN__RING_MAGIC, 8) == 0 &&
+            memcmp(h + 8, token, 8) == 0 && (int)trn__net_get32(h + 16) == g->prev) {
             setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
             g->fd_prev = fd;
         } else {
@@ -1071,11 +1071,11 @@ static trn_result trn__ring_init(trn_comm *c, const trn_dist_env *env) {
     g->stage = (char *)trn_alloc(TRN__STAGE_BYTES, TRN_KIND_COMM);
     peers = (trn__peer *)calloc((size_t)c->world, sizeof(trn__peer));
     if (!g->stage || !peers) { free(peers); return trn_fail(TRN_ERR_NOMEM, "tcp communicator: out of memory"); }
-    lfd = trn__listen(0, &port); /* our ring listener, on a port the OS picks */
+    lfd = trn__net_listen(0, &port); /* our ring listener, on a port the OS picks */
     if (lfd < 0) { free(peers); return trn_fail(TRN_ERR_COMM, "rank %d: listen: %s", c->rank, strerror(errno)); }
     memset(blob, 0, sizeof blob);
     if (c->rank == 0) { /* a job token: time, pid and an address, mixed */
-        uint64_t t = (uint64_t)(trn__now() * 1e9) ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)g;
+        uint64_t t = (uint64_t)(trn__dist_now() * 1e9) ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)g;
         trn_rng rng;
         trn_rng_seed(&rng, t);
         t = trn_rng_next(&rng);
@@ -1086,8 +1086,8 @@ static trn_result trn__ring_init(trn_comm *c, const trn_dist_env *env) {
     close(lfd);
     free(peers);
     if (rc != TRN_OK) return rc;
-    trn__nonblock(g->fd_next);
-    trn__nonblock(g->fd_prev);
+    trn__net_nonblock(g->fd_next);
+    trn__net_nonblock(g->fd_prev);
     pthread_mutex_init(&g->mu, NULL);
     pthread_cond_init(&g->cv_work, NULL);
     pthread_cond_init(&g->cv_done, NULL);
@@ -1159,12 +1159,12 @@ static trn_result trn__nccl_fail(trn_comm *c, trn_result rc, const char *fmt, ..
 /* a non-blocking communicator may answer ncclInProgress: poll until done */
 static trn_result trn__nccl_settle(trn_comm *c, ncclResult_t r, const char *what) {
     trn__nccl *g = (trn__nccl *)c->impl;
-    double deadline = trn__now() + c->timeout_s;
+    double deadline = trn__dist_now() + c->timeout_s;
     while (r == ncclInProgress) {
-        if (trn__now() > deadline)
+        if (trn__dist_now() > deadline)
             return trn__nccl_fail(c, TRN_ERR_TIMEOUT, "%s did not finish within %.0f s (a rank hangs or died?)", what,
                                   c->timeout_s);
-        trn__sleep_ms(1);
+        trn__dist_sleep_ms(1);
         if (ncclCommGetAsyncError(g->comm, &r) != ncclSuccess) break;
     }
     if (r != ncclSuccess)
@@ -1193,7 +1193,7 @@ static trn_result trn__nccl_all_reduce(trn_comm *c, float *x, size_t n, int aver
    through it, the tail (the last rank's extra) through an all-reduce */
 static trn_result trn__nccl_redscat(trn_comm *c, float *x, size_t n, int average) {
     trn__nccl *g = (trn__nccl *)c->impl;
-    size_t S = trn__shard_size(n, c->world), tail = n - S * (size_t)c->world;
+    size_t S = trn__dist_shard_size(n, c->world), tail = n - S * (size_t)c->world;
     ncclRedOp_t op = average ? ncclAvg : ncclSum;
     trn_result rc = trn__nccl_enter(c);
     if (rc) return rc;
@@ -1207,7 +1207,7 @@ static trn_result trn__nccl_redscat(trn_comm *c, float *x, size_t n, int average
 
 static trn_result trn__nccl_allgather(trn_comm *c, float *x, size_t n) {
     trn__nccl *g = (trn__nccl *)c->impl;
-    size_t S = trn__shard_size(n, c->world), tail = n - S * (size_t)c->world;
+    size_t S = trn__dist_shard_size(n, c->world), tail = n - S * (size_t)c->world;
     trn_result rc = trn__nccl_enter(c);
     if (rc) return rc;
     if (S && (rc = trn__nccl_settle(c, ncclAllGather(x + S * (size_t)c->rank, x, S, ncclFloat, g->comm, g->stream),
@@ -1227,7 +1227,7 @@ static trn_result trn__nccl_broadcast(trn_comm *c, void *x, size_t bytes, int ro
 
 static trn_result trn__nccl_wait(trn_comm *c) {
     trn__nccl *g = (trn__nccl *)c->impl;
-    double deadline = trn__now() + c->timeout_s;
+    double deadline = trn__dist_now() + c->timeout_s;
     if (g->err) return trn_fail(g->err, "%s", g->err_msg);
     if (cudaEventRecord(g->done, g->stream) != cudaSuccess)
         return trn__nccl_fail(c, TRN_ERR_BACKEND, "cudaEventRecord: %s", cudaGetErrorString(cudaGetLastError()));
@@ -1239,7 +1239,7 @@ static trn_result trn__nccl_wait(trn_comm *c) {
         if (ncclCommGetAsyncError(g->comm, &a) != ncclSuccess || (a != ncclSuccess && a != ncclInProgress))
             return trn__nccl_fail(c, TRN_ERR_COMM, "a collective failed: %s (%s): a rank died or the network broke",
                                   ncclGetErrorString(a), ncclGetLastError(g->comm));
-        if (trn__now() > deadline)
+        if (trn__dist_now() > deadline)
             return trn__nccl_fail(c, TRN_ERR_TIMEOUT,
                                   "collectives not done after %.1f s: a rank hangs or died (timeout: trn_ddp_desc.timeout_s "
                                   "or TRN_DDP_TIMEOUT)", c->timeout_s);
@@ -1343,14 +1343,14 @@ static trn_result trn__nccl_init(trn_comm *c, const trn_dist_env *env) {
 /* ========================================================================
    >>comm
    ======================================================================== */
-static size_t trn__shard_size(size_t n, int world) {
+static size_t trn__dist_shard_size(size_t n, int world) {
     size_t s = world > 0 ? n / (size_t)world : n;
     if (s >= 64) s -= s % 16; /* 64-byte aligned starts, except for tiny n */
     return s;
 }
 
 TRNDEF void trn_comm_shard(size_t n, int world, int rank, size_t *lo, size_t *hi) {
-    size_t s = trn__shard_size(n, world);
+    size_t s = trn__dist_shard_size(n, world);
     *lo = s * (size_t)rank;
     *hi = rank == world - 1 ? n : s * (size_t)(rank + 1);
 }
@@ -1371,6 +1371,8 @@ TRNDEF trn_result trn_comm_init(trn_comm *c, const trn_dist_env *env, trn_comm_k
 #else
     if (kind == TRN_COMM_AUTO) kind = TRN_COMM_NCCL;
 #endif
+    if (kind == TRN_COMM_SELF && env->world_size > 1)
+        return trn_fail(TRN_ERR_INVALID, "trn_comm_init: TRN_COMM_SELF with %d ranks would not communicate", env->world_size);
     if (env->world_size == 1) kind = TRN_COMM_SELF;
     c->kind = kind;
     if (kind == TRN_COMM_SELF) {

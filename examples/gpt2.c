@@ -345,7 +345,7 @@ typedef struct init_source {
 } init_source;
 
 // Look at an --init file without loading it: its model config.
-static trn_result init_inspect(const char *path, int n_head_hint, init_source *src) {
+static trn_result init_inspect(const char *path, const gpt2_config *hint, init_source *src) {
     memset(src, 0, sizeof *src);
     FILE *fp = fopen(path, "rb");
     if (!fp) return trn_fail(TRN_ERR_IO, "cannot open %s: %s", path, strerror(errno));
@@ -407,9 +407,10 @@ static trn_result init_inspect(const char *path, int n_head_hint, init_source *s
     if (src->file_vocab_rows > c->padded_vocab) c->padded_vocab = src->file_vocab_rows;
     c->n_head = nh > 0 ? (int)nh : n_head_from_config_json(path);
     if (c->n_head <= 0) {
-        c->n_head = n_head_hint > 0 ? n_head_hint : (c->n_embd % 64 == 0 ? c->n_embd / 64 : 1);
+        int from_model = hint && hint->n_embd == c->n_embd;
+        c->n_head = from_model ? hint->n_head : (c->n_embd % 64 == 0 ? c->n_embd / 64 : 1);
         printf("note: %s does not say its head count (no config.json beside it): using %d%s\n", path, c->n_head,
-               n_head_hint > 0 ? " from --model" : ", head size 64 as in every GPT-2");
+               from_model ? " from --model" : ", head size 64 as in every GPT-2");
     }
     trn_safetensors_close(&f);
     if (c->n_layer == 0) return trn_fail(TRN_ERR_MISMATCH, "%s: no h.0.ln_1.weight: not a GPT-2 model", path);
@@ -997,7 +998,7 @@ int main(int argc, char **argv) {
             cfg.padded_vocab < cfg.vocab_size || cfg.n_embd % cfg.n_head)
             die("--resume %s: bad model config in its metadata", ckpt_path);
     } else if (a.init) {
-        if (init_inspect(a.init, a.model ? pre->cfg.n_head : 0, &src) != TRN_OK) die("--init %s", trn_error_reason());
+        if (init_inspect(a.init, a.model ? &pre->cfg : NULL, &src) != TRN_OK) die("--init %s", trn_error_reason());
         cfg = src.cfg;
     }
 

@@ -265,16 +265,13 @@ static void net_init(net *n, uint64_t seed) {
 // copy is freed. With the CPU backend the host IS the device: nothing moves.
 static void net_to_device(net *n, const trn_backend *device) {
     net d;
-    int l;
     if (device == n->model.backend) return;
     net_declare(&d, device, n->w[0]->shape[1]);
     TRY(trn_model_alloc(&d.model));
     device->upload(d.model.param_data, n->model.param_data, n->model.n_floats * sizeof(float));
     device->sync();
     trn_model_free(&n->model);
-    *n = d;
-    for (l = 0; l < 3; l++) { n->w[l] = trn_model_find(&n->model, l == 0 ? "0.weight" : l == 1 ? "2.weight" : "4.weight");
-                              n->b[l] = trn_model_find(&n->model, l == 0 ? "0.bias" : l == 1 ? "2.bias" : "4.bias"); }
+    *n = d; // the tensor headers are d's own (trn_param allocates each one)
 }
 
 // x (B,W) -> relu(x W0^T + b0) -> relu(. W2^T + b2) -> . W4^T + b4 = pred (B,1)
@@ -318,9 +315,9 @@ static void make_batch(float *x, float *y, int batch, int width, uint64_t seed) 
 // second full copy of the gradients.
 // ===========================================================================
 static void ddp_describe(const trn_ddp *d, char *buf, size_t n) {
+    int b;
     size_t used = (size_t)snprintf(buf, n, "communicator '%s', world size %d, %d buckets (views [lo,hi) of the "
                                            "flat gradient buffer, no copies):", d->comm.name, d->world, d->n_buckets);
-    int b;
     for (b = 0; b < d->n_buckets && used < n; b++)
         used += (size_t)snprintf(buf + used, n - used, " [%zu,%zu) %.1f MB", d->buckets[b].lo, d->buckets[b].hi,
                                  (double)(d->buckets[b].hi - d->buckets[b].lo) * 4 / 1e6);

@@ -16,25 +16,25 @@ kernels or the harness."""
 import os, re, subprocess, sys, tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MUTATIONS = [  # (name, original text, broken text, build with ASan)
+MUTATIONS = [  # (name, original text, broken text, sanitizer: "" | "address" | "thread")
     ("no barrier in colsum_part", "    acc[threadIdx.y][threadIdx.x] = s;\n    __syncthreads();",
-     "    acc[threadIdx.y][threadIdx.x] = s;", False),
+     "    acc[threadIdx.y][threadIdx.x] = s;", ""),
     ("no barrier in xent_fwd", "    if (lane == 0) { wm[warp] = m; wsum[warp] = s; }\n    __syncthreads();",
-     "    if (lane == 0) { wm[warp] = m; wsum[warp] = s; }", False),
+     "    if (lane == 0) { wm[warp] = m; wsum[warp] = s; }", ""),
     ("shfl_down instead of shfl_xor in trn__warp_sum",
      "v += __shfl_xor_sync(0xffffffffu, v, o);\n    return v;\n}\nstatic __device__ __forceinline__ double",
-     "v += __shfl_down_sync(0xffffffffu, v, o);\n    return v;\n}\nstatic __device__ __forceinline__ double", False),
-    ("no row guard in layernorm forward", "    if (row >= N) return; /* the whole warp leaves together */", "", True),
+     "v += __shfl_down_sync(0xffffffffu, v, o);\n    return v;\n}\nstatic __device__ __forceinline__ double", ""),
+    ("no row guard in layernorm forward", "    if (row >= N) return; /* the whole warp leaves together */", "", "address"),
     ("early return before a barrier in sumsq", "    if (lane == 0) ws[warp] = s;\n    __syncthreads();",
      "    if (lane == 0) ws[warp] = s;\n    if (blockIdx.x * blockDim.x + threadIdx.x >= n) return;\n    __syncthreads();",
-     False),
+     ""),
     ("column sums read one row too many", "r1 = min(N, r0 + rows);\n    float s = 0.0f;",
-     "r1 = min(N + 1, r0 + rows + 1);\n    float s = 0.0f;", True),
+     "r1 = min(N + 1, r0 + rows + 1);\n    float s = 0.0f;", "address"),
     ("causal mask off by one", "int last = causal ? row % T : T - 1;",
-     "int last = causal ? min(row % T + 1, T - 1) : T - 1;", False),
-    ("attention dV overwritten instead of accumulated", "P, 1.0f, dqkv + 2 * C,", "P, 0.0f, dqkv + 2 * C,", False),
+     "int last = causal ? min(row % T + 1, T - 1) : T - 1;", ""),
+    ("attention dV overwritten instead of accumulated", "P, 1.0f, dqkv + 2 * C,", "P, 0.0f, dqkv + 2 * C,", ""),
     ("embedding backward without atomics", "atomicAdd(&dtable[(size_t)ids[i / (size_t)C] * C + i % (size_t)C], dout[i]);",
-     "dtable[(size_t)ids[i / (size_t)C] * C + i % (size_t)C] += dout[i];", False),
+     "dtable[(size_t)ids[i / (size_t)C] * C + i % (size_t)C] += dout[i];", "thread"),
 ]
 
 
@@ -42,7 +42,7 @@ def main():
     src = open(os.path.join(ROOT, "train_cuda.h")).read()
     caught = missed = 0
     tmp = tempfile.mkdtemp(prefix="cuda_mutations.")
-    for i, (name, old, new, asan) in enumerate(MUTATIONS, 1):
+    for i, (name, old, new, san) in enumerate(MUTATIONS, 1):
         if old not in src:
             print(f"MISSED {name}: the original text is no longer in train_cuda.h (update this script)")
             missed += 1
@@ -51,8 +51,8 @@ def main():
         os.makedirs(d)
         open(os.path.join(d, "train_cuda.h"), "w").write(src.replace(old, new, 1))
         flags = ["-O1", "-fopenmp", "-std=c++17", f"-I{d}", f"-I{ROOT}"]
-        if asan:
-            flags += ["-g", "-fsanitize=address"]
+        if san:
+            flags += ["-g", "-fsanitize=" + san]
         exe = os.path.join(d, "t")
         b = subprocess.run(["g++"] + flags + ["-o", exe, os.path.join(ROOT, "tests/test_cuda_kernels.cpp"), "-lm"],
                            capture_output=True, text=True)
@@ -63,7 +63,7 @@ def main():
         r = subprocess.run([exe], capture_output=True, text=True, cwd=ROOT,
                            env=dict(os.environ, ASAN_OPTIONS="detect_leaks=0"))
         out = r.stdout + r.stderr
-        why = (re.findall(r"AddressSanitizer: [a-z-]+", out) + re.findall(r"deadlock|divergent", out)
+        why = (re.findall(r"(?:Address|Thread)Sanitizer: [a-z-]+(?: race)?", out) + re.findall(r"deadlock|divergent", out)
                + re.findall(r"FAIL [^:]*:\d+: ([^:\n]*)", out))
         if r.returncode != 0:
             caught += 1

@@ -17,7 +17,7 @@
    stack switch on x86-64, ucontext elsewhere or with -DCUEMU_UCONTEXT) on one OS
    thread; a fiber runs until it reaches a synchronization point and then the
    scheduler picks the NEXT fiber AT RANDOM (seeded: CUEMU_SEED=n, or
-   cuemu::seed). Synchronization points are __syncthreads (all threads of the
+   cuemu::seed; cuemu::config().order picks a fixed order instead). Synchronization points are __syncthreads (all threads of the
    block), the warp collectives (__shfl*_sync, __ballot_sync, __syncwarp:
    the lanes named in the mask) and, as extra preemption points, atomics.
    So the code between two barriers runs in a random thread order, and a
@@ -56,15 +56,29 @@
    return CUBLAS_STATUS_INVALID_VALUE; cudaMemcpy checks that the device side
    of a copy is inside one cudaMalloc block.
 
+   Two sanitizer modes (the harness adapts to how the test is compiled):
+      -fsanitize=address  device memory is malloc'd with its exact size and
+                          static __shared__ arrays are globals, so a kernel
+                          that reads or writes out of bounds is reported
+                          with the kernel's line (fiber stacks annotated)
+      -fsanitize=thread   a race detector for kernels: fibers switch without
+                          creating happens-before; only __syncthreads, warp
+                          collectives and atomics order threads, as on a
+                          GPU. Two accesses to one address (one a write) of
+                          one block not ordered by them are reported, even
+                          when this run's thread order gave the right answer
+                          (a missing barrier, a += that should be atomicAdd)
+
    What it cannot catch: races between BLOCKS (blocks run whole, one after
-   another), races inside a stretch of code between two sync points of one
-   thread (a fiber is never interrupted there, so a read-modify-write that
-   is not atomic between threads of a block only shows if a barrier or
-   atomic sits inside it), reads of uninitialized static __shared__ memory
-   (it keeps the previous block's values), a kernel dereferencing a host
-   pointer (one address space), differences of fast-math intrinsics
-   (__expf is expf here), memory-model subtleties (no caches, no
-   reordering), performance.
+   another, and TSan mode orders them too); without TSan, a race inside a
+   stretch of code between two sync points (a fiber is never interrupted
+   there, so a non-atomic read-modify-write of one address by two threads
+   gives the right sum); reads of uninitialized static __shared__ memory
+   (it keeps the previous block's values; dynamic shared memory starts as
+   NaN); a kernel dereferencing a host pointer (one address space);
+   differences of fast-math intrinsics (__expf is expf here); the GPU memory
+   model's weaker orderings (no caches, no reordering: a missing
+   __threadfence between blocks is invisible); anything about speed.
 */
 #ifndef CUDA_ON_CPU_H
 #define CUDA_ON_CPU_H
@@ -85,6 +99,7 @@
 #include <chrono>
 #include <map>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -99,6 +114,30 @@
 #include <sanitizer/common_interface_defs.h>
 #include <sanitizer/asan_interface.h>
 #endif
+#if defined(__SANITIZE_THREAD__)
+#define CUEMU_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define CUEMU_TSAN 1
+#endif
+#endif
+#ifdef CUEMU_TSAN
+#include <sanitizer/tsan_interface.h>
+extern "C" void __tsan_ignore_thread_begin(void);
+extern "C" void __tsan_ignore_thread_end(void);
+#endif
+/* The harness's own bookkeeping is not part of the program under test:
+   under ThreadSanitizer, a CUEMU_HARNESS_CODE scope ignores the memory
+   accesses of the fiber that runs it (sync operations still count). */
+namespace cuemu {
+struct HarnessCode {
+#ifdef CUEMU_TSAN
+    HarnessCode() { __tsan_ignore_thread_begin(); }
+    ~HarnessCode() { __tsan_ignore_thread_end(); }
+#endif
+};
+} /* namespace cuemu */
+#define CUEMU_HARNESS_CODE cuemu::HarnessCode cuemu_harness_scope_
 
 /* ---- the CUDA language: qualifiers and built-in variables ---------------- */
 #define __global__
@@ -166,7 +205,9 @@ struct Config {
     size_t context_bytes = (size_t)300 << 20; /* "used" before any cudaMalloc */
     size_t cublas_bytes = (size_t)4 << 20;    /* what cublasCreate "takes"    */
     int preempt_atomics = 1;           /* atomics are preemption points       */
-    int sequential = 0;                /* 1: fibers in order (debugging)      */
+    int order = 0;   /* 0: random; 1: lowest thread first; 2: highest first
+                        (fixed orders, for debugging and for showing that
+                        a race can hide under one order)                   */
 };
 
 enum { F_RUN, F_BAR, F_WARP, F_DONE };
@@ -175,7 +216,7 @@ struct Fiber {
     void *sp;                  /* the x86-64 switch: saved stack pointer */
     void *fake_stack;
     int state;
-    unsigned warp_gen;
+    unsigned warp_gen, bar_gen;
     uint3 tid;
 };
 struct WarpState {
@@ -222,6 +263,11 @@ struct State {
     std::map<uintptr_t, size_t> allocs;   /* device allocations: base -> bytes */
     size_t alloc_bytes = 0, cublas_live = 0;
     int context_up = 0;
+    /* ThreadSanitizer mode: one TSan fiber per stack slot, and the sync
+       objects (any address will do) that barriers release and acquire */
+    void *tsan_main = nullptr;
+    std::vector<void *> tsan_fib;
+    std::vector<char> tsan_sync; /* [0] block start, [1] block end, [2..3] barrier, then 2 per warp */
 };
 inline State &S() { static State s; return s; }
 inline Config &config() { return S().cfg; }
@@ -242,6 +288,7 @@ inline uint64_t rnd() {
 inline long errors() { return S().errors; }
 /* a diagnostic: counted, printed (the first 20) with where it happened */
 inline void error(const char *fmt, ...) {
+    CUEMU_HARNESS_CODE;
     State &s = S();
     s.errors++;
     /* at most 3 lines per launch (the rest are counted), 200 in all */
@@ -280,6 +327,36 @@ inline void asan_finish(void *fake, const void **bottom_old, size_t *size_old) {
 }
 inline char *stack_of(int i) { return S().stacks + (size_t)i * S().stack_size; }
 
+/* ThreadSanitizer mode (-fsanitize=thread): fibers switch WITHOUT creating
+   happens-before, so TSan sees the threads of a block as concurrent; only
+   __syncthreads (all threads), warp collectives (their lanes) and atomics
+   order them, as on a GPU. Any two accesses to one address, one a write,
+   not ordered by those is reported as a data race: a missing barrier is
+   caught even when this run's thread order happened to give the right
+   answer. Blocks are ordered one after another (static __shared__ arrays
+   are reused by the next block), so races between blocks are not seen. */
+inline void tsan_release(size_t k) {
+#ifdef CUEMU_TSAN
+    __tsan_release(&S().tsan_sync[k]);
+#else
+    (void)k;
+#endif
+}
+inline void tsan_acquire(size_t k) {
+#ifdef CUEMU_TSAN
+    __tsan_acquire(&S().tsan_sync[k]);
+#else
+    (void)k;
+#endif
+}
+#ifdef CUEMU_TSAN
+/* not instrumented: between telling TSan "now fiber X" and the actual
+   switch, no instrumented function may enter or leave */
+#define CUEMU_NO_TSAN_INSTR __attribute__((no_sanitize_thread, noinline))
+#else
+#define CUEMU_NO_TSAN_INSTR
+#endif
+
 /* Switching stacks. swapcontext costs a system call (it saves the signal
    mask), which made it most of the run time; on x86-64 a switch only has
    to save the callee-saved registers, MXCSR and the x87 control word. */
@@ -299,31 +376,59 @@ __asm__(".text\n"
         ".size cuemu_switch_x86_64, .-cuemu_switch_x86_64\n");
 #endif
 
+/* save the running context in (save_sp | save_ctx), resume (to_sp |
+   to_ctx); save_ctx NULL: the running fiber is finished. tsan_to is the
+   TSan fiber that runs next (NULL without TSan). */
+CUEMU_NO_TSAN_INSTR inline void switch_stacks(void **save_sp, void *to_sp, ucontext_t *save_ctx,
+                                              ucontext_t *to_ctx, void *tsan_to) {
+#ifdef CUEMU_TSAN
+    __tsan_switch_to_fiber(tsan_to, __tsan_switch_to_fiber_no_sync);
+#else
+    (void)tsan_to;
+#endif
+#ifdef CUEMU_FAST_SWITCH
+    (void)save_ctx; (void)to_ctx;
+    cuemu_switch_x86_64(save_sp, to_sp);
+#else
+    (void)save_sp; (void)to_sp;
+    if (save_ctx) swapcontext(save_ctx, to_ctx);
+    else setcontext(to_ctx);
+#endif
+}
+
 /* the running fiber gives control back to the scheduler */
 inline void yield() {
     State &s = S();
     Fiber &f = s.fib[s.cur];
     asan_start(&f.fake_stack, s.main_bottom, s.main_size);
-#ifdef CUEMU_FAST_SWITCH
-    cuemu_switch_x86_64(&f.sp, s.main_sp);
-#else
-    swapcontext(&f.ctx, &s.main_ctx);
-#endif
+    switch_stacks(&f.sp, s.main_sp, &f.ctx, &s.main_ctx, s.tsan_main);
     asan_finish(f.fake_stack, &s.main_bottom, &s.main_size);
 }
 
-inline void fiber_entry() {
+/* (not instrumented by TSan: it never returns, so its entry would pile up
+   on the TSan fiber's shadow stack, block after block) */
+CUEMU_NO_TSAN_INSTR inline void fiber_entry() {
     State &s = S();
     asan_finish(nullptr, &s.main_bottom, &s.main_size);
-    s.L->body(s.L->arg);
-    s.fib[s.cur].state = F_DONE;
+    tsan_acquire(0); /* what the host did before the block */
+    {
+        void (*body)(void *) = nullptr;
+        void *arg = nullptr;
+        {
+            CUEMU_HARNESS_CODE;
+            body = s.L->body;
+            arg = s.L->arg;
+        }
+        body(arg); /* the kernel: the only code here that TSan watches */
+    }
+    {
+        CUEMU_HARNESS_CODE; /* (a scope: this fiber never returns) */
+        s.fib[s.cur].state = F_DONE;
+    }
+    tsan_release(1); /* what this thread did, for the host after the block */
     asan_start(nullptr, s.main_bottom, s.main_size); /* this fiber is finished */
-#ifdef CUEMU_FAST_SWITCH
     void *dead;
-    cuemu_switch_x86_64(&dead, s.main_sp);
-#else
-    setcontext(&s.main_ctx);
-#endif
+    switch_stacks(&dead, s.main_sp, nullptr, &s.main_ctx, s.tsan_main);
     abort(); /* not reached */
 }
 
@@ -361,6 +466,7 @@ inline unsigned linear_tid(uint3 t) {
 
 /* ---- __syncthreads: every thread of the block, at the same barrier ------- */
 inline void syncthreads(const char *file, int line) {
+    CUEMU_HARNESS_CODE;
     State &s = S();
     if (!s.in_kernel) return;
     Fiber &f = s.fib[s.cur];
@@ -381,11 +487,15 @@ inline void syncthreads(const char *file, int line) {
     } else {
         f.state = F_BAR;
     }
+    tsan_release(2 + (f.bar_gen & 1u));
     yield();
+    tsan_acquire(2 + (f.bar_gen & 1u));
+    f.bar_gen++;
 }
 
 /* an extra preemption point (after atomics): another thread may run now */
 inline void preempt() {
+    CUEMU_HARNESS_CODE;
     State &s = S();
     if (!s.in_kernel || !s.cfg.preempt_atomics) return;
     s.runq.push_back(s.cur);
@@ -395,6 +505,7 @@ inline void preempt() {
 /* ---- warp collectives: the lanes in mask meet, deposit, then read -------- */
 inline const uint64_t *warp_meet(unsigned mask, uint64_t v, const char *op, int *lane_out,
                                  unsigned *exist_out) {
+    CUEMU_HARNESS_CODE;
     State &s = S();
     Fiber &f = s.fib[s.cur];
     unsigned lin = linear_tid(f.tid);
@@ -426,7 +537,9 @@ inline const uint64_t *warp_meet(unsigned mask, uint64_t v, const char *op, int 
     } else {
         f.state = F_WARP;
     }
+    tsan_release(4 + 2 * (lin / 32) + (size_t)g);
     yield();
+    tsan_acquire(4 + 2 * (lin / 32) + (size_t)g);
     f.warp_gen++;
     return W.val[g];
 }
@@ -446,6 +559,7 @@ template <class T> inline T from_bits(uint64_t b) {
 template <class T>
 inline T shfl_read(const uint64_t *vals, unsigned mask, unsigned exist, int lane, int src,
                    const char *op) {
+    CUEMU_HARNESS_CODE;
     if (src != lane && (!((mask >> src) & 1u) || !((exist >> src) & 1u))) {
         error("%s: lane %d reads lane %d, which is not in mask 0x%08x or does not exist", op,
               lane, src, mask);
@@ -471,9 +585,14 @@ inline void ensure_stacks(int n) {
     if (p == MAP_FAILED) { fprintf(stderr, "cuda_on_cpu: cannot map fiber stacks\n"); abort(); }
     s.stacks = (char *)p;
     s.fib.resize((size_t)n);
+#ifdef CUEMU_TSAN
+    if (!s.tsan_main) s.tsan_main = __tsan_get_current_fiber();
+    while (s.tsan_fib.size() < (size_t)n) s.tsan_fib.push_back(__tsan_create_fiber(0));
+#endif
 }
 
 inline void run_block(const Launch &L, uint3 b) {
+    CUEMU_HARNESS_CODE;
     State &s = S();
     blockIdx = b;
     int n = s.nthreads;
@@ -482,6 +601,7 @@ inline void run_block(const Launch &L, uint3 b) {
         fiber_init(f, i);
         f.state = F_RUN;
         f.warp_gen = 0;
+        f.bar_gen = 0;
         f.fake_stack = nullptr;
         f.tid.x = (unsigned)i % L.block.x;
         f.tid.y = (unsigned)i / L.block.x % L.block.y;
@@ -500,21 +620,24 @@ inline void run_block(const Launch &L, uint3 b) {
     }
     s.runq.clear();
     for (int i = 0; i < n; i++) s.runq.push_back(n - 1 - i);
+    tsan_release(0); /* the host's work so far happens before the block */
     while (!s.runq.empty()) {
-        size_t k = s.cfg.sequential ? s.runq.size() - 1 : (size_t)(rnd() % s.runq.size());
+        size_t k = 0;
+        if (s.cfg.order == 0) k = (size_t)(rnd() % s.runq.size());
+        else
+            for (size_t j = 1; j < s.runq.size(); j++)
+                if ((s.cfg.order == 1) == (s.runq[j] < s.runq[k])) k = j;
         int i = s.runq[k];
         s.runq[k] = s.runq.back();
         s.runq.pop_back();
         s.cur = i;
         threadIdx = s.fib[i].tid;
         asan_start(&s.main_fake, stack_of(i), s.stack_size);
-#ifdef CUEMU_FAST_SWITCH
-        cuemu_switch_x86_64(&s.main_sp, s.fib[i].sp);
-#else
-        swapcontext(&s.main_ctx, &s.fib[i].ctx);
-#endif
+        switch_stacks(&s.main_sp, s.fib[i].sp, &s.main_ctx, &s.fib[i].ctx,
+                      s.tsan_fib.empty() ? nullptr : s.tsan_fib[(size_t)i]);
         asan_finish(s.main_fake, nullptr, nullptr);
     }
+    tsan_acquire(1); /* the block's work happens before what the host does next */
     int done = 0, at_bar = 0, at_warp = 0;
     for (int i = 0; i < n; i++) {
         done += s.fib[i].state == F_DONE;
@@ -543,6 +666,7 @@ inline cudaError_t launch_fail(cudaError_t e, const char *name, const char *file
 }
 
 inline cudaError_t launch_impl(const Launch &L) {
+    CUEMU_HARNESS_CODE;
     State &s = S();
     if (s.in_kernel) {
         error("launch of %s from inside a kernel (dynamic parallelism is not emulated)", L.name);
@@ -559,6 +683,7 @@ inline cudaError_t launch_impl(const Launch &L) {
         return launch_fail(cudaErrorInvalidConfiguration, L.name, L.file, L.line,
                            "more than 48 KiB of dynamic shared memory");
     ensure_stacks((int)nt);
+    s.tsan_sync.assign(4 + 2 * ((size_t)nt + 31) / 32, 0);
     s.nthreads = (int)nt;
     s.L = &L;
     s.launches++;
@@ -568,7 +693,7 @@ inline cudaError_t launch_impl(const Launch &L) {
     size_t nb = (size_t)L.grid.x * L.grid.y * L.grid.z;
     std::vector<size_t> order(nb);
     for (size_t i = 0; i < nb; i++) order[i] = i;
-    if (!s.cfg.sequential)
+    if (s.cfg.order == 0)
         for (size_t i = nb; i > 1; i--) std::swap(order[i - 1], order[(size_t)(rnd() % i)]);
     s.in_kernel = 1;
     s.launch_printed = 0;
@@ -612,6 +737,7 @@ inline cudaError_t launch(const char *name, const char *file, int line, dim3 gri
 }
 
 inline void *dynamic_shared() {
+    CUEMU_HARNESS_CODE;
     State &s = S();
     if (!s.in_kernel) { error("dynamic shared memory used outside a kernel"); return nullptr; }
     if (!s.dyn) error("dynamic shared memory used, but the launch asked for 0 bytes");
@@ -665,6 +791,7 @@ template <class T> static inline T __shfl_up_sync(unsigned mask, T var, unsigned
     return cuemu::shfl_read<T>(v, mask, ex, lane, s, "__shfl_up_sync");
 }
 static inline unsigned __ballot_sync(unsigned mask, int pred) {
+    CUEMU_HARNESS_CODE;
     int lane; unsigned ex;
     const uint64_t *v = cuemu::warp_meet(mask, pred ? 1 : 0, "__ballot_sync", &lane, &ex);
     unsigned r = 0;
@@ -674,18 +801,43 @@ static inline unsigned __ballot_sync(unsigned mask, int pred) {
 }
 static inline int __any_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) != 0; }
 static inline int __all_sync(unsigned mask, int pred) {
+    CUEMU_HARNESS_CODE;
     unsigned ex = cuemu::S().warps[cuemu::linear_tid(threadIdx) / 32].exist;
     return __ballot_sync(mask, pred) == (mask & ex);
 }
 
-/* ---- atomics (each is also a preemption point) --------------------------- */
-template <class T> static inline T atomicAdd(T *a, T v) { T o = *a; *a = o + v; cuemu::preempt(); return o; }
-template <class T> static inline T atomicSub(T *a, T v) { T o = *a; *a = o - v; cuemu::preempt(); return o; }
-template <class T> static inline T atomicMax(T *a, T v) { T o = *a; *a = o > v ? o : v; cuemu::preempt(); return o; }
-template <class T> static inline T atomicMin(T *a, T v) { T o = *a; *a = o < v ? o : v; cuemu::preempt(); return o; }
-template <class T> static inline T atomicExch(T *a, T v) { T o = *a; *a = v; cuemu::preempt(); return o; }
+/* ---- atomics (each is also a preemption point) ---------------------------
+   Fibers are never interrupted inside one, so a plain read-modify-write is
+   atomic here; under ThreadSanitizer they are real (relaxed) atomics, so
+   TSan knows them from racing plain accesses. */
+namespace cuemu {
+template <class T, class F> inline T atomic_rmw(T *a, F op) {
+#ifdef CUEMU_TSAN
+    static_assert(sizeof(T) == 4 || sizeof(T) == 8, "atomics on 4- or 8-byte types");
+    typedef typename std::conditional<sizeof(T) == 4, uint32_t, uint64_t>::type U;
+    U *ua = (U *)a, old = __atomic_load_n(ua, __ATOMIC_RELAXED), nu;
+    T o, n;
+    for (;;) {
+        memcpy(&o, &old, sizeof o);
+        n = op(o);
+        memcpy(&nu, &n, sizeof nu);
+        if (__atomic_compare_exchange_n(ua, &old, nu, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) break;
+    }
+#else
+    T o = *a;
+    *a = op(o);
+#endif
+    preempt();
+    return o;
+}
+} /* namespace cuemu */
+template <class T> static inline T atomicAdd(T *a, T v) { return cuemu::atomic_rmw(a, [v](T o) { return o + v; }); }
+template <class T> static inline T atomicSub(T *a, T v) { return cuemu::atomic_rmw(a, [v](T o) { return o - v; }); }
+template <class T> static inline T atomicMax(T *a, T v) { return cuemu::atomic_rmw(a, [v](T o) { return o > v ? o : v; }); }
+template <class T> static inline T atomicMin(T *a, T v) { return cuemu::atomic_rmw(a, [v](T o) { return o < v ? o : v; }); }
+template <class T> static inline T atomicExch(T *a, T v) { return cuemu::atomic_rmw(a, [v](T o) { (void)o; return v; }); }
 template <class T> static inline T atomicCAS(T *a, T cmp, T v) {
-    T o = *a; if (o == cmp) *a = v; cuemu::preempt(); return o;
+    return cuemu::atomic_rmw(a, [cmp, v](T o) { return o == cmp ? v : o; });
 }
 
 /* ---- math intrinsics: the fast versions are the accurate ones here -------- */

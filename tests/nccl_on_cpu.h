@@ -84,7 +84,7 @@ struct ncclComm {
 };
 
 static ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
-    int port = 0, fd = trn__listen(0, &port); /* a free loopback port */
+    int port = 0, fd = trn__net_listen(0, &port); /* a free loopback port */
     if (fd < 0) return ncclSystemError;
     close(fd);
     memset(id, 0, sizeof *id);

@@ -8,7 +8,7 @@
 
    Built with AddressSanitizer (see the build line above), so a kernel that
    reads or writes outside its cudaMalloc block aborts with a report.
-   tests/test_cuda_asan.sh runs this program with --oob-demo and
+   tests/test_cuda_sanitizers.sh runs this program with --oob-demo and
    --oob-shared-demo to show exactly that.
 */
 #include "tests/check.h"

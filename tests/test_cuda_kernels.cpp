@@ -452,6 +452,53 @@ static void test_training(int tf32, double loss_tol, double param_tol) {
     trn_cuda_set_tf32(0);
 }
 
+/* ------------------------------------------ races the sanitizers catch */
+#ifdef TRN_CUDA_ON_CPU
+/* broken on purpose: rows with the same id add without atomicAdd. The
+   harness never interrupts a fiber inside the +=, so the sum comes out
+   right; built with -fsanitize=thread (tests/test_cuda_race.cpp) it is
+   reported as a data race. */
+__global__ void racy_scatter(float *dst, const float *src, const int *ids, int N, int C) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < N * C) dst[ids[i / C] * C + i % C] += src[i];
+}
+/* broken on purpose: a tree reduction without the barrier in its loop.
+   Highest thread first, this one order happens to give the right sum. */
+__global__ void block_sum_no_loop_barrier(float *out, const float *x, int n) {
+    __shared__ float buf[256];
+    int t = threadIdx.x;
+    buf[t] = t < n ? x[t] : 0.0f;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1)
+        if (t < s) buf[t] += buf[t + s]; /* the bug: no __syncthreads() here */
+    if (t == 0) *out = buf[0];
+}
+static int race_demo(int which) {
+    if (which == 1) {
+        const int N = 8, C = 5;
+        int ids[N] = {3, 1, 3, 0, 2, 3, 1, 0};
+        vec src((size_t)N * C, 1.0f), dst(4 * C, 0.0f);
+        dbuf ds(src), dd(dst), di(ids, sizeof ids);
+        TRN_CUDA_LAUNCH(racy_scatter, dim3(1), dim3(64), 0, (cudaStream_t)0, dd.f(), (const float *)ds.f(),
+                        (const int *)di.i(), N, C);
+        vec got = dd.get();
+        printf("racy_scatter: row 3 = %g (3 expected: the harness alone does not see this race)\n", got[15]);
+    } else {
+        vec x(256);
+        double want = 0;
+        for (int i = 0; i < 256; i++) { x[(size_t)i] = (float)(i % 5); want += x[(size_t)i]; }
+        dbuf dx(x), dout(NULL, 4);
+        cuemu::config().order = 2;
+        TRN_CUDA_LAUNCH(block_sum_no_loop_barrier, dim3(1), dim3(256), 0, (cudaStream_t)0, dout.f(),
+                        (const float *)dx.f(), 256);
+        cuemu::config().order = 0;
+        printf("block_sum_no_loop_barrier: %g (%g expected: this thread order hides the missing barrier)\n",
+               dout.get()[0], want);
+    }
+    return 0;
+}
+#endif
+
 /* ----------------------------------------------- errors and the ledger */
 static void test_errors_before_init(void) {
 #ifdef TRN_CUDA_ON_CPU
@@ -520,7 +567,21 @@ int main(int argc, char **argv) {
     uint64_t seed = 1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 10);
-        else if (!strcmp(argv[i], "--help")) { printf("usage: %s [--seed N]\n", argv[0]); return 0; }
+        else if (!strcmp(argv[i], "--help")) {
+            printf("usage: %s [--seed N] [--race-demo | --race-demo-barrier]\n"
+                   "  the demos launch a kernel with a data race (a += that should be atomicAdd; a\n"
+                   "  reduction missing a barrier) whose result comes out right: the harness alone\n"
+                   "  cannot see it, the -fsanitize=thread build (test_cuda_race) reports it\n", argv[0]);
+            return 0;
+        }
+#ifdef TRN_CUDA_ON_CPU
+        else if (!strcmp(argv[i], "--race-demo") || !strcmp(argv[i], "--race-demo-barrier")) {
+            trn_cuda_set_tf32(0);
+            if (trn_cuda_init(0) != TRN_OK) return 1;
+            GPU = trn_cuda_backend();
+            return race_demo(strcmp(argv[i], "--race-demo") == 0 ? 1 : 2);
+        }
+#endif
         else { fprintf(stderr, "test_cuda_kernels: unknown flag %s (try --help)\n", argv[i]); return 2; }
     }
     trn_rng_seed(&RNG, seed);
@@ -553,10 +614,12 @@ int main(int argc, char **argv) {
     test_crossentropy(3, 1000, 1003);
     test_meanpool(3, 13, 53);
     test_adamw(1001);
+#ifndef CUEMU_TSAN /* the race detector build checks the kernels above; training adds only time */
     printf("training a 2-layer GPT (C=48, T=13, V=67) for 10 steps, fp32:\n");
     test_training(0, 1e-4, 1e-3);
     printf("the same with TF32 matmuls:\n");
     test_training(1, 1e-2, 0.1);
+#endif
 
     printf("\n%-40s %12s %10s\n", "kernel", "max|diff|", "tolerance");
     for (size_t i = 0; i < results.size(); i++)

@@ -227,7 +227,7 @@ static void clear_launcher_env(void) {
 }
 
 static int free_port(void) {
-    int port = 0, fd = trn__listen(0, &port);
+    int port = 0, fd = trn__net_listen(0, &port);
     if (fd >= 0) close(fd);
     return port;
 }
@@ -270,7 +270,7 @@ static void spawn(job *j, int rank, int world_env, int port, char **opts) {
 static void job_begin(job *j, const char *tag) {
     memset(j, 0, sizeof *j);
     snprintf(j->tag, sizeof j->tag, "%s", tag);
-    j->t0 = trn__now();
+    j->t0 = trn__dist_now();
 }
 
 /* wait until all exited; past the deadline, SIGKILL and mark them hung */
@@ -282,11 +282,11 @@ static void job_wait(job *j, double limit_s) {
             if (j->status[i] != -1 || j->hung[i]) continue;
             if (waitpid(j->pid[i], &st, WNOHANG) == j->pid[i]) {
                 j->status[i] = st;
-                j->t_end[i] = trn__now() - j->t0;
+                j->t_end[i] = trn__dist_now() - j->t0;
                 left--;
             }
         }
-        if (left > 0 && trn__now() - j->t0 > limit_s) {
+        if (left > 0 && trn__dist_now() - j->t0 > limit_s) {
             for (i = 0; i < j->n; i++)
                 if (j->status[i] == -1 && !j->hung[i]) {
                     kill(j->pid[i], SIGKILL);
@@ -295,7 +295,7 @@ static void job_wait(job *j, double limit_s) {
                     left--;
                 }
         }
-        trn__sleep_ms(5);
+        trn__dist_sleep_ms(5);
     }
 }
 
@@ -471,7 +471,7 @@ static void test_shards_and_buckets(void) {
             for (r = 0; r < w; r++) {
                 trn_comm_shard(n, w, r, &lo, &hi);
                 ok &= lo == prev && hi >= lo && (lo % 16 == 0 || n / w < 64);
-                ok &= r == w - 1 || hi - lo == trn__shard_size(n, w); /* equal, for NCCL */
+                ok &= r == w - 1 || hi - lo == trn__dist_shard_size(n, w); /* equal, for NCCL */
                 ok &= n < (size_t)w || hi > lo;                       /* nobody empty */
                 prev = hi;
             }
@@ -820,18 +820,18 @@ int main(int argc, char **argv) {
     if (!mkdtemp(g_dir)) { perror("mkdtemp"); return 1; }
     setenv("OMP_NUM_THREADS", "1", 1); /* 2 or 3 ranks share the cores */
     {
-        double t = trn__now();
+        double t = trn__dist_now();
         test_env();
         test_shards_and_buckets();
         test_hook();
         test_equivalence();
-        printf("  (equivalence: %.1f s)\n", trn__now() - t);
-        t = trn__now();
+        printf("  (equivalence: %.1f s)\n", trn__dist_now() - t);
+        t = trn__dist_now();
         test_checkpoint();
-        printf("  (checkpoints: %.1f s)\n", trn__now() - t);
-        t = trn__now();
+        printf("  (checkpoints: %.1f s)\n", trn__dist_now() - t);
+        t = trn__dist_now();
         test_faults();
-        printf("  (faults: %.1f s)\n", trn__now() - t);
+        printf("  (faults: %.1f s)\n", trn__dist_now() - t);
     }
     {
         char cmd[300];

@@ -156,9 +156,9 @@ static int worker(const char *dir, const char *tag, int zero1, long long bucket,
 static char g_self[1024], g_dir[256];
 
 static int run(const char *tag, int world, const char *mode, int *codes, double *secs) {
-    int port = 0, fd = trn__listen(0, &port);
+    int port = 0, fd = trn__net_listen(0, &port);
     pid_t pid[4];
-    double t0 = trn__now();
+    double t0 = trn__dist_now();
     close(fd);
     for (int r = 0; r < world; r++) {
         pid[r] = fork();
@@ -179,13 +179,13 @@ static int run(const char *tag, int world, const char *mode, int *codes, double 
     for (int r = 0; r < world; r++) { // at most 60 s for everyone, then SIGKILL
         int st = -1;
         while (waitpid(pid[r], &st, WNOHANG) == 0) {
-            if (trn__now() - t0 > 60) { kill(pid[r], SIGKILL); waitpid(pid[r], &st, 0); st = -1; break; }
-            trn__sleep_ms(5);
+            if (trn__dist_now() - t0 > 60) { kill(pid[r], SIGKILL); waitpid(pid[r], &st, 0); st = -1; break; }
+            trn__dist_sleep_ms(5);
         }
         codes[r] = st == -1 ? -1 : WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
         all_ok &= codes[r] == 0;
     }
-    *secs = trn__now() - t0;
+    *secs = trn__dist_now() - t0;
     return all_ok;
 }
 
