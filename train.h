@@ -2444,16 +2444,18 @@ TRNDEF float trn_clip_grad_norm(trn_model *m, float max_norm) {
    loops that the compiler vectorizes as well as the target allows.
 
    Threads. C is cut into one block per thread along whole panels (along N
-   when N has enough panels, else along M); each thread runs the loops above
-   on its own block with its own packing buffers. Every element of C is
-   summed the same way (KC blocks in order, k in order inside a block)
-   whatever the cut, so the result is bitwise the same for ANY thread count.
-   Small products, and calls from inside a parallel region (attention runs
-   one GEMM per head inside its own parallel loop), use one thread.
+   or M, whichever gives the cheapest block, counting what it must pack);
+   each thread runs the loops above on its block with its own packing
+   buffer. Every element of C is summed the same way (KC blocks in order, k
+   in order inside a block) whatever the cut, so the result is bitwise the
+   same for ANY thread count. Small products, and calls from inside a
+   parallel region (attention runs one GEMM per head inside its own
+   parallel loop), use one thread. Up to 4 rows with op(B) = B (dinp = dout
+   @ W for a few tokens) skip packing: see trn__sgemm_rows.
 
    Packing buffers are per thread, kept between calls and grown on demand
    (ledger kind "temporary"), so steady-state training allocates nothing
-   here: about 4 MB per thread at the default block sizes.
+   here: at most 3.4 MB per thread at the default block sizes.
    ======================================================================== */
 #ifdef TRAIN_USE_CBLAS
 #include <cblas.h>
@@ -2928,13 +2930,16 @@ TRNDEF void trn_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha
         return;
     }
     if (nt == 1) { trn__sgemm_block(&g, 0, M, 0, N); return; }
-    /* the grid gm x gn = nt of C blocks whose largest block has the fewest
-       tiles; on a tie, cut N (each thread then packs only its part of B) */
+    /* the grid gm x gn = nt of C blocks with the cheapest largest block, per
+       step of k: rows*cols FMAs, plus the floats it packs (its rows of A once
+       per NC columns, its columns of B once) at ~20 FMAs' time each */
     um = (M + TRN__MR - 1) / TRN__MR;
     un = (N + TRN__NR - 1) / TRN__NR;
     for (d = nt; d >= 1; d--) {
         if (nt % d == 0) {
-            long long cost = (long long)((um + nt / d - 1) / (nt / d)) * ((un + d - 1) / d);
+            long long rows = (long long)((um + nt / d - 1) / (nt / d)) * TRN__MR;
+            long long cols = (long long)((un + d - 1) / d) * TRN__NR;
+            long long cost = rows * cols + 20 * (rows * ((cols + TRN__NC - 1) / TRN__NC) + cols);
             if (best < 0 || cost < best) { best = cost; gn = d; gm = nt / d; }
         }
     }

@@ -648,6 +648,7 @@ static void sample_text(gpt2 *g, const trn_tokenizer *tok, const int *prompt, in
         }
         ctx[i] = pick;
         len = trn_tokenizer_decode(tok, &pick, 1, text, sizeof text);
+        if (len == 0) len = (size_t)snprintf(text, sizeof text, "<%d>", pick); // no tokenizer knows it
         fwrite(text, 1, len < sizeof text ? len : sizeof text - 1, stdout);
         fflush(stdout);
     }

@@ -129,15 +129,17 @@ extern "C" void __tsan_ignore_thread_end(void);
 /* The harness's own bookkeeping is not part of the program under test:
    under ThreadSanitizer, a CUEMU_HARNESS_CODE scope ignores the memory
    accesses of the fiber that runs it (sync operations still count). */
+#ifdef CUEMU_TSAN
 namespace cuemu {
 struct HarnessCode {
-#ifdef CUEMU_TSAN
     HarnessCode() { __tsan_ignore_thread_begin(); }
     ~HarnessCode() { __tsan_ignore_thread_end(); }
-#endif
 };
 } /* namespace cuemu */
 #define CUEMU_HARNESS_CODE cuemu::HarnessCode cuemu_harness_scope_
+#else
+#define CUEMU_HARNESS_CODE ((void)0)
+#endif
 
 /* ---- the CUDA language: qualifiers and built-in variables ---------------- */
 #define __global__
