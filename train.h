@@ -871,13 +871,13 @@ TRNDEF trn_result trn_fail(trn_result r, const char *fmt, ...) {
 }
 
 TRNDEF void trn_fatal(const char *fmt, ...) {
+    char msg[1024];
     va_list ap;
-    fflush(stdout);
-    fputs("train.h: ", stderr);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
+    fflush(stdout);
+    fprintf(stderr, "train.h: %s\n", msg); /* one write: lines from ranks don't interleave */
     exit(3);
 }
 

@@ -19,7 +19,15 @@
    gradients, optimizer moments and activations live in device memory;
    inputs (ids, targets) are uploaded by the ops as before; trn_item and
    trn_read download. A program can compile the same source for the CPU and
-   for CUDA:   examples/foo.cu =  #define TRN_USE_CUDA  +  #include "foo.c".
+   for CUDA: foo.c says
+      #ifdef TRN_USE_CUDA
+      #define TRAIN_CUDA_IMPLEMENTATION
+      #include "train_cuda.h"
+      #endif
+   and picks trn_cuda_backend() under TRN_USE_CUDA; foo_cuda.cu is just
+      #define TRN_USE_CUDA
+      #include "foo.c"
+   (the C source is then compiled as C++ by nvcc: cast malloc's result).
 
    Build (build.sh does this for every *.cu):
       nvcc -O3 -std=c++17 -gencode arch=compute_80,code=sm_80 \
@@ -44,8 +52,11 @@
    no kernels in this build (compiled for sm_80/sm_90 only).
 
    Tests: tests/cuda_on_cpu.h runs this file's kernels on the CPU (g++,
-   fibers for threads, a reference GEMM for cuBLAS); tests/test_cuda_kernels
-   compares every kernel with the CPU backend.
+   fibers for threads in a random order, a reference GEMM for cuBLAS, ASan
+   for out-of-bounds, TSan as a race detector); tests/test_cuda_kernels
+   compares every kernel with the CPU backend, tests/test_cuda_gpt2 trains
+   examples/gpt2.c's model 10 steps on both, tests/test_cuda_on_gpu.cu is
+   the same kernel test for a real GPU (and the nvcc build check).
 
    Contents:  >>cuda-api (declarations)  >>cuda-errors  >>cuda-memory
               >>cuda-kernels  >>cuda-ops  >>cuda-init
@@ -766,9 +777,9 @@ static void trn__cuda_crossentropy_backward(float *dlogits, const float *logits,
 static void trn__cuda_release(void) {
     if (trn__cu.tmp) { trn__cuda_free(trn__cu.tmp); trn__cu.tmp = NULL; trn__cu.tmp_bytes = 0; }
     if (trn__cu.partials) { trn__cuda_free(trn__cu.partials); trn__cu.partials = NULL; }
-    if (trn__cu.cublas) { cublasDestroy(trn__cu.cublas); trn__cu.cublas = NULL; }
+    if (trn__cu.cublas) { TRN_CUBLAS_CHECK(cublasDestroy(trn__cu.cublas)); trn__cu.cublas = NULL; }
     if (trn__cu.workspace) { trn__cuda_free(trn__cu.workspace); trn__cu.workspace = NULL; }
-    if (trn__cu.stream) { cudaStreamDestroy(trn__cu.stream); trn__cu.stream = NULL; }
+    if (trn__cu.stream) { TRN_CUDA_CHECK(cudaStreamDestroy(trn__cu.stream)); trn__cu.stream = NULL; }
     trn_ledger_add(TRN_DEVICE, TRN_KIND_RUNTIME, -(long long)(trn__cu.context_bytes + trn__cu.cublas_bytes));
     trn__cu.context_bytes = trn__cu.cublas_bytes = 0;
 }
@@ -783,6 +794,7 @@ TRNDEF trn_result trn_cuda_init(int device) {
         return trn_fail(TRN_ERR_INVALID, "trn_cuda_init(%d): device %d is already in use (one device per process)",
                         device, trn__cu.device);
     }
+    /* (these two cannot fail in a way that matters: drv stays 0 without a driver) */
     cudaDriverGetVersion(&drv);
     cudaRuntimeGetVersion(&rt);
     e = cudaGetDeviceCount(&count);
@@ -803,7 +815,8 @@ TRNDEF trn_result trn_cuda_init(int device) {
         cudaGetLastError();
         return trn_fail(TRN_ERR_BACKEND, "CUDA: cannot open device %d: %s", device, cudaGetErrorString(e));
     }
-    cudaGetDeviceProperties(&prop, device);
+    if ((e = cudaGetDeviceProperties(&prop, device)) != cudaSuccess)
+        return trn_fail(TRN_ERR_BACKEND, "CUDA: cannot query device %d: %s", device, cudaGetErrorString(e));
     snprintf(trn__cu.name, sizeof trn__cu.name, "%s (sm_%d%d)", prop.name, prop.major, prop.minor);
     /* can this GPU run our kernels? (a build for sm_80/sm_90 cannot run on sm_75) */
     {
@@ -840,8 +853,9 @@ TRNDEF trn_result trn_cuda_init(int device) {
         return trn_fail(TRN_ERR_NOMEM, "CUDA: no device memory for the cuBLAS workspace on %s", trn__cu.name);
     }
     trn__cu.workspace_bytes = TRN__CUDA_WORKSPACE;
-    TRN_CUBLAS_CHECK(cublasSetWorkspace(trn__cu.cublas, trn__cu.workspace, trn__cu.workspace_bytes));
+    /* this order: cublasSetStream resets the workspace to cuBLAS's own pool */
     TRN_CUBLAS_CHECK(cublasSetStream(trn__cu.cublas, trn__cu.stream));
+    TRN_CUBLAS_CHECK(cublasSetWorkspace(trn__cu.cublas, trn__cu.workspace, trn__cu.workspace_bytes));
     trn_cuda_set_tf32(!trn__cu.tf32_off);
     trn_ledger_set_device_probe(trn__cuda_probe);
     return TRN_OK;
@@ -859,7 +873,7 @@ TRNDEF void *trn_cuda_cublas(void) { return (void *)trn__cu.cublas; }
 
 TRNDEF void trn_cuda_shutdown(void) {
     if (!trn__cu.ready) return;
-    cudaStreamSynchronize(trn__cu.stream);
+    TRN_CUDA_CHECK(cudaStreamSynchronize(trn__cu.stream));
     trn__cuda_release();
     trn_ledger_set_device_probe(NULL);
     trn__cu.ready = 0;

@@ -33,6 +33,11 @@ MUTATIONS = [  # (name, original text, broken text, sanitizer: "" | "address" | 
     ("causal mask off by one", "int last = causal ? row % T : T - 1;",
      "int last = causal ? min(row % T + 1, T - 1) : T - 1;", ""),
     ("attention dV overwritten instead of accumulated", "P, 1.0f, dqkv + 2 * C,", "P, 0.0f, dqkv + 2 * C,", ""),
+    ("cublasSetStream after cublasSetWorkspace (the workspace is dropped)",
+     "    TRN_CUBLAS_CHECK(cublasSetStream(trn__cu.cublas, trn__cu.stream));\n"
+     "    TRN_CUBLAS_CHECK(cublasSetWorkspace(trn__cu.cublas, trn__cu.workspace, trn__cu.workspace_bytes));",
+     "    TRN_CUBLAS_CHECK(cublasSetWorkspace(trn__cu.cublas, trn__cu.workspace, trn__cu.workspace_bytes));\n"
+     "    TRN_CUBLAS_CHECK(cublasSetStream(trn__cu.cublas, trn__cu.stream));", ""),
     ("embedding backward without atomics", "atomicAdd(&dtable[(size_t)ids[i / (size_t)C] * C + i % (size_t)C], dout[i]);",
      "dtable[(size_t)ids[i / (size_t)C] * C + i % (size_t)C] += dout[i];", "thread"),
 ]

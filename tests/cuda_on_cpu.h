@@ -1114,7 +1114,14 @@ static inline cublasStatus_t cublasDestroy(cublasHandle_t h) {
     delete h;
     return CUBLAS_STATUS_SUCCESS;
 }
-static inline cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s) { h->stream = s; return CUBLAS_STATUS_SUCCESS; }
+/* as documented: setting the stream drops a user workspace (cuBLAS goes
+   back to its own pool, which the ledger would not see) */
+static inline cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s) {
+    h->stream = s;
+    h->workspace = nullptr;
+    h->ws_bytes = 0;
+    return CUBLAS_STATUS_SUCCESS;
+}
 static inline cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t m) { h->math = m; return CUBLAS_STATUS_SUCCESS; }
 static inline cublasStatus_t cublasSetWorkspace(cublasHandle_t h, void *w, size_t n) {
     if (n && !cuemu::is_device(w, n)) return CUBLAS_STATUS_INVALID_VALUE;
