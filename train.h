@@ -3928,7 +3928,7 @@ static trn_result trn__st_meta_out(const trn_safetensors *f, trn_meta *out) {
     memset(out, 0, sizeof *out);
     for (i = 0; i < f->n_meta; i++) {
         if (trn__meta_reserved(f->meta_key[i])) continue;
-        if (out->n == TRN_META_MAX || strlen(f->meta_key[i]) >= TRN_META_KEY || strlen(f->meta_val[i]) >= TRN_META_VAL)
+        if (out->n == TRN_META_MAX || !f->meta_key[i][0] || strlen(f->meta_key[i]) >= TRN_META_KEY || strlen(f->meta_val[i]) >= TRN_META_VAL)
             return trn_fail(TRN_ERR_FORMAT, "%s: metadata '%.60s' does not fit in a trn_meta (%d keys of < %d bytes, "
                             "values < %d bytes); pass NULL for meta", f->path, f->meta_key[i], TRN_META_MAX,
                             TRN_META_KEY, TRN_META_VAL);
