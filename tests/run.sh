@@ -9,6 +9,7 @@ set -u
 cd "$(dirname "$0")/.."
 total_pass=0; total_fail=0
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:allocator_may_return_null=1}
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}  # no spinning threads on a shared machine
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
 pattern=${TESTS:-}
 
