@@ -22,7 +22,7 @@ CFLAGS=${CFLAGS:-$BASE_FLAGS}
 ASAN_FLAGS="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined -march=native -fopenmp -I. -Wall -Wno-unused-parameter -Wno-unused-function"
 NVCC=${NVCC:-$(command -v nvcc || true)}
 NVCC_FLAGS="-O3 -I. -std=c++17 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -Xcompiler -fopenmp"
-HEADERS="train.h train_cuda.h train_nccl.h tests/check.h"
+HEADERS="train.h train_cuda.h train_nccl.h tests/check.h examples/gpt2.c tests/cuda_on_cpu.h"
 failed=0
 
 meta() { sed -n "1,40s|^// $1: ||p" "$2" | head -1; }

@@ -21,6 +21,12 @@
 //
 // Timings are wall clock: run it on a quiet machine.
 //
+// OpenBLAS chooses its kernel from the CPU model. A CPU newer than the
+// library (Debian 12 ships 0.3.21) can get an older kernel: on an AMD Zen 5
+// it picks "Haswell" (AVX2) although AVX-512 is there. The bench prints the
+// core OpenBLAS chose; OPENBLAS_CORETYPE=SkylakeX bench/gpt2 forces its
+// AVX-512 kernels, for the fairer comparison.
+//
 // build: -lopenblas
 // requires: test -f /usr/include/x86_64-linux-gnu/cblas.h -o -f /usr/include/cblas.h -o -f /usr/include/openblas/cblas.h
 #define GPT2_NO_MAIN
@@ -206,7 +212,8 @@ int main(int argc, char **argv) {
     }
     openblas_set_num_threads(threads);
     trn_set_threads(threads);
-    printf("bench/gpt2: %d threads, median of %d steps after a warm-up step\n\n", threads, steps);
+    printf("bench/gpt2: %d threads, median of %d steps after a warm-up step; OpenBLAS kernel: %s\n\n", threads,
+           steps, openblas_get_corename());
     if (!only || !strcmp(only, "gpt2")) {
         const preset *p = find_preset("gpt2");
         bench_model("gpt2", &p->cfg, 4, 64, steps);

@@ -85,9 +85,9 @@ static void run_blas(const product *p, float beta, float *C) {
                 beta, C, p->N);
 }
 
-/* median GFLOP/s of `reps` calls after one warm-up call (beta 0, kept in C) */
-static int g_threads;
+static int g_threads; /* --threads */
 
+/* median GFLOP/s of `reps` calls after one warm-up call, on one side */
 static double time_side(int kit, const product *p, int reps) {
     double t[64], flops = 2.0 * p->M * p->N * p->K;
     float *C = kit ? buf_kit : buf_blas;

@@ -61,7 +61,7 @@ $G $T --steps 10 --threads 1 --out "$D/s1" --dump-logits "$D/s1.logits" > "$D/s1
 $G $T --steps 0 --threads 1 --init "$D/s1/model.safetensors" --out "$D/s2" --dump-logits "$D/s2.logits" > "$D/s2.out" 2>&1
 check "save/load: model.safetensors -> identical logits" "[ -s '$D/s1.logits' ] && cmp -s '$D/s1.logits' '$D/s2.logits'"
 check "save/load: identical validation loss" \
-    "[ \"\$(grep '^final val_loss' '$D/s1.out')\" = \"\$(grep '^final val_loss' '$D/s2.out')\" ]"
+    "grep -q '^final val_loss' '$D/s1.out' && [ \"\$(grep '^final val_loss' '$D/s1.out')\" = \"\$(grep '^final val_loss' '$D/s2.out')\" ]"
 ck=$(ls "$D/s1"/ckpt_*.safetensors | tail -1)
 $G $T --steps 0 --threads 1 --init "$ck" --out "$D/s3" --dump-logits "$D/s3.logits" > /dev/null 2>&1
 check "save/load: a training checkpoint as --init -> identical logits" "cmp -s '$D/s1.logits' '$D/s3.logits'"
