@@ -344,6 +344,9 @@ typedef struct trn_model {
     int grad_enabled;          /* 0: no tape (evaluation), like no_grad     */
     trn_tensor **tblocks;      /* host-side headers of this step's tensors  */
     int n_tblocks, t_used;
+    float *scratch;            /* backward's (B,NH,T,T) workspace, shared by
+                                  every attention layer of the step (arena) */
+    size_t scratch_floats;
     /* called by trn_backward after tape entry i (i = tape_len-1 down to 0)
        has run, with the tape still intact; NULL: none. train_nccl.h uses it
        to start all-reducing a gradient bucket as soon as it is complete. */
@@ -1964,6 +1967,8 @@ TRNDEF void trn_reset(trn_model *m) {
     a->used = 0;
     a->spilled = 0;
     m->t_used = 0;
+    m->scratch = NULL;
+    m->scratch_floats = 0;
     m->tape_len = 0;
 }
 
@@ -2214,8 +2219,13 @@ TRNDEF trn_tensor *trn_add(trn_model *m, trn_tensor *a, trn_tensor *b) {
 /* --- attention ------------------------------------------------------------ */
 static void trn__attention_bw(trn_model *m, trn_tape_entry *e) {
     int B = e->iarg[0], T = e->iarg[1], C = e->iarg[2], NH = e->iarg[3];
-    float *scratch = (float *)trn_arena_alloc(m, sizeof(float) * (size_t)B * NH * T * T);
-    m->backend->attention_backward(trn__grad(m, e->in[0]), scratch, e->out->grad, e->in[0]->data,
+    size_t need = (size_t)B * NH * T * T;
+    /* layers run backward one at a time, so one workspace serves them all */
+    if (m->scratch_floats < need) {
+        m->scratch = (float *)trn_arena_alloc(m, sizeof(float) * need);
+        m->scratch_floats = need;
+    }
+    m->backend->attention_backward(trn__grad(m, e->in[0]), m->scratch, e->out->grad, e->in[0]->data,
                                    (const float *)e->saved[0], B, T, C, NH, (int)e->farg[0]);
 }
 

@@ -1,5 +1,6 @@
 // gpt2 - GPT-2 trained end to end with train.h: data, tokenizers, training
-// loop, validation, sampling, checkpoints, pretrained weights.
+// loop, validation, sampling, checkpoints, pretrained weights, data-parallel.
+// build: -pthread
 //
 // The model is written once, from the kit's ops (embedding, layernorm,
 // linear, attention, gelu, add, cross-entropy); the tape gives the backward
@@ -29,6 +30,16 @@
 // the final weights (model.safetensors), and loss.svg (train and validation
 // loss). --log FILE writes one JSON object per line for scripts.
 //
+// Data-parallel: start W copies with the launcher you use; each rank takes
+// its own batches, gradients are averaged (train_nccl.h: TCP between CPU
+// processes, NCCL between GPUs in gpt2_cuda), rank 0 prints and writes:
+//
+//     torchrun --nproc_per_node=8 --no-python ./examples/gpt2_cuda ...
+//     for r in 0 1; do RANK=$r WORLD_SIZE=2 ./examples/gpt2 --out runs/d & done
+//
+// --batch is per rank (W ranks x B = one rank with W*B, the same windows);
+// a run resumes only with the world size that wrote its checkpoint.
+//
 // Sections: >>config (presets) >>model >>weights (--init, saving) >>data
 // >>train (evaluation, sampling, logs, plot, checkpoints) >>main.
 #define TRAIN_IMPLEMENTATION
@@ -51,17 +62,24 @@
 #define TRAIN_CUDA_IMPLEMENTATION
 #endif
 #include "train_cuda.h"
-static const trn_backend *gpt2_backend(void) {
-    if (trn_cuda_init(0) != TRN_OK) {
-        fprintf(stderr, "gpt2: %s\n", trn_error_reason());
-        exit(1);
-    }
-    return trn_cuda_backend();
-}
+// main's trn_ddp_init has already picked this rank's GPU: trn_cuda_init(local
+// rank), device 0 without a launcher
+static const trn_backend *gpt2_backend(void) { return trn_cuda_backend(); }
 #else
 static const trn_backend *gpt2_backend(void) { return NULL; } // NULL = the CPU backend
 #endif
 #define GPT2_BACKEND() gpt2_backend()
+
+// Data parallelism, for main only (bench/ and tests/ include this file for
+// the model, with GPT2_NO_MAIN). Without launcher variables: one rank, no
+// sockets, every collective a no-op.
+#ifndef GPT2_NO_MAIN
+#ifndef TRN_USE_CUDA
+#define TRAIN_NCCL_CPU_ONLY // CPU processes: the ring over TCP
+#endif
+#define TRAIN_NCCL_IMPLEMENTATION
+#include "train_nccl.h"
+#endif
 
 static double now_s(void) {
     struct timespec ts;
@@ -598,20 +616,23 @@ static void load_tokens(trn_tokens *tokens, const char *data, const trn_tokenize
 // >>train: evaluation, sampling, the log, the plot, checkpoints
 // ===========================================================================
 
-// mean validation loss over the first n validation batches (fixed, so
-// every evaluation sees the same tokens); with --overfit, the loss of the
-// one memorized batch already in x, y. Like torch.no_grad(): no tape.
-static float evaluate(gpt2 *g, trn_loader *ld, int overfit, int n, int *x, int *y, int B, int T) {
+// mean validation loss over n validation batches (fixed, so every
+// evaluation sees the same tokens); with --overfit, the loss of the one
+// memorized batch already in x, y. Like torch.no_grad(): no tape.
+// Rank r of W takes batches r, r+W, ..., (n of them): main averages the W
+// means, which is the mean over the first n*W batches, as one rank with a
+// W times larger batch would compute it.
+static double evaluate(gpt2 *g, trn_loader *ld, int overfit, int n, int *x, int *y, int B, int T, int rank, int world) {
     double sum = 0.0;
     g->m.grad_enabled = 0;
     if (overfit) n = 1;
     for (int i = 0; i < n; i++) {
-        if (!overfit) trn_loader_val_batch(ld, i, x, y);
+        if (!overfit) trn_loader_val_batch(ld, (int64_t)i * world + rank, x, y);
         trn_reset(&g->m);
         sum += trn_item(&g->m, gpt2_loss(g, x, y, B, T));
     }
     g->m.grad_enabled = 1;
-    return (float)(sum / n);
+    return sum / n;
 }
 
 // Sample n tokens after the prompt: each new token recomputes the forward
@@ -854,7 +875,9 @@ static void usage(FILE *f) {
             "  --resume PATH      continue from a checkpoint file or run directory (newest valid)\n"
             "  --log FILE         one JSON object per line per step and validation\n"
             "  --dump-logits FILE write the logits of validation batch 0 (float32) at the end\n"
-            "  --help\n");
+            "  --help\n"
+            "data-parallel: start N copies with torchrun --no-python, mpirun, srun, or RANK/WORLD_SIZE\n"
+            "  (MASTER_ADDR/MASTER_PORT); --batch is per rank; rank 0 prints and writes the files\n");
 }
 
 static long long parse_int(const char *flag, const char *s, long long lo, long long hi) {
@@ -874,6 +897,37 @@ static float parse_float(const char *flag, const char *s, double lo, double hi) 
 }
 
 #ifndef GPT2_NO_MAIN
+// ---- data parallelism (train_nccl.h): one rank of W -------------------------
+static trn_ddp ddp;
+
+// a collective failed (a rank died or hung): say why, close the
+// communicator so the other ranks stop now too, exit 1
+#define DDP_OK(call)                                                                         \
+    do {                                                                                     \
+        if ((call) != TRN_OK) {                                                              \
+            fprintf(stderr, "gpt2: rank %d: %s\n", ddp.rank, trn_error_reason());            \
+            trn_ddp_abort(&ddp);                                                             \
+            exit(1);                                                                         \
+        }                                                                                    \
+    } while (0)
+
+// This rank's next batch. The loader walks one global order on every rank;
+// each draw takes W batches and keeps the rank-th, so this rank's k-th
+// batch is global batch k*W + rank (trn_ddp_batch_index): the ranks never
+// overlap, together they see what one rank with a W times larger --batch
+// sees, and every loader stays at the same position (the one a checkpoint
+// saves).
+static void next_batch(trn_loader *ld, int *x, int *y, int *skip_x, int *skip_y) {
+    for (int r = 0; r < ddp.world; r++) trn_loader_next(ld, r == ddp.rank ? x : skip_x, r == ddp.rank ? y : skip_y);
+}
+
+// the validation loss: each rank its share of the batches, the mean over ranks
+static float validate(gpt2 *g, trn_loader *ld, int overfit, int n, int *x, int *y, int B, int T) {
+    double v = evaluate(g, ld, overfit, n, x, y, B, T, ddp.rank, ddp.world);
+    DDP_OK(trn_ddp_allreduce_host(&ddp, &v, 1, 1));
+    return (float)v;
+}
+
 int main(int argc, char **argv) {
     // --- defaults: -1 (or NULL) means "decided below": from the
     // checkpoint when resuming, else from the preset or the other flags
@@ -943,6 +997,17 @@ int main(int argc, char **argv) {
         else if (!strcmp(f, "--temperature")) a.temperature = parse_float(f, v, 1e-3, 100);
     }
     if (a.threads > 0) trn_set_threads(a.threads);
+
+    // --- data parallelism: which rank of how many (the launcher's variables;
+    // none: rank 0 of 1, no sockets). Before the model: under CUDA it picks
+    // this rank's GPU. Rank 0 prints and writes every file; the other ranks'
+    // stdout goes to /dev/null (their errors still reach stderr).
+    trn_ddp_desc ddp_desc;
+    memset(&ddp_desc, 0, sizeof ddp_desc);
+    if (trn_ddp_init(&ddp, &ddp_desc) != TRN_OK) die("%s", trn_error_reason());
+    const int W = ddp.world, main_rank = trn_ddp_is_main(&ddp);
+    if (!main_rank && !freopen("/dev/null", "w", stdout)) die("rank %d: /dev/null: %s", ddp.rank, strerror(errno));
+    if (W > 1) printf("ddp: %d ranks started by %s, communicator %s\n", W, ddp.env.launcher, ddp.comm.name);
 
     // --- resume: find the checkpoint, read its model config and run flags
     char ckpt_path[1024] = "";
@@ -1072,10 +1137,11 @@ int main(int argc, char **argv) {
     dd.no_val = a.overfit; // one memorized batch: no validation split
     if (trn_loader_init(&ld, tokens.ids, tokens.n, &dd) != TRN_OK)
         die("%s: %zu tokens: %s", a.data ? a.data : "data", tokens.n, trn_error_reason());
-    if (a.eval_batches > ld.val_batches && ld.val_batches > 0) a.eval_batches = (int)ld.val_batches;
+    if ((int64_t)a.eval_batches * W > ld.val_batches && ld.val_batches >= W) a.eval_batches = (int)(ld.val_batches / W);
     int *x = (int *)malloc(sizeof(int) * (size_t)B * T), *y = (int *)malloc(sizeof(int) * (size_t)B * T);
-    if (!x || !y) die("out of memory for a batch");
-    if (a.overfit) trn_loader_next(&ld, x, y); // the one batch to memorize (the loader stops here)
+    int *skip_x = (int *)malloc(sizeof(int) * (size_t)B * T), *skip_y = (int *)malloc(sizeof(int) * (size_t)B * T);
+    if (!x || !y || !skip_x || !skip_y) die("out of memory for a batch");
+    if (a.overfit) next_batch(&ld, x, y, skip_x, skip_y); // the one batch to memorize (the loader stops here)
 
     // --- the model
     gpt2 g;
@@ -1105,6 +1171,7 @@ int main(int argc, char **argv) {
         trn_meta meta;
         if (trn_checkpoint_load(ckpt_path, &g.m, &opt, &meta) != TRN_OK)
             die("--resume %s: %s", ckpt_path, trn_error_reason());
+        if (trn_ddp_meta_check(&ddp, &meta, ckpt_path) != TRN_OK) die("--resume: %s", trn_error_reason());
         uint64_t u;
         trn_meta_get_u64(&meta, "run.step", &u);
         step = (long long)u;
@@ -1120,7 +1187,7 @@ int main(int argc, char **argv) {
         if (trn_loader_seek(&ld, &pos) != TRN_OK)
             die("--resume %s: the data differs from the run's (%s)", ckpt_path, trn_error_reason());
         printf("resumed from %s at step %lld\n", ckpt_path, step);
-        if (a.log) log_truncate_and_read(a.log, step, &hist);
+        if (a.log && main_rank) log_truncate_and_read(a.log, step, &hist);
     } else if (a.init) {
         r = src.kind == 1 ? init_load_llmc(&g, a.init, &src) : init_load_safetensors(&g, a.init, &src);
         if (r != TRN_OK) die("--init %s", trn_error_reason());
@@ -1129,6 +1196,7 @@ int main(int argc, char **argv) {
         gpt2_init_weights(&g, (uint64_t)a.seed);
     }
     if (step > a.steps) die("--steps %lld: the checkpoint is already at step %lld", a.steps, step);
+    DDP_OK(trn_ddp_attach(&ddp, &g.m)); // every rank starts from rank 0's weights
 
     // --- say what is about to happen
     printf("model: L=%d heads=%d C=%d context=%d vocab=%d (padded %d), %.2fM parameters, backend %s\n", cfg.n_layer,
@@ -1138,9 +1206,10 @@ int main(int argc, char **argv) {
            tokens.n, ld.n_train, ld.n_val, a.bpe ? "GPT-2 BPE" : "byte", B, T, a.grad_accum);
     printf("train: %lld steps, lr %g -> %g (warmup %d, cosine), AdamW wd %g, clip %g, seed %lld, %d threads\n",
            a.steps, a.lr, a.min_lr, a.warmup, a.weight_decay, a.clip, a.seed, trn_get_threads());
-    if (mkdir(a.out, 0777) != 0 && errno != EEXIST) die("--out %s: %s", a.out, strerror(errno));
+    if (W > 1) printf("ddp: batch %d x %d ranks = %d sequences per micro-batch\n", B, W, B * W);
+    if (main_rank && mkdir(a.out, 0777) != 0 && errno != EEXIST) die("--out %s: %s", a.out, strerror(errno));
     FILE *logf = NULL;
-    if (a.log && !(logf = fopen(a.log, have_ck ? "a" : "w"))) die("--log %s: %s", a.log, strerror(errno));
+    if (main_rank && a.log && !(logf = fopen(a.log, have_ck ? "a" : "w"))) die("--log %s: %s", a.log, strerror(errno));
 
     char path[1200], title[256];
     snprintf(title, sizeof title, "examples/gpt2: L=%d C=%d, %s, batch %dx%d", cfg.n_layer, cfg.n_embd,
@@ -1151,7 +1220,7 @@ int main(int argc, char **argv) {
     long long val_step = -1;
 
 #define VALIDATE()                                                                                 \
-    (val = evaluate(&g, &ld, a.overfit, a.eval_batches, x, y, B, T), val_step = step, report_val(logf, &hist, step, val))
+    (val = validate(&g, &ld, a.overfit, a.eval_batches, x, y, B, T), val_step = step, report_val(logf, &hist, step, val))
     if (step == 0 && a.eval_every > 0 && a.steps > 0) VALIDATE();
 
     // --- the training loop
@@ -1161,19 +1230,25 @@ int main(int argc, char **argv) {
         float loss = 0.0f;
         trn_zero_grad(&g.m);
         for (int k = 0; k < a.grad_accum; k++) {
-            if (!a.overfit) trn_loader_next(&ld, x, y);
+            if (!a.overfit) next_batch(&ld, x, y, skip_x, skip_y);
             trn_reset(&g.m);
             trn_tensor *l = gpt2_loss(&g, x, y, B, T);
             loss += trn_item(&g.m, l) / (float)a.grad_accum;
+            trn_ddp_set_sync(&ddp, k == a.grad_accum - 1); // all-reduce during the last backward only
             trn_backward(&g.m, l); // grads += d(this micro-batch's mean loss)
         }
+        DDP_OK(trn_ddp_allreduce_grads(&ddp, &g.m)); // the mean gradient over the ranks
         // the mean over micro-batches: scale the summed gradients once
         if (a.grad_accum > 1) g.m.backend->scale(g.m.grad_data, 1.0f / (float)a.grad_accum, g.m.n_floats);
-        float norm = trn_clip_grad_norm(&g.m, a.clip);
-        CHECK_OK(trn_adamw_step(&opt, &g.m, lr));
+        float norm;
+        DDP_OK(trn_ddp_clip_grad_norm(&ddp, &g.m, a.clip, &norm));
+        DDP_OK(trn_ddp_adamw_step(&ddp, &opt, &g.m, lr)); // the same step on every rank
         g.m.backend->sync();
         step++;
-        double ms = 1e3 * (now_s() - t0), tps = (double)B * T * a.grad_accum / (ms / 1e3);
+        double mean_loss = loss; // the loss logged: the mean over the ranks
+        DDP_OK(trn_ddp_allreduce_host(&ddp, &mean_loss, 1, 1));
+        loss = (float)mean_loss;
+        double ms = 1e3 * (now_s() - t0), tps = (double)B * T * a.grad_accum * W / (ms / 1e3);
         size_t mem = trn_ledger_total(TRN_HOST) + trn_ledger_total(TRN_DEVICE);
         if (first_loss < 0) first_loss = loss;
         last_loss = loss;
@@ -1186,15 +1261,19 @@ int main(int argc, char **argv) {
         if (a.eval_every > 0 && (step % a.eval_every == 0 || step == a.steps)) {
             VALIDATE();
             snprintf(path, sizeof path, "%s/loss.svg", a.out);
-            write_plot(path, &hist, title);
+            if (main_rank) write_plot(path, &hist, title);
         }
-        if (a.ckpt_every > 0 && (step % a.ckpt_every == 0 || step == a.steps)) {
+        if (main_rank && a.ckpt_every > 0 && (step % a.ckpt_every == 0 || step == a.steps)) {
             // everything the next step depends on: weights, AdamW (in the
             // file's tensors), step, RNG, data position, flags (metadata)
             trn_meta meta;
             memset(&meta, 0, sizeof meta);
             config_to_meta(&cfg, &meta);
             run_to_meta(&a, &meta);
+            // the world size (trn_ddp_meta_set's key; no "ddp.zero1": this
+            // program does plain DDP, and the table holds 32 keys): resume
+            // with another is refused. Absent = 1 rank, so W = 1 adds nothing.
+            if (W > 1) trn_meta_set_u64(&meta, "ddp.world_size", (uint64_t)W);
             trn_loader_pos pos = trn_loader_tell(&ld);
             trn_meta_set_u64(&meta, "run.step", (uint64_t)step);
             trn_meta_set_u64(&meta, "run.sample_rng", sample_rng.state);
@@ -1215,8 +1294,8 @@ int main(int argc, char **argv) {
                first_loss, last_loss, val);
     printf("final val_loss %.9g\n", val);
     snprintf(path, sizeof path, "%s/loss.svg", a.out);
-    write_plot(path, &hist, title);
-    {
+    if (main_rank) write_plot(path, &hist, title);
+    if (main_rank) {
         trn_meta meta;
         memset(&meta, 0, sizeof meta);
         config_to_meta(&cfg, &meta);
@@ -1225,7 +1304,7 @@ int main(int argc, char **argv) {
         printf("wrote %s and %s/loss.svg\n", path, a.out);
     }
     trn_ledger_print("memory: what the kit allocated (peak = the step's high-water mark)");
-    if (a.dump_logits) { // the logits of validation batch 0, for comparisons
+    if (a.dump_logits && main_rank) { // the logits of validation batch 0, for comparisons
         FILE *f = fopen(a.dump_logits, "wb");
         if (!f) die("--dump-logits %s: %s", a.dump_logits, strerror(errno));
         if (!a.overfit) trn_loader_val_batch(&ld, 0, x, y); // (--overfit: its one batch)
@@ -1240,7 +1319,7 @@ int main(int argc, char **argv) {
         free(host);
         g.m.grad_enabled = 1;
     }
-    if (a.sample > 0) {
+    if (a.sample > 0 && main_rank) {
         trn_tokens p;
         memset(&p, 0, sizeof p);
         int start[1];
@@ -1259,8 +1338,12 @@ int main(int argc, char **argv) {
         trn_tokens_free(&p);
     }
     if (logf) fclose(logf);
+    DDP_OK(trn_ddp_barrier(&ddp)); // no rank leaves while another may still need it
+    trn_ddp_free(&ddp);
     free(x);
     free(y);
+    free(skip_x);
+    free(skip_y);
     free(hist.step); free(hist.loss); free(hist.vstep); free(hist.vloss);
     trn_loader_free(&ld);
     trn_tokens_free(&tokens);

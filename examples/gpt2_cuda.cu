@@ -4,7 +4,7 @@
 //
 //   examples/gpt2_cuda --model gpt2 --data fineweb_train_000001.bin --bpe gpt2
 //
-// build: -lcublas
+// build: -lcublas -lnccl
 // requires: test -f train_cuda.h
 #define TRN_USE_CUDA
 #include "gpt2.c"

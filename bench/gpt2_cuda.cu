@@ -1,0 +1,264 @@
+// gpt2_cuda - how fast does GPT-2 train on one GPU with train_cuda.h?
+//
+// One run measures it on whatever GPU is there:
+//
+//   ./build.sh && ./bench/gpt2_cuda          GPT-2 124M, B=16, T=1024, TF32 on
+//   ./bench/gpt2_cuda --tf32 0               plain fp32 matmuls (no tensor cores)
+//   ./bench/gpt2_cuda --batch 8              half the activations (40 GB GPUs)
+//   ./bench/gpt2_cuda --peak-tflops 312      MFU against your own peak figure
+//
+// It builds the model of examples/gpt2.c (the same source, included with
+// GPT2_NO_MAIN; gpt2_backend() picks train_cuda.h's backend), runs one
+// warm-up step (the activation arena is sized there, cuBLAS picks its
+// kernels) and then --steps timed training steps: zero_grad + forward +
+// cross-entropy + backward + clip + AdamW, with the device synchronized
+// before and after each step, so the wall clock measures the GPU's work.
+//
+// It prints ms per step (median, and the forward / backward / optimizer
+// split), tokens/s, the achieved TFLOP/s and the MFU (model FLOPs
+// utilization) = achieved / the device's peak. The FLOPs are those of
+// bench/gpt2 (gpt2_step_flops in examples/gpt2.c): 6 * matmul parameters
+// * tokens (every linear layer, the LM head counted once, no embedding
+// lookups, no biases or LayerNorms) plus attention's two (T,T) products
+// per layer, 3 * L * 4*B*T*T*C (forward + backward; the kit computes the
+// full square even when causal, and counts it). The peak is the TF32
+// tensor-core rate (dense, no sparsity) with --tf32 1, the fp32 (CUDA core)
+// rate with --tf32 0, from a small table of NVIDIA datasheet figures
+// looked up by device name; other devices need --peak-tflops.
+//
+// Memory: the kit keeps every activation of the step and its gradient in
+// the arena, including the attention probabilities (B,NH,T,T) of every
+// layer, plus one same-sized backward scratch shared by all layers. The bench prints
+// that estimate before it allocates, and stops (exit 1) when it will not
+// fit in the free device memory; the ledger's device view at the end shows
+// what was actually allocated.
+//
+// Without a GPU it prints the one-line reason and exits with code 2.
+//
+// build: -lcublas
+// requires: test -f train_cuda.h
+#define TRN_USE_CUDA
+#define GPT2_NO_MAIN
+#include "examples/gpt2.c"
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof(double), cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// >>estimate: the bytes one training step needs on the device, before
+// anything is allocated. Counted from what gpt2_forward records (see
+// train.h: each op's output lives in the arena, its gradient appears there
+// during backward, nothing is freed until trn_reset).
+typedef struct mem_estimate {
+    double params;      // parameter elements (wte, wpe, blocks, ln_f)
+    double state;       // bytes: weights + grads + AdamW m and v
+    double attn;        // bytes: (B,NH,T,T) probabilities of all layers + one backward scratch
+    double logits;      // bytes: (B,T,Vp) logits and their gradient
+    double activations; // bytes: the whole arena (attn and logits included)
+} mem_estimate;
+
+static mem_estimate estimate_memory(const gpt2_config *c, int B, int T) {
+    mem_estimate e;
+    double C = c->n_embd, L = c->n_layer, NH = c->n_head, Vp = c->padded_vocab, tok = (double)B * T;
+    e.params = Vp * C + (double)c->block_size * C + L * (12.0 * C * C + 13.0 * C) + 2.0 * C;
+    e.state = 4.0 * 4.0 * e.params;
+    // floats per token: embeddings: 2 lookups + add, each with a gradient,
+    // and the 2 id arrays (ints, same size).
+    double emb = 6.0 * C + 2.0;
+    // each block: ln_1, qkv (3C), attention out, proj, add, ln_2, fc (4C),
+    // gelu (4C), fc proj, add = 18C outputs + 18C gradients; two
+    // LayerNorms' mean and rstd (4); the attention probabilities, NH*T.
+    // The backward scratch (NH*T per token) is shared by all layers.
+    double block = 36.0 * C + 4.0 + NH * T;
+    // ln_f (C + grad + mean/rstd), logits (Vp + grad), targets, losses, lse
+    double head = 2.0 * C + 2.0 + 2.0 * Vp + 3.0;
+    e.attn = 4.0 * tok * (L + 1.0) * NH * T;
+    e.logits = 4.0 * tok * 2.0 * Vp;
+    e.activations = 4.0 * tok * (emb + L * block + NH * T + head);
+    return e;
+}
+
+// >>peak: NVIDIA datasheet figures, TFLOP/s, dense (the datasheets print
+// the tensor-core rates "with sparsity": these are half of those).
+typedef struct peak_row {
+    const char *match; // a substring of cudaDeviceProp.name
+    const char *what;
+    double fp32, tf32;
+} peak_row;
+
+static const peak_row PEAKS[] = {
+    // first match wins: the specific names before the general ones
+    {"H100 PCIe", "H100 PCIe", 51.0, 378.0},
+    {"H100 NVL", "H100 NVL", 60.0, 417.5},
+    {"H100", "H100 SXM", 67.0, 494.7},
+    {"H200", "H200 SXM", 67.0, 494.7},
+    {"GH200", "GH200", 67.0, 494.7},
+    {"H800", "H800 SXM", 67.0, 494.7},
+    {"A100", "A100", 19.5, 156.0},
+    {"A800", "A800", 19.5, 156.0},
+};
+
+static const peak_row *find_peak(const char *name) {
+    for (size_t i = 0; i < sizeof PEAKS / sizeof PEAKS[0]; i++)
+        if (strstr(name, PEAKS[i].match)) return &PEAKS[i];
+    return NULL;
+}
+
+static void usage(void) {
+    printf("usage: bench/gpt2_cuda [--model gpt2] [--batch 16] [--seq 1024] [--steps 10] [--tf32 1]\n"
+           "                       [--peak-tflops X]\n"
+           "  --model NAME        a preset of examples/gpt2 (mini, tiny, gpt2, gpt2-medium, ...) [gpt2]\n"
+           "  --batch B --seq T   the micro-batch [16 x 1024]\n"
+           "  --steps N           timed steps after one warm-up step [10]\n"
+           "  --tf32 0|1          TF32 tensor-core matmuls (1) or plain fp32 (0) [1]\n"
+           "  --peak-tflops X     the device's peak for MFU, when the table does not know it\n");
+}
+
+int main(int argc, char **argv) {
+    const char *model = "gpt2";
+    int B = 16, T = 1024, steps = 10, tf32 = 1;
+    double peak_arg = 0.0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help")) {
+            usage();
+            return 0;
+        } else if (i + 1 >= argc) {
+            die("unknown argument or missing value '%s' (see --help)", argv[i]);
+        } else if (!strcmp(argv[i], "--model")) {
+            model = argv[++i];
+        } else if (!strcmp(argv[i], "--batch")) {
+            B = (int)parse_int("--batch", argv[++i], 1, 4096);
+        } else if (!strcmp(argv[i], "--seq")) {
+            T = (int)parse_int("--seq", argv[++i], 1, 1 << 20);
+        } else if (!strcmp(argv[i], "--steps")) {
+            steps = (int)parse_int("--steps", argv[++i], 1, 10000);
+        } else if (!strcmp(argv[i], "--tf32")) {
+            tf32 = (int)parse_int("--tf32", argv[++i], 0, 1);
+        } else if (!strcmp(argv[i], "--peak-tflops")) {
+            peak_arg = parse_float("--peak-tflops", argv[++i], 1e-3, 1e6);
+        } else {
+            die("unknown argument '%s' (see --help)", argv[i]);
+        }
+    }
+    const preset *pre = find_preset(model);
+    if (!pre) die("--model: no preset '%s' (see examples/gpt2 --help)", model);
+    const gpt2_config *cfg = &pre->cfg;
+    if (T > cfg->block_size) die("--seq %d is longer than the model's context (%d)", T, cfg->block_size);
+
+    // no GPU (or an old driver): one line, exit 2
+    if (trn_cuda_init(0) != TRN_OK) {
+        fprintf(stderr, "bench/gpt2_cuda: %s\n", trn_error_reason());
+        return 2;
+    }
+    trn_cuda_set_tf32(tf32);
+    const char *dev = trn_cuda_device_name();
+    const peak_row *pk = find_peak(dev);
+    double peak = peak_arg > 0.0 ? peak_arg : pk ? (tf32 ? pk->tf32 : pk->fp32) : 0.0;
+
+    double flops = gpt2_step_flops(cfg, B, T);
+    mem_estimate me = estimate_memory(cfg, B, T);
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    printf("bench/gpt2_cuda: %s, %.1f GB, TF32 %s; median of %d steps after a warm-up step\n", dev, total_b / 1e9,
+           tf32 ? "on" : "off", steps);
+    printf("%s: L=%d NH=%d C=%d Vp=%d, %.1fM parameters, B=%d T=%d (%d tokens/step): %.1f TFLOP per step\n", model,
+           cfg->n_layer, cfg->n_head, cfg->n_embd, cfg->padded_vocab, me.params / 1e6, B, T, B * T, flops / 1e12);
+    printf("device memory, estimated: %.1f GB = weights+grads+AdamW %.2f GB + activations %.1f GB\n"
+           "  (of which attention probabilities + backward scratch %.1f GB, logits + their gradient %.1f GB);"
+           " %.1f GB free\n",
+           (me.state + me.activations) / 1e9, me.state / 1e9, me.activations / 1e9, me.attn / 1e9, me.logits / 1e9,
+           free_b / 1e9);
+    fflush(stdout);
+    if (me.state + me.activations > 0.97 * (double)free_b) {
+        int fit = (int)((0.97 * (double)free_b - me.state) / (me.activations / B));
+        fprintf(stderr, "bench/gpt2_cuda: the step needs about %.1f GB and %.1f GB are free: try --batch %d\n",
+                (me.state + me.activations) / 1e9, free_b / 1e9, fit > 1 ? fit : 1);
+        return 1;
+    }
+
+    gpt2 g;
+    CHECK_OK(gpt2_create(&g, cfg, GPT2_BACKEND()));
+    gpt2_init_weights(&g, 1);
+    int *x = (int *)malloc(sizeof(int) * (size_t)B * T), *y = (int *)malloc(sizeof(int) * (size_t)B * T);
+    double *t_all = (double *)malloc(sizeof(double) * 4 * (size_t)steps);
+    if (!x || !y || !t_all) die("out of host memory");
+    double *t_fwd = t_all + steps, *t_bwd = t_all + 2 * steps, *t_opt = t_all + 3 * steps;
+    trn_rng rng;
+    trn_rng_seed(&rng, 7);
+    for (int i = 0; i < B * T; i++) {
+        x[i] = (int)trn_rng_below(&rng, (uint32_t)cfg->vocab_size);
+        y[i] = (int)trn_rng_below(&rng, (uint32_t)cfg->vocab_size);
+    }
+    trn_adamw opt;
+    trn_adamw_desc od;
+    memset(&od, 0, sizeof od);
+    od.beta2 = 0.95f;
+    od.weight_decay = 0.1f;
+    trn_adamw_init(&opt, &od);
+    const trn_backend *be = g.m.backend;
+    float loss = 0.0f, first_loss = 0.0f;
+    double sum_ms = 0.0;
+    for (int s = -1; s < steps; s++) { // step -1: warm-up (arena sizing, cuBLAS heuristics)
+        be->sync();
+        double t0 = now_s();
+        trn_zero_grad(&g.m);
+        trn_reset(&g.m);
+        trn_tensor *l = gpt2_loss(&g, x, y, B, T);
+        loss = trn_item(&g.m, l); // downloads: waits for the forward
+        double t1 = now_s();
+        trn_backward(&g.m, l);
+        be->sync();
+        double t2 = now_s();
+        trn_clip_grad_norm(&g.m, 1.0f);
+        trn_adamw_step(&opt, &g.m, 1e-4f);
+        be->sync();
+        double t3 = now_s();
+        if (s < 0) {
+            first_loss = loss;
+            printf("warm-up step: %.0f ms, loss %.3f (ln V = %.3f)\n", 1e3 * (t3 - t0), loss,
+                   log((double)cfg->vocab_size));
+            fflush(stdout);
+        } else {
+            t_all[s] = t3 - t0;
+            t_fwd[s] = t1 - t0;
+            t_bwd[s] = t2 - t1;
+            t_opt[s] = t3 - t2;
+            sum_ms += 1e3 * (t3 - t0);
+        }
+    }
+    double ms = 1e3 * median(t_all, steps), fwd = 1e3 * median(t_fwd, steps), bwd = 1e3 * median(t_bwd, steps),
+           op = 1e3 * median(t_opt, steps);
+    double tok_s = (double)B * T / (ms / 1e3), tflops = flops / (ms / 1e3) / 1e12;
+    printf("\nstep %.1f ms median, %.1f ms mean  (forward+loss %.1f, backward %.1f, clip+AdamW %.1f)\n", ms,
+           sum_ms / steps, fwd, bwd, op);
+    printf("%.0f tokens/s   %.1f TFLOP/s achieved (FLOPs as bench/gpt2: 6 x matmul params x tokens + attention)\n",
+           tok_s, tflops);
+    if (peak > 0.0)
+        printf("MFU %.1f%% of %.1f TFLOP/s (%s)\n", 100.0 * tflops / peak, peak,
+               peak_arg > 0.0 ? "--peak-tflops"
+                              : (tf32 ? "TF32 tensor-core peak, dense, NVIDIA datasheet"
+                                      : "fp32 peak, NVIDIA datasheet"));
+    else
+        printf("MFU: unknown peak for '%s', pass --peak-tflops\n", dev);
+    printf("loss %.3f -> %.3f over %d steps\n\n", first_loss, loss, steps + 1);
+    // like for like: the estimate leaves out the runtime (context, cuBLAS)
+    // and the small reduction scratch
+    double kit = 0.0;
+    trn_kind kinds[4] = {TRN_KIND_WEIGHTS, TRN_KIND_GRADS, TRN_KIND_OPTIM, TRN_KIND_ACTIVATIONS};
+    for (int k = 0; k < 4; k++) kit += (double)trn_ledger_peak(TRN_DEVICE, kinds[k]);
+    printf("device memory for weights+grads+AdamW+activations: estimated %.3f GB, the ledger's peak %.3f GB\n",
+           (me.state + me.activations) / 1e9, kit / 1e9);
+    trn_ledger_print("memory (peak = the step's high-water mark)");
+    free(t_all);
+    free(x);
+    free(y);
+    trn_adamw_free(&opt);
+    gpt2_free(&g);
+    return 0;
+}
