@@ -466,7 +466,7 @@ TRNDEF float trn_clip_grad_norm(trn_model *m, float max_norm);
    programmer error (trn_fatal). Keys starting with "trn." and the key
    "format" belong to the kit: the kit writes its own values for them and
    does not hand them back on load. */
-#define TRN_META_MAX 32   /* pairs                                        */
+#define TRN_META_MAX 64   /* pairs                                        */
 #define TRN_META_KEY 64   /* bytes per key, including the final 0         */
 #define TRN_META_VAL 1024 /* bytes per value, including the final 0       */
 typedef struct trn_meta {
