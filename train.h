@@ -2545,7 +2545,7 @@ typedef __m256 trn__vec;
 #define TRN__KC 256                         /* KC x NR floats of B: 32 KB, L1 */
 #define TRN__MC ((264 / TRN__MR) * TRN__MR) /* MC x KC floats of A: 264 KB, L2 */
 #define TRN__NC 3072                        /* KC x NC floats of B: 3 MB, L3  */
-#define TRN__PAR_MIN (1 << 21) /* M*N*K below this (~20 us of work): one thread */
+#define TRN__PAR_MIN (1 << 22) /* M*N*K below this (~40 us of work): one thread */
 
 /* C tile (MR x NR) = alpha * a @ b + beta * C, where a is one packed A panel
    (kc steps of MR floats) and b one packed B panel (kc steps of NR floats) */

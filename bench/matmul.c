@@ -24,9 +24,9 @@
 // (OpenBLAS for up to ~0.1 s), which would steal a core from the other one;
 // the bench therefore sleeps 0.15 s before timing each side.
 // Run it on an otherwise idle machine: when other processes compete for the
-// cores, OpenMP's spinning threads lose their share of the CPU and the kit's
-// numbers drop far more than OpenBLAS's (OMP_WAIT_POLICY=passive helps
-// there). The bench prints a warning when the load average says so.
+// cores, each call waits for its slowest thread to get a time slice, and
+// both columns swing by 2-10x from call to call. The bench prints a warning
+// when the load average says so; compare runs on an idle machine only.
 //
 // build: -lopenblas
 // requires: test -f /usr/include/x86_64-linux-gnu/cblas.h -o -f /usr/include/cblas.h -o -f /usr/include/openblas/cblas.h
@@ -229,8 +229,8 @@ int main(int argc, char **argv) {
         double load[1];
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);
         if (getloadavg(load, 1) == 1 && load[0] > 0.5)
-            printf("WARNING: load average %.1f on %ld CPUs: other processes compete for the cores and\n"
-                   "         the numbers below are unreliable (the kit's OpenMP threads suffer most)\n",
+            printf("WARNING: load average %.1f on %ld CPUs: other processes compete for the cores,\n"
+                   "         so the numbers below are unreliable (both sides wait for descheduled threads)\n",
                    load[0], cpus);
     }
     printf("\n");
@@ -248,7 +248,7 @@ int main(int argc, char **argv) {
     printf("\nmin ratio kit/openblas: %.2f (rows %d, %s %s)\n", min_ratio, prods[min_at].rows,
            prods[min_at].layer, prods[min_at].what);
 
-    printf("\nsmall products (information; the kit uses one thread below 2^21 M*N*K):\n");
+    printf("\nsmall products (information; the kit uses one thread below 2^22 M*N*K):\n");
     printf("  what        product      M      N      K  thr     kit  openblas  ratio\n");
     for (i = 0; i < n_small; i++) {
         const product *p = &small[i];

@@ -163,12 +163,12 @@ int main(void) {
     check_case(0, 0, 5, 6, 0, 2, 1.0f, 0.5f);
     check_case(0, 0, 5, 6, 0, 2, 1.0f, 0.0f);
     check_case(1, 1, 9, 4, 3, 1, 0.0f, 0.5f);
-    /* big enough to use every thread */
+    /* big enough to use every thread (M*N*K >= 2^22) */
     check_threads(0, 1, 300, 257, 129);
     check_threads(1, 0, 131, 515, 300);
     check_threads(0, 0, 97, 1000, 70);
-    check_threads(0, 0, 3, 5000, 200); /* few rows: straight from B */
-    check_threads(1, 0, 2, 3001, 300);
+    check_threads(0, 0, 3, 5000, 400); /* few rows: straight from B */
+    check_threads(1, 0, 2, 6001, 400);
     check_nested();
     return check_summary();
 }
