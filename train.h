@@ -2460,8 +2460,8 @@ TRNDEF float trn_clip_grad_norm(trn_model *m, float max_norm) {
    in order inside a block) whatever the cut, so the result is bitwise the
    same for ANY thread count. Small products, and calls from inside a
    parallel region (attention runs one GEMM per head inside its own
-   parallel loop), use one thread. Up to 4 rows with op(B) = B (dinp = dout
-   @ W for a few tokens) skip packing: see trn__sgemm_rows.
+   parallel loop), use one thread. Up to 4 rows (a few tokens) skip packing:
+   see trn__sgemm_rows and trn__sgemm_dots.
 
    Packing buffers are per thread, kept between calls and grown on demand
    (ledger kind "temporary"), so steady-state training allocates nothing
@@ -2522,6 +2522,7 @@ typedef __m512 trn__vec;
 #define trn__vstoreu _mm512_storeu_ps
 #define trn__vfma _mm512_fmadd_ps
 #define trn__vmul _mm512_mul_ps
+#define trn__vadd _mm512_add_ps
 #define TRN__SIMD 1
 #elif defined(__AVX2__) && defined(__FMA__)
 #define TRN__MR 6
@@ -2535,6 +2536,7 @@ typedef __m256 trn__vec;
 #define trn__vstoreu _mm256_storeu_ps
 #define trn__vfma _mm256_fmadd_ps
 #define trn__vmul _mm256_mul_ps
+#define trn__vadd _mm256_add_ps
 #define TRN__SIMD 1
 #else
 #define TRN__MR 4
@@ -2903,11 +2905,55 @@ static void trn__sgemm_rows(const trn__gemm *g, int n0, int n1) {
     }
 }
 
+/* A few rows, op(A) = A and op(B) = B^T (x @ W^T for a few tokens): C[i,j]
+   is the dot product of row i of A and row j of B, both contiguous, so B is
+   read once, straight, with no transpose into a packed panel. */
+static float trn__dot(const float *a, const float *b, int n) {
+    float s = 0.0f;
+    int k = 0;
+#ifdef TRN__SIMD
+    {
+        float lane[TRN__VL];
+        trn__vec s0 = trn__vzero(), s1 = trn__vzero(), s2 = trn__vzero(), s3 = trn__vzero();
+        int l;
+        for (; k + 4 * TRN__VL <= n; k += 4 * TRN__VL) {
+            s0 = trn__vfma(trn__vloadu(a + k), trn__vloadu(b + k), s0);
+            s1 = trn__vfma(trn__vloadu(a + k + TRN__VL), trn__vloadu(b + k + TRN__VL), s1);
+            s2 = trn__vfma(trn__vloadu(a + k + 2 * TRN__VL), trn__vloadu(b + k + 2 * TRN__VL), s2);
+            s3 = trn__vfma(trn__vloadu(a + k + 3 * TRN__VL), trn__vloadu(b + k + 3 * TRN__VL), s3);
+        }
+        for (; k + TRN__VL <= n; k += TRN__VL) s0 = trn__vfma(trn__vloadu(a + k), trn__vloadu(b + k), s0);
+        trn__vstoreu(lane, trn__vadd(trn__vadd(s0, s1), trn__vadd(s2, s3)));
+        for (l = 0; l < TRN__VL; l++) s += lane[l];
+    }
+#else
+    {
+        float p[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        int l;
+        for (; k + 8 <= n; k += 8)
+            for (l = 0; l < 8; l++) p[l] += a[k + l] * b[k + l];
+        for (l = 0; l < 8; l++) s += p[l];
+    }
+#endif
+    for (; k < n; k++) s += a[k] * b[k];
+    return s;
+}
+
+static void trn__sgemm_dots(const trn__gemm *g, int n0, int n1) {
+    int i, j;
+    for (j = n0; j < n1; j++)
+        for (i = 0; i < g->M; i++) {
+            float s = g->alpha * trn__dot(g->A + (size_t)i * g->lda, g->B + (size_t)j * g->ldb, g->K);
+            float *p = g->C + (size_t)i * g->ldc + j;
+            *p = g->beta == 0.0f ? s : s + g->beta * *p;
+        }
+}
+
 TRNDEF void trn_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha,
                       const float *A, int lda, const float *B, int ldb, float beta,
                       float *C, int ldc) {
     trn__gemm g;
-    int nt = 1, gm = 1, gn = 1, t, um, un, d;
+    int nt = 1, gm = 1, gn = 1, t, um, un, d, few;
     long long best = -1;
     trn__sgemm_check(trans_a, trans_b, M, N, K, lda, ldb, ldc);
     if (M == 0 || N == 0) return;
@@ -2923,19 +2969,29 @@ TRNDEF void trn_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha
     g.ta = trans_a; g.tb = trans_b; g.M = M; g.N = N; g.K = K;
     g.lda = lda; g.ldb = ldb; g.ldc = ldc;
     g.alpha = alpha; g.beta = beta; g.A = A; g.B = B; g.C = C;
+    few = M <= TRN__FEW_ROWS && (!trans_b || !trans_a); /* no packing: rows or dots */
 #ifdef _OPENMP
-    if ((double)M * N * K >= TRN__PAR_MIN && !omp_in_parallel()) nt = omp_get_max_threads();
+    /* threads only for work worth more than a fork and join: FMAs, plus C's
+       traffic; the few-rows paths are bound by reading B once */
+    if (!omp_in_parallel() &&
+        (few ? 4.0 * N * K : (double)M * N * K + 16.0 * M * N) >= TRN__PAR_MIN)
+        nt = omp_get_max_threads();
 #endif
-    if (M <= TRN__FEW_ROWS && !trans_b) { /* threads take whole 64-byte lines of C */
+    if (few) { /* threads take whole 64-byte lines of C */
         un = (N + 15) / 16;
-        if (nt == 1) { trn__sgemm_rows(&g, 0, N); return; }
+        if (nt == 1) {
+            if (trans_b) trn__sgemm_dots(&g, 0, N); else trn__sgemm_rows(&g, 0, N);
+            return;
+        }
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nt)
 #endif
         for (t = 0; t < nt; t++) {
             int n0 = (int)TRN__MIN((long long)N, (long long)un * t / nt * 16);
             int n1 = (int)TRN__MIN((long long)N, (long long)un * (t + 1) / nt * 16);
-            if (n0 < n1) trn__sgemm_rows(&g, n0, n1);
+            if (n0 < n1) {
+                if (trans_b) trn__sgemm_dots(&g, n0, n1); else trn__sgemm_rows(&g, n0, n1);
+            }
         }
         return;
     }

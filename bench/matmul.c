@@ -26,7 +26,8 @@
 // Run it on an otherwise idle machine: when other processes compete for the
 // cores, each call waits for its slowest thread to get a time slice, and
 // both columns swing by 2-10x from call to call. The bench prints a warning
-// when the load average says so; compare runs on an idle machine only.
+// when it sees other processes running before or after it; compare runs on
+// an idle machine only.
 //
 // build: -lopenblas
 // requires: test -f /usr/include/x86_64-linux-gnu/cblas.h -o -f /usr/include/cblas.h -o -f /usr/include/openblas/cblas.h
@@ -127,6 +128,36 @@ static result measure(const product *p, double budget_s) {
     return res;
 }
 
+/* how many other processes want a CPU right now: procs_running of
+   /proc/stat (which counts this one too), averaged over half a second;
+   the 1-minute load average where there is no /proc */
+static double others_running(void) {
+    double sum = 0.0;
+    int i, n = 0;
+    for (i = 0; i < 5; i++) {
+        char line[256];
+        FILE *f = fopen("/proc/stat", "r");
+        if (!f) break;
+        while (fgets(line, sizeof line, f))
+            if (!strncmp(line, "procs_running ", 14)) { sum += atof(line + 14) - 1.0; n++; }
+        fclose(f);
+        sleep_s(0.1);
+    }
+    if (n == 0) {
+        double load[1];
+        return getloadavg(load, 1) == 1 ? load[0] : 0.0;
+    }
+    return sum / n;
+}
+
+static void warn_if_busy(const char *when) {
+    double others = others_running();
+    if (others >= 0.5)
+        printf("WARNING: %.1f other processes running %s the bench (%ld CPUs): both sides wait for\n"
+               "         descheduled threads, so these numbers are unreliable\n",
+               others, when, sysconf(_SC_NPROCESSORS_ONLN));
+}
+
 static void usage(FILE *f) {
     fprintf(f,
             "usage: bench/matmul [--threads N] [--quick] [--help]\n"
@@ -225,14 +256,7 @@ int main(int argc, char **argv) {
            openblas_get_config(), openblas_get_corename());
     printf("threads: %d for both; GFLOP/s = 2*M*N*K / time, median of 3-15 calls after a warm-up\n",
            threads);
-    {
-        double load[1];
-        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-        if (getloadavg(load, 1) == 1 && load[0] > 0.5)
-            printf("WARNING: load average %.1f on %ld CPUs: other processes compete for the cores,\n"
-                   "         so the numbers below are unreliable (both sides wait for descheduled threads)\n",
-                   load[0], cpus);
-    }
+    warn_if_busy("before");
     printf("\n");
     printf("  rows  layer       product      M      N      K     kit  openblas  ratio\n");
     for (i = 0; i < n_prods; i++) {
@@ -248,7 +272,7 @@ int main(int argc, char **argv) {
     printf("\nmin ratio kit/openblas: %.2f (rows %d, %s %s)\n", min_ratio, prods[min_at].rows,
            prods[min_at].layer, prods[min_at].what);
 
-    printf("\nsmall products (information; the kit uses one thread below 2^22 M*N*K):\n");
+    printf("\nsmall products (information; the kit uses one thread below ~4M FMAs of work):\n");
     printf("  what        product      M      N      K  thr     kit  openblas  ratio\n");
     for (i = 0; i < n_small; i++) {
         const product *p = &small[i];
@@ -264,6 +288,7 @@ int main(int argc, char **argv) {
            small[min_small_at].what);
     printf("largest |kit - openblas| / (K/4): %.2g %s\n", worst_err,
            worst_err < 1e-5 ? "(agree)" : "(DISAGREE: check trn_sgemm)");
+    warn_if_busy("after");
     free(buf_a); free(buf_b); free(buf_kit); free(buf_blas);
     return worst_err < 1e-5 ? 0 : 1;
 }

@@ -169,6 +169,7 @@ int main(void) {
     check_threads(0, 0, 97, 1000, 70);
     check_threads(0, 0, 3, 5000, 400); /* few rows: straight from B */
     check_threads(1, 0, 2, 6001, 400);
+    check_threads(0, 1, 3, 5000, 400); /* few rows: dot products */
     check_nested();
     return check_summary();
 }
