@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# tests/gpu/run.sh - everything that needs a real GPU, in one command.
+#
+#   bash tests/gpu/run.sh [REPORT.md]
+#
+# Run it first whenever a GPU is at hand (CI never has one). It builds the
+# CUDA programs for this GPU's architecture, then runs, each under a time
+# limit so the whole stays within ~10 minutes on one H100:
+#   1. tests/bin/test_cuda_on_gpu      every kernel against the CPU backend
+#   2. compute-sanitizer memcheck / racecheck / synccheck over that test
+#   3. bench/gpt2_cuda                 GPT-2 124M, B=16, T=1024, each precision
+#   4. examples/linear_memory_cuda     the 20000x20000 experiment on the GPU
+#   5. PyTorch's GPT-2 step, where `import torch` works (the yardstick)
+# and writes one markdown report (default: gpu_report.md, or $OUT/ when set).
+set -u
+cd "$(dirname "$0")/../.."
+report=${1:-${OUT:+$OUT/}gpu_report.md}
+log_dir=$(dirname "$report")
+NVCC=${NVCC:-nvcc}
+command -v "$NVCC" >/dev/null || { echo "tests/gpu/run.sh: nvcc not found"; exit 2; }
+nvidia-smi -L >/dev/null 2>&1 || { echo "tests/gpu/run.sh: no GPU (nvidia-smi -L failed)"; exit 2; }
+
+# This GPU's compute capability, e.g. 9.0 -> sm_90.
+cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d ' .')
+arch="-gencode arch=compute_${cc},code=sm_${cc}"
+# NCCL: a system library, or the one inside Python's nvidia-nccl-cu* wheel.
+nccl_flags="-lnccl"
+if ! echo 'int main(){return 0;}' | "$NVCC" -x cu - -o /tmp/nccl_probe -lnccl >/dev/null 2>&1; then
+    d=$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))' 2>/dev/null || true)
+    [ -z "$d" ] && d=$(python3 -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "nccl"))' 2>/dev/null || true)
+    if [ -n "$d" ] && [ -d "$d/lib" ]; then
+        lib=$(ls "$d"/lib/libnccl.so* | head -1)
+        nccl_flags="-I$d/include -Xlinker $lib -Xlinker -rpath=$d/lib"
+    fi
+fi
+
+passed=0; failed=0
+section() { printf '\n## %s\n\n' "$1" >>"$report"; }
+run_step() { # run_step NAME LIMIT_S COMMAND... : runs, logs, notes pass/fail
+    local name=$1 limit=$2; shift 2
+    local log="$log_dir/$(echo "$name" | tr -c 'a-zA-Z0-9_\n-' _).log" t0=$(date +%s) rc
+    echo "== $name"
+    timeout "$limit" "$@" >"$log" 2>&1; rc=$?
+    printf '### %s (exit %d, %ds)\n\n```\n' "$name" "$rc" $(( $(date +%s) - t0 )) >>"$report"
+    tail -40 "$log" >>"$report"; printf '```\n\n' >>"$report"
+    tail -25 "$log"
+    if [ "$rc" = 0 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "   FAILED (exit $rc)"; fi
+}
+
+{ echo "# train.h on a GPU"; echo; echo "$(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"; echo;
+  echo '```'; nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap --format=csv; "$NVCC" --version | tail -2; echo '```'; } >"$report"
+
+section "Build (nvcc, sm_$cc)"
+mkdir -p tests/bin
+build() { # build OUT SRC EXTRA...
+    local out=$1 src=$2; shift 2
+    "$NVCC" -O3 -I. -std=c++17 $arch -Xcompiler -fopenmp -o "$out" "$src" "$@" -lm >"$out.buildlog" 2>&1 \
+        && echo "built $out" || { echo "FAILED to build $out"; cat "$out.buildlog"; }
+}
+build tests/bin/test_cuda_on_gpu tests/test_cuda_on_gpu.cu -lcublas -lcublasLt &
+build bench/gpt2_cuda bench/gpt2_cuda.cu -lcublas -lcublasLt &
+build examples/linear_memory_cuda examples/linear_memory_cuda.cu -lcublas -lcublasLt $nccl_flags &
+wait
+ls -la tests/bin/test_cuda_on_gpu bench/gpt2_cuda examples/linear_memory_cuda >>"$report" 2>&1
+
+section "Kernels against the CPU backend"
+run_step "test_cuda_on_gpu" 300 tests/bin/test_cuda_on_gpu
+if command -v compute-sanitizer >/dev/null; then
+    for tool in memcheck racecheck synccheck; do
+        run_step "compute-sanitizer --tool $tool" 300 compute-sanitizer --tool $tool --error-exitcode 1 tests/bin/test_cuda_on_gpu
+    done
+fi
+
+section "bench/gpt2_cuda (GPT-2 124M, B=16, T=1024)"
+for p in ${PRECISIONS:-fp32 tf32 bf16}; do
+    case $p in
+        fp32) args="--tf32 0" ;; tf32) args="--tf32 1" ;; *) args="--precision $p" ;;
+    esac
+    if [ "$p" = bf16 ] && ! bench/gpt2_cuda --help 2>&1 | grep -q -- --precision; then continue; fi
+    run_step "bench/gpt2_cuda $args" 300 bench/gpt2_cuda $args --steps ${BENCH_STEPS:-10}
+done
+
+section "examples/linear_memory_cuda --width 20000 (seed's Lightning figure: 18.79 GiB)"
+run_step "linear_memory_cuda" 300 examples/linear_memory_cuda --width 20000 --steps 3 --out /tmp/lm_cuda
+
+if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null && [ -f tests/gpu/torch_gpt2.py ]; then
+    section "PyTorch yardstick (same GPU)"
+    run_step "torch GPT-2 124M bf16" 300 python3 tests/gpu/torch_gpt2.py
+fi
+
+printf '\n%d passed, %d failed\n' "$passed" "$failed" | tee -a "$report"
+[ "$failed" = 0 ]
