@@ -6,9 +6,15 @@
    before you include this file in *one* C or C++ file to create the
    implementation. Every other file includes it plainly.
 
-      // in exactly one .c file:
+      // in exactly one .c file, before any other #include:
       #define TRAIN_IMPLEMENTATION
       #include "train.h"
+
+   train.h uses POSIX 2008 (clock_gettime, fseeko, fsync, mkdir ...) and
+   turns it on itself (_DEFAULT_SOURCE, _POSIX_C_SOURCE), which works only
+   before the first system header of the file: hence "first". It then
+   compiles warning-free with gcc and clang, -std=c99 or -std=c11 -Wall
+   -Wextra -pedantic, and as C++ (tests/test_compile_modes.sh checks).
 
    Build with OpenMP for threads and -march=native for AVX2/FMA/AVX-512:
       cc -O3 -march=native -fopenmp my_train.c -lm
@@ -52,6 +58,18 @@
 */
 #ifndef TRAIN_H_INCLUDED
 #define TRAIN_H_INCLUDED
+
+/* Feature-test macros: POSIX 2008 and the usual BSD names, also under a
+   strict -std=c99 (where the C library hides them). They only take effect
+   before the first system header; the implementation stops with a clear
+   #error when they came too late. Not on Apple, where _POSIX_C_SOURCE
+   would hide names that are visible by default. */
+#ifndef _DEFAULT_SOURCE
+#define _DEFAULT_SOURCE
+#endif
+#if !defined(_POSIX_C_SOURCE) && !defined(_XOPEN_SOURCE) && !defined(_GNU_SOURCE) && !defined(__APPLE__)
+#define _POSIX_C_SOURCE 200809L
+#endif
 
 #include <stddef.h>
 #include <stdint.h>
@@ -243,6 +261,15 @@ typedef struct trn_backend {
 TRNDEF const trn_backend *trn_cpu_backend(void);
 TRNDEF void trn_set_threads(int n);   /* OpenMP threads; <= 0 keeps default */
 TRNDEF int trn_get_threads(void);
+/* Call first in main(argc, argv): OpenMP threads that sleep between
+   parallel loops instead of spinning, unless the user set OMP_WAIT_POLICY.
+   Spinning threads steal the cores from any other work and, on a machine
+   that is busy, wait for cores that spin too: steps several times slower.
+   GCC's libgomp reads the variable when it loads, before main, so this
+   sets OMP_WAIT_POLICY=passive and re-executes the program once (Linux,
+   /proc/self/exe; same pid, same arguments). Elsewhere, or without
+   OpenMP, it does nothing. */
+TRNDEF void trn_omp_wait_passive(char **argv);
 
 /* ------------------------------------------------------------------------
    >>matmul
@@ -574,6 +601,10 @@ TRNDEF trn_result trn_checkpoint_verify(const char *path);
 TRNDEF trn_result trn_checkpoint_save_dir(const char *dir, long long step, int keep, trn_model *m,
                                           const trn_adamw *opt, const trn_meta *meta,
                                           char *path_out, size_t path_cap);
+/* Create DIR and the parents it lacks (like mkdir -p; mode 0755). TRN_OK
+   also when DIR exists; TRN_ERR_IO names the part that could not be made
+   (or that exists but is not a directory). */
+TRNDEF trn_result trn_mkdirs(const char *dir);
 /* The newest checkpoint in DIR that verifies; broken ones are skipped with
    a line on stderr. TRN_ERR_IO: DIR holds no checkpoint at all (start
    fresh). Another error: there are checkpoints but none is valid (do not
@@ -819,6 +850,9 @@ TRNDEF trn_result trn_loader_seek(trn_loader *L, const trn_loader_pos *pos);
 #if defined(__unix__) || defined(__APPLE__)
 #include <sys/resource.h>
 #include <unistd.h>
+#endif
+#if defined(__GLIBC__) && !defined(__USE_XOPEN2K8)
+#error "train.h: POSIX 2008 is off in this file: #include \"train.h\" before any other header (it turns POSIX on itself), or compile with -D_DEFAULT_SOURCE"
 #endif
 
 #if defined(TRN_MALLOC) != defined(TRN_FREE)
@@ -1160,6 +1194,17 @@ TRNDEF int trn_get_threads(void) {
     return omp_get_max_threads();
 #else
     return 1;
+#endif
+}
+
+TRNDEF void trn_omp_wait_passive(char **argv) {
+#if defined(_OPENMP) && defined(__linux__)
+    if (!argv || !argv[0] || getenv("OMP_WAIT_POLICY")) return; /* the user's choice, or already done */
+    if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
+    fflush(NULL);
+    execv("/proc/self/exe", argv); /* returns only on failure: then go on, spinning */
+#else
+    (void)argv;
 #endif
 }
 
@@ -4437,12 +4482,13 @@ static trn_result trn__ckpt_path(char *out, size_t cap, const char *dir, long lo
     return TRN_OK;
 }
 
-static trn_result trn__mkdirs(const char *dir) {
-    char buf[1024];
+TRNDEF trn_result trn_mkdirs(const char *dir) {
+    char buf[4096];
     char *p;
     struct stat st;
+    if (!dir || !*dir) return trn_fail(TRN_ERR_INVALID, "trn_mkdirs: empty path");
     if ((size_t)snprintf(buf, sizeof buf, "%s", dir) >= sizeof buf) return trn_fail(TRN_ERR_INVALID, "%s: path too long", dir);
-    for (p = buf + 1; *p; p++) {
+    for (p = buf + 1; *p; p++) { /* each parent, then dir itself */
         if (*p != '/') continue;
         *p = 0;
         if (mkdir(buf, 0755) != 0 && errno != EEXIST) return trn_fail(TRN_ERR_IO, "mkdir %s: %s", buf, strerror(errno));
@@ -4479,7 +4525,7 @@ TRNDEF trn_result trn_checkpoint_save_dir(const char *dir, long long step, int k
     long long *steps;
     int n, i, kept = 1;
     if (!dir || step < 0) return trn_fail(TRN_ERR_INVALID, "trn_checkpoint_save_dir: no directory or step %lld < 0", step);
-    if ((r = trn__mkdirs(dir)) != TRN_OK) return r;
+    if ((r = trn_mkdirs(dir)) != TRN_OK) return r;
     if ((r = trn__ckpt_path(path, sizeof path, dir, step)) != TRN_OK) return r;
     if ((r = trn_checkpoint_save(path, m, opt, meta)) != TRN_OK) return r;
     /* read it back before deleting anything: the older ones stay until this one is known good */

@@ -28,7 +28,7 @@
 // AVX-512 kernels, for the fairer comparison.
 //
 // build: -lopenblas
-// requires: test -f /usr/include/x86_64-linux-gnu/cblas.h -o -f /usr/include/cblas.h -o -f /usr/include/openblas/cblas.h
+// requires: have_lib libopenblas-dev cblas.h cblas_sgemm -lopenblas
 #define GPT2_NO_MAIN
 #include "examples/gpt2.c"
 

@@ -30,7 +30,7 @@
 // an idle machine only.
 //
 // build: -lopenblas
-// requires: test -f /usr/include/x86_64-linux-gnu/cblas.h -o -f /usr/include/cblas.h -o -f /usr/include/openblas/cblas.h
+// requires: have_lib libopenblas-dev cblas.h cblas_sgemm -lopenblas
 #define TRAIN_IMPLEMENTATION
 #include "train.h"
 

@@ -141,6 +141,7 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+    trn_omp_wait_passive(argv); // OpenMP threads sleep when idle (unless OMP_WAIT_POLICY is set)
     int steps = 200, B = 32, H = 256, save_every = 50, log_every = 10, start = 0;
     float lr = 3e-3f;
     const char *ckpt_dir = NULL;
@@ -193,7 +194,7 @@ int main(int argc, char **argv) {
     char ckpt[1024] = "";
     if (ckpt_dir) {
         snprintf(ckpt, sizeof ckpt, "%s/ckpt.safetensors", ckpt_dir);
-        if (trn_ddp_is_main(&ddp)) mkdir(ckpt_dir, 0755);
+        if (trn_ddp_is_main(&ddp)) TRY(trn_mkdirs(ckpt_dir));
         if (access(ckpt, F_OK) == 0) {
             TRY(trn_ddp_checkpoint_load(&ddp, ckpt, &net.m, &opt, NULL));
             start = (int)opt.step;

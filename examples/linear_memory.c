@@ -673,21 +673,6 @@ static void print_table(const config *c, trn_place place, size_t param_bytes, si
 // ===========================================================================
 // >>main
 // ===========================================================================
-static int mkdir_p(const char *path) {
-    char buf[1024];
-    size_t i, n = strlen(path);
-    if (n == 0 || n >= sizeof buf) return -1;
-    memcpy(buf, path, n + 1);
-    for (i = 1; i <= n; i++)
-        if (buf[i] == '/' || buf[i] == 0) {
-            char ch = buf[i];
-            buf[i] = 0;
-            if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
-            buf[i] = ch;
-        }
-    return 0;
-}
-
 // a weighted sum of every parameter: two runs that agree on it (and on the
 // loss) took the same steps
 static double param_checksum(trn_model *m) {
@@ -706,6 +691,7 @@ static double param_checksum(trn_model *m) {
 }
 
 int main(int argc, char **argv) {
+    trn_omp_wait_passive(argv); // OpenMP threads sleep when idle (unless OMP_WAIT_POLICY is set)
     config c;
     net n;
     trn_ddp ddp;
@@ -724,8 +710,8 @@ int main(int argc, char **argv) {
 
     if (parse_args(argc, argv, &c, &code)) return code;
     if (c.threads > 0) trn_set_threads(c.threads);
-    if (mkdir_p(c.out) != 0) {
-        fprintf(stderr, "linear_memory: cannot create --out directory '%s': %s\n", c.out, strerror(errno));
+    if (trn_mkdirs(c.out) != TRN_OK) {
+        fprintf(stderr, "linear_memory: cannot create --out directory '%s': %s\n", c.out, trn_error_reason());
         return 2;
     }
     // the process group, as Lightning's setup_environment does first (on

@@ -88,6 +88,7 @@ static double by_hand_max_diff(mlp *n, const float *x, const float *y, int B, in
 
 /* ------------------------------------------------------------------ main */
 int main(int argc, char **argv) {
+    trn_omp_wait_passive(argv); // OpenMP threads sleep when idle (unless OMP_WAIT_POLICY is set)
     int steps = 300;      /* optimizer steps                              */
     int B = 64;           /* batch size                                   */
     int D = 8;            /* input features                               */

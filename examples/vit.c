@@ -33,7 +33,7 @@
 // scripts (tests/test_vit.sh reads them).
 //
 // build: -lstb
-// requires: test -f /usr/include/stb/stb_image.h && test -f /usr/include/stb/stb_image_write.h
+// requires: have_lib libstb-dev stb/stb_image.h stbi_load -lstb && have_lib libstb-dev stb/stb_image_write.h stbi_write_png -lstb
 #define TRAIN_IMPLEMENTATION
 #include "train.h"
 
@@ -846,22 +846,8 @@ static float flag_float(const char *flag, const char *s, double lo, double hi) {
     return (float)v;
 }
 
-static int mkdirs(const char *path) {
-    char tmp[4096];
-    size_t n = strlen(path);
-    if (n == 0 || n >= sizeof tmp) return -1;
-    memcpy(tmp, path, n + 1);
-    for (size_t i = 1; i <= n; i++)
-        if (tmp[i] == '/' || tmp[i] == 0) {
-            char c = tmp[i];
-            tmp[i] = 0;
-            if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
-            tmp[i] = c;
-        }
-    return 0;
-}
-
 int main(int argc, char **argv) {
+    trn_omp_wait_passive(argv); // OpenMP threads sleep when idle (unless OMP_WAIT_POLICY is set)
     // defaults: chosen to pass 85% on Fashion-MNIST's test set well within
     // 10 minutes on 2 CPU cores (measured: 87% after 5 epochs)
     const char *data = "runs/fashion";  // ImageFolder root with train/ and test/
@@ -966,7 +952,7 @@ int main(int argc, char **argv) {
     printf("train: %d epochs x %lld steps of %d, AdamW lr %g (warmup %d, cosine to %g), wd %g, "
            "%d threads\n", epochs, steps_per_epoch, batch, lr, warmup, lr * 0.01, weight_decay,
            trn_get_threads());
-    if (mkdirs(out_dir) != 0) { fprintf(stderr, "vit: cannot create %s: %s\n", out_dir, strerror(errno)); return 2; }
+    if (trn_mkdirs(out_dir) != TRN_OK) { fprintf(stderr, "vit: cannot create %s: %s\n", out_dir, trn_error_reason()); return 2; }
 
     // what must match for a resumed run to continue the same run
     char run[256];

@@ -13,7 +13,7 @@
 // so ImageFolder's sorted order gives back the dataset's own label numbers.
 //
 // build: -lstb
-// requires: test -f /usr/include/stb/stb_image_write.h
+// requires: have_lib libstb-dev stb/stb_image_write.h stbi_write_png -lstb
 //
 // The IDX format (LeCun's MNIST page; Fashion-MNIST reuses it): big-endian
 //   u32 magic = 0x00000800 | (type << 8 is 0x08 = unsigned byte) | ndim
