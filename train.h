@@ -581,7 +581,10 @@ TRNDEF uint32_t trn_crc32c(uint32_t crc, const void *data, size_t n);
    hyperparameters + your meta, in one file. opt may be NULL (weights only;
    on load the moments in the file are then skipped). Load restores
    opt->step, opt->desc, opt->lo/hi and m, v (allocating them if NULL), so
-   the next trn_adamw_step continues the run bit for bit. The file's
+   the next trn_adamw_step continues the run bit for bit. A program that
+   lets its flags change the hyperparameters on resume (a new weight
+   decay) sets opt->desc after the load: that is what the next steps use
+   and what the next checkpoint records (examples/gpt2 does this). The file's
    checksum is required and verified. meta_out (may be NULL) receives the
    keys you saved. Errors as for trn_safetensors_load. */
 TRNDEF trn_result trn_checkpoint_save(const char *path, trn_model *m, const trn_adamw *opt,
@@ -2017,8 +2020,17 @@ TRNDEF void trn_reset(trn_model *m) {
     m->tape_len = 0;
 }
 
+/* a parameter used before trn_model_alloc has no memory: stop, naming the call */
+static void trn__need_alloc(const trn_model *m, const char *call, const char *name) {
+    if (m && m->n_params > 0 && !m->param_data)
+        trn_fatal("%s%s%s: the model's parameters have no memory yet: call trn_model_alloc(&model) after the "
+                  "trn_param calls and before the first op, init or read", call, name ? " " : "", name ? name : "");
+}
+
 TRNDEF trn_tensor *trn_tensor_new(trn_model *m, const char *name, int ndim, const int *shape) {
     trn_tensor *t;
+    if (!m) trn_fatal("trn_tensor_new %s: model is NULL", name ? name : "");
+    trn__need_alloc(m, "trn_tensor_new", name);
     trn__check_shape("trn_tensor_new", name, ndim, shape);
     t = trn__header(m);
     trn__fill_header(t, name, ndim, shape);
@@ -2028,8 +2040,10 @@ TRNDEF trn_tensor *trn_tensor_new(trn_model *m, const char *name, int ndim, cons
 
 TRNDEF trn_tensor *trn_input(trn_model *m, const char *name, int ndim, const int *shape,
                              const float *host) {
-    trn_tensor *t = trn_tensor_new(m, name, ndim, shape);
-    if (host) m->backend->upload(t->data, host, t->size * sizeof(float));
+    trn_tensor *t;
+    if (!host) trn_fatal("trn_input %s: host data is NULL (for an arena tensor filled later, use trn_tensor_new)", name ? name : "");
+    t = trn_tensor_new(m, name, ndim, shape);
+    m->backend->upload(t->data, host, t->size * sizeof(float));
     return t;
 }
 
@@ -2078,6 +2092,9 @@ TRNDEF void trn_backward(trn_model *m, trn_tensor *loss) {
         trn_fatal("trn_backward: loss must be a scalar, got shape %s", trn_shape_str(loss, s, sizeof s));
     }
     if (!loss->requires_grad) trn_fatal("trn_backward: the loss does not depend on any parameter (was the tape off?)");
+    if (m->tape_len == 0 && !loss->is_param)
+        trn_fatal("trn_backward: the tape is empty: backward already ran on this step's tape (it is consumed, "
+                  "as in PyTorch); run trn_reset and the forward pass again before the next trn_backward");
     if (!m->grad_data && trn_model_alloc_grads(m) != TRN_OK) {
         trn_ledger_print("out of memory");
         trn_fatal("trn_backward: %s", trn_error_reason());
@@ -2097,8 +2114,16 @@ TRNDEF float trn_item(trn_model *m, const trn_tensor *t) {
     m->backend->download(&v, t->data, sizeof v);
     return v;
 }
-TRNDEF void trn_read(trn_model *m, const trn_tensor *t, float *host) { m->backend->download(host, t->data, t->size * sizeof(float)); }
-TRNDEF void trn_write(trn_model *m, trn_tensor *t, const float *host) { m->backend->upload(t->data, host, t->size * sizeof(float)); }
+TRNDEF void trn_read(trn_model *m, const trn_tensor *t, float *host) {
+    if (!t || !host) trn_fatal("trn_read: tensor or host buffer is NULL");
+    if (t->is_param) trn__need_alloc(m, "trn_read", t->name);
+    m->backend->download(host, t->data, t->size * sizeof(float));
+}
+TRNDEF void trn_write(trn_model *m, trn_tensor *t, const float *host) {
+    if (!t || !host) trn_fatal("trn_write: tensor or host data is NULL");
+    if (t->is_param) trn__need_alloc(m, "trn_write", t->name);
+    m->backend->upload(t->data, host, t->size * sizeof(float));
+}
 TRNDEF void trn_read_grad(trn_model *m, const trn_tensor *t, float *host) {
     if (t->grad) m->backend->download(host, t->grad, t->size * sizeof(float));
     else memset(host, 0, t->size * sizeof(float));
@@ -2109,6 +2134,9 @@ TRNDEF void trn_read_grad(trn_model *m, const trn_tensor *t, float *host) {
 static void trn__fill(trn_model *m, trn_tensor *t, float mean, float std, trn_rng *rng, int normal) {
     size_t chunk = 1u << 20, done;
     float *buf;
+    if (!m || !t) trn_fatal("%s: model or tensor is NULL", normal ? "trn_init_normal" : "trn_init_const");
+    if (normal && !rng) trn_fatal("trn_init_normal %s: rng is NULL", t->name);
+    if (t->is_param) trn__need_alloc(m, normal ? "trn_init_normal" : "trn_init_const", t->name);
     if (m->backend->place == TRN_HOST) {
         size_t i;
         for (i = 0; i < t->size; i++) t->data[i] = normal ? mean + std * trn_rng_normal(rng) : mean;
@@ -2296,16 +2324,19 @@ TRNDEF trn_tensor *trn_attention(trn_model *m, trn_tensor *qkv, int n_head, int 
 }
 
 /* --- losses: a scalar tensor holding the mean over rows -------------------- */
+/* the per-row losses come to the host in chunks through a stack buffer:
+   no allocation, so a step's ledger does not move */
 static trn_tensor *trn__scalar_mean(trn_model *m, const char *name, const float *losses, size_t n) {
     int one = 1;
     trn_tensor *out = trn_tensor_new(m, name, 1, &one);
-    float *host = (float *)trn_alloc(sizeof(float) * n, TRN_KIND_TEMP), mean;
+    float host[1024], mean;
     double sum = 0.0;
-    size_t i;
-    if (!host) trn_fatal("%s: %s", name, trn_error_reason());
-    m->backend->download(host, losses, sizeof(float) * n);
-    for (i = 0; i < n; i++) sum += host[i];
-    trn_free(host);
+    size_t i, lo, k;
+    for (lo = 0; lo < n; lo += k) {
+        k = TRN__MIN(n - lo, sizeof host / sizeof host[0]);
+        m->backend->download(host, losses + lo, sizeof(float) * k);
+        for (i = 0; i < k; i++) sum += host[i];
+    }
     mean = (float)(sum / (double)n);
     m->backend->upload(out->data, &mean, sizeof mean);
     return out;
@@ -2349,7 +2380,9 @@ TRNDEF trn_tensor *trn_mse(trn_model *m, trn_tensor *pred, const float *target) 
     float *tdev, *losses;
     trn_tensor *out;
     trn_tape_entry *e;
-    trn__not_null("trn_mse", m, pred); trn__not_null("trn_mse", target, target);
+    trn__not_null("trn_mse", m, pred);
+    if (!target) trn_fatal("trn_mse: target is NULL (host floats, one per element of %s)", pred->name);
+    if (pred->is_param) trn__need_alloc(m, "trn_mse", pred->name);
     tdev = (float *)trn_arena_alloc(m, sizeof(float) * pred->size);
     m->backend->upload(tdev, target, sizeof(float) * pred->size);
     losses = (float *)trn_arena_alloc(m, sizeof(float) * pred->size);

@@ -1180,6 +1180,10 @@ int main(int argc, char **argv) {
         trn_meta meta;
         if (trn_checkpoint_load(ckpt_path, &g.m, &opt, &meta) != TRN_OK)
             die("--resume %s: %s", ckpt_path, trn_error_reason());
+        // the load restored the AdamW settings saved in the file; this run's
+        // (the checkpoint's, unless a flag given again replaced them above)
+        // are what the next steps use and what the next checkpoint records
+        opt.desc = trn_adamw_defaults(&od);
         if (trn_ddp_meta_check(&ddp, &meta, ckpt_path) != TRN_OK) die("--resume: %s", trn_error_reason());
         uint64_t u;
         trn_meta_get_u64(&meta, "run.step", &u);

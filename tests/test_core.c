@@ -217,12 +217,13 @@ static void test_fatal(void) {
         trn_model m;
         trn_tensor *w, *x;
         int shape[2] = {4, 3};
+        float xs[12] = {0};
         dup2(fd[1], 2);
         trn_model_init(&m, NULL);
         w = trn_param2(&m, "fc.weight", 8, 5);
         trn_model_alloc(&m);
         trn_reset(&m);
-        x = trn_input(&m, "x", 2, shape, NULL);
+        x = trn_input(&m, "x", 2, shape, xs);
         trn_linear(&m, x, w, NULL);
         _exit(0);
     }
