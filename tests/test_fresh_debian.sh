@@ -81,7 +81,8 @@ run_variant() {
     out="$root/root/run.out"
     # a clean environment, as a new user's shell: nothing of ours leaks in
     timeout 900 chroot "$root" /usr/bin/env -i PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin HOME=/root \
-        LANG=C.UTF-8 /bin/bash -c 'cd /root/train.h && ./build.sh && ./examples/gpt2 --steps 20' >"$out" 2>&1
+        LANG=C.UTF-8 /bin/bash -c 'cd /root/train.h && s=$(date +%s) && ./build.sh && b=$(date +%s) &&
+            ./examples/gpt2 --steps 20 && echo "times: build $((b - s)) s, gpt2 $(($(date +%s) - b)) s"' >"$out" 2>&1
     rc=$?
     t1=$(date +%s)
     cleanup; mounted=()
@@ -96,7 +97,7 @@ run_variant() {
         bad "$name: ./examples/gpt2 --steps 20 (exit $rc)"
     fi
     if [ "$rc" != 0 ] || [ -n "${FRESH_VERBOSE:-}" ]; then tail -25 "$out" | sed "s/^/  $name| /"; fi
-    grep -E '^(build.sh|  skip|  note)' "$out" | sed "s/^/  $name| /"
+    grep -E '^(build.sh|  skip|  note|times:)' "$out" | sed "s/^/  $name| /"
     rm -rf "$src"
 }
 
