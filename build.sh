@@ -59,7 +59,9 @@ probe() {
     cat > "$TMP/probe.$ext"
     "$cc" "$TMP/probe.$ext" -o "$TMP/probe" "$@" >/dev/null 2>&1
 }
-tiny() { printf '#include <%s>\nint main(void) { return (int)(0 * (size_t)&%s); }\n' "$1" "$2"; }
+# a program that really uses SYMBOL (through a volatile, so the reference
+# stays and the linker must find it)
+tiny() { printf '#include <%s>\nint main(void) { volatile size_t p = (size_t)&%s; return p == 0; }\n' "$1" "$2"; }
 have_lib() { # have_lib PACKAGE HEADER SYMBOL FLAGS...
     local pkg=$1 h=$2 sym=$3; shift 3
     tiny "$h" "$sym" | probe "$CC" -I. "$@" && return 0
@@ -141,15 +143,16 @@ plan() { # plan COMPILER FLAGS OUT SRC
     if ! sanitizers_ok "$cc" "$flags $extra"; then echo "  skip  $out: $why"; return 0; fi
     needs_build "$out" "$src" || return 0
     n_jobs=$((n_jobs + 1))
-    printf '%s\n%s\n%s\n%s\n' "$cc" "$flags $extra" "$out" "$src" > "$TMP/job.$n_jobs"
+    printf '%s\n%s\n%s\n%s\n%s\n' "$cc" "$flags" "$out" "$src" "$extra" > "$TMP/job.$n_jobs"
 }
 
 run_job() { # run_job N: compile job N, report, mark failure
-    local cc flags out src log="$TMP/log.$1"
-    { read -r cc; read -r flags; read -r out; read -r src; } < "$TMP/job.$1"
+    local cc flags out src extra log="$TMP/log.$1"
+    { read -r cc; read -r flags; read -r out; read -r src; read -r extra; } < "$TMP/job.$1"
     mkdir -p "$(dirname "$out")"
+    # the source's own flags after it: libraries must follow what uses them
     # shellcheck disable=SC2086
-    if $cc $flags -o "$out" "$src" -lm > "$log" 2>&1; then
+    if $cc $flags -o "$out" "$src" $extra -lm > "$log" 2>&1; then
         echo "  built $out"; cat "$log"
     else
         cat "$log"; echo "build.sh: FAILED to build $out from $src"; touch "$TMP/failed.$1"

@@ -49,7 +49,8 @@
    alloc prints the ledger and returns NULL with a reason, so the caller's
    trn_result path reports it. trn_cuda_init returns an error (never
    crashes) when there is no device, the driver is too old, or the GPU has
-   no kernels in this build (compiled for sm_80/sm_90 only).
+   no kernels in this build (build.sh compiles sm_80 and sm_90 code plus
+   compute_90 PTX, which the driver compiles for newer GPUs).
 
    Tests: tests/cuda_on_cpu.h runs this file's kernels on the CPU (g++,
    fibers for threads in a random order, a reference GEMM for cuBLAS, ASan
@@ -79,8 +80,9 @@ extern "C" {
    trn_error_reason() when there is no usable device. Calling it again with
    the same device is a no-op. */
 TRNDEF trn_result trn_cuda_init(int device);
-/* the backend table; initializes device 0 if trn_cuda_init was not called
-   (and stops with the reason if that fails) */
+/* the backend table, after a successful trn_cuda_init (or trn_ddp_init,
+   which calls it): called before, it stops with a message saying so
+   (initializing some device silently would hide which GPU and why not) */
 TRNDEF const trn_backend *trn_cuda_backend(void);
 TRNDEF void trn_cuda_shutdown(void);          /* free what init created    */
 TRNDEF void trn_cuda_set_tf32(int on);        /* TF32 matmuls (default on) */
@@ -802,8 +804,11 @@ TRNDEF trn_result trn_cuda_init(int device) {
     if (drv == 0 && e != cudaSuccess) /* no libcuda.so: a machine without a GPU driver */
         return trn_fail(TRN_ERR_BACKEND, "CUDA: no CUDA device found: no NVIDIA driver is loaded (%s)",
                         cudaGetErrorString(e));
-    if (e == cudaErrorInsufficientDriver || drv < rt)
-        return trn_fail(TRN_ERR_BACKEND, "CUDA: the NVIDIA driver supports CUDA %d.%d but this program needs %d.%d: update the driver",
+    /* an older driver of the same major version runs this runtime (CUDA's
+       minor version compatibility); an older major version cannot */
+    if (e == cudaErrorInsufficientDriver || drv / 1000 < rt / 1000)
+        return trn_fail(TRN_ERR_BACKEND, "CUDA: the NVIDIA driver supports CUDA %d.%d but this program was built with CUDA %d.%d: "
+                        "update the driver (or build with an older toolkit)",
                         drv / 1000, drv % 1000 / 10, rt / 1000, rt % 1000 / 10);
     if (e == cudaErrorNoDevice || (e == cudaSuccess && count == 0))
         return trn_fail(TRN_ERR_BACKEND, "CUDA: no CUDA device found (%s)",
@@ -824,8 +829,13 @@ TRNDEF trn_result trn_cuda_init(int device) {
         TRN__CUDA_START(trn__k_probe, dim3(1), dim3(32), 0, s0, probe);
         e = cudaGetLastError();
         if (e == cudaSuccess) e = cudaDeviceSynchronize();
+        if (e == cudaErrorUnsupportedPtxVersion || e == cudaErrorInsufficientDriver)
+            return trn_fail(TRN_ERR_BACKEND, "CUDA: the NVIDIA driver (CUDA %d.%d) is older than this program's CUDA %d.%d "
+                            "and cannot compile its kernels for %s: update the driver",
+                            drv / 1000, drv % 1000 / 10, rt / 1000, rt % 1000 / 10, trn__cu.name);
         if (e != cudaSuccess)
-            return trn_fail(TRN_ERR_BACKEND, "CUDA: cannot run kernels on %s: %s (this program was built for sm_80 and sm_90)",
+            return trn_fail(TRN_ERR_BACKEND, "CUDA: cannot run kernels on %s: %s (this program holds sm_80 and sm_90 "
+                            "code and compute_90 PTX: GPUs older than sm_80 are not supported)",
                             trn__cu.name, cudaGetErrorString(e));
     }
     trn__cu.ready = 1; /* the allocations below need it */
@@ -881,7 +891,9 @@ TRNDEF void trn_cuda_shutdown(void) {
 
 TRNDEF const trn_backend *trn_cuda_backend(void) {
     trn_backend *t = &trn__cu.table;
-    if (!trn__cu.ready && trn_cuda_init(0) != TRN_OK) trn_fatal("train_cuda.h: %s", trn_error_reason());
+    if (!trn__cu.ready)
+        trn_fatal("trn_cuda_backend: CUDA is not initialized: call trn_cuda_init(device) first and check its result "
+                  "(trn_ddp_init does it for each rank's GPU)");
     if (!t->name) {
         t->place = TRN_DEVICE;
         t->alloc = trn__cuda_alloc;

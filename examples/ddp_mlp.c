@@ -178,7 +178,8 @@ int main(int argc, char **argv) {
     make_teacher();
     const trn_backend *backend = NULL;
 #ifdef TRN_USE_CUDA
-    backend = trn_cuda_backend(); // the GPU trn_ddp_init chose
+    TRY(trn_cuda_init(ddp.local_rank)); // the GPU trn_ddp_init chose (a no-op if it did)
+    backend = trn_cuda_backend();
 #endif
     mlp net;
     mlp_build(&net, backend, H, 1000u + (uint64_t)ddp.rank);

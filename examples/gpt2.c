@@ -63,8 +63,8 @@
 #define TRAIN_CUDA_IMPLEMENTATION
 #endif
 #include "train_cuda.h"
-// main's trn_ddp_init has already picked this rank's GPU: trn_cuda_init(local
-// rank), device 0 without a launcher
+// main has initialized this rank's GPU (trn_cuda_init(local rank), device
+// 0 without a launcher) before it creates the model
 static const trn_backend *gpt2_backend(void) { return trn_cuda_backend(); }
 #else
 static const trn_backend *gpt2_backend(void) { return NULL; } // NULL = the CPU backend
@@ -1014,6 +1014,10 @@ int main(int argc, char **argv) {
     trn_ddp_desc ddp_desc;
     memset(&ddp_desc, 0, sizeof ddp_desc);
     if (trn_ddp_init(&ddp, &ddp_desc) != TRN_OK) die("%s", trn_error_reason());
+#ifdef TRN_USE_CUDA
+    // this rank's GPU (already done by trn_ddp_init unless it talks TCP)
+    if (trn_cuda_init(ddp.local_rank) != TRN_OK) die("%s", trn_error_reason());
+#endif
     const int W = ddp.world, main_rank = trn_ddp_is_main(&ddp);
     if (!main_rank && !freopen("/dev/null", "w", stdout)) die("rank %d: /dev/null: %s", ddp.rank, strerror(errno));
     if (W > 1) printf("ddp: %d ranks started by %s, communicator %s\n", W, ddp.env.launcher, ddp.comm.name);
@@ -1190,7 +1194,7 @@ int main(int argc, char **argv) {
         step = (long long)u;
         if (trn_meta_get_u64(&meta, "run.sample_rng", &u) == TRN_OK) sample_rng.state = u;
         trn_loader_pos pos;
-        uint64_t e, b;
+        uint64_t e = 0, b = 0;
         if (trn_meta_get_u64(&meta, "run.data_epoch", &e) != TRN_OK || trn_meta_get_u64(&meta, "run.data_batch", &b) != TRN_OK ||
             trn_meta_get_u64(&meta, "run.data_seed", &pos.seed) != TRN_OK ||
             trn_meta_get_u64(&meta, "run.data_check", &pos.check) != TRN_OK)

@@ -728,6 +728,11 @@ int main(int argc, char **argv) {
         return 2;
     }
 #ifdef TRN_USE_CUDA
+    if (trn_cuda_init(ddp.local_rank) != TRN_OK) { // trn_ddp_init's GPU (a no-op if it did)
+        fprintf(stderr, "linear_memory: %s\n", trn_error_reason());
+        trn_ddp_free(&ddp);
+        return 2;
+    }
     device = trn_cuda_backend();
 #else
     device = trn_cpu_backend();

@@ -176,6 +176,7 @@ typedef enum cudaError {
     cudaErrorInsufficientDriver = 35,
     cudaErrorNoDevice = 100,
     cudaErrorInvalidDevice = 101,
+    cudaErrorUnsupportedPtxVersion = 222,
     cudaErrorInvalidConfiguration = 9,
     cudaErrorLaunchFailure = 719
 } cudaError_t;
@@ -881,6 +882,7 @@ static inline const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorInsufficientDriver: return "CUDA driver version is insufficient for CUDA runtime version";
     case cudaErrorNoDevice: return "no CUDA-capable device is detected";
     case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorUnsupportedPtxVersion: return "the provided PTX was compiled with an unsupported toolchain.";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
     case cudaErrorLaunchFailure: return "unspecified launch failure";
     }

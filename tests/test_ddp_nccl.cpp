@@ -214,6 +214,7 @@ static std::vector<float> reference(int world) {
     trn_adamw opt;
     std::vector<float> x((size_t)world * ROWS * NIN);
     std::vector<int> y((size_t)world * ROWS);
+    if (trn_cuda_init(0) != TRN_OK) { printf("FAIL cuda init: %s\n", trn_error_reason()); exit(1); }
     net_build(&n, trn_cuda_backend(), 500u);
     trn_adamw_init(&opt, NULL);
     for (int step = 0; step < STEPS; step++) {

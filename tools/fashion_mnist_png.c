@@ -20,6 +20,7 @@
 //   u32 dim[ndim], then the bytes, row-major.
 // Images are magic 0x00000803 with dims (N, 28, 28); labels 0x00000801 with (N).
 // The Debian package ships them gzipped; we read .gz through `gzip -dc`.
+#define _POSIX_C_SOURCE 200809L /* popen: this tool does not include train.h, which would turn POSIX on */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
