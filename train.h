@@ -177,6 +177,9 @@ typedef struct trn_tensor {
     int requires_grad;  /* backward computes this tensor's gradient        */
     int is_param;
     int decay;          /* parameters: AdamW weight decay applies (ndim>=2) */
+    float lr_scale;     /* parameters: lr multiplier, 1 (see trn_param_group) */
+    float weight_decay; /* parameters: own weight decay if >= 0 (overrides
+                           decay and the optimizer's); -1: the optimizer's */
     char name[64];
 } trn_tensor;
 
@@ -238,6 +241,9 @@ typedef struct trn_backend {
                          float bias_corr1, float bias_corr2);
     double (*sum_squares)(const float *x, size_t n);
     void (*scale)(float *x, float s, size_t n);
+    /* SGD with momentum (see >>adamw); buf NULL when momentum == 0 */
+    void (*sgd_update)(float *p, const float *g, float *buf, size_t n, float lr, float momentum,
+                       float dampening, float weight_decay, int nesterov, int first);
 } trn_backend;
 
 TRNDEF const trn_backend *trn_cpu_backend(void);
@@ -298,6 +304,8 @@ TRNDEF void trn_adamw_update(float *p, const float *g, float *m, float *v, size_
                              float bias_corr1, float bias_corr2);
 TRNDEF double trn_sum_squares(const float *x, size_t n);
 TRNDEF void trn_scale(float *x, float s, size_t n);
+TRNDEF void trn_sgd_update(float *p, const float *g, float *buf, size_t n, float lr, float momentum,
+                           float dampening, float weight_decay, int nesterov, int first);
 /* images (B,H,W,Ch) -> patches (B, (H/P)*(W/P), P*P*Ch); data only, no grad */
 TRNDEF void trn_patchify(float *out, const float *img, int B, int H, int W, int Ch, int P);
 
@@ -342,6 +350,7 @@ typedef struct trn_model {
     trn_tape_entry *tape;
     int tape_len, tape_cap;
     int grad_enabled;          /* 0: no tape (evaluation), like no_grad     */
+    int training;              /* 1: training mode (dropout drops); 0: eval */
     trn_tensor **tblocks;      /* host-side headers of this step's tensors  */
     int n_tblocks, t_used;
     float *scratch;            /* backward's (B,NH,T,T) workspace, shared by
@@ -368,6 +377,23 @@ TRNDEF trn_tensor *trn_model_find(trn_model *m, const char *name);
 TRNDEF void trn_zero_grad(trn_model *m);
 TRNDEF void trn_reset(trn_model *m);   /* new step: rewind arena and tape  */
 TRNDEF void trn_backward(trn_model *m, trn_tensor *loss);
+/* backward with d(loss)/d(loss) = scale instead of 1: gradient accumulation
+   over K micro-batches calls it with scale 1/K (as loss/K in PyTorch) */
+TRNDEF void trn_backward_scaled(trn_model *m, trn_tensor *loss, float scale);
+
+/* PyTorch's switches, as calls. No grad (torch.no_grad): ops record
+   nothing on the tape, so no activation is kept for a backward; returns
+   the previous state, to restore with trn_set_grad_enabled. Evaluation
+   mode (model.eval()): ops that behave differently in training (dropout)
+   behave as at inference. The two are independent, as in PyTorch; an
+   evaluation pass usually wants both:
+       int g = trn_no_grad(&m); trn_eval(&m);
+       ... forward ...
+       trn_train(&m); trn_set_grad_enabled(&m, g);                         */
+TRNDEF int trn_set_grad_enabled(trn_model *m, int enabled);
+TRNDEF int trn_no_grad(trn_model *m);        /* = trn_set_grad_enabled(m, 0) */
+TRNDEF void trn_train(trn_model *m);         /* training mode (the default)  */
+TRNDEF void trn_eval(trn_model *m);          /* evaluation mode              */
 
 /* activations: a tensor in the arena (data uninitialized, grad NULL) */
 TRNDEF trn_tensor *trn_tensor_new(trn_model *m, const char *name, int ndim, const int *shape);
@@ -398,13 +424,31 @@ TRNDEF trn_tensor *trn_mean_pool(trn_model *m, trn_tensor *x);
 
 /* ------------------------------------------------------------------------
    >>adamw
+   The optimizer: AdamW (default) or SGD with momentum, in one struct (it
+   keeps its first name, trn_adamw), stepped by trn_adamw_step, saved and
+   restored by trn_checkpoint_save/load. Weight decay, as PyTorch has it:
+     AdamW: decoupled, p -= lr * wd * p beside the Adam update;
+     SGD:   L2, g += wd * p before momentum (torch.optim.SGD).
+   A weight decay of 0 is 0: in a desc, weight_decay is taken as written.
+   Only desc == NULL gives PyTorch's AdamW default of 0.01. (Earlier, a 0
+   in the desc meant "default"; code that relied on that now gets 0.)
    ------------------------------------------------------------------------ */
+typedef enum trn_optim_algo {
+    TRN_OPTIM_ADAMW = 0, /* Loshchilov & Hutter 2019, torch.optim.AdamW     */
+    TRN_OPTIM_SGD = 1    /* torch.optim.SGD: momentum, dampening, Nesterov */
+} trn_optim_algo;
+
 typedef struct trn_adamw_desc {
     float lr;            /* default 1e-3 (PyTorch's default)               */
-    float beta1, beta2;  /* default 0.9, 0.999                              */
-    float eps;           /* default 1e-8                                    */
-    float weight_decay;  /* default 0.01; only where tensor->decay is set  */
-    int no_weight_decay; /* 1: weight_decay = 0 (0.0 in desc means default) */
+    float beta1, beta2;  /* AdamW: default 0.9, 0.999                       */
+    float eps;           /* AdamW: default 1e-8                             */
+    float weight_decay;  /* as written, 0 = none (desc NULL: 0.01); applies
+                            where tensor->decay is set (see trn_param_group) */
+    int no_weight_decay; /* 1: weight_decay = 0 (older code's spelling)     */
+    trn_optim_algo algo; /* TRN_OPTIM_ADAMW (0) or TRN_OPTIM_SGD            */
+    float momentum;      /* SGD: 0 = plain SGD (no buffer), e.g. 0.9        */
+    float dampening;     /* SGD: buf = momentum*buf + (1-dampening)*g; 0    */
+    int nesterov;        /* SGD: 1 = Nesterov (momentum > 0, dampening 0)   */
 } trn_adamw_desc;
 
 typedef struct trn_adamw {
@@ -420,9 +464,40 @@ TRNDEF trn_adamw_desc trn_adamw_defaults(const trn_adamw_desc *desc);
 TRNDEF void trn_adamw_init(trn_adamw *opt, const trn_adamw_desc *desc);
 TRNDEF trn_result trn_adamw_step(trn_adamw *opt, trn_model *m, float lr);
 TRNDEF void trn_adamw_free(trn_adamw *opt);
+/* Parameter groups: every parameter whose name matches `pattern` ('*'
+   matches any run of characters: "*.bias", "h.*.ln_*", "wte.weight") gets
+   learning rate lr * lr_scale and, if weight_decay >= 0, that weight decay
+   exactly (0 = none), whatever its decay flag and the optimizer's value;
+   weight_decay < 0 leaves the tensor's decay as it was. Later calls win.
+   Returns how many parameters matched; none is a programmer error (a
+   typo), trn_fatal. Not saved in checkpoints: set the same groups before
+   resuming, as you build the same model. */
+TRNDEF int trn_param_group(trn_model *m, const char *pattern, float lr_scale, float weight_decay);
+
 /* linear warmup for `warmup` steps, then cosine from max_lr to min_lr at total */
 TRNDEF float trn_lr_schedule(long long step, long long warmup, long long total,
                              float max_lr, float min_lr);
+/* Learning-rate schedules, each with a linear warmup: for step < warmup the
+   lr is max_lr * (step+1) / warmup, then
+     COSINE    max_lr -> min_lr along half a cosine, reached at total
+     CONSTANT  max_lr forever (total and min_lr unused)
+     LINEAR    max_lr -> min_lr in a straight line, reached at total
+     WSD       warmup-stable-decay: max_lr until the last decay_frac of the
+               steps after warmup, then a straight line to min_lr at total
+   At and after total: min_lr (CONSTANT: max_lr). Step counts from 0. */
+typedef enum trn_schedule_kind {
+    TRN_SCHEDULE_COSINE = 0, TRN_SCHEDULE_CONSTANT, TRN_SCHEDULE_LINEAR, TRN_SCHEDULE_WSD
+} trn_schedule_kind;
+typedef struct trn_schedule {
+    trn_schedule_kind kind;
+    long long warmup, total;
+    float max_lr, min_lr;
+    float decay_frac;    /* WSD: 0 means 0.2 (the last 20% decay)          */
+} trn_schedule;
+TRNDEF float trn_schedule_lr(const trn_schedule *s, long long step);
+/* "cosine" ... "wsd" -> the kind; -1 for anything else (for flag parsers) */
+TRNDEF int trn_schedule_parse(const char *name);
+TRNDEF const char *trn_schedule_name(trn_schedule_kind kind);
 TRNDEF float trn_grad_norm(trn_model *m);
 /* scale grads so their global L2 norm is <= max_norm; returns the norm before */
 TRNDEF float trn_clip_grad_norm(trn_model *m, float max_norm);
@@ -443,8 +518,9 @@ TRNDEF float trn_clip_grad_norm(trn_model *m, float max_norm);
    A weights file (trn_safetensors_save) holds the parameters under their
    names. A training-state checkpoint (trn_checkpoint_save) adds AdamW's
    moments as two flat tensors "optim.m" and "optim.v" (the optimizer's
-   slice [lo,hi) of the flat layout) and, in __metadata__, the optimizer
-   step and hyperparameters ("trn.optim.*") plus the caller's trn_meta:
+   slice [lo,hi) of the flat layout; SGD: its momentum buffer as "optim.m"
+   alone) and, in __metadata__, the optimizer step and hyperparameters
+   ("trn.optim.*"; "trn.optim.algo" = "sgd" for SGD) plus the caller's trn_meta:
    RNG states, data-loader position, model config. Numbers are decimal
    strings that read back exactly (u64 as digits, doubles with %.17g).
 
@@ -1726,6 +1802,29 @@ TRNDEF void trn_scale(float *x, float s, size_t n) {
     for (i = 0; i < (ptrdiff_t)n; i++) x[i] *= s;
 }
 
+/* torch.optim.SGD, element by element (buf NULL when momentum is 0):
+     d   = g + weight_decay * p                     L2 decay, into the gradient
+     buf = d                                        first step (a new buffer)
+     buf = momentum * buf + (1 - dampening) * d     every later step
+     d   = nesterov ? d + momentum * buf : buf      look ahead along buf
+     p  -= lr * d                                                              */
+TRNDEF void trn_sgd_update(float *p, const float *g, float *buf, size_t n, float lr, float momentum,
+                           float dampening, float weight_decay, int nesterov, int first) {
+    ptrdiff_t i;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (n > 32768)
+#endif
+    for (i = 0; i < (ptrdiff_t)n; i++) {
+        float d = g[i] + weight_decay * p[i];
+        if (buf) {
+            float b = first ? d : momentum * buf[i] + (1.0f - dampening) * d;
+            buf[i] = b;
+            d = nesterov ? d + momentum * b : b;
+        }
+        p[i] -= lr * d;
+    }
+}
+
 /* images (B,H,W,Ch) -> patches (B, (H/P)*(W/P), P*P*Ch): patch (py,px) in
    row-major order, inside a patch rows, then columns, then channels. A
    linear layer on the patches is the ViT "patch embedding" (a conv with
@@ -1785,6 +1884,7 @@ TRNDEF const trn_backend *trn_cpu_backend(void) {
         cpu.adamw_update = trn_adamw_update;
         cpu.sum_squares = trn_sum_squares;
         cpu.scale = trn_scale;
+        cpu.sgd_update = trn_sgd_update;
         cpu.name = "cpu";
     }
     return &cpu;
@@ -1800,6 +1900,7 @@ TRNDEF trn_result trn_model_init(trn_model *m, const trn_backend *backend) {
     memset(m, 0, sizeof *m);
     m->backend = backend ? backend : trn_cpu_backend();
     m->grad_enabled = 1;
+    m->training = 1;
     return TRN_OK;
 }
 
@@ -1841,6 +1942,8 @@ TRNDEF trn_tensor *trn_param(trn_model *m, const char *name, int ndim, const int
     t->is_param = 1;
     t->requires_grad = 1;
     t->decay = ndim >= 2;      /* matrices decay; biases and norms don't */
+    t->lr_scale = 1.0f;        /* parameter groups: see trn_param_group   */
+    t->weight_decay = -1.0f;   /* -1: the optimizer's weight decay        */
     m->n_floats += t->size;
     m->params[m->n_params++] = t;
     return t;
@@ -2024,8 +2127,9 @@ static trn_tape_entry *trn__record(trn_model *m, const char *op, trn_backward_fn
     return e;
 }
 
-TRNDEF void trn_backward(trn_model *m, trn_tensor *loss) {
-    float one = 1.0f;
+TRNDEF void trn_backward(trn_model *m, trn_tensor *loss) { trn_backward_scaled(m, loss, 1.0f); }
+
+TRNDEF void trn_backward_scaled(trn_model *m, trn_tensor *loss, float scale) {
     int i;
     if (!m || !loss) trn_fatal("trn_backward: model or loss is NULL");
     if (loss->size != 1) {
@@ -2037,8 +2141,8 @@ TRNDEF void trn_backward(trn_model *m, trn_tensor *loss) {
         trn_ledger_print("out of memory");
         trn_fatal("trn_backward: %s", trn_error_reason());
     }
-    /* the chain rule starts here: d(loss)/d(loss) = 1 */
-    m->backend->upload(trn__grad(m, loss), &one, sizeof one);
+    /* the chain rule starts here: d(loss)/d(loss) = 1 (or the caller's scale) */
+    m->backend->upload(trn__grad(m, loss), &scale, sizeof scale);
     for (i = m->tape_len - 1; i >= 0; i--) {
         trn_tape_entry *e = &m->tape[i];
         if (e->out->grad) e->backward(m, e); /* no gradient reached it: skip */
@@ -2046,6 +2150,17 @@ TRNDEF void trn_backward(trn_model *m, trn_tensor *loss) {
     }
     m->tape_len = 0; /* the tape is consumed, as PyTorch frees its graph */
 }
+
+TRNDEF int trn_set_grad_enabled(trn_model *m, int enabled) {
+    int was;
+    if (!m) trn_fatal("trn_set_grad_enabled: model is NULL");
+    was = m->grad_enabled;
+    m->grad_enabled = enabled != 0;
+    return was;
+}
+TRNDEF int trn_no_grad(trn_model *m) { return trn_set_grad_enabled(m, 0); }
+TRNDEF void trn_train(trn_model *m) { if (!m) trn_fatal("trn_train: model is NULL"); m->training = 1; }
+TRNDEF void trn_eval(trn_model *m) { if (!m) trn_fatal("trn_eval: model is NULL"); m->training = 0; }
 
 TRNDEF float trn_item(trn_model *m, const trn_tensor *t) {
     float v;
@@ -2339,12 +2454,14 @@ TRNDEF trn_adamw_desc trn_adamw_defaults(const trn_adamw_desc *desc) {
     trn_adamw_desc d;
     memset(&d, 0, sizeof d);
     if (desc) d = *desc;
+    else d.weight_decay = 0.01f;  /* no desc: torch.optim.AdamW's defaults */
     if (d.lr == 0.0f) d.lr = 1e-3f;
-    if (d.beta1 == 0.0f) d.beta1 = 0.9f;
-    if (d.beta2 == 0.0f) d.beta2 = 0.999f;
-    if (d.eps == 0.0f) d.eps = 1e-8f;
-    if (d.no_weight_decay) d.weight_decay = 0.0f;
-    else if (d.weight_decay == 0.0f) d.weight_decay = 0.01f;
+    if (d.algo == TRN_OPTIM_ADAMW) {
+        if (d.beta1 == 0.0f) d.beta1 = 0.9f;
+        if (d.beta2 == 0.0f) d.beta2 = 0.999f;
+        if (d.eps == 0.0f) d.eps = 1e-8f;
+    }
+    if (d.no_weight_decay) d.weight_decay = 0.0f; /* a weight decay of 0 is 0 either way */
     return d;
 }
 
@@ -2355,42 +2472,89 @@ TRNDEF void trn_adamw_init(trn_adamw *opt, const trn_adamw_desc *desc) {
 
 TRNDEF trn_result trn_adamw_step(trn_adamw *opt, trn_model *m, float lr) {
     const trn_adamw_desc *d;
-    double bc1, bc2;
+    double bc1 = 1.0, bc2 = 1.0;
     size_t lo, hi;
-    int i;
+    int i, sgd, first = 0;
     if (!opt || !m) return trn_fail(TRN_ERR_INVALID, "trn_adamw_step: NULL optimizer or model");
     if (!m->grad_data) return trn_fail(TRN_ERR_INVALID, "trn_adamw_step: no gradients (call trn_backward first)");
     if (lr < 0.0f || lr != lr) return trn_fail(TRN_ERR_INVALID, "trn_adamw_step: learning rate %g", (double)lr);
+    d = &opt->desc;
+    sgd = d->algo == TRN_OPTIM_SGD;
+    if (!sgd && d->algo != TRN_OPTIM_ADAMW) return trn_fail(TRN_ERR_INVALID, "trn_adamw_step: unknown algo %d", (int)d->algo);
+    if (sgd && (!(d->momentum >= 0.0f) || !(d->dampening >= 0.0f) ||
+                (d->nesterov && (d->momentum <= 0.0f || d->dampening != 0.0f))))
+        return trn_fail(TRN_ERR_INVALID, "trn_adamw_step: SGD momentum %g dampening %g nesterov %d (Nesterov needs "
+                        "momentum > 0 and dampening 0, as torch.optim.SGD)", (double)d->momentum, (double)d->dampening, d->nesterov);
+    if (sgd && !m->backend->sgd_update) return trn_fail(TRN_ERR_BACKEND, "trn_adamw_step: backend %s has no SGD kernel", m->backend->name);
     if (opt->hi == 0) { opt->lo = 0; opt->hi = m->n_floats; }
     lo = opt->lo; hi = opt->hi;
     if (lo >= hi || hi > m->n_floats) return trn_fail(TRN_ERR_INVALID, "trn_adamw_step: slice [%zu,%zu) of %zu", lo, hi, m->n_floats);
-    if (!opt->m) { /* lazily, as torch.optim does: the ledger shows m and v appear here */
+    /* state, lazily, as torch.optim does (the ledger shows it appear here):
+       AdamW's m and v; SGD's momentum buffer in m (none for momentum 0) */
+    if (!opt->m && (!sgd || d->momentum != 0.0f)) {
         opt->backend = m->backend;
         opt->m = (float *)m->backend->alloc((hi - lo) * sizeof(float), TRN_KIND_OPTIM);
-        opt->v = opt->m ? (float *)m->backend->alloc((hi - lo) * sizeof(float), TRN_KIND_OPTIM) : NULL;
-        if (!opt->m || !opt->v) {
-            trn_result r = trn_fail(TRN_ERR_NOMEM, "trn_adamw_step: moments: %s", trn_error_reason());
+        opt->v = opt->m && !sgd ? (float *)m->backend->alloc((hi - lo) * sizeof(float), TRN_KIND_OPTIM) : NULL;
+        if (!opt->m || (!sgd && !opt->v)) {
+            trn_result r = trn_fail(TRN_ERR_NOMEM, "trn_adamw_step: optimizer state: %s", trn_error_reason());
             if (opt->m) m->backend->free(opt->m);
             opt->m = NULL;
             return r;
         }
         m->backend->zero(opt->m, (hi - lo) * sizeof(float));
-        m->backend->zero(opt->v, (hi - lo) * sizeof(float));
+        if (opt->v) m->backend->zero(opt->v, (hi - lo) * sizeof(float));
+        first = 1; /* SGD: a new buffer starts as the gradient itself */
     }
-    d = &opt->desc;
     opt->step++;
-    bc1 = 1.0 - pow((double)d->beta1, (double)opt->step);
-    bc2 = 1.0 - pow((double)d->beta2, (double)opt->step);
-    /* one call per parameter tensor (the decay flag differs), each over a
+    if (!sgd) {
+        bc1 = 1.0 - pow((double)d->beta1, (double)opt->step);
+        bc2 = 1.0 - pow((double)d->beta2, (double)opt->step);
+    }
+    /* one call per parameter tensor (decay and lr scale differ), each over a
        contiguous slice of the flat buffers */
     for (i = 0; i < m->n_params; i++) {
         const trn_tensor *t = m->params[i];
         size_t a = TRN__MAX(t->offset, lo), b = TRN__MIN(t->offset + t->size, hi);
+        float wd = t->weight_decay >= 0.0f ? t->weight_decay : t->decay ? d->weight_decay : 0.0f;
         if (a >= b || !t->requires_grad) continue;
-        m->backend->adamw_update(m->param_data + a, m->grad_data + a, opt->m + (a - lo), opt->v + (a - lo), b - a, lr,
-                                 d->beta1, d->beta2, d->eps, t->decay ? d->weight_decay : 0.0f, (float)bc1, (float)bc2);
+        if (sgd)
+            m->backend->sgd_update(m->param_data + a, m->grad_data + a, opt->m ? opt->m + (a - lo) : NULL, b - a,
+                                   lr * t->lr_scale, d->momentum, d->dampening, wd, d->nesterov, first);
+        else
+            m->backend->adamw_update(m->param_data + a, m->grad_data + a, opt->m + (a - lo), opt->v + (a - lo), b - a,
+                                     lr * t->lr_scale, d->beta1, d->beta2, d->eps, wd, (float)bc1, (float)bc2);
     }
     return TRN_OK;
+}
+
+/* '*' matches any run of characters (also none); the rest literally */
+static int trn__glob(const char *pat, const char *s) {
+    const char *star = NULL, *from = NULL;
+    while (*s) {
+        if (*pat == '*') { star = pat++; from = s; }
+        else if (*pat == *s) { pat++; s++; }
+        else if (star) { pat = star + 1; s = ++from; } /* let the last '*' eat one more */
+        else return 0;
+    }
+    while (*pat == '*') pat++;
+    return *pat == 0;
+}
+
+TRNDEF int trn_param_group(trn_model *m, const char *pattern, float lr_scale, float weight_decay) {
+    int i, n = 0;
+    if (!m || !pattern) trn_fatal("trn_param_group: model or pattern is NULL");
+    if (!(lr_scale >= 0.0f) || lr_scale > 1e30f) trn_fatal("trn_param_group %s: lr_scale %g (must be >= 0)", pattern, (double)lr_scale);
+    if (weight_decay != weight_decay) trn_fatal("trn_param_group %s: weight_decay is NaN", pattern);
+    for (i = 0; i < m->n_params; i++) {
+        trn_tensor *t = m->params[i];
+        if (!trn__glob(pattern, t->name)) continue;
+        t->lr_scale = lr_scale;
+        if (weight_decay >= 0.0f) t->weight_decay = weight_decay;
+        n++;
+    }
+    if (n == 0) trn_fatal("trn_param_group: no parameter matches '%s' (%d parameters, e.g. '%s')", pattern, m->n_params,
+                          m->n_params ? m->params[0]->name : "");
+    return n;
 }
 
 TRNDEF void trn_adamw_free(trn_adamw *opt) {
@@ -2401,11 +2565,48 @@ TRNDEF void trn_adamw_free(trn_adamw *opt) {
 }
 
 TRNDEF float trn_lr_schedule(long long step, long long warmup, long long total, float max_lr, float min_lr) {
-    double ratio;
-    if (step < warmup) return max_lr * (float)(step + 1) / (float)warmup;
-    if (step >= total || total <= warmup) return min_lr;
-    ratio = (double)(step - warmup) / (double)(total - warmup);
-    return min_lr + (float)(0.5 * (1.0 + cos(3.141592653589793 * ratio))) * (max_lr - min_lr);
+    trn_schedule s;
+    memset(&s, 0, sizeof s);
+    s.kind = TRN_SCHEDULE_COSINE;
+    s.warmup = warmup; s.total = total; s.max_lr = max_lr; s.min_lr = min_lr;
+    return trn_schedule_lr(&s, step);
+}
+
+TRNDEF float trn_schedule_lr(const trn_schedule *s, long long step) {
+    double ratio, frac;
+    long long decay;
+    if (!s) trn_fatal("trn_schedule_lr: schedule is NULL");
+    if (step < s->warmup) return s->max_lr * (float)(step + 1) / (float)s->warmup;
+    if (s->kind == TRN_SCHEDULE_CONSTANT) return s->max_lr;
+    if (step >= s->total || s->total <= s->warmup) return s->min_lr;
+    ratio = (double)(step - s->warmup) / (double)(s->total - s->warmup); /* 0 -> 1 after warmup */
+    switch (s->kind) {
+    case TRN_SCHEDULE_COSINE:
+        return s->min_lr + (float)(0.5 * (1.0 + cos(3.141592653589793 * ratio))) * (s->max_lr - s->min_lr);
+    case TRN_SCHEDULE_LINEAR:
+        return s->max_lr + (float)ratio * (s->min_lr - s->max_lr);
+    case TRN_SCHEDULE_WSD:
+        frac = s->decay_frac == 0.0f ? 0.2 : (double)s->decay_frac;
+        if (!(frac > 0.0 && frac <= 1.0)) trn_fatal("trn_schedule_lr: WSD decay_frac %g (must be in (0,1])", frac);
+        decay = (long long)(frac * (double)(s->total - s->warmup) + 0.5);
+        if (decay < 1) decay = 1;
+        if (step < s->total - decay) return s->max_lr; /* the stable part */
+        ratio = (double)(step - (s->total - decay)) / (double)decay;
+        return s->max_lr + (float)ratio * (s->min_lr - s->max_lr);
+    default:
+        trn_fatal("trn_schedule_lr: unknown kind %d", (int)s->kind);
+    }
+    return 0.0f;
+}
+
+static const char *const trn__schedule_names[] = {"cosine", "constant", "linear", "wsd"};
+TRNDEF int trn_schedule_parse(const char *name) {
+    int i;
+    for (i = 0; name && i < 4; i++) if (strcmp(name, trn__schedule_names[i]) == 0) return i;
+    return -1;
+}
+TRNDEF const char *trn_schedule_name(trn_schedule_kind kind) {
+    return (int)kind >= 0 && (int)kind < 4 ? trn__schedule_names[kind] : "?";
 }
 
 TRNDEF float trn_grad_norm(trn_model *m) {
@@ -4270,7 +4471,13 @@ TRNDEF trn_result trn_checkpoint_save(const char *path, trn_model *m, const trn_
         trn_meta_set_u64(&kit, "trn.optim.no_weight_decay", (uint64_t)(opt->desc.no_weight_decay != 0));
         trn_meta_set_u64(&kit, "trn.optim.lo", (uint64_t)opt->lo);
         trn_meta_set_u64(&kit, "trn.optim.hi", (uint64_t)opt->hi);
-        if (opt->m && opt->v) {
+        if (opt->desc.algo == TRN_OPTIM_SGD) { /* absent: AdamW (files from before SGD existed) */
+            trn_meta_set(&kit, "trn.optim.algo", "sgd");
+            trn_meta_set_f64(&kit, "trn.optim.momentum", opt->desc.momentum);
+            trn_meta_set_f64(&kit, "trn.optim.dampening", opt->desc.dampening);
+            trn_meta_set_u64(&kit, "trn.optim.nesterov", (uint64_t)(opt->desc.nesterov != 0));
+        }
+        if (opt->m && (opt->v || opt->desc.algo == TRN_OPTIM_SGD)) { /* SGD: the momentum buffer in optim.m */
             size_t nm = opt->hi - opt->lo;
             if (opt->hi <= opt->lo || opt->hi > m->n_floats || nm > 2147483647u) {
                 trn_free(items);
@@ -4279,8 +4486,10 @@ TRNDEF trn_result trn_checkpoint_save(const char *path, trn_model *m, const trn_
             }
             items[n].name = "optim.m"; items[n].ndim = 1; items[n].shape[0] = (int)nm;
             items[n].src = opt->m; items[n].n = nm; n++;
-            items[n].name = "optim.v"; items[n].ndim = 1; items[n].shape[0] = (int)nm;
-            items[n].src = opt->v; items[n].n = nm; n++;
+            if (opt->v) {
+                items[n].name = "optim.v"; items[n].ndim = 1; items[n].shape[0] = (int)nm;
+                items[n].src = opt->v; items[n].n = nm; n++;
+            }
         }
     }
     r = trn__st_write(path, m->backend, items, n, &kit, meta);
@@ -4327,8 +4536,10 @@ TRNDEF trn_result trn_checkpoint_verify(const char *path) {
 TRNDEF trn_result trn_checkpoint_load(const char *path, trn_model *m, trn_adamw *opt, trn_meta *meta_out) {
     trn_safetensors f;
     trn_result r;
-    uint64_t step = 0, lo = 0, hi = 0, nwd = 0;
-    double lr = 0, b1 = 0, b2 = 0, eps = 0, wd = 0;
+    uint64_t step = 0, lo = 0, hi = 0, nwd = 0, nesterov = 0;
+    double lr = 0, b1 = 0, b2 = 0, eps = 0, wd = 0, momentum = 0, dampening = 0;
+    const char *algo_s;
+    trn_optim_algo algo = TRN_OPTIM_ADAMW;
     const trn_st_tensor *em;
     float *mm = NULL, *mv = NULL;
     size_t n_mom = 0;
@@ -4344,8 +4555,22 @@ TRNDEF trn_result trn_checkpoint_load(const char *path, trn_model *m, trn_adamw 
             (r = trn__ckpt_get(&f, "trn.optim.beta2", NULL, &b2)) || (r = trn__ckpt_get(&f, "trn.optim.eps", NULL, &eps)) ||
             (r = trn__ckpt_get(&f, "trn.optim.weight_decay", NULL, &wd)))
             goto done;
+        algo_s = trn_safetensors_meta(&f, "trn.optim.algo");
+        if (algo_s && strcmp(algo_s, "sgd") == 0) {
+            algo = TRN_OPTIM_SGD;
+            if ((r = trn__ckpt_get(&f, "trn.optim.momentum", NULL, &momentum)) ||
+                (r = trn__ckpt_get(&f, "trn.optim.dampening", NULL, &dampening)) ||
+                (r = trn__ckpt_get(&f, "trn.optim.nesterov", &nesterov, NULL)))
+                goto done;
+        } else if (algo_s && strcmp(algo_s, "adamw") != 0) {
+            r = trn_fail(TRN_ERR_FORMAT, "%s: unknown optimizer '%.40s'", path, algo_s);
+            goto done;
+        }
+        /* state of the other algorithm (an AdamW optimizer loading an SGD
+           checkpoint, or back) is dropped: the file's state replaces it */
+        if (opt->m && opt->desc.algo != algo) trn_adamw_free(opt);
         if (em) {
-            if (lo >= hi || hi > (uint64_t)m->n_floats || !trn_safetensors_find(&f, "optim.v")) {
+            if (lo >= hi || hi > (uint64_t)m->n_floats || (algo == TRN_OPTIM_ADAMW) != !!trn_safetensors_find(&f, "optim.v")) {
                 r = trn_fail(TRN_ERR_FORMAT, "%s: optimizer slice [%llu,%llu) does not fit %zu parameters", path,
                              (unsigned long long)lo, (unsigned long long)hi, m->n_floats);
                 goto done;
@@ -4361,8 +4586,8 @@ TRNDEF trn_result trn_checkpoint_load(const char *path, trn_model *m, trn_adamw 
                 opt->lo = (size_t)lo;
                 opt->hi = (size_t)hi;
                 opt->m = (float *)m->backend->alloc(n_mom * sizeof(float), TRN_KIND_OPTIM);
-                opt->v = opt->m ? (float *)m->backend->alloc(n_mom * sizeof(float), TRN_KIND_OPTIM) : NULL;
-                if (!opt->m || !opt->v) {
+                opt->v = opt->m && algo == TRN_OPTIM_ADAMW ? (float *)m->backend->alloc(n_mom * sizeof(float), TRN_KIND_OPTIM) : NULL;
+                if (!opt->m || (algo == TRN_OPTIM_ADAMW && !opt->v)) {
                     r = trn_fail(TRN_ERR_NOMEM, "%s: moments: %s", path, trn_error_reason());
                     trn_adamw_free(opt);
                     goto done;
@@ -4385,6 +4610,10 @@ TRNDEF trn_result trn_checkpoint_load(const char *path, trn_model *m, trn_adamw 
         opt->desc.eps = (float)eps;
         opt->desc.weight_decay = (float)wd;
         opt->desc.no_weight_decay = (int)nwd;
+        opt->desc.algo = algo;
+        opt->desc.momentum = (float)momentum;
+        opt->desc.dampening = (float)dampening;
+        opt->desc.nesterov = (int)nesterov;
     }
 done:
     trn_safetensors_close(&f);

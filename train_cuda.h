@@ -534,6 +534,20 @@ static __global__ void trn__k_adamw(float *p, const float *g, float *m, float *v
     }
 }
 
+/* --- SGD with momentum: train.h's trn_sgd_update, element by element ----- */
+static __global__ void trn__k_sgd(float *p, const float *g, float *buf, size_t n, float lr, float momentum,
+                                 float dampening, float wd, int nesterov, int first) {
+    TRN__GRID_STRIDE(i, n) {
+        float d = g[i] + wd * p[i];
+        if (buf) {
+            float b = first ? d : momentum * buf[i] + (1.0f - dampening) * d;
+            buf[i] = b;
+            d = nesterov ? d + momentum * b : b;
+        }
+        p[i] -= lr * d;
+    }
+}
+
 /* --- sum of squares: each block sums a fixed grid-stride slice in double -- */
 static __global__ void trn__k_sumsq(double *part, const float *x, size_t n) {
     __shared__ double ws[32];
@@ -682,6 +696,10 @@ static void trn__cuda_meanpool_backward(float *dinp, const float *dout, int B, i
 static void trn__cuda_adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
                                    float beta2, float eps, float weight_decay, float bias_corr1, float bias_corr2) {
     TRN__CUDA_ELEMENTWISE(trn__k_adamw, n, p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bias_corr1, bias_corr2);
+}
+static void trn__cuda_sgd_update(float *p, const float *g, float *buf, size_t n, float lr, float momentum,
+                                 float dampening, float weight_decay, int nesterov, int first) {
+    TRN__CUDA_ELEMENTWISE(trn__k_sgd, n, p, g, buf, n, lr, momentum, dampening, weight_decay, nesterov, first);
 }
 
 /* the partial sums come back to the host and are added there, in order */
@@ -914,6 +932,7 @@ TRNDEF const trn_backend *trn_cuda_backend(void) {
         t->adamw_update = trn__cuda_adamw_update;
         t->sum_squares = trn__cuda_sum_squares;
         t->scale = trn__cuda_scale;
+        t->sgd_update = trn__cuda_sgd_update;
         t->name = "cuda";
     }
     return t;

@@ -779,7 +779,7 @@ int main(int argc, char **argv) {
     y_host = (float *)trn_alloc((size_t)c.batch * sizeof(float), TRN_KIND_TEMP);
     if (!x_host || !y_host) { fprintf(stderr, "linear_memory: %s\n", trn_error_reason()); return 1; }
     make_batch(x_host, y_host, c.batch, c.width, c.seed);
-    od.lr = c.lr; od.beta1 = 0; od.beta2 = 0; od.eps = 0; od.weight_decay = 0; od.no_weight_decay = 0;
+    od.lr = c.lr; od.beta1 = 0; od.beta2 = 0; od.eps = 0; od.weight_decay = 0.01f; od.no_weight_decay = 0;
     trn_adamw_init(&opt, &od);
     memset(&f, 0, sizeof f);
 
