@@ -109,6 +109,7 @@ typedef enum trn_kind {
     TRN_KIND_ACTIVATIONS, /* the per-step arena: activations + their grads */
     TRN_KIND_TEMP,        /* short-lived buffers (I/O staging, scratch)    */
     TRN_KIND_COMM,        /* communication buffers (DDP)                   */
+    TRN_KIND_KV_CACHE,    /* keys and values kept for generation           */
     TRN_KIND_RUNTIME,     /* CUDA context, cuBLAS workspace, tables        */
     TRN_KIND_COUNT
 } trn_kind;
@@ -244,6 +245,10 @@ typedef struct trn_backend {
     /* SGD with momentum (see >>adamw); buf NULL when momentum == 0 */
     void (*sgd_update)(float *p, const float *g, float *buf, size_t n, float lr, float momentum,
                        float dampening, float weight_decay, int nesterov, int first);
+    /* generation: append keys/values to a cache and attend (see >>kvcache) */
+    void (*attention_kv_forward)(float *out, float *att, const float *q, int q_stride, const float *k,
+                                 const float *v, int kv_stride, float *kcache, float *vcache, int B, int T,
+                                 int pos, int maxT, int NH, int NKV, int hs);
 } trn_backend;
 
 TRNDEF const trn_backend *trn_cpu_backend(void);
@@ -306,8 +311,35 @@ TRNDEF double trn_sum_squares(const float *x, size_t n);
 TRNDEF void trn_scale(float *x, float s, size_t n);
 TRNDEF void trn_sgd_update(float *p, const float *g, float *buf, size_t n, float lr, float momentum,
                            float dampening, float weight_decay, int nesterov, int first);
+TRNDEF void trn_attention_kv_forward(float *out, float *att, const float *q, int q_stride, const float *k,
+                                     const float *v, int kv_stride, float *kcache, float *vcache, int B, int T,
+                                     int pos, int maxT, int NH, int NKV, int hs);
 /* images (B,H,W,Ch) -> patches (B, (H/P)*(W/P), P*P*Ch); data only, no grad */
 TRNDEF void trn_patchify(float *out, const float *img, int B, int H, int W, int Ch, int P);
+/* >>ops2: shapes and reductions (see the comments at each definition) */
+TRNDEF void trn_dropout_forward(float *out, const float *inp, size_t n, float p, uint64_t key);
+TRNDEF void trn_dropout_backward(float *dinp, const float *dout, size_t n, float p, uint64_t key);
+TRNDEF void trn_transpose_forward(float *out, const float *inp, int A, int D0, int Bm, int D1, int C);
+TRNDEF void trn_transpose_backward(float *dinp, const float *dout, int A, int D0, int Bm, int D1, int C);
+TRNDEF void trn_slice_forward(float *out, const float *inp, int N, int C, int start, int len);
+TRNDEF void trn_slice_backward(float *dinp, const float *dout, int N, int C, int start, int len);
+TRNDEF void trn_concat_forward(float *out, const float *a, const float *b, int N, int Ca, int Cb);
+TRNDEF void trn_concat_backward(float *da, float *db, const float *dout, int N, int Ca, int Cb);
+TRNDEF void trn_sum_forward(float *out, const float *inp, int N, size_t C, float scale);
+TRNDEF void trn_sum_backward(float *dinp, const float *dout, int N, size_t C, float scale);
+TRNDEF void trn_bmm_forward(float *out, const float *a, const float *b, int Bt, int M, int N, int K, int ta, int tb);
+TRNDEF void trn_bmm_backward(float *da, float *db, const float *dout, const float *a, const float *b, int Bt, int M,
+                             int N, int K, int ta, int tb);
+TRNDEF void trn_crossentropy_ex_forward(float *losses, float *lse, const float *logits, const int *targets, int N,
+                                        int V, int Vp, float smoothing);
+TRNDEF void trn_crossentropy_ex_backward(float *dlogits, const float *logits, const float *lse, const int *targets,
+                                         float dloss, int N, int V, int Vp, float smoothing);
+TRNDEF void trn_bce_logits_forward(float *losses, const float *x, const float *y, size_t n);
+TRNDEF void trn_bce_logits_backward(float *dx, const float *x, const float *y, float dloss, size_t n);
+TRNDEF void trn_l1_forward(float *losses, const float *pred, const float *target, size_t n);
+TRNDEF void trn_l1_backward(float *dpred, const float *pred, const float *target, float dloss, size_t n);
+TRNDEF void trn_huber_forward(float *losses, const float *pred, const float *target, float delta, size_t n);
+TRNDEF void trn_huber_backward(float *dpred, const float *pred, const float *target, float delta, float dloss, size_t n);
 
 /* ------------------------------------------------------------------------
    >>tape
@@ -421,6 +453,55 @@ TRNDEF trn_tensor *trn_cross_entropy(trn_model *m, trn_tensor *logits, const int
                                      int n_valid);
 TRNDEF trn_tensor *trn_mse(trn_model *m, trn_tensor *pred, const float *target);
 TRNDEF trn_tensor *trn_mean_pool(trn_model *m, trn_tensor *x);
+
+/* ------------------------------------------------------------------------
+   >>kvcache
+   Generation with a key/value cache. Causal attention at position p reads
+   the keys and values of positions 0..p, and those never change once
+   computed; so a generator keeps them. The prompt goes through the model
+   once (prefill: T positions), then every new token is a forward of ONE
+   position that attends over the cache, instead of re-running the whole
+   window for every token (today's cost of sampling without it: T times
+   more work per token). Memory: 2 * L * B * max_T * n_kv_head * head_dim
+   floats, under its own ledger kind, TRN_KIND_KV_CACHE ("kv cache").
+
+      trn_kv_cache kv;
+      trn_kv_cache_init(&kv, &m, L, 1, max_T, n_kv_head, head_dim);
+      int g = trn_no_grad(&m);               // inference only
+      // a forward over ids[0..T) at positions kv.len .. kv.len+T-1 whose
+      // attention layers call trn_attention_cached(&m, &kv, layer, ...),
+      // then trn_kv_cache_advance(&kv, T); repeat with T = 1 per token.
+      trn_kv_cache_free(&kv); trn_set_grad_enabled(&m, g);
+
+   Positional encodings are the model's business: it must use positions
+   kv.len + t (learned position table, RoPE). When kv.len reaches max_T
+   the cache is full; absolute positions cannot slide, so a generator then
+   resets it and prefills the last part of the context again.
+   ------------------------------------------------------------------------ */
+typedef struct trn_kv_cache {
+    int n_layer, batch, max_T, n_kv_head, head_dim;
+    int len;                  /* positions held; the next forward starts here */
+    float *k, *v;             /* (L, B, max_T, n_kv_head*head_dim) each,
+                                 backend memory (KV_CACHE)                 */
+    const trn_backend *backend;
+} trn_kv_cache;
+
+TRNDEF trn_result trn_kv_cache_init(trn_kv_cache *c, trn_model *m, int n_layer, int batch, int max_T, int n_kv_head,
+                                    int head_dim);
+TRNDEF void trn_kv_cache_free(trn_kv_cache *c);
+TRNDEF void trn_kv_cache_reset(trn_kv_cache *c);         /* len = 0, memory kept */
+TRNDEF void trn_kv_cache_advance(trn_kv_cache *c, int T); /* after each forward  */
+/* Attention of T new positions (c->len ...) over all cached ones, causal:
+   q (B,T,n_head*hs), k and v (B,T,n_kv_head*hs) of the new positions are
+   first written into layer `layer`'s cache. n_head a multiple of
+   n_kv_head (grouped-query attention: query head h reads kv head
+   h / (n_head / n_kv_head)). Returns (B,T,n_head*hs). Inference only: it
+   records nothing, and stops the program if asked for a gradient. */
+TRNDEF trn_tensor *trn_attention_cached(trn_model *m, trn_kv_cache *c, int layer, trn_tensor *q, trn_tensor *k,
+                                        trn_tensor *v, int n_head);
+/* the same for a fused projection qkv (B,T,C+2*Ckv) = [q | k | v], as
+   trn_attention takes it (GPT-2: Ckv = C) */
+TRNDEF trn_tensor *trn_attention_cached_qkv(trn_model *m, trn_kv_cache *c, int layer, trn_tensor *qkv, int n_head);
 
 /* ------------------------------------------------------------------------
    >>adamw
@@ -985,7 +1066,7 @@ static struct {
 TRNDEF const char *trn_kind_name(trn_kind kind) {
     static const char *names[TRN_KIND_COUNT] = {"weights",   "gradients", "optimizer",
                                                 "activations", "temporary", "communication",
-                                                "runtime"};
+                                                "kv cache", "runtime"};
     return (kind >= 0 && kind < TRN_KIND_COUNT) ? names[kind] : "?";
 }
 
@@ -1843,6 +1924,341 @@ TRNDEF void trn_patchify(float *out, const float *img, int B, int H, int W, int 
             }
 }
 
+/* ------------------------------------------------------------------------
+   >>ops2: dropout, transpose, slice and concat, sums, batched matmul, and
+   four more losses. Same conventions: forward above backward, backward
+   ACCUMULATES, NULL gradient outputs are skipped.
+   ------------------------------------------------------------------------ */
+
+/* --- dropout (Srivastava et al. 2014), "inverted": kept values are scaled
+   by 1/(1-p) in training so that evaluation is the identity.
+   The mask is not stored: element i of a call is kept when the uniform
+   u(key, i) >= p, where key is one number drawn from the model's RNG per
+   call and u hashes (key, i) with splitmix64's mixer. Backward recomputes
+   the same bits from the key (saved: 8 bytes instead of a mask), and the
+   CUDA kernel computes the same u, so both backends drop the same
+   elements. p = 1 drops everything (out = 0, as torch).                  */
+static inline float trn__dropout_u(uint64_t key, size_t i) {
+    uint64_t z = key + (uint64_t)(i + 1) * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (float)(z >> 40) * (1.0f / 16777216.0f); /* top 24 bits: [0,1) */
+}
+TRNDEF void trn_dropout_forward(float *out, const float *inp, size_t n, float p, uint64_t key) {
+    float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+    ptrdiff_t i;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (n > 32768)
+#endif
+    for (i = 0; i < (ptrdiff_t)n; i++) out[i] = trn__dropout_u(key, (size_t)i) >= p ? inp[i] * scale : 0.0f;
+}
+TRNDEF void trn_dropout_backward(float *dinp, const float *dout, size_t n, float p, uint64_t key) {
+    float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+    ptrdiff_t i;
+    if (!dinp) return;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (n > 32768)
+#endif
+    for (i = 0; i < (ptrdiff_t)n; i++) if (trn__dropout_u(key, (size_t)i) >= p) dinp[i] += dout[i] * scale;
+}
+
+/* --- transpose of two dims -------------------------------------------------
+   Any swap of dims d0 < d1 of a row-major tensor is a swap in the 5-D view
+   (A, D0, Bm, D1, C): A = the dims before d0, Bm = between, C = after d1.
+     out[a][j][b][i][c] = inp[a][i][b][j][c]        out is (A, D1, Bm, D0, C)
+   Backward is the same swap read the other way: dinp[a][i][b][j][c] +=
+   dout[a][j][b][i][c]. Nothing saved. C contiguous floats move together. */
+TRNDEF void trn_transpose_forward(float *out, const float *inp, int A, int D0, int Bm, int D1, int C) {
+    ptrdiff_t r;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (r = 0; r < (ptrdiff_t)A * D0; r++) {
+        size_t a = (size_t)r / D0, i = (size_t)r % D0, b, j;
+        for (b = 0; b < (size_t)Bm; b++)
+            for (j = 0; j < (size_t)D1; j++)
+                memcpy(out + (((a * D1 + j) * Bm + b) * D0 + i) * C, inp + (((a * D0 + i) * Bm + b) * D1 + j) * C,
+                       sizeof(float) * (size_t)C);
+    }
+}
+TRNDEF void trn_transpose_backward(float *dinp, const float *dout, int A, int D0, int Bm, int D1, int C) {
+    ptrdiff_t r;
+    if (!dinp) return;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (r = 0; r < (ptrdiff_t)A * D0; r++) { /* each thread owns whole rows of dinp */
+        size_t a = (size_t)r / D0, i = (size_t)r % D0, b, j, c;
+        for (b = 0; b < (size_t)Bm; b++)
+            for (j = 0; j < (size_t)D1; j++) {
+                float *d = dinp + (((a * D0 + i) * Bm + b) * D1 + j) * C;
+                const float *g = dout + (((a * D1 + j) * Bm + b) * D0 + i) * C;
+                for (c = 0; c < (size_t)C; c++) d[c] += g[c];
+            }
+    }
+}
+
+/* --- slice and concat along the last dim --------------------------------
+   slice: inp (N,C) -> out (N,len) = inp[:, start:start+len];
+          dinp[:, start:start+len] += dout, the other columns get nothing.
+   concat: a (N,Ca), b (N,Cb) -> out (N,Ca+Cb) = [a | b];
+          da += dout[:, :Ca], db += dout[:, Ca:]. Nothing saved.         */
+TRNDEF void trn_slice_forward(float *out, const float *inp, int N, int C, int start, int len) {
+    ptrdiff_t n;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if ((size_t)N * len > 32768)
+#endif
+    for (n = 0; n < N; n++) memcpy(out + (size_t)n * len, inp + (size_t)n * C + start, sizeof(float) * (size_t)len);
+}
+static void trn__add_to(float *d, const float *s, size_t n) { size_t i; for (i = 0; i < n; i++) d[i] += s[i]; }
+TRNDEF void trn_slice_backward(float *dinp, const float *dout, int N, int C, int start, int len) {
+    ptrdiff_t n;
+    if (!dinp) return;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if ((size_t)N * len > 32768)
+#endif
+    for (n = 0; n < N; n++) trn__add_to(dinp + (size_t)n * C + start, dout + (size_t)n * len, (size_t)len);
+}
+TRNDEF void trn_concat_forward(float *out, const float *a, const float *b, int N, int Ca, int Cb) {
+    ptrdiff_t n;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if ((size_t)N * (Ca + Cb) > 32768)
+#endif
+    for (n = 0; n < N; n++) {
+        memcpy(out + (size_t)n * (Ca + Cb), a + (size_t)n * Ca, sizeof(float) * (size_t)Ca);
+        memcpy(out + (size_t)n * (Ca + Cb) + Ca, b + (size_t)n * Cb, sizeof(float) * (size_t)Cb);
+    }
+}
+TRNDEF void trn_concat_backward(float *da, float *db, const float *dout, int N, int Ca, int Cb) {
+    ptrdiff_t n;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if ((size_t)N * (Ca + Cb) > 32768)
+#endif
+    for (n = 0; n < N; n++) {
+        const float *g = dout + (size_t)n * (Ca + Cb);
+        if (da) trn__add_to(da + (size_t)n * Ca, g, (size_t)Ca);
+        if (db) trn__add_to(db + (size_t)n * Cb, g + Ca, (size_t)Cb);
+    }
+}
+
+/* --- sum and mean over the last dim -------------------------------------
+   inp (N,C) -> out (N): out[n] = scale * sum_c inp[n][c], scale 1 (sum)
+   or 1/C (mean); the sum of a whole tensor is N = 1, C = its size.
+   Backward: dinp[n][c] += scale * dout[n]. Nothing saved. The CPU adds in
+   double, in order.                                                     */
+TRNDEF void trn_sum_forward(float *out, const float *inp, int N, size_t C, float scale) {
+    ptrdiff_t n;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if ((size_t)N * C > 32768)
+#endif
+    for (n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        double s = 0.0;
+        size_t c;
+        for (c = 0; c < C; c++) s += x[c];
+        out[n] = (float)(s * scale);
+    }
+}
+TRNDEF void trn_sum_backward(float *dinp, const float *dout, int N, size_t C, float scale) {
+    ptrdiff_t n;
+    if (!dinp) return;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if ((size_t)N * C > 32768)
+#endif
+    for (n = 0; n < N; n++) {
+        float g = scale * dout[n], *d = dinp + (size_t)n * C;
+        size_t c;
+        for (c = 0; c < C; c++) d[c] += g;
+    }
+}
+
+/* --- batched matmul: out[i] = op(a[i]) @ op(b[i]) for i < Bt ------------
+   op(a) is (M,K), op(b) is (K,N), out (Bt,M,N); op(x) = x, or x^T when
+   ta / tb is set (a stored (K,M), b stored (N,K)). Saved: a and b.
+   Backward, per batch, with dC = dout[i]:
+     dA += dC op(B)^T   (ta: dA += op(B) dC^T)
+     dB += op(A)^T dC   (tb: dB += dC^T op(A))
+   Each matrix is one trn_sgemm; threads split the batch when Bt > 1.   */
+TRNDEF void trn_bmm_forward(float *out, const float *a, const float *b, int Bt, int M, int N, int K, int ta, int tb) {
+    int i, lda = ta ? M : K, ldb = tb ? K : N;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (Bt > 1)
+#endif
+    for (i = 0; i < Bt; i++)
+        trn_sgemm(ta, tb, M, N, K, 1.0f, a + (size_t)i * M * K, lda, b + (size_t)i * K * N, ldb, 0.0f,
+                  out + (size_t)i * M * N, N);
+}
+TRNDEF void trn_bmm_backward(float *da, float *db, const float *dout, const float *a, const float *b, int Bt, int M,
+                             int N, int K, int ta, int tb) {
+    int i, lda = ta ? M : K, ldb = tb ? K : N;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (Bt > 1)
+#endif
+    for (i = 0; i < Bt; i++) {
+        const float *A = a + (size_t)i * M * K, *Bm = b + (size_t)i * K * N, *dC = dout + (size_t)i * M * N;
+        if (da && !ta) trn_sgemm(0, !tb, M, K, N, 1.0f, dC, N, Bm, ldb, 1.0f, da + (size_t)i * M * K, K);
+        if (da && ta) trn_sgemm(tb, 1, K, M, N, 1.0f, Bm, ldb, dC, N, 1.0f, da + (size_t)i * M * K, M);
+        if (db && !tb) trn_sgemm(!ta, 0, K, N, M, 1.0f, A, lda, dC, N, 1.0f, db + (size_t)i * K * N, N);
+        if (db && tb) trn_sgemm(1, ta, N, K, M, 1.0f, dC, N, A, lda, 1.0f, db + (size_t)i * K * N, K);
+    }
+}
+
+/* --- cross-entropy with an ignore index and label smoothing ---------------
+   As torch.nn.functional.cross_entropy(ignore_index, label_smoothing).
+   logits (N,Vp) with V real classes; targets (N), a target < 0 marks a
+   row to ignore (the op maps ignore_index to -1). The smoothed target is
+   q = (1-s) onehot(t) + s/V, so the row's loss is
+     sum_v q_v (lse - l_v) = lse - (1-s) l_t - (s/V) sum_v l_v
+   (ignored rows: loss 0). Saved: lse (N), as for trn_cross_entropy.
+   Backward (dloss = 1/(rows not ignored) for the mean):
+     dlogits[n,v] += dloss * (p_v - q_v);  ignored rows and padding: 0.  */
+TRNDEF void trn_crossentropy_ex_forward(float *losses, float *lse, const float *logits, const int *targets, int N,
+                                        int V, int Vp, float smoothing) {
+    int n;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (n = 0; n < N; n++) {
+        const float *l = logits + (size_t)n * Vp;
+        float mx;
+        double sum = 0.0;
+        int v;
+        if (targets[n] < 0) { losses[n] = 0.0f; lse[n] = 0.0f; continue; }
+        mx = trn__row_max(l, V);
+        lse[n] = mx + (float)log(trn__row_sum_exp(l, V, mx));
+        if (smoothing != 0.0f) for (v = 0; v < V; v++) sum += l[v];
+        losses[n] = (float)((double)lse[n] - (1.0 - smoothing) * l[targets[n]] - smoothing * sum / V);
+    }
+}
+TRNDEF void trn_crossentropy_ex_backward(float *dlogits, const float *logits, const float *lse, const int *targets,
+                                         float dloss, int N, int V, int Vp, float smoothing) {
+    int n;
+    if (!dlogits) return;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (n = 0; n < N; n++) {
+        const float *l = logits + (size_t)n * Vp;
+        float *d = dlogits + (size_t)n * Vp, m = lse[n], u = smoothing / (float)V;
+        int v;
+        if (targets[n] < 0) continue;
+        for (v = 0; v < V; v++) d[v] += dloss * (trn__expf(l[v] - m) - u);
+        d[targets[n]] -= dloss * (1.0f - smoothing);
+    }
+}
+
+/* --- binary cross-entropy on logits (torch BCEWithLogitsLoss) -------------
+   x logits, y targets in [0,1] (soft labels welcome), elementwise:
+     loss = max(x,0) - x y + log(1 + e^-|x|)     (never exponentiates a
+                                                  large positive number)
+   Backward: dx += dloss * (sigmoid(x) - y). Saved: the targets.          */
+TRNDEF void trn_bce_logits_forward(float *losses, const float *x, const float *y, size_t n) {
+    ptrdiff_t i;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (n > 32768)
+#endif
+    for (i = 0; i < (ptrdiff_t)n; i++) losses[i] = (x[i] > 0.0f ? x[i] : 0.0f) - x[i] * y[i] + log1pf(expf(-fabsf(x[i])));
+}
+TRNDEF void trn_bce_logits_backward(float *dx, const float *x, const float *y, float dloss, size_t n) {
+    ptrdiff_t i;
+    if (!dx) return;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (n > 32768)
+#endif
+    for (i = 0; i < (ptrdiff_t)n; i++) {
+        float e = expf(-fabsf(x[i])), s = x[i] >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e); /* sigmoid, stable */
+        dx[i] += dloss * (s - y[i]);
+    }
+}
+
+/* --- L1 and Huber (torch L1Loss, HuberLoss), elementwise on d = pred - target:
+     L1:    |d|;                     dpred += dloss * sign(d)   (0 at d = 0)
+     Huber: d^2 / 2        if |d| < delta,  dpred += dloss * d
+            delta (|d| - delta/2) else,     dpred += dloss * delta * sign(d)
+   Huber is quadratic near 0 (like MSE/2) and linear in the tails (like
+   L1 times delta), so outliers pull with a bounded force. Saved: target. */
+TRNDEF void trn_l1_forward(float *losses, const float *pred, const float *target, size_t n) {
+    ptrdiff_t i;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (n > 32768)
+#endif
+    for (i = 0; i < (ptrdiff_t)n; i++) losses[i] = fabsf(pred[i] - target[i]);
+}
+TRNDEF void trn_l1_backward(float *dpred, const float *pred, const float *target, float dloss, size_t n) {
+    ptrdiff_t i;
+    if (!dpred) return;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (n > 32768)
+#endif
+    for (i = 0; i < (ptrdiff_t)n; i++) {
+        float d = pred[i] - target[i];
+        dpred[i] += d > 0.0f ? dloss : d < 0.0f ? -dloss : 0.0f;
+    }
+}
+TRNDEF void trn_huber_forward(float *losses, const float *pred, const float *target, float delta, size_t n) {
+    ptrdiff_t i;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (n > 32768)
+#endif
+    for (i = 0; i < (ptrdiff_t)n; i++) {
+        float d = pred[i] - target[i], a = fabsf(d);
+        losses[i] = a < delta ? 0.5f * d * d : delta * (a - 0.5f * delta);
+    }
+}
+TRNDEF void trn_huber_backward(float *dpred, const float *pred, const float *target, float delta, float dloss, size_t n) {
+    ptrdiff_t i;
+    if (!dpred) return;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (n > 32768)
+#endif
+    for (i = 0; i < (ptrdiff_t)n; i++) {
+        float d = pred[i] - target[i];
+        dpred[i] += dloss * (fabsf(d) < delta ? d : d > 0.0f ? delta : -delta);
+    }
+}
+
+/* --- attention over a key/value cache (generation; see >>kvcache) --------
+   q (B,T,*) with row stride q_stride, head h at column h*hs; k, v (B,T,*)
+   with row stride kv_stride, kv head g at column g*hs; the caches
+   (B,maxT,Ckv), Ckv = NKV*hs. First the T new keys and values go to rows
+   pos..pos+T-1 of the caches; then, per (b,h), with P = pos + T:
+     S (T,P) = Q K^T / sqrt(hs);  row t sees columns 0..pos+t (causal);
+     A = softmax_rows(S);  O (T,hs) = A V
+   att holds S/A: (B,NH,T,P). out (B,T,NH*hs). No backward.              */
+TRNDEF void trn_attention_kv_forward(float *out, float *att, const float *q, int q_stride, const float *k,
+                                     const float *v, int kv_stride, float *kcache, float *vcache, int B, int T,
+                                     int pos, int maxT, int NH, int NKV, int hs) {
+    int Ckv = NKV * hs, C = NH * hs, P = pos + T, grp = NH / NKV, bh, b, t;
+    float scale = 1.0f / sqrtf((float)hs);
+    for (b = 0; b < B; b++)
+        for (t = 0; t < T; t++) {
+            size_t dst = ((size_t)b * maxT + pos + t) * Ckv, src = ((size_t)b * T + t) * kv_stride;
+            memcpy(kcache + dst, k + src, sizeof(float) * (size_t)Ckv);
+            memcpy(vcache + dst, v + src, sizeof(float) * (size_t)Ckv);
+        }
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (bh = 0; bh < B * NH; bh++) {
+        int bb = bh / NH, h = bh % NH, g = h / grp, tt, s;
+        const float *qh = q + (size_t)bb * T * q_stride + (size_t)h * hs;
+        const float *kh = kcache + (size_t)bb * maxT * Ckv + (size_t)g * hs, *vh = vcache + (size_t)bb * maxT * Ckv + (size_t)g * hs;
+        float *S = att + (size_t)bh * T * P;
+        trn_sgemm(0, 1, T, P, hs, scale, qh, q_stride, kh, Ckv, 0.0f, S, P);
+        for (tt = 0; tt < T; tt++) {
+            float *row = S + (size_t)tt * P, mx, sum;
+            int last = pos + tt;
+            mx = trn__row_max(row, last + 1);
+            for (s = 0; s <= last; s++) row[s] = trn__expf(row[s] - mx);
+            sum = trn__row_sum(row, last + 1);
+            for (s = 0; s <= last; s++) row[s] /= sum;
+            for (s = last + 1; s < P; s++) row[s] = 0.0f;
+        }
+        trn_sgemm(0, 0, T, hs, P, 1.0f, S, P, vh, Ckv, 0.0f, out + (size_t)bb * T * C + (size_t)h * hs, C);
+    }
+}
+
 /* ========================================================================
    >>backend (CPU): the table points at the functions above
    ======================================================================== */
@@ -1885,6 +2301,7 @@ TRNDEF const trn_backend *trn_cpu_backend(void) {
         cpu.sum_squares = trn_sum_squares;
         cpu.scale = trn_scale;
         cpu.sgd_update = trn_sgd_update;
+        cpu.attention_kv_forward = trn_attention_kv_forward;
         cpu.name = "cpu";
     }
     return &cpu;
@@ -2445,6 +2862,89 @@ TRNDEF trn_tensor *trn_mean_pool(trn_model *m, trn_tensor *x) {
     m->backend->meanpool_forward(out->data, x->data, x->shape[0], x->shape[1], x->shape[2]);
     trn__record(m, "mean_pool", trn__meanpool_bw, out, x, NULL, NULL);
     return out;
+}
+
+/* --- the key/value cache (generation) -------------------------------------- */
+TRNDEF trn_result trn_kv_cache_init(trn_kv_cache *c, trn_model *m, int n_layer, int batch, int max_T, int n_kv_head,
+                                    int head_dim) {
+    size_t n;
+    if (!c || !m) return trn_fail(TRN_ERR_INVALID, "trn_kv_cache_init: cache or model is NULL");
+    memset(c, 0, sizeof *c);
+    if (n_layer <= 0 || batch <= 0 || max_T <= 0 || n_kv_head <= 0 || head_dim <= 0)
+        return trn_fail(TRN_ERR_INVALID, "trn_kv_cache_init: L=%d B=%d max_T=%d n_kv_head=%d head_dim=%d (all must be > 0)",
+                        n_layer, batch, max_T, n_kv_head, head_dim);
+    n = (size_t)n_layer * batch * max_T * n_kv_head * head_dim;
+    c->backend = m->backend;
+    c->k = (float *)m->backend->alloc(n * sizeof(float), TRN_KIND_KV_CACHE);
+    c->v = c->k ? (float *)m->backend->alloc(n * sizeof(float), TRN_KIND_KV_CACHE) : NULL;
+    if (!c->k || !c->v) {
+        trn_result r = trn_fail(TRN_ERR_NOMEM, "trn_kv_cache_init: %zu bytes: %s", 2 * n * sizeof(float), trn_error_reason());
+        trn_kv_cache_free(c);
+        return r;
+    }
+    c->n_layer = n_layer; c->batch = batch; c->max_T = max_T; c->n_kv_head = n_kv_head; c->head_dim = head_dim;
+    return TRN_OK;
+}
+TRNDEF void trn_kv_cache_free(trn_kv_cache *c) {
+    if (!c) return;
+    if (c->k) c->backend->free(c->k);
+    if (c->v) c->backend->free(c->v);
+    memset(c, 0, sizeof *c);
+}
+TRNDEF void trn_kv_cache_reset(trn_kv_cache *c) { if (c) c->len = 0; }
+TRNDEF void trn_kv_cache_advance(trn_kv_cache *c, int T) {
+    if (!c || T < 0 || c->len + T > c->max_T) trn_fatal("trn_kv_cache_advance: %d + %d positions exceed the cache's %d", c ? c->len : 0, T, c ? c->max_T : 0);
+    c->len += T;
+}
+
+/* the op behind both entry points: q, k, v are column offsets into rows
+   of the given strides (fused qkv: one tensor, three offsets) */
+static trn_tensor *trn__attention_cached(trn_model *m, trn_kv_cache *c, int layer, const char *op, trn_tensor *tq,
+                                         const float *q, int qs, const float *k, const float *v, int kvs, int B, int T,
+                                         int n_head, trn_tensor *tk, trn_tensor *tv) {
+    int hs = c->head_dim, shape[3];
+    size_t off = (size_t)layer * c->batch * c->max_T * c->n_kv_head * hs;
+    float *att;
+    trn_tensor *out;
+    if ((tq->requires_grad || (tk && tk->requires_grad) || (tv && tv->requires_grad)) && m->grad_enabled)
+        trn_fatal("%s: the cache is for inference; call trn_no_grad(m) first", op);
+    if (layer < 0 || layer >= c->n_layer || B != c->batch || n_head <= 0 || n_head % c->n_kv_head)
+        trn_fatal("%s: layer %d of %d, batch %d (cache: %d), n_head %d (must be a multiple of n_kv_head %d)", op, layer,
+                  c->n_layer, B, c->batch, n_head, c->n_kv_head);
+    if (c->len + T > c->max_T)
+        trn_fatal("%s: %d cached + %d new positions exceed the cache's %d (reset it and prefill again)", op, c->len, T,
+                  c->max_T);
+    if (!m->backend->attention_kv_forward) trn_fatal("%s: backend %s has no cached attention", op, m->backend->name);
+    shape[0] = B; shape[1] = T; shape[2] = n_head * hs;
+    out = trn_tensor_new(m, "attention_cached", 3, shape);
+    att = (float *)trn_arena_alloc(m, sizeof(float) * (size_t)B * n_head * T * (c->len + T));
+    m->backend->attention_kv_forward(out->data, att, q, qs, k, v, kvs, c->k + off, c->v + off, B, T, c->len, c->max_T,
+                                     n_head, c->n_kv_head, hs);
+    return out;
+}
+
+TRNDEF trn_tensor *trn_attention_cached(trn_model *m, trn_kv_cache *c, int layer, trn_tensor *q, trn_tensor *k,
+                                        trn_tensor *v, int n_head) {
+    int Ckv;
+    trn__not_null("trn_attention_cached", m, c); trn__not_null("trn_attention_cached", q, k); trn__not_null("trn_attention_cached", v, v);
+    Ckv = c->n_kv_head * c->head_dim;
+    trn__need(q->ndim == 3 && TRN__LAST(q) == n_head * c->head_dim, "trn_attention_cached", q, q,
+              "q must be (B,T,n_head*head_dim)");
+    trn__need(k->ndim == 3 && v->ndim == 3 && TRN__LAST(k) == Ckv && TRN__LAST(v) == Ckv && k->shape[0] == q->shape[0] &&
+              k->shape[1] == q->shape[1] && memcmp(k->shape, v->shape, sizeof(int) * 3) == 0,
+              "trn_attention_cached", k, v, "k and v must be (B,T,n_kv_head*head_dim) like q's B,T");
+    return trn__attention_cached(m, c, layer, "trn_attention_cached", q, q->data, TRN__LAST(q), k->data, v->data, Ckv,
+                                 q->shape[0], q->shape[1], n_head, k, v);
+}
+
+TRNDEF trn_tensor *trn_attention_cached_qkv(trn_model *m, trn_kv_cache *c, int layer, trn_tensor *qkv, int n_head) {
+    int C, Ckv, W;
+    trn__not_null("trn_attention_cached_qkv", m, c); trn__not_null("trn_attention_cached_qkv", qkv, qkv);
+    C = n_head * c->head_dim; Ckv = c->n_kv_head * c->head_dim; W = C + 2 * Ckv;
+    trn__need(qkv->ndim == 3 && TRN__LAST(qkv) == W, "trn_attention_cached_qkv", qkv, qkv,
+              "qkv must be (B,T,n_head*hs + 2*n_kv_head*hs)");
+    return trn__attention_cached(m, c, layer, "trn_attention_cached_qkv", qkv, qkv->data, W, qkv->data + C,
+                                 qkv->data + C + Ckv, W, qkv->shape[0], qkv->shape[1], n_head, NULL, NULL);
 }
 
 /* ========================================================================

@@ -548,6 +548,195 @@ static __global__ void trn__k_sgd(float *p, const float *g, float *buf, size_t n
     }
 }
 
+/* --- >>ops2 kernels: train.h's >>ops2 functions, element by element ------ */
+/* dropout: the same hash as train.h's trn__dropout_u, so the same mask */
+static __device__ __forceinline__ float trn__cuda_dropout_u(uint64_t key, size_t i) {
+    uint64_t z = key + (uint64_t)(i + 1) * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (float)(z >> 40) * (1.0f / 16777216.0f);
+}
+static __global__ void trn__k_dropout_fwd(float *out, const float *inp, size_t n, float p, float scale, uint64_t key) {
+    TRN__GRID_STRIDE(i, n) out[i] = trn__cuda_dropout_u(key, i) >= p ? inp[i] * scale : 0.0f;
+}
+static __global__ void trn__k_dropout_bwd(float *dinp, const float *dout, size_t n, float p, float scale, uint64_t key) {
+    TRN__GRID_STRIDE(i, n) if (trn__cuda_dropout_u(key, i) >= p) dinp[i] += dout[i] * scale;
+}
+/* transpose in the 5-D view (A, D0, Bm, D1, C): one thread per element of
+   the written array, so backward's += has one writer per element */
+static __global__ void trn__k_transpose_fwd(float *out, const float *inp, int A, int D0, int Bm, int D1, int C) {
+    size_t n = (size_t)A * D0 * Bm * D1 * C;
+    TRN__GRID_STRIDE(o, n) { /* o = (((a*D1 + j)*Bm + b)*D0 + i)*C + c */
+        size_t r = o, c = r % C, i, b, j, a;
+        r /= C; i = r % D0; r /= D0; b = r % Bm; r /= Bm; j = r % D1; a = r / D1;
+        out[o] = inp[(((a * D0 + i) * Bm + b) * D1 + j) * C + c];
+    }
+}
+static __global__ void trn__k_transpose_bwd(float *dinp, const float *dout, int A, int D0, int Bm, int D1, int C) {
+    size_t n = (size_t)A * D0 * Bm * D1 * C;
+    TRN__GRID_STRIDE(s, n) { /* s = (((a*D0 + i)*Bm + b)*D1 + j)*C + c */
+        size_t r = s, c = r % C, i, b, j, a;
+        r /= C; j = r % D1; r /= D1; b = r % Bm; r /= Bm; i = r % D0; a = r / D0;
+        dinp[s] += dout[(((a * D1 + j) * Bm + b) * D0 + i) * C + c];
+    }
+}
+/* slice: one thread per element of out (N,len); concat: of out (N,Ca+Cb) */
+static __global__ void trn__k_slice_fwd(float *out, const float *inp, int N, int C, int start, int len) {
+    TRN__GRID_STRIDE(i, (size_t)N * len) out[i] = inp[(i / len) * C + start + i % len];
+}
+static __global__ void trn__k_slice_bwd(float *dinp, const float *dout, int N, int C, int start, int len) {
+    TRN__GRID_STRIDE(i, (size_t)N * len) dinp[(i / len) * C + start + i % len] += dout[i];
+}
+static __global__ void trn__k_concat_fwd(float *out, const float *a, const float *b, int N, int Ca, int Cb) {
+    size_t C = (size_t)Ca + Cb;
+    TRN__GRID_STRIDE(i, (size_t)N * C) {
+        size_t n = i / C, c = i % C;
+        out[i] = c < (size_t)Ca ? a[n * Ca + c] : b[n * Cb + (c - Ca)];
+    }
+}
+static __global__ void trn__k_concat_bwd(float *da, float *db, const float *dout, int N, int Ca, int Cb) {
+    size_t C = (size_t)Ca + Cb;
+    TRN__GRID_STRIDE(i, (size_t)N * C) {
+        size_t n = i / C, c = i % C;
+        if (c < (size_t)Ca) { if (da) da[n * Ca + c] += dout[i]; }
+        else if (db) db[n * Cb + (c - Ca)] += dout[i];
+    }
+}
+/* sum over the last dim: one block per row; each thread adds its columns
+   in double, then the block adds the 256 partials in a fixed tree */
+static __global__ void trn__k_sum_fwd(float *out, const float *inp, size_t C, float scale) {
+    __shared__ double ws[32];
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
+    const float *x = inp + (size_t)blockIdx.x * C;
+    double s = 0.0;
+    for (size_t c = threadIdx.x; c < C; c += blockDim.x) s += x[c];
+    s = trn__warp_sum_d(s);
+    if (lane == 0) ws[warp] = s;
+    __syncthreads();
+    if (warp == 0) {
+        s = lane < nw ? ws[lane] : 0.0;
+        s = trn__warp_sum_d(s);
+        if (lane == 0) out[blockIdx.x] = (float)(s * scale);
+    }
+}
+static __global__ void trn__k_sum_bwd(float *dinp, const float *dout, int N, size_t C, float scale) {
+    TRN__GRID_STRIDE(i, (size_t)N * C) dinp[i] += scale * dout[i / C];
+}
+/* cross-entropy with ignore index and label smoothing: one block per row,
+   the online max/sum of trn__k_xent_fwd plus the row's plain sum */
+static __global__ void trn__k_xent_ex_fwd(float *losses, float *lse, const float *logits, const int *targets, int V,
+                                          int Vp, float smoothing) {
+    __shared__ float wm[32], wsum[32];
+    __shared__ double wl[32];
+    int n = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32, t = targets[n];
+    const float *l = logits + (size_t)n * Vp;
+    float m = -INFINITY, s = 0.0f;
+    double tot = 0.0;
+    if (t < 0) { /* ignored row (the whole block takes this branch) */
+        if (threadIdx.x == 0) { losses[n] = 0.0f; lse[n] = 0.0f; }
+        return;
+    }
+    for (int v = threadIdx.x; v < V; v += blockDim.x) {
+        float x = l[v];
+        tot += x;
+        if (x > m) { s = s * expf(m - x) + 1.0f; m = x; }
+        else s += expf(x - m);
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+        trn__ms_merge(&m, &s, m2, s2);
+    }
+    tot = trn__warp_sum_d(tot);
+    if (lane == 0) { wm[warp] = m; wsum[warp] = s; wl[warp] = tot; }
+    __syncthreads();
+    if (warp == 0) {
+        m = lane < nw ? wm[lane] : -INFINITY;
+        s = lane < nw ? wsum[lane] : 0.0f;
+        tot = lane < nw ? wl[lane] : 0.0;
+        for (int o = 16; o > 0; o >>= 1) {
+            float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+            trn__ms_merge(&m, &s, m2, s2);
+        }
+        tot = trn__warp_sum_d(tot);
+        if (lane == 0) {
+            float z = m + logf(s);
+            lse[n] = z;
+            losses[n] = (float)((double)z - (1.0 - smoothing) * l[t] - smoothing * tot / V);
+        }
+    }
+}
+static __global__ void trn__k_xent_ex_bwd(float *dlogits, const float *logits, const float *lse, const int *targets,
+                                          float dloss, int V, int Vp, float smoothing) {
+    int n = blockIdx.x, t = targets[n];
+    const float *l = logits + (size_t)n * Vp;
+    float *d = dlogits + (size_t)n * Vp, z = lse[n], u = smoothing / (float)V;
+    if (t < 0) return;
+    for (int v = threadIdx.x; v < V; v += blockDim.x) {
+        float p = expf(l[v] - z) - u;
+        d[v] += dloss * (v == t ? p - (1.0f - smoothing) : p);
+    }
+}
+/* BCE with logits, L1, Huber: elementwise */
+static __global__ void trn__k_bce_fwd(float *losses, const float *x, const float *y, size_t n) {
+    TRN__GRID_STRIDE(i, n) losses[i] = fmaxf(x[i], 0.0f) - x[i] * y[i] + log1pf(expf(-fabsf(x[i])));
+}
+static __global__ void trn__k_bce_bwd(float *dx, const float *x, const float *y, float dloss, size_t n) {
+    TRN__GRID_STRIDE(i, n) {
+        float e = expf(-fabsf(x[i])), s = x[i] >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
+        dx[i] += dloss * (s - y[i]);
+    }
+}
+static __global__ void trn__k_l1_fwd(float *losses, const float *pred, const float *target, size_t n) {
+    TRN__GRID_STRIDE(i, n) losses[i] = fabsf(pred[i] - target[i]);
+}
+static __global__ void trn__k_l1_bwd(float *dpred, const float *pred, const float *target, float dloss, size_t n) {
+    TRN__GRID_STRIDE(i, n) {
+        float d = pred[i] - target[i];
+        dpred[i] += d > 0.0f ? dloss : d < 0.0f ? -dloss : 0.0f;
+    }
+}
+static __global__ void trn__k_huber_fwd(float *losses, const float *pred, const float *target, float delta, size_t n) {
+    TRN__GRID_STRIDE(i, n) {
+        float d = pred[i] - target[i], a = fabsf(d);
+        losses[i] = a < delta ? 0.5f * d * d : delta * (a - 0.5f * delta);
+    }
+}
+static __global__ void trn__k_huber_bwd(float *dpred, const float *pred, const float *target, float delta, float dloss,
+                                        size_t n) {
+    TRN__GRID_STRIDE(i, n) {
+        float d = pred[i] - target[i];
+        dpred[i] += dloss * (fabsf(d) < delta ? d : d > 0.0f ? delta : -delta);
+    }
+}
+
+/* --- generation: attention over a key/value cache -------------------------
+   append: the T new keys and values into rows pos.. of the caches;
+   softmax over rows of S (rows of length P), row r of a (b,h) block being
+   position pos + r % T, so it sees columns 0..pos + r % T. One warp per row. */
+static __global__ void trn__k_kv_append(float *kc, float *vc, const float *k, const float *v, int kvs, int T, int pos,
+                                        int maxT, int Ckv, int B) {
+    TRN__GRID_STRIDE(i, (size_t)B * T * Ckv) {
+        size_t c = i % Ckv, bt = i / Ckv, b = bt / T, t = bt % T, dst = (b * maxT + pos + t) * Ckv + c;
+        kc[dst] = k[bt * kvs + c];
+        vc[dst] = v[bt * kvs + c];
+    }
+}
+static __global__ void trn__k_softmax_kv(float *att, int rows, int T, int P, int pos) {
+    int lane = threadIdx.x % 32, row = blockIdx.x * 8 + threadIdx.x / 32;
+    if (row >= rows) return;
+    float *p = att + (size_t)row * P;
+    int last = pos + row % T;
+    float mx = -INFINITY;
+    for (int s = lane; s <= last; s += 32) mx = fmaxf(mx, p[s]);
+    mx = trn__warp_max(mx);
+    float sum = 0.0f;
+    for (int s = lane; s <= last; s += 32) sum += expf(p[s] - mx);
+    sum = trn__warp_sum(sum);
+    float inv = 1.0f / sum;
+    for (int s = lane; s < P; s += 32) p[s] = s <= last ? expf(p[s] - mx) * inv : 0.0f;
+}
+
 /* --- sum of squares: each block sums a fixed grid-stride slice in double -- */
 static __global__ void trn__k_sumsq(double *part, const float *x, size_t n) {
     __shared__ double ws[32];
@@ -700,6 +889,126 @@ static void trn__cuda_adamw_update(float *p, const float *g, float *m, float *v,
 static void trn__cuda_sgd_update(float *p, const float *g, float *buf, size_t n, float lr, float momentum,
                                  float dampening, float weight_decay, int nesterov, int first) {
     TRN__CUDA_ELEMENTWISE(trn__k_sgd, n, p, g, buf, n, lr, momentum, dampening, weight_decay, nesterov, first);
+}
+
+/* --- >>ops2 (host side): the same signatures as train.h's CPU functions -- */
+static void trn__cuda_dropout_forward(float *out, const float *inp, size_t n, float p, uint64_t key) {
+    TRN__CUDA_ELEMENTWISE(trn__k_dropout_fwd, n, out, inp, n, p, p < 1.0f ? 1.0f / (1.0f - p) : 0.0f, key);
+}
+static void trn__cuda_dropout_backward(float *dinp, const float *dout, size_t n, float p, uint64_t key) {
+    if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_dropout_bwd, n, dinp, dout, n, p, p < 1.0f ? 1.0f / (1.0f - p) : 0.0f, key);
+}
+static void trn__cuda_transpose_forward(float *out, const float *inp, int A, int D0, int Bm, int D1, int C) {
+    TRN__CUDA_ELEMENTWISE(trn__k_transpose_fwd, (size_t)A * D0 * Bm * D1 * C, out, inp, A, D0, Bm, D1, C);
+}
+static void trn__cuda_transpose_backward(float *dinp, const float *dout, int A, int D0, int Bm, int D1, int C) {
+    if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_transpose_bwd, (size_t)A * D0 * Bm * D1 * C, dinp, dout, A, D0, Bm, D1, C);
+}
+static void trn__cuda_slice_forward(float *out, const float *inp, int N, int C, int start, int len) {
+    TRN__CUDA_ELEMENTWISE(trn__k_slice_fwd, (size_t)N * len, out, inp, N, C, start, len);
+}
+static void trn__cuda_slice_backward(float *dinp, const float *dout, int N, int C, int start, int len) {
+    if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_slice_bwd, (size_t)N * len, dinp, dout, N, C, start, len);
+}
+static void trn__cuda_concat_forward(float *out, const float *a, const float *b, int N, int Ca, int Cb) {
+    TRN__CUDA_ELEMENTWISE(trn__k_concat_fwd, (size_t)N * (Ca + Cb), out, a, b, N, Ca, Cb);
+}
+static void trn__cuda_concat_backward(float *da, float *db, const float *dout, int N, int Ca, int Cb) {
+    if (da || db) TRN__CUDA_ELEMENTWISE(trn__k_concat_bwd, (size_t)N * (Ca + Cb), da, db, dout, N, Ca, Cb);
+}
+static void trn__cuda_sum_forward(float *out, const float *inp, int N, size_t C, float scale) {
+    if (N > 0) TRN_CUDA_LAUNCH(trn__k_sum_fwd, dim3((unsigned)N), dim3(256), 0, trn__cu.stream, out, inp, C, scale);
+}
+static void trn__cuda_sum_backward(float *dinp, const float *dout, int N, size_t C, float scale) {
+    if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_sum_bwd, (size_t)N * C, dinp, dout, N, C, scale);
+}
+/* a row-major trn_sgemm (ta, tb, M, N, K, ...) over `batch` matrices at
+   strides sa, sb, sc, as one column-major cuBLAS call: operands swapped */
+static void trn__cuda_rowmajor_gemm(int ta, int tb, int M, int N, int K, const float *A, int lda, long long sa,
+                                    const float *B, int ldb, long long sb, float beta, float *C, int ldc, long long sc,
+                                    int batch) {
+    TRN__CUDA_GEMM(tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, 1.0f, B, ldb, sb, A, lda,
+                   sa, beta, C, ldc, sc, batch);
+}
+static void trn__cuda_bmm_forward(float *out, const float *a, const float *b, int Bt, int M, int N, int K, int ta,
+                                  int tb) {
+    long long sa = (long long)M * K, sb = (long long)K * N, sc = (long long)M * N;
+    if (Bt <= 0) return;
+    trn__cuda_rowmajor_gemm(ta, tb, M, N, K, a, ta ? M : K, sa, b, tb ? K : N, sb, 0.0f, out, N, sc, Bt);
+}
+static void trn__cuda_bmm_backward(float *da, float *db, const float *dout, const float *a, const float *b, int Bt,
+                                   int M, int N, int K, int ta, int tb) {
+    long long sa = (long long)M * K, sb = (long long)K * N, sc = (long long)M * N;
+    int lda = ta ? M : K, ldb = tb ? K : N;
+    if (Bt <= 0) return; /* as train.h's trn_bmm_backward, one product per case */
+    if (da && !ta) trn__cuda_rowmajor_gemm(0, !tb, M, K, N, dout, N, sc, b, ldb, sb, 1.0f, da, K, sa, Bt);
+    if (da && ta) trn__cuda_rowmajor_gemm(tb, 1, K, M, N, b, ldb, sb, dout, N, sc, 1.0f, da, M, sa, Bt);
+    if (db && !tb) trn__cuda_rowmajor_gemm(!ta, 0, K, N, M, a, lda, sa, dout, N, sc, 1.0f, db, N, sb, Bt);
+    if (db && tb) trn__cuda_rowmajor_gemm(1, ta, N, K, M, dout, N, sc, a, lda, sa, 1.0f, db, K, sb, Bt);
+}
+static void trn__cuda_crossentropy_ex_forward(float *losses, float *lse, const float *logits, const int *targets,
+                                              int N, int V, int Vp, float smoothing) {
+    if (N > 0)
+        TRN_CUDA_LAUNCH(trn__k_xent_ex_fwd, dim3((unsigned)N), dim3(256), 0, trn__cu.stream, losses, lse, logits,
+                        targets, V, Vp, smoothing);
+}
+static void trn__cuda_crossentropy_ex_backward(float *dlogits, const float *logits, const float *lse,
+                                               const int *targets, float dloss, int N, int V, int Vp, float smoothing) {
+    if (dlogits && N > 0)
+        TRN_CUDA_LAUNCH(trn__k_xent_ex_bwd, dim3((unsigned)N), dim3(256), 0, trn__cu.stream, dlogits, logits, lse,
+                        targets, dloss, V, Vp, smoothing);
+}
+static void trn__cuda_bce_logits_forward(float *losses, const float *x, const float *y, size_t n) {
+    TRN__CUDA_ELEMENTWISE(trn__k_bce_fwd, n, losses, x, y, n);
+}
+static void trn__cuda_bce_logits_backward(float *dx, const float *x, const float *y, float dloss, size_t n) {
+    if (dx) TRN__CUDA_ELEMENTWISE(trn__k_bce_bwd, n, dx, x, y, dloss, n);
+}
+static void trn__cuda_l1_forward(float *losses, const float *pred, const float *target, size_t n) {
+    TRN__CUDA_ELEMENTWISE(trn__k_l1_fwd, n, losses, pred, target, n);
+}
+static void trn__cuda_l1_backward(float *dpred, const float *pred, const float *target, float dloss, size_t n) {
+    if (dpred) TRN__CUDA_ELEMENTWISE(trn__k_l1_bwd, n, dpred, pred, target, dloss, n);
+}
+static void trn__cuda_huber_forward(float *losses, const float *pred, const float *target, float delta, size_t n) {
+    TRN__CUDA_ELEMENTWISE(trn__k_huber_fwd, n, losses, pred, target, delta, n);
+}
+static void trn__cuda_huber_backward(float *dpred, const float *pred, const float *target, float delta, float dloss,
+                                     size_t n) {
+    if (dpred) TRN__CUDA_ELEMENTWISE(trn__k_huber_bwd, n, dpred, pred, target, delta, dloss, n);
+}
+
+/* attention over the cache (train.h's trn_attention_kv_forward). Per batch
+   row b and per r < grp = NH/NKV, the heads h = g*grp + r (g < NKV) read
+   kv head g: their Q blocks sit grp*hs apart, their K/V blocks hs apart,
+   so each is one strided-batched GEMM over the NKV groups. */
+static void trn__cuda_attention_kv_forward(float *out, float *att, const float *q, int q_stride, const float *k,
+                                           const float *v, int kv_stride, float *kcache, float *vcache, int B, int T,
+                                           int pos, int maxT, int NH, int NKV, int hs) {
+    int Ckv = NKV * hs, C = NH * hs, P = pos + T, grp = NH / NKV;
+    float scale = 1.0f / sqrtf((float)hs);
+    long long TP = (long long)T * P;
+    if (B <= 0 || T <= 0) return;
+    TRN__CUDA_ELEMENTWISE(trn__k_kv_append, (size_t)B * T * Ckv, kcache, vcache, k, v, kv_stride, T, pos, maxT, Ckv, B);
+    for (int b = 0; b < B; b++)
+        for (int r = 0; r < grp; r++) {
+            const float *qb = q + (size_t)b * T * q_stride + (size_t)r * hs;
+            const float *kb = kcache + (size_t)b * maxT * Ckv;
+            float *Sb = att + ((size_t)b * NH + r) * TP;
+            /* S (T,P) = Q K^T * scale  (row-major: ta = 0, tb = 1) */
+            TRN__CUDA_GEMM(CUBLAS_OP_T, CUBLAS_OP_N, P, T, hs, scale, kb, Ckv, (long long)hs, qb, q_stride,
+                           (long long)grp * hs, 0.0f, Sb, P, (long long)grp * TP, NKV);
+        }
+    TRN_CUDA_LAUNCH(trn__k_softmax_kv, dim3((unsigned)((B * NH * T + 7) / 8)), dim3(256), 0, trn__cu.stream, att,
+                    B * NH * T, T, P, pos);
+    for (int b = 0; b < B; b++)
+        for (int r = 0; r < grp; r++) {
+            const float *vb = vcache + (size_t)b * maxT * Ckv;
+            float *Sb = att + ((size_t)b * NH + r) * TP, *ob = out + (size_t)b * T * C + (size_t)r * hs;
+            /* O (T,hs) = A V  (row-major: ta = 0, tb = 0) */
+            TRN__CUDA_GEMM(CUBLAS_OP_N, CUBLAS_OP_N, hs, T, P, 1.0f, vb, Ckv, (long long)hs, Sb, P, (long long)grp * TP,
+                           0.0f, ob, C, (long long)grp * hs, NKV);
+        }
 }
 
 /* the partial sums come back to the host and are added there, in order */
@@ -933,6 +1242,7 @@ TRNDEF const trn_backend *trn_cuda_backend(void) {
         t->sum_squares = trn__cuda_sum_squares;
         t->scale = trn__cuda_scale;
         t->sgd_update = trn__cuda_sgd_update;
+        t->attention_kv_forward = trn__cuda_attention_kv_forward;
         t->name = "cuda";
     }
     return t;

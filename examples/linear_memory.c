@@ -494,7 +494,7 @@ static void record(int ph, double seconds, const char *what) {
 // >>chart: memory by kind per phase, a stacked bar chart in SVG
 // ===========================================================================
 static const char *kind_color[TRN_KIND_COUNT] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2",
-                                                 "#59a14f", "#edc948", "#b07aa1"};
+                                                 "#59a14f", "#edc948", "#9c755f", "#b07aa1"};
 
 static double nice_step(double range) { // 1, 2 or 5 times a power of ten, ~6 ticks
     double raw = range / 6.0, p = pow(10.0, floor(log10(raw))), f = raw / p;
