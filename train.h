@@ -397,6 +397,79 @@ TRNDEF trn_tensor *trn_mse(trn_model *m, trn_tensor *pred, const float *target);
 TRNDEF trn_tensor *trn_mean_pool(trn_model *m, trn_tensor *x);
 
 /* ------------------------------------------------------------------------
+   >>opapi
+   Your own op, in your own file, with public names only. An op is a
+   forward and a backward function that both take the tape entry e:
+      e->out        the output tensor (made by you with trn_tensor_new)
+      e->in[0..2]   the inputs (NULL where unused)
+      e->iarg/farg  small arguments, copied from trn_op_args
+      e->saved[0..2] what forward keeps for backward: forward stores
+                    pointers from trn_arena_alloc there (or nothing)
+   Forward writes e->out->data. Backward ACCUMULATES (+=) into
+   trn_grad(m, e->in[i]), reading the output's gradient trn_grad(m, e->out).
+   A trn_op holds the functions for each place: forward/backward run when
+   the model's backend is on the host (the CPU backend), cuda_forward /
+   cuda_backward when it is on the device (train_cuda.h); NULL there means
+   "not available on CUDA" and stops with a message naming the op.
+   trn_op_apply runs forward and records the op on the tape, the one call
+   the kit's own ops use too (see trn_relu). Example: README "Your own op"
+   and examples/custom_op.c (Swish with a learnable beta).
+   ------------------------------------------------------------------------ */
+typedef trn_backward_fn trn_op_fn;   /* void f(trn_model *m, trn_tape_entry *e) */
+
+typedef struct trn_op {
+    const char *name;                /* shows in errors and on the tape       */
+    trn_op_fn forward, backward;     /* host kernels (CPU backend)            */
+    trn_op_fn cuda_forward, cuda_backward; /* device kernels; NULL: none      */
+} trn_op;
+
+typedef struct trn_op_args {         /* zero = none; copied into the entry   */
+    int i[4];                        /* -> e->iarg[0..3] */
+    float f[2];                      /* -> e->farg[0..1] */
+} trn_op_args;
+
+/* run op->forward for the model's place and record the op on the tape (when
+   the tape is on and some input requires a gradient; out->requires_grad is
+   set accordingly). a, b, c: inputs, NULL where unused; args may be NULL.
+   Returns the entry forward saw: e->saved holds what forward kept. When the
+   op is not recorded the entry is a scratch copy, valid until the next op. */
+TRNDEF trn_tape_entry *trn_op_apply(trn_model *m, const trn_op *op, trn_tensor *out, trn_tensor *a,
+                                    trn_tensor *b, trn_tensor *c, const trn_op_args *args);
+/* the gradient buffer backward accumulates into (backend memory, zeroed the
+   first time it is asked for), or NULL when t is NULL or needs no gradient.
+   The only way an op reaches a gradient: activation gradients are the
+   kit's to place and to free. */
+TRNDEF float *trn_grad(trn_model *m, trn_tensor *t);
+
+/* Finite-difference check of every parameter's gradient, for any op or
+   model. build() runs a forward on m and returns a tensor y; the checker
+   probes the scalar L = sum_i r_i * y_i (r fixed random normals; r = 1 when
+   y is a scalar), computes L's gradient with trn_backward, and compares it
+   with (L(p + eps) - L(p - eps)) / 2eps (L summed in double on the host)
+   for up to max_per_param elements of each parameter. A gradient passes
+   when |analytic - numeric| <= atol + rtol * |numeric|. Works on any
+   backend (it uses trn_read / trn_write). To check an input's gradient,
+   make the input a parameter of a test model. */
+typedef struct trn_gradcheck_desc {
+    float eps;            /* default 1e-2 (float32: smaller is noisier)   */
+    float atol, rtol;     /* default 1e-3, 2e-2                           */
+    int max_per_param;    /* elements probed per parameter, default 32    */
+    uint64_t seed;        /* for r and the elements probed, default 1     */
+    int verbose;          /* 1: one line per parameter; failures always   */
+} trn_gradcheck_desc;
+
+typedef struct trn_gradcheck_result {
+    int checked, failed;  /* gradient elements compared / out of tolerance */
+    double worst;         /* largest |a - n| / (atol + rtol*|n|): <= 1 passes */
+    double largest;       /* largest |analytic gradient| seen (0: nothing tested) */
+} trn_gradcheck_result;
+
+TRNDEF trn_gradcheck_desc trn_gradcheck_defaults(const trn_gradcheck_desc *desc);
+/* returns the number of failed elements (0: all pass); res may be NULL */
+TRNDEF int trn_gradcheck(trn_model *m, trn_tensor *(*build)(trn_model *m, void *user), void *user,
+                         const trn_gradcheck_desc *desc, trn_gradcheck_result *res);
+
+/* ------------------------------------------------------------------------
    >>adamw
    ------------------------------------------------------------------------ */
 typedef struct trn_adamw_desc {
@@ -2003,6 +2076,8 @@ static float *trn__want(trn_model *m, trn_tensor *t) {
     return (t && t->requires_grad) ? trn__grad(m, t) : NULL;
 }
 
+TRNDEF float *trn_grad(trn_model *m, trn_tensor *t) { return trn__want(m, t); }
+
 static trn_tape_entry *trn__record(trn_model *m, const char *op, trn_backward_fn bw, trn_tensor *out,
                                    trn_tensor *a, trn_tensor *b, trn_tensor *c) {
     trn_tape_entry *e;
@@ -2189,15 +2264,21 @@ TRNDEF trn_tensor *trn_gelu(trn_model *m, trn_tensor *x) {
     return out;
 }
 
-static void trn__relu_bw(trn_model *m, trn_tape_entry *e) {
-    m->backend->relu_backward(trn__grad(m, e->in[0]), e->out->data, e->out->grad, e->out->size);
+/* relu is written with the public op API (>>opapi), the way a user writes
+   an op: the kit's other ops call trn__record directly, which is the same */
+static void trn__relu_fw(trn_model *m, trn_tape_entry *e) {
+    m->backend->relu_forward(e->out->data, e->in[0]->data, e->out->size);
 }
+static void trn__relu_bw(trn_model *m, trn_tape_entry *e) {   /* saves nothing: reads out */
+    m->backend->relu_backward(trn_grad(m, e->in[0]), e->out->data, trn_grad(m, e->out), e->out->size);
+}
+/* the backend table picks the kernel, so one function serves both places */
+static const trn_op trn__relu_op = {"relu", trn__relu_fw, trn__relu_bw, trn__relu_fw, trn__relu_bw};
 TRNDEF trn_tensor *trn_relu(trn_model *m, trn_tensor *x) {
     trn_tensor *out;
     trn__not_null("trn_relu", m, x);
     out = trn_tensor_new(m, "relu", x->ndim, x->shape);
-    m->backend->relu_forward(out->data, x->data, x->size);
-    trn__record(m, "relu", trn__relu_bw, out, x, NULL, NULL);
+    trn_op_apply(m, &trn__relu_op, out, x, NULL, NULL, NULL);
     return out;
 }
 
@@ -2330,6 +2411,170 @@ TRNDEF trn_tensor *trn_mean_pool(trn_model *m, trn_tensor *x) {
     m->backend->meanpool_forward(out->data, x->data, x->shape[0], x->shape[1], x->shape[2]);
     trn__record(m, "mean_pool", trn__meanpool_bw, out, x, NULL, NULL);
     return out;
+}
+
+/* ========================================================================
+   >>opapi: trn_op_apply, trn_grad, trn_gradcheck
+   ======================================================================== */
+static TRN__TLS trn_tape_entry trn__op_scratch; /* the entry of an op not recorded */
+
+TRNDEF trn_tape_entry *trn_op_apply(trn_model *m, const trn_op *op, trn_tensor *out, trn_tensor *a,
+                                    trn_tensor *b, trn_tensor *c, const trn_op_args *args) {
+    int dev;
+    trn_op_fn fw, bw;
+    trn_tape_entry *e;
+    const char *name;
+    if (!m || !op || !out) trn_fatal("trn_op_apply: model, op or output is NULL");
+    name = op->name ? op->name : "(unnamed op)";
+    dev = m->backend->place == TRN_DEVICE;
+    fw = dev ? op->cuda_forward : op->forward;
+    bw = dev ? op->cuda_backward : op->backward;
+    if (!fw) trn_fatal("op %s: no forward for the %s backend (set trn_op.%s)", name, m->backend->name,
+                       dev ? "cuda_forward" : "forward");
+    e = trn__record(m, name, bw, out, a, b, c);
+    if (e && !bw) trn_fatal("op %s: an input requires a gradient but the op has no backward for the %s backend "
+                            "(set trn_op.%s, or run it under no-grad)", name, m->backend->name,
+                            dev ? "cuda_backward" : "backward");
+    if (!e) { /* not on the tape: forward still gets an entry to read and fill */
+        e = &trn__op_scratch;
+        memset(e, 0, sizeof *e);
+        e->op = name; e->out = out;
+        e->in[0] = a; e->in[1] = b; e->in[2] = c;
+    }
+    if (args) {
+        memcpy(e->iarg, args->i, sizeof e->iarg);
+        memcpy(e->farg, args->f, sizeof e->farg);
+    }
+    fw(m, e);
+    return e;
+}
+
+/* The probe of the gradient checker is itself an op written with the API
+   above: L = sum_i r_i * y_i with in[0] = y, in[1] = r (an input, no
+   gradient). It computes on the host through download/upload, so one
+   function serves both places. Saves nothing: backward reads r. */
+static float *trn__host_copy(trn_model *m, const trn_tensor *t) {
+    float *h = (float *)trn_alloc(sizeof(float) * t->size, TRN_KIND_TEMP);
+    if (!h) trn_fatal("trn_gradcheck: %s", trn_error_reason());
+    m->backend->download(h, t->data, sizeof(float) * t->size);
+    return h;
+}
+static void trn__probe_fw(trn_model *m, trn_tape_entry *e) {
+    float *y = trn__host_copy(m, e->in[0]), *r = trn__host_copy(m, e->in[1]), L;
+    double sum = 0.0;
+    size_t i;
+    for (i = 0; i < e->in[0]->size; i++) sum += (double)r[i] * y[i];
+    trn_free(y); trn_free(r);
+    L = (float)sum;
+    m->backend->upload(e->out->data, &L, sizeof L);
+}
+static void trn__probe_bw(trn_model *m, trn_tape_entry *e) {
+    trn_tensor *y = e->in[0];
+    float dL, *r = trn__host_copy(m, e->in[1]);
+    float *dev = (float *)trn_arena_alloc(m, sizeof(float) * y->size);
+    size_t i;
+    m->backend->download(&dL, trn_grad(m, e->out), sizeof dL);
+    for (i = 0; i < y->size; i++) r[i] *= dL;   /* dL/dy_i = r_i */
+    m->backend->upload(dev, r, sizeof(float) * y->size);
+    trn_free(r);
+    m->backend->accumulate(trn_grad(m, y), dev, y->size);
+}
+static const trn_op trn__probe_op = {"gradcheck_probe", trn__probe_fw, trn__probe_bw, trn__probe_fw, trn__probe_bw};
+
+TRNDEF trn_gradcheck_desc trn_gradcheck_defaults(const trn_gradcheck_desc *desc) {
+    trn_gradcheck_desc d;
+    memset(&d, 0, sizeof d);
+    if (desc) d = *desc;
+    if (d.eps <= 0.0f) d.eps = 1e-2f;
+    if (d.atol <= 0.0f) d.atol = 1e-3f;
+    if (d.rtol <= 0.0f) d.rtol = 2e-2f;
+    if (d.max_per_param <= 0) d.max_per_param = 32;
+    if (d.seed == 0) d.seed = 1;
+    return d;
+}
+
+/* L at the current parameters, summed in double (no tape) */
+static double trn__gradcheck_eval(trn_model *m, trn_tensor *(*build)(trn_model *, void *), void *user,
+                                  const float *r, size_t n, float *host) {
+    trn_tensor *y;
+    double L = 0.0;
+    size_t i;
+    trn_reset(m);
+    y = build(m, user);
+    if (!y || y->size != n) trn_fatal("trn_gradcheck: build() returned a different shape on a second call");
+    m->backend->download(host, y->data, sizeof(float) * n);
+    for (i = 0; i < n; i++) L += (double)r[i] * host[i];
+    return L;
+}
+
+TRNDEF int trn_gradcheck(trn_model *m, trn_tensor *(*build)(trn_model *m, void *user), void *user,
+                         const trn_gradcheck_desc *desc, trn_gradcheck_result *res) {
+    trn_gradcheck_desc d = trn_gradcheck_defaults(desc);
+    trn_gradcheck_result R;
+    trn_rng rng;
+    trn_tensor *y, *L;
+    float *r, *ybuf, *grads, *params;
+    size_t n;
+    int k, grad_was = m ? m->grad_enabled : 0, one = 1;
+    memset(&R, 0, sizeof R);
+    if (!m || !build || !m->param_data) trn_fatal("trn_gradcheck: model (allocated) and build() are required");
+    trn_rng_seed(&rng, d.seed);
+    /* the analytic gradient of L */
+    m->grad_enabled = 1;
+    trn_reset(m);
+    y = build(m, user);
+    if (!y) trn_fatal("trn_gradcheck: build() returned NULL");
+    n = y->size;
+    r = (float *)malloc(sizeof(float) * n);
+    ybuf = (float *)malloc(sizeof(float) * n);
+    grads = (float *)malloc(sizeof(float) * m->n_floats);
+    params = (float *)malloc(sizeof(float) * m->n_floats);
+    if (!r || !ybuf || !grads || !params) trn_fatal("trn_gradcheck: out of host memory");
+    for (k = 0; k < (int)n; k++) r[k] = n == 1 ? 1.0f : trn_rng_normal(&rng);
+    L = trn_tensor_new(m, "gradcheck_probe", 1, &one);
+    trn_op_apply(m, &trn__probe_op, L, y, trn_input(m, "gradcheck_r", y->ndim, y->shape, r), NULL, NULL);
+    if (!L->requires_grad) trn_fatal("trn_gradcheck: the output does not depend on any parameter");
+    trn_zero_grad(m);
+    trn_backward(m, L);
+    m->backend->download(grads, m->grad_data, sizeof(float) * m->n_floats);
+    m->backend->download(params, m->param_data, sizeof(float) * m->n_floats);
+    /* the numeric one, element by element */
+    m->grad_enabled = 0;
+    for (k = 0; k < m->n_params; k++) {
+        trn_tensor *p = m->params[k];
+        int j, count = p->size < (size_t)d.max_per_param ? (int)p->size : d.max_per_param;
+        int bad = 0;
+        double worst = 0.0;
+        for (j = 0; j < count; j++) {
+            size_t idx = p->offset + (count == (int)p->size ? (size_t)j : trn_rng_below(&rng, (uint32_t)p->size));
+            float x0 = params[idx], xp = x0 + d.eps, xm = x0 - d.eps;
+            double Lp, Lm, fd, an = grads[idx], err;
+            m->backend->upload(m->param_data + idx, &xp, sizeof xp);
+            Lp = trn__gradcheck_eval(m, build, user, r, n, ybuf);
+            m->backend->upload(m->param_data + idx, &xm, sizeof xm);
+            Lm = trn__gradcheck_eval(m, build, user, r, n, ybuf);
+            m->backend->upload(m->param_data + idx, &x0, sizeof x0);
+            fd = (Lp - Lm) / ((double)xp - (double)xm);  /* the step float could represent */
+            err = fabs(an - fd) / (d.atol + d.rtol * fabs(fd));
+            if (err > worst) worst = err;
+            if (fabs(an) > R.largest) R.largest = fabs(an);
+            R.checked++;
+            if (err > 1.0) {
+                if (bad < 3) fprintf(stderr, "gradcheck: %s[%zu]: analytic %.6g, numeric %.6g\n", p->name,
+                                     idx - p->offset, an, fd);
+                bad++;
+            }
+        }
+        if (worst > R.worst) R.worst = worst;
+        R.failed += bad;
+        if (d.verbose) printf("gradcheck: %-24s %d elements, worst %.3f of tolerance%s\n", p->name, count, worst,
+                              bad ? "  FAIL" : "");
+    }
+    m->grad_enabled = grad_was;
+    trn_reset(m);
+    free(r); free(ybuf); free(grads); free(params);
+    if (res) *res = R;
+    return R.failed;
 }
 
 /* ========================================================================
