@@ -238,6 +238,24 @@ typedef struct trn_backend {
                          float bias_corr1, float bias_corr2);
     double (*sum_squares)(const float *x, size_t n);
     void (*scale)(float *x, float s, size_t n);
+    /* >>ops2: the ops of modern decoders (see the CPU functions) */
+    void (*mul_forward)(float *out, const float *a, const float *b, size_t N, size_t C);
+    void (*mul_backward)(float *da, float *db, const float *dout, const float *a, const float *b,
+                         size_t N, size_t C);
+    void (*silu_forward)(float *out, const float *inp, size_t n);
+    void (*silu_backward)(float *dinp, const float *inp, const float *dout, size_t n);
+    void (*sigmoid_forward)(float *out, const float *inp, size_t n);
+    void (*sigmoid_backward)(float *dinp, const float *out, const float *dout, size_t n);
+    void (*tanh_forward)(float *out, const float *inp, size_t n);
+    void (*tanh_backward)(float *dinp, const float *out, const float *dout, size_t n);
+    void (*softmax_forward)(float *out, const float *inp, int N, int C);
+    void (*softmax_backward)(float *dinp, const float *out, const float *dout, int N, int C);
+    void (*rmsnorm_forward)(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps);
+    void (*rmsnorm_backward)(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                             const float *rstd, int N, int C);
+    void (*rope_forward)(float *out, const float *inp, int B, int T, int H, int R, int hs, int pos0, float theta);
+    void (*rope_backward)(float *dinp, const float *dout, int B, int T, int H, int R, int hs, int pos0,
+                          float theta);
 } trn_backend;
 
 TRNDEF const trn_backend *trn_cpu_backend(void);
@@ -300,6 +318,30 @@ TRNDEF double trn_sum_squares(const float *x, size_t n);
 TRNDEF void trn_scale(float *x, float s, size_t n);
 /* images (B,H,W,Ch) -> patches (B, (H/P)*(W/P), P*P*Ch); data only, no grad */
 TRNDEF void trn_patchify(float *out, const float *img, int B, int H, int W, int Ch, int P);
+/* the ops of modern decoders (Llama): >>ops2 below. mul: a (N,C) * b, b of
+   N*C elements (same shape) or C elements (one row, broadcast over rows).
+   rope: rows of H heads of hs channels (B,T,H*hs); the first R heads of
+   each row are rotated (HF rotate-half), the rest copied; row t sits at
+   position pos0 + t. */
+TRNDEF void trn_mul_forward(float *out, const float *a, const float *b, size_t N, size_t C);
+TRNDEF void trn_mul_backward(float *da, float *db, const float *dout, const float *a, const float *b,
+                             size_t N, size_t C);
+TRNDEF void trn_silu_forward(float *out, const float *inp, size_t n);
+TRNDEF void trn_silu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+TRNDEF void trn_sigmoid_forward(float *out, const float *inp, size_t n);
+TRNDEF void trn_sigmoid_backward(float *dinp, const float *out, const float *dout, size_t n);
+TRNDEF void trn_tanh_forward(float *out, const float *inp, size_t n);
+TRNDEF void trn_tanh_backward(float *dinp, const float *out, const float *dout, size_t n);
+TRNDEF void trn_softmax_forward(float *out, const float *inp, int N, int C);
+TRNDEF void trn_softmax_backward(float *dinp, const float *out, const float *dout, int N, int C);
+TRNDEF void trn_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C,
+                                float eps);
+TRNDEF void trn_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                                 const float *rstd, int N, int C);
+TRNDEF void trn_rope_forward(float *out, const float *inp, int B, int T, int H, int R, int hs, int pos0,
+                             float theta);
+TRNDEF void trn_rope_backward(float *dinp, const float *dout, int B, int T, int H, int R, int hs, int pos0,
+                              float theta);
 
 /* ------------------------------------------------------------------------
    >>tape
@@ -395,6 +437,22 @@ TRNDEF trn_tensor *trn_cross_entropy(trn_model *m, trn_tensor *logits, const int
                                      int n_valid);
 TRNDEF trn_tensor *trn_mse(trn_model *m, trn_tensor *pred, const float *target);
 TRNDEF trn_tensor *trn_mean_pool(trn_model *m, trn_tensor *x);
+/* >>ops2 on the tape. trn_mul: b has a's shape, or a's last dim (one row
+   broadcast over a's rows, e.g. a learnable gate). trn_softmax: over the
+   last dim. trn_rmsnorm: x * w / sqrt(mean(x^2) + eps) per row, w (C),
+   eps as the model's config says (Llama: 1e-5 or 1e-6). trn_rope: RoPE
+   (Su et al. 2021) in Hugging Face's rotate-half form on packed attention
+   input qkv (B,T,(NH+2*NKV)*hs): q heads, then k heads, then v heads; q and
+   k heads are rotated, v heads copied; theta is the config's rope_theta;
+   row t is position pos0 + t (0 when training; a KV cache passes the
+   number of tokens it already holds). */
+TRNDEF trn_tensor *trn_mul(trn_model *m, trn_tensor *a, trn_tensor *b);
+TRNDEF trn_tensor *trn_silu(trn_model *m, trn_tensor *x);
+TRNDEF trn_tensor *trn_sigmoid(trn_model *m, trn_tensor *x);
+TRNDEF trn_tensor *trn_tanh(trn_model *m, trn_tensor *x);
+TRNDEF trn_tensor *trn_softmax(trn_model *m, trn_tensor *x);
+TRNDEF trn_tensor *trn_rmsnorm(trn_model *m, trn_tensor *x, trn_tensor *w, float eps);
+TRNDEF trn_tensor *trn_rope(trn_model *m, trn_tensor *qkv, int n_head, int n_kv_head, float theta, int pos0);
 
 /* ------------------------------------------------------------------------
    >>opapi
@@ -1818,6 +1876,251 @@ TRNDEF void trn_patchify(float *out, const float *img, int B, int H, int W, int 
 }
 
 /* ========================================================================
+   >>ops2: the ops of modern decoders (Llama and friends)
+   ======================================================================== */
+
+/* --- elementwise product, same shape or one row broadcast over rows ------
+   out[n,c] = a[n,c] * b[c'] with c' = n*C+c (same shape: N = 1, C = size)
+   or c' = c (b is one row of C). a (N,C); b (C) or (N*C as N=1).
+   Saved: both inputs (each one's gradient needs the other).
+   Backward: da = dout * b;  db = dout * a, summed over the rows b was
+   broadcast over. */
+TRNDEF void trn_mul_forward(float *out, const float *a, const float *b, size_t N, size_t C) {
+    long long n;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (n = 0; n < (long long)N; n++) {
+        const float *x = a + (size_t)n * C;
+        float *y = out + (size_t)n * C;
+        size_t c;
+        for (c = 0; c < C; c++) y[c] = x[c] * b[c];
+    }
+}
+
+TRNDEF void trn_mul_backward(float *da, float *db, const float *dout, const float *a, const float *b,
+                             size_t N, size_t C) {
+    long long n, blk, nblk = (long long)((C + 63) / 64);
+    if (da) {
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+        for (n = 0; n < (long long)N; n++) {
+            const float *g = dout + (size_t)n * C;
+            float *d = da + (size_t)n * C;
+            size_t c;
+            for (c = 0; c < C; c++) d[c] += g[c] * b[c];
+        }
+    }
+    if (!db) return;
+    /* a sum over rows: split the channels over threads, rows in order */
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (blk = 0; blk < nblk; blk++) {
+        size_t c0 = (size_t)blk * 64, c1 = TRN__MIN(C, c0 + 64), r, c;
+        float acc[64];
+        for (c = 0; c < 64; c++) acc[c] = 0.0f;
+        for (r = 0; r < N; r++)
+            for (c = c0; c < c1; c++) acc[c - c0] += dout[r * C + c] * a[r * C + c];
+        for (c = c0; c < c1; c++) db[c] += acc[c - c0];
+    }
+}
+
+/* --- sigmoid, SiLU, tanh ---------------------------------------------------
+   sigmoid(x) = 1 / (1 + e^-x); its derivative is s (1 - s), so backward
+   reads the saved output. SiLU (Swish-1, Elfwing et al. 2017; Llama's
+   MLP gate) y = x s(x): dy/dx = s + x s (1 - s); backward recomputes s
+   from the saved input. tanh: dy/dx = 1 - y^2, from the output. */
+static inline float trn__sigmoidf(float x) { return 1.0f / (1.0f + trn__expf(-x)); }
+
+TRNDEF void trn_sigmoid_forward(float *out, const float *inp, size_t n) {
+    long long i;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (i = 0; i < (long long)n; i++) out[i] = trn__sigmoidf(inp[i]);
+}
+TRNDEF void trn_sigmoid_backward(float *dinp, const float *out, const float *dout, size_t n) {
+    long long i;
+    if (!dinp) return;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (i = 0; i < (long long)n; i++) dinp[i] += dout[i] * out[i] * (1.0f - out[i]);
+}
+
+TRNDEF void trn_silu_forward(float *out, const float *inp, size_t n) {
+    long long i;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (i = 0; i < (long long)n; i++) out[i] = inp[i] * trn__sigmoidf(inp[i]);
+}
+TRNDEF void trn_silu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+    long long i;
+    if (!dinp) return;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (i = 0; i < (long long)n; i++) {
+        float x = inp[i], s = trn__sigmoidf(x);
+        dinp[i] += dout[i] * (s + x * s * (1.0f - s));
+    }
+}
+
+TRNDEF void trn_tanh_forward(float *out, const float *inp, size_t n) {
+    long long i;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (i = 0; i < (long long)n; i++) out[i] = tanhf(inp[i]);
+}
+TRNDEF void trn_tanh_backward(float *dinp, const float *out, const float *dout, size_t n) {
+    long long i;
+    if (!dinp) return;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (i = 0; i < (long long)n; i++) dinp[i] += dout[i] * (1.0f - out[i] * out[i]);
+}
+
+/* --- softmax over the last dim ---------------------------------------------
+   y = e^(x - max) / sum e^(x - max) per row of C (the max keeps e^ finite).
+   Saved: the output y. Backward: dx = y * (dy - sum_j dy_j y_j). */
+TRNDEF void trn_softmax_forward(float *out, const float *inp, int N, int C) {
+    int n;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        float *y = out + (size_t)n * C;
+        float mx = trn__row_max(x, C), inv;
+        double sum = 0.0;
+        int i;
+        for (i = 0; i < C; i++) y[i] = trn__expf(x[i] - mx);
+        for (i = 0; i < C; i++) sum += y[i];
+        inv = (float)(1.0 / sum);
+        for (i = 0; i < C; i++) y[i] *= inv;
+    }
+}
+TRNDEF void trn_softmax_backward(float *dinp, const float *out, const float *dout, int N, int C) {
+    int n;
+    if (!dinp) return;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (n = 0; n < N; n++) {
+        const float *y = out + (size_t)n * C, *g = dout + (size_t)n * C;
+        float *dx = dinp + (size_t)n * C, dot = trn__row_dot(g, y, C);
+        int i;
+        for (i = 0; i < C; i++) dx[i] += y[i] * (g[i] - dot);
+    }
+}
+
+/* --- RMSNorm (Zhang & Sennrich 2019), as Llama uses it ----------------------
+   y = x * r * w,  r = 1 / sqrt(mean(x^2) + eps) per row of C; w (C); no
+   mean subtracted, no bias. Saved: the input x and r (N floats).
+   Backward, with g = dy * w:  dx = r g - x r^3 mean(g x);  dw = sum_n dy x r. */
+TRNDEF void trn_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C,
+                                float eps) {
+    int n;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        float *y = out + (size_t)n * C;
+        double ss = 0.0;
+        float r;
+        int i;
+        for (i = 0; i < C; i++) ss += (double)x[i] * x[i];
+        r = (float)(1.0 / sqrt(ss / C + eps));
+        for (i = 0; i < C; i++) y[i] = (x[i] * r) * w[i];
+        rstd[n] = r;
+    }
+}
+TRNDEF void trn_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                                 const float *rstd, int N, int C) {
+    int n, blk, nblk = (C + 63) / 64;
+    if (dinp) {
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+        for (n = 0; n < N; n++) {
+            const float *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
+            float *dx = dinp + (size_t)n * C, r = rstd[n], mgx = 0.0f;
+            int i;
+            for (i = 0; i < C; i++) mgx += dy[i] * w[i] * x[i];
+            mgx = mgx / C * r * r * r;
+            for (i = 0; i < C; i++) dx[i] += r * dy[i] * w[i] - x[i] * mgx;
+        }
+    }
+    if (!dw) return;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (blk = 0; blk < nblk; blk++) {
+        int c0 = blk * 64, c1 = TRN__MIN(C, c0 + 64), row, c;
+        float acc[64];
+        for (c = 0; c < 64; c++) acc[c] = 0.0f;
+        for (row = 0; row < N; row++) {
+            const float *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
+            float r = rstd[row];
+            for (c = c0; c < c1; c++) acc[c - c0] += dy[c] * (x[c] * r);
+        }
+        for (c = c0; c < c1; c++) dw[c] += acc[c - c0];
+    }
+}
+
+/* --- RoPE, rotary position embedding (Su et al. 2021), HF rotate-half -------
+   Each rotated head of hs channels is two halves x1 = x[0:hs/2], x2 =
+   x[hs/2:hs]; channel pair (i, i + hs/2) turns by the angle p * f_i, with
+   p the position and f_i = theta^(-2i/hs):
+      y1 = x1 cos - x2 sin,   y2 = x2 cos + x1 sin
+   (Hugging Face's rotate_half; Meta's original pairs neighbours (2i, 2i+1)
+   instead, and HF's conversion permutes the q/k weight rows so that both
+   compute the same attention: HF checkpoints load as they are.)
+   A rotation is orthogonal, so backward turns the gradient back:
+      dx1 = dy1 cos + dy2 sin,   dx2 = dy2 cos - dy1 sin.
+   Saved: nothing (the angles are recomputed). Angles in double: p * f_i
+   reaches thousands of radians, where float would lose the phase. */
+static void trn__rope_rows(float *y, const float *x, int B, int T, int H, int R, int hs, int pos0, float theta,
+                           int inverse) {
+    int bt, half = hs / 2;
+    size_t row = (size_t)H * hs;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (bt = 0; bt < B * T; bt++) {
+        double p = (double)(pos0 + bt % T);
+        const float *xr = x + (size_t)bt * row;
+        float *yr = y + (size_t)bt * row;
+        int h, i;
+        for (i = 0; i < half; i++) {
+            double a = p * pow((double)theta, -2.0 * i / hs);
+            float c = (float)cos(a), s = (float)(inverse ? -sin(a) : sin(a));
+            for (h = 0; h < R; h++) {
+                float x1 = xr[h * hs + i], x2 = xr[h * hs + i + half];
+                yr[h * hs + i] += x1 * c - x2 * s;
+                yr[h * hs + i + half] += x2 * c + x1 * s;
+            }
+        }
+        for (i = R * hs; i < H * hs; i++) yr[i] += xr[i]; /* v heads: as they are */
+    }
+}
+TRNDEF void trn_rope_forward(float *out, const float *inp, int B, int T, int H, int R, int hs, int pos0,
+                             float theta) {
+    memset(out, 0, sizeof(float) * (size_t)B * T * H * hs);
+    trn__rope_rows(out, inp, B, T, H, R, hs, pos0, theta, 0);
+}
+TRNDEF void trn_rope_backward(float *dinp, const float *dout, int B, int T, int H, int R, int hs, int pos0,
+                              float theta) {
+    if (dinp) trn__rope_rows(dinp, dout, B, T, H, R, hs, pos0, theta, 1);
+}
+
+/* ========================================================================
    >>backend (CPU): the table points at the functions above
    ======================================================================== */
 static void trn__cpu_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
@@ -1858,6 +2161,20 @@ TRNDEF const trn_backend *trn_cpu_backend(void) {
         cpu.adamw_update = trn_adamw_update;
         cpu.sum_squares = trn_sum_squares;
         cpu.scale = trn_scale;
+        cpu.mul_forward = trn_mul_forward;
+        cpu.mul_backward = trn_mul_backward;
+        cpu.silu_forward = trn_silu_forward;
+        cpu.silu_backward = trn_silu_backward;
+        cpu.sigmoid_forward = trn_sigmoid_forward;
+        cpu.sigmoid_backward = trn_sigmoid_backward;
+        cpu.tanh_forward = trn_tanh_forward;
+        cpu.tanh_backward = trn_tanh_backward;
+        cpu.softmax_forward = trn_softmax_forward;
+        cpu.softmax_backward = trn_softmax_backward;
+        cpu.rmsnorm_forward = trn_rmsnorm_forward;
+        cpu.rmsnorm_backward = trn_rmsnorm_backward;
+        cpu.rope_forward = trn_rope_forward;
+        cpu.rope_backward = trn_rope_backward;
         cpu.name = "cpu";
     }
     return &cpu;
@@ -2410,6 +2727,136 @@ TRNDEF trn_tensor *trn_mean_pool(trn_model *m, trn_tensor *x) {
     out = trn_tensor_new(m, "mean_pool", 2, shape);
     m->backend->meanpool_forward(out->data, x->data, x->shape[0], x->shape[1], x->shape[2]);
     trn__record(m, "mean_pool", trn__meanpool_bw, out, x, NULL, NULL);
+    return out;
+}
+
+/* --- >>ops2 on the tape: each written with the public op API (>>opapi);
+   the backend table picks CPU or CUDA kernels, so one trn_op serves both */
+#define TRN__OP2(name, fw, bw) {name, fw, bw, fw, bw}
+
+static void trn__mul_fw(trn_model *m, trn_tape_entry *e) {   /* saves nothing: reads a and b */
+    trn_tensor *a = e->in[0], *b = e->in[1];
+    m->backend->mul_forward(e->out->data, a->data, b->data, a->size / b->size, b->size);
+}
+static void trn__mul_bw(trn_model *m, trn_tape_entry *e) {
+    trn_tensor *a = e->in[0], *b = e->in[1];
+    m->backend->mul_backward(trn_grad(m, a), trn_grad(m, b), trn_grad(m, e->out), a->data, b->data,
+                             a->size / b->size, b->size);
+}
+static const trn_op trn__mul_op = TRN__OP2("mul", trn__mul_fw, trn__mul_bw);
+TRNDEF trn_tensor *trn_mul(trn_model *m, trn_tensor *a, trn_tensor *b) {
+    trn_tensor *out;
+    int k, ok;
+    trn__not_null("trn_mul", a, b);
+    ok = b->ndim <= a->ndim;   /* b's shape must be a's last b->ndim dims */
+    for (k = 0; ok && k < b->ndim; k++) ok = b->shape[k] == a->shape[a->ndim - b->ndim + k];
+    trn__need(ok, "trn_mul", a, b, "b must have a's shape or its last dims (one row, broadcast over rows)");
+    out = trn_tensor_new(m, "mul", a->ndim, a->shape);
+    trn_op_apply(m, &trn__mul_op, out, a, b, NULL, NULL);
+    return out;
+}
+
+static void trn__silu_fw(trn_model *m, trn_tape_entry *e) {   /* saves nothing: reads x */
+    m->backend->silu_forward(e->out->data, e->in[0]->data, e->out->size);
+}
+static void trn__silu_bw(trn_model *m, trn_tape_entry *e) {
+    m->backend->silu_backward(trn_grad(m, e->in[0]), e->in[0]->data, trn_grad(m, e->out), e->out->size);
+}
+static void trn__sigmoid_fw(trn_model *m, trn_tape_entry *e) {   /* backward reads the output */
+    m->backend->sigmoid_forward(e->out->data, e->in[0]->data, e->out->size);
+}
+static void trn__sigmoid_bw(trn_model *m, trn_tape_entry *e) {
+    m->backend->sigmoid_backward(trn_grad(m, e->in[0]), e->out->data, trn_grad(m, e->out), e->out->size);
+}
+static void trn__tanh_fw(trn_model *m, trn_tape_entry *e) {   /* backward reads the output */
+    m->backend->tanh_forward(e->out->data, e->in[0]->data, e->out->size);
+}
+static void trn__tanh_bw(trn_model *m, trn_tape_entry *e) {
+    m->backend->tanh_backward(trn_grad(m, e->in[0]), e->out->data, trn_grad(m, e->out), e->out->size);
+}
+static const trn_op trn__silu_op = TRN__OP2("silu", trn__silu_fw, trn__silu_bw);
+static const trn_op trn__sigmoid_op = TRN__OP2("sigmoid", trn__sigmoid_fw, trn__sigmoid_bw);
+static const trn_op trn__tanh_op = TRN__OP2("tanh", trn__tanh_fw, trn__tanh_bw);
+
+static trn_tensor *trn__unary(trn_model *m, const trn_op *op, trn_tensor *x) {
+    trn_tensor *out;
+    if (!m || !x) trn_fatal("trn_%s: model or input is NULL", op->name);
+    out = trn_tensor_new(m, op->name, x->ndim, x->shape);
+    trn_op_apply(m, op, out, x, NULL, NULL, NULL);
+    return out;
+}
+TRNDEF trn_tensor *trn_silu(trn_model *m, trn_tensor *x) { return trn__unary(m, &trn__silu_op, x); }
+TRNDEF trn_tensor *trn_sigmoid(trn_model *m, trn_tensor *x) { return trn__unary(m, &trn__sigmoid_op, x); }
+TRNDEF trn_tensor *trn_tanh(trn_model *m, trn_tensor *x) { return trn__unary(m, &trn__tanh_op, x); }
+
+static void trn__softmax_fw(trn_model *m, trn_tape_entry *e) {   /* backward reads the output */
+    int C = TRN__LAST(e->out);
+    m->backend->softmax_forward(e->out->data, e->in[0]->data, (int)(e->out->size / (size_t)C), C);
+}
+static void trn__softmax_bw(trn_model *m, trn_tape_entry *e) {
+    int C = TRN__LAST(e->out);
+    m->backend->softmax_backward(trn_grad(m, e->in[0]), e->out->data, trn_grad(m, e->out),
+                                 (int)(e->out->size / (size_t)C), C);
+}
+static const trn_op trn__softmax_op = TRN__OP2("softmax", trn__softmax_fw, trn__softmax_bw);
+TRNDEF trn_tensor *trn_softmax(trn_model *m, trn_tensor *x) { return trn__unary(m, &trn__softmax_op, x); }
+
+/* saved[0]: rstd (N floats) */
+static void trn__rmsnorm_fw(trn_model *m, trn_tape_entry *e) {
+    trn_tensor *x = e->in[0];
+    int C = TRN__LAST(x), N = (int)(x->size / (size_t)C);
+    e->saved[0] = trn_arena_alloc(m, sizeof(float) * (size_t)N);
+    m->backend->rmsnorm_forward(e->out->data, (float *)e->saved[0], x->data, e->in[1]->data, N, C, e->farg[0]);
+}
+static void trn__rmsnorm_bw(trn_model *m, trn_tape_entry *e) {
+    trn_tensor *x = e->in[0], *w = e->in[1];
+    int C = TRN__LAST(x), N = (int)(x->size / (size_t)C);
+    m->backend->rmsnorm_backward(trn_grad(m, x), trn_grad(m, w), trn_grad(m, e->out), x->data, w->data,
+                                 (const float *)e->saved[0], N, C);
+}
+static const trn_op trn__rmsnorm_op = TRN__OP2("rmsnorm", trn__rmsnorm_fw, trn__rmsnorm_bw);
+TRNDEF trn_tensor *trn_rmsnorm(trn_model *m, trn_tensor *x, trn_tensor *w, float eps) {
+    trn_tensor *out;
+    trn_op_args args;
+    trn__not_null("trn_rmsnorm", x, w);
+    trn__need(w->ndim == 1 && w->shape[0] == TRN__LAST(x), "trn_rmsnorm", x, w, "w must be (C), C = x's last dim");
+    if (!(eps > 0.0f)) trn_fatal("trn_rmsnorm: eps must be > 0, got %g", (double)eps);
+    memset(&args, 0, sizeof args);
+    args.f[0] = eps;
+    out = trn_tensor_new(m, "rmsnorm", x->ndim, x->shape);
+    trn_op_apply(m, &trn__rmsnorm_op, out, x, w, NULL, &args);
+    return out;
+}
+
+/* iarg: H heads per row, R rotated, hs, pos0; farg[0]: theta. Saves nothing. */
+static void trn__rope_fw(trn_model *m, trn_tape_entry *e) {
+    trn_tensor *x = e->in[0];
+    m->backend->rope_forward(e->out->data, x->data, x->shape[0], x->shape[1], e->iarg[0], e->iarg[1], e->iarg[2],
+                             e->iarg[3], e->farg[0]);
+}
+static void trn__rope_bw(trn_model *m, trn_tape_entry *e) {
+    trn_tensor *x = e->in[0];
+    m->backend->rope_backward(trn_grad(m, x), trn_grad(m, e->out), x->shape[0], x->shape[1], e->iarg[0], e->iarg[1],
+                              e->iarg[2], e->iarg[3], e->farg[0]);
+}
+static const trn_op trn__rope_op = TRN__OP2("rope", trn__rope_fw, trn__rope_bw);
+TRNDEF trn_tensor *trn_rope(trn_model *m, trn_tensor *qkv, int n_head, int n_kv_head, float theta, int pos0) {
+    trn_tensor *out;
+    trn_op_args args;
+    int heads = n_head + 2 * n_kv_head;
+    trn__not_null("trn_rope", m, qkv);
+    if (qkv->ndim != 3 || n_head <= 0 || n_kv_head <= 0 || n_head % n_kv_head || qkv->shape[2] % heads ||
+        (qkv->shape[2] / heads) % 2) {
+        char s[64];
+        trn_fatal("trn_rope: qkv must be (B,T,(n_head+2*n_kv_head)*hs) with hs even and n_head a multiple of "
+                  "n_kv_head; got %s with n_head=%d, n_kv_head=%d", trn_shape_str(qkv, s, 64), n_head, n_kv_head);
+    }
+    if (!(theta > 1.0f) || pos0 < 0) trn_fatal("trn_rope: theta must be > 1 (got %g), pos0 >= 0 (got %d)", (double)theta, pos0);
+    memset(&args, 0, sizeof args);
+    args.i[0] = heads; args.i[1] = n_head + n_kv_head; args.i[2] = qkv->shape[2] / heads; args.i[3] = pos0;
+    args.f[0] = theta;
+    out = trn_tensor_new(m, "rope", 3, qkv->shape);
+    trn_op_apply(m, &trn__rope_op, out, qkv, NULL, NULL, &args);
     return out;
 }
 

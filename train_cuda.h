@@ -550,6 +550,135 @@ static __global__ void trn__k_sumsq(double *part, const float *x, size_t n) {
     }
 }
 
+/* --- >>ops2: mul, silu, sigmoid, tanh, softmax, rmsnorm, rope ---------------- */
+/* out[i] = a[i] * b[i % C]  (b: one row broadcast over rows, or a's shape) */
+static __global__ void trn__k_mul_fwd(float *out, const float *a, const float *b, size_t n, size_t C) {
+    TRN__GRID_STRIDE(i, n) out[i] = a[i] * b[i % C];
+}
+static __global__ void trn__k_mul_bwd_da(float *da, const float *dout, const float *b, size_t n, size_t C) {
+    TRN__GRID_STRIDE(i, n) da[i] += dout[i] * b[i % C];
+}
+/* db = column sums of dout * a: as trn__k_colsum_part, on the product */
+static __global__ void trn__k_mul_bwd_part(float *part, const float *dout, const float *a, int N, int C, int rows) {
+    __shared__ float acc[8][33];
+    int c = blockIdx.x * 32 + threadIdx.x, r0 = blockIdx.y * rows, r1 = min(N, r0 + rows);
+    float s = 0.0f;
+    if (c < C)
+        for (int r = r0 + (int)threadIdx.y; r < r1; r += 8) s += dout[(size_t)r * C + c] * a[(size_t)r * C + c];
+    acc[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        for (int k = 1; k < 8; k++) s += acc[k][threadIdx.x];
+        part[(size_t)blockIdx.y * C + c] = s;
+    }
+}
+static __global__ void trn__k_mul_bwd_same(float *db, const float *dout, const float *a, size_t n) {
+    TRN__GRID_STRIDE(i, n) db[i] += dout[i] * a[i];
+}
+static __device__ __forceinline__ float trn__sigmoid_d(float x) { return 1.0f / (1.0f + expf(-x)); }
+static __global__ void trn__k_silu_fwd(float *out, const float *inp, size_t n) {
+    TRN__GRID_STRIDE(i, n) out[i] = inp[i] * trn__sigmoid_d(inp[i]);
+}
+static __global__ void trn__k_silu_bwd(float *dinp, const float *inp, const float *dout, size_t n) {
+    TRN__GRID_STRIDE(i, n) {
+        float x = inp[i], s = trn__sigmoid_d(x);
+        dinp[i] += dout[i] * (s + x * s * (1.0f - s));
+    }
+}
+static __global__ void trn__k_sigmoid_fwd(float *out, const float *inp, size_t n) {
+    TRN__GRID_STRIDE(i, n) out[i] = trn__sigmoid_d(inp[i]);
+}
+static __global__ void trn__k_sigmoid_bwd(float *dinp, const float *out, const float *dout, size_t n) {
+    TRN__GRID_STRIDE(i, n) dinp[i] += dout[i] * out[i] * (1.0f - out[i]);
+}
+static __global__ void trn__k_tanh_fwd(float *out, const float *inp, size_t n) {
+    TRN__GRID_STRIDE(i, n) out[i] = tanhf(inp[i]);
+}
+static __global__ void trn__k_tanh_bwd(float *dinp, const float *out, const float *dout, size_t n) {
+    TRN__GRID_STRIDE(i, n) dinp[i] += dout[i] * (1.0f - out[i] * out[i]);
+}
+/* softmax over rows of C: one warp per row (8 rows per block) */
+static __global__ void trn__k_softmax_rows_fwd(float *out, const float *inp, int N, int C) {
+    int lane = threadIdx.x % 32, row = blockIdx.x * 8 + threadIdx.x / 32;
+    if (row >= N) return;
+    const float *x = inp + (size_t)row * C;
+    float *y = out + (size_t)row * C;
+    float mx = -INFINITY, sum = 0.0f;
+    for (int i = lane; i < C; i += 32) mx = fmaxf(mx, x[i]);
+    mx = trn__warp_max(mx);
+    for (int i = lane; i < C; i += 32) sum += expf(x[i] - mx);
+    float inv = 1.0f / trn__warp_sum(sum);
+    for (int i = lane; i < C; i += 32) y[i] = expf(x[i] - mx) * inv;
+}
+static __global__ void trn__k_softmax_rows_bwd(float *dinp, const float *out, const float *dout, int N, int C) {
+    int lane = threadIdx.x % 32, row = blockIdx.x * 8 + threadIdx.x / 32;
+    if (row >= N) return;
+    const float *y = out + (size_t)row * C, *g = dout + (size_t)row * C;
+    float *dx = dinp + (size_t)row * C, dot = 0.0f;
+    for (int i = lane; i < C; i += 32) dot += g[i] * y[i];
+    dot = trn__warp_sum(dot);
+    for (int i = lane; i < C; i += 32) dx[i] += y[i] * (g[i] - dot);
+}
+/* RMSNorm: one warp per row; dw as trn__k_colsum_part on dout * x * rstd */
+static __global__ void trn__k_rms_fwd(float *out, float *rstd, const float *inp, const float *w, int N, int C,
+                                      float eps) {
+    int lane = threadIdx.x % 32, row = blockIdx.x * 8 + threadIdx.x / 32;
+    if (row >= N) return;
+    const float *x = inp + (size_t)row * C;
+    float *y = out + (size_t)row * C;
+    float ss = 0.0f;
+    for (int i = lane; i < C; i += 32) ss += x[i] * x[i];
+    float r = rsqrtf(trn__warp_sum(ss) / C + eps);
+    for (int i = lane; i < C; i += 32) y[i] = (x[i] * r) * w[i];
+    if (lane == 0) rstd[row] = r;
+}
+static __global__ void trn__k_rms_bwd_dx(float *dinp, const float *dout, const float *inp, const float *w,
+                                         const float *rstd, int N, int C) {
+    int lane = threadIdx.x % 32, row = blockIdx.x * 8 + threadIdx.x / 32;
+    if (row >= N) return;
+    const float *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
+    float *dx = dinp + (size_t)row * C, r = rstd[row], mgx = 0.0f;
+    for (int i = lane; i < C; i += 32) mgx += dy[i] * w[i] * x[i];
+    mgx = trn__warp_sum(mgx) / C * r * r * r;
+    for (int i = lane; i < C; i += 32) dx[i] += r * dy[i] * w[i] - x[i] * mgx;
+}
+static __global__ void trn__k_rms_bwd_part(float *part, const float *dout, const float *inp, const float *rstd,
+                                           int N, int C, int rows) {
+    __shared__ float acc[8][33];
+    int c = blockIdx.x * 32 + threadIdx.x, r0 = blockIdx.y * rows, r1 = min(N, r0 + rows);
+    float s = 0.0f;
+    if (c < C)
+        for (int r = r0 + (int)threadIdx.y; r < r1; r += 8) s += dout[(size_t)r * C + c] * (inp[(size_t)r * C + c] * rstd[r]);
+    acc[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        for (int k = 1; k < 8; k++) s += acc[k][threadIdx.x];
+        part[(size_t)blockIdx.y * C + c] = s;
+    }
+}
+/* RoPE, rotate-half: one thread per output channel. Channel d of a rotated
+   head pairs with d +- hs/2; sign = -1 turns backward (the transpose).
+   Angles in double, as on the CPU. */
+static __global__ void trn__k_rope(float *y, const float *x, int B, int T, int H, int R, int hs, int pos0,
+                                   float theta, float sign, int accumulate) {
+    size_t n = (size_t)B * T * H * hs;
+    int half = hs / 2;
+    TRN__GRID_STRIDE(k, n) {
+        int d = (int)(k % (size_t)hs), h = (int)((k / (size_t)hs) % (size_t)H);
+        int t = (int)((k / ((size_t)hs * H)) % (size_t)T);
+        float v;
+        if (h >= R) v = x[k];
+        else {
+            int i = d < half ? d : d - half;
+            double a = (double)(pos0 + t) * pow((double)theta, -2.0 * i / hs);
+            float c = (float)cos(a), s = sign * (float)sin(a);
+            v = d < half ? x[k] * c - x[k + half] * s : x[k] * c + x[k - half] * s;
+        }
+        if (accumulate) y[k] += v;
+        else y[k] = v;
+    }
+}
+
 /* ========================================================================
    >>cuda-ops: the backend table's functions (host side)
    cuBLAS is column-major. A row-major (R,K) matrix with row stride ld is,
@@ -771,6 +900,77 @@ static void trn__cuda_crossentropy_backward(float *dlogits, const float *logits,
                     dloss, V, Vp);
 }
 
+/* >>ops2 */
+static void trn__cuda_mul_forward(float *out, const float *a, const float *b, size_t N, size_t C) {
+    TRN__CUDA_ELEMENTWISE(trn__k_mul_fwd, N * C, out, a, b, N * C, C);
+}
+static void trn__cuda_mul_backward(float *da, float *db, const float *dout, const float *a, const float *b, size_t N,
+                                   size_t C) {
+    if (da) TRN__CUDA_ELEMENTWISE(trn__k_mul_bwd_da, N * C, da, dout, b, N * C, C);
+    if (!db || N * C == 0) return;
+    if (N == 1) { TRN__CUDA_ELEMENTWISE(trn__k_mul_bwd_same, C, db, dout, a, C); return; }
+    int nchunk = (int)((N + 63) / 64), rows;
+    if (nchunk > 64) nchunk = 64;
+    rows = (int)((N + (size_t)nchunk - 1) / (size_t)nchunk);
+    float *part = trn__cuda_tmp((size_t)nchunk * C);
+    TRN_CUDA_LAUNCH(trn__k_mul_bwd_part, dim3((unsigned)(C + 31) / 32, (unsigned)nchunk), dim3(32, 8), 0,
+                    trn__cu.stream, part, dout, a, (int)N, (int)C, rows);
+    TRN_CUDA_LAUNCH(trn__k_colsum_final, dim3((unsigned)(C + 255) / 256), dim3(256), 0, trn__cu.stream, db,
+                    (const float *)part, nchunk, (int)C);
+}
+static void trn__cuda_silu_forward(float *out, const float *inp, size_t n) { TRN__CUDA_ELEMENTWISE(trn__k_silu_fwd, n, out, inp, n); }
+static void trn__cuda_silu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+    if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_silu_bwd, n, dinp, inp, dout, n);
+}
+static void trn__cuda_sigmoid_forward(float *out, const float *inp, size_t n) { TRN__CUDA_ELEMENTWISE(trn__k_sigmoid_fwd, n, out, inp, n); }
+static void trn__cuda_sigmoid_backward(float *dinp, const float *out, const float *dout, size_t n) {
+    if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_sigmoid_bwd, n, dinp, out, dout, n);
+}
+static void trn__cuda_tanh_forward(float *out, const float *inp, size_t n) { TRN__CUDA_ELEMENTWISE(trn__k_tanh_fwd, n, out, inp, n); }
+static void trn__cuda_tanh_backward(float *dinp, const float *out, const float *dout, size_t n) {
+    if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_tanh_bwd, n, dinp, out, dout, n);
+}
+static void trn__cuda_softmax_forward(float *out, const float *inp, int N, int C) {
+    if (N <= 0) return;
+    TRN_CUDA_LAUNCH(trn__k_softmax_rows_fwd, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, out, inp, N, C);
+}
+static void trn__cuda_softmax_backward(float *dinp, const float *out, const float *dout, int N, int C) {
+    if (!dinp || N <= 0) return;
+    TRN_CUDA_LAUNCH(trn__k_softmax_rows_bwd, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, dinp, out,
+                    dout, N, C);
+}
+static void trn__cuda_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C,
+                                      float eps) {
+    if (N <= 0) return;
+    TRN_CUDA_LAUNCH(trn__k_rms_fwd, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, out, rstd, inp, w, N, C,
+                    eps);
+}
+static void trn__cuda_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                                       const float *rstd, int N, int C) {
+    if (N <= 0) return;
+    if (dinp)
+        TRN_CUDA_LAUNCH(trn__k_rms_bwd_dx, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, dinp, dout, inp,
+                        w, rstd, N, C);
+    if (dw) {
+        int nchunk = (N + 63) / 64, rows;
+        if (nchunk > 64) nchunk = 64;
+        rows = (N + nchunk - 1) / nchunk;
+        float *part = trn__cuda_tmp((size_t)nchunk * C);
+        TRN_CUDA_LAUNCH(trn__k_rms_bwd_part, dim3((unsigned)(C + 31) / 32, (unsigned)nchunk), dim3(32, 8), 0,
+                        trn__cu.stream, part, dout, inp, rstd, N, C, rows);
+        TRN_CUDA_LAUNCH(trn__k_colsum_final, dim3((unsigned)(C + 255) / 256), dim3(256), 0, trn__cu.stream, dw,
+                        (const float *)part, nchunk, C);
+    }
+}
+static void trn__cuda_rope_forward(float *out, const float *inp, int B, int T, int H, int R, int hs, int pos0,
+                                   float theta) {
+    TRN__CUDA_ELEMENTWISE(trn__k_rope, (size_t)B * T * H * hs, out, inp, B, T, H, R, hs, pos0, theta, 1.0f, 0);
+}
+static void trn__cuda_rope_backward(float *dinp, const float *dout, int B, int T, int H, int R, int hs, int pos0,
+                                    float theta) {
+    if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_rope, (size_t)B * T * H * hs, dinp, dout, B, T, H, R, hs, pos0, theta, -1.0f, 1);
+}
+
 /* ========================================================================
    >>cuda-init
    ======================================================================== */
@@ -914,6 +1114,20 @@ TRNDEF const trn_backend *trn_cuda_backend(void) {
         t->adamw_update = trn__cuda_adamw_update;
         t->sum_squares = trn__cuda_sum_squares;
         t->scale = trn__cuda_scale;
+        t->mul_forward = trn__cuda_mul_forward;
+        t->mul_backward = trn__cuda_mul_backward;
+        t->silu_forward = trn__cuda_silu_forward;
+        t->silu_backward = trn__cuda_silu_backward;
+        t->sigmoid_forward = trn__cuda_sigmoid_forward;
+        t->sigmoid_backward = trn__cuda_sigmoid_backward;
+        t->tanh_forward = trn__cuda_tanh_forward;
+        t->tanh_backward = trn__cuda_tanh_backward;
+        t->softmax_forward = trn__cuda_softmax_forward;
+        t->softmax_backward = trn__cuda_softmax_backward;
+        t->rmsnorm_forward = trn__cuda_rmsnorm_forward;
+        t->rmsnorm_backward = trn__cuda_rmsnorm_backward;
+        t->rope_forward = trn__cuda_rope_forward;
+        t->rope_backward = trn__cuda_rope_backward;
         t->name = "cuda";
     }
     return t;

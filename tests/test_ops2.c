@@ -125,7 +125,118 @@ static void test_op_api(void) {
     trn_model_free(&M);
 }
 
+/* --- the ops of modern decoders -------------------------------------------- */
+static trn_tensor *g_mul(trn_model *m, void *u) { return trn_mul(m, P[0], P[1]); }
+static trn_tensor *g_silu(trn_model *m, void *u) { return trn_silu(m, P[0]); }
+static trn_tensor *g_sigmoid(trn_model *m, void *u) { return trn_sigmoid(m, P[0]); }
+static trn_tensor *g_tanh(trn_model *m, void *u) { return trn_tanh(m, P[0]); }
+static trn_tensor *g_softmax(trn_model *m, void *u) { return trn_softmax(m, P[0]); }
+static trn_tensor *g_rmsnorm(trn_model *m, void *u) { return trn_rmsnorm(m, P[0], P[1], 1e-5f); }
+static trn_tensor *g_rope(trn_model *m, void *u) { return trn_rope(m, P[0], 2, 1, 10000.0f, 0); }
+static trn_tensor *g_rope_pos(trn_model *m, void *u) { return trn_rope(m, P[0], 4, 2, 500.0f, 37); }
+/* Llama's MLP: W2 (silu(x W1) * (x W3)), through to a loss */
+static trn_tensor *g_swiglu(trn_model *m, void *u) {
+    static int T[6] = {1, 0, 3, 2, 2, 1};
+    trn_tensor *h = trn_mul(m, trn_silu(m, trn_linear(m, P[0], P[1], NULL)), trn_linear(m, P[0], P[3], NULL));
+    return trn_cross_entropy(m, trn_linear(m, trn_rmsnorm(m, h, P[2], 1e-6f), P[1], NULL), T, 4);
+}
+
+static void test_ops(void) {
+    trn_tensor *y;
+    size_t i;
+    { /* mul, same shape */
+        static const int s[][4] = {{3, 4}, {3, 4}}, n[] = {2, 2};
+        model_new(2, s, n, -2.0f, 2.0f);
+        trn_reset(&M);
+        y = trn_mul(&M, P[0], P[1]);
+        CHECK(y->data[7] == P[0]->data[7] * P[1]->data[7], "mul forward\n");
+        grad_ok("mul (same shape)", g_mul, 1e-2f, 1e-3f, 2e-2f);
+        trn_model_free(&M);
+    }
+    { /* mul, one row broadcast over (2,3) rows */
+        static const int s[][4] = {{2, 3, 4}, {4}}, n[] = {3, 1};
+        model_new(2, s, n, -2.0f, 2.0f);
+        trn_reset(&M);
+        y = trn_mul(&M, P[0], P[1]);
+        CHECK(y->data[4 * 5 + 2] == P[0]->data[4 * 5 + 2] * P[1]->data[2], "mul broadcast forward\n");
+        grad_ok("mul (broadcast rows)", g_mul, 1e-2f, 1e-3f, 2e-2f);
+        trn_model_free(&M);
+    }
+    { /* elementwise nonlinearities */
+        static const int s[][4] = {{3, 5}}, n[] = {2};
+        model_new(1, s, n, -4.0f, 4.0f);
+        trn_reset(&M);
+        y = trn_silu(&M, P[0]);
+        CHECK_NEAR(y->data[3], P[0]->data[3] / (1.0 + exp(-P[0]->data[3])), 1e-6, 1e-5, "silu forward");
+        y = trn_sigmoid(&M, P[0]);
+        CHECK_NEAR(y->data[8], 1.0 / (1.0 + exp(-P[0]->data[8])), 1e-7, 1e-5, "sigmoid forward");
+        y = trn_tanh(&M, P[0]);
+        CHECK_NEAR(y->data[11], tanh(P[0]->data[11]), 1e-7, 1e-5, "tanh forward");
+        grad_ok("silu", g_silu, 1e-2f, 1e-3f, 2e-2f);
+        grad_ok("sigmoid", g_sigmoid, 1e-2f, 1e-3f, 2e-2f);
+        grad_ok("tanh", g_tanh, 1e-2f, 1e-3f, 2e-2f);
+        trn_model_free(&M);
+    }
+    { /* softmax over the last dim */
+        static const int s[][4] = {{2, 2, 7}}, n[] = {3};
+        double sum = 0.0, ref;
+        model_new(1, s, n, -3.0f, 3.0f);
+        trn_reset(&M);
+        y = trn_softmax(&M, P[0]);
+        for (i = 7; i < 14; i++) sum += y->data[i];
+        CHECK_NEAR(sum, 1.0, 1e-6, 0, "softmax row sums to 1");
+        for (ref = 0.0, i = 7; i < 14; i++) ref += exp(P[0]->data[i] - P[0]->data[9]);
+        CHECK_NEAR(y->data[9], 1.0 / ref, 1e-7, 1e-5, "softmax forward");
+        grad_ok("softmax", g_softmax, 1e-2f, 1e-3f, 2e-2f);
+        trn_model_free(&M);
+    }
+    { /* RMSNorm */
+        static const int s[][4] = {{3, 8}, {8}}, n[] = {2, 1};
+        double ss = 0.0;
+        model_new(2, s, n, -2.0f, 2.0f);
+        trn_reset(&M);
+        y = trn_rmsnorm(&M, P[0], P[1], 1e-5f);
+        for (i = 8; i < 16; i++) ss += (double)P[0]->data[i] * P[0]->data[i];
+        CHECK_NEAR(y->data[11], P[0]->data[11] * P[1]->data[3] / sqrt(ss / 8 + 1e-5), 1e-6, 1e-5, "rmsnorm forward");
+        grad_ok("rmsnorm", g_rmsnorm, 1e-2f, 1e-3f, 2e-2f);
+        trn_model_free(&M);
+    }
+    { /* RoPE on packed qkv: (B,T,(NH+2NKV)*hs) = (2,5,(2+2)*4) */
+        static const int s[][4] = {{2, 5, 16}}, n[] = {3};
+        int t = 3, h, d;
+        double worst = 0.0;
+        model_new(1, s, n, -2.0f, 2.0f);
+        trn_reset(&M);
+        y = trn_rope(&M, P[0], 2, 1, 10000.0f, 0);
+        /* row (b=1,t=3): heads 0,1 (q) and 2 (k) rotated by angle t*f_i, head 3 (v) as is */
+        for (h = 0; h < 4; h++)
+            for (d = 0; d < 4; d++) {
+                size_t base = (size_t)(1 * 5 + t) * 16 + (size_t)h * 4;
+                int i2 = d % 2;
+                double a = t * pow(10000.0, -2.0 * i2 / 4), x1 = P[0]->data[base + i2], x2 = P[0]->data[base + i2 + 2];
+                double want = h == 3 ? P[0]->data[base + d] : d < 2 ? x1 * cos(a) - x2 * sin(a) : x2 * cos(a) + x1 * sin(a);
+                if (fabs(want - y->data[base + d]) > worst) worst = fabs(want - y->data[base + d]);
+            }
+        CHECK(worst < 1e-6, "rope forward vs the rotate-half formula: off by %g\n", worst);
+        grad_ok("rope (2 q, 1 kv head)", g_rope, 1e-2f, 1e-3f, 2e-2f);
+        trn_model_free(&M);
+    }
+    { /* RoPE, grouped heads and an offset position (as a KV cache uses it) */
+        static const int s[][4] = {{1, 3, 64}}, n[] = {3};
+        model_new(1, s, n, -2.0f, 2.0f);
+        grad_ok("rope (4 q, 2 kv, pos0=37)", g_rope_pos, 1e-2f, 1e-3f, 2e-2f);
+        trn_model_free(&M);
+    }
+    { /* the ops composed: a SwiGLU MLP + RMSNorm + cross-entropy */
+        static const int s[][4] = {{6, 4}, {4, 4}, {4}, {4, 4}}, n[] = {2, 2, 1, 2};
+        model_new(4, s, n, -1.0f, 1.0f);
+        grad_ok("swiglu + rmsnorm + xent", g_swiglu, 1e-2f, 1e-3f, 3e-2f);
+        trn_model_free(&M);
+    }
+}
+
 int main(void) {
     test_op_api();
+    test_ops();
     return check_summary();
 }
