@@ -220,10 +220,10 @@ typedef struct trn_backend {
     void (*add_forward)(float *out, const float *a, const float *b, size_t n);
     void (*accumulate)(float *dst, const float *src, size_t n); /* dst += src */
     void (*attention_forward)(float *out, float *att, const float *qkv,
-                              int B, int T, int C, int NH, int causal);
+                              int B, int T, int NH, int NKV, int hs, int causal);
     void (*attention_backward)(float *dqkv, float *scratch, const float *dout,
                                const float *qkv, const float *att,
-                               int B, int T, int C, int NH, int causal);
+                               int B, int T, int NH, int NKV, int hs, int causal);
     void (*crossentropy_forward)(float *losses, float *lse, const float *logits,
                                  const int *targets, int N, int V, int Vp);
     void (*crossentropy_backward)(float *dlogits, const float *logits, const float *lse,
@@ -256,6 +256,13 @@ typedef struct trn_backend {
     void (*rope_forward)(float *out, const float *inp, int B, int T, int H, int R, int hs, int pos0, float theta);
     void (*rope_backward)(float *dinp, const float *dout, int B, int T, int H, int R, int hs, int pos0,
                           float theta);
+    /* fused attention (flash-style): what trn_attention runs; the pair
+       above is the materialized reference */
+    void (*flash_attention_forward)(float *out, float *lse, const float *qkv,
+                                    int B, int T, int NH, int NKV, int hs, int causal);
+    void (*flash_attention_backward)(float *dqkv, const float *dout, const float *qkv,
+                                     const float *out, const float *lse,
+                                     int B, int T, int NH, int NKV, int hs, int causal);
 } trn_backend;
 
 TRNDEF const trn_backend *trn_cpu_backend(void);
@@ -297,11 +304,22 @@ TRNDEF void trn_relu_forward(float *out, const float *inp, size_t n);
 TRNDEF void trn_relu_backward(float *dinp, const float *out, const float *dout, size_t n);
 TRNDEF void trn_add_forward(float *out, const float *a, const float *b, size_t n);
 TRNDEF void trn_accumulate(float *dst, const float *src, size_t n);
+/* attention: qkv (B,T,(NH+2*NKV)*hs) packs NH query heads, then NKV key
+   heads, then NKV value heads (NKV = NH: multi-head; NKV < NH: grouped-query,
+   query head h reads kv head h/(NH/NKV)); out (B,T,NH*hs). The materialized
+   reference saves att (B,NH,T,T); backward needs scratch of the same size. */
 TRNDEF void trn_attention_forward(float *out, float *att, const float *qkv,
-                                  int B, int T, int C, int NH, int causal);
+                                  int B, int T, int NH, int NKV, int hs, int causal);
 TRNDEF void trn_attention_backward(float *dqkv, float *scratch, const float *dout,
                                    const float *qkv, const float *att,
-                                   int B, int T, int C, int NH, int causal);
+                                   int B, int T, int NH, int NKV, int hs, int causal);
+/* the fused (flash-style) version: saves only lse (B,NH,T), one log-sum-exp
+   per query row, and reads its own output in backward */
+TRNDEF void trn_flash_attention_forward(float *out, float *lse, const float *qkv,
+                                        int B, int T, int NH, int NKV, int hs, int causal);
+TRNDEF void trn_flash_attention_backward(float *dqkv, const float *dout, const float *qkv,
+                                         const float *out, const float *lse,
+                                         int B, int T, int NH, int NKV, int hs, int causal);
 TRNDEF void trn_crossentropy_forward(float *losses, float *lse, const float *logits,
                                      const int *targets, int N, int V, int Vp);
 TRNDEF void trn_crossentropy_backward(float *dlogits, const float *logits, const float *lse,
@@ -386,9 +404,6 @@ typedef struct trn_model {
     int grad_enabled;          /* 0: no tape (evaluation), like no_grad     */
     trn_tensor **tblocks;      /* host-side headers of this step's tensors  */
     int n_tblocks, t_used;
-    float *scratch;            /* backward's (B,NH,T,T) workspace, shared by
-                                  every attention layer of the step (arena) */
-    size_t scratch_floats;
     /* called by trn_backward after tape entry i (i = tape_len-1 down to 0)
        has run, with the tape still intact; NULL: none. train_nccl.h uses it
        to start all-reducing a gradient bucket as soon as it is complete. */
@@ -433,6 +448,10 @@ TRNDEF trn_tensor *trn_gelu(trn_model *m, trn_tensor *x);
 TRNDEF trn_tensor *trn_relu(trn_model *m, trn_tensor *x);
 TRNDEF trn_tensor *trn_add(trn_model *m, trn_tensor *a, trn_tensor *b);
 TRNDEF trn_tensor *trn_attention(trn_model *m, trn_tensor *qkv, int n_head, int causal);
+/* grouped-query attention: qkv (B,T,(n_head+2*n_kv_head)*hs), n_kv_head
+   divides n_head; trn_attention is this with n_kv_head = n_head */
+TRNDEF trn_tensor *trn_attention_gqa(trn_model *m, trn_tensor *qkv, int n_head, int n_kv_head,
+                                     int causal);
 TRNDEF trn_tensor *trn_cross_entropy(trn_model *m, trn_tensor *logits, const int *targets,
                                      int n_valid);
 TRNDEF trn_tensor *trn_mse(trn_model *m, trn_tensor *pred, const float *target);
@@ -1609,30 +1628,37 @@ TRNDEF void trn_accumulate(float *dst, const float *src, size_t n) {
 }
 
 /* --- multi-head self-attention (Vaswani et al. 2017) ---------------------
-   qkv (B,T,3C): for each position the C query channels, then C key, then
-   C value channels; head h owns channels [h*hs, (h+1)*hs), hs = C/NH.
-   out (B,T,C) with the heads side by side. att (B,NH,T,T) is saved for
-   backward: the softmax probabilities P (zero above the diagonal when
-   causal). Per (b,h), with Q,K,V (T,hs) strided views into qkv:
+   qkv (B,T,(NH+2*NKV)*hs): for each position NH query heads, then NKV key
+   heads, then NKV value heads, hs channels each. NKV = NH is multi-head
+   attention: qkv (B,T,3C) with C = NH*hs, as GPT-2's c_attn writes it.
+   NKV < NH is grouped-query attention (Ainslie et al. 2023): the NH/NKV
+   query heads of a group share one key/value head; query head h reads kv
+   head h/(NH/NKV). out (B,T,NH*hs) with the heads side by side.
+   Per (b,h), with Q (T,hs) of head h and K,V (T,hs) of its kv head, all
+   strided views into qkv:
      S = Q K^T / sqrt(hs);  P = softmax_rows(S, mask);  O = P V
+   This is the materialized REFERENCE. att (B,NH,T,T) is saved for
+   backward: the probabilities P (zero above the diagonal when causal).
    Backward (scratch (B,NH,T,T) holds dP, then dS):
      dP = dO V^T;  dV += P^T dO;  dS = P * (dP - rowsum(dP * P));
      dQ += dS K / sqrt(hs);  dK += dS^T Q / sqrt(hs)
-   Heads are independent, so threads split the (b,h) pairs; each GEMM is
-   then run single-threaded inside its thread.                            */
+   Forward threads split the (b,h) pairs. Backward splits (b, kv head): the
+   query heads of a group add into the same dK and dV, so they run one
+   after the other on one thread. Each GEMM is single-threaded inside. */
 TRNDEF void trn_attention_forward(float *out, float *att, const float *qkv,
-                                  int B, int T, int C, int NH, int causal) {
-    int bh, hs = C / NH, C3 = 3 * C;
+                                  int B, int T, int NH, int NKV, int hs, int causal) {
+    int bh, ld = (NH + 2 * NKV) * hs, C = NH * hs, group = NH / NKV;
     float scale = 1.0f / sqrtf((float)hs);
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static)
 #endif
     for (bh = 0; bh < B * NH; bh++) {
-        int b = bh / NH, h = bh % NH, t, s;
-        const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs;
-        const float *k = q + C, *v = q + 2 * C;
+        int b = bh / NH, h = bh % NH, g = h / group, t, s;
+        const float *x = qkv + (size_t)b * T * ld;
+        const float *q = x + (size_t)h * hs, *k = x + (size_t)(NH + g) * hs;
+        const float *v = x + (size_t)(NH + NKV + g) * hs;
         float *P = att + (size_t)bh * T * T;
-        trn_sgemm(0, 1, T, T, hs, scale, q, C3, k, C3, 0.0f, P, T);
+        trn_sgemm(0, 1, T, T, hs, scale, q, ld, k, ld, 0.0f, P, T);
         for (t = 0; t < T; t++) {
             float *row = P + (size_t)t * T, mx = -INFINITY, sum = 0.0f;
             int last = causal ? t : T - 1; /* causal: position t sees 0..t */
@@ -1642,36 +1668,181 @@ TRNDEF void trn_attention_forward(float *out, float *att, const float *qkv,
             for (s = 0; s <= last; s++) row[s] /= sum;
             for (s = last + 1; s < T; s++) row[s] = 0.0f;
         }
-        trn_sgemm(0, 0, T, hs, T, 1.0f, P, T, v, C3, 0.0f, out + (size_t)b * T * C + (size_t)h * hs, C);
+        trn_sgemm(0, 0, T, hs, T, 1.0f, P, T, v, ld, 0.0f, out + (size_t)b * T * C + (size_t)h * hs, C);
     }
 }
 
 TRNDEF void trn_attention_backward(float *dqkv, float *scratch, const float *dout,
                                    const float *qkv, const float *att,
-                                   int B, int T, int C, int NH, int causal) {
-    int bh, hs = C / NH, C3 = 3 * C;
+                                   int B, int T, int NH, int NKV, int hs, int causal) {
+    int bg, ld = (NH + 2 * NKV) * hs, C = NH * hs, group = NH / NKV;
     float scale = 1.0f / sqrtf((float)hs);
     (void)causal; /* masked entries have P = 0, hence dS = 0: no special case */
+    if (!dqkv) return;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static)
 #endif
-    for (bh = 0; bh < B * NH; bh++) {
-        int b = bh / NH, h = bh % NH, t, s;
-        size_t qoff = (size_t)b * T * C3 + (size_t)h * hs;
-        const float *q = qkv + qoff, *k = q + C, *v = q + 2 * C;
-        float *dq = dqkv + qoff, *dk = dq + C, *dv = dq + 2 * C;
-        const float *dO = dout + (size_t)b * T * C + (size_t)h * hs;
-        const float *P = att + (size_t)bh * T * T;
-        float *dS = scratch + (size_t)bh * T * T;
-        trn_sgemm(0, 1, T, T, hs, 1.0f, dO, C, v, C3, 0.0f, dS, T);   /* dP = dO V^T */
-        trn_sgemm(1, 0, T, hs, T, 1.0f, P, T, dO, C, 1.0f, dv, C3);   /* dV += P^T dO */
-        for (t = 0; t < T; t++) {
-            const float *p = P + (size_t)t * T;
-            float *d = dS + (size_t)t * T, dot = trn__row_dot(p, d, T);
-            for (s = 0; s < T; s++) d[s] = p[s] * (d[s] - dot);
+    for (bg = 0; bg < B * NKV; bg++) {
+        int b = bg / NKV, g = bg % NKV, h, t, s;
+        size_t x = (size_t)b * T * ld, koff = x + (size_t)(NH + g) * hs, voff = x + (size_t)(NH + NKV + g) * hs;
+        const float *k = qkv + koff, *v = qkv + voff;
+        float *dk = dqkv + koff, *dv = dqkv + voff;
+        for (h = g * group; h < (g + 1) * group; h++) {
+            const float *q = qkv + x + (size_t)h * hs;
+            float *dq = dqkv + x + (size_t)h * hs;
+            const float *dO = dout + (size_t)b * T * C + (size_t)h * hs;
+            const float *P = att + ((size_t)b * NH + h) * T * T;
+            float *dS = scratch + ((size_t)b * NH + h) * T * T;
+            trn_sgemm(0, 1, T, T, hs, 1.0f, dO, C, v, ld, 0.0f, dS, T);  /* dP = dO V^T */
+            trn_sgemm(1, 0, T, hs, T, 1.0f, P, T, dO, C, 1.0f, dv, ld);  /* dV += P^T dO */
+            for (t = 0; t < T; t++) {
+                const float *p = P + (size_t)t * T;
+                float *d = dS + (size_t)t * T, dot = trn__row_dot(p, d, T);
+                for (s = 0; s < T; s++) d[s] = p[s] * (d[s] - dot);
+            }
+            trn_sgemm(0, 0, T, hs, T, scale, dS, T, k, ld, 1.0f, dq, ld); /* dQ += dS K */
+            trn_sgemm(1, 0, T, hs, T, scale, dS, T, q, ld, 1.0f, dk, ld); /* dK += dS^T Q */
         }
-        trn_sgemm(0, 0, T, hs, T, scale, dS, T, k, C3, 1.0f, dq, C3); /* dQ += dS K */
-        trn_sgemm(1, 0, T, hs, T, scale, dS, T, q, C3, 1.0f, dk, C3); /* dK += dS^T Q */
+    }
+}
+
+/* --- fused attention (flash-style: Dao et al. 2022, "FlashAttention") ------
+   The same function as the reference above, same qkv/out layout, without
+   any (T,T) matrix. Queries are cut into blocks of BQ rows, keys into
+   blocks of BK; a thread holds one (BQ,BK) tile of scores at a time.
+   Forward, for each (b,h) and query block, key block j after key block j:
+     S = Q K_j^T / sqrt(hs), then the "online softmax" (Milakov and
+   Gimelshein 2018): each row keeps its running max m and its running sum
+   l of e^(s - m). When block j raises the max to m', what was summed so
+   far (l, and the output row O) is rescaled by e^(m - m'):
+     m' = max(m, rowmax(S));  P = e^(S - m');
+     l = l e^(m - m') + rowsum(P);  O = O e^(m - m') + P V_j
+   At the end O /= l, and lse = m + log(l) (B,NH,T) is saved: with it
+   backward rebuilds any probability exactly normalized, P = e^(S - lse).
+   Backward, for each query block, D = rowsum(dO * O), which equals the
+   reference's rowsum(dP * P) (sum_j P_ij dO_i.V_j = dO_i.O_i), then per
+   key block:
+     P = e^(S - lse);  dV_j += P^T dO;  dP = dO V_j^T;  dS = P * (dP - D);
+     dQ += dS K_j / sqrt(hs);  dK_j += dS^T Q / sqrt(hs)
+   Memory: out and lse instead of (B,NH,T,T) probabilities and a (B,NH,T,T)
+   backward scratch. Work: with a causal mask the key blocks right of the
+   diagonal are skipped, about half the reference's FLOPs; the tiles stay in
+   L1/L2 where the reference streams (T,T) matrices through memory. Every
+   tile product is a trn_sgemm (single-threaded inside the parallel loop,
+   with its vectorized micro-kernel), so the code reads as the reference
+   on smaller matrices; the elementwise loops vectorize (trn__expf).
+   Threads: forward splits (b, h, query block); each task owns its rows of
+   out and lse. Backward splits (b, kv head), as the reference does: every
+   query block of every head in the group adds into each dK_j and dV_j.
+   Sums run in a fixed order: the bits do not depend on the thread count. */
+#define TRN__FA_BQ 64 /* query rows per block */
+#define TRN__FA_BK 64 /* keys per block       */
+
+/* how many keys of the block j0..j0+nk-1 query position i sees */
+static int trn__fa_visible(int causal, int i, int j0, int nk) {
+    int n = causal ? i - j0 + 1 : nk;
+    return n < 0 ? 0 : n > nk ? nk : n;
+}
+
+TRNDEF void trn_flash_attention_forward(float *out, float *lse, const float *qkv,
+                                        int B, int T, int NH, int NKV, int hs, int causal) {
+    int ld = (NH + 2 * NKV) * hs, C = NH * hs, group = NH / NKV;
+    int nqb = (T + TRN__FA_BQ - 1) / TRN__FA_BQ;
+    long task, ntask = (long)B * NH * nqb;
+    float scale = 1.0f / sqrtf((float)hs);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 1)
+#endif
+    for (task = 0; task < ntask; task++) {
+        float S[TRN__FA_BQ * TRN__FA_BK], m[TRN__FA_BQ], l[TRN__FA_BQ];
+        /* last query blocks first: with a mask they are the longest */
+        int qb = nqb - 1 - (int)(task % nqb), bh = (int)(task / nqb);
+        int b = bh / NH, h = bh % NH, g = h / group;
+        int i0 = qb * TRN__FA_BQ, nq = TRN__MIN(TRN__FA_BQ, T - i0);
+        int kend = causal ? i0 + nq : T, j0, r, c;
+        const float *x = qkv + (size_t)b * T * ld;
+        const float *q = x + (size_t)i0 * ld + (size_t)h * hs;
+        const float *k = x + (size_t)(NH + g) * hs, *v = x + (size_t)(NH + NKV + g) * hs;
+        float *o = out + ((size_t)b * T + i0) * C + (size_t)h * hs;
+        for (r = 0; r < nq; r++) {
+            m[r] = -INFINITY;
+            l[r] = 0.0f;
+            memset(o + (size_t)r * C, 0, sizeof(float) * (size_t)hs);
+        }
+        for (j0 = 0; j0 < kend; j0 += TRN__FA_BK) {
+            int nk = TRN__MIN(TRN__FA_BK, kend - j0);
+            trn_sgemm(0, 1, nq, nk, hs, scale, q, ld, k + (size_t)j0 * ld, ld, 0.0f, S, TRN__FA_BK);
+            for (r = 0; r < nq; r++) {
+                float *s = S + r * TRN__FA_BK, *orow = o + (size_t)r * C, mx, corr;
+                int n = trn__fa_visible(causal, i0 + r, j0, nk);
+                /* every row sees key 0, so m is finite after the first block */
+                mx = n > 0 ? trn__row_max(s, n) : -INFINITY;
+                if (mx < m[r]) mx = m[r];
+                corr = trn__expf(m[r] - mx); /* e^-inf = 0 on the first block */
+                for (c = 0; c < n; c++) s[c] = trn__expf(s[c] - mx);
+                for (; c < nk; c++) s[c] = 0.0f;
+                l[r] = l[r] * corr + trn__row_sum(s, n);
+                m[r] = mx;
+                if (corr != 1.0f)
+                    for (c = 0; c < hs; c++) orow[c] *= corr;
+            }
+            trn_sgemm(0, 0, nq, hs, nk, 1.0f, S, TRN__FA_BK, v + (size_t)j0 * ld, ld, 1.0f, o, C);
+        }
+        for (r = 0; r < nq; r++) {
+            float inv = 1.0f / l[r], *orow = o + (size_t)r * C;
+            for (c = 0; c < hs; c++) orow[c] *= inv;
+            lse[(size_t)bh * T + i0 + r] = m[r] + logf(l[r]);
+        }
+    }
+}
+
+TRNDEF void trn_flash_attention_backward(float *dqkv, const float *dout, const float *qkv,
+                                         const float *out, const float *lse,
+                                         int B, int T, int NH, int NKV, int hs, int causal) {
+    int bg, ld = (NH + 2 * NKV) * hs, C = NH * hs, group = NH / NKV;
+    int nqb = (T + TRN__FA_BQ - 1) / TRN__FA_BQ;
+    float scale = 1.0f / sqrtf((float)hs);
+    if (!dqkv) return;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 1)
+#endif
+    for (bg = 0; bg < B * NKV; bg++) {
+        float P[TRN__FA_BQ * TRN__FA_BK], dS[TRN__FA_BQ * TRN__FA_BK], D[TRN__FA_BQ];
+        int b = bg / NKV, g = bg % NKV, h, qb;
+        size_t x = (size_t)b * T * ld, koff = x + (size_t)(NH + g) * hs, voff = x + (size_t)(NH + NKV + g) * hs;
+        const float *k = qkv + koff, *v = qkv + voff;
+        float *dk = dqkv + koff, *dv = dqkv + voff;
+        for (h = g * group; h < (g + 1) * group; h++)
+            for (qb = 0; qb < nqb; qb++) {
+                int i0 = qb * TRN__FA_BQ, nq = TRN__MIN(TRN__FA_BQ, T - i0);
+                int kend = causal ? i0 + nq : T, j0, r, c;
+                size_t qoff = x + (size_t)i0 * ld + (size_t)h * hs;
+                size_t ooff = ((size_t)b * T + i0) * C + (size_t)h * hs;
+                const float *q = qkv + qoff, *o = out + ooff, *dO = dout + ooff;
+                const float *L = lse + ((size_t)b * NH + h) * T + i0;
+                float *dq = dqkv + qoff;
+                for (r = 0; r < nq; r++) D[r] = trn__row_dot(dO + (size_t)r * C, o + (size_t)r * C, hs);
+                for (j0 = 0; j0 < kend; j0 += TRN__FA_BK) {
+                    int nk = TRN__MIN(TRN__FA_BK, kend - j0);
+                    const float *kj = k + (size_t)j0 * ld, *vj = v + (size_t)j0 * ld;
+                    trn_sgemm(0, 1, nq, nk, hs, scale, q, ld, kj, ld, 0.0f, P, TRN__FA_BK);
+                    for (r = 0; r < nq; r++) {
+                        float *p = P + r * TRN__FA_BK;
+                        int n = trn__fa_visible(causal, i0 + r, j0, nk);
+                        for (c = 0; c < n; c++) p[c] = trn__expf(p[c] - L[r]);
+                        for (; c < nk; c++) p[c] = 0.0f;
+                    }
+                    trn_sgemm(1, 0, nk, hs, nq, 1.0f, P, TRN__FA_BK, dO, C, 1.0f, dv + (size_t)j0 * ld, ld);
+                    trn_sgemm(0, 1, nq, nk, hs, 1.0f, dO, C, vj, ld, 0.0f, dS, TRN__FA_BK); /* dP */
+                    for (r = 0; r < nq; r++) {
+                        const float *p = P + r * TRN__FA_BK;
+                        float *d = dS + r * TRN__FA_BK;
+                        for (c = 0; c < nk; c++) d[c] = p[c] * (d[c] - D[r]);
+                    }
+                    trn_sgemm(0, 0, nq, hs, nk, scale, dS, TRN__FA_BK, kj, ld, 1.0f, dq, ld);
+                    trn_sgemm(1, 0, nk, hs, nq, scale, dS, TRN__FA_BK, q, ld, 1.0f, dk + (size_t)j0 * ld, ld);
+                }
+            }
     }
 }
 
@@ -2175,6 +2346,9 @@ TRNDEF const trn_backend *trn_cpu_backend(void) {
         cpu.rmsnorm_backward = trn_rmsnorm_backward;
         cpu.rope_forward = trn_rope_forward;
         cpu.rope_backward = trn_rope_backward;
+        /* fused attention (flash-style) */
+        cpu.flash_attention_forward = trn_flash_attention_forward;
+        cpu.flash_attention_backward = trn_flash_attention_backward;
         cpu.name = "cpu";
     }
     return &cpu;
@@ -2357,8 +2531,6 @@ TRNDEF void trn_reset(trn_model *m) {
     a->used = 0;
     a->spilled = 0;
     m->t_used = 0;
-    m->scratch = NULL;
-    m->scratch_floats = 0;
     m->tape_len = 0;
 }
 
@@ -2614,38 +2786,49 @@ TRNDEF trn_tensor *trn_add(trn_model *m, trn_tensor *a, trn_tensor *b) {
     return out;
 }
 
-/* --- attention ------------------------------------------------------------ */
+/* --- attention: the fused kernel pair; saved: lse (B,NH,T) and the output
+   itself (backward reads O for D = rowsum(dO * O)) ------------------------ */
 static void trn__attention_bw(trn_model *m, trn_tape_entry *e) {
-    int B = e->iarg[0], T = e->iarg[1], C = e->iarg[2], NH = e->iarg[3];
-    size_t need = (size_t)B * NH * T * T;
-    /* layers run backward one at a time, so one workspace serves them all */
-    if (m->scratch_floats < need) {
-        m->scratch = (float *)trn_arena_alloc(m, sizeof(float) * need);
-        m->scratch_floats = need;
+    int B = e->iarg[0], T = e->iarg[1], NH = e->iarg[2], NKV = e->iarg[3];
+    int hs = e->in[0]->shape[2] / (NH + 2 * NKV);
+    m->backend->flash_attention_backward(trn__grad(m, e->in[0]), e->out->grad, e->in[0]->data, e->out->data,
+                                         (const float *)e->saved[0], B, T, NH, NKV, hs, (int)e->farg[0]);
+}
+
+static trn_tensor *trn__attention(trn_model *m, const char *op, trn_tensor *qkv, int n_head, int n_kv_head,
+                                  int causal) {
+    int B, T, hs, shape[3];
+    float *lse;
+    trn_tensor *out;
+    trn_tape_entry *e;
+    trn__not_null(op, m, qkv);
+    if (qkv->ndim != 3 || n_head <= 0 || n_kv_head <= 0 || n_head % n_kv_head ||
+        qkv->shape[2] % (n_head + 2 * n_kv_head) || qkv->shape[2] == 0) {
+        char s[64];
+        trn_fatal("%s: qkv must be (B,T,(n_head+2*n_kv_head)*hs) with n_kv_head dividing n_head; "
+                  "got %s with n_head=%d, n_kv_head=%d", op, trn_shape_str(qkv, s, 64), n_head, n_kv_head);
     }
-    m->backend->attention_backward(trn__grad(m, e->in[0]), m->scratch, e->out->grad, e->in[0]->data,
-                                   (const float *)e->saved[0], B, T, C, NH, (int)e->farg[0]);
+    B = qkv->shape[0]; T = qkv->shape[1]; hs = qkv->shape[2] / (n_head + 2 * n_kv_head);
+    shape[0] = B; shape[1] = T; shape[2] = n_head * hs;
+    out = trn_tensor_new(m, "attention", 3, shape);
+    lse = (float *)trn_arena_alloc(m, sizeof(float) * (size_t)B * n_head * T);
+    m->backend->flash_attention_forward(out->data, lse, qkv->data, B, T, n_head, n_kv_head, hs, causal);
+    e = trn__record(m, "attention", trn__attention_bw, out, qkv, NULL, NULL);
+    if (e) {
+        e->saved[0] = lse;
+        e->iarg[0] = B; e->iarg[1] = T; e->iarg[2] = n_head; e->iarg[3] = n_kv_head;
+        e->farg[0] = (float)(causal != 0);
+    }
+    return out;
+}
+
+TRNDEF trn_tensor *trn_attention_gqa(trn_model *m, trn_tensor *qkv, int n_head, int n_kv_head,
+                                     int causal) {
+    return trn__attention(m, "trn_attention_gqa", qkv, n_head, n_kv_head, causal);
 }
 
 TRNDEF trn_tensor *trn_attention(trn_model *m, trn_tensor *qkv, int n_head, int causal) {
-    int B, T, C, shape[3];
-    float *att;
-    trn_tensor *out;
-    trn_tape_entry *e;
-    trn__not_null("trn_attention", m, qkv);
-    if (qkv->ndim != 3 || qkv->shape[2] % 3 || n_head <= 0 || (qkv->shape[2] / 3) % n_head) {
-        char s[64];
-        trn_fatal("trn_attention: qkv must be (B,T,3C) with C divisible by n_head=%d, got %s", n_head,
-                  trn_shape_str(qkv, s, 64));
-    }
-    B = qkv->shape[0]; T = qkv->shape[1]; C = qkv->shape[2] / 3;
-    shape[0] = B; shape[1] = T; shape[2] = C;
-    out = trn_tensor_new(m, "attention", 3, shape);
-    att = (float *)trn_arena_alloc(m, sizeof(float) * (size_t)B * n_head * T * T);
-    m->backend->attention_forward(out->data, att, qkv->data, B, T, C, n_head, causal);
-    e = trn__record(m, "attention", trn__attention_bw, out, qkv, NULL, NULL);
-    if (e) { e->saved[0] = att; e->iarg[0] = B; e->iarg[1] = T; e->iarg[2] = C; e->iarg[3] = n_head; e->farg[0] = (float)(causal != 0); }
-    return out;
+    return trn__attention(m, "trn_attention", qkv, n_head, n_head, causal);
 }
 
 /* --- losses: a scalar tensor holding the mean over rows -------------------- */
