@@ -43,8 +43,11 @@
       >>backend     the table of kernels a backend provides (CPU here)
       >>matmul      trn_sgemm: blocked, vectorized, OpenMP
       >>ops         forward/backward pairs (plain functions)
+      >>ops3        dropout, reshape, transpose, slice/concat, sums, batched
+                    matmul, cross-entropy+, BCE, L1, Huber
       >>tape        the model: arena, tape, ops that record themselves
-      >>adamw       AdamW, LR schedule, gradient clipping
+      >>kvcache     generation with a key/value cache
+      >>adamw       AdamW and SGD, parameter groups, LR schedules, clipping
       >>checkpoint  safetensors weights, training-state checkpoints
       >>data        tokenizers, token shards, text loading
 
@@ -224,10 +227,10 @@ typedef struct trn_backend {
     void (*add_forward)(float *out, const float *a, const float *b, size_t n);
     void (*accumulate)(float *dst, const float *src, size_t n); /* dst += src */
     void (*attention_forward)(float *out, float *att, const float *qkv,
-                              int B, int T, int C, int NH, int causal);
+                              int B, int T, int NH, int NKV, int hs, int causal);
     void (*attention_backward)(float *dqkv, float *scratch, const float *dout,
                                const float *qkv, const float *att,
-                               int B, int T, int C, int NH, int causal);
+                               int B, int T, int NH, int NKV, int hs, int causal);
     void (*crossentropy_forward)(float *losses, float *lse, const float *logits,
                                  const int *targets, int N, int V, int Vp);
     void (*crossentropy_backward)(float *dlogits, const float *logits, const float *lse,
@@ -242,6 +245,31 @@ typedef struct trn_backend {
                          float bias_corr1, float bias_corr2);
     double (*sum_squares)(const float *x, size_t n);
     void (*scale)(float *x, float s, size_t n);
+    /* >>ops2: the ops of modern decoders (see the CPU functions) */
+    void (*mul_forward)(float *out, const float *a, const float *b, size_t N, size_t C);
+    void (*mul_backward)(float *da, float *db, const float *dout, const float *a, const float *b,
+                         size_t N, size_t C);
+    void (*silu_forward)(float *out, const float *inp, size_t n);
+    void (*silu_backward)(float *dinp, const float *inp, const float *dout, size_t n);
+    void (*sigmoid_forward)(float *out, const float *inp, size_t n);
+    void (*sigmoid_backward)(float *dinp, const float *out, const float *dout, size_t n);
+    void (*tanh_forward)(float *out, const float *inp, size_t n);
+    void (*tanh_backward)(float *dinp, const float *out, const float *dout, size_t n);
+    void (*softmax_forward)(float *out, const float *inp, int N, int C);
+    void (*softmax_backward)(float *dinp, const float *out, const float *dout, int N, int C);
+    void (*rmsnorm_forward)(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps);
+    void (*rmsnorm_backward)(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                             const float *rstd, int N, int C);
+    void (*rope_forward)(float *out, const float *inp, int B, int T, int H, int R, int hs, int pos0, float theta);
+    void (*rope_backward)(float *dinp, const float *dout, int B, int T, int H, int R, int hs, int pos0,
+                          float theta);
+    /* fused attention (flash-style): what trn_attention runs; the pair
+       above is the materialized reference */
+    void (*flash_attention_forward)(float *out, float *lse, const float *qkv,
+                                    int B, int T, int NH, int NKV, int hs, int causal);
+    void (*flash_attention_backward)(float *dqkv, const float *dout, const float *qkv,
+                                     const float *out, const float *lse,
+                                     int B, int T, int NH, int NKV, int hs, int causal);
     /* SGD with momentum (see >>adamw); buf NULL when momentum == 0 */
     void (*sgd_update)(float *p, const float *g, float *buf, size_t n, float lr, float momentum,
                        float dampening, float weight_decay, int nesterov, int first);
@@ -290,11 +318,22 @@ TRNDEF void trn_relu_forward(float *out, const float *inp, size_t n);
 TRNDEF void trn_relu_backward(float *dinp, const float *out, const float *dout, size_t n);
 TRNDEF void trn_add_forward(float *out, const float *a, const float *b, size_t n);
 TRNDEF void trn_accumulate(float *dst, const float *src, size_t n);
+/* attention: qkv (B,T,(NH+2*NKV)*hs) packs NH query heads, then NKV key
+   heads, then NKV value heads (NKV = NH: multi-head; NKV < NH: grouped-query,
+   query head h reads kv head h/(NH/NKV)); out (B,T,NH*hs). The materialized
+   reference saves att (B,NH,T,T); backward needs scratch of the same size. */
 TRNDEF void trn_attention_forward(float *out, float *att, const float *qkv,
-                                  int B, int T, int C, int NH, int causal);
+                                  int B, int T, int NH, int NKV, int hs, int causal);
 TRNDEF void trn_attention_backward(float *dqkv, float *scratch, const float *dout,
                                    const float *qkv, const float *att,
-                                   int B, int T, int C, int NH, int causal);
+                                   int B, int T, int NH, int NKV, int hs, int causal);
+/* the fused (flash-style) version: saves only lse (B,NH,T), one log-sum-exp
+   per query row, and reads its own output in backward */
+TRNDEF void trn_flash_attention_forward(float *out, float *lse, const float *qkv,
+                                        int B, int T, int NH, int NKV, int hs, int causal);
+TRNDEF void trn_flash_attention_backward(float *dqkv, const float *dout, const float *qkv,
+                                         const float *out, const float *lse,
+                                         int B, int T, int NH, int NKV, int hs, int causal);
 TRNDEF void trn_crossentropy_forward(float *losses, float *lse, const float *logits,
                                      const int *targets, int N, int V, int Vp);
 TRNDEF void trn_crossentropy_backward(float *dlogits, const float *logits, const float *lse,
@@ -316,7 +355,31 @@ TRNDEF void trn_attention_kv_forward(float *out, float *att, const float *q, int
                                      int pos, int maxT, int NH, int NKV, int hs);
 /* images (B,H,W,Ch) -> patches (B, (H/P)*(W/P), P*P*Ch); data only, no grad */
 TRNDEF void trn_patchify(float *out, const float *img, int B, int H, int W, int Ch, int P);
-/* >>ops2: shapes and reductions (see the comments at each definition) */
+/* the ops of modern decoders (Llama): >>ops2 below. mul: a (N,C) * b, b of
+   N*C elements (same shape) or C elements (one row, broadcast over rows).
+   rope: rows of H heads of hs channels (B,T,H*hs); the first R heads of
+   each row are rotated (HF rotate-half), the rest copied; row t sits at
+   position pos0 + t. */
+TRNDEF void trn_mul_forward(float *out, const float *a, const float *b, size_t N, size_t C);
+TRNDEF void trn_mul_backward(float *da, float *db, const float *dout, const float *a, const float *b,
+                             size_t N, size_t C);
+TRNDEF void trn_silu_forward(float *out, const float *inp, size_t n);
+TRNDEF void trn_silu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+TRNDEF void trn_sigmoid_forward(float *out, const float *inp, size_t n);
+TRNDEF void trn_sigmoid_backward(float *dinp, const float *out, const float *dout, size_t n);
+TRNDEF void trn_tanh_forward(float *out, const float *inp, size_t n);
+TRNDEF void trn_tanh_backward(float *dinp, const float *out, const float *dout, size_t n);
+TRNDEF void trn_softmax_forward(float *out, const float *inp, int N, int C);
+TRNDEF void trn_softmax_backward(float *dinp, const float *out, const float *dout, int N, int C);
+TRNDEF void trn_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C,
+                                float eps);
+TRNDEF void trn_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                                 const float *rstd, int N, int C);
+TRNDEF void trn_rope_forward(float *out, const float *inp, int B, int T, int H, int R, int hs, int pos0,
+                             float theta);
+TRNDEF void trn_rope_backward(float *dinp, const float *dout, int B, int T, int H, int R, int hs, int pos0,
+                              float theta);
+/* >>ops3: shapes, reductions, dropout, more losses (see each definition) */
 TRNDEF void trn_dropout_forward(float *out, const float *inp, size_t n, float p, uint64_t key);
 TRNDEF void trn_dropout_backward(float *dinp, const float *dout, size_t n, float p, uint64_t key);
 TRNDEF void trn_transpose_forward(float *out, const float *inp, int A, int D0, int Bm, int D1, int C);
@@ -385,9 +448,6 @@ typedef struct trn_model {
     int training;              /* 1: training mode (dropout drops); 0: eval */
     trn_tensor **tblocks;      /* host-side headers of this step's tensors  */
     int n_tblocks, t_used;
-    float *scratch;            /* backward's (B,NH,T,T) workspace, shared by
-                                  every attention layer of the step (arena) */
-    size_t scratch_floats;
     /* called by trn_backward after tape entry i (i = tape_len-1 down to 0)
        has run, with the tape still intact; NULL: none. train_nccl.h uses it
        to start all-reducing a gradient bucket as soon as it is complete. */
@@ -449,10 +509,103 @@ TRNDEF trn_tensor *trn_gelu(trn_model *m, trn_tensor *x);
 TRNDEF trn_tensor *trn_relu(trn_model *m, trn_tensor *x);
 TRNDEF trn_tensor *trn_add(trn_model *m, trn_tensor *a, trn_tensor *b);
 TRNDEF trn_tensor *trn_attention(trn_model *m, trn_tensor *qkv, int n_head, int causal);
+/* grouped-query attention: qkv (B,T,(n_head+2*n_kv_head)*hs), n_kv_head
+   divides n_head; trn_attention is this with n_kv_head = n_head */
+TRNDEF trn_tensor *trn_attention_gqa(trn_model *m, trn_tensor *qkv, int n_head, int n_kv_head,
+                                     int causal);
 TRNDEF trn_tensor *trn_cross_entropy(trn_model *m, trn_tensor *logits, const int *targets,
                                      int n_valid);
 TRNDEF trn_tensor *trn_mse(trn_model *m, trn_tensor *pred, const float *target);
 TRNDEF trn_tensor *trn_mean_pool(trn_model *m, trn_tensor *x);
+/* >>ops2 on the tape. trn_mul: b has a's shape, or a's last dim (one row
+   broadcast over a's rows, e.g. a learnable gate). trn_softmax: over the
+   last dim. trn_rmsnorm: x * w / sqrt(mean(x^2) + eps) per row, w (C),
+   eps as the model's config says (Llama: 1e-5 or 1e-6). trn_rope: RoPE
+   (Su et al. 2021) in Hugging Face's rotate-half form on packed attention
+   input qkv (B,T,(NH+2*NKV)*hs): q heads, then k heads, then v heads; q and
+   k heads are rotated, v heads copied; theta is the config's rope_theta;
+   row t is position pos0 + t (0 when training; a KV cache passes the
+   number of tokens it already holds). */
+TRNDEF trn_tensor *trn_mul(trn_model *m, trn_tensor *a, trn_tensor *b);
+TRNDEF trn_tensor *trn_silu(trn_model *m, trn_tensor *x);
+TRNDEF trn_tensor *trn_sigmoid(trn_model *m, trn_tensor *x);
+TRNDEF trn_tensor *trn_tanh(trn_model *m, trn_tensor *x);
+TRNDEF trn_tensor *trn_softmax(trn_model *m, trn_tensor *x);
+TRNDEF trn_tensor *trn_rmsnorm(trn_model *m, trn_tensor *x, trn_tensor *w, float eps);
+TRNDEF trn_tensor *trn_rope(trn_model *m, trn_tensor *qkv, int n_head, int n_kv_head, float theta, int pos0);
+
+/* ------------------------------------------------------------------------
+   >>opapi
+   Your own op, in your own file, with public names only. An op is a
+   forward and a backward function that both take the tape entry e:
+      e->out        the output tensor (made by you with trn_tensor_new)
+      e->in[0..2]   the inputs (NULL where unused)
+      e->iarg/farg  small arguments, copied from trn_op_args
+      e->saved[0..2] what forward keeps for backward: forward stores
+                    pointers from trn_arena_alloc there (or nothing)
+   Forward writes e->out->data. Backward ACCUMULATES (+=) into
+   trn_grad(m, e->in[i]), reading the output's gradient trn_grad(m, e->out).
+   A trn_op holds the functions for each place: forward/backward run when
+   the model's backend is on the host (the CPU backend), cuda_forward /
+   cuda_backward when it is on the device (train_cuda.h); NULL there means
+   "not available on CUDA" and stops with a message naming the op.
+   trn_op_apply runs forward and records the op on the tape, the one call
+   the kit's own ops use too (see trn_relu). Example: README "Your own op"
+   and examples/custom_op.c (Swish with a learnable beta).
+   ------------------------------------------------------------------------ */
+typedef trn_backward_fn trn_op_fn;   /* void f(trn_model *m, trn_tape_entry *e) */
+
+typedef struct trn_op {
+    const char *name;                /* shows in errors and on the tape       */
+    trn_op_fn forward, backward;     /* host kernels (CPU backend)            */
+    trn_op_fn cuda_forward, cuda_backward; /* device kernels; NULL: none      */
+} trn_op;
+
+typedef struct trn_op_args {         /* zero = none; copied into the entry   */
+    int i[4];                        /* -> e->iarg[0..3] */
+    float f[2];                      /* -> e->farg[0..1] */
+} trn_op_args;
+
+/* run op->forward for the model's place and record the op on the tape (when
+   the tape is on and some input requires a gradient; out->requires_grad is
+   set accordingly). a, b, c: inputs, NULL where unused; args may be NULL.
+   Returns the entry forward saw: e->saved holds what forward kept. When the
+   op is not recorded the entry is a scratch copy, valid until the next op. */
+TRNDEF trn_tape_entry *trn_op_apply(trn_model *m, const trn_op *op, trn_tensor *out, trn_tensor *a,
+                                    trn_tensor *b, trn_tensor *c, const trn_op_args *args);
+/* the gradient buffer backward accumulates into (backend memory, zeroed the
+   first time it is asked for), or NULL when t is NULL or needs no gradient.
+   The only way an op reaches a gradient: activation gradients are the
+   kit's to place and to free. */
+TRNDEF float *trn_grad(trn_model *m, trn_tensor *t);
+
+/* Finite-difference check of every parameter's gradient, for any op or
+   model. build() runs a forward on m and returns a tensor y; the checker
+   probes the scalar L = sum_i r_i * y_i (r fixed random normals; r = 1 when
+   y is a scalar), computes L's gradient with trn_backward, and compares it
+   with (L(p + eps) - L(p - eps)) / 2eps (L summed in double on the host)
+   for up to max_per_param elements of each parameter. A gradient passes
+   when |analytic - numeric| <= atol + rtol * |numeric|. Works on any
+   backend (it uses trn_read / trn_write). To check an input's gradient,
+   make the input a parameter of a test model. */
+typedef struct trn_gradcheck_desc {
+    float eps;            /* default 1e-2 (float32: smaller is noisier)   */
+    float atol, rtol;     /* default 1e-3, 2e-2                           */
+    int max_per_param;    /* elements probed per parameter, default 32    */
+    uint64_t seed;        /* for r and the elements probed, default 1     */
+    int verbose;          /* 1: one line per parameter; failures always   */
+} trn_gradcheck_desc;
+
+typedef struct trn_gradcheck_result {
+    int checked, failed;  /* gradient elements compared / out of tolerance */
+    double worst;         /* largest |a - n| / (atol + rtol*|n|): <= 1 passes */
+    double largest;       /* largest |analytic gradient| seen (0: nothing tested) */
+} trn_gradcheck_result;
+
+TRNDEF trn_gradcheck_desc trn_gradcheck_defaults(const trn_gradcheck_desc *desc);
+/* returns the number of failed elements (0: all pass); res may be NULL */
+TRNDEF int trn_gradcheck(trn_model *m, trn_tensor *(*build)(trn_model *m, void *user), void *user,
+                         const trn_gradcheck_desc *desc, trn_gradcheck_result *res);
 
 /* ------------------------------------------------------------------------
    >>kvcache
@@ -1635,30 +1788,37 @@ TRNDEF void trn_accumulate(float *dst, const float *src, size_t n) {
 }
 
 /* --- multi-head self-attention (Vaswani et al. 2017) ---------------------
-   qkv (B,T,3C): for each position the C query channels, then C key, then
-   C value channels; head h owns channels [h*hs, (h+1)*hs), hs = C/NH.
-   out (B,T,C) with the heads side by side. att (B,NH,T,T) is saved for
-   backward: the softmax probabilities P (zero above the diagonal when
-   causal). Per (b,h), with Q,K,V (T,hs) strided views into qkv:
+   qkv (B,T,(NH+2*NKV)*hs): for each position NH query heads, then NKV key
+   heads, then NKV value heads, hs channels each. NKV = NH is multi-head
+   attention: qkv (B,T,3C) with C = NH*hs, as GPT-2's c_attn writes it.
+   NKV < NH is grouped-query attention (Ainslie et al. 2023): the NH/NKV
+   query heads of a group share one key/value head; query head h reads kv
+   head h/(NH/NKV). out (B,T,NH*hs) with the heads side by side.
+   Per (b,h), with Q (T,hs) of head h and K,V (T,hs) of its kv head, all
+   strided views into qkv:
      S = Q K^T / sqrt(hs);  P = softmax_rows(S, mask);  O = P V
+   This is the materialized REFERENCE. att (B,NH,T,T) is saved for
+   backward: the probabilities P (zero above the diagonal when causal).
    Backward (scratch (B,NH,T,T) holds dP, then dS):
      dP = dO V^T;  dV += P^T dO;  dS = P * (dP - rowsum(dP * P));
      dQ += dS K / sqrt(hs);  dK += dS^T Q / sqrt(hs)
-   Heads are independent, so threads split the (b,h) pairs; each GEMM is
-   then run single-threaded inside its thread.                            */
+   Forward threads split the (b,h) pairs. Backward splits (b, kv head): the
+   query heads of a group add into the same dK and dV, so they run one
+   after the other on one thread. Each GEMM is single-threaded inside. */
 TRNDEF void trn_attention_forward(float *out, float *att, const float *qkv,
-                                  int B, int T, int C, int NH, int causal) {
-    int bh, hs = C / NH, C3 = 3 * C;
+                                  int B, int T, int NH, int NKV, int hs, int causal) {
+    int bh, ld = (NH + 2 * NKV) * hs, C = NH * hs, group = NH / NKV;
     float scale = 1.0f / sqrtf((float)hs);
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static)
 #endif
     for (bh = 0; bh < B * NH; bh++) {
-        int b = bh / NH, h = bh % NH, t, s;
-        const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs;
-        const float *k = q + C, *v = q + 2 * C;
+        int b = bh / NH, h = bh % NH, g = h / group, t, s;
+        const float *x = qkv + (size_t)b * T * ld;
+        const float *q = x + (size_t)h * hs, *k = x + (size_t)(NH + g) * hs;
+        const float *v = x + (size_t)(NH + NKV + g) * hs;
         float *P = att + (size_t)bh * T * T;
-        trn_sgemm(0, 1, T, T, hs, scale, q, C3, k, C3, 0.0f, P, T);
+        trn_sgemm(0, 1, T, T, hs, scale, q, ld, k, ld, 0.0f, P, T);
         for (t = 0; t < T; t++) {
             float *row = P + (size_t)t * T, mx = -INFINITY, sum = 0.0f;
             int last = causal ? t : T - 1; /* causal: position t sees 0..t */
@@ -1668,36 +1828,181 @@ TRNDEF void trn_attention_forward(float *out, float *att, const float *qkv,
             for (s = 0; s <= last; s++) row[s] /= sum;
             for (s = last + 1; s < T; s++) row[s] = 0.0f;
         }
-        trn_sgemm(0, 0, T, hs, T, 1.0f, P, T, v, C3, 0.0f, out + (size_t)b * T * C + (size_t)h * hs, C);
+        trn_sgemm(0, 0, T, hs, T, 1.0f, P, T, v, ld, 0.0f, out + (size_t)b * T * C + (size_t)h * hs, C);
     }
 }
 
 TRNDEF void trn_attention_backward(float *dqkv, float *scratch, const float *dout,
                                    const float *qkv, const float *att,
-                                   int B, int T, int C, int NH, int causal) {
-    int bh, hs = C / NH, C3 = 3 * C;
+                                   int B, int T, int NH, int NKV, int hs, int causal) {
+    int bg, ld = (NH + 2 * NKV) * hs, C = NH * hs, group = NH / NKV;
     float scale = 1.0f / sqrtf((float)hs);
     (void)causal; /* masked entries have P = 0, hence dS = 0: no special case */
+    if (!dqkv) return;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static)
 #endif
-    for (bh = 0; bh < B * NH; bh++) {
-        int b = bh / NH, h = bh % NH, t, s;
-        size_t qoff = (size_t)b * T * C3 + (size_t)h * hs;
-        const float *q = qkv + qoff, *k = q + C, *v = q + 2 * C;
-        float *dq = dqkv + qoff, *dk = dq + C, *dv = dq + 2 * C;
-        const float *dO = dout + (size_t)b * T * C + (size_t)h * hs;
-        const float *P = att + (size_t)bh * T * T;
-        float *dS = scratch + (size_t)bh * T * T;
-        trn_sgemm(0, 1, T, T, hs, 1.0f, dO, C, v, C3, 0.0f, dS, T);   /* dP = dO V^T */
-        trn_sgemm(1, 0, T, hs, T, 1.0f, P, T, dO, C, 1.0f, dv, C3);   /* dV += P^T dO */
-        for (t = 0; t < T; t++) {
-            const float *p = P + (size_t)t * T;
-            float *d = dS + (size_t)t * T, dot = trn__row_dot(p, d, T);
-            for (s = 0; s < T; s++) d[s] = p[s] * (d[s] - dot);
+    for (bg = 0; bg < B * NKV; bg++) {
+        int b = bg / NKV, g = bg % NKV, h, t, s;
+        size_t x = (size_t)b * T * ld, koff = x + (size_t)(NH + g) * hs, voff = x + (size_t)(NH + NKV + g) * hs;
+        const float *k = qkv + koff, *v = qkv + voff;
+        float *dk = dqkv + koff, *dv = dqkv + voff;
+        for (h = g * group; h < (g + 1) * group; h++) {
+            const float *q = qkv + x + (size_t)h * hs;
+            float *dq = dqkv + x + (size_t)h * hs;
+            const float *dO = dout + (size_t)b * T * C + (size_t)h * hs;
+            const float *P = att + ((size_t)b * NH + h) * T * T;
+            float *dS = scratch + ((size_t)b * NH + h) * T * T;
+            trn_sgemm(0, 1, T, T, hs, 1.0f, dO, C, v, ld, 0.0f, dS, T);  /* dP = dO V^T */
+            trn_sgemm(1, 0, T, hs, T, 1.0f, P, T, dO, C, 1.0f, dv, ld);  /* dV += P^T dO */
+            for (t = 0; t < T; t++) {
+                const float *p = P + (size_t)t * T;
+                float *d = dS + (size_t)t * T, dot = trn__row_dot(p, d, T);
+                for (s = 0; s < T; s++) d[s] = p[s] * (d[s] - dot);
+            }
+            trn_sgemm(0, 0, T, hs, T, scale, dS, T, k, ld, 1.0f, dq, ld); /* dQ += dS K */
+            trn_sgemm(1, 0, T, hs, T, scale, dS, T, q, ld, 1.0f, dk, ld); /* dK += dS^T Q */
         }
-        trn_sgemm(0, 0, T, hs, T, scale, dS, T, k, C3, 1.0f, dq, C3); /* dQ += dS K */
-        trn_sgemm(1, 0, T, hs, T, scale, dS, T, q, C3, 1.0f, dk, C3); /* dK += dS^T Q */
+    }
+}
+
+/* --- fused attention (flash-style: Dao et al. 2022, "FlashAttention") ------
+   The same function as the reference above, same qkv/out layout, without
+   any (T,T) matrix. Queries are cut into blocks of BQ rows, keys into
+   blocks of BK; a thread holds one (BQ,BK) tile of scores at a time.
+   Forward, for each (b,h) and query block, key block j after key block j:
+     S = Q K_j^T / sqrt(hs), then the "online softmax" (Milakov and
+   Gimelshein 2018): each row keeps its running max m and its running sum
+   l of e^(s - m). When block j raises the max to m', what was summed so
+   far (l, and the output row O) is rescaled by e^(m - m'):
+     m' = max(m, rowmax(S));  P = e^(S - m');
+     l = l e^(m - m') + rowsum(P);  O = O e^(m - m') + P V_j
+   At the end O /= l, and lse = m + log(l) (B,NH,T) is saved: with it
+   backward rebuilds any probability exactly normalized, P = e^(S - lse).
+   Backward, for each query block, D = rowsum(dO * O), which equals the
+   reference's rowsum(dP * P) (sum_j P_ij dO_i.V_j = dO_i.O_i), then per
+   key block:
+     P = e^(S - lse);  dV_j += P^T dO;  dP = dO V_j^T;  dS = P * (dP - D);
+     dQ += dS K_j / sqrt(hs);  dK_j += dS^T Q / sqrt(hs)
+   Memory: out and lse instead of (B,NH,T,T) probabilities and a (B,NH,T,T)
+   backward scratch. Work: with a causal mask the key blocks right of the
+   diagonal are skipped, about half the reference's FLOPs; the tiles stay in
+   L1/L2 where the reference streams (T,T) matrices through memory. Every
+   tile product is a trn_sgemm (single-threaded inside the parallel loop,
+   with its vectorized micro-kernel), so the code reads as the reference
+   on smaller matrices; the elementwise loops vectorize (trn__expf).
+   Threads: forward splits (b, h, query block); each task owns its rows of
+   out and lse. Backward splits (b, kv head), as the reference does: every
+   query block of every head in the group adds into each dK_j and dV_j.
+   Sums run in a fixed order: the bits do not depend on the thread count. */
+#define TRN__FA_BQ 64 /* query rows per block */
+#define TRN__FA_BK 64 /* keys per block       */
+
+/* how many keys of the block j0..j0+nk-1 query position i sees */
+static int trn__fa_visible(int causal, int i, int j0, int nk) {
+    int n = causal ? i - j0 + 1 : nk;
+    return n < 0 ? 0 : n > nk ? nk : n;
+}
+
+TRNDEF void trn_flash_attention_forward(float *out, float *lse, const float *qkv,
+                                        int B, int T, int NH, int NKV, int hs, int causal) {
+    int ld = (NH + 2 * NKV) * hs, C = NH * hs, group = NH / NKV;
+    int nqb = (T + TRN__FA_BQ - 1) / TRN__FA_BQ;
+    long task, ntask = (long)B * NH * nqb;
+    float scale = 1.0f / sqrtf((float)hs);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 1)
+#endif
+    for (task = 0; task < ntask; task++) {
+        float S[TRN__FA_BQ * TRN__FA_BK], m[TRN__FA_BQ], l[TRN__FA_BQ];
+        /* last query blocks first: with a mask they are the longest */
+        int qb = nqb - 1 - (int)(task % nqb), bh = (int)(task / nqb);
+        int b = bh / NH, h = bh % NH, g = h / group;
+        int i0 = qb * TRN__FA_BQ, nq = TRN__MIN(TRN__FA_BQ, T - i0);
+        int kend = causal ? i0 + nq : T, j0, r, c;
+        const float *x = qkv + (size_t)b * T * ld;
+        const float *q = x + (size_t)i0 * ld + (size_t)h * hs;
+        const float *k = x + (size_t)(NH + g) * hs, *v = x + (size_t)(NH + NKV + g) * hs;
+        float *o = out + ((size_t)b * T + i0) * C + (size_t)h * hs;
+        for (r = 0; r < nq; r++) {
+            m[r] = -INFINITY;
+            l[r] = 0.0f;
+            memset(o + (size_t)r * C, 0, sizeof(float) * (size_t)hs);
+        }
+        for (j0 = 0; j0 < kend; j0 += TRN__FA_BK) {
+            int nk = TRN__MIN(TRN__FA_BK, kend - j0);
+            trn_sgemm(0, 1, nq, nk, hs, scale, q, ld, k + (size_t)j0 * ld, ld, 0.0f, S, TRN__FA_BK);
+            for (r = 0; r < nq; r++) {
+                float *s = S + r * TRN__FA_BK, *orow = o + (size_t)r * C, mx, corr;
+                int n = trn__fa_visible(causal, i0 + r, j0, nk);
+                /* every row sees key 0, so m is finite after the first block */
+                mx = n > 0 ? trn__row_max(s, n) : -INFINITY;
+                if (mx < m[r]) mx = m[r];
+                corr = trn__expf(m[r] - mx); /* e^-inf = 0 on the first block */
+                for (c = 0; c < n; c++) s[c] = trn__expf(s[c] - mx);
+                for (; c < nk; c++) s[c] = 0.0f;
+                l[r] = l[r] * corr + trn__row_sum(s, n);
+                m[r] = mx;
+                if (corr != 1.0f)
+                    for (c = 0; c < hs; c++) orow[c] *= corr;
+            }
+            trn_sgemm(0, 0, nq, hs, nk, 1.0f, S, TRN__FA_BK, v + (size_t)j0 * ld, ld, 1.0f, o, C);
+        }
+        for (r = 0; r < nq; r++) {
+            float inv = 1.0f / l[r], *orow = o + (size_t)r * C;
+            for (c = 0; c < hs; c++) orow[c] *= inv;
+            lse[(size_t)bh * T + i0 + r] = m[r] + logf(l[r]);
+        }
+    }
+}
+
+TRNDEF void trn_flash_attention_backward(float *dqkv, const float *dout, const float *qkv,
+                                         const float *out, const float *lse,
+                                         int B, int T, int NH, int NKV, int hs, int causal) {
+    int bg, ld = (NH + 2 * NKV) * hs, C = NH * hs, group = NH / NKV;
+    int nqb = (T + TRN__FA_BQ - 1) / TRN__FA_BQ;
+    float scale = 1.0f / sqrtf((float)hs);
+    if (!dqkv) return;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 1)
+#endif
+    for (bg = 0; bg < B * NKV; bg++) {
+        float P[TRN__FA_BQ * TRN__FA_BK], dS[TRN__FA_BQ * TRN__FA_BK], D[TRN__FA_BQ];
+        int b = bg / NKV, g = bg % NKV, h, qb;
+        size_t x = (size_t)b * T * ld, koff = x + (size_t)(NH + g) * hs, voff = x + (size_t)(NH + NKV + g) * hs;
+        const float *k = qkv + koff, *v = qkv + voff;
+        float *dk = dqkv + koff, *dv = dqkv + voff;
+        for (h = g * group; h < (g + 1) * group; h++)
+            for (qb = 0; qb < nqb; qb++) {
+                int i0 = qb * TRN__FA_BQ, nq = TRN__MIN(TRN__FA_BQ, T - i0);
+                int kend = causal ? i0 + nq : T, j0, r, c;
+                size_t qoff = x + (size_t)i0 * ld + (size_t)h * hs;
+                size_t ooff = ((size_t)b * T + i0) * C + (size_t)h * hs;
+                const float *q = qkv + qoff, *o = out + ooff, *dO = dout + ooff;
+                const float *L = lse + ((size_t)b * NH + h) * T + i0;
+                float *dq = dqkv + qoff;
+                for (r = 0; r < nq; r++) D[r] = trn__row_dot(dO + (size_t)r * C, o + (size_t)r * C, hs);
+                for (j0 = 0; j0 < kend; j0 += TRN__FA_BK) {
+                    int nk = TRN__MIN(TRN__FA_BK, kend - j0);
+                    const float *kj = k + (size_t)j0 * ld, *vj = v + (size_t)j0 * ld;
+                    trn_sgemm(0, 1, nq, nk, hs, scale, q, ld, kj, ld, 0.0f, P, TRN__FA_BK);
+                    for (r = 0; r < nq; r++) {
+                        float *p = P + r * TRN__FA_BK;
+                        int n = trn__fa_visible(causal, i0 + r, j0, nk);
+                        for (c = 0; c < n; c++) p[c] = trn__expf(p[c] - L[r]);
+                        for (; c < nk; c++) p[c] = 0.0f;
+                    }
+                    trn_sgemm(1, 0, nk, hs, nq, 1.0f, P, TRN__FA_BK, dO, C, 1.0f, dv + (size_t)j0 * ld, ld);
+                    trn_sgemm(0, 1, nq, nk, hs, 1.0f, dO, C, vj, ld, 0.0f, dS, TRN__FA_BK); /* dP */
+                    for (r = 0; r < nq; r++) {
+                        const float *p = P + r * TRN__FA_BK;
+                        float *d = dS + r * TRN__FA_BK;
+                        for (c = 0; c < nk; c++) d[c] = p[c] * (d[c] - D[r]);
+                    }
+                    trn_sgemm(0, 0, nq, hs, nk, scale, dS, TRN__FA_BK, kj, ld, 1.0f, dq, ld);
+                    trn_sgemm(1, 0, nk, hs, nq, scale, dS, TRN__FA_BK, q, ld, 1.0f, dk + (size_t)j0 * ld, ld);
+                }
+            }
     }
 }
 
@@ -1924,11 +2229,256 @@ TRNDEF void trn_patchify(float *out, const float *img, int B, int H, int W, int 
             }
 }
 
-/* ------------------------------------------------------------------------
-   >>ops2: dropout, transpose, slice and concat, sums, batched matmul, and
+/* ========================================================================
+   >>ops2: the ops of modern decoders (Llama and friends)
+   ======================================================================== */
+
+/* --- elementwise product, same shape or one row broadcast over rows ------
+   out[n,c] = a[n,c] * b[c'] with c' = n*C+c (same shape: N = 1, C = size)
+   or c' = c (b is one row of C). a (N,C); b (C) or (N*C as N=1).
+   Saved: both inputs (each one's gradient needs the other).
+   Backward: da = dout * b;  db = dout * a, summed over the rows b was
+   broadcast over. */
+TRNDEF void trn_mul_forward(float *out, const float *a, const float *b, size_t N, size_t C) {
+    long long n;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (n = 0; n < (long long)N; n++) {
+        const float *x = a + (size_t)n * C;
+        float *y = out + (size_t)n * C;
+        size_t c;
+        for (c = 0; c < C; c++) y[c] = x[c] * b[c];
+    }
+}
+
+TRNDEF void trn_mul_backward(float *da, float *db, const float *dout, const float *a, const float *b,
+                             size_t N, size_t C) {
+    long long n, blk, nblk = (long long)((C + 63) / 64);
+    if (da) {
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+        for (n = 0; n < (long long)N; n++) {
+            const float *g = dout + (size_t)n * C;
+            float *d = da + (size_t)n * C;
+            size_t c;
+            for (c = 0; c < C; c++) d[c] += g[c] * b[c];
+        }
+    }
+    if (!db) return;
+    /* a sum over rows: split the channels over threads, rows in order */
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (blk = 0; blk < nblk; blk++) {
+        size_t c0 = (size_t)blk * 64, c1 = TRN__MIN(C, c0 + 64), r, c;
+        float acc[64];
+        for (c = 0; c < 64; c++) acc[c] = 0.0f;
+        for (r = 0; r < N; r++)
+            for (c = c0; c < c1; c++) acc[c - c0] += dout[r * C + c] * a[r * C + c];
+        for (c = c0; c < c1; c++) db[c] += acc[c - c0];
+    }
+}
+
+/* --- sigmoid, SiLU, tanh ---------------------------------------------------
+   sigmoid(x) = 1 / (1 + e^-x); its derivative is s (1 - s), so backward
+   reads the saved output. SiLU (Swish-1, Elfwing et al. 2017; Llama's
+   MLP gate) y = x s(x): dy/dx = s + x s (1 - s); backward recomputes s
+   from the saved input. tanh: dy/dx = 1 - y^2, from the output. */
+static inline float trn__sigmoidf(float x) { return 1.0f / (1.0f + trn__expf(-x)); }
+
+TRNDEF void trn_sigmoid_forward(float *out, const float *inp, size_t n) {
+    long long i;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (i = 0; i < (long long)n; i++) out[i] = trn__sigmoidf(inp[i]);
+}
+TRNDEF void trn_sigmoid_backward(float *dinp, const float *out, const float *dout, size_t n) {
+    long long i;
+    if (!dinp) return;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (i = 0; i < (long long)n; i++) dinp[i] += dout[i] * out[i] * (1.0f - out[i]);
+}
+
+TRNDEF void trn_silu_forward(float *out, const float *inp, size_t n) {
+    long long i;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (i = 0; i < (long long)n; i++) out[i] = inp[i] * trn__sigmoidf(inp[i]);
+}
+TRNDEF void trn_silu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+    long long i;
+    if (!dinp) return;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (i = 0; i < (long long)n; i++) {
+        float x = inp[i], s = trn__sigmoidf(x);
+        dinp[i] += dout[i] * (s + x * s * (1.0f - s));
+    }
+}
+
+TRNDEF void trn_tanh_forward(float *out, const float *inp, size_t n) {
+    long long i;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (i = 0; i < (long long)n; i++) out[i] = tanhf(inp[i]);
+}
+TRNDEF void trn_tanh_backward(float *dinp, const float *out, const float *dout, size_t n) {
+    long long i;
+    if (!dinp) return;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (i = 0; i < (long long)n; i++) dinp[i] += dout[i] * (1.0f - out[i] * out[i]);
+}
+
+/* --- softmax over the last dim ---------------------------------------------
+   y = e^(x - max) / sum e^(x - max) per row of C (the max keeps e^ finite).
+   Saved: the output y. Backward: dx = y * (dy - sum_j dy_j y_j). */
+TRNDEF void trn_softmax_forward(float *out, const float *inp, int N, int C) {
+    int n;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        float *y = out + (size_t)n * C;
+        float mx = trn__row_max(x, C), inv;
+        double sum = 0.0;
+        int i;
+        for (i = 0; i < C; i++) y[i] = trn__expf(x[i] - mx);
+        for (i = 0; i < C; i++) sum += y[i];
+        inv = (float)(1.0 / sum);
+        for (i = 0; i < C; i++) y[i] *= inv;
+    }
+}
+TRNDEF void trn_softmax_backward(float *dinp, const float *out, const float *dout, int N, int C) {
+    int n;
+    if (!dinp) return;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (n = 0; n < N; n++) {
+        const float *y = out + (size_t)n * C, *g = dout + (size_t)n * C;
+        float *dx = dinp + (size_t)n * C, dot = trn__row_dot(g, y, C);
+        int i;
+        for (i = 0; i < C; i++) dx[i] += y[i] * (g[i] - dot);
+    }
+}
+
+/* --- RMSNorm (Zhang & Sennrich 2019), as Llama uses it ----------------------
+   y = x * r * w,  r = 1 / sqrt(mean(x^2) + eps) per row of C; w (C); no
+   mean subtracted, no bias. Saved: the input x and r (N floats).
+   Backward, with g = dy * w:  dx = r g - x r^3 mean(g x);  dw = sum_n dy x r. */
+TRNDEF void trn_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C,
+                                float eps) {
+    int n;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        float *y = out + (size_t)n * C;
+        double ss = 0.0;
+        float r;
+        int i;
+        for (i = 0; i < C; i++) ss += (double)x[i] * x[i];
+        r = (float)(1.0 / sqrt(ss / C + eps));
+        for (i = 0; i < C; i++) y[i] = (x[i] * r) * w[i];
+        rstd[n] = r;
+    }
+}
+TRNDEF void trn_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                                 const float *rstd, int N, int C) {
+    int n, blk, nblk = (C + 63) / 64;
+    if (dinp) {
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+        for (n = 0; n < N; n++) {
+            const float *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
+            float *dx = dinp + (size_t)n * C, r = rstd[n], mgx = 0.0f;
+            int i;
+            for (i = 0; i < C; i++) mgx += dy[i] * w[i] * x[i];
+            mgx = mgx / C * r * r * r;
+            for (i = 0; i < C; i++) dx[i] += r * dy[i] * w[i] - x[i] * mgx;
+        }
+    }
+    if (!dw) return;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (blk = 0; blk < nblk; blk++) {
+        int c0 = blk * 64, c1 = TRN__MIN(C, c0 + 64), row, c;
+        float acc[64];
+        for (c = 0; c < 64; c++) acc[c] = 0.0f;
+        for (row = 0; row < N; row++) {
+            const float *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
+            float r = rstd[row];
+            for (c = c0; c < c1; c++) acc[c - c0] += dy[c] * (x[c] * r);
+        }
+        for (c = c0; c < c1; c++) dw[c] += acc[c - c0];
+    }
+}
+
+/* --- RoPE, rotary position embedding (Su et al. 2021), HF rotate-half -------
+   Each rotated head of hs channels is two halves x1 = x[0:hs/2], x2 =
+   x[hs/2:hs]; channel pair (i, i + hs/2) turns by the angle p * f_i, with
+   p the position and f_i = theta^(-2i/hs):
+      y1 = x1 cos - x2 sin,   y2 = x2 cos + x1 sin
+   (Hugging Face's rotate_half; Meta's original pairs neighbours (2i, 2i+1)
+   instead, and HF's conversion permutes the q/k weight rows so that both
+   compute the same attention: HF checkpoints load as they are.)
+   A rotation is orthogonal, so backward turns the gradient back:
+      dx1 = dy1 cos + dy2 sin,   dx2 = dy2 cos - dy1 sin.
+   Saved: nothing (the angles are recomputed). Angles in double: p * f_i
+   reaches thousands of radians, where float would lose the phase. */
+static void trn__rope_rows(float *y, const float *x, int B, int T, int H, int R, int hs, int pos0, float theta,
+                           int inverse) {
+    int bt, half = hs / 2;
+    size_t row = (size_t)H * hs;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (bt = 0; bt < B * T; bt++) {
+        double p = (double)(pos0 + bt % T);
+        const float *xr = x + (size_t)bt * row;
+        float *yr = y + (size_t)bt * row;
+        int h, i;
+        for (i = 0; i < half; i++) {
+            double a = p * pow((double)theta, -2.0 * i / hs);
+            float c = (float)cos(a), s = (float)(inverse ? -sin(a) : sin(a));
+            for (h = 0; h < R; h++) {
+                float x1 = xr[h * hs + i], x2 = xr[h * hs + i + half];
+                yr[h * hs + i] += x1 * c - x2 * s;
+                yr[h * hs + i + half] += x2 * c + x1 * s;
+            }
+        }
+        for (i = R * hs; i < H * hs; i++) yr[i] += xr[i]; /* v heads: as they are */
+    }
+}
+TRNDEF void trn_rope_forward(float *out, const float *inp, int B, int T, int H, int R, int hs, int pos0,
+                             float theta) {
+    memset(out, 0, sizeof(float) * (size_t)B * T * H * hs);
+    trn__rope_rows(out, inp, B, T, H, R, hs, pos0, theta, 0);
+}
+TRNDEF void trn_rope_backward(float *dinp, const float *dout, int B, int T, int H, int R, int hs, int pos0,
+                              float theta) {
+    if (dinp) trn__rope_rows(dinp, dout, B, T, H, R, hs, pos0, theta, 1);
+}
+
+/* ========================================================================
+   >>ops3: dropout, transpose, slice and concat, sums, batched matmul, and
    four more losses. Same conventions: forward above backward, backward
    ACCUMULATES, NULL gradient outputs are skipped.
-   ------------------------------------------------------------------------ */
+   ======================================================================== */
 
 /* --- dropout (Srivastava et al. 2014), "inverted": kept values are scaled
    by 1/(1-p) in training so that evaluation is the identity.
@@ -2300,6 +2850,23 @@ TRNDEF const trn_backend *trn_cpu_backend(void) {
         cpu.adamw_update = trn_adamw_update;
         cpu.sum_squares = trn_sum_squares;
         cpu.scale = trn_scale;
+        cpu.mul_forward = trn_mul_forward;
+        cpu.mul_backward = trn_mul_backward;
+        cpu.silu_forward = trn_silu_forward;
+        cpu.silu_backward = trn_silu_backward;
+        cpu.sigmoid_forward = trn_sigmoid_forward;
+        cpu.sigmoid_backward = trn_sigmoid_backward;
+        cpu.tanh_forward = trn_tanh_forward;
+        cpu.tanh_backward = trn_tanh_backward;
+        cpu.softmax_forward = trn_softmax_forward;
+        cpu.softmax_backward = trn_softmax_backward;
+        cpu.rmsnorm_forward = trn_rmsnorm_forward;
+        cpu.rmsnorm_backward = trn_rmsnorm_backward;
+        cpu.rope_forward = trn_rope_forward;
+        cpu.rope_backward = trn_rope_backward;
+        /* fused attention (flash-style) */
+        cpu.flash_attention_forward = trn_flash_attention_forward;
+        cpu.flash_attention_backward = trn_flash_attention_backward;
         cpu.sgd_update = trn_sgd_update;
         cpu.attention_kv_forward = trn_attention_kv_forward;
         cpu.name = "cpu";
@@ -2487,8 +3054,6 @@ TRNDEF void trn_reset(trn_model *m) {
     a->used = 0;
     a->spilled = 0;
     m->t_used = 0;
-    m->scratch = NULL;
-    m->scratch_floats = 0;
     m->tape_len = 0;
 }
 
@@ -2522,6 +3087,8 @@ static float *trn__grad(trn_model *m, trn_tensor *t) {
 static float *trn__want(trn_model *m, trn_tensor *t) {
     return (t && t->requires_grad) ? trn__grad(m, t) : NULL;
 }
+
+TRNDEF float *trn_grad(trn_model *m, trn_tensor *t) { return trn__want(m, t); }
 
 static trn_tape_entry *trn__record(trn_model *m, const char *op, trn_backward_fn bw, trn_tensor *out,
                                    trn_tensor *a, trn_tensor *b, trn_tensor *c) {
@@ -2721,15 +3288,21 @@ TRNDEF trn_tensor *trn_gelu(trn_model *m, trn_tensor *x) {
     return out;
 }
 
-static void trn__relu_bw(trn_model *m, trn_tape_entry *e) {
-    m->backend->relu_backward(trn__grad(m, e->in[0]), e->out->data, e->out->grad, e->out->size);
+/* relu is written with the public op API (>>opapi), the way a user writes
+   an op: the kit's other ops call trn__record directly, which is the same */
+static void trn__relu_fw(trn_model *m, trn_tape_entry *e) {
+    m->backend->relu_forward(e->out->data, e->in[0]->data, e->out->size);
 }
+static void trn__relu_bw(trn_model *m, trn_tape_entry *e) {   /* saves nothing: reads out */
+    m->backend->relu_backward(trn_grad(m, e->in[0]), e->out->data, trn_grad(m, e->out), e->out->size);
+}
+/* the backend table picks the kernel, so one function serves both places */
+static const trn_op trn__relu_op = {"relu", trn__relu_fw, trn__relu_bw, trn__relu_fw, trn__relu_bw};
 TRNDEF trn_tensor *trn_relu(trn_model *m, trn_tensor *x) {
     trn_tensor *out;
     trn__not_null("trn_relu", m, x);
     out = trn_tensor_new(m, "relu", x->ndim, x->shape);
-    m->backend->relu_forward(out->data, x->data, x->size);
-    trn__record(m, "relu", trn__relu_bw, out, x, NULL, NULL);
+    trn_op_apply(m, &trn__relu_op, out, x, NULL, NULL, NULL);
     return out;
 }
 
@@ -2748,38 +3321,49 @@ TRNDEF trn_tensor *trn_add(trn_model *m, trn_tensor *a, trn_tensor *b) {
     return out;
 }
 
-/* --- attention ------------------------------------------------------------ */
+/* --- attention: the fused kernel pair; saved: lse (B,NH,T) and the output
+   itself (backward reads O for D = rowsum(dO * O)) ------------------------ */
 static void trn__attention_bw(trn_model *m, trn_tape_entry *e) {
-    int B = e->iarg[0], T = e->iarg[1], C = e->iarg[2], NH = e->iarg[3];
-    size_t need = (size_t)B * NH * T * T;
-    /* layers run backward one at a time, so one workspace serves them all */
-    if (m->scratch_floats < need) {
-        m->scratch = (float *)trn_arena_alloc(m, sizeof(float) * need);
-        m->scratch_floats = need;
+    int B = e->iarg[0], T = e->iarg[1], NH = e->iarg[2], NKV = e->iarg[3];
+    int hs = e->in[0]->shape[2] / (NH + 2 * NKV);
+    m->backend->flash_attention_backward(trn__grad(m, e->in[0]), e->out->grad, e->in[0]->data, e->out->data,
+                                         (const float *)e->saved[0], B, T, NH, NKV, hs, (int)e->farg[0]);
+}
+
+static trn_tensor *trn__attention(trn_model *m, const char *op, trn_tensor *qkv, int n_head, int n_kv_head,
+                                  int causal) {
+    int B, T, hs, shape[3];
+    float *lse;
+    trn_tensor *out;
+    trn_tape_entry *e;
+    trn__not_null(op, m, qkv);
+    if (qkv->ndim != 3 || n_head <= 0 || n_kv_head <= 0 || n_head % n_kv_head ||
+        qkv->shape[2] % (n_head + 2 * n_kv_head) || qkv->shape[2] == 0) {
+        char s[64];
+        trn_fatal("%s: qkv must be (B,T,(n_head+2*n_kv_head)*hs) with n_kv_head dividing n_head; "
+                  "got %s with n_head=%d, n_kv_head=%d", op, trn_shape_str(qkv, s, 64), n_head, n_kv_head);
     }
-    m->backend->attention_backward(trn__grad(m, e->in[0]), m->scratch, e->out->grad, e->in[0]->data,
-                                   (const float *)e->saved[0], B, T, C, NH, (int)e->farg[0]);
+    B = qkv->shape[0]; T = qkv->shape[1]; hs = qkv->shape[2] / (n_head + 2 * n_kv_head);
+    shape[0] = B; shape[1] = T; shape[2] = n_head * hs;
+    out = trn_tensor_new(m, "attention", 3, shape);
+    lse = (float *)trn_arena_alloc(m, sizeof(float) * (size_t)B * n_head * T);
+    m->backend->flash_attention_forward(out->data, lse, qkv->data, B, T, n_head, n_kv_head, hs, causal);
+    e = trn__record(m, "attention", trn__attention_bw, out, qkv, NULL, NULL);
+    if (e) {
+        e->saved[0] = lse;
+        e->iarg[0] = B; e->iarg[1] = T; e->iarg[2] = n_head; e->iarg[3] = n_kv_head;
+        e->farg[0] = (float)(causal != 0);
+    }
+    return out;
+}
+
+TRNDEF trn_tensor *trn_attention_gqa(trn_model *m, trn_tensor *qkv, int n_head, int n_kv_head,
+                                     int causal) {
+    return trn__attention(m, "trn_attention_gqa", qkv, n_head, n_kv_head, causal);
 }
 
 TRNDEF trn_tensor *trn_attention(trn_model *m, trn_tensor *qkv, int n_head, int causal) {
-    int B, T, C, shape[3];
-    float *att;
-    trn_tensor *out;
-    trn_tape_entry *e;
-    trn__not_null("trn_attention", m, qkv);
-    if (qkv->ndim != 3 || qkv->shape[2] % 3 || n_head <= 0 || (qkv->shape[2] / 3) % n_head) {
-        char s[64];
-        trn_fatal("trn_attention: qkv must be (B,T,3C) with C divisible by n_head=%d, got %s", n_head,
-                  trn_shape_str(qkv, s, 64));
-    }
-    B = qkv->shape[0]; T = qkv->shape[1]; C = qkv->shape[2] / 3;
-    shape[0] = B; shape[1] = T; shape[2] = C;
-    out = trn_tensor_new(m, "attention", 3, shape);
-    att = (float *)trn_arena_alloc(m, sizeof(float) * (size_t)B * n_head * T * T);
-    m->backend->attention_forward(out->data, att, qkv->data, B, T, C, n_head, causal);
-    e = trn__record(m, "attention", trn__attention_bw, out, qkv, NULL, NULL);
-    if (e) { e->saved[0] = att; e->iarg[0] = B; e->iarg[1] = T; e->iarg[2] = C; e->iarg[3] = n_head; e->farg[0] = (float)(causal != 0); }
-    return out;
+    return trn__attention(m, "trn_attention", qkv, n_head, n_head, causal);
 }
 
 /* --- losses: a scalar tensor holding the mean over rows -------------------- */
@@ -2862,6 +3446,300 @@ TRNDEF trn_tensor *trn_mean_pool(trn_model *m, trn_tensor *x) {
     m->backend->meanpool_forward(out->data, x->data, x->shape[0], x->shape[1], x->shape[2]);
     trn__record(m, "mean_pool", trn__meanpool_bw, out, x, NULL, NULL);
     return out;
+}
+
+/* --- >>ops2 on the tape: each written with the public op API (>>opapi);
+   the backend table picks CPU or CUDA kernels, so one trn_op serves both */
+#define TRN__OP2(name, fw, bw) {name, fw, bw, fw, bw}
+
+static void trn__mul_fw(trn_model *m, trn_tape_entry *e) {   /* saves nothing: reads a and b */
+    trn_tensor *a = e->in[0], *b = e->in[1];
+    m->backend->mul_forward(e->out->data, a->data, b->data, a->size / b->size, b->size);
+}
+static void trn__mul_bw(trn_model *m, trn_tape_entry *e) {
+    trn_tensor *a = e->in[0], *b = e->in[1];
+    m->backend->mul_backward(trn_grad(m, a), trn_grad(m, b), trn_grad(m, e->out), a->data, b->data,
+                             a->size / b->size, b->size);
+}
+static const trn_op trn__mul_op = TRN__OP2("mul", trn__mul_fw, trn__mul_bw);
+TRNDEF trn_tensor *trn_mul(trn_model *m, trn_tensor *a, trn_tensor *b) {
+    trn_tensor *out;
+    int k, ok;
+    trn__not_null("trn_mul", a, b);
+    ok = b->ndim <= a->ndim;   /* b's shape must be a's last b->ndim dims */
+    for (k = 0; ok && k < b->ndim; k++) ok = b->shape[k] == a->shape[a->ndim - b->ndim + k];
+    trn__need(ok, "trn_mul", a, b, "b must have a's shape or its last dims (one row, broadcast over rows)");
+    out = trn_tensor_new(m, "mul", a->ndim, a->shape);
+    trn_op_apply(m, &trn__mul_op, out, a, b, NULL, NULL);
+    return out;
+}
+
+static void trn__silu_fw(trn_model *m, trn_tape_entry *e) {   /* saves nothing: reads x */
+    m->backend->silu_forward(e->out->data, e->in[0]->data, e->out->size);
+}
+static void trn__silu_bw(trn_model *m, trn_tape_entry *e) {
+    m->backend->silu_backward(trn_grad(m, e->in[0]), e->in[0]->data, trn_grad(m, e->out), e->out->size);
+}
+static void trn__sigmoid_fw(trn_model *m, trn_tape_entry *e) {   /* backward reads the output */
+    m->backend->sigmoid_forward(e->out->data, e->in[0]->data, e->out->size);
+}
+static void trn__sigmoid_bw(trn_model *m, trn_tape_entry *e) {
+    m->backend->sigmoid_backward(trn_grad(m, e->in[0]), e->out->data, trn_grad(m, e->out), e->out->size);
+}
+static void trn__tanh_fw(trn_model *m, trn_tape_entry *e) {   /* backward reads the output */
+    m->backend->tanh_forward(e->out->data, e->in[0]->data, e->out->size);
+}
+static void trn__tanh_bw(trn_model *m, trn_tape_entry *e) {
+    m->backend->tanh_backward(trn_grad(m, e->in[0]), e->out->data, trn_grad(m, e->out), e->out->size);
+}
+static const trn_op trn__silu_op = TRN__OP2("silu", trn__silu_fw, trn__silu_bw);
+static const trn_op trn__sigmoid_op = TRN__OP2("sigmoid", trn__sigmoid_fw, trn__sigmoid_bw);
+static const trn_op trn__tanh_op = TRN__OP2("tanh", trn__tanh_fw, trn__tanh_bw);
+
+static trn_tensor *trn__unary(trn_model *m, const trn_op *op, trn_tensor *x) {
+    trn_tensor *out;
+    if (!m || !x) trn_fatal("trn_%s: model or input is NULL", op->name);
+    out = trn_tensor_new(m, op->name, x->ndim, x->shape);
+    trn_op_apply(m, op, out, x, NULL, NULL, NULL);
+    return out;
+}
+TRNDEF trn_tensor *trn_silu(trn_model *m, trn_tensor *x) { return trn__unary(m, &trn__silu_op, x); }
+TRNDEF trn_tensor *trn_sigmoid(trn_model *m, trn_tensor *x) { return trn__unary(m, &trn__sigmoid_op, x); }
+TRNDEF trn_tensor *trn_tanh(trn_model *m, trn_tensor *x) { return trn__unary(m, &trn__tanh_op, x); }
+
+static void trn__softmax_fw(trn_model *m, trn_tape_entry *e) {   /* backward reads the output */
+    int C = TRN__LAST(e->out);
+    m->backend->softmax_forward(e->out->data, e->in[0]->data, (int)(e->out->size / (size_t)C), C);
+}
+static void trn__softmax_bw(trn_model *m, trn_tape_entry *e) {
+    int C = TRN__LAST(e->out);
+    m->backend->softmax_backward(trn_grad(m, e->in[0]), e->out->data, trn_grad(m, e->out),
+                                 (int)(e->out->size / (size_t)C), C);
+}
+static const trn_op trn__softmax_op = TRN__OP2("softmax", trn__softmax_fw, trn__softmax_bw);
+TRNDEF trn_tensor *trn_softmax(trn_model *m, trn_tensor *x) { return trn__unary(m, &trn__softmax_op, x); }
+
+/* saved[0]: rstd (N floats) */
+static void trn__rmsnorm_fw(trn_model *m, trn_tape_entry *e) {
+    trn_tensor *x = e->in[0];
+    int C = TRN__LAST(x), N = (int)(x->size / (size_t)C);
+    e->saved[0] = trn_arena_alloc(m, sizeof(float) * (size_t)N);
+    m->backend->rmsnorm_forward(e->out->data, (float *)e->saved[0], x->data, e->in[1]->data, N, C, e->farg[0]);
+}
+static void trn__rmsnorm_bw(trn_model *m, trn_tape_entry *e) {
+    trn_tensor *x = e->in[0], *w = e->in[1];
+    int C = TRN__LAST(x), N = (int)(x->size / (size_t)C);
+    m->backend->rmsnorm_backward(trn_grad(m, x), trn_grad(m, w), trn_grad(m, e->out), x->data, w->data,
+                                 (const float *)e->saved[0], N, C);
+}
+static const trn_op trn__rmsnorm_op = TRN__OP2("rmsnorm", trn__rmsnorm_fw, trn__rmsnorm_bw);
+TRNDEF trn_tensor *trn_rmsnorm(trn_model *m, trn_tensor *x, trn_tensor *w, float eps) {
+    trn_tensor *out;
+    trn_op_args args;
+    trn__not_null("trn_rmsnorm", x, w);
+    trn__need(w->ndim == 1 && w->shape[0] == TRN__LAST(x), "trn_rmsnorm", x, w, "w must be (C), C = x's last dim");
+    if (!(eps > 0.0f)) trn_fatal("trn_rmsnorm: eps must be > 0, got %g", (double)eps);
+    memset(&args, 0, sizeof args);
+    args.f[0] = eps;
+    out = trn_tensor_new(m, "rmsnorm", x->ndim, x->shape);
+    trn_op_apply(m, &trn__rmsnorm_op, out, x, w, NULL, &args);
+    return out;
+}
+
+/* iarg: H heads per row, R rotated, hs, pos0; farg[0]: theta. Saves nothing. */
+static void trn__rope_fw(trn_model *m, trn_tape_entry *e) {
+    trn_tensor *x = e->in[0];
+    m->backend->rope_forward(e->out->data, x->data, x->shape[0], x->shape[1], e->iarg[0], e->iarg[1], e->iarg[2],
+                             e->iarg[3], e->farg[0]);
+}
+static void trn__rope_bw(trn_model *m, trn_tape_entry *e) {
+    trn_tensor *x = e->in[0];
+    m->backend->rope_backward(trn_grad(m, x), trn_grad(m, e->out), x->shape[0], x->shape[1], e->iarg[0], e->iarg[1],
+                              e->iarg[2], e->iarg[3], e->farg[0]);
+}
+static const trn_op trn__rope_op = TRN__OP2("rope", trn__rope_fw, trn__rope_bw);
+TRNDEF trn_tensor *trn_rope(trn_model *m, trn_tensor *qkv, int n_head, int n_kv_head, float theta, int pos0) {
+    trn_tensor *out;
+    trn_op_args args;
+    int heads = n_head + 2 * n_kv_head;
+    trn__not_null("trn_rope", m, qkv);
+    if (qkv->ndim != 3 || n_head <= 0 || n_kv_head <= 0 || n_head % n_kv_head || qkv->shape[2] % heads ||
+        (qkv->shape[2] / heads) % 2) {
+        char s[64];
+        trn_fatal("trn_rope: qkv must be (B,T,(n_head+2*n_kv_head)*hs) with hs even and n_head a multiple of "
+                  "n_kv_head; got %s with n_head=%d, n_kv_head=%d", trn_shape_str(qkv, s, 64), n_head, n_kv_head);
+    }
+    if (!(theta > 1.0f) || pos0 < 0) trn_fatal("trn_rope: theta must be > 1 (got %g), pos0 >= 0 (got %d)", (double)theta, pos0);
+    memset(&args, 0, sizeof args);
+    args.i[0] = heads; args.i[1] = n_head + n_kv_head; args.i[2] = qkv->shape[2] / heads; args.i[3] = pos0;
+    args.f[0] = theta;
+    out = trn_tensor_new(m, "rope", 3, qkv->shape);
+    trn_op_apply(m, &trn__rope_op, out, qkv, NULL, NULL, &args);
+    return out;
+}
+
+/* ========================================================================
+   >>opapi: trn_op_apply, trn_grad, trn_gradcheck
+   ======================================================================== */
+static TRN__TLS trn_tape_entry trn__op_scratch; /* the entry of an op not recorded */
+
+TRNDEF trn_tape_entry *trn_op_apply(trn_model *m, const trn_op *op, trn_tensor *out, trn_tensor *a,
+                                    trn_tensor *b, trn_tensor *c, const trn_op_args *args) {
+    int dev;
+    trn_op_fn fw, bw;
+    trn_tape_entry *e;
+    const char *name;
+    if (!m || !op || !out) trn_fatal("trn_op_apply: model, op or output is NULL");
+    name = op->name ? op->name : "(unnamed op)";
+    dev = m->backend->place == TRN_DEVICE;
+    fw = dev ? op->cuda_forward : op->forward;
+    bw = dev ? op->cuda_backward : op->backward;
+    if (!fw) trn_fatal("op %s: no forward for the %s backend (set trn_op.%s)", name, m->backend->name,
+                       dev ? "cuda_forward" : "forward");
+    e = trn__record(m, name, bw, out, a, b, c);
+    if (e && !bw) trn_fatal("op %s: an input requires a gradient but the op has no backward for the %s backend "
+                            "(set trn_op.%s, or run it under no-grad)", name, m->backend->name,
+                            dev ? "cuda_backward" : "backward");
+    if (!e) { /* not on the tape: forward still gets an entry to read and fill */
+        e = &trn__op_scratch;
+        memset(e, 0, sizeof *e);
+        e->op = name; e->out = out;
+        e->in[0] = a; e->in[1] = b; e->in[2] = c;
+    }
+    if (args) {
+        memcpy(e->iarg, args->i, sizeof e->iarg);
+        memcpy(e->farg, args->f, sizeof e->farg);
+    }
+    fw(m, e);
+    return e;
+}
+
+/* The probe of the gradient checker is itself an op written with the API
+   above: L = sum_i r_i * y_i with in[0] = y, in[1] = r (an input, no
+   gradient). It computes on the host through download/upload, so one
+   function serves both places. Saves nothing: backward reads r. */
+static float *trn__host_copy(trn_model *m, const trn_tensor *t) {
+    float *h = (float *)trn_alloc(sizeof(float) * t->size, TRN_KIND_TEMP);
+    if (!h) trn_fatal("trn_gradcheck: %s", trn_error_reason());
+    m->backend->download(h, t->data, sizeof(float) * t->size);
+    return h;
+}
+static void trn__probe_fw(trn_model *m, trn_tape_entry *e) {
+    float *y = trn__host_copy(m, e->in[0]), *r = trn__host_copy(m, e->in[1]), L;
+    double sum = 0.0;
+    size_t i;
+    for (i = 0; i < e->in[0]->size; i++) sum += (double)r[i] * y[i];
+    trn_free(y); trn_free(r);
+    L = (float)sum;
+    m->backend->upload(e->out->data, &L, sizeof L);
+}
+static void trn__probe_bw(trn_model *m, trn_tape_entry *e) {
+    trn_tensor *y = e->in[0];
+    float dL, *r = trn__host_copy(m, e->in[1]);
+    float *dev = (float *)trn_arena_alloc(m, sizeof(float) * y->size);
+    size_t i;
+    m->backend->download(&dL, trn_grad(m, e->out), sizeof dL);
+    for (i = 0; i < y->size; i++) r[i] *= dL;   /* dL/dy_i = r_i */
+    m->backend->upload(dev, r, sizeof(float) * y->size);
+    trn_free(r);
+    m->backend->accumulate(trn_grad(m, y), dev, y->size);
+}
+static const trn_op trn__probe_op = {"gradcheck_probe", trn__probe_fw, trn__probe_bw, trn__probe_fw, trn__probe_bw};
+
+TRNDEF trn_gradcheck_desc trn_gradcheck_defaults(const trn_gradcheck_desc *desc) {
+    trn_gradcheck_desc d;
+    memset(&d, 0, sizeof d);
+    if (desc) d = *desc;
+    if (d.eps <= 0.0f) d.eps = 1e-2f;
+    if (d.atol <= 0.0f) d.atol = 1e-3f;
+    if (d.rtol <= 0.0f) d.rtol = 2e-2f;
+    if (d.max_per_param <= 0) d.max_per_param = 32;
+    if (d.seed == 0) d.seed = 1;
+    return d;
+}
+
+/* L at the current parameters, summed in double (no tape) */
+static double trn__gradcheck_eval(trn_model *m, trn_tensor *(*build)(trn_model *, void *), void *user,
+                                  const float *r, size_t n, float *host) {
+    trn_tensor *y;
+    double L = 0.0;
+    size_t i;
+    trn_reset(m);
+    y = build(m, user);
+    if (!y || y->size != n) trn_fatal("trn_gradcheck: build() returned a different shape on a second call");
+    m->backend->download(host, y->data, sizeof(float) * n);
+    for (i = 0; i < n; i++) L += (double)r[i] * host[i];
+    return L;
+}
+
+TRNDEF int trn_gradcheck(trn_model *m, trn_tensor *(*build)(trn_model *m, void *user), void *user,
+                         const trn_gradcheck_desc *desc, trn_gradcheck_result *res) {
+    trn_gradcheck_desc d = trn_gradcheck_defaults(desc);
+    trn_gradcheck_result R;
+    trn_rng rng;
+    trn_tensor *y, *L;
+    float *r, *ybuf, *grads, *params;
+    size_t n;
+    int k, grad_was = m ? m->grad_enabled : 0, one = 1;
+    memset(&R, 0, sizeof R);
+    if (!m || !build || !m->param_data) trn_fatal("trn_gradcheck: model (allocated) and build() are required");
+    trn_rng_seed(&rng, d.seed);
+    /* the analytic gradient of L */
+    m->grad_enabled = 1;
+    trn_reset(m);
+    y = build(m, user);
+    if (!y) trn_fatal("trn_gradcheck: build() returned NULL");
+    n = y->size;
+    r = (float *)malloc(sizeof(float) * n);
+    ybuf = (float *)malloc(sizeof(float) * n);
+    grads = (float *)malloc(sizeof(float) * m->n_floats);
+    params = (float *)malloc(sizeof(float) * m->n_floats);
+    if (!r || !ybuf || !grads || !params) trn_fatal("trn_gradcheck: out of host memory");
+    for (k = 0; k < (int)n; k++) r[k] = n == 1 ? 1.0f : trn_rng_normal(&rng);
+    L = trn_tensor_new(m, "gradcheck_probe", 1, &one);
+    trn_op_apply(m, &trn__probe_op, L, y, trn_input(m, "gradcheck_r", y->ndim, y->shape, r), NULL, NULL);
+    if (!L->requires_grad) trn_fatal("trn_gradcheck: the output does not depend on any parameter");
+    trn_zero_grad(m);
+    trn_backward(m, L);
+    m->backend->download(grads, m->grad_data, sizeof(float) * m->n_floats);
+    m->backend->download(params, m->param_data, sizeof(float) * m->n_floats);
+    /* the numeric one, element by element */
+    m->grad_enabled = 0;
+    for (k = 0; k < m->n_params; k++) {
+        trn_tensor *p = m->params[k];
+        int j, count = p->size < (size_t)d.max_per_param ? (int)p->size : d.max_per_param;
+        int bad = 0;
+        double worst = 0.0;
+        for (j = 0; j < count; j++) {
+            size_t idx = p->offset + (count == (int)p->size ? (size_t)j : trn_rng_below(&rng, (uint32_t)p->size));
+            float x0 = params[idx], xp = x0 + d.eps, xm = x0 - d.eps;
+            double Lp, Lm, fd, an = grads[idx], err;
+            m->backend->upload(m->param_data + idx, &xp, sizeof xp);
+            Lp = trn__gradcheck_eval(m, build, user, r, n, ybuf);
+            m->backend->upload(m->param_data + idx, &xm, sizeof xm);
+            Lm = trn__gradcheck_eval(m, build, user, r, n, ybuf);
+            m->backend->upload(m->param_data + idx, &x0, sizeof x0);
+            fd = (Lp - Lm) / ((double)xp - (double)xm);  /* the step float could represent */
+            err = fabs(an - fd) / (d.atol + d.rtol * fabs(fd));
+            if (err > worst) worst = err;
+            if (fabs(an) > R.largest) R.largest = fabs(an);
+            R.checked++;
+            if (err > 1.0) {
+                if (bad < 3) fprintf(stderr, "gradcheck: %s[%zu]: analytic %.6g, numeric %.6g\n", p->name,
+                                     idx - p->offset, an, fd);
+                bad++;
+            }
+        }
+        if (worst > R.worst) R.worst = worst;
+        R.failed += bad;
+        if (d.verbose) printf("gradcheck: %-24s %d elements, worst %.3f of tolerance%s\n", p->name, count, worst,
+                              bad ? "  FAIL" : "");
+    }
+    m->grad_enabled = grad_was;
+    trn_reset(m);
+    free(r); free(ybuf); free(grads); free(params);
+    if (res) *res = R;
+    return R.failed;
 }
 
 /* --- the key/value cache (generation) -------------------------------------- */
