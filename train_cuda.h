@@ -738,7 +738,7 @@ static __global__ void trn__k_sgd(float *p, const float *g, float *buf, size_t n
     }
 }
 
-/* --- >>ops2 kernels: train.h's >>ops2 functions, element by element ------ */
+/* --- >>ops3 kernels: train.h's >>ops3 functions ----------------------------- */
 /* dropout: the same hash as train.h's trn__dropout_u, so the same mask */
 static __device__ __forceinline__ float trn__cuda_dropout_u(uint64_t key, size_t i) {
     uint64_t z = key + (uint64_t)(i + 1) * 0x9E3779B97F4A7C15ull;
@@ -1210,7 +1210,7 @@ static void trn__cuda_sgd_update(float *p, const float *g, float *buf, size_t n,
     TRN__CUDA_ELEMENTWISE(trn__k_sgd, n, p, g, buf, n, lr, momentum, dampening, weight_decay, nesterov, first);
 }
 
-/* --- >>ops2 (host side): the same signatures as train.h's CPU functions -- */
+/* --- >>ops3 (host side): the same signatures as train.h's CPU functions -- */
 static void trn__cuda_dropout_forward(float *out, const float *inp, size_t n, float p, uint64_t key) {
     TRN__CUDA_ELEMENTWISE(trn__k_dropout_fwd, n, out, inp, n, p, p < 1.0f ? 1.0f / (1.0f - p) : 0.0f, key);
 }
@@ -1722,6 +1722,26 @@ TRNDEF const trn_backend *trn_cuda_backend(void) {
         t->flash_attention_backward = trn__cuda_flash_attention_backward;
         t->sgd_update = trn__cuda_sgd_update;
         t->attention_kv_forward = trn__cuda_attention_kv_forward;
+        t->dropout_forward = trn__cuda_dropout_forward;
+        t->dropout_backward = trn__cuda_dropout_backward;
+        t->transpose_forward = trn__cuda_transpose_forward;
+        t->transpose_backward = trn__cuda_transpose_backward;
+        t->slice_forward = trn__cuda_slice_forward;
+        t->slice_backward = trn__cuda_slice_backward;
+        t->concat_forward = trn__cuda_concat_forward;
+        t->concat_backward = trn__cuda_concat_backward;
+        t->sum_forward = trn__cuda_sum_forward;
+        t->sum_backward = trn__cuda_sum_backward;
+        t->bmm_forward = trn__cuda_bmm_forward;
+        t->bmm_backward = trn__cuda_bmm_backward;
+        t->crossentropy_ex_forward = trn__cuda_crossentropy_ex_forward;
+        t->crossentropy_ex_backward = trn__cuda_crossentropy_ex_backward;
+        t->bce_logits_forward = trn__cuda_bce_logits_forward;
+        t->bce_logits_backward = trn__cuda_bce_logits_backward;
+        t->l1_forward = trn__cuda_l1_forward;
+        t->l1_backward = trn__cuda_l1_backward;
+        t->huber_forward = trn__cuda_huber_forward;
+        t->huber_backward = trn__cuda_huber_backward;
         t->name = "cuda";
     }
     return t;
