@@ -886,7 +886,12 @@ int main(int argc, char **argv) {
         printf("width %d\nbatch %d\nsteps %d\n", c.width, c.batch, c.steps);
         printf("param_count %zu\nparam_bytes %zu\nblock_bytes %zu\n", n.model.n_floats, param_bytes, block_bytes);
         printf("peak_kit_bytes %zu\n", s.peak_total[place]);
-        for (k = 0; k < TRN_KIND_COUNT; k++) printf("peak_%s_bytes %zu\n", trn_kind_name((trn_kind)k), s.peak[place][k]);
+        for (k = 0; k < TRN_KIND_COUNT; k++) { // "kv cache" -> peak_kv_cache_bytes: one word per key
+            char key[64], *sp;
+            snprintf(key, sizeof key, "%s", trn_kind_name((trn_kind)k));
+            while ((sp = strchr(key, ' ')) != NULL) *sp = '_';
+            printf("peak_%s_bytes %zu\n", key, s.peak[place][k]);
+        }
         printf("start_rss_bytes %zu\npeak_rss_bytes %zu\n", start_rss, s.peak_rss);
         printf("loss_step1 %.9g\nloss_step2 %.9g\nloss_final %.9g\nparam_checksum %.9e\n", (double)loss_val[0],
                (double)loss_val[1], (double)final_loss, checksum);
