@@ -49,8 +49,11 @@
       >>backend     the table of kernels a backend provides (CPU here)
       >>matmul      trn_sgemm: blocked, vectorized, OpenMP
       >>ops         forward/backward pairs (plain functions)
+      >>ops3        dropout, reshape, transpose, slice/concat, sums, batched
+                    matmul, cross-entropy+, BCE, L1, Huber
       >>tape        the model: arena, tape, ops that record themselves
-      >>adamw       AdamW, LR schedule, gradient clipping
+      >>kvcache     generation with a key/value cache
+      >>adamw       AdamW and SGD, parameter groups, LR schedules, clipping
       >>checkpoint  safetensors weights, training-state checkpoints
       >>data        tokenizers, token shards, text loading
 
@@ -127,6 +130,7 @@ typedef enum trn_kind {
     TRN_KIND_ACTIVATIONS, /* the per-step arena: activations + their grads */
     TRN_KIND_TEMP,        /* short-lived buffers (I/O staging, scratch)    */
     TRN_KIND_COMM,        /* communication buffers (DDP)                   */
+    TRN_KIND_KV_CACHE,    /* keys and values kept for generation           */
     TRN_KIND_RUNTIME,     /* CUDA context, cuBLAS workspace, tables        */
     TRN_KIND_COUNT
 } trn_kind;
@@ -195,6 +199,9 @@ typedef struct trn_tensor {
     int requires_grad;  /* backward computes this tensor's gradient        */
     int is_param;
     int decay;          /* parameters: AdamW weight decay applies (ndim>=2) */
+    float lr_scale;     /* parameters: lr multiplier, 1 (see trn_param_group) */
+    float weight_decay; /* parameters: own weight decay if >= 0 (overrides
+                           decay and the optimizer's); -1: the optimizer's */
     char name[64];
 } trn_tensor;
 
@@ -238,10 +245,10 @@ typedef struct trn_backend {
     void (*add_forward)(float *out, const float *a, const float *b, size_t n);
     void (*accumulate)(float *dst, const float *src, size_t n); /* dst += src */
     void (*attention_forward)(float *out, float *att, const float *qkv,
-                              int B, int T, int C, int NH, int causal);
+                              int B, int T, int NH, int NKV, int hs, int causal);
     void (*attention_backward)(float *dqkv, float *scratch, const float *dout,
                                const float *qkv, const float *att,
-                               int B, int T, int C, int NH, int causal);
+                               int B, int T, int NH, int NKV, int hs, int causal);
     void (*crossentropy_forward)(float *losses, float *lse, const float *logits,
                                  const int *targets, int N, int V, int Vp);
     void (*crossentropy_backward)(float *dlogits, const float *logits, const float *lse,
@@ -256,6 +263,63 @@ typedef struct trn_backend {
                          float bias_corr1, float bias_corr2);
     double (*sum_squares)(const float *x, size_t n);
     void (*scale)(float *x, float s, size_t n);
+    /* >>ops2: the ops of modern decoders (see the CPU functions) */
+    void (*mul_forward)(float *out, const float *a, const float *b, size_t N, size_t C);
+    void (*mul_backward)(float *da, float *db, const float *dout, const float *a, const float *b,
+                         size_t N, size_t C);
+    void (*silu_forward)(float *out, const float *inp, size_t n);
+    void (*silu_backward)(float *dinp, const float *inp, const float *dout, size_t n);
+    void (*sigmoid_forward)(float *out, const float *inp, size_t n);
+    void (*sigmoid_backward)(float *dinp, const float *out, const float *dout, size_t n);
+    void (*tanh_forward)(float *out, const float *inp, size_t n);
+    void (*tanh_backward)(float *dinp, const float *out, const float *dout, size_t n);
+    void (*softmax_forward)(float *out, const float *inp, int N, int C);
+    void (*softmax_backward)(float *dinp, const float *out, const float *dout, int N, int C);
+    void (*rmsnorm_forward)(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps);
+    void (*rmsnorm_backward)(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                             const float *rstd, int N, int C);
+    void (*rope_forward)(float *out, const float *inp, int B, int T, int H, int R, int hs, int pos0, float theta);
+    void (*rope_backward)(float *dinp, const float *dout, int B, int T, int H, int R, int hs, int pos0,
+                          float theta);
+    /* fused attention (flash-style): what trn_attention runs; the pair
+       above is the materialized reference */
+    void (*flash_attention_forward)(float *out, float *lse, const float *qkv,
+                                    int B, int T, int NH, int NKV, int hs, int causal);
+    void (*flash_attention_backward)(float *dqkv, const float *dout, const float *qkv,
+                                     const float *out, const float *lse,
+                                     int B, int T, int NH, int NKV, int hs, int causal);
+    /* SGD with momentum (see >>adamw); buf NULL when momentum == 0 */
+    void (*sgd_update)(float *p, const float *g, float *buf, size_t n, float lr, float momentum,
+                       float dampening, float weight_decay, int nesterov, int first);
+    /* generation: append keys/values to a cache and attend (see >>kvcache) */
+    void (*attention_kv_forward)(float *out, float *att, const float *q, int q_stride, const float *k,
+                                 const float *v, int kv_stride, float *kcache, float *vcache, int B, int T,
+                                 int pos, int maxT, int NH, int NKV, int hs);
+    /* >>ops3 (see the CPU functions) */
+    void (*dropout_forward)(float *out, const float *inp, size_t n, float p, uint64_t key);
+    void (*dropout_backward)(float *dinp, const float *dout, size_t n, float p, uint64_t key);
+    void (*transpose_forward)(float *out, const float *inp, int A, int D0, int Bm, int D1, int C);
+    void (*transpose_backward)(float *dinp, const float *dout, int A, int D0, int Bm, int D1, int C);
+    void (*slice_forward)(float *out, const float *inp, int N, int C, int start, int len);
+    void (*slice_backward)(float *dinp, const float *dout, int N, int C, int start, int len);
+    void (*concat_forward)(float *out, const float *a, const float *b, int N, int Ca, int Cb);
+    void (*concat_backward)(float *da, float *db, const float *dout, int N, int Ca, int Cb);
+    void (*sum_forward)(float *out, const float *inp, int N, size_t C, float scale);
+    void (*sum_backward)(float *dinp, const float *dout, int N, size_t C, float scale);
+    void (*bmm_forward)(float *out, const float *a, const float *b, int Bt, int M, int N, int K, int ta, int tb);
+    void (*bmm_backward)(float *da, float *db, const float *dout, const float *a, const float *b, int Bt, int M,
+                         int N, int K, int ta, int tb);
+    void (*crossentropy_ex_forward)(float *losses, float *lse, const float *logits, const int *targets, int N,
+                                    int V, int Vp, float smoothing);
+    void (*crossentropy_ex_backward)(float *dlogits, const float *logits, const float *lse, const int *targets,
+                                     float dloss, int N, int V, int Vp, float smoothing);
+    void (*bce_logits_forward)(float *losses, const float *x, const float *y, size_t n);
+    void (*bce_logits_backward)(float *dx, const float *x, const float *y, float dloss, size_t n);
+    void (*l1_forward)(float *losses, const float *pred, const float *target, size_t n);
+    void (*l1_backward)(float *dpred, const float *pred, const float *target, float dloss, size_t n);
+    void (*huber_forward)(float *losses, const float *pred, const float *target, float delta, size_t n);
+    void (*huber_backward)(float *dpred, const float *pred, const float *target, float delta, float dloss,
+                           size_t n);
 } trn_backend;
 
 TRNDEF const trn_backend *trn_cpu_backend(void);
@@ -306,11 +370,22 @@ TRNDEF void trn_relu_forward(float *out, const float *inp, size_t n);
 TRNDEF void trn_relu_backward(float *dinp, const float *out, const float *dout, size_t n);
 TRNDEF void trn_add_forward(float *out, const float *a, const float *b, size_t n);
 TRNDEF void trn_accumulate(float *dst, const float *src, size_t n);
+/* attention: qkv (B,T,(NH+2*NKV)*hs) packs NH query heads, then NKV key
+   heads, then NKV value heads (NKV = NH: multi-head; NKV < NH: grouped-query,
+   query head h reads kv head h/(NH/NKV)); out (B,T,NH*hs). The materialized
+   reference saves att (B,NH,T,T); backward needs scratch of the same size. */
 TRNDEF void trn_attention_forward(float *out, float *att, const float *qkv,
-                                  int B, int T, int C, int NH, int causal);
+                                  int B, int T, int NH, int NKV, int hs, int causal);
 TRNDEF void trn_attention_backward(float *dqkv, float *scratch, const float *dout,
                                    const float *qkv, const float *att,
-                                   int B, int T, int C, int NH, int causal);
+                                   int B, int T, int NH, int NKV, int hs, int causal);
+/* the fused (flash-style) version: saves only lse (B,NH,T), one log-sum-exp
+   per query row, and reads its own output in backward */
+TRNDEF void trn_flash_attention_forward(float *out, float *lse, const float *qkv,
+                                        int B, int T, int NH, int NKV, int hs, int causal);
+TRNDEF void trn_flash_attention_backward(float *dqkv, const float *dout, const float *qkv,
+                                         const float *out, const float *lse,
+                                         int B, int T, int NH, int NKV, int hs, int causal);
 TRNDEF void trn_crossentropy_forward(float *losses, float *lse, const float *logits,
                                      const int *targets, int N, int V, int Vp);
 TRNDEF void trn_crossentropy_backward(float *dlogits, const float *logits, const float *lse,
@@ -325,8 +400,61 @@ TRNDEF void trn_adamw_update(float *p, const float *g, float *m, float *v, size_
                              float bias_corr1, float bias_corr2);
 TRNDEF double trn_sum_squares(const float *x, size_t n);
 TRNDEF void trn_scale(float *x, float s, size_t n);
+TRNDEF void trn_sgd_update(float *p, const float *g, float *buf, size_t n, float lr, float momentum,
+                           float dampening, float weight_decay, int nesterov, int first);
+TRNDEF void trn_attention_kv_forward(float *out, float *att, const float *q, int q_stride, const float *k,
+                                     const float *v, int kv_stride, float *kcache, float *vcache, int B, int T,
+                                     int pos, int maxT, int NH, int NKV, int hs);
 /* images (B,H,W,Ch) -> patches (B, (H/P)*(W/P), P*P*Ch); data only, no grad */
 TRNDEF void trn_patchify(float *out, const float *img, int B, int H, int W, int Ch, int P);
+/* the ops of modern decoders (Llama): >>ops2 below. mul: a (N,C) * b, b of
+   N*C elements (same shape) or C elements (one row, broadcast over rows).
+   rope: rows of H heads of hs channels (B,T,H*hs); the first R heads of
+   each row are rotated (HF rotate-half), the rest copied; row t sits at
+   position pos0 + t. */
+TRNDEF void trn_mul_forward(float *out, const float *a, const float *b, size_t N, size_t C);
+TRNDEF void trn_mul_backward(float *da, float *db, const float *dout, const float *a, const float *b,
+                             size_t N, size_t C);
+TRNDEF void trn_silu_forward(float *out, const float *inp, size_t n);
+TRNDEF void trn_silu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+TRNDEF void trn_sigmoid_forward(float *out, const float *inp, size_t n);
+TRNDEF void trn_sigmoid_backward(float *dinp, const float *out, const float *dout, size_t n);
+TRNDEF void trn_tanh_forward(float *out, const float *inp, size_t n);
+TRNDEF void trn_tanh_backward(float *dinp, const float *out, const float *dout, size_t n);
+TRNDEF void trn_softmax_forward(float *out, const float *inp, int N, int C);
+TRNDEF void trn_softmax_backward(float *dinp, const float *out, const float *dout, int N, int C);
+TRNDEF void trn_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C,
+                                float eps);
+TRNDEF void trn_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                                 const float *rstd, int N, int C);
+TRNDEF void trn_rope_forward(float *out, const float *inp, int B, int T, int H, int R, int hs, int pos0,
+                             float theta);
+TRNDEF void trn_rope_backward(float *dinp, const float *dout, int B, int T, int H, int R, int hs, int pos0,
+                              float theta);
+/* >>ops3: shapes, reductions, dropout, more losses (see each definition) */
+TRNDEF void trn_dropout_forward(float *out, const float *inp, size_t n, float p, uint64_t key);
+TRNDEF void trn_dropout_backward(float *dinp, const float *dout, size_t n, float p, uint64_t key);
+TRNDEF void trn_transpose_forward(float *out, const float *inp, int A, int D0, int Bm, int D1, int C);
+TRNDEF void trn_transpose_backward(float *dinp, const float *dout, int A, int D0, int Bm, int D1, int C);
+TRNDEF void trn_slice_forward(float *out, const float *inp, int N, int C, int start, int len);
+TRNDEF void trn_slice_backward(float *dinp, const float *dout, int N, int C, int start, int len);
+TRNDEF void trn_concat_forward(float *out, const float *a, const float *b, int N, int Ca, int Cb);
+TRNDEF void trn_concat_backward(float *da, float *db, const float *dout, int N, int Ca, int Cb);
+TRNDEF void trn_sum_forward(float *out, const float *inp, int N, size_t C, float scale);
+TRNDEF void trn_sum_backward(float *dinp, const float *dout, int N, size_t C, float scale);
+TRNDEF void trn_bmm_forward(float *out, const float *a, const float *b, int Bt, int M, int N, int K, int ta, int tb);
+TRNDEF void trn_bmm_backward(float *da, float *db, const float *dout, const float *a, const float *b, int Bt, int M,
+                             int N, int K, int ta, int tb);
+TRNDEF void trn_crossentropy_ex_forward(float *losses, float *lse, const float *logits, const int *targets, int N,
+                                        int V, int Vp, float smoothing);
+TRNDEF void trn_crossentropy_ex_backward(float *dlogits, const float *logits, const float *lse, const int *targets,
+                                         float dloss, int N, int V, int Vp, float smoothing);
+TRNDEF void trn_bce_logits_forward(float *losses, const float *x, const float *y, size_t n);
+TRNDEF void trn_bce_logits_backward(float *dx, const float *x, const float *y, float dloss, size_t n);
+TRNDEF void trn_l1_forward(float *losses, const float *pred, const float *target, size_t n);
+TRNDEF void trn_l1_backward(float *dpred, const float *pred, const float *target, float dloss, size_t n);
+TRNDEF void trn_huber_forward(float *losses, const float *pred, const float *target, float delta, size_t n);
+TRNDEF void trn_huber_backward(float *dpred, const float *pred, const float *target, float delta, float dloss, size_t n);
 
 /* ------------------------------------------------------------------------
    >>tape
@@ -369,11 +497,12 @@ typedef struct trn_model {
     trn_tape_entry *tape;
     int tape_len, tape_cap;
     int grad_enabled;          /* 0: no tape (evaluation), like no_grad     */
+    int training;              /* 1: training mode (dropout drops); 0: eval */
+    trn_rng rng;               /* dropout's masks; saved in checkpoints.
+                                  Seeded with 0 by trn_model_init: reseed it
+                                  (trn_rng_seed(&m.rng, seed)) for another */
     trn_tensor **tblocks;      /* host-side headers of this step's tensors  */
     int n_tblocks, t_used;
-    float *scratch;            /* backward's (B,NH,T,T) workspace, shared by
-                                  every attention layer of the step (arena) */
-    size_t scratch_floats;
     /* called by trn_backward after tape entry i (i = tape_len-1 down to 0)
        has run, with the tape still intact; NULL: none. train_nccl.h uses it
        to start all-reducing a gradient bucket as soon as it is complete. */
@@ -395,6 +524,23 @@ TRNDEF trn_tensor *trn_model_find(trn_model *m, const char *name);
 TRNDEF void trn_zero_grad(trn_model *m);
 TRNDEF void trn_reset(trn_model *m);   /* new step: rewind arena and tape  */
 TRNDEF void trn_backward(trn_model *m, trn_tensor *loss);
+/* backward with d(loss)/d(loss) = scale instead of 1: gradient accumulation
+   over K micro-batches calls it with scale 1/K (as loss/K in PyTorch) */
+TRNDEF void trn_backward_scaled(trn_model *m, trn_tensor *loss, float scale);
+
+/* PyTorch's switches, as calls. No grad (torch.no_grad): ops record
+   nothing on the tape, so no activation is kept for a backward; returns
+   the previous state, to restore with trn_set_grad_enabled. Evaluation
+   mode (model.eval()): ops that behave differently in training (dropout)
+   behave as at inference. The two are independent, as in PyTorch; an
+   evaluation pass usually wants both:
+       int g = trn_no_grad(&m); trn_eval(&m);
+       ... forward ...
+       trn_train(&m); trn_set_grad_enabled(&m, g);                         */
+TRNDEF int trn_set_grad_enabled(trn_model *m, int enabled);
+TRNDEF int trn_no_grad(trn_model *m);        /* = trn_set_grad_enabled(m, 0) */
+TRNDEF void trn_train(trn_model *m);         /* training mode (the default)  */
+TRNDEF void trn_eval(trn_model *m);          /* evaluation mode              */
 
 /* activations: a tensor in the arena (data uninitialized, grad NULL) */
 TRNDEF trn_tensor *trn_tensor_new(trn_model *m, const char *name, int ndim, const int *shape);
@@ -418,20 +564,214 @@ TRNDEF trn_tensor *trn_gelu(trn_model *m, trn_tensor *x);
 TRNDEF trn_tensor *trn_relu(trn_model *m, trn_tensor *x);
 TRNDEF trn_tensor *trn_add(trn_model *m, trn_tensor *a, trn_tensor *b);
 TRNDEF trn_tensor *trn_attention(trn_model *m, trn_tensor *qkv, int n_head, int causal);
+/* grouped-query attention: qkv (B,T,(n_head+2*n_kv_head)*hs), n_kv_head
+   divides n_head; trn_attention is this with n_kv_head = n_head */
+TRNDEF trn_tensor *trn_attention_gqa(trn_model *m, trn_tensor *qkv, int n_head, int n_kv_head,
+                                     int causal);
 TRNDEF trn_tensor *trn_cross_entropy(trn_model *m, trn_tensor *logits, const int *targets,
                                      int n_valid);
 TRNDEF trn_tensor *trn_mse(trn_model *m, trn_tensor *pred, const float *target);
 TRNDEF trn_tensor *trn_mean_pool(trn_model *m, trn_tensor *x);
+/* >>ops2 on the tape. trn_mul: b has a's shape, or a's last dim (one row
+   broadcast over a's rows, e.g. a learnable gate). trn_softmax: over the
+   last dim. trn_rmsnorm: x * w / sqrt(mean(x^2) + eps) per row, w (C),
+   eps as the model's config says (Llama: 1e-5 or 1e-6). trn_rope: RoPE
+   (Su et al. 2021) in Hugging Face's rotate-half form on packed attention
+   input qkv (B,T,(NH+2*NKV)*hs): q heads, then k heads, then v heads; q and
+   k heads are rotated, v heads copied; theta is the config's rope_theta;
+   row t is position pos0 + t (0 when training; a KV cache passes the
+   number of tokens it already holds). */
+TRNDEF trn_tensor *trn_mul(trn_model *m, trn_tensor *a, trn_tensor *b);
+TRNDEF trn_tensor *trn_silu(trn_model *m, trn_tensor *x);
+TRNDEF trn_tensor *trn_sigmoid(trn_model *m, trn_tensor *x);
+TRNDEF trn_tensor *trn_tanh(trn_model *m, trn_tensor *x);
+TRNDEF trn_tensor *trn_softmax(trn_model *m, trn_tensor *x);
+TRNDEF trn_tensor *trn_rmsnorm(trn_model *m, trn_tensor *x, trn_tensor *w, float eps);
+TRNDEF trn_tensor *trn_rope(trn_model *m, trn_tensor *qkv, int n_head, int n_kv_head, float theta, int pos0);
+/* >>ops3 on the tape.
+   trn_dropout: in training mode zeroes each element with probability p and
+     scales the rest by 1/(1-p); the mask comes from the model's RNG m->rng
+     (one draw per call; saved in training checkpoints). In evaluation mode
+     (trn_eval) or with p = 0 it returns x itself.
+   trn_reshape: a view with a new shape of the same size (no copy).
+   trn_transpose: swaps dims d0 and d1 (negative counts from the end).
+   trn_slice: x[..., start:start+len]; trn_concat: [a | b] on the last dim.
+   trn_sum, trn_mean: over the last dim, which goes away ((B,T,C) -> (B,T);
+     a 1-D x gives (1)); trn_sum_all, trn_mean_all: every element -> (1).
+   trn_bmm: op(a) @ op(b) over equal batch dims: a (...,M,K), b (...,K,N)
+     -> (...,M,N); trans_a / trans_b: the matrix is stored transposed.
+   trn_cross_entropy_ex: as trn_cross_entropy (logits (...,Vp), the first
+     n_valid classes real), plus torch's ignore_index (rows whose target is
+     ignore_index count for nothing; the mean is over the other rows; all
+     ignored: 0, where torch gives nan) and label_smoothing in [0,1].
+   trn_bce_with_logits (targets in [0,1]), trn_l1, trn_huber(delta > 0):
+     means over all elements, as torch's BCEWithLogitsLoss, L1Loss,
+     HuberLoss; targets are host arrays of pred's size. */
+TRNDEF trn_tensor *trn_dropout(trn_model *m, trn_tensor *x, float p);
+TRNDEF trn_tensor *trn_reshape(trn_model *m, trn_tensor *x, int ndim, const int *shape);
+TRNDEF trn_tensor *trn_transpose(trn_model *m, trn_tensor *x, int d0, int d1);
+TRNDEF trn_tensor *trn_slice(trn_model *m, trn_tensor *x, int start, int len);
+TRNDEF trn_tensor *trn_concat(trn_model *m, trn_tensor *a, trn_tensor *b);
+TRNDEF trn_tensor *trn_sum(trn_model *m, trn_tensor *x);
+TRNDEF trn_tensor *trn_mean(trn_model *m, trn_tensor *x);
+TRNDEF trn_tensor *trn_sum_all(trn_model *m, trn_tensor *x);
+TRNDEF trn_tensor *trn_mean_all(trn_model *m, trn_tensor *x);
+TRNDEF trn_tensor *trn_bmm(trn_model *m, trn_tensor *a, trn_tensor *b, int trans_a, int trans_b);
+TRNDEF trn_tensor *trn_cross_entropy_ex(trn_model *m, trn_tensor *logits, const int *targets, int n_valid,
+                                        int ignore_index, float label_smoothing);
+TRNDEF trn_tensor *trn_bce_with_logits(trn_model *m, trn_tensor *logits, const float *targets);
+TRNDEF trn_tensor *trn_l1(trn_model *m, trn_tensor *pred, const float *target);
+TRNDEF trn_tensor *trn_huber(trn_model *m, trn_tensor *pred, const float *target, float delta);
+
+/* ------------------------------------------------------------------------
+   >>opapi
+   Your own op, in your own file, with public names only. An op is a
+   forward and a backward function that both take the tape entry e:
+      e->out        the output tensor (made by you with trn_tensor_new)
+      e->in[0..2]   the inputs (NULL where unused)
+      e->iarg/farg  small arguments, copied from trn_op_args
+      e->saved[0..2] what forward keeps for backward: forward stores
+                    pointers from trn_arena_alloc there (or nothing)
+   Forward writes e->out->data. Backward ACCUMULATES (+=) into
+   trn_grad(m, e->in[i]), reading the output's gradient trn_grad(m, e->out).
+   A trn_op holds the functions for each place: forward/backward run when
+   the model's backend is on the host (the CPU backend), cuda_forward /
+   cuda_backward when it is on the device (train_cuda.h); NULL there means
+   "not available on CUDA" and stops with a message naming the op.
+   trn_op_apply runs forward and records the op on the tape, the one call
+   the kit's own ops use too (see trn_relu). Example: README "Your own op"
+   and examples/custom_op.c (Swish with a learnable beta).
+   ------------------------------------------------------------------------ */
+typedef trn_backward_fn trn_op_fn;   /* void f(trn_model *m, trn_tape_entry *e) */
+
+typedef struct trn_op {
+    const char *name;                /* shows in errors and on the tape       */
+    trn_op_fn forward, backward;     /* host kernels (CPU backend)            */
+    trn_op_fn cuda_forward, cuda_backward; /* device kernels; NULL: none      */
+} trn_op;
+
+typedef struct trn_op_args {         /* zero = none; copied into the entry   */
+    int i[4];                        /* -> e->iarg[0..3] */
+    float f[2];                      /* -> e->farg[0..1] */
+} trn_op_args;
+
+/* run op->forward for the model's place and record the op on the tape (when
+   the tape is on and some input requires a gradient; out->requires_grad is
+   set accordingly). a, b, c: inputs, NULL where unused; args may be NULL.
+   Returns the entry forward saw: e->saved holds what forward kept. When the
+   op is not recorded the entry is a scratch copy, valid until the next op. */
+TRNDEF trn_tape_entry *trn_op_apply(trn_model *m, const trn_op *op, trn_tensor *out, trn_tensor *a,
+                                    trn_tensor *b, trn_tensor *c, const trn_op_args *args);
+/* the gradient buffer backward accumulates into (backend memory, zeroed the
+   first time it is asked for), or NULL when t is NULL or needs no gradient.
+   The only way an op reaches a gradient: activation gradients are the
+   kit's to place and to free. */
+TRNDEF float *trn_grad(trn_model *m, trn_tensor *t);
+
+/* Finite-difference check of every parameter's gradient, for any op or
+   model. build() runs a forward on m and returns a tensor y; the checker
+   probes the scalar L = sum_i r_i * y_i (r fixed random normals; r = 1 when
+   y is a scalar), computes L's gradient with trn_backward, and compares it
+   with (L(p + eps) - L(p - eps)) / 2eps (L summed in double on the host)
+   for up to max_per_param elements of each parameter. A gradient passes
+   when |analytic - numeric| <= atol + rtol * |numeric|. Works on any
+   backend (it uses trn_read / trn_write). To check an input's gradient,
+   make the input a parameter of a test model. */
+typedef struct trn_gradcheck_desc {
+    float eps;            /* default 1e-2 (float32: smaller is noisier)   */
+    float atol, rtol;     /* default 1e-3, 2e-2                           */
+    int max_per_param;    /* elements probed per parameter, default 32    */
+    uint64_t seed;        /* for r and the elements probed, default 1     */
+    int verbose;          /* 1: one line per parameter; failures always   */
+} trn_gradcheck_desc;
+
+typedef struct trn_gradcheck_result {
+    int checked, failed;  /* gradient elements compared / out of tolerance */
+    double worst;         /* largest |a - n| / (atol + rtol*|n|): <= 1 passes */
+    double largest;       /* largest |analytic gradient| seen (0: nothing tested) */
+} trn_gradcheck_result;
+
+TRNDEF trn_gradcheck_desc trn_gradcheck_defaults(const trn_gradcheck_desc *desc);
+/* returns the number of failed elements (0: all pass); res may be NULL */
+TRNDEF int trn_gradcheck(trn_model *m, trn_tensor *(*build)(trn_model *m, void *user), void *user,
+                         const trn_gradcheck_desc *desc, trn_gradcheck_result *res);
+
+/* ------------------------------------------------------------------------
+   >>kvcache
+   Generation with a key/value cache. Causal attention at position p reads
+   the keys and values of positions 0..p, and those never change once
+   computed; so a generator keeps them. The prompt goes through the model
+   once (prefill: T positions), then every new token is a forward of ONE
+   position that attends over the cache, instead of re-running the whole
+   window for every token (today's cost of sampling without it: T times
+   more work per token). Memory: 2 * L * B * max_T * n_kv_head * head_dim
+   floats, under its own ledger kind, TRN_KIND_KV_CACHE ("kv cache").
+
+      trn_kv_cache kv;
+      trn_kv_cache_init(&kv, &m, L, 1, max_T, n_kv_head, head_dim);
+      int g = trn_no_grad(&m);               // inference only
+      // a forward over ids[0..T) at positions kv.len .. kv.len+T-1 whose
+      // attention layers call trn_attention_cached(&m, &kv, layer, ...),
+      // then trn_kv_cache_advance(&kv, T); repeat with T = 1 per token.
+      trn_kv_cache_free(&kv); trn_set_grad_enabled(&m, g);
+
+   Positional encodings are the model's business: it must use positions
+   kv.len + t (learned position table, RoPE). When kv.len reaches max_T
+   the cache is full; absolute positions cannot slide, so a generator then
+   resets it and prefills the last part of the context again.
+   ------------------------------------------------------------------------ */
+typedef struct trn_kv_cache {
+    int n_layer, batch, max_T, n_kv_head, head_dim;
+    int len;                  /* positions held; the next forward starts here */
+    float *k, *v;             /* (L, B, max_T, n_kv_head*head_dim) each,
+                                 backend memory (KV_CACHE)                 */
+    const trn_backend *backend;
+} trn_kv_cache;
+
+TRNDEF trn_result trn_kv_cache_init(trn_kv_cache *c, trn_model *m, int n_layer, int batch, int max_T, int n_kv_head,
+                                    int head_dim);
+TRNDEF void trn_kv_cache_free(trn_kv_cache *c);
+TRNDEF void trn_kv_cache_reset(trn_kv_cache *c);         /* len = 0, memory kept */
+TRNDEF void trn_kv_cache_advance(trn_kv_cache *c, int T); /* after each forward  */
+/* Attention of T new positions (c->len ...) over all cached ones, causal:
+   q (B,T,n_head*hs), k and v (B,T,n_kv_head*hs) of the new positions are
+   first written into layer `layer`'s cache. n_head a multiple of
+   n_kv_head (grouped-query attention: query head h reads kv head
+   h / (n_head / n_kv_head)). Returns (B,T,n_head*hs). Inference only: it
+   records nothing, and stops the program if asked for a gradient. */
+TRNDEF trn_tensor *trn_attention_cached(trn_model *m, trn_kv_cache *c, int layer, trn_tensor *q, trn_tensor *k,
+                                        trn_tensor *v, int n_head);
+/* the same for a fused projection qkv (B,T,C+2*Ckv) = [q | k | v], as
+   trn_attention takes it (GPT-2: Ckv = C) */
+TRNDEF trn_tensor *trn_attention_cached_qkv(trn_model *m, trn_kv_cache *c, int layer, trn_tensor *qkv, int n_head);
 
 /* ------------------------------------------------------------------------
    >>adamw
+   The optimizer: AdamW (default) or SGD with momentum, in one struct (it
+   keeps its first name, trn_adamw), stepped by trn_adamw_step, saved and
+   restored by trn_checkpoint_save/load. Weight decay, as PyTorch has it:
+     AdamW: decoupled, p -= lr * wd * p beside the Adam update;
+     SGD:   L2, g += wd * p before momentum (torch.optim.SGD).
+   A weight decay of 0 is 0: in a desc, weight_decay is taken as written.
+   Only desc == NULL gives PyTorch's AdamW default of 0.01. (Earlier, a 0
+   in the desc meant "default"; code that relied on that now gets 0.)
    ------------------------------------------------------------------------ */
+typedef enum trn_optim_algo {
+    TRN_OPTIM_ADAMW = 0, /* Loshchilov & Hutter 2019, torch.optim.AdamW     */
+    TRN_OPTIM_SGD = 1    /* torch.optim.SGD: momentum, dampening, Nesterov */
+} trn_optim_algo;
+
 typedef struct trn_adamw_desc {
     float lr;            /* default 1e-3 (PyTorch's default)               */
-    float beta1, beta2;  /* default 0.9, 0.999                              */
-    float eps;           /* default 1e-8                                    */
-    float weight_decay;  /* default 0.01; only where tensor->decay is set  */
-    int no_weight_decay; /* 1: weight_decay = 0 (0.0 in desc means default) */
+    float beta1, beta2;  /* AdamW: default 0.9, 0.999                       */
+    float eps;           /* AdamW: default 1e-8                             */
+    float weight_decay;  /* as written, 0 = none (desc NULL: 0.01); applies
+                            where tensor->decay is set (see trn_param_group) */
+    int no_weight_decay; /* 1: weight_decay = 0 (older code's spelling)     */
+    trn_optim_algo algo; /* TRN_OPTIM_ADAMW (0) or TRN_OPTIM_SGD            */
+    float momentum;      /* SGD: 0 = plain SGD (no buffer), e.g. 0.9        */
+    float dampening;     /* SGD: buf = momentum*buf + (1-dampening)*g; 0    */
+    int nesterov;        /* SGD: 1 = Nesterov (momentum > 0, dampening 0)   */
 } trn_adamw_desc;
 
 typedef struct trn_adamw {
@@ -447,9 +787,40 @@ TRNDEF trn_adamw_desc trn_adamw_defaults(const trn_adamw_desc *desc);
 TRNDEF void trn_adamw_init(trn_adamw *opt, const trn_adamw_desc *desc);
 TRNDEF trn_result trn_adamw_step(trn_adamw *opt, trn_model *m, float lr);
 TRNDEF void trn_adamw_free(trn_adamw *opt);
+/* Parameter groups: every parameter whose name matches `pattern` ('*'
+   matches any run of characters: "*.bias", "h.*.ln_*", "wte.weight") gets
+   learning rate lr * lr_scale and, if weight_decay >= 0, that weight decay
+   exactly (0 = none), whatever its decay flag and the optimizer's value;
+   weight_decay < 0 leaves the tensor's decay as it was. Later calls win.
+   Returns how many parameters matched; none is a programmer error (a
+   typo), trn_fatal. Not saved in checkpoints: set the same groups before
+   resuming, as you build the same model. */
+TRNDEF int trn_param_group(trn_model *m, const char *pattern, float lr_scale, float weight_decay);
+
 /* linear warmup for `warmup` steps, then cosine from max_lr to min_lr at total */
 TRNDEF float trn_lr_schedule(long long step, long long warmup, long long total,
                              float max_lr, float min_lr);
+/* Learning-rate schedules, each with a linear warmup: for step < warmup the
+   lr is max_lr * (step+1) / warmup, then
+     COSINE    max_lr -> min_lr along half a cosine, reached at total
+     CONSTANT  max_lr forever (total and min_lr unused)
+     LINEAR    max_lr -> min_lr in a straight line, reached at total
+     WSD       warmup-stable-decay: max_lr until the last decay_frac of the
+               steps after warmup, then a straight line to min_lr at total
+   At and after total: min_lr (CONSTANT: max_lr). Step counts from 0. */
+typedef enum trn_schedule_kind {
+    TRN_SCHEDULE_COSINE = 0, TRN_SCHEDULE_CONSTANT, TRN_SCHEDULE_LINEAR, TRN_SCHEDULE_WSD
+} trn_schedule_kind;
+typedef struct trn_schedule {
+    trn_schedule_kind kind;
+    long long warmup, total;
+    float max_lr, min_lr;
+    float decay_frac;    /* WSD: 0 means 0.2 (the last 20% decay)          */
+} trn_schedule;
+TRNDEF float trn_schedule_lr(const trn_schedule *s, long long step);
+/* "cosine" ... "wsd" -> the kind; -1 for anything else (for flag parsers) */
+TRNDEF int trn_schedule_parse(const char *name);
+TRNDEF const char *trn_schedule_name(trn_schedule_kind kind);
 TRNDEF float trn_grad_norm(trn_model *m);
 /* scale grads so their global L2 norm is <= max_norm; returns the norm before */
 TRNDEF float trn_clip_grad_norm(trn_model *m, float max_norm);
@@ -470,8 +841,10 @@ TRNDEF float trn_clip_grad_norm(trn_model *m, float max_norm);
    A weights file (trn_safetensors_save) holds the parameters under their
    names. A training-state checkpoint (trn_checkpoint_save) adds AdamW's
    moments as two flat tensors "optim.m" and "optim.v" (the optimizer's
-   slice [lo,hi) of the flat layout) and, in __metadata__, the optimizer
-   step and hyperparameters ("trn.optim.*") plus the caller's trn_meta:
+   slice [lo,hi) of the flat layout; SGD: its momentum buffer as "optim.m"
+   alone) and, in __metadata__, the optimizer step and hyperparameters
+   ("trn.optim.*"; "trn.optim.algo" = "sgd" for SGD), the model's RNG
+   (dropout's masks, "trn.model.rng") plus the caller's trn_meta:
    RNG states, data-loader position, model config. Numbers are decimal
    strings that read back exactly (u64 as digits, doubles with %.17g).
 
@@ -946,7 +1319,7 @@ static struct {
 TRNDEF const char *trn_kind_name(trn_kind kind) {
     static const char *names[TRN_KIND_COUNT] = {"weights",   "gradients", "optimizer",
                                                 "activations", "temporary", "communication",
-                                                "runtime"};
+                                                "kv cache", "runtime"};
     return (kind >= 0 && kind < TRN_KIND_COUNT) ? names[kind] : "?";
 }
 
@@ -1526,30 +1899,37 @@ TRNDEF void trn_accumulate(float *dst, const float *src, size_t n) {
 }
 
 /* --- multi-head self-attention (Vaswani et al. 2017) ---------------------
-   qkv (B,T,3C): for each position the C query channels, then C key, then
-   C value channels; head h owns channels [h*hs, (h+1)*hs), hs = C/NH.
-   out (B,T,C) with the heads side by side. att (B,NH,T,T) is saved for
-   backward: the softmax probabilities P (zero above the diagonal when
-   causal). Per (b,h), with Q,K,V (T,hs) strided views into qkv:
+   qkv (B,T,(NH+2*NKV)*hs): for each position NH query heads, then NKV key
+   heads, then NKV value heads, hs channels each. NKV = NH is multi-head
+   attention: qkv (B,T,3C) with C = NH*hs, as GPT-2's c_attn writes it.
+   NKV < NH is grouped-query attention (Ainslie et al. 2023): the NH/NKV
+   query heads of a group share one key/value head; query head h reads kv
+   head h/(NH/NKV). out (B,T,NH*hs) with the heads side by side.
+   Per (b,h), with Q (T,hs) of head h and K,V (T,hs) of its kv head, all
+   strided views into qkv:
      S = Q K^T / sqrt(hs);  P = softmax_rows(S, mask);  O = P V
+   This is the materialized REFERENCE. att (B,NH,T,T) is saved for
+   backward: the probabilities P (zero above the diagonal when causal).
    Backward (scratch (B,NH,T,T) holds dP, then dS):
      dP = dO V^T;  dV += P^T dO;  dS = P * (dP - rowsum(dP * P));
      dQ += dS K / sqrt(hs);  dK += dS^T Q / sqrt(hs)
-   Heads are independent, so threads split the (b,h) pairs; each GEMM is
-   then run single-threaded inside its thread.                            */
+   Forward threads split the (b,h) pairs. Backward splits (b, kv head): the
+   query heads of a group add into the same dK and dV, so they run one
+   after the other on one thread. Each GEMM is single-threaded inside. */
 TRNDEF void trn_attention_forward(float *out, float *att, const float *qkv,
-                                  int B, int T, int C, int NH, int causal) {
-    int bh, hs = C / NH, C3 = 3 * C;
+                                  int B, int T, int NH, int NKV, int hs, int causal) {
+    int bh, ld = (NH + 2 * NKV) * hs, C = NH * hs, group = NH / NKV;
     float scale = 1.0f / sqrtf((float)hs);
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static)
 #endif
     for (bh = 0; bh < B * NH; bh++) {
-        int b = bh / NH, h = bh % NH, t, s;
-        const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs;
-        const float *k = q + C, *v = q + 2 * C;
+        int b = bh / NH, h = bh % NH, g = h / group, t, s;
+        const float *x = qkv + (size_t)b * T * ld;
+        const float *q = x + (size_t)h * hs, *k = x + (size_t)(NH + g) * hs;
+        const float *v = x + (size_t)(NH + NKV + g) * hs;
         float *P = att + (size_t)bh * T * T;
-        trn_sgemm(0, 1, T, T, hs, scale, q, C3, k, C3, 0.0f, P, T);
+        trn_sgemm(0, 1, T, T, hs, scale, q, ld, k, ld, 0.0f, P, T);
         for (t = 0; t < T; t++) {
             float *row = P + (size_t)t * T, mx = -INFINITY, sum = 0.0f;
             int last = causal ? t : T - 1; /* causal: position t sees 0..t */
@@ -1559,36 +1939,181 @@ TRNDEF void trn_attention_forward(float *out, float *att, const float *qkv,
             for (s = 0; s <= last; s++) row[s] /= sum;
             for (s = last + 1; s < T; s++) row[s] = 0.0f;
         }
-        trn_sgemm(0, 0, T, hs, T, 1.0f, P, T, v, C3, 0.0f, out + (size_t)b * T * C + (size_t)h * hs, C);
+        trn_sgemm(0, 0, T, hs, T, 1.0f, P, T, v, ld, 0.0f, out + (size_t)b * T * C + (size_t)h * hs, C);
     }
 }
 
 TRNDEF void trn_attention_backward(float *dqkv, float *scratch, const float *dout,
                                    const float *qkv, const float *att,
-                                   int B, int T, int C, int NH, int causal) {
-    int bh, hs = C / NH, C3 = 3 * C;
+                                   int B, int T, int NH, int NKV, int hs, int causal) {
+    int bg, ld = (NH + 2 * NKV) * hs, C = NH * hs, group = NH / NKV;
     float scale = 1.0f / sqrtf((float)hs);
     (void)causal; /* masked entries have P = 0, hence dS = 0: no special case */
+    if (!dqkv) return;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static)
 #endif
-    for (bh = 0; bh < B * NH; bh++) {
-        int b = bh / NH, h = bh % NH, t, s;
-        size_t qoff = (size_t)b * T * C3 + (size_t)h * hs;
-        const float *q = qkv + qoff, *k = q + C, *v = q + 2 * C;
-        float *dq = dqkv + qoff, *dk = dq + C, *dv = dq + 2 * C;
-        const float *dO = dout + (size_t)b * T * C + (size_t)h * hs;
-        const float *P = att + (size_t)bh * T * T;
-        float *dS = scratch + (size_t)bh * T * T;
-        trn_sgemm(0, 1, T, T, hs, 1.0f, dO, C, v, C3, 0.0f, dS, T);   /* dP = dO V^T */
-        trn_sgemm(1, 0, T, hs, T, 1.0f, P, T, dO, C, 1.0f, dv, C3);   /* dV += P^T dO */
-        for (t = 0; t < T; t++) {
-            const float *p = P + (size_t)t * T;
-            float *d = dS + (size_t)t * T, dot = trn__row_dot(p, d, T);
-            for (s = 0; s < T; s++) d[s] = p[s] * (d[s] - dot);
+    for (bg = 0; bg < B * NKV; bg++) {
+        int b = bg / NKV, g = bg % NKV, h, t, s;
+        size_t x = (size_t)b * T * ld, koff = x + (size_t)(NH + g) * hs, voff = x + (size_t)(NH + NKV + g) * hs;
+        const float *k = qkv + koff, *v = qkv + voff;
+        float *dk = dqkv + koff, *dv = dqkv + voff;
+        for (h = g * group; h < (g + 1) * group; h++) {
+            const float *q = qkv + x + (size_t)h * hs;
+            float *dq = dqkv + x + (size_t)h * hs;
+            const float *dO = dout + (size_t)b * T * C + (size_t)h * hs;
+            const float *P = att + ((size_t)b * NH + h) * T * T;
+            float *dS = scratch + ((size_t)b * NH + h) * T * T;
+            trn_sgemm(0, 1, T, T, hs, 1.0f, dO, C, v, ld, 0.0f, dS, T);  /* dP = dO V^T */
+            trn_sgemm(1, 0, T, hs, T, 1.0f, P, T, dO, C, 1.0f, dv, ld);  /* dV += P^T dO */
+            for (t = 0; t < T; t++) {
+                const float *p = P + (size_t)t * T;
+                float *d = dS + (size_t)t * T, dot = trn__row_dot(p, d, T);
+                for (s = 0; s < T; s++) d[s] = p[s] * (d[s] - dot);
+            }
+            trn_sgemm(0, 0, T, hs, T, scale, dS, T, k, ld, 1.0f, dq, ld); /* dQ += dS K */
+            trn_sgemm(1, 0, T, hs, T, scale, dS, T, q, ld, 1.0f, dk, ld); /* dK += dS^T Q */
         }
-        trn_sgemm(0, 0, T, hs, T, scale, dS, T, k, C3, 1.0f, dq, C3); /* dQ += dS K */
-        trn_sgemm(1, 0, T, hs, T, scale, dS, T, q, C3, 1.0f, dk, C3); /* dK += dS^T Q */
+    }
+}
+
+/* --- fused attention (flash-style: Dao et al. 2022, "FlashAttention") ------
+   The same function as the reference above, same qkv/out layout, without
+   any (T,T) matrix. Queries are cut into blocks of BQ rows, keys into
+   blocks of BK; a thread holds one (BQ,BK) tile of scores at a time.
+   Forward, for each (b,h) and query block, key block j after key block j:
+     S = Q K_j^T / sqrt(hs), then the "online softmax" (Milakov and
+   Gimelshein 2018): each row keeps its running max m and its running sum
+   l of e^(s - m). When block j raises the max to m', what was summed so
+   far (l, and the output row O) is rescaled by e^(m - m'):
+     m' = max(m, rowmax(S));  P = e^(S - m');
+     l = l e^(m - m') + rowsum(P);  O = O e^(m - m') + P V_j
+   At the end O /= l, and lse = m + log(l) (B,NH,T) is saved: with it
+   backward rebuilds any probability exactly normalized, P = e^(S - lse).
+   Backward, for each query block, D = rowsum(dO * O), which equals the
+   reference's rowsum(dP * P) (sum_j P_ij dO_i.V_j = dO_i.O_i), then per
+   key block:
+     P = e^(S - lse);  dV_j += P^T dO;  dP = dO V_j^T;  dS = P * (dP - D);
+     dQ += dS K_j / sqrt(hs);  dK_j += dS^T Q / sqrt(hs)
+   Memory: out and lse instead of (B,NH,T,T) probabilities and a (B,NH,T,T)
+   backward scratch. Work: with a causal mask the key blocks right of the
+   diagonal are skipped, about half the reference's FLOPs; the tiles stay in
+   L1/L2 where the reference streams (T,T) matrices through memory. Every
+   tile product is a trn_sgemm (single-threaded inside the parallel loop,
+   with its vectorized micro-kernel), so the code reads as the reference
+   on smaller matrices; the elementwise loops vectorize (trn__expf).
+   Threads: forward splits (b, h, query block); each task owns its rows of
+   out and lse. Backward splits (b, kv head), as the reference does: every
+   query block of every head in the group adds into each dK_j and dV_j.
+   Sums run in a fixed order: the bits do not depend on the thread count. */
+#define TRN__FA_BQ 64 /* query rows per block */
+#define TRN__FA_BK 64 /* keys per block       */
+
+/* how many keys of the block j0..j0+nk-1 query position i sees */
+static int trn__fa_visible(int causal, int i, int j0, int nk) {
+    int n = causal ? i - j0 + 1 : nk;
+    return n < 0 ? 0 : n > nk ? nk : n;
+}
+
+TRNDEF void trn_flash_attention_forward(float *out, float *lse, const float *qkv,
+                                        int B, int T, int NH, int NKV, int hs, int causal) {
+    int ld = (NH + 2 * NKV) * hs, C = NH * hs, group = NH / NKV;
+    int nqb = (T + TRN__FA_BQ - 1) / TRN__FA_BQ;
+    long task, ntask = (long)B * NH * nqb;
+    float scale = 1.0f / sqrtf((float)hs);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 1)
+#endif
+    for (task = 0; task < ntask; task++) {
+        float S[TRN__FA_BQ * TRN__FA_BK], m[TRN__FA_BQ], l[TRN__FA_BQ];
+        /* last query blocks first: with a mask they are the longest */
+        int qb = nqb - 1 - (int)(task % nqb), bh = (int)(task / nqb);
+        int b = bh / NH, h = bh % NH, g = h / group;
+        int i0 = qb * TRN__FA_BQ, nq = TRN__MIN(TRN__FA_BQ, T - i0);
+        int kend = causal ? i0 + nq : T, j0, r, c;
+        const float *x = qkv + (size_t)b * T * ld;
+        const float *q = x + (size_t)i0 * ld + (size_t)h * hs;
+        const float *k = x + (size_t)(NH + g) * hs, *v = x + (size_t)(NH + NKV + g) * hs;
+        float *o = out + ((size_t)b * T + i0) * C + (size_t)h * hs;
+        for (r = 0; r < nq; r++) {
+            m[r] = -INFINITY;
+            l[r] = 0.0f;
+            memset(o + (size_t)r * C, 0, sizeof(float) * (size_t)hs);
+        }
+        for (j0 = 0; j0 < kend; j0 += TRN__FA_BK) {
+            int nk = TRN__MIN(TRN__FA_BK, kend - j0);
+            trn_sgemm(0, 1, nq, nk, hs, scale, q, ld, k + (size_t)j0 * ld, ld, 0.0f, S, TRN__FA_BK);
+            for (r = 0; r < nq; r++) {
+                float *s = S + r * TRN__FA_BK, *orow = o + (size_t)r * C, mx, corr;
+                int n = trn__fa_visible(causal, i0 + r, j0, nk);
+                /* every row sees key 0, so m is finite after the first block */
+                mx = n > 0 ? trn__row_max(s, n) : -INFINITY;
+                if (mx < m[r]) mx = m[r];
+                corr = trn__expf(m[r] - mx); /* e^-inf = 0 on the first block */
+                for (c = 0; c < n; c++) s[c] = trn__expf(s[c] - mx);
+                for (; c < nk; c++) s[c] = 0.0f;
+                l[r] = l[r] * corr + trn__row_sum(s, n);
+                m[r] = mx;
+                if (corr != 1.0f)
+                    for (c = 0; c < hs; c++) orow[c] *= corr;
+            }
+            trn_sgemm(0, 0, nq, hs, nk, 1.0f, S, TRN__FA_BK, v + (size_t)j0 * ld, ld, 1.0f, o, C);
+        }
+        for (r = 0; r < nq; r++) {
+            float inv = 1.0f / l[r], *orow = o + (size_t)r * C;
+            for (c = 0; c < hs; c++) orow[c] *= inv;
+            lse[(size_t)bh * T + i0 + r] = m[r] + logf(l[r]);
+        }
+    }
+}
+
+TRNDEF void trn_flash_attention_backward(float *dqkv, const float *dout, const float *qkv,
+                                         const float *out, const float *lse,
+                                         int B, int T, int NH, int NKV, int hs, int causal) {
+    int bg, ld = (NH + 2 * NKV) * hs, C = NH * hs, group = NH / NKV;
+    int nqb = (T + TRN__FA_BQ - 1) / TRN__FA_BQ;
+    float scale = 1.0f / sqrtf((float)hs);
+    if (!dqkv) return;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 1)
+#endif
+    for (bg = 0; bg < B * NKV; bg++) {
+        float P[TRN__FA_BQ * TRN__FA_BK], dS[TRN__FA_BQ * TRN__FA_BK], D[TRN__FA_BQ];
+        int b = bg / NKV, g = bg % NKV, h, qb;
+        size_t x = (size_t)b * T * ld, koff = x + (size_t)(NH + g) * hs, voff = x + (size_t)(NH + NKV + g) * hs;
+        const float *k = qkv + koff, *v = qkv + voff;
+        float *dk = dqkv + koff, *dv = dqkv + voff;
+        for (h = g * group; h < (g + 1) * group; h++)
+            for (qb = 0; qb < nqb; qb++) {
+                int i0 = qb * TRN__FA_BQ, nq = TRN__MIN(TRN__FA_BQ, T - i0);
+                int kend = causal ? i0 + nq : T, j0, r, c;
+                size_t qoff = x + (size_t)i0 * ld + (size_t)h * hs;
+                size_t ooff = ((size_t)b * T + i0) * C + (size_t)h * hs;
+                const float *q = qkv + qoff, *o = out + ooff, *dO = dout + ooff;
+                const float *L = lse + ((size_t)b * NH + h) * T + i0;
+                float *dq = dqkv + qoff;
+                for (r = 0; r < nq; r++) D[r] = trn__row_dot(dO + (size_t)r * C, o + (size_t)r * C, hs);
+                for (j0 = 0; j0 < kend; j0 += TRN__FA_BK) {
+                    int nk = TRN__MIN(TRN__FA_BK, kend - j0);
+                    const float *kj = k + (size_t)j0 * ld, *vj = v + (size_t)j0 * ld;
+                    trn_sgemm(0, 1, nq, nk, hs, scale, q, ld, kj, ld, 0.0f, P, TRN__FA_BK);
+                    for (r = 0; r < nq; r++) {
+                        float *p = P + r * TRN__FA_BK;
+                        int n = trn__fa_visible(causal, i0 + r, j0, nk);
+                        for (c = 0; c < n; c++) p[c] = trn__expf(p[c] - L[r]);
+                        for (; c < nk; c++) p[c] = 0.0f;
+                    }
+                    trn_sgemm(1, 0, nk, hs, nq, 1.0f, P, TRN__FA_BK, dO, C, 1.0f, dv + (size_t)j0 * ld, ld);
+                    trn_sgemm(0, 1, nq, nk, hs, 1.0f, dO, C, vj, ld, 0.0f, dS, TRN__FA_BK); /* dP */
+                    for (r = 0; r < nq; r++) {
+                        const float *p = P + r * TRN__FA_BK;
+                        float *d = dS + r * TRN__FA_BK;
+                        for (c = 0; c < nk; c++) d[c] = p[c] * (d[c] - D[r]);
+                    }
+                    trn_sgemm(0, 0, nq, hs, nk, scale, dS, TRN__FA_BK, kj, ld, 1.0f, dq, ld);
+                    trn_sgemm(1, 0, nk, hs, nq, scale, dS, TRN__FA_BK, q, ld, 1.0f, dk + (size_t)j0 * ld, ld);
+                }
+            }
     }
 }
 
@@ -1783,6 +2308,29 @@ TRNDEF void trn_scale(float *x, float s, size_t n) {
     for (i = 0; i < (ptrdiff_t)n; i++) x[i] *= s;
 }
 
+/* torch.optim.SGD, element by element (buf NULL when momentum is 0):
+     d   = g + weight_decay * p                     L2 decay, into the gradient
+     buf = d                                        first step (a new buffer)
+     buf = momentum * buf + (1 - dampening) * d     every later step
+     d   = nesterov ? d + momentum * buf : buf      look ahead along buf
+     p  -= lr * d                                                              */
+TRNDEF void trn_sgd_update(float *p, const float *g, float *buf, size_t n, float lr, float momentum,
+                           float dampening, float weight_decay, int nesterov, int first) {
+    ptrdiff_t i;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (n > 32768)
+#endif
+    for (i = 0; i < (ptrdiff_t)n; i++) {
+        float d = g[i] + weight_decay * p[i];
+        if (buf) {
+            float b = first ? d : momentum * buf[i] + (1.0f - dampening) * d;
+            buf[i] = b;
+            d = nesterov ? d + momentum * b : b;
+        }
+        p[i] -= lr * d;
+    }
+}
+
 /* images (B,H,W,Ch) -> patches (B, (H/P)*(W/P), P*P*Ch): patch (py,px) in
    row-major order, inside a patch rows, then columns, then channels. A
    linear layer on the patches is the ViT "patch embedding" (a conv with
@@ -1799,6 +2347,586 @@ TRNDEF void trn_patchify(float *out, const float *img, int B, int H, int W, int 
                     memcpy(o + (size_t)dy * P * Ch, row, sizeof(float) * (size_t)(P * Ch));
                 }
             }
+}
+
+/* ========================================================================
+   >>ops2: the ops of modern decoders (Llama and friends)
+   ======================================================================== */
+
+/* --- elementwise product, same shape or one row broadcast over rows ------
+   out[n,c] = a[n,c] * b[c'] with c' = n*C+c (same shape: N = 1, C = size)
+   or c' = c (b is one row of C). a (N,C); b (C) or (N*C as N=1).
+   Saved: both inputs (each one's gradient needs the other).
+   Backward: da = dout * b;  db = dout * a, summed over the rows b was
+   broadcast over. */
+TRNDEF void trn_mul_forward(float *out, const float *a, const float *b, size_t N, size_t C) {
+    long long n;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (n = 0; n < (long long)N; n++) {
+        const float *x = a + (size_t)n * C;
+        float *y = out + (size_t)n * C;
+        size_t c;
+        for (c = 0; c < C; c++) y[c] = x[c] * b[c];
+    }
+}
+
+TRNDEF void trn_mul_backward(float *da, float *db, const float *dout, const float *a, const float *b,
+                             size_t N, size_t C) {
+    long long n, blk, nblk = (long long)((C + 63) / 64);
+    if (da) {
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+        for (n = 0; n < (long long)N; n++) {
+            const float *g = dout + (size_t)n * C;
+            float *d = da + (size_t)n * C;
+            size_t c;
+            for (c = 0; c < C; c++) d[c] += g[c] * b[c];
+        }
+    }
+    if (!db) return;
+    /* a sum over rows: split the channels over threads, rows in order */
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (blk = 0; blk < nblk; blk++) {
+        size_t c0 = (size_t)blk * 64, c1 = TRN__MIN(C, c0 + 64), r, c;
+        float acc[64];
+        for (c = 0; c < 64; c++) acc[c] = 0.0f;
+        for (r = 0; r < N; r++)
+            for (c = c0; c < c1; c++) acc[c - c0] += dout[r * C + c] * a[r * C + c];
+        for (c = c0; c < c1; c++) db[c] += acc[c - c0];
+    }
+}
+
+/* --- sigmoid, SiLU, tanh ---------------------------------------------------
+   sigmoid(x) = 1 / (1 + e^-x); its derivative is s (1 - s), so backward
+   reads the saved output. SiLU (Swish-1, Elfwing et al. 2017; Llama's
+   MLP gate) y = x s(x): dy/dx = s + x s (1 - s); backward recomputes s
+   from the saved input. tanh: dy/dx = 1 - y^2, from the output. */
+static inline float trn__sigmoidf(float x) { return 1.0f / (1.0f + trn__expf(-x)); }
+
+TRNDEF void trn_sigmoid_forward(float *out, const float *inp, size_t n) {
+    long long i;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (i = 0; i < (long long)n; i++) out[i] = trn__sigmoidf(inp[i]);
+}
+TRNDEF void trn_sigmoid_backward(float *dinp, const float *out, const float *dout, size_t n) {
+    long long i;
+    if (!dinp) return;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (i = 0; i < (long long)n; i++) dinp[i] += dout[i] * out[i] * (1.0f - out[i]);
+}
+
+TRNDEF void trn_silu_forward(float *out, const float *inp, size_t n) {
+    long long i;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (i = 0; i < (long long)n; i++) out[i] = inp[i] * trn__sigmoidf(inp[i]);
+}
+TRNDEF void trn_silu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+    long long i;
+    if (!dinp) return;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (i = 0; i < (long long)n; i++) {
+        float x = inp[i], s = trn__sigmoidf(x);
+        dinp[i] += dout[i] * (s + x * s * (1.0f - s));
+    }
+}
+
+TRNDEF void trn_tanh_forward(float *out, const float *inp, size_t n) {
+    long long i;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (i = 0; i < (long long)n; i++) out[i] = tanhf(inp[i]);
+}
+TRNDEF void trn_tanh_backward(float *dinp, const float *out, const float *dout, size_t n) {
+    long long i;
+    if (!dinp) return;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (i = 0; i < (long long)n; i++) dinp[i] += dout[i] * (1.0f - out[i] * out[i]);
+}
+
+/* --- softmax over the last dim ---------------------------------------------
+   y = e^(x - max) / sum e^(x - max) per row of C (the max keeps e^ finite).
+   Saved: the output y. Backward: dx = y * (dy - sum_j dy_j y_j). */
+TRNDEF void trn_softmax_forward(float *out, const float *inp, int N, int C) {
+    int n;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        float *y = out + (size_t)n * C;
+        float mx = trn__row_max(x, C), inv;
+        double sum = 0.0;
+        int i;
+        for (i = 0; i < C; i++) y[i] = trn__expf(x[i] - mx);
+        for (i = 0; i < C; i++) sum += y[i];
+        inv = (float)(1.0 / sum);
+        for (i = 0; i < C; i++) y[i] *= inv;
+    }
+}
+TRNDEF void trn_softmax_backward(float *dinp, const float *out, const float *dout, int N, int C) {
+    int n;
+    if (!dinp) return;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (n = 0; n < N; n++) {
+        const float *y = out + (size_t)n * C, *g = dout + (size_t)n * C;
+        float *dx = dinp + (size_t)n * C, dot = trn__row_dot(g, y, C);
+        int i;
+        for (i = 0; i < C; i++) dx[i] += y[i] * (g[i] - dot);
+    }
+}
+
+/* --- RMSNorm (Zhang & Sennrich 2019), as Llama uses it ----------------------
+   y = x * r * w,  r = 1 / sqrt(mean(x^2) + eps) per row of C; w (C); no
+   mean subtracted, no bias. Saved: the input x and r (N floats).
+   Backward, with g = dy * w:  dx = r g - x r^3 mean(g x);  dw = sum_n dy x r. */
+TRNDEF void trn_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C,
+                                float eps) {
+    int n;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        float *y = out + (size_t)n * C;
+        double ss = 0.0;
+        float r;
+        int i;
+        for (i = 0; i < C; i++) ss += (double)x[i] * x[i];
+        r = (float)(1.0 / sqrt(ss / C + eps));
+        for (i = 0; i < C; i++) y[i] = (x[i] * r) * w[i];
+        rstd[n] = r;
+    }
+}
+TRNDEF void trn_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                                 const float *rstd, int N, int C) {
+    int n, blk, nblk = (C + 63) / 64;
+    if (dinp) {
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+        for (n = 0; n < N; n++) {
+            const float *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
+            float *dx = dinp + (size_t)n * C, r = rstd[n], mgx = 0.0f;
+            int i;
+            for (i = 0; i < C; i++) mgx += dy[i] * w[i] * x[i];
+            mgx = mgx / C * r * r * r;
+            for (i = 0; i < C; i++) dx[i] += r * dy[i] * w[i] - x[i] * mgx;
+        }
+    }
+    if (!dw) return;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (blk = 0; blk < nblk; blk++) {
+        int c0 = blk * 64, c1 = TRN__MIN(C, c0 + 64), row, c;
+        float acc[64];
+        for (c = 0; c < 64; c++) acc[c] = 0.0f;
+        for (row = 0; row < N; row++) {
+            const float *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
+            float r = rstd[row];
+            for (c = c0; c < c1; c++) acc[c - c0] += dy[c] * (x[c] * r);
+        }
+        for (c = c0; c < c1; c++) dw[c] += acc[c - c0];
+    }
+}
+
+/* --- RoPE, rotary position embedding (Su et al. 2021), HF rotate-half -------
+   Each rotated head of hs channels is two halves x1 = x[0:hs/2], x2 =
+   x[hs/2:hs]; channel pair (i, i + hs/2) turns by the angle p * f_i, with
+   p the position and f_i = theta^(-2i/hs):
+      y1 = x1 cos - x2 sin,   y2 = x2 cos + x1 sin
+   (Hugging Face's rotate_half; Meta's original pairs neighbours (2i, 2i+1)
+   instead, and HF's conversion permutes the q/k weight rows so that both
+   compute the same attention: HF checkpoints load as they are.)
+   A rotation is orthogonal, so backward turns the gradient back:
+      dx1 = dy1 cos + dy2 sin,   dx2 = dy2 cos - dy1 sin.
+   Saved: nothing (the angles are recomputed). Angles in double: p * f_i
+   reaches thousands of radians, where float would lose the phase. */
+static void trn__rope_rows(float *y, const float *x, int B, int T, int H, int R, int hs, int pos0, float theta,
+                           int inverse) {
+    int bt, half = hs / 2;
+    size_t row = (size_t)H * hs;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (bt = 0; bt < B * T; bt++) {
+        double p = (double)(pos0 + bt % T);
+        const float *xr = x + (size_t)bt * row;
+        float *yr = y + (size_t)bt * row;
+        int h, i;
+        for (i = 0; i < half; i++) {
+            double a = p * pow((double)theta, -2.0 * i / hs);
+            float c = (float)cos(a), s = (float)(inverse ? -sin(a) : sin(a));
+            for (h = 0; h < R; h++) {
+                float x1 = xr[h * hs + i], x2 = xr[h * hs + i + half];
+                yr[h * hs + i] += x1 * c - x2 * s;
+                yr[h * hs + i + half] += x2 * c + x1 * s;
+            }
+        }
+        for (i = R * hs; i < H * hs; i++) yr[i] += xr[i]; /* v heads: as they are */
+    }
+}
+TRNDEF void trn_rope_forward(float *out, const float *inp, int B, int T, int H, int R, int hs, int pos0,
+                             float theta) {
+    memset(out, 0, sizeof(float) * (size_t)B * T * H * hs);
+    trn__rope_rows(out, inp, B, T, H, R, hs, pos0, theta, 0);
+}
+TRNDEF void trn_rope_backward(float *dinp, const float *dout, int B, int T, int H, int R, int hs, int pos0,
+                              float theta) {
+    if (dinp) trn__rope_rows(dinp, dout, B, T, H, R, hs, pos0, theta, 1);
+}
+
+/* ========================================================================
+   >>ops3: dropout, transpose, slice and concat, sums, batched matmul, and
+   four more losses. Same conventions: forward above backward, backward
+   ACCUMULATES, NULL gradient outputs are skipped.
+   ======================================================================== */
+
+/* --- dropout (Srivastava et al. 2014), "inverted": kept values are scaled
+   by 1/(1-p) in training so that evaluation is the identity.
+   The mask is not stored: element i of a call is kept when the uniform
+   u(key, i) >= p, where key is one number drawn from the model's RNG per
+   call and u hashes (key, i) with splitmix64's mixer. Backward recomputes
+   the same bits from the key (saved: 8 bytes instead of a mask), and the
+   CUDA kernel computes the same u, so both backends drop the same
+   elements. p = 1 drops everything (out = 0, as torch).                  */
+static inline float trn__dropout_u(uint64_t key, size_t i) {
+    uint64_t z = key + (uint64_t)(i + 1) * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (float)(z >> 40) * (1.0f / 16777216.0f); /* top 24 bits: [0,1) */
+}
+TRNDEF void trn_dropout_forward(float *out, const float *inp, size_t n, float p, uint64_t key) {
+    float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+    ptrdiff_t i;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (n > 32768)
+#endif
+    for (i = 0; i < (ptrdiff_t)n; i++) out[i] = trn__dropout_u(key, (size_t)i) >= p ? inp[i] * scale : 0.0f;
+}
+TRNDEF void trn_dropout_backward(float *dinp, const float *dout, size_t n, float p, uint64_t key) {
+    float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+    ptrdiff_t i;
+    if (!dinp) return;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (n > 32768)
+#endif
+    for (i = 0; i < (ptrdiff_t)n; i++) if (trn__dropout_u(key, (size_t)i) >= p) dinp[i] += dout[i] * scale;
+}
+
+/* --- transpose of two dims -------------------------------------------------
+   Any swap of dims d0 < d1 of a row-major tensor is a swap in the 5-D view
+   (A, D0, Bm, D1, C): A = the dims before d0, Bm = between, C = after d1.
+     out[a][j][b][i][c] = inp[a][i][b][j][c]        out is (A, D1, Bm, D0, C)
+   Backward is the same swap read the other way: dinp[a][i][b][j][c] +=
+   dout[a][j][b][i][c]. Nothing saved. C contiguous floats move together. */
+TRNDEF void trn_transpose_forward(float *out, const float *inp, int A, int D0, int Bm, int D1, int C) {
+    ptrdiff_t r;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (r = 0; r < (ptrdiff_t)A * D0; r++) {
+        size_t a = (size_t)r / D0, i = (size_t)r % D0, b, j;
+        for (b = 0; b < (size_t)Bm; b++)
+            for (j = 0; j < (size_t)D1; j++)
+                memcpy(out + (((a * D1 + j) * Bm + b) * D0 + i) * C, inp + (((a * D0 + i) * Bm + b) * D1 + j) * C,
+                       sizeof(float) * (size_t)C);
+    }
+}
+TRNDEF void trn_transpose_backward(float *dinp, const float *dout, int A, int D0, int Bm, int D1, int C) {
+    ptrdiff_t r;
+    if (!dinp) return;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (r = 0; r < (ptrdiff_t)A * D0; r++) { /* each thread owns whole rows of dinp */
+        size_t a = (size_t)r / D0, i = (size_t)r % D0, b, j, c;
+        for (b = 0; b < (size_t)Bm; b++)
+            for (j = 0; j < (size_t)D1; j++) {
+                float *d = dinp + (((a * D0 + i) * Bm + b) * D1 + j) * C;
+                const float *g = dout + (((a * D1 + j) * Bm + b) * D0 + i) * C;
+                for (c = 0; c < (size_t)C; c++) d[c] += g[c];
+            }
+    }
+}
+
+/* --- slice and concat along the last dim --------------------------------
+   slice: inp (N,C) -> out (N,len) = inp[:, start:start+len];
+          dinp[:, start:start+len] += dout, the other columns get nothing.
+   concat: a (N,Ca), b (N,Cb) -> out (N,Ca+Cb) = [a | b];
+          da += dout[:, :Ca], db += dout[:, Ca:]. Nothing saved.         */
+TRNDEF void trn_slice_forward(float *out, const float *inp, int N, int C, int start, int len) {
+    ptrdiff_t n;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if ((size_t)N * len > 32768)
+#endif
+    for (n = 0; n < N; n++) memcpy(out + (size_t)n * len, inp + (size_t)n * C + start, sizeof(float) * (size_t)len);
+}
+static void trn__add_to(float *d, const float *s, size_t n) { size_t i; for (i = 0; i < n; i++) d[i] += s[i]; }
+TRNDEF void trn_slice_backward(float *dinp, const float *dout, int N, int C, int start, int len) {
+    ptrdiff_t n;
+    if (!dinp) return;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if ((size_t)N * len > 32768)
+#endif
+    for (n = 0; n < N; n++) trn__add_to(dinp + (size_t)n * C + start, dout + (size_t)n * len, (size_t)len);
+}
+TRNDEF void trn_concat_forward(float *out, const float *a, const float *b, int N, int Ca, int Cb) {
+    ptrdiff_t n;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if ((size_t)N * (Ca + Cb) > 32768)
+#endif
+    for (n = 0; n < N; n++) {
+        memcpy(out + (size_t)n * (Ca + Cb), a + (size_t)n * Ca, sizeof(float) * (size_t)Ca);
+        memcpy(out + (size_t)n * (Ca + Cb) + Ca, b + (size_t)n * Cb, sizeof(float) * (size_t)Cb);
+    }
+}
+TRNDEF void trn_concat_backward(float *da, float *db, const float *dout, int N, int Ca, int Cb) {
+    ptrdiff_t n;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if ((size_t)N * (Ca + Cb) > 32768)
+#endif
+    for (n = 0; n < N; n++) {
+        const float *g = dout + (size_t)n * (Ca + Cb);
+        if (da) trn__add_to(da + (size_t)n * Ca, g, (size_t)Ca);
+        if (db) trn__add_to(db + (size_t)n * Cb, g + Ca, (size_t)Cb);
+    }
+}
+
+/* --- sum and mean over the last dim -------------------------------------
+   inp (N,C) -> out (N): out[n] = scale * sum_c inp[n][c], scale 1 (sum)
+   or 1/C (mean); the sum of a whole tensor is N = 1, C = its size.
+   Backward: dinp[n][c] += scale * dout[n]. Nothing saved. The CPU adds in
+   double, in order.                                                     */
+TRNDEF void trn_sum_forward(float *out, const float *inp, int N, size_t C, float scale) {
+    ptrdiff_t n;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if ((size_t)N * C > 32768)
+#endif
+    for (n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        double s = 0.0;
+        size_t c;
+        for (c = 0; c < C; c++) s += x[c];
+        out[n] = (float)(s * scale);
+    }
+}
+TRNDEF void trn_sum_backward(float *dinp, const float *dout, int N, size_t C, float scale) {
+    ptrdiff_t n;
+    if (!dinp) return;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if ((size_t)N * C > 32768)
+#endif
+    for (n = 0; n < N; n++) {
+        float g = scale * dout[n], *d = dinp + (size_t)n * C;
+        size_t c;
+        for (c = 0; c < C; c++) d[c] += g;
+    }
+}
+
+/* --- batched matmul: out[i] = op(a[i]) @ op(b[i]) for i < Bt ------------
+   op(a) is (M,K), op(b) is (K,N), out (Bt,M,N); op(x) = x, or x^T when
+   ta / tb is set (a stored (K,M), b stored (N,K)). Saved: a and b.
+   Backward, per batch, with dC = dout[i]:
+     dA += dC op(B)^T   (ta: dA += op(B) dC^T)
+     dB += op(A)^T dC   (tb: dB += dC^T op(A))
+   Each matrix is one trn_sgemm; threads split the batch when Bt > 1.   */
+TRNDEF void trn_bmm_forward(float *out, const float *a, const float *b, int Bt, int M, int N, int K, int ta, int tb) {
+    int i, lda = ta ? M : K, ldb = tb ? K : N;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (Bt > 1)
+#endif
+    for (i = 0; i < Bt; i++)
+        trn_sgemm(ta, tb, M, N, K, 1.0f, a + (size_t)i * M * K, lda, b + (size_t)i * K * N, ldb, 0.0f,
+                  out + (size_t)i * M * N, N);
+}
+TRNDEF void trn_bmm_backward(float *da, float *db, const float *dout, const float *a, const float *b, int Bt, int M,
+                             int N, int K, int ta, int tb) {
+    int i, lda = ta ? M : K, ldb = tb ? K : N;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (Bt > 1)
+#endif
+    for (i = 0; i < Bt; i++) {
+        const float *A = a + (size_t)i * M * K, *Bm = b + (size_t)i * K * N, *dC = dout + (size_t)i * M * N;
+        if (da && !ta) trn_sgemm(0, !tb, M, K, N, 1.0f, dC, N, Bm, ldb, 1.0f, da + (size_t)i * M * K, K);
+        if (da && ta) trn_sgemm(tb, 1, K, M, N, 1.0f, Bm, ldb, dC, N, 1.0f, da + (size_t)i * M * K, M);
+        if (db && !tb) trn_sgemm(!ta, 0, K, N, M, 1.0f, A, lda, dC, N, 1.0f, db + (size_t)i * K * N, N);
+        if (db && tb) trn_sgemm(1, ta, N, K, M, 1.0f, dC, N, A, lda, 1.0f, db + (size_t)i * K * N, K);
+    }
+}
+
+/* --- cross-entropy with an ignore index and label smoothing ---------------
+   As torch.nn.functional.cross_entropy(ignore_index, label_smoothing).
+   logits (N,Vp) with V real classes; targets (N), a target < 0 marks a
+   row to ignore (the op maps ignore_index to -1). The smoothed target is
+   q = (1-s) onehot(t) + s/V, so the row's loss is
+     sum_v q_v (lse - l_v) = lse - (1-s) l_t - (s/V) sum_v l_v
+   (ignored rows: loss 0). Saved: lse (N), as for trn_cross_entropy.
+   Backward (dloss = 1/(rows not ignored) for the mean):
+     dlogits[n,v] += dloss * (p_v - q_v);  ignored rows and padding: 0.  */
+TRNDEF void trn_crossentropy_ex_forward(float *losses, float *lse, const float *logits, const int *targets, int N,
+                                        int V, int Vp, float smoothing) {
+    int n;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (n = 0; n < N; n++) {
+        const float *l = logits + (size_t)n * Vp;
+        float mx;
+        double sum = 0.0;
+        int v;
+        if (targets[n] < 0) { losses[n] = 0.0f; lse[n] = 0.0f; continue; }
+        mx = trn__row_max(l, V);
+        lse[n] = mx + (float)log(trn__row_sum_exp(l, V, mx));
+        if (smoothing != 0.0f) for (v = 0; v < V; v++) sum += l[v];
+        losses[n] = (float)((double)lse[n] - (1.0 - smoothing) * l[targets[n]] - smoothing * sum / V);
+    }
+}
+TRNDEF void trn_crossentropy_ex_backward(float *dlogits, const float *logits, const float *lse, const int *targets,
+                                         float dloss, int N, int V, int Vp, float smoothing) {
+    int n;
+    if (!dlogits) return;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (n = 0; n < N; n++) {
+        const float *l = logits + (size_t)n * Vp;
+        float *d = dlogits + (size_t)n * Vp, m = lse[n], u = smoothing / (float)V;
+        int v;
+        if (targets[n] < 0) continue;
+        for (v = 0; v < V; v++) d[v] += dloss * (trn__expf(l[v] - m) - u);
+        d[targets[n]] -= dloss * (1.0f - smoothing);
+    }
+}
+
+/* --- binary cross-entropy on logits (torch BCEWithLogitsLoss) -------------
+   x logits, y targets in [0,1] (soft labels welcome), elementwise:
+     loss = max(x,0) - x y + log(1 + e^-|x|)     (never exponentiates a
+                                                  large positive number)
+   Backward: dx += dloss * (sigmoid(x) - y). Saved: the targets.          */
+TRNDEF void trn_bce_logits_forward(float *losses, const float *x, const float *y, size_t n) {
+    ptrdiff_t i;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (n > 32768)
+#endif
+    for (i = 0; i < (ptrdiff_t)n; i++) losses[i] = (x[i] > 0.0f ? x[i] : 0.0f) - x[i] * y[i] + log1pf(expf(-fabsf(x[i])));
+}
+TRNDEF void trn_bce_logits_backward(float *dx, const float *x, const float *y, float dloss, size_t n) {
+    ptrdiff_t i;
+    if (!dx) return;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (n > 32768)
+#endif
+    for (i = 0; i < (ptrdiff_t)n; i++) {
+        float e = expf(-fabsf(x[i])), s = x[i] >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e); /* sigmoid, stable */
+        dx[i] += dloss * (s - y[i]);
+    }
+}
+
+/* --- L1 and Huber (torch L1Loss, HuberLoss), elementwise on d = pred - target:
+     L1:    |d|;                     dpred += dloss * sign(d)   (0 at d = 0)
+     Huber: d^2 / 2        if |d| < delta,  dpred += dloss * d
+            delta (|d| - delta/2) else,     dpred += dloss * delta * sign(d)
+   Huber is quadratic near 0 (like MSE/2) and linear in the tails (like
+   L1 times delta), so outliers pull with a bounded force. Saved: target. */
+TRNDEF void trn_l1_forward(float *losses, const float *pred, const float *target, size_t n) {
+    ptrdiff_t i;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (n > 32768)
+#endif
+    for (i = 0; i < (ptrdiff_t)n; i++) losses[i] = fabsf(pred[i] - target[i]);
+}
+TRNDEF void trn_l1_backward(float *dpred, const float *pred, const float *target, float dloss, size_t n) {
+    ptrdiff_t i;
+    if (!dpred) return;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (n > 32768)
+#endif
+    for (i = 0; i < (ptrdiff_t)n; i++) {
+        float d = pred[i] - target[i];
+        dpred[i] += d > 0.0f ? dloss : d < 0.0f ? -dloss : 0.0f;
+    }
+}
+TRNDEF void trn_huber_forward(float *losses, const float *pred, const float *target, float delta, size_t n) {
+    ptrdiff_t i;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (n > 32768)
+#endif
+    for (i = 0; i < (ptrdiff_t)n; i++) {
+        float d = pred[i] - target[i], a = fabsf(d);
+        losses[i] = a < delta ? 0.5f * d * d : delta * (a - 0.5f * delta);
+    }
+}
+TRNDEF void trn_huber_backward(float *dpred, const float *pred, const float *target, float delta, float dloss, size_t n) {
+    ptrdiff_t i;
+    if (!dpred) return;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (n > 32768)
+#endif
+    for (i = 0; i < (ptrdiff_t)n; i++) {
+        float d = pred[i] - target[i];
+        dpred[i] += dloss * (fabsf(d) < delta ? d : d > 0.0f ? delta : -delta);
+    }
+}
+
+/* --- attention over a key/value cache (generation; see >>kvcache) --------
+   q (B,T,*) with row stride q_stride, head h at column h*hs; k, v (B,T,*)
+   with row stride kv_stride, kv head g at column g*hs; the caches
+   (B,maxT,Ckv), Ckv = NKV*hs. First the T new keys and values go to rows
+   pos..pos+T-1 of the caches; then, per (b,h), with P = pos + T:
+     S (T,P) = Q K^T / sqrt(hs);  row t sees columns 0..pos+t (causal);
+     A = softmax_rows(S);  O (T,hs) = A V
+   att holds S/A: (B,NH,T,P). out (B,T,NH*hs). No backward.              */
+TRNDEF void trn_attention_kv_forward(float *out, float *att, const float *q, int q_stride, const float *k,
+                                     const float *v, int kv_stride, float *kcache, float *vcache, int B, int T,
+                                     int pos, int maxT, int NH, int NKV, int hs) {
+    int Ckv = NKV * hs, C = NH * hs, P = pos + T, grp = NH / NKV, bh, b, t;
+    float scale = 1.0f / sqrtf((float)hs);
+    for (b = 0; b < B; b++)
+        for (t = 0; t < T; t++) {
+            size_t dst = ((size_t)b * maxT + pos + t) * Ckv, src = ((size_t)b * T + t) * kv_stride;
+            memcpy(kcache + dst, k + src, sizeof(float) * (size_t)Ckv);
+            memcpy(vcache + dst, v + src, sizeof(float) * (size_t)Ckv);
+        }
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (bh = 0; bh < B * NH; bh++) {
+        int bb = bh / NH, h = bh % NH, g = h / grp, tt, s;
+        const float *qh = q + (size_t)bb * T * q_stride + (size_t)h * hs;
+        const float *kh = kcache + (size_t)bb * maxT * Ckv + (size_t)g * hs, *vh = vcache + (size_t)bb * maxT * Ckv + (size_t)g * hs;
+        float *S = att + (size_t)bh * T * P;
+        trn_sgemm(0, 1, T, P, hs, scale, qh, q_stride, kh, Ckv, 0.0f, S, P);
+        for (tt = 0; tt < T; tt++) {
+            float *row = S + (size_t)tt * P, mx, sum;
+            int last = pos + tt;
+            mx = trn__row_max(row, last + 1);
+            for (s = 0; s <= last; s++) row[s] = trn__expf(row[s] - mx);
+            sum = trn__row_sum(row, last + 1);
+            for (s = 0; s <= last; s++) row[s] /= sum;
+            for (s = last + 1; s < P; s++) row[s] = 0.0f;
+        }
+        trn_sgemm(0, 0, T, hs, P, 1.0f, S, P, vh, Ckv, 0.0f, out + (size_t)bb * T * C + (size_t)h * hs, C);
+    }
 }
 
 /* ========================================================================
@@ -1842,6 +2970,45 @@ TRNDEF const trn_backend *trn_cpu_backend(void) {
         cpu.adamw_update = trn_adamw_update;
         cpu.sum_squares = trn_sum_squares;
         cpu.scale = trn_scale;
+        cpu.mul_forward = trn_mul_forward;
+        cpu.mul_backward = trn_mul_backward;
+        cpu.silu_forward = trn_silu_forward;
+        cpu.silu_backward = trn_silu_backward;
+        cpu.sigmoid_forward = trn_sigmoid_forward;
+        cpu.sigmoid_backward = trn_sigmoid_backward;
+        cpu.tanh_forward = trn_tanh_forward;
+        cpu.tanh_backward = trn_tanh_backward;
+        cpu.softmax_forward = trn_softmax_forward;
+        cpu.softmax_backward = trn_softmax_backward;
+        cpu.rmsnorm_forward = trn_rmsnorm_forward;
+        cpu.rmsnorm_backward = trn_rmsnorm_backward;
+        cpu.rope_forward = trn_rope_forward;
+        cpu.rope_backward = trn_rope_backward;
+        /* fused attention (flash-style) */
+        cpu.flash_attention_forward = trn_flash_attention_forward;
+        cpu.flash_attention_backward = trn_flash_attention_backward;
+        cpu.sgd_update = trn_sgd_update;
+        cpu.attention_kv_forward = trn_attention_kv_forward;
+        cpu.dropout_forward = trn_dropout_forward;
+        cpu.dropout_backward = trn_dropout_backward;
+        cpu.transpose_forward = trn_transpose_forward;
+        cpu.transpose_backward = trn_transpose_backward;
+        cpu.slice_forward = trn_slice_forward;
+        cpu.slice_backward = trn_slice_backward;
+        cpu.concat_forward = trn_concat_forward;
+        cpu.concat_backward = trn_concat_backward;
+        cpu.sum_forward = trn_sum_forward;
+        cpu.sum_backward = trn_sum_backward;
+        cpu.bmm_forward = trn_bmm_forward;
+        cpu.bmm_backward = trn_bmm_backward;
+        cpu.crossentropy_ex_forward = trn_crossentropy_ex_forward;
+        cpu.crossentropy_ex_backward = trn_crossentropy_ex_backward;
+        cpu.bce_logits_forward = trn_bce_logits_forward;
+        cpu.bce_logits_backward = trn_bce_logits_backward;
+        cpu.l1_forward = trn_l1_forward;
+        cpu.l1_backward = trn_l1_backward;
+        cpu.huber_forward = trn_huber_forward;
+        cpu.huber_backward = trn_huber_backward;
         cpu.name = "cpu";
     }
     return &cpu;
@@ -1857,6 +3024,8 @@ TRNDEF trn_result trn_model_init(trn_model *m, const trn_backend *backend) {
     memset(m, 0, sizeof *m);
     m->backend = backend ? backend : trn_cpu_backend();
     m->grad_enabled = 1;
+    m->training = 1;
+    trn_rng_seed(&m->rng, 0);
     return TRN_OK;
 }
 
@@ -1898,6 +3067,8 @@ TRNDEF trn_tensor *trn_param(trn_model *m, const char *name, int ndim, const int
     t->is_param = 1;
     t->requires_grad = 1;
     t->decay = ndim >= 2;      /* matrices decay; biases and norms don't */
+    t->lr_scale = 1.0f;        /* parameter groups: see trn_param_group   */
+    t->weight_decay = -1.0f;   /* -1: the optimizer's weight decay        */
     m->n_floats += t->size;
     m->params[m->n_params++] = t;
     return t;
@@ -2024,8 +3195,6 @@ TRNDEF void trn_reset(trn_model *m) {
     a->used = 0;
     a->spilled = 0;
     m->t_used = 0;
-    m->scratch = NULL;
-    m->scratch_floats = 0;
     m->tape_len = 0;
 }
 
@@ -2071,6 +3240,8 @@ static float *trn__want(trn_model *m, trn_tensor *t) {
     return (t && t->requires_grad) ? trn__grad(m, t) : NULL;
 }
 
+TRNDEF float *trn_grad(trn_model *m, trn_tensor *t) { return trn__want(m, t); }
+
 static trn_tape_entry *trn__record(trn_model *m, const char *op, trn_backward_fn bw, trn_tensor *out,
                                    trn_tensor *a, trn_tensor *b, trn_tensor *c) {
     trn_tape_entry *e;
@@ -2092,8 +3263,9 @@ static trn_tape_entry *trn__record(trn_model *m, const char *op, trn_backward_fn
     return e;
 }
 
-TRNDEF void trn_backward(trn_model *m, trn_tensor *loss) {
-    float one = 1.0f;
+TRNDEF void trn_backward(trn_model *m, trn_tensor *loss) { trn_backward_scaled(m, loss, 1.0f); }
+
+TRNDEF void trn_backward_scaled(trn_model *m, trn_tensor *loss, float scale) {
     int i;
     if (!m || !loss) trn_fatal("trn_backward: model or loss is NULL");
     if (loss->size != 1) {
@@ -2108,8 +3280,8 @@ TRNDEF void trn_backward(trn_model *m, trn_tensor *loss) {
         trn_ledger_print("out of memory");
         trn_fatal("trn_backward: %s", trn_error_reason());
     }
-    /* the chain rule starts here: d(loss)/d(loss) = 1 */
-    m->backend->upload(trn__grad(m, loss), &one, sizeof one);
+    /* the chain rule starts here: d(loss)/d(loss) = 1 (or the caller's scale) */
+    m->backend->upload(trn__grad(m, loss), &scale, sizeof scale);
     for (i = m->tape_len - 1; i >= 0; i--) {
         trn_tape_entry *e = &m->tape[i];
         if (e->out->grad) e->backward(m, e); /* no gradient reached it: skip */
@@ -2117,6 +3289,17 @@ TRNDEF void trn_backward(trn_model *m, trn_tensor *loss) {
     }
     m->tape_len = 0; /* the tape is consumed, as PyTorch frees its graph */
 }
+
+TRNDEF int trn_set_grad_enabled(trn_model *m, int enabled) {
+    int was;
+    if (!m) trn_fatal("trn_set_grad_enabled: model is NULL");
+    was = m->grad_enabled;
+    m->grad_enabled = enabled != 0;
+    return was;
+}
+TRNDEF int trn_no_grad(trn_model *m) { return trn_set_grad_enabled(m, 0); }
+TRNDEF void trn_train(trn_model *m) { if (!m) trn_fatal("trn_train: model is NULL"); m->training = 1; }
+TRNDEF void trn_eval(trn_model *m) { if (!m) trn_fatal("trn_eval: model is NULL"); m->training = 0; }
 
 TRNDEF float trn_item(trn_model *m, const trn_tensor *t) {
     float v;
@@ -2271,15 +3454,21 @@ TRNDEF trn_tensor *trn_gelu(trn_model *m, trn_tensor *x) {
     return out;
 }
 
-static void trn__relu_bw(trn_model *m, trn_tape_entry *e) {
-    m->backend->relu_backward(trn__grad(m, e->in[0]), e->out->data, e->out->grad, e->out->size);
+/* relu is written with the public op API (>>opapi), the way a user writes
+   an op: the kit's other ops call trn__record directly, which is the same */
+static void trn__relu_fw(trn_model *m, trn_tape_entry *e) {
+    m->backend->relu_forward(e->out->data, e->in[0]->data, e->out->size);
 }
+static void trn__relu_bw(trn_model *m, trn_tape_entry *e) {   /* saves nothing: reads out */
+    m->backend->relu_backward(trn_grad(m, e->in[0]), e->out->data, trn_grad(m, e->out), e->out->size);
+}
+/* the backend table picks the kernel, so one function serves both places */
+static const trn_op trn__relu_op = {"relu", trn__relu_fw, trn__relu_bw, trn__relu_fw, trn__relu_bw};
 TRNDEF trn_tensor *trn_relu(trn_model *m, trn_tensor *x) {
     trn_tensor *out;
     trn__not_null("trn_relu", m, x);
     out = trn_tensor_new(m, "relu", x->ndim, x->shape);
-    m->backend->relu_forward(out->data, x->data, x->size);
-    trn__record(m, "relu", trn__relu_bw, out, x, NULL, NULL);
+    trn_op_apply(m, &trn__relu_op, out, x, NULL, NULL, NULL);
     return out;
 }
 
@@ -2298,38 +3487,49 @@ TRNDEF trn_tensor *trn_add(trn_model *m, trn_tensor *a, trn_tensor *b) {
     return out;
 }
 
-/* --- attention ------------------------------------------------------------ */
+/* --- attention: the fused kernel pair; saved: lse (B,NH,T) and the output
+   itself (backward reads O for D = rowsum(dO * O)) ------------------------ */
 static void trn__attention_bw(trn_model *m, trn_tape_entry *e) {
-    int B = e->iarg[0], T = e->iarg[1], C = e->iarg[2], NH = e->iarg[3];
-    size_t need = (size_t)B * NH * T * T;
-    /* layers run backward one at a time, so one workspace serves them all */
-    if (m->scratch_floats < need) {
-        m->scratch = (float *)trn_arena_alloc(m, sizeof(float) * need);
-        m->scratch_floats = need;
+    int B = e->iarg[0], T = e->iarg[1], NH = e->iarg[2], NKV = e->iarg[3];
+    int hs = e->in[0]->shape[2] / (NH + 2 * NKV);
+    m->backend->flash_attention_backward(trn__grad(m, e->in[0]), e->out->grad, e->in[0]->data, e->out->data,
+                                         (const float *)e->saved[0], B, T, NH, NKV, hs, (int)e->farg[0]);
+}
+
+static trn_tensor *trn__attention(trn_model *m, const char *op, trn_tensor *qkv, int n_head, int n_kv_head,
+                                  int causal) {
+    int B, T, hs, shape[3];
+    float *lse;
+    trn_tensor *out;
+    trn_tape_entry *e;
+    trn__not_null(op, m, qkv);
+    if (qkv->ndim != 3 || n_head <= 0 || n_kv_head <= 0 || n_head % n_kv_head ||
+        qkv->shape[2] % (n_head + 2 * n_kv_head) || qkv->shape[2] == 0) {
+        char s[64];
+        trn_fatal("%s: qkv must be (B,T,(n_head+2*n_kv_head)*hs) with n_kv_head dividing n_head; "
+                  "got %s with n_head=%d, n_kv_head=%d", op, trn_shape_str(qkv, s, 64), n_head, n_kv_head);
     }
-    m->backend->attention_backward(trn__grad(m, e->in[0]), m->scratch, e->out->grad, e->in[0]->data,
-                                   (const float *)e->saved[0], B, T, C, NH, (int)e->farg[0]);
+    B = qkv->shape[0]; T = qkv->shape[1]; hs = qkv->shape[2] / (n_head + 2 * n_kv_head);
+    shape[0] = B; shape[1] = T; shape[2] = n_head * hs;
+    out = trn_tensor_new(m, "attention", 3, shape);
+    lse = (float *)trn_arena_alloc(m, sizeof(float) * (size_t)B * n_head * T);
+    m->backend->flash_attention_forward(out->data, lse, qkv->data, B, T, n_head, n_kv_head, hs, causal);
+    e = trn__record(m, "attention", trn__attention_bw, out, qkv, NULL, NULL);
+    if (e) {
+        e->saved[0] = lse;
+        e->iarg[0] = B; e->iarg[1] = T; e->iarg[2] = n_head; e->iarg[3] = n_kv_head;
+        e->farg[0] = (float)(causal != 0);
+    }
+    return out;
+}
+
+TRNDEF trn_tensor *trn_attention_gqa(trn_model *m, trn_tensor *qkv, int n_head, int n_kv_head,
+                                     int causal) {
+    return trn__attention(m, "trn_attention_gqa", qkv, n_head, n_kv_head, causal);
 }
 
 TRNDEF trn_tensor *trn_attention(trn_model *m, trn_tensor *qkv, int n_head, int causal) {
-    int B, T, C, shape[3];
-    float *att;
-    trn_tensor *out;
-    trn_tape_entry *e;
-    trn__not_null("trn_attention", m, qkv);
-    if (qkv->ndim != 3 || qkv->shape[2] % 3 || n_head <= 0 || (qkv->shape[2] / 3) % n_head) {
-        char s[64];
-        trn_fatal("trn_attention: qkv must be (B,T,3C) with C divisible by n_head=%d, got %s", n_head,
-                  trn_shape_str(qkv, s, 64));
-    }
-    B = qkv->shape[0]; T = qkv->shape[1]; C = qkv->shape[2] / 3;
-    shape[0] = B; shape[1] = T; shape[2] = C;
-    out = trn_tensor_new(m, "attention", 3, shape);
-    att = (float *)trn_arena_alloc(m, sizeof(float) * (size_t)B * n_head * T * T);
-    m->backend->attention_forward(out->data, att, qkv->data, B, T, C, n_head, causal);
-    e = trn__record(m, "attention", trn__attention_bw, out, qkv, NULL, NULL);
-    if (e) { e->saved[0] = att; e->iarg[0] = B; e->iarg[1] = T; e->iarg[2] = C; e->iarg[3] = n_head; e->farg[0] = (float)(causal != 0); }
-    return out;
+    return trn__attention(m, "trn_attention", qkv, n_head, n_head, causal);
 }
 
 /* --- losses: a scalar tensor holding the mean over rows -------------------- */
@@ -2419,6 +3619,739 @@ TRNDEF trn_tensor *trn_mean_pool(trn_model *m, trn_tensor *x) {
     return out;
 }
 
+/* --- >>ops2 on the tape: each written with the public op API (>>opapi);
+   the backend table picks CPU or CUDA kernels, so one trn_op serves both */
+#define TRN__OP2(name, fw, bw) {name, fw, bw, fw, bw}
+
+static void trn__mul_fw(trn_model *m, trn_tape_entry *e) {   /* saves nothing: reads a and b */
+    trn_tensor *a = e->in[0], *b = e->in[1];
+    m->backend->mul_forward(e->out->data, a->data, b->data, a->size / b->size, b->size);
+}
+static void trn__mul_bw(trn_model *m, trn_tape_entry *e) {
+    trn_tensor *a = e->in[0], *b = e->in[1];
+    m->backend->mul_backward(trn_grad(m, a), trn_grad(m, b), trn_grad(m, e->out), a->data, b->data,
+                             a->size / b->size, b->size);
+}
+static const trn_op trn__mul_op = TRN__OP2("mul", trn__mul_fw, trn__mul_bw);
+TRNDEF trn_tensor *trn_mul(trn_model *m, trn_tensor *a, trn_tensor *b) {
+    trn_tensor *out;
+    int k, ok;
+    trn__not_null("trn_mul", a, b);
+    ok = b->ndim <= a->ndim;   /* b's shape must be a's last b->ndim dims */
+    for (k = 0; ok && k < b->ndim; k++) ok = b->shape[k] == a->shape[a->ndim - b->ndim + k];
+    trn__need(ok, "trn_mul", a, b, "b must have a's shape or its last dims (one row, broadcast over rows)");
+    out = trn_tensor_new(m, "mul", a->ndim, a->shape);
+    trn_op_apply(m, &trn__mul_op, out, a, b, NULL, NULL);
+    return out;
+}
+
+static void trn__silu_fw(trn_model *m, trn_tape_entry *e) {   /* saves nothing: reads x */
+    m->backend->silu_forward(e->out->data, e->in[0]->data, e->out->size);
+}
+static void trn__silu_bw(trn_model *m, trn_tape_entry *e) {
+    m->backend->silu_backward(trn_grad(m, e->in[0]), e->in[0]->data, trn_grad(m, e->out), e->out->size);
+}
+static void trn__sigmoid_fw(trn_model *m, trn_tape_entry *e) {   /* backward reads the output */
+    m->backend->sigmoid_forward(e->out->data, e->in[0]->data, e->out->size);
+}
+static void trn__sigmoid_bw(trn_model *m, trn_tape_entry *e) {
+    m->backend->sigmoid_backward(trn_grad(m, e->in[0]), e->out->data, trn_grad(m, e->out), e->out->size);
+}
+static void trn__tanh_fw(trn_model *m, trn_tape_entry *e) {   /* backward reads the output */
+    m->backend->tanh_forward(e->out->data, e->in[0]->data, e->out->size);
+}
+static void trn__tanh_bw(trn_model *m, trn_tape_entry *e) {
+    m->backend->tanh_backward(trn_grad(m, e->in[0]), e->out->data, trn_grad(m, e->out), e->out->size);
+}
+static const trn_op trn__silu_op = TRN__OP2("silu", trn__silu_fw, trn__silu_bw);
+static const trn_op trn__sigmoid_op = TRN__OP2("sigmoid", trn__sigmoid_fw, trn__sigmoid_bw);
+static const trn_op trn__tanh_op = TRN__OP2("tanh", trn__tanh_fw, trn__tanh_bw);
+
+static trn_tensor *trn__unary(trn_model *m, const trn_op *op, trn_tensor *x) {
+    trn_tensor *out;
+    if (!m || !x) trn_fatal("trn_%s: model or input is NULL", op->name);
+    out = trn_tensor_new(m, op->name, x->ndim, x->shape);
+    trn_op_apply(m, op, out, x, NULL, NULL, NULL);
+    return out;
+}
+TRNDEF trn_tensor *trn_silu(trn_model *m, trn_tensor *x) { return trn__unary(m, &trn__silu_op, x); }
+TRNDEF trn_tensor *trn_sigmoid(trn_model *m, trn_tensor *x) { return trn__unary(m, &trn__sigmoid_op, x); }
+TRNDEF trn_tensor *trn_tanh(trn_model *m, trn_tensor *x) { return trn__unary(m, &trn__tanh_op, x); }
+
+static void trn__softmax_fw(trn_model *m, trn_tape_entry *e) {   /* backward reads the output */
+    int C = TRN__LAST(e->out);
+    m->backend->softmax_forward(e->out->data, e->in[0]->data, (int)(e->out->size / (size_t)C), C);
+}
+static void trn__softmax_bw(trn_model *m, trn_tape_entry *e) {
+    int C = TRN__LAST(e->out);
+    m->backend->softmax_backward(trn_grad(m, e->in[0]), e->out->data, trn_grad(m, e->out),
+                                 (int)(e->out->size / (size_t)C), C);
+}
+static const trn_op trn__softmax_op = TRN__OP2("softmax", trn__softmax_fw, trn__softmax_bw);
+TRNDEF trn_tensor *trn_softmax(trn_model *m, trn_tensor *x) { return trn__unary(m, &trn__softmax_op, x); }
+
+/* saved[0]: rstd (N floats) */
+static void trn__rmsnorm_fw(trn_model *m, trn_tape_entry *e) {
+    trn_tensor *x = e->in[0];
+    int C = TRN__LAST(x), N = (int)(x->size / (size_t)C);
+    e->saved[0] = trn_arena_alloc(m, sizeof(float) * (size_t)N);
+    m->backend->rmsnorm_forward(e->out->data, (float *)e->saved[0], x->data, e->in[1]->data, N, C, e->farg[0]);
+}
+static void trn__rmsnorm_bw(trn_model *m, trn_tape_entry *e) {
+    trn_tensor *x = e->in[0], *w = e->in[1];
+    int C = TRN__LAST(x), N = (int)(x->size / (size_t)C);
+    m->backend->rmsnorm_backward(trn_grad(m, x), trn_grad(m, w), trn_grad(m, e->out), x->data, w->data,
+                                 (const float *)e->saved[0], N, C);
+}
+static const trn_op trn__rmsnorm_op = TRN__OP2("rmsnorm", trn__rmsnorm_fw, trn__rmsnorm_bw);
+TRNDEF trn_tensor *trn_rmsnorm(trn_model *m, trn_tensor *x, trn_tensor *w, float eps) {
+    trn_tensor *out;
+    trn_op_args args;
+    trn__not_null("trn_rmsnorm", x, w);
+    trn__need(w->ndim == 1 && w->shape[0] == TRN__LAST(x), "trn_rmsnorm", x, w, "w must be (C), C = x's last dim");
+    if (!(eps > 0.0f)) trn_fatal("trn_rmsnorm: eps must be > 0, got %g", (double)eps);
+    memset(&args, 0, sizeof args);
+    args.f[0] = eps;
+    out = trn_tensor_new(m, "rmsnorm", x->ndim, x->shape);
+    trn_op_apply(m, &trn__rmsnorm_op, out, x, w, NULL, &args);
+    return out;
+}
+
+/* iarg: H heads per row, R rotated, hs, pos0; farg[0]: theta. Saves nothing. */
+static void trn__rope_fw(trn_model *m, trn_tape_entry *e) {
+    trn_tensor *x = e->in[0];
+    m->backend->rope_forward(e->out->data, x->data, x->shape[0], x->shape[1], e->iarg[0], e->iarg[1], e->iarg[2],
+                             e->iarg[3], e->farg[0]);
+}
+static void trn__rope_bw(trn_model *m, trn_tape_entry *e) {
+    trn_tensor *x = e->in[0];
+    m->backend->rope_backward(trn_grad(m, x), trn_grad(m, e->out), x->shape[0], x->shape[1], e->iarg[0], e->iarg[1],
+                              e->iarg[2], e->iarg[3], e->farg[0]);
+}
+static const trn_op trn__rope_op = TRN__OP2("rope", trn__rope_fw, trn__rope_bw);
+TRNDEF trn_tensor *trn_rope(trn_model *m, trn_tensor *qkv, int n_head, int n_kv_head, float theta, int pos0) {
+    trn_tensor *out;
+    trn_op_args args;
+    int heads = n_head + 2 * n_kv_head;
+    trn__not_null("trn_rope", m, qkv);
+    if (qkv->ndim != 3 || n_head <= 0 || n_kv_head <= 0 || n_head % n_kv_head || qkv->shape[2] % heads ||
+        (qkv->shape[2] / heads) % 2) {
+        char s[64];
+        trn_fatal("trn_rope: qkv must be (B,T,(n_head+2*n_kv_head)*hs) with hs even and n_head a multiple of "
+                  "n_kv_head; got %s with n_head=%d, n_kv_head=%d", trn_shape_str(qkv, s, 64), n_head, n_kv_head);
+    }
+    if (!(theta > 1.0f) || pos0 < 0) trn_fatal("trn_rope: theta must be > 1 (got %g), pos0 >= 0 (got %d)", (double)theta, pos0);
+    memset(&args, 0, sizeof args);
+    args.i[0] = heads; args.i[1] = n_head + n_kv_head; args.i[2] = qkv->shape[2] / heads; args.i[3] = pos0;
+    args.f[0] = theta;
+    out = trn_tensor_new(m, "rope", 3, qkv->shape);
+    trn_op_apply(m, &trn__rope_op, out, qkv, NULL, NULL, &args);
+    return out;
+}
+
+/* ========================================================================
+   >>ops3 on the tape: each written with the public op API (>>opapi), the
+   backend table picking CPU or CUDA kernels (TRN__OP2: one trn_op for both)
+   ======================================================================== */
+
+/* --- dropout: iarg[0..1] the call's 64-bit key, farg[0] p. Saves nothing
+   (the mask is recomputed from the key). Identity, and no op at all, in
+   evaluation mode (trn_eval) or for p = 0: the input itself comes back. */
+static uint64_t trn__dropout_key(const trn_tape_entry *e) {
+    return (uint64_t)(uint32_t)e->iarg[0] | (uint64_t)(uint32_t)e->iarg[1] << 32;
+}
+static void trn__dropout_fw(trn_model *m, trn_tape_entry *e) {
+    m->backend->dropout_forward(e->out->data, e->in[0]->data, e->out->size, e->farg[0], trn__dropout_key(e));
+}
+static void trn__dropout_bw(trn_model *m, trn_tape_entry *e) {
+    m->backend->dropout_backward(trn_grad(m, e->in[0]), trn_grad(m, e->out), e->out->size, e->farg[0],
+                                 trn__dropout_key(e));
+}
+static const trn_op trn__dropout_op = TRN__OP2("dropout", trn__dropout_fw, trn__dropout_bw);
+TRNDEF trn_tensor *trn_dropout(trn_model *m, trn_tensor *x, float p) {
+    trn_tensor *out;
+    trn_op_args args;
+    uint64_t key;
+    trn__not_null("trn_dropout", m, x);
+    if (!(p >= 0.0f && p <= 1.0f)) trn_fatal("trn_dropout: p = %g (must be in [0,1])", (double)p);
+    if (!m->training || p == 0.0f) return x;
+    key = trn_rng_next(&m->rng); /* one draw per call: the model's RNG is in the checkpoint */
+    memset(&args, 0, sizeof args);
+    args.i[0] = (int)(uint32_t)key; args.i[1] = (int)(uint32_t)(key >> 32);
+    args.f[0] = p;
+    out = trn_tensor_new(m, "dropout", x->ndim, x->shape);
+    trn_op_apply(m, &trn__dropout_op, out, x, NULL, NULL, &args);
+    return out;
+}
+
+/* --- reshape: a view. out's data IS x's data (no copy, nothing saved);
+   only the gradient needs a move: backward adds out's gradient into x's
+   (the same elements in the same order). */
+static void trn__reshape_fw(trn_model *m, trn_tape_entry *e) { (void)m; (void)e; /* the view is the output */ }
+static void trn__reshape_bw(trn_model *m, trn_tape_entry *e) {
+    float *dx = trn_grad(m, e->in[0]);
+    if (dx) m->backend->accumulate(dx, trn_grad(m, e->out), e->out->size);
+}
+static const trn_op trn__reshape_op = TRN__OP2("reshape", trn__reshape_fw, trn__reshape_bw);
+TRNDEF trn_tensor *trn_reshape(trn_model *m, trn_tensor *x, int ndim, const int *shape) {
+    trn_tensor *out;
+    char s[64];
+    trn__not_null("trn_reshape", m, x);
+    trn__check_shape("trn_reshape", x->name, ndim, shape);
+    if (trn_shape_size(ndim, shape) != x->size)
+        trn_fatal("trn_reshape: %s %s has %zu elements, the new shape %zu", x->name, trn_shape_str(x, s, 64), x->size,
+                  trn_shape_size(ndim, shape));
+    out = trn__header(m);
+    trn__fill_header(out, "reshape", ndim, shape);
+    out->data = x->data;
+    trn_op_apply(m, &trn__reshape_op, out, x, NULL, NULL, NULL);
+    return out;
+}
+
+/* --- transpose of dims d0 < d1, in the 5-D view (A, D0, Bm, D1, C) of the
+   kernels; iarg: D0, Bm, D1, C (A = size / the rest). Saves nothing. */
+static void trn__transpose_dims(const trn_tape_entry *e, int *A, int *D0, int *Bm, int *D1, int *C) {
+    *D0 = e->iarg[0]; *Bm = e->iarg[1]; *D1 = e->iarg[2]; *C = e->iarg[3];
+    *A = (int)(e->out->size / ((size_t)*D0 * *Bm * *D1 * *C));
+}
+static void trn__transpose_fw(trn_model *m, trn_tape_entry *e) {
+    int A, D0, Bm, D1, C;
+    trn__transpose_dims(e, &A, &D0, &Bm, &D1, &C);
+    m->backend->transpose_forward(e->out->data, e->in[0]->data, A, D0, Bm, D1, C);
+}
+static void trn__transpose_bw(trn_model *m, trn_tape_entry *e) {
+    int A, D0, Bm, D1, C;
+    trn__transpose_dims(e, &A, &D0, &Bm, &D1, &C);
+    m->backend->transpose_backward(trn_grad(m, e->in[0]), trn_grad(m, e->out), A, D0, Bm, D1, C);
+}
+static const trn_op trn__transpose_op = TRN__OP2("transpose", trn__transpose_fw, trn__transpose_bw);
+TRNDEF trn_tensor *trn_transpose(trn_model *m, trn_tensor *x, int d0, int d1) {
+    int shape[TRN_MAX_DIMS], k, t, Bm = 1, C = 1;
+    trn_tensor *out;
+    trn_op_args args;
+    trn__not_null("trn_transpose", m, x);
+    if (d0 < 0) d0 += x->ndim;
+    if (d1 < 0) d1 += x->ndim;
+    if (d0 < 0 || d1 < 0 || d0 >= x->ndim || d1 >= x->ndim) {
+        char s[64];
+        trn_fatal("trn_transpose: dims %d, %d of %s %s", d0, d1, x->name, trn_shape_str(x, s, 64));
+    }
+    if (d0 == d1) return x;
+    if (d0 > d1) { t = d0; d0 = d1; d1 = t; }
+    for (k = d0 + 1; k < d1; k++) Bm *= x->shape[k];
+    for (k = d1 + 1; k < x->ndim; k++) C *= x->shape[k];
+    memcpy(shape, x->shape, sizeof shape);
+    shape[d0] = x->shape[d1]; shape[d1] = x->shape[d0];
+    memset(&args, 0, sizeof args);
+    args.i[0] = x->shape[d0]; args.i[1] = Bm; args.i[2] = x->shape[d1]; args.i[3] = C;
+    out = trn_tensor_new(m, "transpose", x->ndim, shape);
+    trn_op_apply(m, &trn__transpose_op, out, x, NULL, NULL, &args);
+    return out;
+}
+
+/* --- slice and concat along the last dim; iarg: slice C, start, len;
+   concat Ca, Cb. Save nothing. */
+static void trn__slice_fw(trn_model *m, trn_tape_entry *e) {
+    int len = e->iarg[2];
+    m->backend->slice_forward(e->out->data, e->in[0]->data, (int)(e->out->size / (size_t)len), e->iarg[0], e->iarg[1], len);
+}
+static void trn__slice_bw(trn_model *m, trn_tape_entry *e) {
+    int len = e->iarg[2];
+    m->backend->slice_backward(trn_grad(m, e->in[0]), trn_grad(m, e->out), (int)(e->out->size / (size_t)len), e->iarg[0],
+                               e->iarg[1], len);
+}
+static const trn_op trn__slice_op = TRN__OP2("slice", trn__slice_fw, trn__slice_bw);
+TRNDEF trn_tensor *trn_slice(trn_model *m, trn_tensor *x, int start, int len) {
+    int shape[TRN_MAX_DIMS];
+    trn_tensor *out;
+    trn_op_args args;
+    trn__not_null("trn_slice", m, x);
+    if (start < 0 || len <= 0 || start + len > TRN__LAST(x)) {
+        char s[64];
+        trn_fatal("trn_slice: columns [%d,%d) of %s %s", start, start + len, x->name, trn_shape_str(x, s, 64));
+    }
+    memcpy(shape, x->shape, sizeof shape);
+    shape[x->ndim - 1] = len;
+    memset(&args, 0, sizeof args);
+    args.i[0] = TRN__LAST(x); args.i[1] = start; args.i[2] = len;
+    out = trn_tensor_new(m, "slice", x->ndim, shape);
+    trn_op_apply(m, &trn__slice_op, out, x, NULL, NULL, &args);
+    return out;
+}
+
+static void trn__concat_fw(trn_model *m, trn_tape_entry *e) {
+    int Ca = e->iarg[0], Cb = e->iarg[1];
+    m->backend->concat_forward(e->out->data, e->in[0]->data, e->in[1]->data, (int)(e->out->size / (size_t)(Ca + Cb)), Ca, Cb);
+}
+static void trn__concat_bw(trn_model *m, trn_tape_entry *e) {
+    int Ca = e->iarg[0], Cb = e->iarg[1];
+    m->backend->concat_backward(trn_grad(m, e->in[0]), trn_grad(m, e->in[1]), trn_grad(m, e->out),
+                                (int)(e->out->size / (size_t)(Ca + Cb)), Ca, Cb);
+}
+static const trn_op trn__concat_op = TRN__OP2("concat", trn__concat_fw, trn__concat_bw);
+TRNDEF trn_tensor *trn_concat(trn_model *m, trn_tensor *a, trn_tensor *b) {
+    int shape[TRN_MAX_DIMS];
+    trn_tensor *out;
+    trn_op_args args;
+    trn__not_null("trn_concat", a, b);
+    trn__need(a->ndim == b->ndim && memcmp(a->shape, b->shape, sizeof(int) * (size_t)(a->ndim - 1)) == 0, "trn_concat",
+              a, b, "all dims but the last must be equal");
+    memcpy(shape, a->shape, sizeof shape);
+    shape[a->ndim - 1] = TRN__LAST(a) + TRN__LAST(b);
+    memset(&args, 0, sizeof args);
+    args.i[0] = TRN__LAST(a); args.i[1] = TRN__LAST(b);
+    out = trn_tensor_new(m, "concat", a->ndim, shape);
+    trn_op_apply(m, &trn__concat_op, out, a, b, NULL, &args);
+    return out;
+}
+
+/* --- sum and mean: over the last dim (keepdim false; a 1-D input gives
+   (1)), or over everything (_all, a scalar (1)); iarg[0] C (the reduced
+   length, as two halves: iarg[0] low, iarg[1] high), farg[0] the scale
+   (1 or 1/C). Save nothing. */
+static size_t trn__sum_len(const trn_tape_entry *e) { return (size_t)(uint32_t)e->iarg[0] | (size_t)(uint32_t)e->iarg[1] << 32; }
+static void trn__sum_fw(trn_model *m, trn_tape_entry *e) {
+    m->backend->sum_forward(e->out->data, e->in[0]->data, (int)e->out->size, trn__sum_len(e), e->farg[0]);
+}
+static void trn__sum_bw(trn_model *m, trn_tape_entry *e) {
+    m->backend->sum_backward(trn_grad(m, e->in[0]), trn_grad(m, e->out), (int)e->out->size, trn__sum_len(e), e->farg[0]);
+}
+static const trn_op trn__sum_op = TRN__OP2("sum", trn__sum_fw, trn__sum_bw);
+static trn_tensor *trn__reduce(trn_model *m, trn_tensor *x, int all, int mean, const char *name) {
+    int shape[TRN_MAX_DIMS], nd = 1;
+    size_t C;
+    trn_tensor *out;
+    trn_op_args args;
+    trn__not_null(name, m, x);
+    C = all ? x->size : (size_t)TRN__LAST(x);
+    shape[0] = 1;
+    if (!all && x->ndim > 1) { nd = x->ndim - 1; memcpy(shape, x->shape, sizeof(int) * (size_t)nd); }
+    memset(&args, 0, sizeof args);
+    args.i[0] = (int)(uint32_t)C; args.i[1] = (int)(uint32_t)((uint64_t)C >> 32);
+    args.f[0] = mean ? (float)(1.0 / (double)C) : 1.0f;
+    out = trn_tensor_new(m, name, nd, shape);
+    trn_op_apply(m, &trn__sum_op, out, x, NULL, NULL, &args);
+    return out;
+}
+TRNDEF trn_tensor *trn_sum(trn_model *m, trn_tensor *x) { return trn__reduce(m, x, 0, 0, "sum"); }
+TRNDEF trn_tensor *trn_mean(trn_model *m, trn_tensor *x) { return trn__reduce(m, x, 0, 1, "mean"); }
+TRNDEF trn_tensor *trn_sum_all(trn_model *m, trn_tensor *x) { return trn__reduce(m, x, 1, 0, "sum_all"); }
+TRNDEF trn_tensor *trn_mean_all(trn_model *m, trn_tensor *x) { return trn__reduce(m, x, 1, 1, "mean_all"); }
+
+/* --- batched matmul: iarg M, N, K, ta | tb << 1. Saves nothing: backward
+   reads the inputs a and b. */
+static void trn__bmm_fw(trn_model *m, trn_tape_entry *e) {
+    int M = e->iarg[0], N = e->iarg[1], K = e->iarg[2];
+    m->backend->bmm_forward(e->out->data, e->in[0]->data, e->in[1]->data, (int)(e->out->size / ((size_t)M * N)), M, N, K,
+                            e->iarg[3] & 1, e->iarg[3] >> 1);
+}
+static void trn__bmm_bw(trn_model *m, trn_tape_entry *e) {
+    int M = e->iarg[0], N = e->iarg[1], K = e->iarg[2];
+    m->backend->bmm_backward(trn_grad(m, e->in[0]), trn_grad(m, e->in[1]), trn_grad(m, e->out), e->in[0]->data,
+                             e->in[1]->data, (int)(e->out->size / ((size_t)M * N)), M, N, K, e->iarg[3] & 1,
+                             e->iarg[3] >> 1);
+}
+static const trn_op trn__bmm_op = TRN__OP2("bmm", trn__bmm_fw, trn__bmm_bw);
+TRNDEF trn_tensor *trn_bmm(trn_model *m, trn_tensor *a, trn_tensor *b, int trans_a, int trans_b) {
+    int shape[TRN_MAX_DIMS], nd, M, N, K, Kb, ok;
+    trn_tensor *out;
+    trn_op_args args;
+    trn__not_null("trn_bmm", a, b);
+    nd = a->ndim;
+    ok = nd >= 2 && b->ndim == nd && memcmp(a->shape, b->shape, sizeof(int) * (size_t)(nd - 2)) == 0;
+    trn__need(ok, "trn_bmm", a, b, "a and b must have the same batch dims and two matrix dims");
+    M = a->shape[nd - (trans_a ? 1 : 2)]; K = a->shape[nd - (trans_a ? 2 : 1)];
+    Kb = b->shape[nd - (trans_b ? 1 : 2)]; N = b->shape[nd - (trans_b ? 2 : 1)];
+    trn__need(K == Kb, "trn_bmm", a, b, "inner dims of op(a) (M,K) and op(b) (K,N) differ");
+    memcpy(shape, a->shape, sizeof shape);
+    shape[nd - 2] = M; shape[nd - 1] = N;
+    memset(&args, 0, sizeof args);
+    args.i[0] = M; args.i[1] = N; args.i[2] = K; args.i[3] = (trans_a != 0) | (trans_b != 0) << 1;
+    out = trn_tensor_new(m, "bmm", nd, shape);
+    trn_op_apply(m, &trn__bmm_op, out, a, b, NULL, &args);
+    return out;
+}
+
+/* --- the losses below: a scalar (1), the mean over `count` terms.
+   Forward writes each term into the arena and their mean into out (summed
+   in double on the host, as trn_cross_entropy does); backward starts from
+   dloss = d(out) / count per term. Targets come in as host arrays and are
+   uploaded into an input tensor, in[1] (no gradient), that backward reads. */
+static void trn__mean_into(trn_model *m, trn_tensor *out, const float *terms, size_t n, double count) {
+    float *host = (float *)trn_alloc(sizeof(float) * (n ? n : 1), TRN_KIND_TEMP), mean;
+    double sum = 0.0;
+    size_t i;
+    if (!host) trn_fatal("%s: %s", out->name, trn_error_reason());
+    m->backend->download(host, terms, sizeof(float) * n);
+    for (i = 0; i < n; i++) sum += host[i];
+    trn_free(host);
+    mean = count > 0.0 ? (float)(sum / count) : 0.0f;
+    m->backend->upload(out->data, &mean, sizeof mean);
+}
+static float trn__dloss(trn_model *m, trn_tape_entry *e, double count) {
+    float d;
+    m->backend->download(&d, trn_grad(m, e->out), sizeof d);
+    return count > 0.0 ? (float)(d / count) : 0.0f;
+}
+static trn_tensor *trn__loss_target(trn_model *m, trn_tensor *pred, const float *target, const char *op) {
+    trn__not_null(op, m, pred); trn__not_null(op, target, target);
+    return trn_input(m, "target", pred->ndim, pred->shape, target);
+}
+
+/* cross-entropy with ignore index and label smoothing. in[1] carries the
+   int targets (N) in its buffer (ignored rows as -1: the kernels' mark),
+   iarg: N, V, Vp, rows counted; farg[0] smoothing. saved[0]: lse (N). */
+static void trn__xent_ex_fw(trn_model *m, trn_tape_entry *e) {
+    int N = e->iarg[0], V = e->iarg[1], Vp = e->iarg[2];
+    float *losses = (float *)trn_arena_alloc(m, sizeof(float) * (size_t)N);
+    e->saved[0] = trn_arena_alloc(m, sizeof(float) * (size_t)N);
+    m->backend->crossentropy_ex_forward(losses, (float *)e->saved[0], e->in[0]->data, (const int *)e->in[1]->data, N, V,
+                                        Vp, e->farg[0]);
+    trn__mean_into(m, e->out, losses, (size_t)N, (double)e->iarg[3]);
+}
+static void trn__xent_ex_bw(trn_model *m, trn_tape_entry *e) {
+    m->backend->crossentropy_ex_backward(trn_grad(m, e->in[0]), e->in[0]->data, (const float *)e->saved[0],
+                                         (const int *)e->in[1]->data, trn__dloss(m, e, (double)e->iarg[3]), e->iarg[0],
+                                         e->iarg[1], e->iarg[2], e->farg[0]);
+}
+static const trn_op trn__xent_ex_op = TRN__OP2("cross_entropy_ex", trn__xent_ex_fw, trn__xent_ex_bw);
+TRNDEF trn_tensor *trn_cross_entropy_ex(trn_model *m, trn_tensor *logits, const int *targets, int n_valid,
+                                        int ignore_index, float label_smoothing) {
+    int N, Vp, i, counted = 0, one = 1, *ids;
+    trn_tensor *out, *tg;
+    trn_op_args args;
+    trn__not_null("trn_cross_entropy_ex", m, logits); trn__not_null("trn_cross_entropy_ex", targets, targets);
+    Vp = TRN__LAST(logits);
+    N = (int)(logits->size / (size_t)Vp);
+    if (n_valid <= 0 || n_valid > Vp) trn_fatal("trn_cross_entropy_ex: n_valid=%d must be in [1,%d]", n_valid, Vp);
+    if (!(label_smoothing >= 0.0f && label_smoothing <= 1.0f))
+        trn_fatal("trn_cross_entropy_ex: label_smoothing %g (must be in [0,1])", (double)label_smoothing);
+    ids = (int *)trn_alloc(sizeof(int) * (size_t)N, TRN_KIND_TEMP);
+    if (!ids) trn_fatal("trn_cross_entropy_ex: %s", trn_error_reason());
+    for (i = 0; i < N; i++) {
+        if (targets[i] == ignore_index) { ids[i] = -1; continue; }
+        if (targets[i] < 0 || targets[i] >= n_valid)
+            trn_fatal("trn_cross_entropy_ex: target %d at row %d is outside [0,%d) and is not ignore_index %d", targets[i],
+                      i, n_valid, ignore_index);
+        ids[i] = targets[i];
+        counted++;
+    }
+    tg = trn_tensor_new(m, "targets", 1, &N); /* a carrier of N ints (same size as floats) */
+    m->backend->upload(tg->data, ids, sizeof(int) * (size_t)N);
+    trn_free(ids);
+    memset(&args, 0, sizeof args);
+    args.i[0] = N; args.i[1] = n_valid; args.i[2] = Vp; args.i[3] = counted;
+    args.f[0] = label_smoothing;
+    out = trn_tensor_new(m, "cross_entropy_ex", 1, &one);
+    trn_op_apply(m, &trn__xent_ex_op, out, logits, tg, NULL, &args);
+    return out;
+}
+
+/* BCE with logits, L1, Huber: elementwise terms, mean over all of them;
+   farg[0]: Huber's delta. Save nothing beyond the target input. */
+static void trn__bce_fw(trn_model *m, trn_tape_entry *e) {
+    size_t n = e->in[0]->size;
+    float *terms = (float *)trn_arena_alloc(m, sizeof(float) * n);
+    m->backend->bce_logits_forward(terms, e->in[0]->data, e->in[1]->data, n);
+    trn__mean_into(m, e->out, terms, n, (double)n);
+}
+static void trn__bce_bw(trn_model *m, trn_tape_entry *e) {
+    size_t n = e->in[0]->size;
+    m->backend->bce_logits_backward(trn_grad(m, e->in[0]), e->in[0]->data, e->in[1]->data, trn__dloss(m, e, (double)n), n);
+}
+static void trn__l1_fw(trn_model *m, trn_tape_entry *e) {
+    size_t n = e->in[0]->size;
+    float *terms = (float *)trn_arena_alloc(m, sizeof(float) * n);
+    m->backend->l1_forward(terms, e->in[0]->data, e->in[1]->data, n);
+    trn__mean_into(m, e->out, terms, n, (double)n);
+}
+static void trn__l1_bw(trn_model *m, trn_tape_entry *e) {
+    size_t n = e->in[0]->size;
+    m->backend->l1_backward(trn_grad(m, e->in[0]), e->in[0]->data, e->in[1]->data, trn__dloss(m, e, (double)n), n);
+}
+static void trn__huber_fw(trn_model *m, trn_tape_entry *e) {
+    size_t n = e->in[0]->size;
+    float *terms = (float *)trn_arena_alloc(m, sizeof(float) * n);
+    m->backend->huber_forward(terms, e->in[0]->data, e->in[1]->data, e->farg[0], n);
+    trn__mean_into(m, e->out, terms, n, (double)n);
+}
+static void trn__huber_bw(trn_model *m, trn_tape_entry *e) {
+    size_t n = e->in[0]->size;
+    m->backend->huber_backward(trn_grad(m, e->in[0]), e->in[0]->data, e->in[1]->data, e->farg[0],
+                               trn__dloss(m, e, (double)n), n);
+}
+static const trn_op trn__bce_op = TRN__OP2("bce_with_logits", trn__bce_fw, trn__bce_bw);
+static const trn_op trn__l1_op = TRN__OP2("l1", trn__l1_fw, trn__l1_bw);
+static const trn_op trn__huber_op = TRN__OP2("huber", trn__huber_fw, trn__huber_bw);
+static trn_tensor *trn__pointwise_loss(trn_model *m, const trn_op *op, trn_tensor *pred, const float *target,
+                                       float arg) {
+    int one = 1;
+    trn_tensor *tg = trn__loss_target(m, pred, target, op->name), *out;
+    trn_op_args args;
+    memset(&args, 0, sizeof args);
+    args.f[0] = arg;
+    out = trn_tensor_new(m, op->name, 1, &one);
+    trn_op_apply(m, op, out, pred, tg, NULL, &args);
+    return out;
+}
+TRNDEF trn_tensor *trn_bce_with_logits(trn_model *m, trn_tensor *logits, const float *targets) {
+    return trn__pointwise_loss(m, &trn__bce_op, logits, targets, 0.0f);
+}
+TRNDEF trn_tensor *trn_l1(trn_model *m, trn_tensor *pred, const float *target) {
+    return trn__pointwise_loss(m, &trn__l1_op, pred, target, 0.0f);
+}
+TRNDEF trn_tensor *trn_huber(trn_model *m, trn_tensor *pred, const float *target, float delta) {
+    if (!(delta > 0.0f)) trn_fatal("trn_huber: delta %g (must be > 0)", (double)delta);
+    return trn__pointwise_loss(m, &trn__huber_op, pred, target, delta);
+}
+
+/* ========================================================================
+   >>opapi: trn_op_apply, trn_grad, trn_gradcheck
+   ======================================================================== */
+static TRN__TLS trn_tape_entry trn__op_scratch; /* the entry of an op not recorded */
+
+TRNDEF trn_tape_entry *trn_op_apply(trn_model *m, const trn_op *op, trn_tensor *out, trn_tensor *a,
+                                    trn_tensor *b, trn_tensor *c, const trn_op_args *args) {
+    int dev;
+    trn_op_fn fw, bw;
+    trn_tape_entry *e;
+    const char *name;
+    if (!m || !op || !out) trn_fatal("trn_op_apply: model, op or output is NULL");
+    name = op->name ? op->name : "(unnamed op)";
+    dev = m->backend->place == TRN_DEVICE;
+    fw = dev ? op->cuda_forward : op->forward;
+    bw = dev ? op->cuda_backward : op->backward;
+    if (!fw) trn_fatal("op %s: no forward for the %s backend (set trn_op.%s)", name, m->backend->name,
+                       dev ? "cuda_forward" : "forward");
+    e = trn__record(m, name, bw, out, a, b, c);
+    if (e && !bw) trn_fatal("op %s: an input requires a gradient but the op has no backward for the %s backend "
+                            "(set trn_op.%s, or run it under no-grad)", name, m->backend->name,
+                            dev ? "cuda_backward" : "backward");
+    if (!e) { /* not on the tape: forward still gets an entry to read and fill */
+        e = &trn__op_scratch;
+        memset(e, 0, sizeof *e);
+        e->op = name; e->out = out;
+        e->in[0] = a; e->in[1] = b; e->in[2] = c;
+    }
+    if (args) {
+        memcpy(e->iarg, args->i, sizeof e->iarg);
+        memcpy(e->farg, args->f, sizeof e->farg);
+    }
+    fw(m, e);
+    return e;
+}
+
+/* The probe of the gradient checker is itself an op written with the API
+   above: L = sum_i r_i * y_i with in[0] = y, in[1] = r (an input, no
+   gradient). It computes on the host through download/upload, so one
+   function serves both places. Saves nothing: backward reads r. */
+static float *trn__host_copy(trn_model *m, const trn_tensor *t) {
+    float *h = (float *)trn_alloc(sizeof(float) * t->size, TRN_KIND_TEMP);
+    if (!h) trn_fatal("trn_gradcheck: %s", trn_error_reason());
+    m->backend->download(h, t->data, sizeof(float) * t->size);
+    return h;
+}
+static void trn__probe_fw(trn_model *m, trn_tape_entry *e) {
+    float *y = trn__host_copy(m, e->in[0]), *r = trn__host_copy(m, e->in[1]), L;
+    double sum = 0.0;
+    size_t i;
+    for (i = 0; i < e->in[0]->size; i++) sum += (double)r[i] * y[i];
+    trn_free(y); trn_free(r);
+    L = (float)sum;
+    m->backend->upload(e->out->data, &L, sizeof L);
+}
+static void trn__probe_bw(trn_model *m, trn_tape_entry *e) {
+    trn_tensor *y = e->in[0];
+    float dL, *r = trn__host_copy(m, e->in[1]);
+    float *dev = (float *)trn_arena_alloc(m, sizeof(float) * y->size);
+    size_t i;
+    m->backend->download(&dL, trn_grad(m, e->out), sizeof dL);
+    for (i = 0; i < y->size; i++) r[i] *= dL;   /* dL/dy_i = r_i */
+    m->backend->upload(dev, r, sizeof(float) * y->size);
+    trn_free(r);
+    m->backend->accumulate(trn_grad(m, y), dev, y->size);
+}
+static const trn_op trn__probe_op = {"gradcheck_probe", trn__probe_fw, trn__probe_bw, trn__probe_fw, trn__probe_bw};
+
+TRNDEF trn_gradcheck_desc trn_gradcheck_defaults(const trn_gradcheck_desc *desc) {
+    trn_gradcheck_desc d;
+    memset(&d, 0, sizeof d);
+    if (desc) d = *desc;
+    if (d.eps <= 0.0f) d.eps = 1e-2f;
+    if (d.atol <= 0.0f) d.atol = 1e-3f;
+    if (d.rtol <= 0.0f) d.rtol = 2e-2f;
+    if (d.max_per_param <= 0) d.max_per_param = 32;
+    if (d.seed == 0) d.seed = 1;
+    return d;
+}
+
+/* L at the current parameters, summed in double (no tape) */
+static double trn__gradcheck_eval(trn_model *m, trn_tensor *(*build)(trn_model *, void *), void *user,
+                                  const float *r, size_t n, float *host) {
+    trn_tensor *y;
+    double L = 0.0;
+    size_t i;
+    trn_reset(m);
+    y = build(m, user);
+    if (!y || y->size != n) trn_fatal("trn_gradcheck: build() returned a different shape on a second call");
+    m->backend->download(host, y->data, sizeof(float) * n);
+    for (i = 0; i < n; i++) L += (double)r[i] * host[i];
+    return L;
+}
+
+TRNDEF int trn_gradcheck(trn_model *m, trn_tensor *(*build)(trn_model *m, void *user), void *user,
+                         const trn_gradcheck_desc *desc, trn_gradcheck_result *res) {
+    trn_gradcheck_desc d = trn_gradcheck_defaults(desc);
+    trn_gradcheck_result R;
+    trn_rng rng;
+    trn_tensor *y, *L;
+    float *r, *ybuf, *grads, *params;
+    size_t n;
+    int k, grad_was = m ? m->grad_enabled : 0, one = 1;
+    memset(&R, 0, sizeof R);
+    if (!m || !build || !m->param_data) trn_fatal("trn_gradcheck: model (allocated) and build() are required");
+    trn_rng_seed(&rng, d.seed);
+    /* the analytic gradient of L */
+    m->grad_enabled = 1;
+    trn_reset(m);
+    y = build(m, user);
+    if (!y) trn_fatal("trn_gradcheck: build() returned NULL");
+    n = y->size;
+    r = (float *)malloc(sizeof(float) * n);
+    ybuf = (float *)malloc(sizeof(float) * n);
+    grads = (float *)malloc(sizeof(float) * m->n_floats);
+    params = (float *)malloc(sizeof(float) * m->n_floats);
+    if (!r || !ybuf || !grads || !params) trn_fatal("trn_gradcheck: out of host memory");
+    for (k = 0; k < (int)n; k++) r[k] = n == 1 ? 1.0f : trn_rng_normal(&rng);
+    L = trn_tensor_new(m, "gradcheck_probe", 1, &one);
+    trn_op_apply(m, &trn__probe_op, L, y, trn_input(m, "gradcheck_r", y->ndim, y->shape, r), NULL, NULL);
+    if (!L->requires_grad) trn_fatal("trn_gradcheck: the output does not depend on any parameter");
+    trn_zero_grad(m);
+    trn_backward(m, L);
+    m->backend->download(grads, m->grad_data, sizeof(float) * m->n_floats);
+    m->backend->download(params, m->param_data, sizeof(float) * m->n_floats);
+    /* the numeric one, element by element */
+    m->grad_enabled = 0;
+    for (k = 0; k < m->n_params; k++) {
+        trn_tensor *p = m->params[k];
+        int j, count = p->size < (size_t)d.max_per_param ? (int)p->size : d.max_per_param;
+        int bad = 0;
+        double worst = 0.0;
+        for (j = 0; j < count; j++) {
+            size_t idx = p->offset + (count == (int)p->size ? (size_t)j : trn_rng_below(&rng, (uint32_t)p->size));
+            float x0 = params[idx], xp = x0 + d.eps, xm = x0 - d.eps;
+            double Lp, Lm, fd, an = grads[idx], err;
+            m->backend->upload(m->param_data + idx, &xp, sizeof xp);
+            Lp = trn__gradcheck_eval(m, build, user, r, n, ybuf);
+            m->backend->upload(m->param_data + idx, &xm, sizeof xm);
+            Lm = trn__gradcheck_eval(m, build, user, r, n, ybuf);
+            m->backend->upload(m->param_data + idx, &x0, sizeof x0);
+            fd = (Lp - Lm) / ((double)xp - (double)xm);  /* the step float could represent */
+            err = fabs(an - fd) / (d.atol + d.rtol * fabs(fd));
+            if (err > worst) worst = err;
+            if (fabs(an) > R.largest) R.largest = fabs(an);
+            R.checked++;
+            if (err > 1.0) {
+                if (bad < 3) fprintf(stderr, "gradcheck: %s[%zu]: analytic %.6g, numeric %.6g\n", p->name,
+                                     idx - p->offset, an, fd);
+                bad++;
+            }
+        }
+        if (worst > R.worst) R.worst = worst;
+        R.failed += bad;
+        if (d.verbose) printf("gradcheck: %-24s %d elements, worst %.3f of tolerance%s\n", p->name, count, worst,
+                              bad ? "  FAIL" : "");
+    }
+    m->grad_enabled = grad_was;
+    trn_reset(m);
+    free(r); free(ybuf); free(grads); free(params);
+    if (res) *res = R;
+    return R.failed;
+}
+
+/* --- the key/value cache (generation) -------------------------------------- */
+TRNDEF trn_result trn_kv_cache_init(trn_kv_cache *c, trn_model *m, int n_layer, int batch, int max_T, int n_kv_head,
+                                    int head_dim) {
+    size_t n;
+    if (!c || !m) return trn_fail(TRN_ERR_INVALID, "trn_kv_cache_init: cache or model is NULL");
+    memset(c, 0, sizeof *c);
+    if (n_layer <= 0 || batch <= 0 || max_T <= 0 || n_kv_head <= 0 || head_dim <= 0)
+        return trn_fail(TRN_ERR_INVALID, "trn_kv_cache_init: L=%d B=%d max_T=%d n_kv_head=%d head_dim=%d (all must be > 0)",
+                        n_layer, batch, max_T, n_kv_head, head_dim);
+    n = (size_t)n_layer * batch * max_T * n_kv_head * head_dim;
+    c->backend = m->backend;
+    c->k = (float *)m->backend->alloc(n * sizeof(float), TRN_KIND_KV_CACHE);
+    c->v = c->k ? (float *)m->backend->alloc(n * sizeof(float), TRN_KIND_KV_CACHE) : NULL;
+    if (!c->k || !c->v) {
+        trn_result r = trn_fail(TRN_ERR_NOMEM, "trn_kv_cache_init: %zu bytes: %s", 2 * n * sizeof(float), trn_error_reason());
+        trn_kv_cache_free(c);
+        return r;
+    }
+    c->n_layer = n_layer; c->batch = batch; c->max_T = max_T; c->n_kv_head = n_kv_head; c->head_dim = head_dim;
+    return TRN_OK;
+}
+TRNDEF void trn_kv_cache_free(trn_kv_cache *c) {
+    if (!c) return;
+    if (c->k) c->backend->free(c->k);
+    if (c->v) c->backend->free(c->v);
+    memset(c, 0, sizeof *c);
+}
+TRNDEF void trn_kv_cache_reset(trn_kv_cache *c) { if (c) c->len = 0; }
+TRNDEF void trn_kv_cache_advance(trn_kv_cache *c, int T) {
+    if (!c || T < 0 || c->len + T > c->max_T) trn_fatal("trn_kv_cache_advance: %d + %d positions exceed the cache's %d", c ? c->len : 0, T, c ? c->max_T : 0);
+    c->len += T;
+}
+
+/* the op behind both entry points: q, k, v are column offsets into rows
+   of the given strides (fused qkv: one tensor, three offsets) */
+static trn_tensor *trn__attention_cached(trn_model *m, trn_kv_cache *c, int layer, const char *op, trn_tensor *tq,
+                                         const float *q, int qs, const float *k, const float *v, int kvs, int B, int T,
+                                         int n_head, trn_tensor *tk, trn_tensor *tv) {
+    int hs = c->head_dim, shape[3];
+    size_t off = (size_t)layer * c->batch * c->max_T * c->n_kv_head * hs;
+    float *att;
+    trn_tensor *out;
+    if ((tq->requires_grad || (tk && tk->requires_grad) || (tv && tv->requires_grad)) && m->grad_enabled)
+        trn_fatal("%s: the cache is for inference; call trn_no_grad(m) first", op);
+    if (layer < 0 || layer >= c->n_layer || B != c->batch || n_head <= 0 || n_head % c->n_kv_head)
+        trn_fatal("%s: layer %d of %d, batch %d (cache: %d), n_head %d (must be a multiple of n_kv_head %d)", op, layer,
+                  c->n_layer, B, c->batch, n_head, c->n_kv_head);
+    if (c->len + T > c->max_T)
+        trn_fatal("%s: %d cached + %d new positions exceed the cache's %d (reset it and prefill again)", op, c->len, T,
+                  c->max_T);
+    if (!m->backend->attention_kv_forward) trn_fatal("%s: backend %s has no cached attention", op, m->backend->name);
+    shape[0] = B; shape[1] = T; shape[2] = n_head * hs;
+    out = trn_tensor_new(m, "attention_cached", 3, shape);
+    att = (float *)trn_arena_alloc(m, sizeof(float) * (size_t)B * n_head * T * (c->len + T));
+    m->backend->attention_kv_forward(out->data, att, q, qs, k, v, kvs, c->k + off, c->v + off, B, T, c->len, c->max_T,
+                                     n_head, c->n_kv_head, hs);
+    return out;
+}
+
+TRNDEF trn_tensor *trn_attention_cached(trn_model *m, trn_kv_cache *c, int layer, trn_tensor *q, trn_tensor *k,
+                                        trn_tensor *v, int n_head) {
+    int Ckv;
+    trn__not_null("trn_attention_cached", m, c); trn__not_null("trn_attention_cached", q, k); trn__not_null("trn_attention_cached", v, v);
+    Ckv = c->n_kv_head * c->head_dim;
+    trn__need(q->ndim == 3 && TRN__LAST(q) == n_head * c->head_dim, "trn_attention_cached", q, q,
+              "q must be (B,T,n_head*head_dim)");
+    trn__need(k->ndim == 3 && v->ndim == 3 && TRN__LAST(k) == Ckv && TRN__LAST(v) == Ckv && k->shape[0] == q->shape[0] &&
+              k->shape[1] == q->shape[1] && memcmp(k->shape, v->shape, sizeof(int) * 3) == 0,
+              "trn_attention_cached", k, v, "k and v must be (B,T,n_kv_head*head_dim) like q's B,T");
+    return trn__attention_cached(m, c, layer, "trn_attention_cached", q, q->data, TRN__LAST(q), k->data, v->data, Ckv,
+                                 q->shape[0], q->shape[1], n_head, k, v);
+}
+
+TRNDEF trn_tensor *trn_attention_cached_qkv(trn_model *m, trn_kv_cache *c, int layer, trn_tensor *qkv, int n_head) {
+    int C, Ckv, W;
+    trn__not_null("trn_attention_cached_qkv", m, c); trn__not_null("trn_attention_cached_qkv", qkv, qkv);
+    C = n_head * c->head_dim; Ckv = c->n_kv_head * c->head_dim; W = C + 2 * Ckv;
+    trn__need(qkv->ndim == 3 && TRN__LAST(qkv) == W, "trn_attention_cached_qkv", qkv, qkv,
+              "qkv must be (B,T,n_head*hs + 2*n_kv_head*hs)");
+    return trn__attention_cached(m, c, layer, "trn_attention_cached_qkv", qkv, qkv->data, W, qkv->data + C,
+                                 qkv->data + C + Ckv, W, qkv->shape[0], qkv->shape[1], n_head, NULL, NULL);
+}
+
 /* ========================================================================
    >>adamw
    ======================================================================== */
@@ -2426,12 +4359,14 @@ TRNDEF trn_adamw_desc trn_adamw_defaults(const trn_adamw_desc *desc) {
     trn_adamw_desc d;
     memset(&d, 0, sizeof d);
     if (desc) d = *desc;
+    else d.weight_decay = 0.01f;  /* no desc: torch.optim.AdamW's defaults */
     if (d.lr == 0.0f) d.lr = 1e-3f;
-    if (d.beta1 == 0.0f) d.beta1 = 0.9f;
-    if (d.beta2 == 0.0f) d.beta2 = 0.999f;
-    if (d.eps == 0.0f) d.eps = 1e-8f;
-    if (d.no_weight_decay) d.weight_decay = 0.0f;
-    else if (d.weight_decay == 0.0f) d.weight_decay = 0.01f;
+    if (d.algo == TRN_OPTIM_ADAMW) {
+        if (d.beta1 == 0.0f) d.beta1 = 0.9f;
+        if (d.beta2 == 0.0f) d.beta2 = 0.999f;
+        if (d.eps == 0.0f) d.eps = 1e-8f;
+    }
+    if (d.no_weight_decay) d.weight_decay = 0.0f; /* a weight decay of 0 is 0 either way */
     return d;
 }
 
@@ -2442,42 +4377,89 @@ TRNDEF void trn_adamw_init(trn_adamw *opt, const trn_adamw_desc *desc) {
 
 TRNDEF trn_result trn_adamw_step(trn_adamw *opt, trn_model *m, float lr) {
     const trn_adamw_desc *d;
-    double bc1, bc2;
+    double bc1 = 1.0, bc2 = 1.0;
     size_t lo, hi;
-    int i;
+    int i, sgd, first = 0;
     if (!opt || !m) return trn_fail(TRN_ERR_INVALID, "trn_adamw_step: NULL optimizer or model");
     if (!m->grad_data) return trn_fail(TRN_ERR_INVALID, "trn_adamw_step: no gradients (call trn_backward first)");
     if (lr < 0.0f || lr != lr) return trn_fail(TRN_ERR_INVALID, "trn_adamw_step: learning rate %g", (double)lr);
+    d = &opt->desc;
+    sgd = d->algo == TRN_OPTIM_SGD;
+    if (!sgd && d->algo != TRN_OPTIM_ADAMW) return trn_fail(TRN_ERR_INVALID, "trn_adamw_step: unknown algo %d", (int)d->algo);
+    if (sgd && (!(d->momentum >= 0.0f) || !(d->dampening >= 0.0f) ||
+                (d->nesterov && (d->momentum <= 0.0f || d->dampening != 0.0f))))
+        return trn_fail(TRN_ERR_INVALID, "trn_adamw_step: SGD momentum %g dampening %g nesterov %d (Nesterov needs "
+                        "momentum > 0 and dampening 0, as torch.optim.SGD)", (double)d->momentum, (double)d->dampening, d->nesterov);
+    if (sgd && !m->backend->sgd_update) return trn_fail(TRN_ERR_BACKEND, "trn_adamw_step: backend %s has no SGD kernel", m->backend->name);
     if (opt->hi == 0) { opt->lo = 0; opt->hi = m->n_floats; }
     lo = opt->lo; hi = opt->hi;
     if (lo >= hi || hi > m->n_floats) return trn_fail(TRN_ERR_INVALID, "trn_adamw_step: slice [%zu,%zu) of %zu", lo, hi, m->n_floats);
-    if (!opt->m) { /* lazily, as torch.optim does: the ledger shows m and v appear here */
+    /* state, lazily, as torch.optim does (the ledger shows it appear here):
+       AdamW's m and v; SGD's momentum buffer in m (none for momentum 0) */
+    if (!opt->m && (!sgd || d->momentum != 0.0f)) {
         opt->backend = m->backend;
         opt->m = (float *)m->backend->alloc((hi - lo) * sizeof(float), TRN_KIND_OPTIM);
-        opt->v = opt->m ? (float *)m->backend->alloc((hi - lo) * sizeof(float), TRN_KIND_OPTIM) : NULL;
-        if (!opt->m || !opt->v) {
-            trn_result r = trn_fail(TRN_ERR_NOMEM, "trn_adamw_step: moments: %s", trn_error_reason());
+        opt->v = opt->m && !sgd ? (float *)m->backend->alloc((hi - lo) * sizeof(float), TRN_KIND_OPTIM) : NULL;
+        if (!opt->m || (!sgd && !opt->v)) {
+            trn_result r = trn_fail(TRN_ERR_NOMEM, "trn_adamw_step: optimizer state: %s", trn_error_reason());
             if (opt->m) m->backend->free(opt->m);
             opt->m = NULL;
             return r;
         }
         m->backend->zero(opt->m, (hi - lo) * sizeof(float));
-        m->backend->zero(opt->v, (hi - lo) * sizeof(float));
+        if (opt->v) m->backend->zero(opt->v, (hi - lo) * sizeof(float));
+        first = 1; /* SGD: a new buffer starts as the gradient itself */
     }
-    d = &opt->desc;
     opt->step++;
-    bc1 = 1.0 - pow((double)d->beta1, (double)opt->step);
-    bc2 = 1.0 - pow((double)d->beta2, (double)opt->step);
-    /* one call per parameter tensor (the decay flag differs), each over a
+    if (!sgd) {
+        bc1 = 1.0 - pow((double)d->beta1, (double)opt->step);
+        bc2 = 1.0 - pow((double)d->beta2, (double)opt->step);
+    }
+    /* one call per parameter tensor (decay and lr scale differ), each over a
        contiguous slice of the flat buffers */
     for (i = 0; i < m->n_params; i++) {
         const trn_tensor *t = m->params[i];
         size_t a = TRN__MAX(t->offset, lo), b = TRN__MIN(t->offset + t->size, hi);
+        float wd = t->weight_decay >= 0.0f ? t->weight_decay : t->decay ? d->weight_decay : 0.0f;
         if (a >= b || !t->requires_grad) continue;
-        m->backend->adamw_update(m->param_data + a, m->grad_data + a, opt->m + (a - lo), opt->v + (a - lo), b - a, lr,
-                                 d->beta1, d->beta2, d->eps, t->decay ? d->weight_decay : 0.0f, (float)bc1, (float)bc2);
+        if (sgd)
+            m->backend->sgd_update(m->param_data + a, m->grad_data + a, opt->m ? opt->m + (a - lo) : NULL, b - a,
+                                   lr * t->lr_scale, d->momentum, d->dampening, wd, d->nesterov, first);
+        else
+            m->backend->adamw_update(m->param_data + a, m->grad_data + a, opt->m + (a - lo), opt->v + (a - lo), b - a,
+                                     lr * t->lr_scale, d->beta1, d->beta2, d->eps, wd, (float)bc1, (float)bc2);
     }
     return TRN_OK;
+}
+
+/* '*' matches any run of characters (also none); the rest literally */
+static int trn__glob(const char *pat, const char *s) {
+    const char *star = NULL, *from = NULL;
+    while (*s) {
+        if (*pat == '*') { star = pat++; from = s; }
+        else if (*pat == *s) { pat++; s++; }
+        else if (star) { pat = star + 1; s = ++from; } /* let the last '*' eat one more */
+        else return 0;
+    }
+    while (*pat == '*') pat++;
+    return *pat == 0;
+}
+
+TRNDEF int trn_param_group(trn_model *m, const char *pattern, float lr_scale, float weight_decay) {
+    int i, n = 0;
+    if (!m || !pattern) trn_fatal("trn_param_group: model or pattern is NULL");
+    if (!(lr_scale >= 0.0f) || lr_scale > 1e30f) trn_fatal("trn_param_group %s: lr_scale %g (must be >= 0)", pattern, (double)lr_scale);
+    if (weight_decay != weight_decay) trn_fatal("trn_param_group %s: weight_decay is NaN", pattern);
+    for (i = 0; i < m->n_params; i++) {
+        trn_tensor *t = m->params[i];
+        if (!trn__glob(pattern, t->name)) continue;
+        t->lr_scale = lr_scale;
+        if (weight_decay >= 0.0f) t->weight_decay = weight_decay;
+        n++;
+    }
+    if (n == 0) trn_fatal("trn_param_group: no parameter matches '%s' (%d parameters, e.g. '%s')", pattern, m->n_params,
+                          m->n_params ? m->params[0]->name : "");
+    return n;
 }
 
 TRNDEF void trn_adamw_free(trn_adamw *opt) {
@@ -2488,11 +4470,48 @@ TRNDEF void trn_adamw_free(trn_adamw *opt) {
 }
 
 TRNDEF float trn_lr_schedule(long long step, long long warmup, long long total, float max_lr, float min_lr) {
-    double ratio;
-    if (step < warmup) return max_lr * (float)(step + 1) / (float)warmup;
-    if (step >= total || total <= warmup) return min_lr;
-    ratio = (double)(step - warmup) / (double)(total - warmup);
-    return min_lr + (float)(0.5 * (1.0 + cos(3.141592653589793 * ratio))) * (max_lr - min_lr);
+    trn_schedule s;
+    memset(&s, 0, sizeof s);
+    s.kind = TRN_SCHEDULE_COSINE;
+    s.warmup = warmup; s.total = total; s.max_lr = max_lr; s.min_lr = min_lr;
+    return trn_schedule_lr(&s, step);
+}
+
+TRNDEF float trn_schedule_lr(const trn_schedule *s, long long step) {
+    double ratio, frac;
+    long long decay;
+    if (!s) trn_fatal("trn_schedule_lr: schedule is NULL");
+    if (step < s->warmup) return s->max_lr * (float)(step + 1) / (float)s->warmup;
+    if (s->kind == TRN_SCHEDULE_CONSTANT) return s->max_lr;
+    if (step >= s->total || s->total <= s->warmup) return s->min_lr;
+    ratio = (double)(step - s->warmup) / (double)(s->total - s->warmup); /* 0 -> 1 after warmup */
+    switch (s->kind) {
+    case TRN_SCHEDULE_COSINE:
+        return s->min_lr + (float)(0.5 * (1.0 + cos(3.141592653589793 * ratio))) * (s->max_lr - s->min_lr);
+    case TRN_SCHEDULE_LINEAR:
+        return s->max_lr + (float)ratio * (s->min_lr - s->max_lr);
+    case TRN_SCHEDULE_WSD:
+        frac = s->decay_frac == 0.0f ? 0.2 : (double)s->decay_frac;
+        if (!(frac > 0.0 && frac <= 1.0)) trn_fatal("trn_schedule_lr: WSD decay_frac %g (must be in (0,1])", frac);
+        decay = (long long)(frac * (double)(s->total - s->warmup) + 0.5);
+        if (decay < 1) decay = 1;
+        if (step < s->total - decay) return s->max_lr; /* the stable part */
+        ratio = (double)(step - (s->total - decay)) / (double)decay;
+        return s->max_lr + (float)ratio * (s->min_lr - s->max_lr);
+    default:
+        trn_fatal("trn_schedule_lr: unknown kind %d", (int)s->kind);
+    }
+    return 0.0f;
+}
+
+static const char *const trn__schedule_names[] = {"cosine", "constant", "linear", "wsd"};
+TRNDEF int trn_schedule_parse(const char *name) {
+    int i;
+    for (i = 0; name && i < 4; i++) if (strcmp(name, trn__schedule_names[i]) == 0) return i;
+    return -1;
+}
+TRNDEF const char *trn_schedule_name(trn_schedule_kind kind) {
+    return (int)kind >= 0 && (int)kind < 4 ? trn__schedule_names[kind] : "?";
 }
 
 TRNDEF float trn_grad_norm(trn_model *m) {
@@ -4348,6 +6367,7 @@ TRNDEF trn_result trn_checkpoint_save(const char *path, trn_model *m, const trn_
     if ((r = trn__st_params(m, &items, 2)) != TRN_OK) return r;
     n = m->n_params;
     trn__kit_meta(&kit, "checkpoint", m);
+    trn_meta_set_u64(&kit, "trn.model.rng", m->rng.state); /* dropout's position */
     if (opt) {
         trn_meta_set_u64(&kit, "trn.optim.step", (uint64_t)opt->step);
         trn_meta_set_f64(&kit, "trn.optim.lr", opt->desc.lr);
@@ -4358,7 +6378,13 @@ TRNDEF trn_result trn_checkpoint_save(const char *path, trn_model *m, const trn_
         trn_meta_set_u64(&kit, "trn.optim.no_weight_decay", (uint64_t)(opt->desc.no_weight_decay != 0));
         trn_meta_set_u64(&kit, "trn.optim.lo", (uint64_t)opt->lo);
         trn_meta_set_u64(&kit, "trn.optim.hi", (uint64_t)opt->hi);
-        if (opt->m && opt->v) {
+        if (opt->desc.algo == TRN_OPTIM_SGD) { /* absent: AdamW (files from before SGD existed) */
+            trn_meta_set(&kit, "trn.optim.algo", "sgd");
+            trn_meta_set_f64(&kit, "trn.optim.momentum", opt->desc.momentum);
+            trn_meta_set_f64(&kit, "trn.optim.dampening", opt->desc.dampening);
+            trn_meta_set_u64(&kit, "trn.optim.nesterov", (uint64_t)(opt->desc.nesterov != 0));
+        }
+        if (opt->m && (opt->v || opt->desc.algo == TRN_OPTIM_SGD)) { /* SGD: the momentum buffer in optim.m */
             size_t nm = opt->hi - opt->lo;
             if (opt->hi <= opt->lo || opt->hi > m->n_floats || nm > 2147483647u) {
                 trn_free(items);
@@ -4367,8 +6393,10 @@ TRNDEF trn_result trn_checkpoint_save(const char *path, trn_model *m, const trn_
             }
             items[n].name = "optim.m"; items[n].ndim = 1; items[n].shape[0] = (int)nm;
             items[n].src = opt->m; items[n].n = nm; n++;
-            items[n].name = "optim.v"; items[n].ndim = 1; items[n].shape[0] = (int)nm;
-            items[n].src = opt->v; items[n].n = nm; n++;
+            if (opt->v) {
+                items[n].name = "optim.v"; items[n].ndim = 1; items[n].shape[0] = (int)nm;
+                items[n].src = opt->v; items[n].n = nm; n++;
+            }
         }
     }
     r = trn__st_write(path, m->backend, items, n, &kit, meta);
@@ -4415,8 +6443,10 @@ TRNDEF trn_result trn_checkpoint_verify(const char *path) {
 TRNDEF trn_result trn_checkpoint_load(const char *path, trn_model *m, trn_adamw *opt, trn_meta *meta_out) {
     trn_safetensors f;
     trn_result r;
-    uint64_t step = 0, lo = 0, hi = 0, nwd = 0;
-    double lr = 0, b1 = 0, b2 = 0, eps = 0, wd = 0;
+    uint64_t step = 0, lo = 0, hi = 0, nwd = 0, nesterov = 0;
+    double lr = 0, b1 = 0, b2 = 0, eps = 0, wd = 0, momentum = 0, dampening = 0;
+    const char *algo_s;
+    trn_optim_algo algo = TRN_OPTIM_ADAMW;
     const trn_st_tensor *em;
     float *mm = NULL, *mv = NULL;
     size_t n_mom = 0;
@@ -4432,8 +6462,22 @@ TRNDEF trn_result trn_checkpoint_load(const char *path, trn_model *m, trn_adamw 
             (r = trn__ckpt_get(&f, "trn.optim.beta2", NULL, &b2)) || (r = trn__ckpt_get(&f, "trn.optim.eps", NULL, &eps)) ||
             (r = trn__ckpt_get(&f, "trn.optim.weight_decay", NULL, &wd)))
             goto done;
+        algo_s = trn_safetensors_meta(&f, "trn.optim.algo");
+        if (algo_s && strcmp(algo_s, "sgd") == 0) {
+            algo = TRN_OPTIM_SGD;
+            if ((r = trn__ckpt_get(&f, "trn.optim.momentum", NULL, &momentum)) ||
+                (r = trn__ckpt_get(&f, "trn.optim.dampening", NULL, &dampening)) ||
+                (r = trn__ckpt_get(&f, "trn.optim.nesterov", &nesterov, NULL)))
+                goto done;
+        } else if (algo_s && strcmp(algo_s, "adamw") != 0) {
+            r = trn_fail(TRN_ERR_FORMAT, "%s: unknown optimizer '%.40s'", path, algo_s);
+            goto done;
+        }
+        /* state of the other algorithm (an AdamW optimizer loading an SGD
+           checkpoint, or back) is dropped: the file's state replaces it */
+        if (opt->m && opt->desc.algo != algo) trn_adamw_free(opt);
         if (em) {
-            if (lo >= hi || hi > (uint64_t)m->n_floats || !trn_safetensors_find(&f, "optim.v")) {
+            if (lo >= hi || hi > (uint64_t)m->n_floats || (algo == TRN_OPTIM_ADAMW) != !!trn_safetensors_find(&f, "optim.v")) {
                 r = trn_fail(TRN_ERR_FORMAT, "%s: optimizer slice [%llu,%llu) does not fit %zu parameters", path,
                              (unsigned long long)lo, (unsigned long long)hi, m->n_floats);
                 goto done;
@@ -4449,8 +6493,8 @@ TRNDEF trn_result trn_checkpoint_load(const char *path, trn_model *m, trn_adamw 
                 opt->lo = (size_t)lo;
                 opt->hi = (size_t)hi;
                 opt->m = (float *)m->backend->alloc(n_mom * sizeof(float), TRN_KIND_OPTIM);
-                opt->v = opt->m ? (float *)m->backend->alloc(n_mom * sizeof(float), TRN_KIND_OPTIM) : NULL;
-                if (!opt->m || !opt->v) {
+                opt->v = opt->m && algo == TRN_OPTIM_ADAMW ? (float *)m->backend->alloc(n_mom * sizeof(float), TRN_KIND_OPTIM) : NULL;
+                if (!opt->m || (algo == TRN_OPTIM_ADAMW && !opt->v)) {
                     r = trn_fail(TRN_ERR_NOMEM, "%s: moments: %s", path, trn_error_reason());
                     trn_adamw_free(opt);
                     goto done;
@@ -4462,6 +6506,11 @@ TRNDEF trn_result trn_checkpoint_load(const char *path, trn_model *m, trn_adamw 
     }
     if ((r = trn__st_load_into(&f, m, mm, mv, n_mom)) != TRN_OK) goto done;
     if ((r = trn__st_meta_out(&f, meta_out)) != TRN_OK) goto done;
+    if (trn_safetensors_meta(&f, "trn.model.rng")) { /* absent in files from before dropout */
+        uint64_t st;
+        if ((r = trn__ckpt_get(&f, "trn.model.rng", &st, NULL)) != TRN_OK) goto done;
+        m->rng.state = st;
+    }
     if (opt) {
         if (!em) trn_adamw_free(opt); /* saved before the first step: moments appear on the next */
         opt->step = (long long)step;
@@ -4473,6 +6522,10 @@ TRNDEF trn_result trn_checkpoint_load(const char *path, trn_model *m, trn_adamw 
         opt->desc.eps = (float)eps;
         opt->desc.weight_decay = (float)wd;
         opt->desc.no_weight_decay = (int)nwd;
+        opt->desc.algo = algo;
+        opt->desc.momentum = (float)momentum;
+        opt->desc.dampening = (float)dampening;
+        opt->desc.nesterov = (int)nesterov;
     }
 done:
     trn_safetensors_close(&f);

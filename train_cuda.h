@@ -37,8 +37,8 @@
    (they are on by default: 10-bit mantissa inputs, fp32 accumulation).
 
    What it does NOT do: no fp16/bf16 (everything is fp32, with TF32 inside
-   cuBLAS), no fused attention (attention materializes the (B,NH,T,T)
-   probabilities, as the CPU backend does), no CUDA graphs, no multi-GPU
+   cuBLAS), no tensor cores in the fused attention kernels (fp32 FMAs
+   on shared-memory tiles), no CUDA graphs, no multi-GPU
    (that is train_nccl.h). Embedding backward adds with atomics, so its
    float sums may differ in the last bit between runs; every other kernel
    is deterministic.
@@ -454,6 +454,196 @@ static __global__ void trn__k_softmax_bwd(float *dS, const float *att, int rows,
     for (int s = lane; s < T; s += 32) d[s] = p[s] * (d[s] - dot);
 }
 
+/* --- fused attention (flash-style), the kernels of train.h's
+   trn_flash_attention_forward/backward (same layout, same math: see the
+   comment there). A block owns a tile of t query rows (forward, dQ) or t
+   keys (dK, dV) of one head; the other side streams through shared memory
+   in tiles of t rows. Rows are padded to hs+1 floats, so lanes that read
+   the same column of different rows hit different banks. Each warp owns
+   whole rows of its tile (row r belongs to warp r % 8); in a row, lane j
+   scores key (or query) j of the streamed tile, then the lanes split the hs
+   output columns. t <= 32 is chosen per launch so that all tiles fit in
+   48 KiB (t = 32 forward, 16 backward at hs = 64).
+   Backward is two kernels, both without atomics (so deterministic): one per
+   key tile that sums dK and dV over every query of every head of the group,
+   one per query tile that sums dQ over the keys. Both rebuild P from lse,
+   and D = rowsum(dO * O) per query row, from the saved output. --------- */
+#define TRN__FLASH_THREADS 256 /* 8 warps */
+#define TRN__FLASH_WARPS (TRN__FLASH_THREADS / 32)
+
+/* copy rows [r0, r0+n) of one head (hs floats at stride ld) into a tile of
+   t rows at stride hs+1; rows past n become 0 */
+static __device__ __forceinline__ void trn__flash_load(float *tile, const float *src, size_t ld, int r0, int n,
+                                                       int t, int hs) {
+    for (int idx = threadIdx.x; idx < t * hs; idx += blockDim.x) {
+        int r = idx / hs, d = idx % hs;
+        tile[r * (hs + 1) + d] = r < n ? src[(size_t)(r0 + r) * ld + d] : 0.0f;
+    }
+}
+
+/* dot product of two tile rows (stride hs+1 within each tile) */
+static __device__ __forceinline__ float trn__flash_dot(const float *a, const float *b, int hs) {
+    float s = 0.0f;
+    for (int d = 0; d < hs; d++) s += a[d] * b[d];
+    return s;
+}
+
+/* grid (B*NH, query tiles). Shared: Q, O (t rows each), K, V tile, P (t x t) */
+static __global__ void trn__k_flash_fwd(float *out, float *lse, const float *qkv, int T, int NH, int NKV, int hs,
+                                        int causal, int t, float scale) {
+    TRN_CUDA_DYNAMIC_SHARED(float, sm);
+    int hp = hs + 1, bh = blockIdx.x, b = bh / NH, h = bh % NH, g = h / (NH / NKV);
+    int i0 = blockIdx.y * t, nq = min(t, T - i0), lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    int kend = causal ? i0 + nq : T, C = NH * hs;
+    size_t ld = (size_t)(NH + 2 * NKV) * hs;
+    const float *x = qkv + (size_t)b * T * ld;
+    float *Qs = sm, *Os = Qs + t * hp, *Ks = Os + t * hp, *Vs = Ks + t * hp, *Ps = Vs + t * hp;
+    float m[32 / TRN__FLASH_WARPS], l[32 / TRN__FLASH_WARPS];
+    for (int k = 0; k < 32 / TRN__FLASH_WARPS; k++) { m[k] = -INFINITY; l[k] = 0.0f; }
+    trn__flash_load(Qs, x + (size_t)h * hs, ld, i0, nq, t, hs);
+    for (int idx = threadIdx.x; idx < t * hp; idx += blockDim.x) Os[idx] = 0.0f;
+    for (int j0 = 0; j0 < kend; j0 += t) {
+        int nk = min(t, kend - j0);
+        __syncthreads(); /* everyone is done with the previous K, V tile */
+        trn__flash_load(Ks, x + (size_t)(NH + g) * hs, ld, j0, nk, t, hs);
+        trn__flash_load(Vs, x + (size_t)(NH + NKV + g) * hs, ld, j0, nk, t, hs);
+        __syncthreads();
+        for (int k = 0, r = warp; r < nq; k++, r += TRN__FLASH_WARPS) {
+            float s = -INFINITY, p, mx, corr;
+            if (lane < nk && (!causal || j0 + lane <= i0 + r))
+                s = scale * trn__flash_dot(Qs + r * hp, Ks + lane * hp, hs);
+            mx = fmaxf(m[k], trn__warp_max(s)); /* finite: every row sees key 0 */
+            p = s == -INFINITY ? 0.0f : expf(s - mx);
+            corr = expf(m[k] - mx);             /* 0 on the first tile */
+            l[k] = l[k] * corr + trn__warp_sum(p);
+            m[k] = mx;
+            if (lane < t) Ps[r * t + lane] = p;
+            __syncwarp();
+            for (int d = lane; d < hs; d += 32) {
+                float acc = Os[r * hp + d] * corr;
+                for (int j = 0; j < nk; j++) acc += Ps[r * t + j] * Vs[j * hp + d];
+                Os[r * hp + d] = acc;
+            }
+            __syncwarp(); /* the row of P is rewritten on the next tile */
+        }
+    }
+    for (int k = 0, r = warp; r < nq; k++, r += TRN__FLASH_WARPS) {
+        float inv = 1.0f / l[k];
+        for (int d = lane; d < hs; d += 32) out[((size_t)b * T + i0 + r) * C + (size_t)h * hs + d] = Os[r * hp + d] * inv;
+        if (lane == 0) lse[(size_t)bh * T + i0 + r] = m[k] + logf(l[k]);
+    }
+}
+
+/* D[r] = rowsum(dO * O) and L[r] = lse for the query rows of a tile */
+static __device__ __forceinline__ void trn__flash_rows(float *Ds, float *Ls, const float *dO, const float *out,
+                                                       const float *lse, int b, int h, int i0, int nq, int T, int NH,
+                                                       int hs) {
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, C = NH * hs;
+    for (int r = warp; r < nq; r += TRN__FLASH_WARPS) {
+        size_t o = ((size_t)b * T + i0 + r) * C + (size_t)h * hs;
+        float s = 0.0f;
+        for (int d = lane; d < hs; d += 32) s += dO[o + d] * out[o + d];
+        s = trn__warp_sum(s);
+        if (lane == 0) { Ds[r] = s; Ls[r] = lse[((size_t)b * NH + h) * T + i0 + r]; }
+    }
+}
+
+/* dK, dV for one key tile: grid (B*NKV, key tiles). Shared: K, V, dK, dV,
+   Q, dO (t rows each), P and dS (t x t: row c = key c, column r = query r),
+   D and lse (t) */
+static __global__ void trn__k_flash_bwd_kv(float *dqkv, const float *dout, const float *qkv, const float *out,
+                                           const float *lse, int T, int NH, int NKV, int hs, int causal, int t,
+                                           float scale) {
+    TRN_CUDA_DYNAMIC_SHARED(float, sm);
+    int hp = hs + 1, bg = blockIdx.x, b = bg / NKV, g = bg % NKV, R = NH / NKV;
+    int j0 = blockIdx.y * t, nk = min(t, T - j0), lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    size_t ld = (size_t)(NH + 2 * NKV) * hs, x = (size_t)b * T * ld;
+    float *Ks = sm, *Vs = Ks + t * hp, *dKs = Vs + t * hp, *dVs = dKs + t * hp, *Qs = dVs + t * hp;
+    float *dOs = Qs + t * hp, *Ps = dOs + t * hp, *dSs = Ps + t * t, *Ds = dSs + t * t, *Ls = Ds + t;
+    trn__flash_load(Ks, qkv + x + (size_t)(NH + g) * hs, ld, j0, nk, t, hs);
+    trn__flash_load(Vs, qkv + x + (size_t)(NH + NKV + g) * hs, ld, j0, nk, t, hs);
+    for (int idx = threadIdx.x; idx < t * hp; idx += blockDim.x) { dKs[idx] = 0.0f; dVs[idx] = 0.0f; }
+    for (int h = g * R; h < (g + 1) * R; h++)
+        for (int i0 = causal ? j0 / t * t : 0; i0 < T; i0 += t) { /* causal: queries before j0 see none of it */
+            int nq = min(t, T - i0);
+            __syncthreads(); /* done with the previous Q, dO, D, lse */
+            trn__flash_load(Qs, qkv + x + (size_t)h * hs, ld, i0, nq, t, hs);
+            trn__flash_load(dOs, dout + (size_t)b * T * NH * hs + (size_t)h * hs, (size_t)NH * hs, i0, nq, t, hs);
+            trn__flash_rows(Ds, Ls, dout, out, lse, b, h, i0, nq, T, NH, hs);
+            __syncthreads();
+            for (int c = warp; c < nk; c += TRN__FLASH_WARPS) { /* key j0+c; lane r: query i0+r */
+                float p = 0.0f, ds = 0.0f;
+                if (lane < nq && (!causal || j0 + c <= i0 + lane)) {
+                    p = expf(scale * trn__flash_dot(Qs + lane * hp, Ks + c * hp, hs) - Ls[lane]);
+                    ds = p * (trn__flash_dot(dOs + lane * hp, Vs + c * hp, hs) - Ds[lane]);
+                }
+                if (lane < t) { Ps[c * t + lane] = p; dSs[c * t + lane] = ds; }
+                __syncwarp();
+                for (int d = lane; d < hs; d += 32) {
+                    float av = 0.0f, ak = 0.0f;
+                    for (int r = 0; r < nq; r++) {
+                        av += Ps[c * t + r] * dOs[r * hp + d];
+                        ak += dSs[c * t + r] * Qs[r * hp + d];
+                    }
+                    dVs[c * hp + d] += av;
+                    dKs[c * hp + d] += scale * ak;
+                }
+                __syncwarp();
+            }
+        }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < nk * hs; idx += blockDim.x) {
+        int c = idx / hs, d = idx % hs;
+        dqkv[x + (size_t)(j0 + c) * ld + (size_t)(NH + g) * hs + d] += dKs[c * hp + d];
+        dqkv[x + (size_t)(j0 + c) * ld + (size_t)(NH + NKV + g) * hs + d] += dVs[c * hp + d];
+    }
+}
+
+/* dQ for one query tile: grid (B*NH, query tiles). Shared: Q, dO, dQ, K, V
+   (t rows each), dS (t x t: row r = query r, column j = key j), D, lse */
+static __global__ void trn__k_flash_bwd_q(float *dqkv, const float *dout, const float *qkv, const float *out,
+                                          const float *lse, int T, int NH, int NKV, int hs, int causal, int t,
+                                          float scale) {
+    TRN_CUDA_DYNAMIC_SHARED(float, sm);
+    int hp = hs + 1, bh = blockIdx.x, b = bh / NH, h = bh % NH, g = h / (NH / NKV);
+    int i0 = blockIdx.y * t, nq = min(t, T - i0), lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    int kend = causal ? i0 + nq : T;
+    size_t ld = (size_t)(NH + 2 * NKV) * hs, x = (size_t)b * T * ld;
+    float *Qs = sm, *dOs = Qs + t * hp, *dQs = dOs + t * hp, *Ks = dQs + t * hp, *Vs = Ks + t * hp;
+    float *dSs = Vs + t * hp, *Ds = dSs + t * t, *Ls = Ds + t;
+    trn__flash_load(Qs, qkv + x + (size_t)h * hs, ld, i0, nq, t, hs);
+    trn__flash_load(dOs, dout + (size_t)b * T * NH * hs + (size_t)h * hs, (size_t)NH * hs, i0, nq, t, hs);
+    trn__flash_rows(Ds, Ls, dout, out, lse, b, h, i0, nq, T, NH, hs);
+    for (int idx = threadIdx.x; idx < t * hp; idx += blockDim.x) dQs[idx] = 0.0f;
+    for (int j0 = 0; j0 < kend; j0 += t) {
+        int nk = min(t, kend - j0);
+        __syncthreads();
+        trn__flash_load(Ks, qkv + x + (size_t)(NH + g) * hs, ld, j0, nk, t, hs);
+        trn__flash_load(Vs, qkv + x + (size_t)(NH + NKV + g) * hs, ld, j0, nk, t, hs);
+        __syncthreads();
+        for (int r = warp; r < nq; r += TRN__FLASH_WARPS) { /* query i0+r; lane j: key j0+j */
+            float ds = 0.0f;
+            if (lane < nk && (!causal || j0 + lane <= i0 + r)) {
+                float p = expf(scale * trn__flash_dot(Qs + r * hp, Ks + lane * hp, hs) - Ls[r]);
+                ds = p * (trn__flash_dot(dOs + r * hp, Vs + lane * hp, hs) - Ds[r]);
+            }
+            if (lane < t) dSs[r * t + lane] = ds;
+            __syncwarp();
+            for (int d = lane; d < hs; d += 32) {
+                float a = 0.0f;
+                for (int j = 0; j < nk; j++) a += dSs[r * t + j] * Ks[j * hp + d];
+                dQs[r * hp + d] += scale * a;
+            }
+            __syncwarp();
+        }
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < nq * hs; idx += blockDim.x) {
+        int r = idx / hs, d = idx % hs;
+        dqkv[x + (size_t)(i0 + r) * ld + (size_t)h * hs + d] += dQs[r * hp + d];
+    }
+}
+
 /* --- cross-entropy: one block per row. Each thread keeps a running max m
    and sum s of exp(x - m) over its columns ("online softmax", Milakov &
    Gimelshein 2018); the pairs are then merged across the block. --------- */
@@ -536,6 +726,209 @@ static __global__ void trn__k_adamw(float *p, const float *g, float *m, float *v
     }
 }
 
+/* --- SGD with momentum: train.h's trn_sgd_update, element by element ----- */
+static __global__ void trn__k_sgd(float *p, const float *g, float *buf, size_t n, float lr, float momentum,
+                                 float dampening, float wd, int nesterov, int first) {
+    TRN__GRID_STRIDE(i, n) {
+        float d = g[i] + wd * p[i];
+        if (buf) {
+            float b = first ? d : momentum * buf[i] + (1.0f - dampening) * d;
+            buf[i] = b;
+            d = nesterov ? d + momentum * b : b;
+        }
+        p[i] -= lr * d;
+    }
+}
+
+/* --- >>ops3 kernels: train.h's >>ops3 functions ----------------------------- */
+/* dropout: the same hash as train.h's trn__dropout_u, so the same mask */
+static __device__ __forceinline__ float trn__cuda_dropout_u(uint64_t key, size_t i) {
+    uint64_t z = key + (uint64_t)(i + 1) * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (float)(z >> 40) * (1.0f / 16777216.0f);
+}
+static __global__ void trn__k_dropout_fwd(float *out, const float *inp, size_t n, float p, float scale, uint64_t key) {
+    TRN__GRID_STRIDE(i, n) out[i] = trn__cuda_dropout_u(key, i) >= p ? inp[i] * scale : 0.0f;
+}
+static __global__ void trn__k_dropout_bwd(float *dinp, const float *dout, size_t n, float p, float scale, uint64_t key) {
+    TRN__GRID_STRIDE(i, n) if (trn__cuda_dropout_u(key, i) >= p) dinp[i] += dout[i] * scale;
+}
+/* transpose in the 5-D view (A, D0, Bm, D1, C): one thread per element of
+   the written array, so backward's += has one writer per element */
+static __global__ void trn__k_transpose_fwd(float *out, const float *inp, int A, int D0, int Bm, int D1, int C) {
+    size_t n = (size_t)A * D0 * Bm * D1 * C;
+    TRN__GRID_STRIDE(o, n) { /* o = (((a*D1 + j)*Bm + b)*D0 + i)*C + c */
+        size_t r = o, c = r % C, i, b, j, a;
+        r /= C; i = r % D0; r /= D0; b = r % Bm; r /= Bm; j = r % D1; a = r / D1;
+        out[o] = inp[(((a * D0 + i) * Bm + b) * D1 + j) * C + c];
+    }
+}
+static __global__ void trn__k_transpose_bwd(float *dinp, const float *dout, int A, int D0, int Bm, int D1, int C) {
+    size_t n = (size_t)A * D0 * Bm * D1 * C;
+    TRN__GRID_STRIDE(s, n) { /* s = (((a*D0 + i)*Bm + b)*D1 + j)*C + c */
+        size_t r = s, c = r % C, i, b, j, a;
+        r /= C; j = r % D1; r /= D1; b = r % Bm; r /= Bm; i = r % D0; a = r / D0;
+        dinp[s] += dout[(((a * D1 + j) * Bm + b) * D0 + i) * C + c];
+    }
+}
+/* slice: one thread per element of out (N,len); concat: of out (N,Ca+Cb) */
+static __global__ void trn__k_slice_fwd(float *out, const float *inp, int N, int C, int start, int len) {
+    TRN__GRID_STRIDE(i, (size_t)N * len) out[i] = inp[(i / len) * C + start + i % len];
+}
+static __global__ void trn__k_slice_bwd(float *dinp, const float *dout, int N, int C, int start, int len) {
+    TRN__GRID_STRIDE(i, (size_t)N * len) dinp[(i / len) * C + start + i % len] += dout[i];
+}
+static __global__ void trn__k_concat_fwd(float *out, const float *a, const float *b, int N, int Ca, int Cb) {
+    size_t C = (size_t)Ca + Cb;
+    TRN__GRID_STRIDE(i, (size_t)N * C) {
+        size_t n = i / C, c = i % C;
+        out[i] = c < (size_t)Ca ? a[n * Ca + c] : b[n * Cb + (c - Ca)];
+    }
+}
+static __global__ void trn__k_concat_bwd(float *da, float *db, const float *dout, int N, int Ca, int Cb) {
+    size_t C = (size_t)Ca + Cb;
+    TRN__GRID_STRIDE(i, (size_t)N * C) {
+        size_t n = i / C, c = i % C;
+        if (c < (size_t)Ca) { if (da) da[n * Ca + c] += dout[i]; }
+        else if (db) db[n * Cb + (c - Ca)] += dout[i];
+    }
+}
+/* sum over the last dim: one block per row; each thread adds its columns
+   in double, then the block adds the 256 partials in a fixed tree */
+static __global__ void trn__k_sum_fwd(float *out, const float *inp, size_t C, float scale) {
+    __shared__ double ws[32];
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
+    const float *x = inp + (size_t)blockIdx.x * C;
+    double s = 0.0;
+    for (size_t c = threadIdx.x; c < C; c += blockDim.x) s += x[c];
+    s = trn__warp_sum_d(s);
+    if (lane == 0) ws[warp] = s;
+    __syncthreads();
+    if (warp == 0) {
+        s = lane < nw ? ws[lane] : 0.0;
+        s = trn__warp_sum_d(s);
+        if (lane == 0) out[blockIdx.x] = (float)(s * scale);
+    }
+}
+static __global__ void trn__k_sum_bwd(float *dinp, const float *dout, int N, size_t C, float scale) {
+    TRN__GRID_STRIDE(i, (size_t)N * C) dinp[i] += scale * dout[i / C];
+}
+/* cross-entropy with ignore index and label smoothing: one block per row,
+   the online max/sum of trn__k_xent_fwd plus the row's plain sum */
+static __global__ void trn__k_xent_ex_fwd(float *losses, float *lse, const float *logits, const int *targets, int V,
+                                          int Vp, float smoothing) {
+    __shared__ float wm[32], wsum[32];
+    __shared__ double wl[32];
+    int n = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32, t = targets[n];
+    const float *l = logits + (size_t)n * Vp;
+    float m = -INFINITY, s = 0.0f;
+    double tot = 0.0;
+    if (t < 0) { /* ignored row (the whole block takes this branch) */
+        if (threadIdx.x == 0) { losses[n] = 0.0f; lse[n] = 0.0f; }
+        return;
+    }
+    for (int v = threadIdx.x; v < V; v += blockDim.x) {
+        float x = l[v];
+        tot += x;
+        if (x > m) { s = s * expf(m - x) + 1.0f; m = x; }
+        else s += expf(x - m);
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+        trn__ms_merge(&m, &s, m2, s2);
+    }
+    tot = trn__warp_sum_d(tot);
+    if (lane == 0) { wm[warp] = m; wsum[warp] = s; wl[warp] = tot; }
+    __syncthreads();
+    if (warp == 0) {
+        m = lane < nw ? wm[lane] : -INFINITY;
+        s = lane < nw ? wsum[lane] : 0.0f;
+        tot = lane < nw ? wl[lane] : 0.0;
+        for (int o = 16; o > 0; o >>= 1) {
+            float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+            trn__ms_merge(&m, &s, m2, s2);
+        }
+        tot = trn__warp_sum_d(tot);
+        if (lane == 0) {
+            float z = m + logf(s);
+            lse[n] = z;
+            losses[n] = (float)((double)z - (1.0 - smoothing) * l[t] - smoothing * tot / V);
+        }
+    }
+}
+static __global__ void trn__k_xent_ex_bwd(float *dlogits, const float *logits, const float *lse, const int *targets,
+                                          float dloss, int V, int Vp, float smoothing) {
+    int n = blockIdx.x, t = targets[n];
+    const float *l = logits + (size_t)n * Vp;
+    float *d = dlogits + (size_t)n * Vp, z = lse[n], u = smoothing / (float)V;
+    if (t < 0) return;
+    for (int v = threadIdx.x; v < V; v += blockDim.x) {
+        float p = expf(l[v] - z) - u;
+        d[v] += dloss * (v == t ? p - (1.0f - smoothing) : p);
+    }
+}
+/* BCE with logits, L1, Huber: elementwise */
+static __global__ void trn__k_bce_fwd(float *losses, const float *x, const float *y, size_t n) {
+    TRN__GRID_STRIDE(i, n) losses[i] = fmaxf(x[i], 0.0f) - x[i] * y[i] + log1pf(expf(-fabsf(x[i])));
+}
+static __global__ void trn__k_bce_bwd(float *dx, const float *x, const float *y, float dloss, size_t n) {
+    TRN__GRID_STRIDE(i, n) {
+        float e = expf(-fabsf(x[i])), s = x[i] >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
+        dx[i] += dloss * (s - y[i]);
+    }
+}
+static __global__ void trn__k_l1_fwd(float *losses, const float *pred, const float *target, size_t n) {
+    TRN__GRID_STRIDE(i, n) losses[i] = fabsf(pred[i] - target[i]);
+}
+static __global__ void trn__k_l1_bwd(float *dpred, const float *pred, const float *target, float dloss, size_t n) {
+    TRN__GRID_STRIDE(i, n) {
+        float d = pred[i] - target[i];
+        dpred[i] += d > 0.0f ? dloss : d < 0.0f ? -dloss : 0.0f;
+    }
+}
+static __global__ void trn__k_huber_fwd(float *losses, const float *pred, const float *target, float delta, size_t n) {
+    TRN__GRID_STRIDE(i, n) {
+        float d = pred[i] - target[i], a = fabsf(d);
+        losses[i] = a < delta ? 0.5f * d * d : delta * (a - 0.5f * delta);
+    }
+}
+static __global__ void trn__k_huber_bwd(float *dpred, const float *pred, const float *target, float delta, float dloss,
+                                        size_t n) {
+    TRN__GRID_STRIDE(i, n) {
+        float d = pred[i] - target[i];
+        dpred[i] += dloss * (fabsf(d) < delta ? d : d > 0.0f ? delta : -delta);
+    }
+}
+
+/* --- generation: attention over a key/value cache -------------------------
+   append: the T new keys and values into rows pos.. of the caches;
+   softmax over rows of S (rows of length P), row r of a (b,h) block being
+   position pos + r % T, so it sees columns 0..pos + r % T. One warp per row. */
+static __global__ void trn__k_kv_append(float *kc, float *vc, const float *k, const float *v, int kvs, int T, int pos,
+                                        int maxT, int Ckv, int B) {
+    TRN__GRID_STRIDE(i, (size_t)B * T * Ckv) {
+        size_t c = i % Ckv, bt = i / Ckv, b = bt / T, t = bt % T, dst = (b * maxT + pos + t) * Ckv + c;
+        kc[dst] = k[bt * kvs + c];
+        vc[dst] = v[bt * kvs + c];
+    }
+}
+static __global__ void trn__k_softmax_kv(float *att, int rows, int T, int P, int pos) {
+    int lane = threadIdx.x % 32, row = blockIdx.x * 8 + threadIdx.x / 32;
+    if (row >= rows) return;
+    float *p = att + (size_t)row * P;
+    int last = pos + row % T;
+    float mx = -INFINITY;
+    for (int s = lane; s <= last; s += 32) mx = fmaxf(mx, p[s]);
+    mx = trn__warp_max(mx);
+    float sum = 0.0f;
+    for (int s = lane; s <= last; s += 32) sum += expf(p[s] - mx);
+    sum = trn__warp_sum(sum);
+    float inv = 1.0f / sum;
+    for (int s = lane; s < P; s += 32) p[s] = s <= last ? expf(p[s] - mx) * inv : 0.0f;
+}
+
 /* --- sum of squares: each block sums a fixed grid-stride slice in double -- */
 static __global__ void trn__k_sumsq(double *part, const float *x, size_t n) {
     __shared__ double ws[32];
@@ -549,6 +942,135 @@ static __global__ void trn__k_sumsq(double *part, const float *x, size_t n) {
         s = lane < nw ? ws[lane] : 0.0;
         s = trn__warp_sum_d(s);
         if (lane == 0) part[blockIdx.x] = s;
+    }
+}
+
+/* --- >>ops2: mul, silu, sigmoid, tanh, softmax, rmsnorm, rope ---------------- */
+/* out[i] = a[i] * b[i % C]  (b: one row broadcast over rows, or a's shape) */
+static __global__ void trn__k_mul_fwd(float *out, const float *a, const float *b, size_t n, size_t C) {
+    TRN__GRID_STRIDE(i, n) out[i] = a[i] * b[i % C];
+}
+static __global__ void trn__k_mul_bwd_da(float *da, const float *dout, const float *b, size_t n, size_t C) {
+    TRN__GRID_STRIDE(i, n) da[i] += dout[i] * b[i % C];
+}
+/* db = column sums of dout * a: as trn__k_colsum_part, on the product */
+static __global__ void trn__k_mul_bwd_part(float *part, const float *dout, const float *a, int N, int C, int rows) {
+    __shared__ float acc[8][33];
+    int c = blockIdx.x * 32 + threadIdx.x, r0 = blockIdx.y * rows, r1 = min(N, r0 + rows);
+    float s = 0.0f;
+    if (c < C)
+        for (int r = r0 + (int)threadIdx.y; r < r1; r += 8) s += dout[(size_t)r * C + c] * a[(size_t)r * C + c];
+    acc[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        for (int k = 1; k < 8; k++) s += acc[k][threadIdx.x];
+        part[(size_t)blockIdx.y * C + c] = s;
+    }
+}
+static __global__ void trn__k_mul_bwd_same(float *db, const float *dout, const float *a, size_t n) {
+    TRN__GRID_STRIDE(i, n) db[i] += dout[i] * a[i];
+}
+static __device__ __forceinline__ float trn__sigmoid_d(float x) { return 1.0f / (1.0f + expf(-x)); }
+static __global__ void trn__k_silu_fwd(float *out, const float *inp, size_t n) {
+    TRN__GRID_STRIDE(i, n) out[i] = inp[i] * trn__sigmoid_d(inp[i]);
+}
+static __global__ void trn__k_silu_bwd(float *dinp, const float *inp, const float *dout, size_t n) {
+    TRN__GRID_STRIDE(i, n) {
+        float x = inp[i], s = trn__sigmoid_d(x);
+        dinp[i] += dout[i] * (s + x * s * (1.0f - s));
+    }
+}
+static __global__ void trn__k_sigmoid_fwd(float *out, const float *inp, size_t n) {
+    TRN__GRID_STRIDE(i, n) out[i] = trn__sigmoid_d(inp[i]);
+}
+static __global__ void trn__k_sigmoid_bwd(float *dinp, const float *out, const float *dout, size_t n) {
+    TRN__GRID_STRIDE(i, n) dinp[i] += dout[i] * out[i] * (1.0f - out[i]);
+}
+static __global__ void trn__k_tanh_fwd(float *out, const float *inp, size_t n) {
+    TRN__GRID_STRIDE(i, n) out[i] = tanhf(inp[i]);
+}
+static __global__ void trn__k_tanh_bwd(float *dinp, const float *out, const float *dout, size_t n) {
+    TRN__GRID_STRIDE(i, n) dinp[i] += dout[i] * (1.0f - out[i] * out[i]);
+}
+/* softmax over rows of C: one warp per row (8 rows per block) */
+static __global__ void trn__k_softmax_rows_fwd(float *out, const float *inp, int N, int C) {
+    int lane = threadIdx.x % 32, row = blockIdx.x * 8 + threadIdx.x / 32;
+    if (row >= N) return;
+    const float *x = inp + (size_t)row * C;
+    float *y = out + (size_t)row * C;
+    float mx = -INFINITY, sum = 0.0f;
+    for (int i = lane; i < C; i += 32) mx = fmaxf(mx, x[i]);
+    mx = trn__warp_max(mx);
+    for (int i = lane; i < C; i += 32) sum += expf(x[i] - mx);
+    float inv = 1.0f / trn__warp_sum(sum);
+    for (int i = lane; i < C; i += 32) y[i] = expf(x[i] - mx) * inv;
+}
+static __global__ void trn__k_softmax_rows_bwd(float *dinp, const float *out, const float *dout, int N, int C) {
+    int lane = threadIdx.x % 32, row = blockIdx.x * 8 + threadIdx.x / 32;
+    if (row >= N) return;
+    const float *y = out + (size_t)row * C, *g = dout + (size_t)row * C;
+    float *dx = dinp + (size_t)row * C, dot = 0.0f;
+    for (int i = lane; i < C; i += 32) dot += g[i] * y[i];
+    dot = trn__warp_sum(dot);
+    for (int i = lane; i < C; i += 32) dx[i] += y[i] * (g[i] - dot);
+}
+/* RMSNorm: one warp per row; dw as trn__k_colsum_part on dout * x * rstd */
+static __global__ void trn__k_rms_fwd(float *out, float *rstd, const float *inp, const float *w, int N, int C,
+                                      float eps) {
+    int lane = threadIdx.x % 32, row = blockIdx.x * 8 + threadIdx.x / 32;
+    if (row >= N) return;
+    const float *x = inp + (size_t)row * C;
+    float *y = out + (size_t)row * C;
+    float ss = 0.0f;
+    for (int i = lane; i < C; i += 32) ss += x[i] * x[i];
+    float r = rsqrtf(trn__warp_sum(ss) / C + eps);
+    for (int i = lane; i < C; i += 32) y[i] = (x[i] * r) * w[i];
+    if (lane == 0) rstd[row] = r;
+}
+static __global__ void trn__k_rms_bwd_dx(float *dinp, const float *dout, const float *inp, const float *w,
+                                         const float *rstd, int N, int C) {
+    int lane = threadIdx.x % 32, row = blockIdx.x * 8 + threadIdx.x / 32;
+    if (row >= N) return;
+    const float *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
+    float *dx = dinp + (size_t)row * C, r = rstd[row], mgx = 0.0f;
+    for (int i = lane; i < C; i += 32) mgx += dy[i] * w[i] * x[i];
+    mgx = trn__warp_sum(mgx) / C * r * r * r;
+    for (int i = lane; i < C; i += 32) dx[i] += r * dy[i] * w[i] - x[i] * mgx;
+}
+static __global__ void trn__k_rms_bwd_part(float *part, const float *dout, const float *inp, const float *rstd,
+                                           int N, int C, int rows) {
+    __shared__ float acc[8][33];
+    int c = blockIdx.x * 32 + threadIdx.x, r0 = blockIdx.y * rows, r1 = min(N, r0 + rows);
+    float s = 0.0f;
+    if (c < C)
+        for (int r = r0 + (int)threadIdx.y; r < r1; r += 8) s += dout[(size_t)r * C + c] * (inp[(size_t)r * C + c] * rstd[r]);
+    acc[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        for (int k = 1; k < 8; k++) s += acc[k][threadIdx.x];
+        part[(size_t)blockIdx.y * C + c] = s;
+    }
+}
+/* RoPE, rotate-half: one thread per output channel. Channel d of a rotated
+   head pairs with d +- hs/2; sign = -1 turns backward (the transpose).
+   Angles in double, as on the CPU. */
+static __global__ void trn__k_rope(float *y, const float *x, int B, int T, int H, int R, int hs, int pos0,
+                                   float theta, float sign, int accumulate) {
+    size_t n = (size_t)B * T * H * hs;
+    int half = hs / 2;
+    TRN__GRID_STRIDE(k, n) {
+        int d = (int)(k % (size_t)hs), h = (int)((k / (size_t)hs) % (size_t)H);
+        int t = (int)((k / ((size_t)hs * H)) % (size_t)T);
+        float v;
+        if (h >= R) v = x[k];
+        else {
+            int i = d < half ? d : d - half;
+            double a = (double)(pos0 + t) * pow((double)theta, -2.0 * i / hs);
+            float c = (float)cos(a), s = sign * (float)sin(a);
+            v = d < half ? x[k] * c - x[k + half] * s : x[k] * c + x[k - half] * s;
+        }
+        if (accumulate) y[k] += v;
+        else y[k] = v;
     }
 }
 
@@ -685,6 +1207,130 @@ static void trn__cuda_adamw_update(float *p, const float *g, float *m, float *v,
                                    float beta2, float eps, float weight_decay, float bias_corr1, float bias_corr2) {
     TRN__CUDA_ELEMENTWISE(trn__k_adamw, n, p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bias_corr1, bias_corr2);
 }
+static void trn__cuda_sgd_update(float *p, const float *g, float *buf, size_t n, float lr, float momentum,
+                                 float dampening, float weight_decay, int nesterov, int first) {
+    TRN__CUDA_ELEMENTWISE(trn__k_sgd, n, p, g, buf, n, lr, momentum, dampening, weight_decay, nesterov, first);
+}
+
+/* --- >>ops3 (host side): the same signatures as train.h's CPU functions -- */
+static void trn__cuda_dropout_forward(float *out, const float *inp, size_t n, float p, uint64_t key) {
+    TRN__CUDA_ELEMENTWISE(trn__k_dropout_fwd, n, out, inp, n, p, p < 1.0f ? 1.0f / (1.0f - p) : 0.0f, key);
+}
+static void trn__cuda_dropout_backward(float *dinp, const float *dout, size_t n, float p, uint64_t key) {
+    if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_dropout_bwd, n, dinp, dout, n, p, p < 1.0f ? 1.0f / (1.0f - p) : 0.0f, key);
+}
+static void trn__cuda_transpose_forward(float *out, const float *inp, int A, int D0, int Bm, int D1, int C) {
+    TRN__CUDA_ELEMENTWISE(trn__k_transpose_fwd, (size_t)A * D0 * Bm * D1 * C, out, inp, A, D0, Bm, D1, C);
+}
+static void trn__cuda_transpose_backward(float *dinp, const float *dout, int A, int D0, int Bm, int D1, int C) {
+    if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_transpose_bwd, (size_t)A * D0 * Bm * D1 * C, dinp, dout, A, D0, Bm, D1, C);
+}
+static void trn__cuda_slice_forward(float *out, const float *inp, int N, int C, int start, int len) {
+    TRN__CUDA_ELEMENTWISE(trn__k_slice_fwd, (size_t)N * len, out, inp, N, C, start, len);
+}
+static void trn__cuda_slice_backward(float *dinp, const float *dout, int N, int C, int start, int len) {
+    if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_slice_bwd, (size_t)N * len, dinp, dout, N, C, start, len);
+}
+static void trn__cuda_concat_forward(float *out, const float *a, const float *b, int N, int Ca, int Cb) {
+    TRN__CUDA_ELEMENTWISE(trn__k_concat_fwd, (size_t)N * (Ca + Cb), out, a, b, N, Ca, Cb);
+}
+static void trn__cuda_concat_backward(float *da, float *db, const float *dout, int N, int Ca, int Cb) {
+    if (da || db) TRN__CUDA_ELEMENTWISE(trn__k_concat_bwd, (size_t)N * (Ca + Cb), da, db, dout, N, Ca, Cb);
+}
+static void trn__cuda_sum_forward(float *out, const float *inp, int N, size_t C, float scale) {
+    if (N > 0) TRN_CUDA_LAUNCH(trn__k_sum_fwd, dim3((unsigned)N), dim3(256), 0, trn__cu.stream, out, inp, C, scale);
+}
+static void trn__cuda_sum_backward(float *dinp, const float *dout, int N, size_t C, float scale) {
+    if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_sum_bwd, (size_t)N * C, dinp, dout, N, C, scale);
+}
+/* a row-major trn_sgemm (ta, tb, M, N, K, ...) over `batch` matrices at
+   strides sa, sb, sc, as one column-major cuBLAS call: operands swapped */
+static void trn__cuda_rowmajor_gemm(int ta, int tb, int M, int N, int K, const float *A, int lda, long long sa,
+                                    const float *B, int ldb, long long sb, float beta, float *C, int ldc, long long sc,
+                                    int batch) {
+    TRN__CUDA_GEMM(tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, 1.0f, B, ldb, sb, A, lda,
+                   sa, beta, C, ldc, sc, batch);
+}
+static void trn__cuda_bmm_forward(float *out, const float *a, const float *b, int Bt, int M, int N, int K, int ta,
+                                  int tb) {
+    long long sa = (long long)M * K, sb = (long long)K * N, sc = (long long)M * N;
+    if (Bt <= 0) return;
+    trn__cuda_rowmajor_gemm(ta, tb, M, N, K, a, ta ? M : K, sa, b, tb ? K : N, sb, 0.0f, out, N, sc, Bt);
+}
+static void trn__cuda_bmm_backward(float *da, float *db, const float *dout, const float *a, const float *b, int Bt,
+                                   int M, int N, int K, int ta, int tb) {
+    long long sa = (long long)M * K, sb = (long long)K * N, sc = (long long)M * N;
+    int lda = ta ? M : K, ldb = tb ? K : N;
+    if (Bt <= 0) return; /* as train.h's trn_bmm_backward, one product per case */
+    if (da && !ta) trn__cuda_rowmajor_gemm(0, !tb, M, K, N, dout, N, sc, b, ldb, sb, 1.0f, da, K, sa, Bt);
+    if (da && ta) trn__cuda_rowmajor_gemm(tb, 1, K, M, N, b, ldb, sb, dout, N, sc, 1.0f, da, M, sa, Bt);
+    if (db && !tb) trn__cuda_rowmajor_gemm(!ta, 0, K, N, M, a, lda, sa, dout, N, sc, 1.0f, db, N, sb, Bt);
+    if (db && tb) trn__cuda_rowmajor_gemm(1, ta, N, K, M, dout, N, sc, a, lda, sa, 1.0f, db, K, sb, Bt);
+}
+static void trn__cuda_crossentropy_ex_forward(float *losses, float *lse, const float *logits, const int *targets,
+                                              int N, int V, int Vp, float smoothing) {
+    if (N > 0)
+        TRN_CUDA_LAUNCH(trn__k_xent_ex_fwd, dim3((unsigned)N), dim3(256), 0, trn__cu.stream, losses, lse, logits,
+                        targets, V, Vp, smoothing);
+}
+static void trn__cuda_crossentropy_ex_backward(float *dlogits, const float *logits, const float *lse,
+                                               const int *targets, float dloss, int N, int V, int Vp, float smoothing) {
+    if (dlogits && N > 0)
+        TRN_CUDA_LAUNCH(trn__k_xent_ex_bwd, dim3((unsigned)N), dim3(256), 0, trn__cu.stream, dlogits, logits, lse,
+                        targets, dloss, V, Vp, smoothing);
+}
+static void trn__cuda_bce_logits_forward(float *losses, const float *x, const float *y, size_t n) {
+    TRN__CUDA_ELEMENTWISE(trn__k_bce_fwd, n, losses, x, y, n);
+}
+static void trn__cuda_bce_logits_backward(float *dx, const float *x, const float *y, float dloss, size_t n) {
+    if (dx) TRN__CUDA_ELEMENTWISE(trn__k_bce_bwd, n, dx, x, y, dloss, n);
+}
+static void trn__cuda_l1_forward(float *losses, const float *pred, const float *target, size_t n) {
+    TRN__CUDA_ELEMENTWISE(trn__k_l1_fwd, n, losses, pred, target, n);
+}
+static void trn__cuda_l1_backward(float *dpred, const float *pred, const float *target, float dloss, size_t n) {
+    if (dpred) TRN__CUDA_ELEMENTWISE(trn__k_l1_bwd, n, dpred, pred, target, dloss, n);
+}
+static void trn__cuda_huber_forward(float *losses, const float *pred, const float *target, float delta, size_t n) {
+    TRN__CUDA_ELEMENTWISE(trn__k_huber_fwd, n, losses, pred, target, delta, n);
+}
+static void trn__cuda_huber_backward(float *dpred, const float *pred, const float *target, float delta, float dloss,
+                                     size_t n) {
+    if (dpred) TRN__CUDA_ELEMENTWISE(trn__k_huber_bwd, n, dpred, pred, target, delta, dloss, n);
+}
+
+/* attention over the cache (train.h's trn_attention_kv_forward). Per batch
+   row b and per r < grp = NH/NKV, the heads h = g*grp + r (g < NKV) read
+   kv head g: their Q blocks sit grp*hs apart, their K/V blocks hs apart,
+   so each is one strided-batched GEMM over the NKV groups. */
+static void trn__cuda_attention_kv_forward(float *out, float *att, const float *q, int q_stride, const float *k,
+                                           const float *v, int kv_stride, float *kcache, float *vcache, int B, int T,
+                                           int pos, int maxT, int NH, int NKV, int hs) {
+    int Ckv = NKV * hs, C = NH * hs, P = pos + T, grp = NH / NKV;
+    float scale = 1.0f / sqrtf((float)hs);
+    long long TP = (long long)T * P;
+    if (B <= 0 || T <= 0) return;
+    TRN__CUDA_ELEMENTWISE(trn__k_kv_append, (size_t)B * T * Ckv, kcache, vcache, k, v, kv_stride, T, pos, maxT, Ckv, B);
+    for (int b = 0; b < B; b++)
+        for (int r = 0; r < grp; r++) {
+            const float *qb = q + (size_t)b * T * q_stride + (size_t)r * hs;
+            const float *kb = kcache + (size_t)b * maxT * Ckv;
+            float *Sb = att + ((size_t)b * NH + r) * TP;
+            /* S (T,P) = Q K^T * scale  (row-major: ta = 0, tb = 1) */
+            TRN__CUDA_GEMM(CUBLAS_OP_T, CUBLAS_OP_N, P, T, hs, scale, kb, Ckv, (long long)hs, qb, q_stride,
+                           (long long)grp * hs, 0.0f, Sb, P, (long long)grp * TP, NKV);
+        }
+    TRN_CUDA_LAUNCH(trn__k_softmax_kv, dim3((unsigned)((B * NH * T + 7) / 8)), dim3(256), 0, trn__cu.stream, att,
+                    B * NH * T, T, P, pos);
+    for (int b = 0; b < B; b++)
+        for (int r = 0; r < grp; r++) {
+            const float *vb = vcache + (size_t)b * maxT * Ckv;
+            float *Sb = att + ((size_t)b * NH + r) * TP, *ob = out + (size_t)b * T * C + (size_t)r * hs;
+            /* O (T,hs) = A V  (row-major: ta = 0, tb = 0) */
+            TRN__CUDA_GEMM(CUBLAS_OP_N, CUBLAS_OP_N, hs, T, P, 1.0f, vb, Ckv, (long long)hs, Sb, P, (long long)grp * TP,
+                           0.0f, ob, C, (long long)grp * hs, NKV);
+        }
+}
 
 /* the partial sums come back to the host and are added there, in order */
 static double trn__cuda_sum_squares(const float *x, size_t n) {
@@ -698,12 +1344,17 @@ static double trn__cuda_sum_squares(const float *x, size_t n) {
     return total;
 }
 
-/* attention. Every (b,h) pair is one small GEMM. Their operands sit at
-   regular strides: head h of batch row b starts at b*T*3C + h*hs in qkv
-   (row stride 3C), at b*T*C + h*hs in out, and its (T,T) block of att at
-   (b*NH + h)*T*T. So a strided-batched call covers all heads of one b, or
-   all b of one head: we loop over the smaller of B and NH and batch the
-   larger. Shapes as in train.h's CPU version:
+/* attention, materialized: the reference (trn_attention runs the fused
+   kernels of >>cuda-flash). Every (b,h) pair is one small GEMM. Their
+   operands sit at regular strides: with ld = (NH+2*NKV)*hs the row stride
+   of qkv, query head h of batch row b starts at b*T*ld + h*hs, kv head g at
+   b*T*ld + (NH+g)*hs (keys) and b*T*ld + (NH+NKV+g)*hs (values), out at
+   b*T*C + h*hs, and the (T,T) block of att at (b*NH + h)*T*T. Query head
+   h = g*R + r (R = NH/NKV) reads kv head g, so for one r the query heads
+   r, R+r, 2R+r, ... and kv heads 0, 1, 2, ... step regularly together: a
+   strided-batched call covers all of them for one b, or all b for one kv
+   head: we loop over the smaller of B and NKV and batch the larger, and
+   over r. Shapes as in train.h's CPU version:
      S = Q K^T * scale;  P = softmax(S, causal mask);  O = P V            */
 typedef struct trn__cuda_bh { const float *p; int ld; long long sb, sh; } trn__cuda_bh;
 
@@ -722,42 +1373,109 @@ static void trn__cuda_gemm_bh(const char *file, int line, cublasOperation_t ta, 
 }
 #define TRN__CUDA_GEMM_BH(...) trn__cuda_gemm_bh(__FILE__, __LINE__, __VA_ARGS__)
 
-static void trn__cuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH,
-                                        int causal) {
-    int hs = C / NH, C3 = 3 * C;
+/* the operands of query heads r, R+r, 2R+r, ...: (b, kv head g) -> pointer */
+typedef struct trn__cuda_heads { trn__cuda_bh q, k, v, P, o; } trn__cuda_heads;
+static trn__cuda_heads trn__cuda_heads_of(const float *qkv, const float *att, const float *out, int T, int NH,
+                                          int NKV, int hs, int r) {
+    int R = NH / NKV, ld = (NH + 2 * NKV) * hs, C = NH * hs;
+    long long TT = (long long)T * T, sq = (long long)T * ld;
+    trn__cuda_heads x = {{qkv + (size_t)r * hs, ld, sq, (long long)R * hs},
+                         {qkv + (size_t)NH * hs, ld, sq, hs},
+                         {qkv + (size_t)(NH + NKV) * hs, ld, sq, hs},
+                         {att + r * TT, T, NH * TT, R * TT},
+                         {out + (size_t)r * hs, C, (long long)T * C, (long long)R * hs}};
+    return x;
+}
+
+static void trn__cuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int NH, int NKV,
+                                        int hs, int causal) {
     float scale = 1.0f / sqrtf((float)hs);
-    long long TT = (long long)T * T, sq = (long long)T * C3;
-    trn__cuda_bh q = {qkv, C3, sq, hs}, k = {qkv + C, C3, sq, hs}, v = {qkv + 2 * C, C3, sq, hs};
-    trn__cuda_bh P = {att, T, NH * TT, TT};
+    int r;
     if (B <= 0 || T <= 0) return;
-    /* S (T,T) = Q K^T:  S^T = K Q^T, with K-as-(hs,T) transposed and Q-as-(hs,T) */
-    TRN__CUDA_GEMM_BH(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, scale, k, q, 0.0f, att, T, NH * TT, TT, B, NH);
+    for (r = 0; r < NH / NKV; r++) {
+        trn__cuda_heads x = trn__cuda_heads_of(qkv, att, out, T, NH, NKV, hs, r);
+        /* S (T,T) = Q K^T:  S^T = K Q^T, with K-as-(hs,T) transposed and Q-as-(hs,T) */
+        TRN__CUDA_GEMM_BH(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, scale, x.k, x.q, 0.0f, (float *)x.P.p, T, x.P.sb,
+                          x.P.sh, B, NKV);
+    }
     TRN_CUDA_LAUNCH(trn__k_softmax_fwd, dim3((unsigned)((B * NH * T + 7) / 8)), dim3(256), 0, trn__cu.stream, att,
                     B * NH * T, T, causal);
-    /* O (T,hs) = P V:  O^T = V^T P^T, with V-as-(hs,T) and P-as-(T,T) = P^T */
-    TRN__CUDA_GEMM_BH(CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, v, P, 0.0f, out, C, (long long)T * C, hs, B, NH);
+    for (r = 0; r < NH / NKV; r++) {
+        trn__cuda_heads x = trn__cuda_heads_of(qkv, att, out, T, NH, NKV, hs, r);
+        /* O (T,hs) = P V:  O^T = V^T P^T, with V-as-(hs,T) and P-as-(T,T) = P^T */
+        TRN__CUDA_GEMM_BH(CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, x.v, x.P, 0.0f, (float *)x.o.p, x.o.ld, x.o.sb,
+                          x.o.sh, B, NKV);
+    }
 }
 
 static void trn__cuda_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                                         const float *att, int B, int T, int C, int NH, int causal) {
-    int hs = C / NH, C3 = 3 * C;
+                                         const float *att, int B, int T, int NH, int NKV, int hs, int causal) {
     float scale = 1.0f / sqrtf((float)hs);
-    long long TT = (long long)T * T, sq = (long long)T * C3;
-    trn__cuda_bh q = {qkv, C3, sq, hs}, k = {qkv + C, C3, sq, hs}, v = {qkv + 2 * C, C3, sq, hs};
-    trn__cuda_bh P = {att, T, NH * TT, TT}, dO = {dout, C, (long long)T * C, hs}, dS = {scratch, T, NH * TT, TT};
+    int r;
     (void)causal; /* masked entries have P = 0, so dS = 0 there */
     if (!dqkv || B <= 0 || T <= 0) return;
-    /* dP (T,T) = dO V^T:  dP^T = V dO^T  (into scratch) */
-    TRN__CUDA_GEMM_BH(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, v, dO, 0.0f, scratch, T, NH * TT, TT, B, NH);
-    /* dV (T,hs) += P^T dO:  dV^T = dO^T P */
-    TRN__CUDA_GEMM_BH(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, dO, P, 1.0f, dqkv + 2 * C, C3, sq, hs, B, NH);
+    for (r = 0; r < NH / NKV; r++) {
+        /* the same strides serve dqkv (as qkv), scratch (as att) and dout (as out) */
+        trn__cuda_heads x = trn__cuda_heads_of(qkv, att, dout, T, NH, NKV, hs, r);
+        trn__cuda_heads d = trn__cuda_heads_of(dqkv, scratch, dout, T, NH, NKV, hs, r);
+        /* dP (T,T) = dO V^T:  dP^T = V dO^T  (into scratch) */
+        TRN__CUDA_GEMM_BH(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, x.v, x.o, 0.0f, (float *)d.P.p, T, d.P.sb, d.P.sh,
+                          B, NKV);
+        /* dV (T,hs) += P^T dO:  dV^T = dO^T P (the R query heads of a kv head add up in turn) */
+        TRN__CUDA_GEMM_BH(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, x.o, x.P, 1.0f, (float *)d.v.p, d.v.ld, d.v.sb,
+                          d.v.sh, B, NKV);
+    }
     /* dS = P * (dP - rowsum(dP * P)), in place */
     TRN_CUDA_LAUNCH(trn__k_softmax_bwd, dim3((unsigned)((B * NH * T + 7) / 8)), dim3(256), 0, trn__cu.stream,
                     scratch, att, B * NH * T, T);
-    /* dQ (T,hs) += scale dS K:  dQ^T = K^T dS^T, with K-as-(hs,T) and dS-as-(T,T) = dS^T */
-    TRN__CUDA_GEMM_BH(CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, scale, k, dS, 1.0f, dqkv, C3, sq, hs, B, NH);
-    /* dK (T,hs) += scale dS^T Q:  dK^T = Q^T dS */
-    TRN__CUDA_GEMM_BH(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, scale, q, dS, 1.0f, dqkv + C, C3, sq, hs, B, NH);
+    for (r = 0; r < NH / NKV; r++) {
+        trn__cuda_heads x = trn__cuda_heads_of(qkv, att, dout, T, NH, NKV, hs, r);
+        trn__cuda_heads d = trn__cuda_heads_of(dqkv, scratch, dout, T, NH, NKV, hs, r);
+        /* dQ (T,hs) += scale dS K:  dQ^T = K^T dS^T, with K-as-(hs,T) and dS-as-(T,T) = dS^T */
+        TRN__CUDA_GEMM_BH(CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, scale, x.k, d.P, 1.0f, (float *)d.q.p, d.q.ld, d.q.sb,
+                          d.q.sh, B, NKV);
+        /* dK (T,hs) += scale dS^T Q:  dK^T = Q^T dS */
+        TRN__CUDA_GEMM_BH(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, scale, x.q, d.P, 1.0f, (float *)d.k.p, d.k.ld, d.k.sb,
+                          d.k.sh, B, NKV);
+    }
+}
+
+/* >>cuda-flash: fused attention. The tile t (rows per block, <= 32) is the
+   largest power of two whose shared memory fits in 48 KiB. */
+static int trn__cuda_flash_tile(int hs, int backward) {
+    int t = 32;
+    for (;;) {
+        size_t floats = backward ? (size_t)6 * t * (hs + 1) + 2 * (size_t)t * t + 2 * t
+                                 : (size_t)4 * t * (hs + 1) + (size_t)t * t;
+        if (floats * sizeof(float) <= 48 * 1024) return t;
+        if (t == 1) trn_fatal("flash attention (cuda): head size %d is too large for shared memory", hs);
+        t /= 2;
+    }
+}
+
+static void trn__cuda_flash_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int NH,
+                                              int NKV, int hs, int causal) {
+    int t = trn__cuda_flash_tile(hs, 0);
+    size_t shmem = sizeof(float) * ((size_t)4 * t * (hs + 1) + (size_t)t * t);
+    if (B <= 0 || T <= 0) return;
+    TRN_CUDA_LAUNCH(trn__k_flash_fwd, dim3((unsigned)(B * NH), (unsigned)((T + t - 1) / t)),
+                    dim3(TRN__FLASH_THREADS), shmem, trn__cu.stream, out, lse, qkv, T, NH, NKV, hs, causal, t,
+                    1.0f / sqrtf((float)hs));
+}
+
+static void trn__cuda_flash_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
+                                               const float *lse, int B, int T, int NH, int NKV, int hs,
+                                               int causal) {
+    int t = trn__cuda_flash_tile(hs, 1);
+    size_t shmem = sizeof(float) * ((size_t)6 * t * (hs + 1) + 2 * (size_t)t * t + 2 * t);
+    float scale = 1.0f / sqrtf((float)hs);
+    if (!dqkv || B <= 0 || T <= 0) return;
+    TRN_CUDA_LAUNCH(trn__k_flash_bwd_kv, dim3((unsigned)(B * NKV), (unsigned)((T + t - 1) / t)),
+                    dim3(TRN__FLASH_THREADS), shmem, trn__cu.stream, dqkv, dout, qkv, out, lse, T, NH, NKV, hs,
+                    causal, t, scale);
+    TRN_CUDA_LAUNCH(trn__k_flash_bwd_q, dim3((unsigned)(B * NH), (unsigned)((T + t - 1) / t)),
+                    dim3(TRN__FLASH_THREADS), shmem, trn__cu.stream, dqkv, dout, qkv, out, lse, T, NH, NKV, hs,
+                    causal, t, scale);
 }
 
 static void trn__cuda_crossentropy_forward(float *losses, float *lse, const float *logits, const int *targets, int N,
@@ -771,6 +1489,77 @@ static void trn__cuda_crossentropy_backward(float *dlogits, const float *logits,
     if (!dlogits || N <= 0) return;
     TRN_CUDA_LAUNCH(trn__k_xent_bwd, dim3((unsigned)N), dim3(256), 0, trn__cu.stream, dlogits, logits, lse, targets,
                     dloss, V, Vp);
+}
+
+/* >>ops2 */
+static void trn__cuda_mul_forward(float *out, const float *a, const float *b, size_t N, size_t C) {
+    TRN__CUDA_ELEMENTWISE(trn__k_mul_fwd, N * C, out, a, b, N * C, C);
+}
+static void trn__cuda_mul_backward(float *da, float *db, const float *dout, const float *a, const float *b, size_t N,
+                                   size_t C) {
+    if (da) TRN__CUDA_ELEMENTWISE(trn__k_mul_bwd_da, N * C, da, dout, b, N * C, C);
+    if (!db || N * C == 0) return;
+    if (N == 1) { TRN__CUDA_ELEMENTWISE(trn__k_mul_bwd_same, C, db, dout, a, C); return; }
+    int nchunk = (int)((N + 63) / 64), rows;
+    if (nchunk > 64) nchunk = 64;
+    rows = (int)((N + (size_t)nchunk - 1) / (size_t)nchunk);
+    float *part = trn__cuda_tmp((size_t)nchunk * C);
+    TRN_CUDA_LAUNCH(trn__k_mul_bwd_part, dim3((unsigned)(C + 31) / 32, (unsigned)nchunk), dim3(32, 8), 0,
+                    trn__cu.stream, part, dout, a, (int)N, (int)C, rows);
+    TRN_CUDA_LAUNCH(trn__k_colsum_final, dim3((unsigned)(C + 255) / 256), dim3(256), 0, trn__cu.stream, db,
+                    (const float *)part, nchunk, (int)C);
+}
+static void trn__cuda_silu_forward(float *out, const float *inp, size_t n) { TRN__CUDA_ELEMENTWISE(trn__k_silu_fwd, n, out, inp, n); }
+static void trn__cuda_silu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+    if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_silu_bwd, n, dinp, inp, dout, n);
+}
+static void trn__cuda_sigmoid_forward(float *out, const float *inp, size_t n) { TRN__CUDA_ELEMENTWISE(trn__k_sigmoid_fwd, n, out, inp, n); }
+static void trn__cuda_sigmoid_backward(float *dinp, const float *out, const float *dout, size_t n) {
+    if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_sigmoid_bwd, n, dinp, out, dout, n);
+}
+static void trn__cuda_tanh_forward(float *out, const float *inp, size_t n) { TRN__CUDA_ELEMENTWISE(trn__k_tanh_fwd, n, out, inp, n); }
+static void trn__cuda_tanh_backward(float *dinp, const float *out, const float *dout, size_t n) {
+    if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_tanh_bwd, n, dinp, out, dout, n);
+}
+static void trn__cuda_softmax_forward(float *out, const float *inp, int N, int C) {
+    if (N <= 0) return;
+    TRN_CUDA_LAUNCH(trn__k_softmax_rows_fwd, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, out, inp, N, C);
+}
+static void trn__cuda_softmax_backward(float *dinp, const float *out, const float *dout, int N, int C) {
+    if (!dinp || N <= 0) return;
+    TRN_CUDA_LAUNCH(trn__k_softmax_rows_bwd, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, dinp, out,
+                    dout, N, C);
+}
+static void trn__cuda_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C,
+                                      float eps) {
+    if (N <= 0) return;
+    TRN_CUDA_LAUNCH(trn__k_rms_fwd, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, out, rstd, inp, w, N, C,
+                    eps);
+}
+static void trn__cuda_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                                       const float *rstd, int N, int C) {
+    if (N <= 0) return;
+    if (dinp)
+        TRN_CUDA_LAUNCH(trn__k_rms_bwd_dx, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, dinp, dout, inp,
+                        w, rstd, N, C);
+    if (dw) {
+        int nchunk = (N + 63) / 64, rows;
+        if (nchunk > 64) nchunk = 64;
+        rows = (N + nchunk - 1) / nchunk;
+        float *part = trn__cuda_tmp((size_t)nchunk * C);
+        TRN_CUDA_LAUNCH(trn__k_rms_bwd_part, dim3((unsigned)(C + 31) / 32, (unsigned)nchunk), dim3(32, 8), 0,
+                        trn__cu.stream, part, dout, inp, rstd, N, C, rows);
+        TRN_CUDA_LAUNCH(trn__k_colsum_final, dim3((unsigned)(C + 255) / 256), dim3(256), 0, trn__cu.stream, dw,
+                        (const float *)part, nchunk, C);
+    }
+}
+static void trn__cuda_rope_forward(float *out, const float *inp, int B, int T, int H, int R, int hs, int pos0,
+                                   float theta) {
+    TRN__CUDA_ELEMENTWISE(trn__k_rope, (size_t)B * T * H * hs, out, inp, B, T, H, R, hs, pos0, theta, 1.0f, 0);
+}
+static void trn__cuda_rope_backward(float *dinp, const float *dout, int B, int T, int H, int R, int hs, int pos0,
+                                    float theta) {
+    if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_rope, (size_t)B * T * H * hs, dinp, dout, B, T, H, R, hs, pos0, theta, -1.0f, 1);
 }
 
 /* ========================================================================
@@ -926,6 +1715,45 @@ TRNDEF const trn_backend *trn_cuda_backend(void) {
         t->adamw_update = trn__cuda_adamw_update;
         t->sum_squares = trn__cuda_sum_squares;
         t->scale = trn__cuda_scale;
+        t->mul_forward = trn__cuda_mul_forward;
+        t->mul_backward = trn__cuda_mul_backward;
+        t->silu_forward = trn__cuda_silu_forward;
+        t->silu_backward = trn__cuda_silu_backward;
+        t->sigmoid_forward = trn__cuda_sigmoid_forward;
+        t->sigmoid_backward = trn__cuda_sigmoid_backward;
+        t->tanh_forward = trn__cuda_tanh_forward;
+        t->tanh_backward = trn__cuda_tanh_backward;
+        t->softmax_forward = trn__cuda_softmax_forward;
+        t->softmax_backward = trn__cuda_softmax_backward;
+        t->rmsnorm_forward = trn__cuda_rmsnorm_forward;
+        t->rmsnorm_backward = trn__cuda_rmsnorm_backward;
+        t->rope_forward = trn__cuda_rope_forward;
+        t->rope_backward = trn__cuda_rope_backward;
+        /* fused attention (flash-style) */
+        t->flash_attention_forward = trn__cuda_flash_attention_forward;
+        t->flash_attention_backward = trn__cuda_flash_attention_backward;
+        t->sgd_update = trn__cuda_sgd_update;
+        t->attention_kv_forward = trn__cuda_attention_kv_forward;
+        t->dropout_forward = trn__cuda_dropout_forward;
+        t->dropout_backward = trn__cuda_dropout_backward;
+        t->transpose_forward = trn__cuda_transpose_forward;
+        t->transpose_backward = trn__cuda_transpose_backward;
+        t->slice_forward = trn__cuda_slice_forward;
+        t->slice_backward = trn__cuda_slice_backward;
+        t->concat_forward = trn__cuda_concat_forward;
+        t->concat_backward = trn__cuda_concat_backward;
+        t->sum_forward = trn__cuda_sum_forward;
+        t->sum_backward = trn__cuda_sum_backward;
+        t->bmm_forward = trn__cuda_bmm_forward;
+        t->bmm_backward = trn__cuda_bmm_backward;
+        t->crossentropy_ex_forward = trn__cuda_crossentropy_ex_forward;
+        t->crossentropy_ex_backward = trn__cuda_crossentropy_ex_backward;
+        t->bce_logits_forward = trn__cuda_bce_logits_forward;
+        t->bce_logits_backward = trn__cuda_bce_logits_backward;
+        t->l1_forward = trn__cuda_l1_forward;
+        t->l1_backward = trn__cuda_l1_backward;
+        t->huber_forward = trn__cuda_huber_forward;
+        t->huber_backward = trn__cuda_huber_backward;
         t->name = "cuda";
     }
     return t;

@@ -189,6 +189,7 @@ int main(int argc, char **argv) {
     trn_adamw_desc ad;
     memset(&ad, 0, sizeof ad);
     ad.lr = lr;
+    ad.weight_decay = 0.01f; // AdamW's usual default (a 0 here would mean none)
     trn_adamw_init(&opt, &ad);
 
     // 3. resume: every rank checks the world size, then loads its state

@@ -288,6 +288,42 @@ static trn_tensor *gpt2_forward(gpt2 *g, const int *ids, int B, int T) {
     return trn_linear(m, x, g->wte, NULL);
 }
 
+// The forward pass for generation, with a key/value cache (train.h's
+// >>kvcache): T new tokens ids (B,T) at positions kv->len .. kv->len+T-1.
+// Each block's attention appends their keys and values to its layer of the
+// cache and attends over everything cached, so a new token costs one
+// position, not the window. Returns the logits of the last position only,
+// (B,1,Vp): all a sampler needs (the LM head is C x Vp per position).
+// Inference only: call with the tape off.
+static trn_tensor *gpt2_forward_cached(gpt2 *g, trn_kv_cache *kv, const int *ids, int B, int T) {
+    trn_model *m = &g->m;
+    int C = g->cfg.n_embd, last_shape[3] = {B, 1, C};
+    if (B * T > g->pos_cap) {
+        free(g->pos);
+        g->pos = (int *)malloc(sizeof(int) * (size_t)B * T);
+        if (!g->pos) trn_fatal("gpt2_forward_cached: out of memory");
+        g->pos_cap = B * T;
+    }
+    for (int i = 0; i < B * T; i++) g->pos[i] = kv->len + i % T; // absolute positions
+    trn_tensor *x = trn_add(m, trn_embedding(m, g->wte, ids, B, T), trn_embedding(m, g->wpe, g->pos, B, T));
+    for (int l = 0; l < g->cfg.n_layer; l++) { // the block of gpt2_forward, attention over the cache
+        gpt2_block *b = &g->h[l];
+        trn_tensor *h = trn_layernorm(m, x, b->ln1_w, b->ln1_b);
+        h = trn_linear(m, h, b->qkv_w, b->qkv_b);
+        h = trn_attention_cached_qkv(m, kv, l, h, g->cfg.n_head);     // (B,T,C)
+        x = trn_add(m, x, trn_linear(m, h, b->proj_w, b->proj_b));
+        h = trn_layernorm(m, x, b->ln2_w, b->ln2_b);
+        h = trn_gelu(m, trn_linear(m, h, b->fc_w, b->fc_b));
+        x = trn_add(m, x, trn_linear(m, h, b->fcp_w, b->fcp_b));
+    }
+    trn_kv_cache_advance(kv, T);
+    trn_tensor *last = trn_tensor_new(m, "last", 3, last_shape); // x[:, T-1, :]
+    for (int b = 0; b < B; b++)
+        m->backend->copy(last->data + (size_t)b * C, x->data + ((size_t)b * T + T - 1) * C, sizeof(float) * (size_t)C);
+    last = trn_layernorm(m, last, g->lnf_w, g->lnf_b);
+    return trn_linear(m, last, g->wte, NULL);                         // (B,1,Vp)
+}
+
 // mean cross-entropy of the next token over the V real classes (scalar)
 static trn_tensor *gpt2_loss(gpt2 *g, const int *x, const int *y, int B, int T) {
     return trn_cross_entropy(&g->m, gpt2_forward(g, x, B, T), y, g->cfg.vocab_size);
@@ -643,13 +679,17 @@ static double evaluate(gpt2 *g, trn_loader *ld, int overfit, int n, int *x, int 
     return sum / n;
 }
 
-// Sample n tokens after the prompt: each new token recomputes the forward
-// pass over the last `window` tokens (simple; no key/value cache), takes
-// the logits of the last position, keeps the top_k, and draws from
-// softmax(logits / temperature) with the kit's RNG.
+// Sample n tokens after the prompt: take the logits of the last position,
+// keep the top_k, and draw from softmax(logits / temperature) with the
+// kit's RNG. With a key/value cache (kv, window positions), the prompt is
+// run once and each new token is a forward of one position; when the
+// cache is full (absolute positions cannot slide) it restarts from the
+// last half of the window. Without one (kv NULL: the reference the tests
+// and bench/gpt2_generate compare with), every token recomputes the whole
+// last `window` tokens.
 static void sample_text(gpt2 *g, const trn_tokenizer *tok, const int *prompt, int n_prompt, int n, int window,
-                        float temperature, int top_k, trn_rng *rng) {
-    int V = g->cfg.vocab_size, Vp = g->cfg.padded_vocab;
+                        float temperature, int top_k, trn_rng *rng, trn_kv_cache *kv) {
+    int V = g->cfg.vocab_size, Vp = g->cfg.padded_vocab, fed = 0; // ctx[0..fed) went into the cache
     int *ctx = (int *)malloc(sizeof(int) * (size_t)(n_prompt + n));
     float *logits = (float *)malloc(sizeof(float) * (size_t)Vp);
     int *idx = (int *)malloc(sizeof(int) * (size_t)V);
@@ -660,11 +700,23 @@ static void sample_text(gpt2 *g, const trn_tokenizer *tok, const int *prompt, in
     g->m.grad_enabled = 0;
     size_t len = trn_tokenizer_decode(tok, ctx, (size_t)n_prompt, text, sizeof text);
     fwrite(text, 1, len < sizeof text ? len : sizeof text - 1, stdout);
+    if (kv) trn_kv_cache_reset(kv);
     for (int i = n_prompt; i < n_prompt + n; i++) {
         int start = i > window ? i - window : 0, T = i - start;
         trn_reset(&g->m);
-        trn_tensor *lg = gpt2_forward(g, ctx + start, 1, T);
-        g->m.backend->download(logits, lg->data + (size_t)(T - 1) * Vp, sizeof(float) * (size_t)Vp);
+        if (kv) {
+            if (fed == 0 || kv->len + (i - fed) > kv->max_T) { // (re)fill: the context's last part
+                int keep = fed == 0 ? T : (kv->max_T + 1) / 2;
+                trn_kv_cache_reset(kv);
+                fed = i - keep;
+            }
+            trn_tensor *lg = gpt2_forward_cached(g, kv, ctx + fed, 1, i - fed);
+            g->m.backend->download(logits, lg->data, sizeof(float) * (size_t)Vp);
+            fed = i;
+        } else {
+            trn_tensor *lg = gpt2_forward(g, ctx + start, 1, T);
+            g->m.backend->download(logits, lg->data + (size_t)(T - 1) * Vp, sizeof(float) * (size_t)Vp);
+        }
         // top-k by partial selection sort (k is small), then softmax over them
         for (int v = 0; v < V; v++) idx[v] = v;
         for (int k = 0; k < top_k; k++) {
@@ -1350,7 +1402,10 @@ int main(int argc, char **argv) {
             n_prompt = (int)(p.n < (size_t)T ? p.n : (size_t)T);
         }
         printf("---- sample (%d tokens, temperature %g, top-k %d) ----\n", a.sample, a.temperature, a.top_k);
-        sample_text(&g, &tok, prompt, n_prompt, a.sample, T, a.temperature, a.top_k, &sample_rng);
+        trn_kv_cache kv; // keys and values of the context: one position per new token
+        CHECK_OK(trn_kv_cache_init(&kv, &g.m, cfg.n_layer, 1, T, cfg.n_head, cfg.n_embd / cfg.n_head));
+        sample_text(&g, &tok, prompt, n_prompt, a.sample, T, a.temperature, a.top_k, &sample_rng, &kv);
+        trn_kv_cache_free(&kv);
         printf("\n----\n");
         trn_tokens_free(&p);
     }

@@ -494,7 +494,7 @@ static void record(int ph, double seconds, const char *what) {
 // >>chart: memory by kind per phase, a stacked bar chart in SVG
 // ===========================================================================
 static const char *kind_color[TRN_KIND_COUNT] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2",
-                                                 "#59a14f", "#edc948", "#b07aa1"};
+                                                 "#59a14f", "#edc948", "#9c755f", "#b07aa1"};
 
 static double nice_step(double range) { // 1, 2 or 5 times a power of ten, ~6 ticks
     double raw = range / 6.0, p = pow(10.0, floor(log10(raw))), f = raw / p;
@@ -770,7 +770,7 @@ int main(int argc, char **argv) {
     y_host = (float *)trn_alloc((size_t)c.batch * sizeof(float), TRN_KIND_TEMP);
     if (!x_host || !y_host) { fprintf(stderr, "linear_memory: %s\n", trn_error_reason()); return 1; }
     make_batch(x_host, y_host, c.batch, c.width, c.seed);
-    od.lr = c.lr; od.beta1 = 0; od.beta2 = 0; od.eps = 0; od.weight_decay = 0; od.no_weight_decay = 0;
+    od.lr = c.lr; od.beta1 = 0; od.beta2 = 0; od.eps = 0; od.weight_decay = 0.01f; od.no_weight_decay = 0;
     trn_adamw_init(&opt, &od);
     memset(&f, 0, sizeof f);
 
@@ -877,7 +877,12 @@ int main(int argc, char **argv) {
         printf("width %d\nbatch %d\nsteps %d\n", c.width, c.batch, c.steps);
         printf("param_count %zu\nparam_bytes %zu\nblock_bytes %zu\n", n.model.n_floats, param_bytes, block_bytes);
         printf("peak_kit_bytes %zu\n", s.peak_total[place]);
-        for (k = 0; k < TRN_KIND_COUNT; k++) printf("peak_%s_bytes %zu\n", trn_kind_name((trn_kind)k), s.peak[place][k]);
+        for (k = 0; k < TRN_KIND_COUNT; k++) { // "kv cache" -> peak_kv_cache_bytes: one word per key
+            char key[64], *sp;
+            snprintf(key, sizeof key, "%s", trn_kind_name((trn_kind)k));
+            while ((sp = strchr(key, ' ')) != NULL) *sp = '_';
+            printf("peak_%s_bytes %zu\n", key, s.peak[place][k]);
+        }
         printf("start_rss_bytes %zu\npeak_rss_bytes %zu\n", start_rss, s.peak_rss);
         printf("loss_step1 %.9g\nloss_step2 %.9g\nloss_final %.9g\nparam_checksum %.9e\n", (double)loss_val[0],
                (double)loss_val[1], (double)final_loss, checksum);

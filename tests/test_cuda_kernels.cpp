@@ -226,22 +226,44 @@ static void test_elementwise(size_t n) {
     }
 }
 
-static void test_attention(int B, int T, int C, int NH, int causal) {
+static void test_attention(int B, int T, int NH, int NKV, int hs, int causal) {
     long e0 = harness_errors();
-    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, na = (size_t)B * NH * T * T;
+    size_t nq = (size_t)B * T * (NH + 2 * NKV) * hs, no = (size_t)B * T * NH * hs, na = (size_t)B * NH * T * T;
     vec qkv = randn(nq), out_c(no), att_c(na);
-    trn_attention_forward(out_c.data(), att_c.data(), qkv.data(), B, T, C, NH, causal);
+    trn_attention_forward(out_c.data(), att_c.data(), qkv.data(), B, T, NH, NKV, hs, causal);
     dbuf dq(qkv), dout(NULL, no * 4), datt(NULL, na * 4);
-    GPU->attention_forward(dout.f(), datt.f(), dq.f(), B, T, C, NH, causal);
-    char name[64];
-    snprintf(name, sizeof name, "attention_forward %s T=%d", causal ? "causal" : "full", T);
+    GPU->attention_forward(dout.f(), datt.f(), dq.f(), B, T, NH, NKV, hs, causal);
+    char name[64], shape[32];
+    snprintf(shape, sizeof shape, "%s T=%d %d/%d", causal ? "causal" : "full", T, NH, NKV);
+    snprintf(name, sizeof name, "attention_forward %s", shape);
     report(name, fmax(maxdiff(dout.get(), out_c), maxdiff(datt.get(), att_c)), 1e-5, e0);
     vec g = randn(no), dqkv0 = randn(nq), dqkv_c = dqkv0, scratch_c(na);
-    trn_attention_backward(dqkv_c.data(), scratch_c.data(), g.data(), qkv.data(), att_c.data(), B, T, C, NH, causal);
+    trn_attention_backward(dqkv_c.data(), scratch_c.data(), g.data(), qkv.data(), att_c.data(), B, T, NH, NKV, hs,
+                           causal);
     dbuf dg(g), ddq(dqkv0), dscr(NULL, na * 4);
-    GPU->attention_backward(ddq.f(), dscr.f(), dg.f(), dq.f(), datt.f(), B, T, C, NH, causal);
-    snprintf(name, sizeof name, "attention_backward %s T=%d", causal ? "causal" : "full", T);
+    GPU->attention_backward(ddq.f(), dscr.f(), dg.f(), dq.f(), datt.f(), B, T, NH, NKV, hs, causal);
+    snprintf(name, sizeof name, "attention_backward %s", shape);
     report(name, maxdiff(ddq.get(), dqkv_c), 1e-5, e0);
+
+    /* the fused kernels: against the CPU's fused pair and the reference */
+    vec fout_c(no), lse_c((size_t)B * NH * T), fdqkv_c = dqkv0;
+    trn_flash_attention_forward(fout_c.data(), lse_c.data(), qkv.data(), B, T, NH, NKV, hs, causal);
+    dbuf fout(NULL, no * 4), flse(NULL, lse_c.size() * 4);
+    GPU->flash_attention_forward(fout.f(), flse.f(), dq.f(), B, T, NH, NKV, hs, causal);
+    vec fo = fout.get();
+    snprintf(name, sizeof name, "flash_attention_forward %s", shape);
+    report(name, fmax(maxdiff(fo, fout_c), maxdiff(flse.get(), lse_c)), 1e-5, e0);
+    snprintf(name, sizeof name, "  the same vs the reference");
+    report(name, maxdiff(fo, out_c), 1e-5, e0);
+    trn_flash_attention_backward(fdqkv_c.data(), g.data(), qkv.data(), fout_c.data(), lse_c.data(), B, T, NH, NKV,
+                                 hs, causal);
+    dbuf fddq(dqkv0);
+    GPU->flash_attention_backward(fddq.f(), dg.f(), dq.f(), fout.f(), flse.f(), B, T, NH, NKV, hs, causal);
+    vec fd = fddq.get();
+    snprintf(name, sizeof name, "flash_attention_backward %s", shape);
+    report(name, maxdiff(fd, fdqkv_c), 2e-5, e0);
+    snprintf(name, sizeof name, "  the same vs the reference");
+    report(name, maxdiff(fd, dqkv_c), 2e-5, e0);
 }
 
 static void test_crossentropy(int N, int V, int Vp) {
@@ -637,9 +659,12 @@ int main(int argc, char **argv) {
     test_layernorm(37, 53);
     test_layernorm(9, 300);
     test_elementwise(1001);
-    test_attention(2, 13, 30, 3, 1);
-    test_attention(2, 13, 30, 3, 0);
-    test_attention(3, 40, 24, 2, 1); /* B > NH: the GEMMs batch over b */
+    test_attention(2, 13, 3, 3, 10, 1);
+    test_attention(2, 13, 3, 3, 10, 0);
+    test_attention(3, 40, 2, 2, 12, 1); /* B > NH: the GEMMs batch over b */
+    test_attention(2, 37, 4, 2, 9, 1);  /* grouped-query, T past one tile */
+    test_attention(1, 70, 4, 1, 64, 0); /* GPT-2's head size, 3 tiles */
+    test_attention(1, 45, 8, 2, 40, 1);
     test_crossentropy(19, 67, 72);
     test_crossentropy(3, 1000, 1003);
     test_meanpool(3, 13, 53);

@@ -106,6 +106,9 @@ static trn_tensor *g_relu(trn_model *m, trn_tensor **p) { return trn_relu(m, p[0
 static trn_tensor *g_add(trn_model *m, trn_tensor **p) { return trn_add(m, p[0], p[1]); }
 static trn_tensor *g_attn_causal(trn_model *m, trn_tensor **p) { return trn_attention(m, p[0], 2, 1); }
 static trn_tensor *g_attn_full(trn_model *m, trn_tensor **p) { return trn_attention(m, p[0], 3, 0); }
+/* grouped-query: 4 query heads on 2 kv heads, and 4 on 1 */
+static trn_tensor *g_attn_gqa2(trn_model *m, trn_tensor **p) { return trn_attention_gqa(m, p[0], 4, 2, 1); }
+static trn_tensor *g_attn_gqa4(trn_model *m, trn_tensor **p) { return trn_attention_gqa(m, p[0], 4, 1, 0); }
 static trn_tensor *g_meanpool(trn_model *m, trn_tensor **p) { return trn_mean_pool(m, p[0]); }
 /* cross-entropy is itself a scalar; the probe loss then is (L - r)^2 */
 static trn_tensor *g_xent(trn_model *m, trn_tensor **p) { return trn_cross_entropy(m, p[0], TGT, 7); }
@@ -144,6 +147,10 @@ int main(void) {
       gradcheck("attention (causal)", g_attn_causal, 1, s, d, 1e-2, 1e-3, 5e-3, -1, 1); }
     { const int s[1][4] = {{2, 4, 3 * 6}}; const int d[1] = {3};
       gradcheck("attention (full)", g_attn_full, 1, s, d, 1e-2, 1e-3, 5e-3, -1, 1); }
+    { const int s[1][4] = {{2, 6, (4 + 2 * 2) * 3}}; const int d[1] = {3};
+      gradcheck("attention gqa 4/2 (causal)", g_attn_gqa2, 1, s, d, 1e-2, 1e-3, 5e-3, -1, 1); }
+    { const int s[1][4] = {{2, 5, (4 + 2 * 1) * 2}}; const int d[1] = {3};
+      gradcheck("attention gqa 4/1 (full)", g_attn_gqa4, 1, s, d, 1e-2, 1e-3, 5e-3, -1, 1); }
     { const int s[1][4] = {{2, 3, 5}}; const int d[1] = {3};
       gradcheck("mean_pool", g_meanpool, 1, s, d, 1e-2, 1e-4, 1e-3, -1, 1); }
     { const int s[1][4] = {{2, 3, 9}}; const int d[1] = {3};   /* Vp=9, V=7: padded */

@@ -1,0 +1,5 @@
+// build: -lcublas
+/* tests/test_cuda_ops2_gpu.cu - tests/test_cuda_ops2.cpp compiled by nvcc:
+   the >>ops2 kernels against the CPU backend on a real GPU. Without a GPU
+   it prints "nothing to test" and "0 passed, 0 failed" (the nvcc build check). */
+#include "test_cuda_ops2.cpp"

@@ -1,0 +1,5 @@
+// build: -lcublas
+/* tests/test_cuda_ops3_gpu.cu - tests/test_cuda_ops3.cpp compiled by nvcc:
+   the same checks on a real GPU. Without a GPU it prints "no CUDA device
+   ... nothing to test" and "0 passed, 0 failed" (the nvcc build check). */
+#include "test_cuda_ops3.cpp"
