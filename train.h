@@ -26,7 +26,9 @@
       loss = my_forward(&model, x, y);  // each op: compute, save for backward,
                                         //   push a tape record (activations grow)
       trn_backward(&model, loss);       // walk the tape backwards: grads += ...
-                                        //   (the grad buffer appears on first use)
+                                        //   (the grad buffer appears on first use;
+                                        //   an activation's gradient lives from its
+                                        //   first writer to its producer's backward)
       trn_clip_grad_norm(&model, 1.0f); // one pass over the flat grad buffer
       trn_adamw_step(&opt, &model, lr); // m and v appear on the first call
       trn_checkpoint_save(...);         // safetensors, atomic, resumable
@@ -953,7 +955,7 @@ TRNDEF const char *trn_kind_name(trn_kind kind) {
     case TRN_KIND_GRADS: name = "gradients"; break;
     case TRN_KIND_OPTIM: name = "optimizer"; break;
     case TRN_KIND_ACTIVATIONS: name = "activations"; break;
-    case TRN_KIND_ACT_GRADS: name = "act grads"; break;
+    case TRN_KIND_ACT_GRADS: name = "act_grads"; break;
     case TRN_KIND_TEMP: name = "temporary"; break;
     case TRN_KIND_COMM: name = "communication"; break;
     case TRN_KIND_RUNTIME: name = "runtime"; break;
@@ -2491,8 +2493,7 @@ TRNDEF trn_tensor *trn_cross_entropy(trn_model *m, trn_tensor *logits, const int
 #endif
 
 static void trn__linear_xent_bw(trn_model *m, trn_tape_entry *e) {
-    trn_tensor *x = e->in[0], *w = e->in[1], *b = e->in[2];
-    float *saved[3];
+    float *saved[3]; /* dx, dW, db (NULL: that input needs no gradient) */
     float dloss;
     int k, fresh;
     saved[0] = (float *)e->saved[0]; saved[1] = (float *)e->saved[1]; saved[2] = (float *)e->saved[2];
@@ -2507,7 +2508,6 @@ static void trn__linear_xent_bw(trn_model *m, trn_tape_entry *e) {
         else m->backend->accumulate(g, saved[k], t->size);
         trn__grads_free(m, saved[k]);
     }
-    (void)x; (void)w; (void)b;
 }
 
 TRNDEF trn_tensor *trn_linear_cross_entropy(trn_model *m, trn_tensor *x, trn_tensor *w, trn_tensor *b,
