@@ -32,7 +32,9 @@
       loss = my_forward(&model, x, y);  // each op: compute, save for backward,
                                         //   push a tape record (activations grow)
       trn_backward(&model, loss);       // walk the tape backwards: grads += ...
-                                        //   (the grad buffer appears on first use)
+                                        //   (the grad buffer appears on first use;
+                                        //   an activation's gradient lives from its
+                                        //   first writer to its producer's backward)
       trn_clip_grad_norm(&model, 1.0f); // one pass over the flat grad buffer
       trn_adamw_step(&opt, &model, lr); // m and v appear on the first call
       trn_checkpoint_save(...);         // safetensors, atomic, resumable
@@ -127,7 +129,10 @@ typedef enum trn_kind {
     TRN_KIND_WEIGHTS,     /* model parameters                              */
     TRN_KIND_GRADS,       /* gradients of the parameters                   */
     TRN_KIND_OPTIM,       /* optimizer state (AdamW m and v)               */
-    TRN_KIND_ACTIVATIONS, /* the per-step arena: activations + their grads */
+    TRN_KIND_ACTIVATIONS, /* the per-step arena: what forward saves        */
+    TRN_KIND_ACT_GRADS,   /* gradients of activations, each freed as soon
+                             as its producer's backward has read it; also
+                             the classifier's chunk scratch               */
     TRN_KIND_TEMP,        /* short-lived buffers (I/O staging, scratch)    */
     TRN_KIND_COMM,        /* communication buffers (DDP)                   */
     TRN_KIND_KV_CACHE,    /* keys and values kept for generation           */
@@ -485,6 +490,24 @@ typedef struct trn_arena {
     size_t spilled;            /* bytes in those blocks                    */
 } trn_arena;
 
+/* the gradients of activations: first-fit over one block, each span freed
+   when its tensor's producer has run backward; see trn__grad */
+typedef struct trn_grad_span { size_t off, bytes; char *ptr; } trn_grad_span;
+typedef struct trn_grad_arena {
+    char *base; size_t cap;    /* the block (backend memory, ACT_GRADS)     */
+    trn_grad_span *live;       /* spans in use, sorted by offset            */
+    int n_live, cap_live;
+    size_t high;               /* highest end offset any step has used      */
+} trn_grad_arena;
+
+/* a recompute region (see trn_recompute): fn(m, x, user) records ops */
+typedef trn_tensor *(*trn_region_fn)(struct trn_model *m, trn_tensor *x, void *user);
+typedef struct trn_region {
+    trn_region_fn fn;
+    void *user;
+    uint64_t rng_state;        /* m->rng at region entry, restored to re-run */
+} trn_region;
+
 typedef struct trn_model {
     const trn_backend *backend;
     trn_tensor **params;       /* the parameter table, in declaration order */
@@ -498,9 +521,11 @@ typedef struct trn_model {
     int tape_len, tape_cap;
     int grad_enabled;          /* 0: no tape (evaluation), like no_grad     */
     int training;              /* 1: training mode (dropout drops); 0: eval */
-    trn_rng rng;               /* dropout's masks; saved in checkpoints.
-                                  Seeded with 0 by trn_model_init: reseed it
-                                  (trn_rng_seed(&m.rng, seed)) for another */
+    trn_rng rng;               /* for ops that draw random numbers (dropout):
+                                  draw from m->rng, never a private RNG; it is
+                                  saved in checkpoints and trn_recompute
+                                  replays the same numbers. Seeded with 0 by
+                                  trn_model_init: reseed it for another */
     trn_tensor **tblocks;      /* host-side headers of this step's tensors  */
     int n_tblocks, t_used;
     /* called by trn_backward after tape entry i (i = tape_len-1 down to 0)
@@ -508,6 +533,9 @@ typedef struct trn_model {
        to start all-reducing a gradient bucket as soon as it is complete. */
     void (*backward_hook)(struct trn_model *m, int i, void *user);
     void *backward_hook_user;
+    trn_grad_arena grads;      /* activation gradients (ACT_GRADS)          */
+    trn_region *regions;       /* this step's recompute regions (host)      */
+    int n_regions, cap_regions;
 } trn_model;
 
 /* backend NULL = CPU */
@@ -568,6 +596,19 @@ TRNDEF trn_tensor *trn_attention(trn_model *m, trn_tensor *qkv, int n_head, int 
    divides n_head; trn_attention is this with n_kv_head = n_head */
 TRNDEF trn_tensor *trn_attention_gqa(trn_model *m, trn_tensor *qkv, int n_head, int n_kv_head,
                                      int causal);
+/* the classifier and its loss at once: mean cross-entropy of x W^T + b
+   (x (...,C), w (Vp,C), b (Vp) or NULL) without ever holding the (N,Vp)
+   logits; for logits (sampling) use trn_linear */
+TRNDEF trn_tensor *trn_linear_cross_entropy(trn_model *m, trn_tensor *x, trn_tensor *w, trn_tensor *b,
+                                            const int *targets, int n_valid);
+/* Activation checkpointing: y = fn(m, x, user), but forward keeps only x
+   and y; the activations inside are dropped and backward re-runs fn from x
+   to rebuild them (one more forward of the region: ~1/3 more FLOPs). fn must
+   be a pure function of x, the parameters and m->rng (restored for the
+   re-run), and must not call trn_reset or trn_backward. The gradients are
+   bit-identical to running fn plainly. With a DDP backward_hook installed,
+   a step with regions all-reduces after backward, not during it. */
+TRNDEF trn_tensor *trn_recompute(trn_model *m, trn_region_fn fn, void *user, trn_tensor *x);
 TRNDEF trn_tensor *trn_cross_entropy(trn_model *m, trn_tensor *logits, const int *targets,
                                      int n_valid);
 TRNDEF trn_tensor *trn_mse(trn_model *m, trn_tensor *pred, const float *target);
@@ -1317,10 +1358,20 @@ static struct {
 } trn__ledger;
 
 TRNDEF const char *trn_kind_name(trn_kind kind) {
-    static const char *names[TRN_KIND_COUNT] = {"weights",   "gradients", "optimizer",
-                                                "activations", "temporary", "communication",
-                                                "kv cache", "runtime"};
-    return (kind >= 0 && kind < TRN_KIND_COUNT) ? names[kind] : "?";
+    const char *name = "?";
+    switch (kind) { /* by name: kinds get added, indices move */
+    case TRN_KIND_WEIGHTS: name = "weights"; break;
+    case TRN_KIND_GRADS: name = "gradients"; break;
+    case TRN_KIND_OPTIM: name = "optimizer"; break;
+    case TRN_KIND_ACTIVATIONS: name = "activations"; break;
+    case TRN_KIND_ACT_GRADS: name = "act_grads"; break;
+    case TRN_KIND_TEMP: name = "temporary"; break;
+    case TRN_KIND_COMM: name = "communication"; break;
+    case TRN_KIND_KV_CACHE: name = "kv cache"; break;
+    case TRN_KIND_RUNTIME: name = "runtime"; break;
+    default: break;
+    }
+    return name;
 }
 
 TRNDEF void trn_ledger_add(trn_place place, trn_kind kind, long long delta) {
@@ -3121,10 +3172,17 @@ static void trn__arena_free_all(trn_model *m) {
     m->arena.cap = m->arena.used = 0;
 }
 
+static void trn__grads_release_all(trn_model *m);
+static void trn__grads_grow(trn_model *m);
+
 TRNDEF void trn_model_free(trn_model *m) {
     int i;
     if (!m) return;
     trn__arena_free_all(m);
+    trn__grads_release_all(m);
+    if (m->grads.base) m->backend->free(m->grads.base);
+    free(m->grads.live);
+    free(m->regions);
     for (i = 0; i < m->n_tblocks; i++) trn_free(m->tblocks[i]);
     free(m->tblocks);
     if (m->param_data) m->backend->free(m->param_data);
@@ -3182,7 +3240,10 @@ static trn_tensor *trn__header(trn_model *m) {
 
 TRNDEF void trn_reset(trn_model *m) {
     trn_arena *a = &m->arena;
-    if (a->n_spill) {
+    trn__grads_release_all(m);
+    trn__grads_grow(m);
+    m->n_regions = 0;
+    if (a->n_spill || a->high > a->cap) { /* (recompute may have freed its spills) */
         size_t want = a->high;
         trn__arena_free_all(m);
         a->base = (char *)m->backend->alloc(want, TRN_KIND_ACTIVATIONS);
@@ -3225,27 +3286,119 @@ TRNDEF trn_tensor *trn_input(trn_model *m, const char *name, int ndim, const int
     return t;
 }
 
-/* the gradient of an activation appears (zeroed) the first time backward
-   needs it; parameters point into the flat gradient buffer */
-static float *trn__grad(trn_model *m, trn_tensor *t) {
+/* --- the gradient arena ----------------------------------------------------
+   The gradient of an activation lives from the first backward that writes
+   it to the backward of the op that produced it (which reads it to push
+   gradients further down); then its bytes are reused. Residual streams make
+   these lifetimes overlap without nesting (x_l's gradient is born before
+   x_{l+1}'s dies), so this is not a stack but a first-fit allocator: the
+   live spans, sorted by offset, and a new span goes into the first gap that
+   holds it. Offsets are virtual and the space never fills: a span that ends
+   beyond the block (the first step, when there is no block yet) gets memory
+   of its own, and the end of that backward (or trn_reset) sizes the block
+   to the highest end seen, so the same step again runs inside the block
+   with no allocation. The
+   same allocator serves short-lived scratch (the classifier's chunks). */
+static void *trn__grads_alloc(trn_model *m, size_t bytes) {
+    trn_grad_arena *g = &m->grads;
+    size_t need = (bytes + 63) & ~(size_t)63, off = 0;
+    int i, at;
+    if (need == 0) need = 64;
+    for (at = 0; at < g->n_live; at++) { /* first gap that holds `need` */
+        if (g->live[at].off >= off + need) break;
+        off = g->live[at].off + g->live[at].bytes;
+    }
+    if (g->n_live == g->cap_live) {
+        int cap = g->cap_live ? 2 * g->cap_live : 32;
+        trn_grad_span *nl = (trn_grad_span *)realloc(g->live, sizeof(trn_grad_span) * (size_t)cap);
+        if (!nl) trn_fatal("activation gradients: out of host memory for the span table");
+        g->live = nl;
+        g->cap_live = cap;
+    }
+    for (i = g->n_live; i > at; i--) g->live[i] = g->live[i - 1];
+    g->n_live++;
+    g->live[at].off = off;
+    g->live[at].bytes = need;
+    if (g->base && off + need <= g->cap) {
+        g->live[at].ptr = g->base + off;
+    } else {
+        g->live[at].ptr = (char *)m->backend->alloc(need, TRN_KIND_ACT_GRADS);
+        if (!g->live[at].ptr) {
+            trn_ledger_print("out of memory");
+            trn_fatal("activation gradients: cannot allocate %zu bytes: %s", need, trn_error_reason());
+        }
+    }
+    if (off + need > g->high) g->high = off + need;
+    return g->live[at].ptr;
+}
+
+/* give a span back; returns 0 (and does nothing) when p is not one */
+static int trn__grads_free(trn_model *m, void *p) {
+    trn_grad_arena *g = &m->grads;
+    int i;
+    if (!p) return 0;
+    for (i = 0; i < g->n_live; i++)
+        if (g->live[i].ptr == (char *)p) break;
+    if (i == g->n_live) return 0;
+    if (!(g->base && g->live[i].off + g->live[i].bytes <= g->cap)) m->backend->free(p); /* its own memory */
+    for (; i + 1 < g->n_live; i++) g->live[i] = g->live[i + 1];
+    g->n_live--;
+    return 1;
+}
+
+static void trn__grads_release_all(trn_model *m) {
+    while (m->grads.n_live) trn__grads_free(m, m->grads.live[m->grads.n_live - 1].ptr);
+}
+
+/* with nothing live: make the block as large as the most any step used */
+static void trn__grads_grow(trn_model *m) {
+    trn_grad_arena *g = &m->grads;
+    if (g->n_live || g->high <= g->cap) return;
+    if (g->base) m->backend->free(g->base);
+    g->base = (char *)m->backend->alloc(g->high, TRN_KIND_ACT_GRADS);
+    if (!g->base) {
+        trn_ledger_print("out of memory");
+        trn_fatal("activation gradients: cannot allocate the %zu-byte block: %s", g->high, trn_error_reason());
+    }
+    g->cap = g->high;
+}
+
+/* THE way a backward gets the gradient buffer of a tensor it pushes into
+   (the kit's ops and user ops alike). Parameters: their view of the flat
+   gradient buffer. Activations: a span of the gradient arena, created on
+   the first call, freed by trn_backward right after the backward of the
+   op that produced t (t->grad is then NULL again; only parameters and
+   tensors no op produced, like inputs, keep a gradient after trn_backward).
+     fresh == NULL: a newly created buffer is zeroed; the caller accumulates
+                    (+=), which is always right.
+     fresh != NULL: a newly created buffer is NOT zeroed and *fresh = 1: the
+                    caller must then WRITE (=) every element; *fresh = 0:
+                    the buffer holds a partial sum, the caller accumulates.
+   The second form saves a memset and a read of the buffer; use it where a
+   backward can overwrite (a copy, a beta = 0 product). */
+static float *trn__grad(trn_model *m, trn_tensor *t, int *fresh) {
+    if (fresh) *fresh = 0;
     if (!t->grad) {
-        t->grad = (float *)trn_arena_alloc(m, t->size * sizeof(float));
-        m->backend->zero(t->grad, t->size * sizeof(float));
+        t->grad = (float *)trn__grads_alloc(m, t->size * sizeof(float));
+        if (fresh) *fresh = 1;
+        else m->backend->zero(t->grad, t->size * sizeof(float));
     }
     return t->grad;
 }
 
 /* gradient pointer for an input, or NULL when that input needs none */
-static float *trn__want(trn_model *m, trn_tensor *t) {
-    return (t && t->requires_grad) ? trn__grad(m, t) : NULL;
+static float *trn__want(trn_model *m, trn_tensor *t, int *fresh) {
+    if (fresh) *fresh = 0;
+    return (t && t->requires_grad) ? trn__grad(m, t, fresh) : NULL;
 }
 
-TRNDEF float *trn_grad(trn_model *m, trn_tensor *t) { return trn__want(m, t); }
+TRNDEF float *trn_grad(trn_model *m, trn_tensor *t) { return trn__want(m, t, NULL); }
 
 static trn_tape_entry *trn__record(trn_model *m, const char *op, trn_backward_fn bw, trn_tensor *out,
                                    trn_tensor *a, trn_tensor *b, trn_tensor *c) {
     trn_tape_entry *e;
-    out->requires_grad = (a && a->requires_grad) || (b && b->requires_grad) || (c && c->requires_grad);
+    /* (an op may set it beforehand: a recompute region's parameters) */
+    out->requires_grad = out->requires_grad || (a && a->requires_grad) || (b && b->requires_grad) || (c && c->requires_grad);
     if (!m->grad_enabled || !out->requires_grad) { out->requires_grad = 0; return NULL; }
     if (m->tape_len == m->tape_cap) {
         int cap = m->tape_cap ? 2 * m->tape_cap : 256;
@@ -3263,10 +3416,26 @@ static trn_tape_entry *trn__record(trn_model *m, const char *op, trn_backward_fn
     return e;
 }
 
+/* run tape entries hi down to lo. After an entry's backward its output's
+   gradient has been read for the last time: free it. (The entry is read
+   again from the tape: a recompute region's backward appends to the tape,
+   which may move it.) */
+static void trn__backward_range(trn_model *m, int hi, int lo, int hooks) {
+    int i;
+    for (i = hi; i >= lo; i--) {
+        trn_tape_entry *e = &m->tape[i];
+        if (e->out->grad) { /* no gradient reached it: skip */
+            e->backward(m, e);
+            e = &m->tape[i];
+            if (trn__grads_free(m, e->out->grad)) e->out->grad = NULL;
+        }
+        if (hooks && m->backward_hook) m->backward_hook(m, i, m->backward_hook_user); /* DDP */
+    }
+}
+
 TRNDEF void trn_backward(trn_model *m, trn_tensor *loss) { trn_backward_scaled(m, loss, 1.0f); }
 
 TRNDEF void trn_backward_scaled(trn_model *m, trn_tensor *loss, float scale) {
-    int i;
     if (!m || !loss) trn_fatal("trn_backward: model or loss is NULL");
     if (loss->size != 1) {
         char s[64];
@@ -3281,13 +3450,12 @@ TRNDEF void trn_backward_scaled(trn_model *m, trn_tensor *loss, float scale) {
         trn_fatal("trn_backward: %s", trn_error_reason());
     }
     /* the chain rule starts here: d(loss)/d(loss) = 1 (or the caller's scale) */
-    m->backend->upload(trn__grad(m, loss), &scale, sizeof scale);
-    for (i = m->tape_len - 1; i >= 0; i--) {
-        trn_tape_entry *e = &m->tape[i];
-        if (e->out->grad) e->backward(m, e); /* no gradient reached it: skip */
-        if (m->backward_hook) m->backward_hook(m, i, m->backward_hook_user); /* DDP */
-    }
+    m->backend->upload(trn__grad(m, loss, NULL), &scale, sizeof scale);
+    /* parameters used inside recompute regions are not on this tape, so a
+       hook cannot tell when their gradients are final: no hook then */
+    trn__backward_range(m, m->tape_len - 1, 0, m->n_regions == 0);
     m->tape_len = 0; /* the tape is consumed, as PyTorch frees its graph */
+    trn__grads_grow(m); /* first step: now the block's size is known */
 }
 
 TRNDEF int trn_set_grad_enabled(trn_model *m, int enabled) {
@@ -3360,7 +3528,7 @@ static void trn__not_null(const char *op, const void *a, const void *b) {
 /* --- linear -------------------------------------------------------------- */
 static void trn__linear_bw(trn_model *m, trn_tape_entry *e) {
     trn_tensor *x = e->in[0], *w = e->in[1], *b = e->in[2];
-    m->backend->matmul_backward(trn__want(m, x), trn__want(m, w), trn__want(m, b), e->out->grad, x->data,
+    m->backend->matmul_backward(trn__want(m, x, NULL), trn__want(m, w, NULL), trn__want(m, b, NULL), e->out->grad, x->data,
                                 w->data, e->iarg[0], e->iarg[1], e->iarg[2]);
 }
 
@@ -3387,7 +3555,7 @@ TRNDEF trn_tensor *trn_linear(trn_model *m, trn_tensor *x, trn_tensor *w, trn_te
 static void trn__embedding_bw(trn_model *m, trn_tape_entry *e) {
     trn_tensor *table = e->in[0];
     if (table->requires_grad)
-        m->backend->embedding_backward(trn__grad(m, table), e->out->grad, (const int *)e->saved[0], e->iarg[0], e->iarg[1]);
+        m->backend->embedding_backward(trn__grad(m, table, NULL), e->out->grad, (const int *)e->saved[0], e->iarg[0], e->iarg[1]);
 }
 
 /* copy host ints into the arena (backend memory): saved for backward */
@@ -3419,7 +3587,7 @@ TRNDEF trn_tensor *trn_embedding(trn_model *m, trn_tensor *table, const int *ids
 /* --- layernorm ------------------------------------------------------------ */
 static void trn__layernorm_bw(trn_model *m, trn_tape_entry *e) {
     trn_tensor *x = e->in[0], *w = e->in[1], *b = e->in[2];
-    m->backend->layernorm_backward(trn__want(m, x), trn__want(m, w), trn__want(m, b), e->out->grad, x->data, w->data,
+    m->backend->layernorm_backward(trn__want(m, x, NULL), trn__want(m, w, NULL), trn__want(m, b, NULL), e->out->grad, x->data, w->data,
                                    (const float *)e->saved[0], (const float *)e->saved[1], e->iarg[0], e->iarg[1]);
 }
 
@@ -3443,7 +3611,7 @@ TRNDEF trn_tensor *trn_layernorm(trn_model *m, trn_tensor *x, trn_tensor *w, trn
 
 /* --- gelu, relu, add ------------------------------------------------------ */
 static void trn__gelu_bw(trn_model *m, trn_tape_entry *e) {
-    m->backend->gelu_backward(trn__grad(m, e->in[0]), e->in[0]->data, e->out->grad, e->out->size);
+    m->backend->gelu_backward(trn__grad(m, e->in[0], NULL), e->in[0]->data, e->out->grad, e->out->size);
 }
 TRNDEF trn_tensor *trn_gelu(trn_model *m, trn_tensor *x) {
     trn_tensor *out;
@@ -3472,9 +3640,16 @@ TRNDEF trn_tensor *trn_relu(trn_model *m, trn_tensor *x) {
     return out;
 }
 
+/* d(a+b)/da = d(a+b)/db = 1: each input's gradient is the output's, copied
+   when the input's gradient is new (the usual case), added otherwise */
 static void trn__add_bw(trn_model *m, trn_tape_entry *e) {
-    if (e->in[0]->requires_grad) m->backend->accumulate(trn__grad(m, e->in[0]), e->out->grad, e->out->size);
-    if (e->in[1]->requires_grad) m->backend->accumulate(trn__grad(m, e->in[1]), e->out->grad, e->out->size);
+    int k, fresh;
+    for (k = 0; k < 2; k++) {
+        float *g = trn__want(m, e->in[k], &fresh);
+        if (!g) continue;
+        if (fresh) m->backend->copy(g, e->out->grad, e->out->size * sizeof(float));
+        else m->backend->accumulate(g, e->out->grad, e->out->size);
+    }
 }
 TRNDEF trn_tensor *trn_add(trn_model *m, trn_tensor *a, trn_tensor *b) {
     trn_tensor *out;
@@ -3492,7 +3667,7 @@ TRNDEF trn_tensor *trn_add(trn_model *m, trn_tensor *a, trn_tensor *b) {
 static void trn__attention_bw(trn_model *m, trn_tape_entry *e) {
     int B = e->iarg[0], T = e->iarg[1], NH = e->iarg[2], NKV = e->iarg[3];
     int hs = e->in[0]->shape[2] / (NH + 2 * NKV);
-    m->backend->flash_attention_backward(trn__grad(m, e->in[0]), e->out->grad, e->in[0]->data, e->out->data,
+    m->backend->flash_attention_backward(trn__grad(m, e->in[0], NULL), e->out->grad, e->in[0]->data, e->out->data,
                                          (const float *)e->saved[0], B, T, NH, NKV, hs, (int)e->farg[0]);
 }
 
@@ -3555,7 +3730,7 @@ static void trn__xent_bw(trn_model *m, trn_tape_entry *e) {
     int N = e->iarg[0];
     float dloss;
     m->backend->download(&dloss, e->out->grad, sizeof dloss);
-    m->backend->crossentropy_backward(trn__grad(m, e->in[0]), e->in[0]->data, (const float *)e->saved[0],
+    m->backend->crossentropy_backward(trn__grad(m, e->in[0], NULL), e->in[0]->data, (const float *)e->saved[0],
                                       (const int *)e->saved[1], dloss / (float)N, N, e->iarg[1], e->iarg[2]);
 }
 
@@ -3578,11 +3753,104 @@ TRNDEF trn_tensor *trn_cross_entropy(trn_model *m, trn_tensor *logits, const int
     return out;
 }
 
+/* --- linear + cross-entropy, fused: the classifier -------------------------
+   loss = mean over rows n of CE(x[n] W^T + b, target[n]), x (N,C) (any
+   leading dims), W (Vp,C), b (Vp) or NULL, targets in [0,n_valid).
+   Unfused (trn_linear then trn_cross_entropy) the logits (N,Vp) and their
+   gradient (N,Vp) both exist until the end of backward: 2*N*Vp floats,
+   824 MB for GPT-2 at B=2, T=1024. Here the rows go through in chunks of R:
+       logits (R,Vp) = x_chunk W^T + b               (scratch)
+       lse, losses   = cross-entropy of the chunk    (lse: scratch)
+       dlogits (R,Vp) = (softmax - onehot) / N       (scratch): the gradient
+                        if d(loss) = 1, what trn_backward seeds
+       dx_chunk      = dlogits W                     (saved, (N,C) in all)
+       dW += dlogits^T x_chunk, db += column sums    (saved, (Vp,C), (Vp))
+   and the scratch is free again before the next op runs. Backward has only
+   to scale what was saved by the incoming d(loss) (1 unless the loss was
+   scaled) and add it in. The FLOPs are the unfused pair's; the memory is
+   N*C + Vp*C floats (+ 2*R*Vp scratch) instead of 2*N*Vp. The saved
+   gradients sit in the gradient arena and die in this op's backward, the
+   first of the step, so the gradients of the layers below reuse their
+   bytes. With the tape off (evaluation) only the losses are computed.
+   Same backend kernels as the unfused pair: matmul, cross-entropy. */
+#ifndef TRN__XENT_CHUNK_FLOATS /* (tests set it small to get many chunks) */
+#define TRN__XENT_CHUNK_FLOATS ((size_t)1 << 23) /* 32 MB of logits per chunk */
+#endif
+
+static void trn__linear_xent_bw(trn_model *m, trn_tape_entry *e) {
+    float *saved[3]; /* dx, dW, db (NULL: that input needs no gradient) */
+    float dloss;
+    int k, fresh;
+    saved[0] = (float *)e->saved[0]; saved[1] = (float *)e->saved[1]; saved[2] = (float *)e->saved[2];
+    m->backend->download(&dloss, e->out->grad, sizeof dloss);
+    for (k = 0; k < 3; k++) {
+        trn_tensor *t = e->in[k];
+        float *g;
+        if (!saved[k]) continue;
+        if (dloss != 1.0f) m->backend->scale(saved[k], dloss, t->size);
+        g = trn__grad(m, t, &fresh);
+        if (fresh) m->backend->copy(g, saved[k], t->size * sizeof(float));
+        else m->backend->accumulate(g, saved[k], t->size);
+        trn__grads_free(m, saved[k]);
+    }
+}
+
+TRNDEF trn_tensor *trn_linear_cross_entropy(trn_model *m, trn_tensor *x, trn_tensor *w, trn_tensor *b,
+                                            const int *targets, int n_valid) {
+    int C, Vp, N, R, r0, *dev, want;
+    float *losses, *lse, *logits, *dlogits, *dx = NULL, *dw = NULL, *db = NULL;
+    trn_tensor *out;
+    trn_tape_entry *e;
+    const trn_backend *bk;
+    trn__not_null("trn_linear_cross_entropy", m, x); trn__not_null("trn_linear_cross_entropy", w, targets);
+    bk = m->backend;
+    C = TRN__LAST(x);
+    trn__need(w->ndim == 2 && w->shape[1] == C, "trn_linear_cross_entropy", x, w, "input channels must match weight (Vp,C)");
+    Vp = w->shape[0];
+    if (b) trn__need(b->size == (size_t)Vp, "trn_linear_cross_entropy", w, b, "bias must have Vp elements");
+    if (n_valid <= 0 || n_valid > Vp) trn_fatal("trn_linear_cross_entropy: n_valid=%d must be in [1,%d]", n_valid, Vp);
+    N = (int)(x->size / (size_t)C);
+    R = (int)TRN__MAX((size_t)1, TRN__XENT_CHUNK_FLOATS / (size_t)Vp);
+    if (R > N) R = N;
+    dev = trn__upload_ids(m, targets, N, n_valid, "trn_linear_cross_entropy (targets)");
+    losses = (float *)trn_arena_alloc(m, sizeof(float) * (size_t)N);
+    want = m->grad_enabled && (x->requires_grad || w->requires_grad || (b && b->requires_grad));
+    if (want) { /* the saved gradients, accumulated over the chunks */
+        if (x->requires_grad) dx = (float *)trn__grads_alloc(m, x->size * sizeof(float));
+        if (w->requires_grad) dw = (float *)trn__grads_alloc(m, w->size * sizeof(float));
+        if (b && b->requires_grad) db = (float *)trn__grads_alloc(m, b->size * sizeof(float));
+        if (dw) bk->zero(dw, w->size * sizeof(float));
+        if (db) bk->zero(db, b->size * sizeof(float));
+    }
+    logits = (float *)trn__grads_alloc(m, sizeof(float) * (size_t)R * Vp);
+    dlogits = want ? (float *)trn__grads_alloc(m, sizeof(float) * (size_t)R * Vp) : NULL;
+    lse = (float *)trn__grads_alloc(m, sizeof(float) * (size_t)R);
+    for (r0 = 0; r0 < N; r0 += R) {
+        int n = TRN__MIN(R, N - r0);
+        const float *xc = x->data + (size_t)r0 * C;
+        bk->matmul_forward(logits, xc, w->data, b ? b->data : NULL, n, C, Vp);          /* (n,Vp) */
+        bk->crossentropy_forward(losses + r0, lse, logits, dev + r0, n, n_valid, Vp);
+        if (!want) continue;
+        bk->zero(dlogits, sizeof(float) * (size_t)n * Vp); /* the kernel adds; padding stays 0 */
+        bk->crossentropy_backward(dlogits, logits, lse, dev + r0, 1.0f / (float)N, n, n_valid, Vp);
+        if (dx) bk->zero(dx + (size_t)r0 * C, sizeof(float) * (size_t)n * C);
+        bk->matmul_backward(dx ? dx + (size_t)r0 * C : NULL, dw, db, dlogits, xc, w->data, n, C, Vp);
+    }
+    trn__grads_free(m, lse);
+    trn__grads_free(m, dlogits);
+    trn__grads_free(m, logits);
+    out = trn__scalar_mean(m, "linear_cross_entropy", losses, (size_t)N);
+    e = want ? trn__record(m, "linear_cross_entropy", trn__linear_xent_bw, out, x, w, b) : NULL;
+    if (e) { e->saved[0] = dx; e->saved[1] = dw; e->saved[2] = db; }
+    else { trn__grads_free(m, dx); trn__grads_free(m, dw); trn__grads_free(m, db); }
+    return out;
+}
+
 static void trn__mse_bw(trn_model *m, trn_tape_entry *e) {
     trn_tensor *p = e->in[0];
     float dloss;
     m->backend->download(&dloss, e->out->grad, sizeof dloss);
-    m->backend->mse_backward(trn__grad(m, p), p->data, (const float *)e->saved[0], dloss / (float)p->size, p->size);
+    m->backend->mse_backward(trn__grad(m, p, NULL), p->data, (const float *)e->saved[0], dloss / (float)p->size, p->size);
 }
 
 TRNDEF trn_tensor *trn_mse(trn_model *m, trn_tensor *pred, const float *target) {
@@ -3602,10 +3870,105 @@ TRNDEF trn_tensor *trn_mse(trn_model *m, trn_tensor *pred, const float *target) 
     return out;
 }
 
+/* --- recompute regions (activation checkpointing) ---------------------------
+   Forward runs the region once with the tape on (to learn whether its
+   output needs a gradient), then forgets it (with the tape off, as in
+   evaluation, it forgets it just the same): the tape is cut back, the
+   arena rewound to where the region began, and only the output is kept
+   (copied out through the gradient arena and back into a fresh tensor).
+   The tape gets one entry, "recompute", whose backward
+     1. rewinds m->rng to its state at region entry and re-runs fn(x): the
+        region's activations and tape entries exist again, bit for bit;
+     2. hands the region output's gradient to the re-run output;
+     3. runs backward over the re-run's entries (which frees their
+        gradients one by one and leaves x's gradient for x's producer);
+     4. cuts the tape and rewinds the arena again.
+   Memory: a region keeps its input and output; inside, the largest
+   region's activations exist once, during its backward. */
+typedef struct trn__arena_mark {
+    size_t used, spilled;
+    int n_spill, t_used, tape_len;
+} trn__arena_mark;
+
+static trn__arena_mark trn__mark(const trn_model *m) {
+    trn__arena_mark k;
+    k.used = m->arena.used; k.spilled = m->arena.spilled; k.n_spill = m->arena.n_spill;
+    k.t_used = m->t_used; k.tape_len = m->tape_len;
+    return k;
+}
+
+/* forget every activation, tensor header and tape entry made after k */
+static void trn__rewind(trn_model *m, const trn__arena_mark *k) {
+    trn_arena *a = &m->arena;
+    while (a->n_spill > k->n_spill) m->backend->free(a->spill[--a->n_spill]);
+    a->used = k->used; a->spilled = k->spilled;
+    m->t_used = k->t_used; m->tape_len = k->tape_len;
+}
+
+static void trn__recompute_bw(trn_model *m, trn_tape_entry *e) {
+    trn_region r = m->regions[e->iarg[0]]; /* copies: the tape and the region table may move */
+    trn_tensor *x = e->in[0], *y = e->out, *inner;
+    trn__arena_mark k = trn__mark(m);
+    uint64_t rng_now = m->rng.state;
+    int grad_was = m->grad_enabled;
+    m->rng.state = r.rng_state; /* dropout draws the same masks again */
+    m->grad_enabled = 1;
+    inner = r.fn(m, x, r.user);
+    m->rng.state = rng_now;
+    m->grad_enabled = grad_was;
+    if (inner->size != y->size) trn_fatal("trn_recompute: the region's output changed size on the re-run");
+    if (!inner->grad) { /* the usual case: the gradient buffer changes hands */
+        inner->grad = y->grad;
+        y->grad = NULL;
+    } else { /* the region returned its input (or a leaf with a gradient) */
+        m->backend->accumulate(inner->grad, y->grad, y->size);
+    }
+    trn__backward_range(m, m->tape_len - 1, k.tape_len, 0);
+    trn__rewind(m, &k);
+}
+
+TRNDEF trn_tensor *trn_recompute(trn_model *m, trn_region_fn fn, void *user, trn_tensor *x) {
+    trn__arena_mark k;
+    trn_tensor *inner, *y;
+    trn_tape_entry *e;
+    trn_region r;
+    int ndim, shape[TRN_MAX_DIMS], rg;
+    char name[64];
+    void *keep;
+    trn__not_null("trn_recompute", m, x);
+    if (!fn) trn_fatal("trn_recompute: fn is NULL");
+    r.fn = fn; r.user = user; r.rng_state = m->rng.state;
+    k = trn__mark(m);
+    inner = fn(m, x, user);
+    if (!inner) trn_fatal("trn_recompute: the region returned NULL");
+    rg = inner->requires_grad;
+    ndim = inner->ndim;
+    memcpy(shape, inner->shape, sizeof shape);
+    memcpy(name, inner->name, sizeof name);
+    keep = trn__grads_alloc(m, inner->size * sizeof(float));
+    m->backend->copy(keep, inner->data, inner->size * sizeof(float));
+    trn__rewind(m, &k);
+    y = trn_tensor_new(m, name, ndim, shape);
+    m->backend->copy(y->data, keep, y->size * sizeof(float));
+    trn__grads_free(m, keep);
+    if (!rg || !m->grad_enabled) return y;
+    if (m->n_regions == m->cap_regions) {
+        int cap = m->cap_regions ? 2 * m->cap_regions : 64;
+        trn_region *nr = (trn_region *)realloc(m->regions, sizeof(trn_region) * (size_t)cap);
+        if (!nr) trn_fatal("trn_recompute: out of host memory for the region table");
+        m->regions = nr;
+        m->cap_regions = cap;
+    }
+    y->requires_grad = 1; /* the region's parameters need it, whatever x does */
+    e = trn__record(m, "recompute", trn__recompute_bw, y, x, NULL, NULL);
+    if (e) { e->iarg[0] = m->n_regions; m->regions[m->n_regions++] = r; }
+    return y;
+}
+
 /* --- mean pool -------------------------------------------------------------- */
 static void trn__meanpool_bw(trn_model *m, trn_tape_entry *e) {
     trn_tensor *x = e->in[0];
-    m->backend->meanpool_backward(trn__grad(m, x), e->out->grad, x->shape[0], x->shape[1], x->shape[2]);
+    m->backend->meanpool_backward(trn__grad(m, x, NULL), e->out->grad, x->shape[0], x->shape[1], x->shape[2]);
 }
 TRNDEF trn_tensor *trn_mean_pool(trn_model *m, trn_tensor *x) {
     int shape[2];

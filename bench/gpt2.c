@@ -18,6 +18,8 @@
 //
 //   bench/gpt2                 both models, 2 threads (~1 minute)
 //   bench/gpt2 --model mini    one of them;  --threads N, --steps N
+//   bench/gpt2 --recompute     each block a recompute region (what the
+//                              memory saving costs in time)
 //
 // Timings are wall clock: run it on a quiet machine.
 //
@@ -119,6 +121,8 @@ static double gemm_rate(const gpt2_config *c, int rows, int blas) {
     return flops / secs / 1e9;
 }
 
+static int recompute; // --recompute: gpt2.recompute for every model
+
 typedef struct bench_result {
     double ms, fwd, bwd, opt, tok_s, gflops, blas, kit;
 } bench_result;
@@ -132,6 +136,7 @@ static bench_result bench_model(const char *name, const gpt2_config *cfg, int B,
         exit(1);
     }
     gpt2_init_weights(&g, 1);
+    g.recompute = recompute;
     int *x = (int *)malloc(sizeof(int) * (size_t)B * T), *y = (int *)malloc(sizeof(int) * (size_t)B * T);
     trn_rng rng;
     trn_rng_seed(&rng, 7);
@@ -176,8 +181,9 @@ static bench_result bench_model(const char *name, const gpt2_config *cfg, int B,
     res.opt = 1e3 * median(t_opt, steps);
     res.tok_s = (double)B * T / (res.ms / 1e3);
     res.gflops = flops / (res.ms / 1e3) / 1e9;
-    printf("%-6s L=%d C=%d V=%d, %.1fM params, B=%d T=%d: %.1f GFLOP per step, last loss %.3f\n", name,
-           cfg->n_layer, cfg->n_embd, cfg->padded_vocab, g.m.n_floats / 1e6, B, T, flops / 1e9, loss);
+    printf("%-6s L=%d C=%d V=%d, %.1fM params, B=%d T=%d: %.1f GFLOP per step, last loss %.3f%s\n", name,
+           cfg->n_layer, cfg->n_embd, cfg->padded_vocab, g.m.n_floats / 1e6, B, T, flops / 1e9, loss,
+           recompute ? " (--recompute: the blocks' forward runs twice, not counted)" : "");
     free(t_all);
     free(x);
     free(y);
@@ -197,8 +203,10 @@ int main(int argc, char **argv) {
     const char *only = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help")) {
-            printf("usage: bench/gpt2 [--model gpt2|mini] [--threads N] [--steps N]\n");
+            printf("usage: bench/gpt2 [--model gpt2|mini] [--threads N] [--steps N] [--recompute]\n");
             return 0;
+        } else if (!strcmp(argv[i], "--recompute")) {
+            recompute = 1;
         } else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
             threads = (int)parse_int("--threads", argv[++i], 1, 1024);
         } else if (!strcmp(argv[i], "--steps") && i + 1 < argc) {

@@ -26,12 +26,15 @@
 // rate with --tf32 0, from a small table of NVIDIA datasheet figures
 // looked up by device name; other devices need --peak-tflops.
 //
-// Memory: the kit keeps every activation of the step and its gradient in
-// the arena, including the attention probabilities (B,NH,T,T) of every
-// layer, plus one same-sized backward scratch shared by all layers. The bench prints
-// that estimate before it allocates, and stops (exit 1) when it will not
-// fit in the free device memory; the ledger's device view at the end shows
-// what was actually allocated.
+// Memory: the arena keeps what backward reads (with --recompute only each
+// block's input, and one block's inside during its backward), including
+// the attention probabilities (B,NH,T,T) of every layer, plus one
+// same-sized backward scratch shared by all layers; activation gradients
+// live in their own block, each freed after its producer's backward; the
+// classifier never holds the (B,T,Vp) logits. The bench prints that
+// estimate before it allocates, and stops (exit 1) when it will not fit in
+// the free device memory; the ledger's device view at the end shows what
+// was actually allocated.
 //
 // Without a GPU it prints the one-line reason and exits with code 2.
 //
@@ -52,35 +55,45 @@ static double median(double *v, int n) {
 }
 
 // >>estimate: the bytes one training step needs on the device, before
-// anything is allocated. Counted from what gpt2_forward records (see
-// train.h: each op's output lives in the arena, its gradient appears there
-// during backward, nothing is freed until trn_reset).
+// anything is allocated. Counted from what gpt2_loss records (see train.h:
+// each op's saved outputs live in the arena until trn_reset; activation
+// gradients in their own block, each freed after its producer's backward).
 typedef struct mem_estimate {
     double params;      // parameter elements (wte, wpe, blocks, ln_f)
     double state;       // bytes: weights + grads + AdamW m and v
-    double attn;        // bytes: (B,NH,T,T) probabilities of all layers + one backward scratch
-    double logits;      // bytes: (B,T,Vp) logits and their gradient
-    double activations; // bytes: the whole arena (attn and logits included)
+    double attn;        // bytes: (B,NH,T,T) probabilities kept + one backward scratch
+    double classifier;  // bytes: the fused classifier's saved dx, dW and chunk scratch
+    double arena;       // bytes: the activation arena (attn included)
+    double act_grads;   // bytes: the activation-gradient block (classifier included)
+    double activations; // bytes: arena + act_grads
 } mem_estimate;
 
-static mem_estimate estimate_memory(const gpt2_config *c, int B, int T) {
+static mem_estimate estimate_memory(const gpt2_config *c, int B, int T, int recompute) {
     mem_estimate e;
     double C = c->n_embd, L = c->n_layer, NH = c->n_head, Vp = c->padded_vocab, tok = (double)B * T;
     e.params = Vp * C + (double)c->block_size * C + L * (12.0 * C * C + 13.0 * C) + 2.0 * C;
     e.state = 4.0 * 4.0 * e.params;
-    // floats per token: embeddings: 2 lookups + add, each with a gradient,
-    // and the 2 id arrays (ints, same size).
-    double emb = 6.0 * C + 2.0;
+    // floats per token: embeddings: 2 id arrays (ints), 2 lookups + add
+    double emb = 3.0 * C + 2.0;
     // each block: ln_1, qkv (3C), attention out, proj, add, ln_2, fc (4C),
-    // gelu (4C), fc proj, add = 18C outputs + 18C gradients; two
-    // LayerNorms' mean and rstd (4); the attention probabilities, NH*T.
-    // The backward scratch (NH*T per token) is shared by all layers.
-    double block = 36.0 * C + 4.0 + NH * T;
-    // ln_f (C + grad + mean/rstd), logits (Vp + grad), targets, losses, lse
-    double head = 2.0 * C + 2.0 + 2.0 * Vp + 3.0;
-    e.attn = 4.0 * tok * (L + 1.0) * NH * T;
-    e.logits = 4.0 * tok * 2.0 * Vp;
-    e.activations = 4.0 * tok * (emb + L * block + NH * T + head);
+    // gelu (4C), fc proj, add = 18C; two LayerNorms' mean and rstd (4);
+    // the attention probabilities, NH*T. The backward scratch (NH*T per
+    // token) is shared by all layers.
+    double block = 18.0 * C + 4.0 + NH * T;
+    // ln_f (C + mean/rstd), targets, losses
+    double head = C + 4.0;
+    // --recompute: each block keeps its output (= the next one's input),
+    // and one block's inside exists again during its backward
+    double blocks = recompute ? L * C + block : L * block;
+    e.attn = 4.0 * tok * ((recompute ? 1.0 : L) + 1.0) * NH * T;
+    e.arena = 4.0 * tok * (emb + blocks + NH * T + head);
+    // the classifier's forward: dx (C per token), dW (Vp,C), two chunks of
+    // R rows of logits; backward, inside the MLP: 9C per token live, 11C
+    // with the first-fit gaps (tests/test_memory.c)
+    double R = fmin(tok, floor(8388608.0 / Vp));
+    e.classifier = 4.0 * (tok * C + Vp * C + 2.0 * R * Vp + R);
+    e.act_grads = fmax(e.classifier, 4.0 * tok * 11.0 * C);
+    e.activations = e.arena + e.act_grads;
     return e;
 }
 
@@ -112,22 +125,25 @@ static const peak_row *find_peak(const char *name) {
 
 static void usage(void) {
     printf("usage: bench/gpt2_cuda [--model gpt2] [--batch 16] [--seq 1024] [--steps 10] [--tf32 1]\n"
-           "                       [--peak-tflops X]\n"
+           "                       [--recompute] [--peak-tflops X]\n"
            "  --model NAME        a preset of examples/gpt2 (mini, tiny, gpt2, gpt2-medium, ...) [gpt2]\n"
            "  --batch B --seq T   the micro-batch [16 x 1024]\n"
            "  --steps N           timed steps after one warm-up step [10]\n"
            "  --tf32 0|1          TF32 tensor-core matmuls (1) or plain fp32 (0) [1]\n"
+           "  --recompute         each block a recompute region (activation checkpointing)\n"
            "  --peak-tflops X     the device's peak for MFU, when the table does not know it\n");
 }
 
 int main(int argc, char **argv) {
     const char *model = "gpt2";
-    int B = 16, T = 1024, steps = 10, tf32 = 1;
+    int B = 16, T = 1024, steps = 10, tf32 = 1, recompute = 0;
     double peak_arg = 0.0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help")) {
             usage();
             return 0;
+        } else if (!strcmp(argv[i], "--recompute")) {
+            recompute = 1;
         } else if (i + 1 >= argc) {
             die("unknown argument or missing value '%s' (see --help)", argv[i]);
         } else if (!strcmp(argv[i], "--model")) {
@@ -162,18 +178,18 @@ int main(int argc, char **argv) {
     double peak = peak_arg > 0.0 ? peak_arg : pk ? (tf32 ? pk->tf32 : pk->fp32) : 0.0;
 
     double flops = gpt2_step_flops(cfg, B, T);
-    mem_estimate me = estimate_memory(cfg, B, T);
+    mem_estimate me = estimate_memory(cfg, B, T, recompute);
     size_t free_b = 0, total_b = 0;
     cudaMemGetInfo(&free_b, &total_b);
     printf("bench/gpt2_cuda: %s, %.1f GB, TF32 %s; median of %d steps after a warm-up step\n", dev, total_b / 1e9,
            tf32 ? "on" : "off", steps);
     printf("%s: L=%d NH=%d C=%d Vp=%d, %.1fM parameters, B=%d T=%d (%d tokens/step): %.1f TFLOP per step\n", model,
            cfg->n_layer, cfg->n_head, cfg->n_embd, cfg->padded_vocab, me.params / 1e6, B, T, B * T, flops / 1e12);
-    printf("device memory, estimated: %.1f GB = weights+grads+AdamW %.2f GB + activations %.1f GB\n"
-           "  (of which attention probabilities + backward scratch %.1f GB, logits + their gradient %.1f GB);"
+    printf("device memory, estimated: %.1f GB = weights+grads+AdamW %.2f GB + activations %.1f GB + act grads %.2f GB\n"
+           "  (of which attention probabilities + backward scratch %.1f GB, classifier %.2f GB)%s;"
            " %.1f GB free\n",
-           (me.state + me.activations) / 1e9, me.state / 1e9, me.activations / 1e9, me.attn / 1e9, me.logits / 1e9,
-           free_b / 1e9);
+           (me.state + me.activations) / 1e9, me.state / 1e9, me.arena / 1e9, me.act_grads / 1e9, me.attn / 1e9,
+           me.classifier / 1e9, recompute ? ", --recompute" : "", free_b / 1e9);
     fflush(stdout);
     if (me.state + me.activations > 0.97 * (double)free_b) {
         int fit = (int)((0.97 * (double)free_b - me.state) / (me.activations / B));
@@ -185,6 +201,7 @@ int main(int argc, char **argv) {
     gpt2 g;
     CHECK_OK(gpt2_create(&g, cfg, GPT2_BACKEND()));
     gpt2_init_weights(&g, 1);
+    g.recompute = recompute;
     int *x = (int *)malloc(sizeof(int) * (size_t)B * T), *y = (int *)malloc(sizeof(int) * (size_t)B * T);
     double *t_all = (double *)malloc(sizeof(double) * 4 * (size_t)steps);
     if (!x || !y || !t_all) die("out of host memory");
@@ -250,9 +267,9 @@ int main(int argc, char **argv) {
     // like for like: the estimate leaves out the runtime (context, cuBLAS)
     // and the small reduction scratch
     double kit = 0.0;
-    trn_kind kinds[4] = {TRN_KIND_WEIGHTS, TRN_KIND_GRADS, TRN_KIND_OPTIM, TRN_KIND_ACTIVATIONS};
-    for (int k = 0; k < 4; k++) kit += (double)trn_ledger_peak(TRN_DEVICE, kinds[k]);
-    printf("device memory for weights+grads+AdamW+activations: estimated %.3f GB, the ledger's peak %.3f GB\n",
+    trn_kind kinds[5] = {TRN_KIND_WEIGHTS, TRN_KIND_GRADS, TRN_KIND_OPTIM, TRN_KIND_ACTIVATIONS, TRN_KIND_ACT_GRADS};
+    for (int k = 0; k < 5; k++) kit += (double)trn_ledger_peak(TRN_DEVICE, kinds[k]);
+    printf("device memory for weights+grads+AdamW+activations+act grads: estimated %.3f GB, the ledger's peak %.3f GB\n",
            (me.state + me.activations) / 1e9, kit / 1e9);
     trn_ledger_print("memory (peak = the step's high-water mark)");
     free(t_all);

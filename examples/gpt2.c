@@ -168,6 +168,7 @@ typedef struct gpt2_block {
     trn_tensor *ln2_w, *ln2_b;   // (C) (C)         ln_2
     trn_tensor *fc_w, *fc_b;     // (4C,C) (4C)     mlp.c_fc
     trn_tensor *fcp_w, *fcp_b;   // (C,4C) (C)      mlp.c_proj
+    int n_head;                  // a recompute region sees only its block
 } gpt2_block;
 
 typedef struct gpt2 {
@@ -178,6 +179,7 @@ typedef struct gpt2 {
     trn_tensor *lnf_w, *lnf_b; // (C) (C)
     int *pos;                  // host: position ids t for every (b,t)
     int pos_cap;
+    int recompute;             // 1: each block is a recompute region (--recompute)
 } gpt2;
 
 static trn_result gpt2_create(gpt2 *g, const gpt2_config *cfg, const trn_backend *backend) {
@@ -194,6 +196,7 @@ static trn_result gpt2_create(gpt2 *g, const gpt2_config *cfg, const trn_backend
     for (int l = 0; l < L; l++) {
         gpt2_block *b = &g->h[l];
         char n[64];
+        b->n_head = cfg->n_head;
 #define GPT2_P1(field, what, d0) (snprintf(n, sizeof n, "h.%d.%s", l, what), b->field = trn_param1(m, n, d0))
 #define GPT2_P2(field, what, d0, d1) (snprintf(n, sizeof n, "h.%d.%s", l, what), b->field = trn_param2(m, n, d0, d1))
         GPT2_P1(ln1_w, "ln_1.weight", C);
@@ -255,10 +258,30 @@ static void gpt2_init_weights(gpt2 *g, uint64_t seed) {
     trn_init_const(m, g->lnf_w, 1.0f);
 }
 
-// The forward pass: ids (B,T) -> logits (B,T,Vp). Each op records itself
-// on the tape (unless m->grad_enabled is 0), so trn_backward can replay
-// it in reverse. Call trn_reset(&g->m) before each forward.
-static trn_tensor *gpt2_forward(gpt2 *g, const int *ids, int B, int T) {
+// One transformer block, x (B,T,C) -> (B,T,C). Its signature is a
+// trn_region_fn so that --recompute can hand it to trn_recompute.
+static trn_tensor *gpt2_block_forward(trn_model *m, trn_tensor *x, void *user) {
+    gpt2_block *b = (gpt2_block *)user;
+    // x = x + attn(ln_1(x)): pre-LayerNorm, the residual stays clean
+    trn_tensor *h = trn_layernorm(m, x, b->ln1_w, b->ln1_b);      // (B,T,C)
+    h = trn_linear(m, h, b->qkv_w, b->qkv_b);                      // (B,T,3C)
+    h = trn_attention(m, h, b->n_head, 1);                         // (B,T,C) causal
+    h = trn_linear(m, h, b->proj_w, b->proj_b);                    // (B,T,C)
+    x = trn_add(m, x, h);
+    // x = x + mlp(ln_2(x)), the MLP 4C wide with GELU
+    h = trn_layernorm(m, x, b->ln2_w, b->ln2_b);                   // (B,T,C)
+    h = trn_gelu(m, trn_linear(m, h, b->fc_w, b->fc_b));           // (B,T,4C)
+    h = trn_linear(m, h, b->fcp_w, b->fcp_b);                      // (B,T,C)
+    return trn_add(m, x, h);
+}
+
+// The forward pass up to the LM head: ids (B,T) -> ln_f output (B,T,C).
+// Each op records itself on the tape (unless m->grad_enabled is 0), so
+// trn_backward can replay it in reverse. Call trn_reset(&g->m) first.
+// With --recompute a block keeps only its input for backward and runs
+// again inside backward (activation checkpointing: less memory, ~1/3 more
+// compute in the blocks; the gradients are bit-identical).
+static trn_tensor *gpt2_hidden(gpt2 *g, const int *ids, int B, int T) {
     trn_model *m = &g->m;
     if (B * T > g->pos_cap) {
         free(g->pos);
@@ -269,23 +292,9 @@ static trn_tensor *gpt2_forward(gpt2 *g, const int *ids, int B, int T) {
     for (int i = 0; i < B * T; i++) g->pos[i] = i % T; // position of (b,t) is t
     // token embedding + position embedding                      (B,T,C)
     trn_tensor *x = trn_add(m, trn_embedding(m, g->wte, ids, B, T), trn_embedding(m, g->wpe, g->pos, B, T));
-    for (int l = 0; l < g->cfg.n_layer; l++) {
-        gpt2_block *b = &g->h[l];
-        // x = x + attn(ln_1(x)): pre-LayerNorm, the residual stays clean
-        trn_tensor *h = trn_layernorm(m, x, b->ln1_w, b->ln1_b);      // (B,T,C)
-        h = trn_linear(m, h, b->qkv_w, b->qkv_b);                      // (B,T,3C)
-        h = trn_attention(m, h, g->cfg.n_head, 1);                    // (B,T,C) causal
-        h = trn_linear(m, h, b->proj_w, b->proj_b);                    // (B,T,C)
-        x = trn_add(m, x, h);
-        // x = x + mlp(ln_2(x)), the MLP 4C wide with GELU
-        h = trn_layernorm(m, x, b->ln2_w, b->ln2_b);                   // (B,T,C)
-        h = trn_gelu(m, trn_linear(m, h, b->fc_w, b->fc_b));           // (B,T,4C)
-        h = trn_linear(m, h, b->fcp_w, b->fcp_b);                      // (B,T,C)
-        x = trn_add(m, x, h);
-    }
-    x = trn_layernorm(m, x, g->lnf_w, g->lnf_b);
-    // LM head tied to the token embedding: logits = x @ wte^T      (B,T,Vp)
-    return trn_linear(m, x, g->wte, NULL);
+    for (int l = 0; l < g->cfg.n_layer; l++)
+        x = g->recompute ? trn_recompute(m, gpt2_block_forward, &g->h[l], x) : gpt2_block_forward(m, x, &g->h[l]);
+    return trn_layernorm(m, x, g->lnf_w, g->lnf_b);
 }
 
 // The forward pass for generation, with a key/value cache (train.h's
@@ -324,9 +333,17 @@ static trn_tensor *gpt2_forward_cached(gpt2 *g, trn_kv_cache *kv, const int *ids
     return trn_linear(m, last, g->wte, NULL);                         // (B,1,Vp)
 }
 
-// mean cross-entropy of the next token over the V real classes (scalar)
+// The logits (B,T,Vp), for sampling and --dump-logits. The LM head is tied
+// to the token embedding: logits = x @ wte^T.
+static trn_tensor *gpt2_forward(gpt2 *g, const int *ids, int B, int T) {
+    return trn_linear(&g->m, gpt2_hidden(g, ids, B, T), g->wte, NULL);
+}
+
+// mean cross-entropy of the next token over the V real classes (scalar).
+// The LM head and the loss are one op that walks the rows in chunks, so
+// the (B,T,Vp) logits and their gradient never exist whole.
 static trn_tensor *gpt2_loss(gpt2 *g, const int *x, const int *y, int B, int T) {
-    return trn_cross_entropy(&g->m, gpt2_forward(g, x, B, T), y, g->cfg.vocab_size);
+    return trn_linear_cross_entropy(&g->m, gpt2_hidden(g, x, B, T), g->wte, NULL, y, g->cfg.vocab_size);
 }
 
 // parameters that go through matmuls (for FLOP counts): all but biases and
@@ -875,6 +892,7 @@ typedef struct run_args {
     float lr, min_lr, weight_decay, clip, temperature;
     long long seed;
     int overfit;
+    int recompute; // memory only: not in the checkpoint (results are identical)
 } run_args;
 
 static void run_to_meta(const run_args *a, trn_meta *meta) {
@@ -923,6 +941,8 @@ static void usage(FILE *f) {
             "  --seed N           initialization, data order, sampling [1337]\n"
             "  --threads N        OpenMP threads [all cores]\n"
             "  --overfit          train on one fixed batch (the loss should go to ~0)\n"
+            "  --recompute        keep only each block's input; re-run the block in backward\n"
+            "                     (activation checkpointing: less memory, same gradients)\n"
             "evaluation, output\n"
             "  --eval-every N     validation every N steps [steps/10]\n"
             "  --eval-batches N   batches per validation [8]\n"
@@ -1019,6 +1039,7 @@ int main(int argc, char **argv) {
         const char *f = argv[i];
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) { usage(stdout); return 0; }
         if (!strcmp(f, "--overfit")) { a.overfit = 1; continue; }
+        if (!strcmp(f, "--recompute")) { a.recompute = 1; continue; }
         static const char *with_value[] = {"--model", "--data", "--bpe", "--init", "--out", "--resume", "--log",
                                            "--prompt", "--dump-logits", "--steps", "--batch", "--seq",
                                            "--grad-accum", "--warmup", "--eval-every", "--eval-batches",
@@ -1215,6 +1236,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "gpt2: cannot create the model: %s\n", trn_error_reason());
         return 1;
     }
+    g.recompute = a.recompute;
     trn_adamw opt;
     trn_adamw_desc od;
     memset(&od, 0, sizeof od);

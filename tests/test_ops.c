@@ -7,6 +7,7 @@
    where L is recomputed in double from the op's float output, so the only
    float error is the op's own. Inputs are parameters so every one of them
    gets a gradient. Tolerances are per op (ops with exp/tanh are looser). */
+#define TRN__XENT_CHUNK_FLOATS 20 /* linear_cross_entropy: 2 rows of Vp=9 per chunk */
 #define TRAIN_IMPLEMENTATION
 #include "train.h"
 #include "check.h"
@@ -112,6 +113,9 @@ static trn_tensor *g_attn_gqa4(trn_model *m, trn_tensor **p) { return trn_attent
 static trn_tensor *g_meanpool(trn_model *m, trn_tensor **p) { return trn_mean_pool(m, p[0]); }
 /* cross-entropy is itself a scalar; the probe loss then is (L - r)^2 */
 static trn_tensor *g_xent(trn_model *m, trn_tensor **p) { return trn_cross_entropy(m, p[0], TGT, 7); }
+/* the fused classifier: x (2,5,4) -> 10 rows in chunks of 2, W (9,4), b (9) */
+static trn_tensor *g_linear_xent(trn_model *m, trn_tensor **p) { return trn_linear_cross_entropy(m, p[0], p[1], p[2], TGT, 7); }
+static trn_tensor *g_linear_xent_nobias(trn_model *m, trn_tensor **p) { return trn_linear_cross_entropy(m, p[0], p[1], NULL, TGT, 7); }
 static trn_tensor *g_mse(trn_model *m, trn_tensor **p) {
     static float target[12] = {0.3f, -1.2f, 0.8f, 0.0f, 2.0f, -0.5f, 0.1f, 0.9f, -0.7f, 1.5f, -2.0f, 0.25f};
     return trn_mse(m, p[0], target);
@@ -124,6 +128,14 @@ static trn_tensor *g_block(trn_model *m, trn_tensor **p) {
     trn_tensor *a = trn_attention(m, qkv, 2, 1);
     return trn_add(m, x, trn_gelu(m, trn_linear(m, a, wo, NULL)));
 }
+
+/* the same block as a recompute region (its input is a parameter here) */
+static trn_tensor *block_region(trn_model *m, trn_tensor *x, void *user) {
+    trn_tensor **p = (trn_tensor **)user, *q[4];
+    q[0] = x; q[1] = p[1]; q[2] = p[2]; q[3] = p[3];
+    return g_block(m, q);
+}
+static trn_tensor *g_block_recompute(trn_model *m, trn_tensor **p) { return trn_recompute(m, block_region, p, p[0]); }
 
 int main(void) {
     int i;
@@ -155,9 +167,13 @@ int main(void) {
       gradcheck("mean_pool", g_meanpool, 1, s, d, 1e-2, 1e-4, 1e-3, -1, 1); }
     { const int s[1][4] = {{2, 3, 9}}; const int d[1] = {3};   /* Vp=9, V=7: padded */
       gradcheck("cross_entropy (padded)", g_xent, 1, s, d, 1e-2, 1e-3, 5e-3, -2, 2); }
+    { const int s[3][4] = {{2, 5, 4}, {9, 4}, {9}}; const int d[3] = {3, 2, 1}; /* Vp=9, V=7 */
+      gradcheck("linear_cross_entropy", g_linear_xent, 3, s, d, 1e-2, 1e-3, 5e-3, -1, 1);
+      gradcheck("linear_cross_entropy (no b)", g_linear_xent_nobias, 2, s, d, 1e-2, 1e-3, 5e-3, -1, 1); }
     { const int s[1][4] = {{3, 4}}; const int d[1] = {2};
       gradcheck("mse", g_mse, 1, s, d, 1e-2, 1e-4, 1e-3, -1, 1); }
     { const int s[4][4] = {{2, 4, 6}, {18, 6}, {6}, {6, 6}}; const int d[4] = {3, 2, 1, 2};
-      gradcheck("transformer block", g_block, 4, s, d, 1e-2, 2e-3, 1e-2, -1, 1); }
+      gradcheck("transformer block", g_block, 4, s, d, 1e-2, 2e-3, 1e-2, -1, 1);
+      gradcheck("block in trn_recompute", g_block_recompute, 4, s, d, 1e-2, 2e-3, 1e-2, -1, 1); }
     return check_summary();
 }
