@@ -4476,6 +4476,8 @@ static trn_result trn__ckpt_items(trn_model *m, const trn_adamw *opt, trn__st_it
     trn__st_item *items;
     trn_result r;
     int n;
+    *items_out = NULL;
+    *n_out = 0;
     if (trn_model_find(m, "optim.m") || trn_model_find(m, "optim.v"))
         return trn_fail(TRN_ERR_INVALID, "trn_checkpoint_save: parameter names optim.m / optim.v are taken by the checkpoint");
     if ((r = trn__st_params(m, &items, 2)) != TRN_OK) return r;
@@ -6533,7 +6535,11 @@ static void trn__prof_end(trn_model *m) {
     trn_profile *p = m->profile;
     int i, r, n = p->n_marks;
     if (n > 1) {
-        if (!trn__grow((void **)&p->ms, &p->cap_ms, n, sizeof(double))) trn_fatal("profile: %s", trn_error_reason());
+        if (p->cap_ms < n) { /* one slot per mark */
+            trn_free(p->ms);
+            if (!(p->ms = (double *)trn_alloc(sizeof(double) * (size_t)n, TRN_KIND_RUNTIME))) trn_fatal("profile: %s", trn_error_reason());
+            p->cap_ms = n;
+        }
         if (p->read) p->read(p, n, p->ms);
         else for (i = 1; i < n; i++) p->ms[i] = 1e3 * (p->marks[i].t - p->marks[i - 1].t);
         for (i = 1; i < n; i++) {
