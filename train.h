@@ -871,6 +871,7 @@ typedef struct trn_progress {
     int tty;             /* 1: `out` is a terminal: one line, updated in place */
     int open;            /* an in-place line is on the screen (no newline)  */
     FILE *out;           /* stdout                                          */
+    const char *unit;    /* of the rate shown on a terminal: "tok/s"        */
 } trn_progress;
 /* start the clock at `step` (0, or the step a resume starts from) */
 TRNDEF void trn_progress_init(trn_progress *p, long long step, long long total);
@@ -6129,6 +6130,7 @@ TRNDEF void trn_progress_init(trn_progress *p, long long step, long long total) 
     p->total = total;
     p->t0 = trn__now();
     p->out = stdout;
+    p->unit = "tok/s";
 #if defined(__unix__) || defined(__APPLE__)
     p->tty = isatty(fileno(stdout));
 #endif
@@ -6166,8 +6168,8 @@ TRNDEF void trn_progress_step(trn_progress *p, long long step, float loss, doubl
         bar[20] = 0;
         trn_duration_str(trn__now() - p->t0, el, sizeof el);
         /* \r: back to the line's start; \033[K: clear what a longer line left */
-        fprintf(p->out, "\rstep %lld/%lld [%s] %3.0f%% | loss %.4f | %.0f tok/s | %s<%s\033[K", step, p->total, bar,
-                100.0 * frac, (double)loss, tok_per_s, el, eta);
+        fprintf(p->out, "\rstep %lld/%lld [%s] %3.0f%% | loss %.4f | %.0f %s | %s<%s\033[K", step, p->total, bar,
+                100.0 * frac, (double)loss, tok_per_s, p->unit ? p->unit : "", el, eta);
         fflush(p->out);
         p->open = 1;
     }
