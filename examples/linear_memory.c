@@ -732,6 +732,10 @@ static double save_checkpoint(const config *c, trn_ddp *ddp, trn_model *m, trn_a
     trn_meta_set(&meta, "mode", c->fused ? "fused" : "standard");
     if (c->async_ckpt) {
         ack->keep = 1;
+#ifdef TRN_USE_CUDA
+        ack->host_alloc = trn_cuda_host_alloc; // pinned: the device-to-host copy at full speed
+        ack->host_free = trn_cuda_host_free;
+#endif
         TRY(trn_checkpoint_save_async(ack, c->out, step, m, opt, &meta));
         snprintf(path, cap, "%s", ack->path);
     } else {
