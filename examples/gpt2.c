@@ -1409,9 +1409,10 @@ int main(int argc, char **argv) {
                 printf("checkpoint %s (async: training waited %.1f ms, %.1f ms of it for the previous save)\n", ack.path,
                        1e3 * ack.stage_seconds, 1e3 * ack.wait_seconds);
             } else {
+                double ts = now_s();
                 CHECK_OK(trn_checkpoint_save_dir(a.out, step, a.keep, &g.m, &opt, &meta, path, sizeof path));
                 if (a.keep_best > 0 && val_step == step) CHECK_OK(trn_checkpoint_keep_best(a.out, path, a.keep_best));
-                printf("checkpoint %s\n", path);
+                printf("checkpoint %s (training waited %.1f ms)\n", path, 1e3 * (now_s() - ts));
             }
         }
         if (stop) {
