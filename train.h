@@ -58,6 +58,7 @@
       >>adamw       AdamW and SGD, parameter groups, LR schedules, clipping
       >>checkpoint  safetensors weights, training-state checkpoints
       >>data        tokenizers, token shards, text loading
+      >>loop        progress/ETA, CSV, TensorBoard, spike guard, early stop, profile
 
    License: MIT (see the end of the file).
 */
@@ -137,6 +138,7 @@ typedef enum trn_kind {
     TRN_KIND_COMM,        /* communication buffers (DDP)                   */
     TRN_KIND_KV_CACHE,    /* keys and values kept for generation           */
     TRN_KIND_RUNTIME,     /* CUDA context, cuBLAS workspace, tables        */
+    TRN_KIND_STAGING,     /* async checkpoint: the host copy being written */
     TRN_KIND_COUNT
 } trn_kind;
 
@@ -536,6 +538,8 @@ typedef struct trn_model {
     trn_grad_arena grads;      /* activation gradients (ACT_GRADS)          */
     trn_region *regions;       /* this step's recompute regions (host)      */
     int n_regions, cap_regions;
+    struct trn_profile *profile; /* --profile: time and bytes per op kind
+                                    (trn_profile_attach); NULL: off      */
 } trn_model;
 
 /* backend NULL = CPU */
@@ -1029,6 +1033,56 @@ TRNDEF trn_result trn_mkdirs(const char *dir);
 TRNDEF trn_result trn_checkpoint_latest(const char *dir, char *path_out, size_t path_cap,
                                         long long *step_out);
 
+/* Asynchronous checkpoints (torchtitan's async mode): training waits only
+   for a copy of its state into a host staging buffer (one ledger line of
+   its own, "staging"; allocated on the first save and reused), then goes
+   on while a background thread writes that copy to DIR/ckpt_<step> with
+   every rule of trn_checkpoint_save_dir: temp file, checksum, fsync,
+   rename, read-back, keep-K, and then keep-best. At most one save is in
+   flight: a new save first waits for the previous one. A kill -9 during
+   the write leaves the older checkpoints as they were.
+
+      trn_ckpt_async ck = {0};  ck.keep = 3;         // zero = defaults
+      trn_checkpoint_save_async(&ck, dir, step, &model, &opt, &meta);
+      ... train on ...
+      trn_checkpoint_wait(&ck);  trn_ckpt_async_free(&ck);   // before exit
+
+   A failed write is reported by the next save or wait (its result and
+   reason). The staging buffer holds the weights and AdamW's m and v: as
+   much host memory again as the state being saved. On CUDA set host_alloc
+   to trn_cuda_host_alloc (pinned memory: the copy runs at full PCIe speed). */
+struct trn__ckpt_job;
+typedef struct trn_ckpt_async {
+    int keep;                   /* newest checkpoints kept (<= 0: all)     */
+    int keep_best;              /* > 0: trn_checkpoint_keep_best(K) too    */
+    void *(*host_alloc)(size_t bytes, trn_kind kind); /* NULL: trn_alloc  */
+    void (*host_free)(void *p);                        /* NULL: trn_free   */
+    /* read-only */
+    float *stage;               /* the staging copy (host memory)          */
+    size_t stage_floats;
+    int in_flight;              /* a save is being written now             */
+    long long saves;            /* saves started                           */
+    double stage_seconds;       /* last save: training waited this long    */
+    double wait_seconds;        /*   of which for the previous save       */
+    double write_seconds;       /* last finished save: the writer's time   */
+    char path[1100];            /* last save's file                        */
+    struct trn__ckpt_job *job;
+} trn_ckpt_async;
+TRNDEF trn_result trn_checkpoint_save_async(trn_ckpt_async *a, const char *dir, long long step, trn_model *m,
+                                            const trn_adamw *opt, const trn_meta *meta);
+/* wait for the save in flight (none: TRN_OK at once); its result */
+TRNDEF trn_result trn_checkpoint_wait(trn_ckpt_async *a);
+TRNDEF void trn_ckpt_async_free(trn_ckpt_async *a); /* waits, frees staging */
+
+/* Best-K checkpoints by validation loss (Lightning's ModelCheckpoint with
+   save_top_k). `path` is a checkpoint whose metadata holds "val_loss" (a
+   number: trn_meta_set_f64(meta, "val_loss", v) before saving). If it is
+   among the K lowest of DIR/best_<step>.safetensors, it is hard-linked
+   there (no bytes copied; keep-K pruning of ckpt_* then leaves it alone)
+   and the worst beyond K are deleted. The ranking is read from the files,
+   so it survives a resume. */
+TRNDEF trn_result trn_checkpoint_keep_best(const char *dir, const char *path, int k);
+
 /* <<checkpoint declarations end */
 
 /* ------------------------------------------------------------------------
@@ -1244,6 +1298,151 @@ TRNDEF trn_result trn_loader_seek(trn_loader *L, const trn_loader_pos *pos);
 
 /* <<data declarations end */
 
+/* ------------------------------------------------------------------------
+   >>loop
+   The pieces of a training loop around the step (what Lightning's Trainer
+   and its callbacks do), each a struct you own and a few calls:
+     trn_progress     the step line with an ETA; on a terminal one line
+                      updated in place (step/total, loss, tokens/s, ETA)
+     trn_csv          metrics as CSV rows, cut back to the step on resume
+     trn_tb_writer    TensorBoard event files (scalars), no TensorFlow
+     trn_spike_guard  skip the update of a step whose loss or gradient
+                      norm is an outlier (running z-score); resumable
+     trn_early_stop   stop after N validations without improvement
+     trn_profile      time and bytes per op kind, forward and backward
+   Async checkpoints and keep-best are in >>checkpoint.
+   ------------------------------------------------------------------------ */
+typedef struct trn_progress {
+    long long total;     /* the run's last step                             */
+    long long first;     /* the step the clock started at (a resume: > 0)   */
+    double t0;           /* when (seconds, monotonic)                       */
+    int tty;             /* 1: `out` is a terminal: one line, updated in place */
+    int open;            /* an in-place line is on the screen (no newline)  */
+    FILE *out;           /* stdout                                          */
+    const char *unit;    /* of the rate shown on a terminal: "tok/s"        */
+} trn_progress;
+/* start the clock at `step` (0, or the step a resume starts from) */
+TRNDEF void trn_progress_init(trn_progress *p, long long step, long long total);
+/* seconds left after `step`, from the mean time per step so far; -1: unknown */
+TRNDEF double trn_progress_eta(const trn_progress *p, long long step);
+/* "0:07", "12:05", "3:02:09" (h:mm:ss) into buf */
+TRNDEF const char *trn_duration_str(double seconds, char *buf, size_t n);
+/* Print step `step`. Not a terminal (logs, CI): `line` (the example's own
+   step line, no newline) + " | eta M:SS" + newline, one line per step. A
+   terminal: "step 120/600 [#####.....] 20% | loss 2.3456 | 12345 tok/s |
+   0:14<0:56" rewritten in place. */
+TRNDEF void trn_progress_step(trn_progress *p, long long step, float loss, double tok_per_s, const char *line);
+/* call before printing anything else: ends the in-place line, which stays */
+TRNDEF void trn_progress_break(trn_progress *p);
+
+/* CSV: a header line, then one row per call; NaN prints as an empty cell
+   (a step without validation has no val_loss). resume_step < 0: a new
+   file. >= 0: the file's rows with a first column <= resume_step are
+   kept (rows a killed run wrote after its checkpoint go) and new rows
+   follow; the file's header must be `header`. */
+typedef struct trn_csv {
+    FILE *f;
+    int n_cols;
+    char path[1024];
+} trn_csv;
+TRNDEF trn_result trn_csv_open(trn_csv *c, const char *path, const char *header, long long resume_step);
+TRNDEF trn_result trn_csv_row(trn_csv *c, const double *values); /* n_cols values */
+TRNDEF trn_result trn_csv_close(trn_csv *c);
+
+/* TensorBoard: DIR/events.out.tfevents.<time>.<host>.<pid> (TensorBoard
+   reads every such file in DIR, so a resumed run adds one). The format:
+   TFRecords (length, masked CRC-32C of the length, an Event protobuf,
+   masked CRC-32C of it), each Event a wall time, a step and a Summary of
+   scalar values, encoded by hand (no protobuf library).
+      tensorboard --logdir DIR */
+typedef struct trn_tb_writer {
+    FILE *f;
+    char path[1100];
+} trn_tb_writer;
+TRNDEF trn_result trn_tb_open(trn_tb_writer *w, const char *dir);
+TRNDEF trn_result trn_tb_scalar(trn_tb_writer *w, const char *tag, long long step, double value);
+/* "memory/<kind>" (MiB, host) and "memory/device/<kind>" for every kind
+   in use, "memory/rss" (the OS's view) */
+TRNDEF trn_result trn_tb_memory(trn_tb_writer *w, long long step);
+TRNDEF trn_result trn_tb_flush(trn_tb_writer *w);
+TRNDEF trn_result trn_tb_close(trn_tb_writer *w);
+
+/* Spike guard (llm.c's outlier detector): the z-score of a step's loss and
+   of its gradient norm against the last TRN_SPIKE_WINDOW steps. A step
+   whose loss or norm is more than z standard deviations above the mean
+   (or not finite) should not update the weights: check returns 1. Finite
+   values join the window either way (a lasting change of level is
+   learned, not skipped forever); judging starts after TRN_SPIKE_MIN steps.
+   The window goes into the checkpoint (exact bits), so a resumed run
+   skips the same steps. */
+#define TRN_SPIKE_WINDOW 100
+#define TRN_SPIKE_MIN 20
+typedef struct trn_spike_guard {
+    float z;                         /* threshold; <= 0: never skip       */
+    int n, pos;                      /* values in the window, next slot   */
+    float loss[TRN_SPIKE_WINDOW], norm[TRN_SPIKE_WINDOW];
+    long long skipped;               /* updates skipped so far            */
+    float z_loss, z_norm;            /* the last step's z-scores          */
+} trn_spike_guard;
+TRNDEF void trn_spike_guard_init(trn_spike_guard *g, float z);
+TRNDEF int trn_spike_guard_check(trn_spike_guard *g, float loss, float grad_norm);
+TRNDEF void trn_spike_guard_save(const trn_spike_guard *g, trn_meta *meta);   /* "spike.*" */
+TRNDEF trn_result trn_spike_guard_load(trn_spike_guard *g, const trn_meta *meta); /* absent: empty */
+
+/* Early stopping (Lightning's EarlyStopping on val_loss, min_delta 0):
+   update returns 1 once `patience` validations in a row did not beat the
+   best. Its state goes into the checkpoint ("early.*"). */
+typedef struct trn_early_stop {
+    int patience;        /* <= 0: never stop                                */
+    double best;         /* lowest validation loss so far (HUGE_VAL: none)  */
+    long long best_step;
+    int bad;             /* validations since the best                      */
+} trn_early_stop;
+TRNDEF void trn_early_stop_init(trn_early_stop *e, int patience);
+TRNDEF int trn_early_stop_update(trn_early_stop *e, long long step, double val_loss);
+TRNDEF void trn_early_stop_save(const trn_early_stop *e, trn_meta *meta);
+TRNDEF trn_result trn_early_stop_load(trn_early_stop *e, const trn_meta *meta);
+
+/* Profile (torch.profiler's key_averages): time and arena bytes per op
+   kind, forward and backward, summed over every backward pass.
+      trn_profile prof;  trn_profile_attach(&prof, &model);
+      ... train ...  trn_profile_print(&prof, stdout);  trn_profile_free(&prof);
+   The tape takes a time mark at trn_reset, at each op's record (its
+   forward has just run: an op's forward time is the time since the
+   previous mark) and around each backward call; the marks are read at the
+   end of trn_backward. Bytes are what the op took from the activation
+   arena (outputs and what it saves; in backward, gradients). The clock is
+   the host's (after a backend sync on a device backend); train_cuda.h's
+   trn_cuda_profile_clock(&prof) installs CUDA events, which need no sync.
+   Off (model.profile == NULL) the tape pays one pointer test per op. */
+#define TRN_PROFILE_MAX_OPS 64
+typedef struct trn_profile_row {
+    const char *op;
+    long long calls[2];  /* [0] forward, [1] backward                      */
+    double ms[2];
+    double bytes[2];
+} trn_profile_row;
+struct trn__pmark;
+typedef struct trn_profile {
+    trn_profile_row rows[TRN_PROFILE_MAX_OPS];
+    int n_rows;
+    long long passes;    /* backward passes profiled                        */
+    const char *clock_name;                                /* "host clock" */
+    void (*mark)(struct trn_profile *p, int i);            /* NULL: host   */
+    void (*read)(struct trn_profile *p, int n, double *ms); /* ms[i]: mark i-1 -> i */
+    void (*clock_free)(struct trn_profile *p);
+    void *clock;                                           /* its state    */
+    /* internal: the marks of the pass in progress */
+    struct trn__pmark *marks;
+    double *ms;
+    int n_marks, cap_marks, cap_ms, in_backward;
+    struct trn_model *model;
+} trn_profile;
+TRNDEF void trn_profile_attach(trn_profile *p, struct trn_model *m);
+TRNDEF void trn_profile_print(const trn_profile *p, FILE *f);
+TRNDEF void trn_profile_free(trn_profile *p); /* detaches it from the model */
+/* <<loop declarations end */
+
 #ifdef __cplusplus
 }
 #endif
@@ -1267,6 +1466,8 @@ TRNDEF trn_result trn_loader_seek(trn_loader *L, const trn_loader_pos *pos);
 #if defined(__unix__) || defined(__APPLE__)
 #include <sys/resource.h>
 #include <unistd.h>
+#include <pthread.h> /* the async checkpoint writer (>>checkpoint) */
+#define TRN__HAVE_PTHREAD 1
 #endif
 #if defined(__GLIBC__) && !defined(__USE_XOPEN2K8)
 #error "train.h: POSIX 2008 is off in this file: #include \"train.h\" before any other header (it turns POSIX on itself), or compile with -D_DEFAULT_SOURCE"
@@ -1356,6 +1557,9 @@ static struct {
     size_t total[TRN_PLACE_COUNT], peak_total[TRN_PLACE_COUNT];
     void (*device_probe)(size_t *used, size_t *total);
 } trn__ledger;
+#if !defined(_OPENMP) && defined(TRN__HAVE_PTHREAD)
+static pthread_mutex_t trn__ledger_mutex = PTHREAD_MUTEX_INITIALIZER;
+#endif
 
 TRNDEF const char *trn_kind_name(trn_kind kind) {
     const char *name = "?";
@@ -1369,6 +1573,7 @@ TRNDEF const char *trn_kind_name(trn_kind kind) {
     case TRN_KIND_COMM: name = "communication"; break;
     case TRN_KIND_KV_CACHE: name = "kv cache"; break;
     case TRN_KIND_RUNTIME: name = "runtime"; break;
+    case TRN_KIND_STAGING: name = "staging"; break;
     default: break;
     }
     return name;
@@ -1379,6 +1584,8 @@ TRNDEF void trn_ledger_add(trn_place place, trn_kind kind, long long delta) {
         trn_fatal("trn_ledger_add: bad place %d or kind %d", (int)place, (int)kind);
 #ifdef _OPENMP
 #pragma omp critical(trn__ledger_lock)
+#elif defined(TRN__HAVE_PTHREAD)
+    pthread_mutex_lock(&trn__ledger_mutex); /* the async checkpoint writer allocates too */
 #endif
     {
         size_t *cur = &trn__ledger.current[place][kind];
@@ -1389,6 +1596,9 @@ TRNDEF void trn_ledger_add(trn_place place, trn_kind kind, long long delta) {
         if (*cur > trn__ledger.peak[place][kind]) trn__ledger.peak[place][kind] = *cur;
         if (*tot > trn__ledger.peak_total[place]) trn__ledger.peak_total[place] = *tot;
     }
+#if !defined(_OPENMP) && defined(TRN__HAVE_PTHREAD)
+    pthread_mutex_unlock(&trn__ledger_mutex);
+#endif
 }
 
 TRNDEF void *trn_alloc(size_t bytes, trn_kind kind) {
@@ -3069,6 +3279,8 @@ TRNDEF const trn_backend *trn_cpu_backend(void) {
    >>tape
    ======================================================================== */
 #define TRN__TBLOCK 256 /* tensor headers per block of the host pool */
+static void trn__prof_mark(trn_model *m, const char *op, int phase); /* >>loop */
+static void trn__prof_end(trn_model *m);
 
 TRNDEF trn_result trn_model_init(trn_model *m, const trn_backend *backend) {
     if (!m) return trn_fail(TRN_ERR_INVALID, "trn_model_init: model is NULL");
@@ -3257,6 +3469,7 @@ TRNDEF void trn_reset(trn_model *m) {
     a->spilled = 0;
     m->t_used = 0;
     m->tape_len = 0;
+    if (m->profile) { m->profile->n_marks = 0; trn__prof_mark(m, NULL, -1); } /* a pass starts */
 }
 
 /* a parameter used before trn_model_alloc has no memory: stop, naming the call */
@@ -3397,6 +3610,8 @@ TRNDEF float *trn_grad(trn_model *m, trn_tensor *t) { return trn__want(m, t, NUL
 static trn_tape_entry *trn__record(trn_model *m, const char *op, trn_backward_fn bw, trn_tensor *out,
                                    trn_tensor *a, trn_tensor *b, trn_tensor *c) {
     trn_tape_entry *e;
+    /* --profile: this op's forward has just run (see >>loop) */
+    if (m->profile && m->grad_enabled && !m->profile->in_backward) trn__prof_mark(m, op, 0);
     /* (an op may set it beforehand: a recompute region's parameters) */
     out->requires_grad = out->requires_grad || (a && a->requires_grad) || (b && b->requires_grad) || (c && c->requires_grad);
     if (!m->grad_enabled || !out->requires_grad) { out->requires_grad = 0; return NULL; }
@@ -3425,7 +3640,13 @@ static void trn__backward_range(trn_model *m, int hi, int lo, int hooks) {
     for (i = hi; i >= lo; i--) {
         trn_tape_entry *e = &m->tape[i];
         if (e->out->grad) { /* no gradient reached it: skip */
-            e->backward(m, e);
+            if (m->profile) { /* --profile: a mark on each side of the call */
+                m->profile->in_backward = 1;
+                trn__prof_mark(m, NULL, -1);
+                e->backward(m, e);
+                trn__prof_mark(m, m->tape[i].op, 1);
+                m->profile->in_backward = 0;
+            } else e->backward(m, e);
             e = &m->tape[i];
             if (trn__grads_free(m, e->out->grad)) e->out->grad = NULL;
         }
@@ -3451,11 +3672,13 @@ TRNDEF void trn_backward_scaled(trn_model *m, trn_tensor *loss, float scale) {
     }
     /* the chain rule starts here: d(loss)/d(loss) = 1 (or the caller's scale) */
     m->backend->upload(trn__grad(m, loss, NULL), &scale, sizeof scale);
+    if (m->profile) trn__prof_mark(m, NULL, -1);
     /* parameters used inside recompute regions are not on this tape, so a
        hook cannot tell when their gradients are final: no hook then */
     trn__backward_range(m, m->tape_len - 1, 0, m->n_regions == 0);
     m->tape_len = 0; /* the tape is consumed, as PyTorch frees its graph */
     trn__grads_grow(m); /* first step: now the block's size is known */
+    if (m->profile) trn__prof_end(m);
 }
 
 TRNDEF int trn_set_grad_enabled(trn_model *m, int enabled) {
@@ -6719,33 +6942,35 @@ TRNDEF trn_result trn_safetensors_save(const char *path, trn_model *m, const trn
 }
 
 /* --- training-state checkpoints ------------------------------------------ */
-TRNDEF trn_result trn_checkpoint_save(const char *path, trn_model *m, const trn_adamw *opt, const trn_meta *meta) {
+/* the tensors and the kit's metadata of a training-state checkpoint */
+static trn_result trn__ckpt_items(trn_model *m, const trn_adamw *opt, trn__st_item **items_out, int *n_out,
+                                  trn_meta *kit) {
     trn__st_item *items;
-    trn_meta kit;
     trn_result r;
     int n;
-    if (!path) return trn_fail(TRN_ERR_INVALID, "trn_checkpoint_save: path is NULL");
+    *items_out = NULL;
+    *n_out = 0;
     if (trn_model_find(m, "optim.m") || trn_model_find(m, "optim.v"))
         return trn_fail(TRN_ERR_INVALID, "trn_checkpoint_save: parameter names optim.m / optim.v are taken by the checkpoint");
     if ((r = trn__st_params(m, &items, 2)) != TRN_OK) return r;
     n = m->n_params;
-    trn__kit_meta(&kit, "checkpoint", m);
-    trn_meta_set_u64(&kit, "trn.model.rng", m->rng.state); /* dropout's position */
+    trn__kit_meta(kit, "checkpoint", m);
+    trn_meta_set_u64(kit, "trn.model.rng", m->rng.state); /* dropout's position */
     if (opt) {
-        trn_meta_set_u64(&kit, "trn.optim.step", (uint64_t)opt->step);
-        trn_meta_set_f64(&kit, "trn.optim.lr", opt->desc.lr);
-        trn_meta_set_f64(&kit, "trn.optim.beta1", opt->desc.beta1);
-        trn_meta_set_f64(&kit, "trn.optim.beta2", opt->desc.beta2);
-        trn_meta_set_f64(&kit, "trn.optim.eps", opt->desc.eps);
-        trn_meta_set_f64(&kit, "trn.optim.weight_decay", opt->desc.weight_decay);
-        trn_meta_set_u64(&kit, "trn.optim.no_weight_decay", (uint64_t)(opt->desc.no_weight_decay != 0));
-        trn_meta_set_u64(&kit, "trn.optim.lo", (uint64_t)opt->lo);
-        trn_meta_set_u64(&kit, "trn.optim.hi", (uint64_t)opt->hi);
+        trn_meta_set_u64(kit, "trn.optim.step", (uint64_t)opt->step);
+        trn_meta_set_f64(kit, "trn.optim.lr", opt->desc.lr);
+        trn_meta_set_f64(kit, "trn.optim.beta1", opt->desc.beta1);
+        trn_meta_set_f64(kit, "trn.optim.beta2", opt->desc.beta2);
+        trn_meta_set_f64(kit, "trn.optim.eps", opt->desc.eps);
+        trn_meta_set_f64(kit, "trn.optim.weight_decay", opt->desc.weight_decay);
+        trn_meta_set_u64(kit, "trn.optim.no_weight_decay", (uint64_t)(opt->desc.no_weight_decay != 0));
+        trn_meta_set_u64(kit, "trn.optim.lo", (uint64_t)opt->lo);
+        trn_meta_set_u64(kit, "trn.optim.hi", (uint64_t)opt->hi);
         if (opt->desc.algo == TRN_OPTIM_SGD) { /* absent: AdamW (files from before SGD existed) */
-            trn_meta_set(&kit, "trn.optim.algo", "sgd");
-            trn_meta_set_f64(&kit, "trn.optim.momentum", opt->desc.momentum);
-            trn_meta_set_f64(&kit, "trn.optim.dampening", opt->desc.dampening);
-            trn_meta_set_u64(&kit, "trn.optim.nesterov", (uint64_t)(opt->desc.nesterov != 0));
+            trn_meta_set(kit, "trn.optim.algo", "sgd");
+            trn_meta_set_f64(kit, "trn.optim.momentum", opt->desc.momentum);
+            trn_meta_set_f64(kit, "trn.optim.dampening", opt->desc.dampening);
+            trn_meta_set_u64(kit, "trn.optim.nesterov", (uint64_t)(opt->desc.nesterov != 0));
         }
         if (opt->m && (opt->v || opt->desc.algo == TRN_OPTIM_SGD)) { /* SGD: the momentum buffer in optim.m */
             size_t nm = opt->hi - opt->lo;
@@ -6762,6 +6987,18 @@ TRNDEF trn_result trn_checkpoint_save(const char *path, trn_model *m, const trn_
             }
         }
     }
+    *items_out = items;
+    *n_out = n;
+    return TRN_OK;
+}
+
+TRNDEF trn_result trn_checkpoint_save(const char *path, trn_model *m, const trn_adamw *opt, const trn_meta *meta) {
+    trn__st_item *items;
+    trn_meta kit;
+    trn_result r;
+    int n;
+    if (!path) return trn_fail(TRN_ERR_INVALID, "trn_checkpoint_save: path is NULL");
+    if ((r = trn__ckpt_items(m, opt, &items, &n, &kit)) != TRN_OK) return r;
     r = trn__st_write(path, m->backend, items, n, &kit, meta);
     trn_free(items);
     return r;
@@ -6977,19 +7214,28 @@ static void trn__ckpt_clean_tmp(const char *dir) {
     closedir(d);
 }
 
+static trn_result trn__ckpt_dir_finish(const char *dir, const char *path, long long step, int keep);
 TRNDEF trn_result trn_checkpoint_save_dir(const char *dir, long long step, int keep, trn_model *m,
                                           const trn_adamw *opt, const trn_meta *meta, char *path_out, size_t path_cap) {
-    char path[1100], old[1100];
+    char path[1100];
     trn_result r;
-    long long *steps;
-    int n, i, kept = 1;
     if (!dir || step < 0) return trn_fail(TRN_ERR_INVALID, "trn_checkpoint_save_dir: no directory or step %lld < 0", step);
     if ((r = trn_mkdirs(dir)) != TRN_OK) return r;
     if ((r = trn__ckpt_path(path, sizeof path, dir, step)) != TRN_OK) return r;
     if ((r = trn_checkpoint_save(path, m, opt, meta)) != TRN_OK) return r;
+    if ((r = trn__ckpt_dir_finish(dir, path, step, keep)) != TRN_OK) return r;
+    if (path_out && path_cap) snprintf(path_out, path_cap, "%s", path);
+    return TRN_OK;
+}
+
+/* after a save into DIR: verify, prune to the newest `keep`, clean temps */
+static trn_result trn__ckpt_dir_finish(const char *dir, const char *path, long long step, int keep) {
+    char old[1100];
+    trn_result r;
+    long long *steps;
+    int n, i, kept = 1;
     /* read it back before deleting anything: the older ones stay until this one is known good */
     if ((r = trn_checkpoint_verify(path)) != TRN_OK) return r;
-    if (path_out && path_cap) snprintf(path_out, path_cap, "%s", path);
     steps = trn__ckpt_list(dir, &n);
     for (i = 0; i < n; i++) {
         if (steps[i] >= step) continue; /* this one, or newer ones of an earlier run */
@@ -7027,6 +7273,247 @@ TRNDEF trn_result trn_checkpoint_latest(const char *dir, char *path_out, size_t 
     }
     trn_free(steps);
     return trn_fail(first_r, "no valid checkpoint in %s (%d broken; newest: %s)", dir, n, first);
+}
+/* --- best-K by validation loss -------------------------------------------- */
+/* "best_<digits>.safetensors" -> step; 0 if the name is anything else */
+static int trn__best_name_step(const char *name, long long *step) {
+    char buf[300];
+    if (strncmp(name, "best_", 5) != 0 || strlen(name) >= sizeof buf - 5) return 0;
+    snprintf(buf, sizeof buf, "ckpt_%s", name + 5);
+    return trn__ckpt_name_step(buf, step);
+}
+
+static trn_result trn__val_loss_of(const char *path, double *val) {
+    trn_safetensors f;
+    const char *s;
+    char *end;
+    trn_result r = trn_safetensors_open(&f, path);
+    if (r != TRN_OK) return r;
+    s = trn_safetensors_meta(&f, "val_loss");
+    if (!s) r = trn_fail(TRN_ERR_INVALID, "%s: no \"val_loss\" in its metadata (keep-best ranks by it)", path);
+    else {
+        *val = strtod(s, &end);
+        if (!*s || *end) r = trn_fail(TRN_ERR_FORMAT, "%s: val_loss '%.40s' is not a number", path, s);
+    }
+    trn_safetensors_close(&f);
+    return r;
+}
+
+TRNDEF trn_result trn_checkpoint_keep_best(const char *dir, const char *path, int k) {
+    DIR *d;
+    struct dirent *de;
+    char best[1100];
+    double val, *vals = NULL;
+    long long *steps = NULL, step, s;
+    int n = 0, cap = 0, capv = 0, i, have = 0;
+    trn_result r;
+    const char *base;
+    if (!dir || !path || k <= 0) return trn_fail(TRN_ERR_INVALID, "trn_checkpoint_keep_best: NULL argument or k %d <= 0", k);
+    base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    if (!trn__ckpt_name_step(base, &step))
+        return trn_fail(TRN_ERR_INVALID, "trn_checkpoint_keep_best: %s is not a ckpt_<step>.safetensors", path);
+    if ((r = trn__val_loss_of(path, &val)) != TRN_OK) return r;
+    if (!(val == val)) return TRN_OK; /* NaN is never among the best */
+    /* the best files there now, with their losses (read from their headers) */
+    if (!(d = opendir(dir))) return trn_fail(TRN_ERR_IO, "keep-best: cannot open %s: %s", dir, strerror(errno));
+    while ((de = readdir(d)) != NULL) {
+        double v;
+        if (!trn__best_name_step(de->d_name, &s)) continue;
+        if (s == step) have = 1;
+        snprintf(best, sizeof best, "%s/%s", dir, de->d_name);
+        if (trn__val_loss_of(best, &v) != TRN_OK) {
+            fprintf(stderr, "train.h: keep-best: ignoring %s: %s\n", best, trn_error_reason());
+            continue;
+        }
+        if (!trn__grow((void **)&steps, &cap, n, sizeof(long long)) || !trn__grow((void **)&vals, &capv, n, sizeof(double))) {
+            closedir(d);
+            trn_free(steps); trn_free(vals);
+            return trn_fail(TRN_ERR_NOMEM, "keep-best: out of memory");
+        }
+        steps[n] = s;
+        vals[n++] = v;
+    }
+    closedir(d);
+    if (!have) { /* add this one: a second name for the same file */
+        if ((size_t)snprintf(best, sizeof best, "%s/best_%08lld.safetensors", dir, step) >= sizeof best) {
+            trn_free(steps); trn_free(vals);
+            return trn_fail(TRN_ERR_INVALID, "keep-best: path too long");
+        }
+        if (link(path, best) != 0 && errno != EEXIST) {
+            r = trn_fail(TRN_ERR_IO, "keep-best: link %s to %s: %s (the file system must support hard links)", path,
+                         best, strerror(errno));
+            trn_free(steps); trn_free(vals);
+            return r;
+        }
+        if (!trn__grow((void **)&steps, &cap, n, sizeof(long long)) || !trn__grow((void **)&vals, &capv, n, sizeof(double))) {
+            trn_free(steps); trn_free(vals);
+            return trn_fail(TRN_ERR_NOMEM, "keep-best: out of memory");
+        }
+        steps[n] = step;
+        vals[n++] = val;
+    }
+    /* drop the worst (highest loss; on a tie the newer) until k remain */
+    while (n > k) {
+        int w = 0;
+        for (i = 1; i < n; i++)
+            if (vals[i] > vals[w] || (vals[i] == vals[w] && steps[i] > steps[w])) w = i;
+        snprintf(best, sizeof best, "%s/best_%08lld.safetensors", dir, steps[w]);
+        if (unlink(best) != 0 && errno != ENOENT)
+            fprintf(stderr, "train.h: keep-best: could not delete %s: %s\n", best, strerror(errno));
+        steps[w] = steps[n - 1];
+        vals[w] = vals[n - 1];
+        n--;
+    }
+    trn_free(steps);
+    trn_free(vals);
+    return trn__fsync_dir(path);
+}
+
+/* --- asynchronous checkpoints ----------------------------------------------
+   The training thread: wait for the previous save, copy weights + m + v
+   into the staging buffer (the only time training waits), start the
+   writer thread. The writer: trn__st_write from the staging copy (the CPU
+   backend's download is a memcpy), then the same finish as save_dir. */
+struct trn__ckpt_job {
+    char dir[1024], path[1100], reason[512];
+    long long step;
+    int keep, keep_best, n_items, running;
+    trn__st_item *items;     /* src pointers into the staging buffer */
+    trn_meta kit, user;
+    trn_result result;
+    double seconds;
+#ifdef TRN__HAVE_PTHREAD
+    pthread_t thread;
+#endif
+};
+
+static double trn__now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void *trn__ckpt_writer(void *arg) {
+    struct trn__ckpt_job *j = (struct trn__ckpt_job *)arg;
+    double t0 = trn__now();
+    trn_result r = trn__st_write(j->path, trn_cpu_backend(), j->items, j->n_items, &j->kit, &j->user);
+    if (r == TRN_OK) r = trn__ckpt_dir_finish(j->dir, j->path, j->step, j->keep);
+    if (r == TRN_OK && j->keep_best > 0) r = trn_checkpoint_keep_best(j->dir, j->path, j->keep_best);
+    if (r != TRN_OK) snprintf(j->reason, sizeof j->reason, "%s", trn_error_reason()); /* reasons are per thread */
+    j->result = r;
+    j->seconds = trn__now() - t0;
+    return NULL;
+}
+
+/* the writer is done (joined, or it ran in this thread): collect it */
+static trn_result trn__ckpt_collect(trn_ckpt_async *a) {
+    struct trn__ckpt_job *j = a->job;
+    j->running = 0;
+    a->in_flight = 0;
+    a->write_seconds = j->seconds;
+    trn_free(j->items);
+    j->items = NULL;
+    if (j->result != TRN_OK) return trn_fail(j->result, "checkpoint %s: %s", j->path, j->reason);
+    return TRN_OK;
+}
+
+TRNDEF trn_result trn_checkpoint_wait(trn_ckpt_async *a) {
+    if (!a || !a->job || !a->job->running) return TRN_OK;
+#ifdef TRN__HAVE_PTHREAD
+    pthread_join(a->job->thread, NULL);
+#endif
+    return trn__ckpt_collect(a);
+}
+
+TRNDEF trn_result trn_checkpoint_save_async(trn_ckpt_async *a, const char *dir, long long step, trn_model *m,
+                                            const trn_adamw *opt, const trn_meta *meta) {
+    struct trn__ckpt_job *j;
+    trn__st_item *items;
+    size_t need = 0, at = 0;
+    double t0 = trn__now();
+    trn_result r;
+    int n, i;
+    if (!a || !dir || !m || step < 0) return trn_fail(TRN_ERR_INVALID, "trn_checkpoint_save_async: NULL argument or step < 0");
+    /* at most one save in flight: the staging buffer is reused */
+    r = trn_checkpoint_wait(a);
+    a->wait_seconds = trn__now() - t0;
+    if (r != TRN_OK) return r;
+    if (!a->job) {
+        a->job = (struct trn__ckpt_job *)trn_calloc(sizeof *a->job, TRN_KIND_RUNTIME);
+        if (!a->job) return trn_fail(TRN_ERR_NOMEM, "async checkpoint: %s", trn_error_reason());
+    }
+    j = a->job;
+    if ((r = trn_mkdirs(dir)) != TRN_OK) return r;
+    if ((size_t)snprintf(j->dir, sizeof j->dir, "%s", dir) >= sizeof j->dir) return trn_fail(TRN_ERR_INVALID, "%s: path too long", dir);
+    if ((r = trn__ckpt_path(j->path, sizeof j->path, dir, step)) != TRN_OK) return r;
+    memset(&j->user, 0, sizeof j->user);
+    if (meta) j->user = *meta; /* the caller may change its table while we write */
+    if ((r = trn__ckpt_items(m, opt, &items, &n, &j->kit)) != TRN_OK) return r;
+    for (i = 0; i < n; i++) need += items[i].n;
+    if (a->stage && a->stage_floats < need) { /* the state grew (AdamW's m, v appeared) */
+        if (a->host_free) a->host_free(a->stage); else trn_free(a->stage);
+        a->stage = NULL;
+    }
+    if (!a->stage) {
+        a->stage = (float *)(a->host_alloc ? a->host_alloc(need * sizeof(float), TRN_KIND_STAGING)
+                                           : trn_alloc(need * sizeof(float), TRN_KIND_STAGING));
+        if (!a->stage) {
+            trn_free(items);
+            return trn_fail(TRN_ERR_NOMEM, "async checkpoint: staging %zu bytes: %s", need * sizeof(float), trn_error_reason());
+        }
+        a->stage_floats = need;
+    }
+    /* the snapshot: the only part training waits for */
+    for (i = 0; i < n; i++) {
+        float *dst = a->stage + at;
+        const float *src = items[i].src;
+        size_t len = items[i].n, chunk = (size_t)1 << 20;
+        long long c, nc = (long long)((len + chunk - 1) / chunk);
+        if (m->backend->place == TRN_HOST) {
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+            for (c = 0; c < nc; c++) {
+                size_t lo = (size_t)c * chunk;
+                memcpy(dst + lo, src + lo, TRN__MIN(chunk, len - lo) * sizeof(float));
+            }
+        } else {
+            m->backend->download(dst, src, len * sizeof(float)); /* device -> (pinned) host */
+        }
+        items[i].src = dst;
+        at += len;
+    }
+    trn_crc32c(0, "", 0); /* build the CRC table here, not racing in the writer */
+    j->items = items;
+    j->n_items = n;
+    j->step = step;
+    j->keep = a->keep;
+    j->keep_best = a->keep_best;
+    j->result = TRN_OK;
+    j->reason[0] = 0;
+    snprintf(a->path, sizeof a->path, "%s", j->path);
+    a->saves++;
+    j->running = 1;
+    a->in_flight = 1;
+    a->stage_seconds = trn__now() - t0;
+#ifdef TRN__HAVE_PTHREAD
+    if (pthread_create(&j->thread, NULL, trn__ckpt_writer, j) == 0) return TRN_OK;
+#endif
+    trn__ckpt_writer(j); /* no thread to be had: write it now, synchronously */
+    r = trn__ckpt_collect(a);
+    a->stage_seconds = trn__now() - t0;
+    return r;
+}
+
+TRNDEF void trn_ckpt_async_free(trn_ckpt_async *a) {
+    if (!a) return;
+    if (trn_checkpoint_wait(a) != TRN_OK) fprintf(stderr, "train.h: %s\n", trn_error_reason());
+    if (a->stage) { if (a->host_free) a->host_free(a->stage); else trn_free(a->stage); }
+    trn_free(a->job);
+    a->stage = NULL;
+    a->stage_floats = 0;
+    a->job = NULL;
 }
 /* <<checkpoint implementation end */
 
@@ -8136,6 +8623,494 @@ TRNDEF trn_result trn_loader_seek(trn_loader *L, const trn_loader_pos *pos) {
     return TRN_OK;
 }
 /* <<data implementation end */
+
+/* >>loop implementation */
+/* ========================================================================
+   >>loop
+   ======================================================================== */
+/* --- progress ---------------------------------------------------------------- */
+TRNDEF void trn_progress_init(trn_progress *p, long long step, long long total) {
+    if (!p) trn_fatal("trn_progress_init: NULL");
+    memset(p, 0, sizeof *p);
+    p->first = step;
+    p->total = total;
+    p->t0 = trn__now();
+    p->out = stdout;
+    p->unit = "tok/s";
+#if defined(__unix__) || defined(__APPLE__)
+    p->tty = isatty(fileno(stdout));
+#endif
+}
+
+TRNDEF double trn_progress_eta(const trn_progress *p, long long step) {
+    double per;
+    if (!p || step <= p->first) return -1.0;
+    per = (trn__now() - p->t0) / (double)(step - p->first);
+    return per * (double)(p->total > step ? p->total - step : 0);
+}
+
+TRNDEF const char *trn_duration_str(double seconds, char *buf, size_t n) {
+    long long s;
+    if (!(seconds >= 0) || seconds > 3.6e9) { snprintf(buf, n, "?"); return buf; }
+    s = (long long)(seconds + 0.5);
+    if (s >= 3600) snprintf(buf, n, "%lld:%02lld:%02lld", s / 3600, s / 60 % 60, s % 60);
+    else snprintf(buf, n, "%lld:%02lld", s / 60, s % 60);
+    return buf;
+}
+
+TRNDEF void trn_progress_step(trn_progress *p, long long step, float loss, double tok_per_s, const char *line) {
+    char eta[32], el[32], bar[21];
+    double left = trn_progress_eta(p, step);
+    trn_duration_str(left, eta, sizeof eta);
+    if (!p->tty) {
+        fprintf(p->out, "%s | eta %s\n", line ? line : "", eta);
+        fflush(p->out);
+        return;
+    }
+    {
+        double frac = p->total > 0 ? (double)step / (double)p->total : 1.0;
+        int i, fill = (int)(frac * 20.0);
+        for (i = 0; i < 20; i++) bar[i] = i < fill ? '#' : '.';
+        bar[20] = 0;
+        trn_duration_str(trn__now() - p->t0, el, sizeof el);
+        /* \r: back to the line's start; \033[K: clear what a longer line left */
+        fprintf(p->out, "\rstep %lld/%lld [%s] %3.0f%% | loss %.4f | %.0f %s | %s<%s\033[K", step, p->total, bar,
+                100.0 * frac, (double)loss, tok_per_s, p->unit ? p->unit : "", el, eta);
+        fflush(p->out);
+        p->open = 1;
+    }
+}
+
+TRNDEF void trn_progress_break(trn_progress *p) {
+    if (p && p->open) { fputc('\n', p->out); p->open = 0; }
+}
+
+/* --- CSV ------------------------------------------------------------------- */
+TRNDEF trn_result trn_csv_open(trn_csv *c, const char *path, const char *header, long long resume_step) {
+    const char *h;
+    if (!c || !path || !header || !*header) return trn_fail(TRN_ERR_INVALID, "trn_csv_open: NULL argument");
+    memset(c, 0, sizeof *c);
+    if ((size_t)snprintf(c->path, sizeof c->path, "%s", path) >= sizeof c->path) return trn_fail(TRN_ERR_INVALID, "%s: path too long", path);
+    c->n_cols = 1;
+    for (h = header; *h; h++) c->n_cols += *h == ',';
+    if (resume_step >= 0) {
+        FILE *in = fopen(path, "r");
+        if (in) { /* keep the header and the rows up to resume_step, through a temp file */
+            char line[4096], tmp[1100];
+            FILE *out;
+            int first = 1;
+            snprintf(tmp, sizeof tmp, "%s.tmp", path);
+            if (!(out = fopen(tmp, "w"))) {
+                fclose(in);
+                return trn_fail(TRN_ERR_IO, "%s: %s", tmp, strerror(errno));
+            }
+            while (fgets(line, sizeof line, in)) {
+                size_t len = strlen(line);
+                if (len && line[len - 1] == '\n') line[--len] = 0;
+                if (first) {
+                    first = 0;
+                    if (strcmp(line, header) != 0) {
+                        fclose(in); fclose(out); remove(tmp);
+                        return trn_fail(TRN_ERR_MISMATCH, "%s: its header is not \"%s\"", path, header);
+                    }
+                } else if (strtoll(line, NULL, 10) > resume_step) {
+                    continue; /* written after the checkpoint we resume from */
+                }
+                fprintf(out, "%s\n", line);
+            }
+            fclose(in);
+            if (first) fprintf(out, "%s\n", header); /* it was empty */
+            if (fclose(out) != 0 || rename(tmp, path) != 0) return trn_fail(TRN_ERR_IO, "%s: %s", path, strerror(errno));
+            if (!(c->f = fopen(path, "a"))) return trn_fail(TRN_ERR_IO, "%s: %s", path, strerror(errno));
+            return TRN_OK;
+        }
+    }
+    if (!(c->f = fopen(path, "w"))) return trn_fail(TRN_ERR_IO, "%s: %s", path, strerror(errno));
+    fprintf(c->f, "%s\n", header);
+    return TRN_OK;
+}
+
+TRNDEF trn_result trn_csv_row(trn_csv *c, const double *v) {
+    int i;
+    if (!c || !c->f || !v) return trn_fail(TRN_ERR_INVALID, "trn_csv_row: not open");
+    for (i = 0; i < c->n_cols; i++) {
+        if (i) fputc(',', c->f);
+        if (v[i] != v[i]) continue; /* NaN: an empty cell */
+        if (v[i] == floor(v[i]) && fabs(v[i]) < 1e15) fprintf(c->f, "%.0f", v[i]);
+        else fprintf(c->f, "%.9g", v[i]);
+    }
+    fputc('\n', c->f);
+    if (fflush(c->f) != 0) return trn_fail(TRN_ERR_IO, "%s: %s", c->path, strerror(errno));
+    return TRN_OK;
+}
+
+TRNDEF trn_result trn_csv_close(trn_csv *c) {
+    int bad;
+    if (!c || !c->f) return TRN_OK;
+    bad = fclose(c->f) != 0;
+    c->f = NULL;
+    return bad ? trn_fail(TRN_ERR_IO, "%s: %s", c->path, strerror(errno)) : TRN_OK;
+}
+
+/* --- TensorBoard ------------------------------------------------------------ */
+/* protobuf wire format: a key is (field << 3 | wire type); varints carry 7
+   bits per byte, low bits first; type 1 = 8 bytes, 2 = length + bytes,
+   5 = 4 bytes, all little-endian */
+static size_t trn__pb_varint(unsigned char *o, uint64_t v) {
+    size_t n = 0;
+    while (v >= 0x80) { o[n++] = (unsigned char)(v | 0x80); v >>= 7; }
+    o[n++] = (unsigned char)v;
+    return n;
+}
+static size_t trn__pb_bytes(unsigned char *o, int field, const void *p, size_t len) {
+    size_t n = trn__pb_varint(o, (uint64_t)(field << 3 | 2));
+    n += trn__pb_varint(o + n, len);
+    memcpy(o + n, p, len);
+    return n + len;
+}
+
+/* TFRecord's checksum: CRC-32C, rotated right by 15 and offset, so that a
+   CRC of data holding CRCs stays well distributed */
+static uint32_t trn__tb_masked_crc(const void *p, size_t n) {
+    uint32_t c = trn_crc32c(0, p, n);
+    return ((c >> 15) | (c << 17)) + 0xa282ead8u;
+}
+
+static trn_result trn__tb_record(trn_tb_writer *w, const unsigned char *data, size_t n) {
+    unsigned char head[12], tail[4];
+    uint32_t c;
+    int i;
+    for (i = 0; i < 8; i++) head[i] = (unsigned char)((uint64_t)n >> (8 * i));
+    c = trn__tb_masked_crc(head, 8);
+    for (i = 0; i < 4; i++) head[8 + i] = (unsigned char)(c >> (8 * i));
+    c = trn__tb_masked_crc(data, n);
+    for (i = 0; i < 4; i++) tail[i] = (unsigned char)(c >> (8 * i));
+    if (fwrite(head, 1, 12, w->f) != 12 || fwrite(data, 1, n, w->f) != n || fwrite(tail, 1, 4, w->f) != 4)
+        return trn_fail(TRN_ERR_IO, "write %s: %s", w->path, strerror(errno));
+    return TRN_OK;
+}
+
+/* Event { double wall_time = 1; int64 step = 2; oneof { string file_version = 3; Summary summary = 5; } }
+   Summary { repeated Value value = 1; }  Value { string tag = 1; float simple_value = 2; } */
+static trn_result trn__tb_event(trn_tb_writer *w, long long step, const char *tag, double value, const char *version) {
+    unsigned char ev[600], val[300], sum[320];
+    size_t n = 0, nv = 0, ns, tl;
+    struct timespec ts;
+    double wall;
+    float f = (float)value;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    wall = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    ev[n++] = 1 << 3 | 1;
+    memcpy(ev + n, &wall, 8); n += 8; /* little-endian hosts (as the checkpoints) */
+    n += trn__pb_varint(ev + n, 2 << 3 | 0);
+    n += trn__pb_varint(ev + n, (uint64_t)step);
+    if (version) {
+        n += trn__pb_bytes(ev + n, 3, version, strlen(version));
+    } else {
+        tl = strlen(tag);
+        if (tl > 200) return trn_fail(TRN_ERR_INVALID, "tensorboard: tag '%.40s...' is too long", tag);
+        nv += trn__pb_bytes(val + nv, 1, tag, tl);
+        val[nv++] = 2 << 3 | 5;
+        memcpy(val + nv, &f, 4); nv += 4;
+        ns = trn__pb_bytes(sum, 1, val, nv);
+        n += trn__pb_bytes(ev + n, 5, sum, ns);
+    }
+    return trn__tb_record(w, ev, n);
+}
+
+TRNDEF trn_result trn_tb_open(trn_tb_writer *w, const char *dir) {
+    char host[128] = "localhost";
+    struct timespec ts;
+    trn_result r;
+    if (!w || !dir) return trn_fail(TRN_ERR_INVALID, "trn_tb_open: NULL argument");
+    memset(w, 0, sizeof *w);
+    if ((r = trn_mkdirs(dir)) != TRN_OK) return r;
+    gethostname(host, sizeof host - 1);
+    host[sizeof host - 1] = 0;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    if ((size_t)snprintf(w->path, sizeof w->path, "%s/events.out.tfevents.%lld.%s.%ld", dir, (long long)ts.tv_sec, host,
+                         (long)getpid()) >= sizeof w->path)
+        return trn_fail(TRN_ERR_INVALID, "%s: path too long", dir);
+    if (!(w->f = fopen(w->path, "wb"))) return trn_fail(TRN_ERR_IO, "%s: %s", w->path, strerror(errno));
+    if ((r = trn__tb_event(w, 0, NULL, 0, "brain.Event:2")) != TRN_OK) return r; /* the file's first record */
+    return trn_tb_flush(w);
+}
+
+TRNDEF trn_result trn_tb_scalar(trn_tb_writer *w, const char *tag, long long step, double value) {
+    if (!w || !w->f || !tag) return trn_fail(TRN_ERR_INVALID, "trn_tb_scalar: not open or no tag");
+    return trn__tb_event(w, step, tag, value, NULL);
+}
+
+TRNDEF trn_result trn_tb_memory(trn_tb_writer *w, long long step) {
+    trn_ledger_snapshot s;
+    char tag[96];
+    trn_result r = TRN_OK;
+    int k;
+    trn_ledger_read(&s);
+    for (k = 0; k < TRN_KIND_COUNT && r == TRN_OK; k++) {
+        if (s.peak[TRN_HOST][k]) {
+            snprintf(tag, sizeof tag, "memory/%s", trn_kind_name((trn_kind)k));
+            r = trn_tb_scalar(w, tag, step, (double)s.current[TRN_HOST][k] / 1048576.0);
+        }
+        if (r == TRN_OK && s.peak[TRN_DEVICE][k]) {
+            snprintf(tag, sizeof tag, "memory/device/%s", trn_kind_name((trn_kind)k));
+            r = trn_tb_scalar(w, tag, step, (double)s.current[TRN_DEVICE][k] / 1048576.0);
+        }
+    }
+    if (r == TRN_OK && s.rss) r = trn_tb_scalar(w, "memory/rss", step, (double)s.rss / 1048576.0);
+    return r;
+}
+
+TRNDEF trn_result trn_tb_flush(trn_tb_writer *w) {
+    if (!w || !w->f) return TRN_OK;
+    if (fflush(w->f) != 0) return trn_fail(TRN_ERR_IO, "write %s: %s", w->path, strerror(errno));
+    return TRN_OK;
+}
+
+TRNDEF trn_result trn_tb_close(trn_tb_writer *w) {
+    int bad;
+    if (!w || !w->f) return TRN_OK;
+    bad = fclose(w->f) != 0;
+    w->f = NULL;
+    return bad ? trn_fail(TRN_ERR_IO, "close %s: %s", w->path, strerror(errno)) : TRN_OK;
+}
+
+/* --- spike guard ------------------------------------------------------------ */
+TRNDEF void trn_spike_guard_init(trn_spike_guard *g, float z) {
+    if (!g) trn_fatal("trn_spike_guard_init: NULL");
+    memset(g, 0, sizeof *g);
+    g->z = z;
+}
+
+/* (x - mean) / std over the window; 0 while the window is too short or flat.
+   Recomputed from the values each step (no running sums), so that a window
+   restored from a checkpoint gives the same bits. */
+static float trn__zscore(const float *w, int n, float x) {
+    double mean = 0, var = 0;
+    int i;
+    if (n < TRN_SPIKE_MIN) return 0.0f;
+    for (i = 0; i < n; i++) mean += w[i];
+    mean /= n;
+    for (i = 0; i < n; i++) var += (w[i] - mean) * (w[i] - mean);
+    var /= n;
+    return var > 0 ? (float)((x - mean) / sqrt(var)) : 0.0f;
+}
+
+TRNDEF int trn_spike_guard_check(trn_spike_guard *g, float loss, float norm) {
+    int finite = isfinite(loss) && isfinite(norm), spike;
+    if (!g) trn_fatal("trn_spike_guard_check: NULL");
+    g->z_loss = finite ? trn__zscore(g->loss, g->n, loss) : INFINITY;
+    g->z_norm = finite ? trn__zscore(g->norm, g->n, norm) : INFINITY;
+    spike = !finite || (g->z > 0 && (g->z_loss > g->z || g->z_norm > g->z));
+    if (g->z <= 0 && finite) spike = 0;
+    if (finite) {
+        g->loss[g->pos] = loss;
+        g->norm[g->pos] = norm;
+        g->pos = (g->pos + 1) % TRN_SPIKE_WINDOW;
+        if (g->n < TRN_SPIKE_WINDOW) g->n++;
+    }
+    if (spike && g->z > 0) g->skipped++;
+    return g->z > 0 && spike;
+}
+
+/* the floats as 8 hex digits each: exact, and 100 of them fit a meta value */
+static void trn__hex_floats(char *out, const float *v, int n) {
+    int i;
+    for (i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &v[i], 4);
+        sprintf(out + 8 * i, "%08x", (unsigned)u);
+    }
+    out[8 * n] = 0;
+}
+static int trn__unhex_floats(float *v, const char *s, int n) {
+    int i, k;
+    if ((int)strlen(s) != 8 * n) return 0;
+    for (i = 0; i < n; i++) {
+        uint32_t u = 0;
+        for (k = 0; k < 8; k++) {
+            char c = s[8 * i + k];
+            int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+            if (d < 0) return 0;
+            u = u << 4 | (uint32_t)d;
+        }
+        memcpy(&v[i], &u, 4);
+    }
+    return 1;
+}
+
+TRNDEF void trn_spike_guard_save(const trn_spike_guard *g, trn_meta *meta) {
+    char buf[8 * TRN_SPIKE_WINDOW + 1];
+    trn_meta_set_u64(meta, "spike.n", (uint64_t)g->n);
+    trn_meta_set_u64(meta, "spike.pos", (uint64_t)g->pos);
+    trn_meta_set_u64(meta, "spike.skipped", (uint64_t)g->skipped);
+    trn__hex_floats(buf, g->loss, g->n);
+    trn_meta_set(meta, "spike.loss", buf);
+    trn__hex_floats(buf, g->norm, g->n);
+    trn_meta_set(meta, "spike.norm", buf);
+}
+
+TRNDEF trn_result trn_spike_guard_load(trn_spike_guard *g, const trn_meta *meta) {
+    uint64_t n, pos, sk;
+    const char *l, *nm;
+    float z = g->z;
+    trn_spike_guard_init(g, z);
+    if (trn_meta_get_u64(meta, "spike.n", &n) != TRN_OK) return TRN_OK; /* saved without a guard */
+    l = trn_meta_get(meta, "spike.loss");
+    nm = trn_meta_get(meta, "spike.norm");
+    if (n > TRN_SPIKE_WINDOW || trn_meta_get_u64(meta, "spike.pos", &pos) != TRN_OK || pos >= TRN_SPIKE_WINDOW ||
+        trn_meta_get_u64(meta, "spike.skipped", &sk) != TRN_OK || !l || !nm ||
+        !trn__unhex_floats(g->loss, l, (int)n) || !trn__unhex_floats(g->norm, nm, (int)n))
+        return trn_fail(TRN_ERR_FORMAT, "spike guard: the checkpoint's spike.* values are malformed");
+    g->n = (int)n;
+    g->pos = (int)pos;
+    g->skipped = (long long)sk;
+    return TRN_OK;
+}
+
+/* --- early stopping ----------------------------------------------------------- */
+TRNDEF void trn_early_stop_init(trn_early_stop *e, int patience) {
+    if (!e) trn_fatal("trn_early_stop_init: NULL");
+    e->patience = patience;
+    e->best = HUGE_VAL;
+    e->best_step = -1;
+    e->bad = 0;
+}
+
+TRNDEF int trn_early_stop_update(trn_early_stop *e, long long step, double val) {
+    if (val < e->best) { e->best = val; e->best_step = step; e->bad = 0; }
+    else e->bad++;
+    return e->patience > 0 && e->bad >= e->patience;
+}
+
+TRNDEF void trn_early_stop_save(const trn_early_stop *e, trn_meta *meta) {
+    if (e->best_step < 0) return;
+    trn_meta_set_f64(meta, "early.best", e->best);
+    trn_meta_set_u64(meta, "early.best_step", (uint64_t)e->best_step);
+    trn_meta_set_u64(meta, "early.bad", (uint64_t)e->bad);
+}
+
+TRNDEF trn_result trn_early_stop_load(trn_early_stop *e, const trn_meta *meta) {
+    uint64_t s, b;
+    double best;
+    trn_early_stop_init(e, e->patience);
+    if (!trn_meta_get(meta, "early.best")) return TRN_OK;
+    if (trn_meta_get_f64(meta, "early.best", &best) != TRN_OK || trn_meta_get_u64(meta, "early.best_step", &s) != TRN_OK ||
+        trn_meta_get_u64(meta, "early.bad", &b) != TRN_OK)
+        return trn_fail(TRN_ERR_FORMAT, "early stopping: the checkpoint's early.* values are malformed");
+    e->best = best;
+    e->best_step = (long long)s;
+    e->bad = (int)b;
+    return TRN_OK;
+}
+
+/* --- profile ------------------------------------------------------------------ */
+struct trn__pmark {
+    const char *op;      /* the op whose work ends at this mark              */
+    int phase;           /* -1: no op (the interval before it is not counted),
+                            0: forward of op, 1: backward of op              */
+    size_t arena;        /* arena bytes in use at the mark                   */
+    double t;            /* host clock (seconds), when no other clock is set */
+};
+
+TRNDEF void trn_profile_attach(trn_profile *p, trn_model *m) {
+    if (!p || !m) trn_fatal("trn_profile_attach: NULL");
+    memset(p, 0, sizeof *p);
+    p->clock_name = "host clock";
+    p->model = m;
+    m->profile = p;
+}
+
+static void trn__prof_mark(trn_model *m, const char *op, int phase) {
+    trn_profile *p = m->profile;
+    struct trn__pmark *k;
+    if (!trn__grow((void **)&p->marks, &p->cap_marks, p->n_marks, sizeof *p->marks)) trn_fatal("profile: %s", trn_error_reason());
+    k = &p->marks[p->n_marks];
+    k->op = op;
+    k->phase = phase;
+    k->arena = m->arena.used + m->arena.spilled;
+    if (p->mark) {
+        p->mark(p, p->n_marks);
+    } else {
+        if (m->backend->place != TRN_HOST) m->backend->sync(); /* the work, not its launch */
+        k->t = trn__now();
+    }
+    p->n_marks++;
+}
+
+/* the pass is over: read the clock, add each interval to its op's row */
+static void trn__prof_end(trn_model *m) {
+    trn_profile *p = m->profile;
+    int i, r, n = p->n_marks;
+    if (n > 1) {
+        if (p->cap_ms < n) { /* one slot per mark */
+            trn_free(p->ms);
+            if (!(p->ms = (double *)trn_alloc(sizeof(double) * (size_t)n, TRN_KIND_RUNTIME))) trn_fatal("profile: %s", trn_error_reason());
+            p->cap_ms = n;
+        }
+        if (p->read) p->read(p, n, p->ms);
+        else for (i = 1; i < n; i++) p->ms[i] = 1e3 * (p->marks[i].t - p->marks[i - 1].t);
+        for (i = 1; i < n; i++) {
+            const struct trn__pmark *k = &p->marks[i];
+            if (k->phase < 0) continue;
+            for (r = 0; r < p->n_rows; r++)
+                if (p->rows[r].op == k->op || strcmp(p->rows[r].op, k->op) == 0) break;
+            if (r == p->n_rows) {
+                if (r == TRN_PROFILE_MAX_OPS) continue; /* more op kinds than rows: not counted */
+                memset(&p->rows[r], 0, sizeof p->rows[r]);
+                p->rows[r].op = k->op;
+                p->n_rows++;
+            }
+            p->rows[r].calls[k->phase]++;
+            p->rows[r].ms[k->phase] += p->ms[i];
+            p->rows[r].bytes[k->phase] += (double)(k->arena - TRN__MIN(k->arena, p->marks[i - 1].arena));
+        }
+        p->passes++;
+    }
+    p->n_marks = 0;
+}
+
+static int trn__prof_cmp(const void *a, const void *b) {
+    const trn_profile_row *x = (const trn_profile_row *)a, *y = (const trn_profile_row *)b;
+    double tx = x->ms[0] + x->ms[1], ty = y->ms[0] + y->ms[1];
+    return tx < ty ? 1 : tx > ty ? -1 : 0;
+}
+
+TRNDEF void trn_profile_print(const trn_profile *p, FILE *f) {
+    trn_profile_row rows[TRN_PROFILE_MAX_OPS];
+    double tot[2] = {0, 0}, all, bytes[2] = {0, 0};
+    int i, n;
+    if (!p || !f) return;
+    n = p->n_rows;
+    memcpy(rows, p->rows, sizeof(trn_profile_row) * (size_t)n);
+    qsort(rows, (size_t)n, sizeof rows[0], trn__prof_cmp);
+    for (i = 0; i < n; i++) { tot[0] += rows[i].ms[0]; tot[1] += rows[i].ms[1]; bytes[0] += rows[i].bytes[0]; bytes[1] += rows[i].bytes[1]; }
+    all = tot[0] + tot[1] > 0 ? tot[0] + tot[1] : 1;
+    fprintf(f, "-- profile: %lld backward passes, %s; time per op kind (ms per pass, share of the total), "
+               "arena bytes per pass --\n", p->passes, p->clock_name ? p->clock_name : "host clock");
+    fprintf(f, "  %-16s %7s %10s %6s %10s | %7s %10s %6s %10s\n", "op", "fwd n", "fwd ms", "%", "fwd MiB", "bwd n",
+            "bwd ms", "%", "bwd MiB");
+#define TRN__PP(x) ((x) / (double)(p->passes ? p->passes : 1))
+    for (i = 0; i < n; i++)
+        fprintf(f, "  %-16s %7.0f %10.3f %5.1f%% %10.2f | %7.0f %10.3f %5.1f%% %10.2f\n", rows[i].op,
+                TRN__PP((double)rows[i].calls[0]), TRN__PP(rows[i].ms[0]), 100 * rows[i].ms[0] / all,
+                TRN__PP(rows[i].bytes[0]) / 1048576.0, TRN__PP((double)rows[i].calls[1]), TRN__PP(rows[i].ms[1]),
+                100 * rows[i].ms[1] / all, TRN__PP(rows[i].bytes[1]) / 1048576.0);
+    fprintf(f, "  %-16s %7s %10.3f %5.1f%% %10.2f | %7s %10.3f %5.1f%% %10.2f\n", "total", "", TRN__PP(tot[0]),
+            100 * tot[0] / all, TRN__PP(bytes[0]) / 1048576.0, "", TRN__PP(tot[1]), 100 * tot[1] / all,
+            TRN__PP(bytes[1]) / 1048576.0);
+#undef TRN__PP
+}
+
+TRNDEF void trn_profile_free(trn_profile *p) {
+    if (!p) return;
+    if (p->clock_free) p->clock_free(p);
+    if (p->model && p->model->profile == p) p->model->profile = NULL;
+    trn_free(p->marks);
+    trn_free(p->ms);
+    memset(p, 0, sizeof *p);
+}
+/* <<loop implementation end */
 
 
 #endif /* TRAIN_IMPLEMENTATION_DONE */

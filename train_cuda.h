@@ -92,6 +92,14 @@ TRNDEF const char *trn_cuda_device_name(void);
    and the cuBLAS handle (a cublasHandle_t), for train_nccl.h and benchmarks */
 TRNDEF void *trn_cuda_stream(void);
 TRNDEF void *trn_cuda_cublas(void);
+/* pinned (page-locked) host memory, counted as host memory of `kind`: DMA
+   copies from the device run at full speed. For trn_ckpt_async:
+      ck.host_alloc = trn_cuda_host_alloc; ck.host_free = trn_cuda_host_free; */
+TRNDEF void *trn_cuda_host_alloc(size_t bytes, trn_kind kind);
+TRNDEF void trn_cuda_host_free(void *p);
+/* --profile on the GPU: trn_profile's time marks become CUDA events on the
+   backend's stream (no sync per op; read once per backward pass) */
+TRNDEF void trn_cuda_profile_clock(trn_profile *p);
 #ifdef __cplusplus
 }
 #endif
@@ -1669,6 +1677,81 @@ TRNDEF int trn_cuda_tf32(void) { return !trn__cu.tf32_off; }
 TRNDEF const char *trn_cuda_device_name(void) { return trn__cu.ready ? trn__cu.name : "(no CUDA device)"; }
 TRNDEF void *trn_cuda_stream(void) { return (void *)trn__cu.stream; }
 TRNDEF void *trn_cuda_cublas(void) { return (void *)trn__cu.cublas; }
+
+/* >>cuda-memory: pinned host memory. 64 bytes before the pointer hold its
+   size and kind, so the free takes the right amount off the ledger. */
+TRNDEF void *trn_cuda_host_alloc(size_t bytes, trn_kind kind) {
+    void *raw = NULL;
+    size_t *h;
+    if (cudaMallocHost(&raw, bytes + 64) != cudaSuccess) {
+        (void)cudaGetLastError(); /* not sticky: clear it */
+        trn_fail(TRN_ERR_NOMEM, "cudaMallocHost of %zu bytes (pinned %s) failed", bytes, trn_kind_name(kind));
+        return NULL;
+    }
+    h = (size_t *)raw;
+    h[0] = bytes;
+    h[1] = (size_t)kind;
+    trn_ledger_add(TRN_HOST, kind, (long long)bytes);
+    return (char *)raw + 64;
+}
+
+TRNDEF void trn_cuda_host_free(void *p) {
+    size_t *h;
+    if (!p) return;
+    h = (size_t *)((char *)p - 64);
+    trn_ledger_add(TRN_HOST, (trn_kind)h[1], -(long long)h[0]);
+    TRN_CUDA_CHECK(cudaFreeHost(h));
+}
+
+/* --profile: mark i is event i, recorded on the stream; the elapsed times
+   are read after the pass (one synchronize) */
+typedef struct trn__cuda_pclock { cudaEvent_t *ev; int n; } trn__cuda_pclock;
+
+static void trn__cuda_pmark(trn_profile *p, int i) {
+    trn__cuda_pclock *c = (trn__cuda_pclock *)p->clock;
+    if (i >= c->n) {
+        int n = c->n ? 2 * c->n : 256, k;
+        cudaEvent_t *ev;
+        while (n <= i) n *= 2;
+        ev = (cudaEvent_t *)realloc(c->ev, sizeof(cudaEvent_t) * (size_t)n);
+        if (!ev) trn_fatal("train_cuda.h: profile: out of host memory");
+        for (k = c->n; k < n; k++) TRN_CUDA_CHECK(cudaEventCreate(&ev[k]));
+        c->ev = ev;
+        c->n = n;
+    }
+    TRN_CUDA_CHECK(cudaEventRecord(c->ev[i], trn__cu.stream));
+}
+
+static void trn__cuda_pread(trn_profile *p, int n, double *ms) {
+    trn__cuda_pclock *c = (trn__cuda_pclock *)p->clock;
+    int i;
+    TRN_CUDA_CHECK(cudaEventSynchronize(c->ev[n - 1]));
+    for (i = 1; i < n; i++) {
+        float f = 0;
+        TRN_CUDA_CHECK(cudaEventElapsedTime(&f, c->ev[i - 1], c->ev[i]));
+        ms[i] = f;
+    }
+}
+
+static void trn__cuda_pfree(trn_profile *p) {
+    trn__cuda_pclock *c = (trn__cuda_pclock *)p->clock;
+    int k;
+    if (!c) return;
+    for (k = 0; k < c->n; k++) TRN_CUDA_CHECK(cudaEventDestroy(c->ev[k]));
+    free(c->ev);
+    free(c);
+    p->clock = NULL;
+}
+
+TRNDEF void trn_cuda_profile_clock(trn_profile *p) {
+    trn__cuda_pclock *c = (trn__cuda_pclock *)calloc(1, sizeof *c);
+    if (!p || !c) trn_fatal("trn_cuda_profile_clock: NULL profile or out of host memory");
+    p->clock = c;
+    p->mark = trn__cuda_pmark;
+    p->read = trn__cuda_pread;
+    p->clock_free = trn__cuda_pfree;
+    p->clock_name = "CUDA events";
+}
 
 TRNDEF void trn_cuda_shutdown(void) {
     if (!trn__cu.ready) return;

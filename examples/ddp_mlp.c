@@ -208,6 +208,8 @@ int main(int argc, char **argv) {
     float *x = (float *)malloc(sizeof(float) * (size_t)B * NIN);
     int *y = (int *)malloc(sizeof(int) * (size_t)B);
     if (!x || !y) { fprintf(stderr, "ddp_mlp: out of memory\n"); return 1; }
+    trn_progress prog; // for the time left on each logged line
+    trn_progress_init(&prog, start, steps);
     for (int step = start; step < steps; step++) {
         make_batch(trn_ddp_batch_index(&ddp, step), B, x, y);
         trn_zero_grad(&net.m);
@@ -221,7 +223,9 @@ int main(int argc, char **argv) {
         if (step % log_every == 0 || step == steps - 1) {
             double l = trn_item(&net.m, loss);             // this rank's loss
             TRY(trn_ddp_allreduce_host(&ddp, &l, 1, 1));   // the mean over ranks
-            trn_ddp_log(&ddp, "step %4d  loss %.4f  grad norm %.3f\n", step, l, norm);
+            char eta[32];
+            trn_duration_str(trn_progress_eta(&prog, step + 1), eta, sizeof eta);
+            trn_ddp_log(&ddp, "step %4d  loss %.4f  grad norm %.3f  eta %s\n", step, l, norm, eta);
         }
         if (ckpt_dir && ((step + 1) % save_every == 0 || step == steps - 1))
             TRY(trn_ddp_checkpoint_save(&ddp, ckpt, &net.m, &opt, NULL));

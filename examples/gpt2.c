@@ -893,6 +893,11 @@ typedef struct run_args {
     long long seed;
     int overfit;
     int recompute; // memory only: not in the checkpoint (results are identical)
+    // the loop's extras (>>loop in train.h); -1: from the checkpoint, else off
+    const char *tensorboard, *csv;
+    int async_ckpt, keep_best, patience, fast_dev_run, profile, limit_val_n;
+    float skip_spikes, limit_val; // limit_val: a fraction (written with a '.'), limit_val_n: a count
+    double max_time;
 } run_args;
 
 static void run_to_meta(const run_args *a, trn_meta *meta) {
@@ -908,6 +913,9 @@ static void run_to_meta(const run_args *a, trn_meta *meta) {
     trn_meta_set_u64(meta, "run.ckpt_every", (uint64_t)a->ckpt_every);
     trn_meta_set_u64(meta, "run.keep", (uint64_t)a->keep);
     trn_meta_set_u64(meta, "run.sample", (uint64_t)a->sample);
+    trn_meta_set_u64(meta, "run.keep_best", (uint64_t)a->keep_best);
+    trn_meta_set_u64(meta, "run.patience", (uint64_t)a->patience);
+    trn_meta_set_f64(meta, "run.skip_spikes", a->skip_spikes);
     trn_meta_set_f64(meta, "run.lr", a->lr);
     trn_meta_set_f64(meta, "run.min_lr", a->min_lr);
     trn_meta_set_f64(meta, "run.weight_decay", a->weight_decay);
@@ -955,6 +963,17 @@ static void usage(FILE *f) {
             "  --resume PATH      continue from a checkpoint file or run directory (newest valid)\n"
             "  --log FILE         one JSON object per line per step and validation\n"
             "  --dump-logits FILE write the logits of validation batch 0 (float32) at the end\n"
+            "  --csv FILE         one CSV row per step (val_loss filled at validation steps)\n"
+            "  --tensorboard DIR  TensorBoard event files: loss, val_loss, lr, grad_norm, tokens/s, memory\n"
+            "loop policy (Lightning's Trainer and callbacks)\n"
+            "  --async-ckpt       write checkpoints from a background thread (training waits for a copy only)\n"
+            "  --keep-best K      also keep the K best checkpoints by val_loss as best_<step>.safetensors [0]\n"
+            "  --patience N       stop after N validations without a new best val_loss [0: never]\n"
+            "  --max-time T       stop cleanly with a checkpoint after T seconds (or 90m, 2h)\n"
+            "  --limit-val-batches X  validation batches: a count (8), or a fraction of the split (0.25, 1.0)\n"
+            "  --fast-dev-run     one training step and one validation batch, no files written\n"
+            "  --skip-spikes Z    skip the update when loss or grad norm is Z std above the last 100 [off]\n"
+            "  --profile          time and bytes per op kind (forward, backward) after the run\n"
             "  --help\n"
             "data-parallel: start N copies with torchrun --no-python, mpirun, srun, or RANK/WORLD_SIZE\n"
             "  (MASTER_ADDR/MASTER_PORT); --batch is per rank; rank 0 prints and writes the files\n");
@@ -1014,6 +1033,7 @@ int main(int argc, char **argv) {
     // checkpoint when resuming, else from the preset or the other flags
     run_args a;
     memset(&a, 0, sizeof a);
+    double t_begin = now_s(); // --max-time counts from here
     a.model = NULL;          // preset name [mini]
     a.out = "runs/gpt2";     // run directory
     a.steps = -1;            // optimizer steps in the whole run [600: ~70 s for mini on 2 cores]
@@ -1034,17 +1054,25 @@ int main(int argc, char **argv) {
     a.temperature = 0.8f;    // sampling temperature
     a.top_k = 40;            // sample among the k most likely tokens
     a.threads = 0;           // 0: OpenMP's default (all cores)
+    a.keep_best = -1;        // best checkpoints kept by val_loss [0: none]
+    a.patience = -1;         // early stopping [0: never]
+    a.skip_spikes = -1;      // spike guard z threshold [0: off]
 
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) { usage(stdout); return 0; }
         if (!strcmp(f, "--overfit")) { a.overfit = 1; continue; }
         if (!strcmp(f, "--recompute")) { a.recompute = 1; continue; }
+        if (!strcmp(f, "--async-ckpt")) { a.async_ckpt = 1; continue; }
+        if (!strcmp(f, "--fast-dev-run")) { a.fast_dev_run = 1; continue; }
+        if (!strcmp(f, "--profile")) { a.profile = 1; continue; }
         static const char *with_value[] = {"--model", "--data", "--bpe", "--init", "--out", "--resume", "--log",
                                            "--prompt", "--dump-logits", "--steps", "--batch", "--seq",
                                            "--grad-accum", "--warmup", "--eval-every", "--eval-batches",
                                            "--ckpt-every", "--keep", "--sample", "--top-k", "--threads", "--seed",
-                                           "--lr", "--min-lr", "--weight-decay", "--clip", "--temperature"};
+                                           "--lr", "--min-lr", "--weight-decay", "--clip", "--temperature",
+                                           "--csv", "--tensorboard", "--keep-best", "--patience", "--max-time",
+                                           "--limit-val-batches", "--skip-spikes"};
         int known = 0;
         for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) known |= !strcmp(f, with_value[k]);
         if (!known) die("unknown %s '%s' (see --help)", strncmp(f, "--", 2) ? "argument" : "flag", f);
@@ -1077,7 +1105,21 @@ int main(int argc, char **argv) {
         else if (!strcmp(f, "--weight-decay")) a.weight_decay = parse_float(f, v, 0, 10);
         else if (!strcmp(f, "--clip")) a.clip = parse_float(f, v, 0, 1e9);
         else if (!strcmp(f, "--temperature")) a.temperature = parse_float(f, v, 1e-3, 100);
+        else if (!strcmp(f, "--csv")) a.csv = v;
+        else if (!strcmp(f, "--tensorboard")) a.tensorboard = v;
+        else if (!strcmp(f, "--keep-best")) a.keep_best = (int)parse_int(f, v, 0, 1000000);
+        else if (!strcmp(f, "--patience")) a.patience = (int)parse_int(f, v, 0, 1000000000);
+        else if (!strcmp(f, "--limit-val-batches") && strchr(v, '.')) a.limit_val = parse_float(f, v, 1e-9, 1);
+        else if (!strcmp(f, "--limit-val-batches")) a.limit_val_n = (int)parse_int(f, v, 1, 1 << 20);
+        else if (!strcmp(f, "--skip-spikes")) a.skip_spikes = parse_float(f, v, 0, 1e6);
+        else if (!strcmp(f, "--max-time")) { // seconds, or with a unit: 90m, 2h
+            char *end;
+            double t = strtod(v, &end), unit = !strcmp(end, "h") ? 3600 : !strcmp(end, "m") ? 60 : 1;
+            if (end == v || !(t > 0) || (*end && strcmp(end, "s") && unit == 1)) die("--max-time: '%s' is not like 3600, 90m or 2h", v);
+            a.max_time = t * unit;
+        }
     }
+    if (a.fast_dev_run && a.resume) die("--fast-dev-run is a fresh smoke test: not with --resume");
     if (a.threads > 0) trn_set_threads(a.threads);
 
     // --- data parallelism: which rank of how many (the launcher's variables;
@@ -1129,6 +1171,9 @@ int main(int argc, char **argv) {
     FROM_CK_INT(ckpt_every, "run.ckpt_every");
     FROM_CK_INT(keep, "run.keep");
     FROM_CK_INT(sample, "run.sample");
+    FROM_CK_INT(keep_best, "run.keep_best");
+    FROM_CK_INT(patience, "run.patience");
+    FROM_CK_F(skip_spikes, "run.skip_spikes");
     FROM_CK_F(lr, "run.lr");
     FROM_CK_F(min_lr, "run.min_lr");
     FROM_CK_F(weight_decay, "run.weight_decay");
@@ -1191,6 +1236,13 @@ int main(int argc, char **argv) {
     if (a.eval_batches < 0) a.eval_batches = 8;
     if (a.keep < 0) a.keep = 3;
     if (a.sample < 0) a.sample = cfg.vocab_size <= 256 ? 400 : 100;
+    if (a.keep_best < 0) a.keep_best = 0;
+    if (a.patience < 0) a.patience = 0;
+    if (a.skip_spikes < 0) a.skip_spikes = 0;
+    if (a.fast_dev_run) { // Lightning's fast_dev_run: one batch of each, nothing on disk
+        a.steps = 1; a.eval_every = 0; a.eval_batches = 1; a.ckpt_every = 0; a.sample = 0;
+        a.log = a.csv = a.tensorboard = a.dump_logits = NULL;
+    }
     if (a.seq > cfg.block_size) die("--seq %d is longer than the model's context of %d tokens", a.seq, cfg.block_size);
     if (a.min_lr > a.lr) die("--min-lr %g is above --lr %g", a.min_lr, a.lr);
     if (!a.bpe && cfg.vocab_size > 256 && !a.data && a.steps > 0)
@@ -1223,6 +1275,9 @@ int main(int argc, char **argv) {
     dd.no_val = a.overfit; // one memorized batch: no validation split
     if (trn_loader_init(&ld, tokens.ids, tokens.n, &dd) != TRN_OK)
         die("%s: %zu tokens: %s", a.data ? a.data : "data", tokens.n, trn_error_reason());
+    if (a.limit_val_n > 0 && !a.fast_dev_run) a.eval_batches = a.limit_val_n; // Lightning's int: a count
+    if (a.limit_val > 0 && !a.fast_dev_run) // its float: a fraction of this rank's share of the split
+        a.eval_batches = (int)fmax(1, floor(a.limit_val * (double)(ld.val_batches / W)));
     if ((int64_t)a.eval_batches * W > ld.val_batches && ld.val_batches >= W) a.eval_batches = (int)(ld.val_batches / W);
     int *x = (int *)malloc(sizeof(int) * (size_t)B * T), *y = (int *)malloc(sizeof(int) * (size_t)B * T);
     int *skip_x = (int *)malloc(sizeof(int) * (size_t)B * T), *skip_y = (int *)malloc(sizeof(int) * (size_t)B * T);
@@ -1252,6 +1307,10 @@ int main(int argc, char **argv) {
     long long step = 0;
     history hist;
     memset(&hist, 0, sizeof hist);
+    trn_spike_guard guard; // --skip-spikes: its window goes into the checkpoint
+    trn_spike_guard_init(&guard, a.skip_spikes);
+    trn_early_stop early;  // --patience: its best and count too
+    trn_early_stop_init(&early, a.patience);
 
     if (have_ck) {
         trn_safetensors_close(&ck);
@@ -1267,6 +1326,8 @@ int main(int argc, char **argv) {
         trn_meta_get_u64(&meta, "run.step", &u);
         step = (long long)u;
         if (trn_meta_get_u64(&meta, "run.sample_rng", &u) == TRN_OK) sample_rng.state = u;
+        CHECK_OK(trn_spike_guard_load(&guard, &meta));
+        CHECK_OK(trn_early_stop_load(&early, &meta));
         trn_loader_pos pos;
         uint64_t e = 0, b = 0;
         if (trn_meta_get_u64(&meta, "run.data_epoch", &e) != TRN_OK || trn_meta_get_u64(&meta, "run.data_batch", &b) != TRN_OK ||
@@ -1298,9 +1359,33 @@ int main(int argc, char **argv) {
     printf("train: %lld steps, lr %g -> %g (warmup %d, cosine), AdamW wd %g, clip %g, seed %lld, %d threads\n",
            a.steps, a.lr, a.min_lr, a.warmup, a.weight_decay, a.clip, a.seed, trn_get_threads());
     if (W > 1) printf("ddp: batch %d x %d ranks = %d sequences per micro-batch\n", B, W, B * W);
-    if (main_rank && trn_mkdirs(a.out) != TRN_OK) die("--out %s: %s", a.out, trn_error_reason());
+    const int files = main_rank && !a.fast_dev_run; // --fast-dev-run writes nothing
+    if (files && trn_mkdirs(a.out) != TRN_OK) die("--out %s: %s", a.out, trn_error_reason());
     FILE *logf = NULL;
     if (main_rank && a.log && !(logf = fopen(a.log, have_ck ? "a" : "w"))) die("--log %s: %s", a.log, strerror(errno));
+    // >>loop: progress and ETA, CSV, TensorBoard, async checkpoints, profile
+    trn_progress prog;
+    trn_progress_init(&prog, step, a.steps);
+    trn_csv csv;
+    if (main_rank && a.csv && trn_csv_open(&csv, a.csv, "step,loss,val_loss,lr,grad_norm,ms,tok_per_s,mem_bytes,skipped",
+                                           have_ck ? step : -1) != TRN_OK)
+        die("--csv %s", trn_error_reason());
+    trn_tb_writer tb;
+    memset(&tb, 0, sizeof tb);
+    if (main_rank && a.tensorboard && trn_tb_open(&tb, a.tensorboard) != TRN_OK) die("--tensorboard %s", trn_error_reason());
+    trn_ckpt_async ack;
+    memset(&ack, 0, sizeof ack);
+    ack.keep = a.keep;
+#ifdef TRN_USE_CUDA
+    ack.host_alloc = trn_cuda_host_alloc; // pinned: the device-to-host copy at full speed
+    ack.host_free = trn_cuda_host_free;
+#endif
+    trn_profile prof;
+    if (a.profile) trn_profile_attach(&prof, &g.m);
+#ifdef TRN_USE_CUDA
+    if (a.profile) trn_cuda_profile_clock(&prof); // CUDA events: no sync per op
+#endif
+    const char *stop = NULL; // why the loop ended early (--patience, --max-time)
 
     char path[1200], title[256];
     snprintf(title, sizeof title, "examples/gpt2: L=%d C=%d, %s, batch %dx%d", cfg.n_layer, cfg.n_embd,
@@ -1311,8 +1396,12 @@ int main(int argc, char **argv) {
     long long val_step = -1;
 
 #define VALIDATE()                                                                                 \
-    (val = validate(&g, &ld, a.overfit, a.eval_batches, x, y, B, T), val_step = step, report_val(logf, &hist, step, val))
-    if (step == 0 && a.eval_every > 0 && a.steps > 0) VALIDATE();
+    (trn_progress_break(&prog), val = validate(&g, &ld, a.overfit, a.eval_batches, x, y, B, T), val_step = step, \
+     report_val(logf, &hist, step, val), tb.f ? trn_tb_scalar(&tb, "val_loss", step, val) : TRN_OK)
+    if (step == 0 && a.eval_every > 0 && a.steps > 0) {
+        VALIDATE();
+        trn_early_stop_update(&early, step, val);
+    }
 
     // --- the training loop
     while (step < a.steps) {
@@ -1333,28 +1422,57 @@ int main(int argc, char **argv) {
         if (a.grad_accum > 1) g.m.backend->scale(g.m.grad_data, 1.0f / (float)a.grad_accum, g.m.n_floats);
         float norm;
         DDP_OK(trn_ddp_clip_grad_norm(&ddp, &g.m, a.clip, &norm));
-        DDP_OK(trn_ddp_adamw_step(&ddp, &opt, &g.m, lr)); // the same step on every rank
-        g.m.backend->sync();
-        step++;
         double mean_loss = loss; // the loss logged: the mean over the ranks
         DDP_OK(trn_ddp_allreduce_host(&ddp, &mean_loss, 1, 1));
         loss = (float)mean_loss;
+        // --skip-spikes: the same loss and norm on every rank, so the same decision
+        int skipped = a.skip_spikes > 0 && trn_spike_guard_check(&guard, loss, norm);
+        if (!skipped) DDP_OK(trn_ddp_adamw_step(&ddp, &opt, &g.m, lr)); // the same step on every rank
+        g.m.backend->sync();
+        step++;
         double ms = 1e3 * (now_s() - t0), tps = (double)B * T * a.grad_accum * W / (ms / 1e3);
         size_t mem = trn_ledger_total(TRN_HOST) + trn_ledger_total(TRN_DEVICE);
         if (first_loss < 0) first_loss = loss;
         last_loss = loss;
-        printf("step %5lld/%lld | loss %.4f | lr %.2e | norm %.3f | %7.1f ms | %6.0f tok/s | mem %.1f MiB\n", step,
-               a.steps, loss, lr, norm, ms, tps, mem / 1048576.0);
+        char line[256];
+        snprintf(line, sizeof line, "step %5lld/%lld | loss %.4f | lr %.2e | norm %.3f | %7.1f ms | %6.0f tok/s | mem %.1f MiB",
+                 step, a.steps, loss, lr, norm, ms, tps, mem / 1048576.0);
+        trn_progress_step(&prog, step, loss, tps, line); // + ETA; on a terminal, in place
+        if (skipped) {
+            trn_progress_break(&prog);
+            printf("step %5lld | spike: loss z %.1f, norm z %.1f (--skip-spikes %g): update skipped (%lld so far)\n", step,
+                   guard.z_loss, guard.z_norm, a.skip_spikes, guard.skipped);
+        }
         if (logf)
-            fprintf(logf, "{\"step\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"ms\":%.3f,\"tok_per_s\":%.1f,\"mem_bytes\":%zu}\n",
-                    step, loss, lr, norm, ms, tps, mem), fflush(logf);
+            fprintf(logf, "{\"step\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"ms\":%.3f,\"tok_per_s\":%.1f,\"mem_bytes\":%zu%s}\n",
+                    step, loss, lr, norm, ms, tps, mem, skipped ? ",\"skipped\":1" : ""), fflush(logf);
+        if (tb.f) {
+            CHECK_OK(trn_tb_scalar(&tb, "loss", step, loss));
+            CHECK_OK(trn_tb_scalar(&tb, "lr", step, lr));
+            CHECK_OK(trn_tb_scalar(&tb, "grad_norm", step, norm));
+            CHECK_OK(trn_tb_scalar(&tb, "tokens_per_s", step, tps));
+            CHECK_OK(trn_tb_memory(&tb, step));
+        }
         hist_push(&hist.step, &hist.loss, &hist.n, &hist.cap, (float)step, loss);
+        int force_ckpt = 0; // a stop (--patience, --max-time) leaves a checkpoint to resume from
         if (a.eval_every > 0 && (step % a.eval_every == 0 || step == a.steps)) {
             VALIDATE();
             snprintf(path, sizeof path, "%s/loss.svg", a.out);
-            if (main_rank) write_plot(path, &hist, title);
+            if (files) write_plot(path, &hist, title);
+            if (trn_early_stop_update(&early, step, val) && step < a.steps)
+                stop = "early stopping (--patience)", force_ckpt = 1;
         }
-        if (main_rank && a.ckpt_every > 0 && (step % a.ckpt_every == 0 || step == a.steps)) {
+        if (a.max_time > 0 && step < a.steps) { // every rank stops at the same step: any rank's clock decides
+            double over = now_s() - t_begin >= a.max_time;
+            DDP_OK(trn_ddp_allreduce_host(&ddp, &over, 1, 0));
+            if (over > 0) stop = "--max-time", force_ckpt = 1;
+        }
+        if (a.csv && main_rank) {
+            double row[9] = {(double)step, loss, val_step == step ? val : NAN, lr, norm, ms, tps, (double)mem, (double)skipped};
+            CHECK_OK(trn_csv_row(&csv, row));
+        }
+        if (tb.f) CHECK_OK(trn_tb_flush(&tb));
+        if (files && (force_ckpt || (a.ckpt_every > 0 && (step % a.ckpt_every == 0 || step == a.steps)))) {
             // everything the next step depends on: weights, AdamW (in the
             // file's tensors), step, RNG, data position, flags (metadata)
             trn_meta meta;
@@ -1372,21 +1490,53 @@ int main(int argc, char **argv) {
             trn_meta_set_u64(&meta, "run.data_batch", (uint64_t)pos.batch);
             trn_meta_set_u64(&meta, "run.data_seed", pos.seed);
             trn_meta_set_u64(&meta, "run.data_check", pos.check);
-            CHECK_OK(trn_checkpoint_save_dir(a.out, step, a.keep, &g.m, &opt, &meta, path, sizeof path));
-            printf("checkpoint %s\n", path);
+            if (a.skip_spikes > 0) trn_spike_guard_save(&guard, &meta);
+            trn_early_stop_save(&early, &meta);
+            if (val_step == step) trn_meta_set_f64(&meta, "val_loss", val); // ranks --keep-best
+            trn_progress_break(&prog);
+            if (a.async_ckpt) { // a copy now, the file from a background thread while training goes on
+                ack.keep_best = val_step == step ? a.keep_best : 0;
+                CHECK_OK(trn_checkpoint_save_async(&ack, a.out, step, &g.m, &opt, &meta));
+                printf("checkpoint %s (async: training waited %.1f ms, %.1f ms of it for the previous save)\n", ack.path,
+                       1e3 * ack.stage_seconds, 1e3 * ack.wait_seconds);
+            } else {
+                double ts = now_s();
+                CHECK_OK(trn_checkpoint_save_dir(a.out, step, a.keep, &g.m, &opt, &meta, path, sizeof path));
+                if (a.keep_best > 0 && val_step == step) CHECK_OK(trn_checkpoint_keep_best(a.out, path, a.keep_best));
+                printf("checkpoint %s (training waited %.1f ms)\n", path, 1e3 * (now_s() - ts));
+            }
         }
+        if (stop) {
+            trn_progress_break(&prog);
+            printf("stopped at step %lld: %s (best val_loss %.4f at step %lld); --resume %s continues\n", step, stop,
+                   early.best, early.best_step, a.out);
+            break;
+        }
+    }
+    trn_progress_break(&prog);
+    if (ack.saves) { // the last async save must be on disk before we go on
+        CHECK_OK(trn_checkpoint_wait(&ack));
+        printf("async checkpoints: %lld written in the background, the last in %.2f s\n", ack.saves, ack.write_seconds);
+    }
+    trn_ckpt_async_free(&ack);
+    if (a.profile) {
+        trn_profile_print(&prof, stdout);
+        trn_profile_free(&prof);
     }
     double wall = now_s() - t_start;
 
     // --- the end: a final validation, the plot, the weights, a sample
     if (val_step != step || a.eval_every == 0) VALIDATE();
+    if (tb.f) CHECK_OK(trn_tb_close(&tb));
+    if (a.csv && main_rank) CHECK_OK(trn_csv_close(&csv));
     if (first_loss >= 0)
-        printf("trained steps %lld..%lld in %.1f s: loss %.4f -> %.4f, val_loss %.4f\n", first_step, a.steps, wall,
+        printf("trained steps %lld..%lld in %.1f s: loss %.4f -> %.4f, val_loss %.4f\n", first_step, step, wall,
                first_loss, last_loss, val);
     printf("final val_loss %.9g\n", val);
+    if (a.fast_dev_run) printf("fast-dev-run: 1 training step and 1 validation batch ran, no files written\n");
     snprintf(path, sizeof path, "%s/loss.svg", a.out);
-    if (main_rank) write_plot(path, &hist, title);
-    if (main_rank) {
+    if (files) write_plot(path, &hist, title);
+    if (files) {
         trn_meta meta;
         memset(&meta, 0, sizeof meta);
         config_to_meta(&cfg, &meta);

@@ -537,15 +537,22 @@ static void vit_config_str(const vit *v, char *buf, size_t n) {
              c->relu ? "relu" : "gelu", c->n_classes);
 }
 
-// DIR/ckpt_<step>.safetensors, written atomically; the newest two are kept
+// DIR/ckpt_<step>.safetensors, written atomically; the newest two are kept.
+// ack != NULL (--async-ckpt): a copy now, the file from a background thread.
 static trn_result vit_save(vit *v, trn_adamw *opt, const char *dir, long long step,
-                           const char *run, char *path_out, size_t path_cap) {
+                           const char *run, char *path_out, size_t path_cap, trn_ckpt_async *ack) {
     trn_meta meta = {0};
     char cfg[256];
     vit_config_str(v, cfg, sizeof cfg);
     trn_meta_set(&meta, "vit.config", cfg);
     trn_meta_set(&meta, "vit.run", run);
     trn_meta_set_u64(&meta, "vit.step", (uint64_t)step);
+    if (ack) {
+        ack->keep = 2;
+        trn_result r = trn_checkpoint_save_async(ack, dir, step, &v->model, opt, &meta);
+        snprintf(path_out, path_cap, "%s (async: training waited %.1f ms)", ack->path, 1e3 * ack->stage_seconds);
+        return r;
+    }
     return trn_checkpoint_save_dir(dir, step, 2, &v->model, opt, &meta, path_out, path_cap);
 }
 
@@ -820,6 +827,10 @@ static void usage(FILE *f) {
         "  --resume PATH     continue from a checkpoint written by this program\n"
         "  --limit N         use only the first N images of each split (quick runs)\n"
         "  --stop-after N    stop after N epochs as if interrupted (to try --resume)\n"
+        "  --async-ckpt      write checkpoints from a background thread\n"
+        "  --tensorboard DIR TensorBoard event files: loss, lr, grad_norm, images/s, accuracies, memory\n"
+        "  --csv FILE        one CSV row per epoch\n"
+        "  --profile         time and bytes per op kind (forward, backward) after the run\n"
         "  --help            this text\n");
 }
 
@@ -871,11 +882,15 @@ int main(int argc, char **argv) {
     int seed = 1337;
     int limit = 0;                      // 0: every image
     int stop_after = 0;                 // >0: quit after this many epochs
+    int async_ckpt = 0, profile = 0;    // >>loop extras of train.h
+    const char *tensorboard = NULL, *csv_path = NULL;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
         if (!strcmp(a, "--strict-channels")) { strict = 1; continue; }
+        if (!strcmp(a, "--async-ckpt")) { async_ckpt = 1; continue; }
+        if (!strcmp(a, "--profile")) { profile = 1; continue; }
         if (!val || a[0] != '-' || a[1] != '-') {
             fprintf(stderr, "vit: %s: unknown argument or missing value (see --help)\n", a);
             return 2;
@@ -904,6 +919,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--seed")) flag_int(a, val, 0, 2147483647, &seed);
         else if (!strcmp(a, "--limit")) flag_int(a, val, 0, 2147483647, &limit);
         else if (!strcmp(a, "--stop-after")) flag_int(a, val, 0, 100000, &stop_after);
+        else if (!strcmp(a, "--tensorboard")) tensorboard = val;
+        else if (!strcmp(a, "--csv")) csv_path = val;
         else { fprintf(stderr, "vit: unknown flag %s (see --help)\n", a); return 2; }
     }
     if (channels == 2) { fprintf(stderr, "vit: --channels must be 0, 1 or 3\n"); return 2; }
@@ -979,12 +996,24 @@ int main(int argc, char **argv) {
         fprintf(stderr, "vit: out of memory\n");
         return 2;
     }
+    // >>loop: progress (in place on a terminal; an ETA on the epoch lines), logs, async saves, profile
+    trn_progress prog;
+    trn_progress_init(&prog, step, total_steps);
+    prog.unit = "img/s";
+    trn_tb_writer tb = {0};
+    if (tensorboard) CHECK_OK(trn_tb_open(&tb, tensorboard), "--tensorboard DIR must be a directory we can create");
+    trn_csv csv = {0};
+    if (csv_path) CHECK_OK(trn_csv_open(&csv, csv_path, "epoch,step,loss,train_acc,test_acc,seconds", resume ? step : -1), "");
+    trn_ckpt_async ack = {0};
+    trn_profile prof;
+    if (profile) trn_profile_attach(&prof, m);
     double train_acc = -1, test_acc = 0, t_train = now_s();
     for (long long epoch = step / steps_per_epoch; epoch < epochs; epoch++) {
         double te = now_s(), loss_sum = 0;
         long long right = 0, seen = 0;
         epoch_order(order, train.n, (uint64_t)seed, epoch);
         for (long long s = step % steps_per_epoch; s < steps_per_epoch; s++, step++) {
+            double ts = now_s();
             make_batch(bb.x, bb.y, &train, order + s * batch, batch, mean, std);
             trn_patchify(bb.patches, bb.x, batch, size, size, channels, patch);
             trn_zero_grad(m);
@@ -992,27 +1021,58 @@ int main(int argc, char **argv) {
             trn_tensor *logits = vit_forward(&v, bb.patches, batch);
             trn_tensor *loss = trn_cross_entropy(m, logits, bb.y, K);   // K real classes
             trn_backward(m, loss);
-            trn_clip_grad_norm(m, 1.0f);
+            float norm = trn_clip_grad_norm(m, 1.0f);
             float lr_now = trn_lr_schedule(step, warmup, total_steps, lr, lr * 0.01f);
             CHECK_OK(trn_adamw_step(&opt, m, lr_now), "");
-            loss_sum += trn_item(m, loss);
+            float l = trn_item(m, loss);
+            loss_sum += l;
+            double ips = batch / (now_s() - ts);
+            if (prog.tty) trn_progress_step(&prog, step + 1, l, ips, NULL); // in place; logs get the epoch lines
+            if (tb.f) {
+                CHECK_OK(trn_tb_scalar(&tb, "loss", step + 1, l), "");
+                CHECK_OK(trn_tb_scalar(&tb, "lr", step + 1, lr_now), "");
+                CHECK_OK(trn_tb_scalar(&tb, "grad_norm", step + 1, norm), "");
+                CHECK_OK(trn_tb_scalar(&tb, "images_per_s", step + 1, ips), "");
+                CHECK_OK(trn_tb_memory(&tb, step + 1), "");
+            }
             trn_read(m, logits, bb.logits);
             for (int b = 0; b < batch; b++) right += argmax(bb.logits + (size_t)b * K, K) == bb.y[b];
             seen += batch;
         }
         train_acc = seen ? (double)right / (double)seen : 0;
         test_acc = evaluate(&v, &test, batch, mean, std, &bb, pred, NULL);
-        printf("epoch %lld/%d  loss %.4f  train_acc %.4f  test_acc %.4f  %.1f s  (total %.1f s)\n",
+        char eta[32];
+        trn_progress_break(&prog);
+        printf("epoch %lld/%d  loss %.4f  train_acc %.4f  test_acc %.4f  %.1f s  (total %.1f s, eta %s)\n",
                epoch + 1, epochs, seen ? loss_sum / (double)(seen / batch) : 0.0, train_acc,
-               test_acc, now_s() - te, now_s() - t0);
+               test_acc, now_s() - te, now_s() - t0, trn_duration_str(trn_progress_eta(&prog, step), eta, sizeof eta));
         fflush(stdout);
-        CHECK_OK(vit_save(&v, &opt, out_dir, step, run, path, sizeof path), "");
+        if (tb.f) {
+            CHECK_OK(trn_tb_scalar(&tb, "train_acc", step, train_acc), "");
+            CHECK_OK(trn_tb_scalar(&tb, "test_acc", step, test_acc), "");
+            CHECK_OK(trn_tb_flush(&tb), "");
+        }
+        if (csv.f) {
+            double row[6] = {(double)(epoch + 1), (double)step, seen ? loss_sum / (double)(seen / batch) : NAN, train_acc,
+                             test_acc, now_s() - te};
+            CHECK_OK(trn_csv_row(&csv, row), "");
+        }
+        CHECK_OK(vit_save(&v, &opt, out_dir, step, run, path, sizeof path, async_ckpt ? &ack : NULL), "");
         printf("checkpoint %s\n", path);
         if (stop_after > 0 && epoch + 1 >= stop_after && epoch + 1 < epochs) {
             printf("stopping after epoch %lld (--stop-after); continue with --resume %s\n",
                    epoch + 1, out_dir);
+            trn_ckpt_async_free(&ack); // the last save is on disk before we exit
             return 0;
         }
+    }
+    CHECK_OK(trn_checkpoint_wait(&ack), "");
+    trn_ckpt_async_free(&ack);
+    trn_tb_close(&tb);
+    trn_csv_close(&csv);
+    if (profile) {
+        trn_profile_print(&prof, stdout);
+        trn_profile_free(&prof);
     }
     double train_s = now_s() - t_train;
 

@@ -962,6 +962,12 @@ static inline cudaError_t cudaMalloc(void **p, size_t n) {
     return cudaSuccess;
 }
 template <class T> static inline cudaError_t cudaMalloc(T **p, size_t n) { return cudaMalloc((void **)p, n); }
+/* pinned host memory: plain host memory here */
+static inline cudaError_t cudaMallocHost(void **p, size_t n) {
+    *p = malloc(n ? n : 1);
+    return *p ? cudaSuccess : cuemu_ret(cudaErrorMemoryAllocation);
+}
+static inline cudaError_t cudaFreeHost(void *p) { free(p); return cudaSuccess; }
 static inline cudaError_t cudaFree(void *p) {
     cuemu::State &s = cuemu::S();
     if (!p) { s.context_up = 1; return cudaSuccess; } /* cudaFree(0): create the context */

@@ -10,6 +10,7 @@
 #   P is recomputed here from the width: 4 * (2W^2 + 3W + 1) bytes.
 #   The fused step and the standard one without clipping take the same
 #   steps (same losses, same weights); --fused-step with --clip is refused.
+#   --async-ckpt trains the same, and its staging copy is exactly 3P.
 set -u
 cd "$(dirname "$0")/.."
 bin=examples/linear_memory
@@ -109,6 +110,22 @@ else
     echo "note: python3 numpy/safetensors missing: checkpoint comparison skipped"
 fi
 check '[ "$(val std loss_final)" != "$(val std0 loss_final)" ]' "clipping changed nothing (norm should exceed 1 on step 1)"
+
+# --async-ckpt: the same training (losses, weights); the staging copy is
+# its own ledger line of exactly 3P (weights + m + v); with --ckpt-every
+# the first save is written while steps 3-4 run; both files are complete
+run sync4 --steps 4 --ckpt-every 2
+run async4 --steps 4 --ckpt-every 2 --async-ckpt
+check '[ "$(cat $tmp/async4.rc)" = 0 ]' "async run exited $(cat $tmp/async4.rc): $(tail -3 $tmp/async4.txt)"
+check '[ "$(val sync4 param_checksum)" = "$(val async4 param_checksum)" ] && [ "$(val sync4 loss_final)" = "$(val async4 loss_final)" ]' \
+    "async: weights or loss differ from the synchronous run"
+check '[ "$(val async4 peak_staging_bytes)" = $((3 * P)) ] && [ "$(val sync4 peak_staging_bytes)" = 0 ]' \
+    "async: staging peak $(val async4 peak_staging_bytes), want 3P = $((3 * P)) (sync: $(val sync4 peak_staging_bytes))"
+check 'grep -q "checkpoint after step 2: .*ckpt_00000002.safetensors (training waited" "$tmp/async4.txt" && [ -f "$tmp/async4/ckpt_00000004.safetensors" ] && [ ! -f "$tmp/async4/ckpt_00000002.safetensors" ]' \
+    "async: ckpt 2 written, then replaced by ckpt 4 (keep 1): $(ls $tmp/async4)"
+if [ -x tests/bin/test_resume ]; then
+    check 'tests/bin/test_resume --verify-all "$tmp/async4" > /dev/null' "async: the checkpoint does not verify"
+fi
 
 # bad input: one clear line on stderr, exit 2
 expect2() { # expect2 WHAT ARGS...

@@ -6,6 +6,7 @@
 #      file) trains on the good images and reports exactly the bad ones;
 #      an RGB image in a gray set is converted, or skipped with --strict-channels
 #   3. an interrupted run resumed from its checkpoint continues bit for bit
+#   (and after 1: --async-ckpt, --csv, --tensorboard, --profile, the ETA)
 #   4. bad flags and missing folders give exit code 2 and one clear line
 # Prints "N passed, M failed"; exits non-zero on failure.
 set -u
@@ -50,6 +51,17 @@ check "confusion matrix printed" grep -q "^confusion matrix" "$tmp/run1.log"
 [ "$fail" = 0 ] || sed 's/^/      /' "$tmp/run1.log" | tail -20
 "$VIT" --data "$tmp/toy" --out "$tmp/gelu" $SMALL --epochs 6 --act gelu >"$tmp/gelu.log" 2>&1
 check "toy with --act gelu: train_acc >= 0.95 (got $(value train_acc "$tmp/gelu.log"))" ge "$(value train_acc "$tmp/gelu.log")" 0.95
+
+# the loop extras (train.h >>loop): async checkpoints write the same bytes;
+# CSV one row per epoch; TensorBoard event file; the profile table; an ETA
+"$VIT" --data "$tmp/toy" --out "$tmp/async" $SMALL --epochs 6 --async-ckpt --csv "$tmp/v.csv" \
+    --tensorboard "$tmp/tb" --profile >"$tmp/async.log" 2>&1
+check "--async-ckpt: the last checkpoint is byte-identical to the synchronous run's" \
+    cmp -s "$tmp/run1/ckpt_00000048.safetensors" "$tmp/async/ckpt_00000048.safetensors"
+check "--csv: a header and 6 epoch rows" test "$(wc -l < "$tmp/v.csv")" = 7
+check "--tensorboard: an event file" test -n "$(ls "$tmp/tb"/events.out.tfevents.* 2>/dev/null)"
+check "--profile: a table with linear and attention" grep -q "^  attention " "$tmp/async.log"
+check "epoch lines carry an ETA" test "$(grep -c '^epoch .*eta [0-9]*:[0-9][0-9])$' "$tmp/async.log")" = 6
 
 # --- 2. corrupt files are skipped and reported ---------------------------------
 cp -r "$tmp/toy" "$tmp/bad"
