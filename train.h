@@ -191,6 +191,13 @@ TRNDEF const char *trn_shape_str(const trn_tensor *t, char *buf, size_t n);
    pointers are in the backend's memory. Backward kernels ACCUMULATE (+=)
    into their gradient outputs; a NULL gradient output is skipped.
    ------------------------------------------------------------------------ */
+/* AdamW over the flat buffers in one pass needs to know, per element,
+   whether weight decay applies: a slice is described by runs of elements
+   treated alike, each run ending (exclusive, relative to the slice) at
+   `end`. Frozen parameters (requires_grad 0) are skipped: not touched. */
+typedef enum trn_adamw_mode { TRN_ADAMW_SKIP = 0, TRN_ADAMW_NO_DECAY = 1, TRN_ADAMW_DECAY = 2 } trn_adamw_mode;
+typedef struct trn_adamw_seg { size_t end; int mode; } trn_adamw_seg;
+
 typedef struct trn_backend {
     const char *name;
     trn_place place;
@@ -238,6 +245,25 @@ typedef struct trn_backend {
                          float bias_corr1, float bias_corr2);
     double (*sum_squares)(const float *x, size_t n);
     void (*scale)(float *x, float s, size_t n);
+
+    /* >>sync-free step: entries that let a device backend run a training
+       step with a single host wait (trn_sync). NULL where a backend has no
+       such path: train.h then downloads, computes on the host, uploads. */
+    /* queue a copy to host memory; it has landed when sync() returns */
+    void (*download_async)(void *host_dst, const void *src, size_t bytes);
+    /* out[0] = the mean of x[0..n), summed in double (a loss from its rows) */
+    void (*mean)(float *out, const float *x, size_t n);
+    /* stat[0] = ||g||_2 (sum of squares in double), stat[1] = the clip
+       factor: max_norm / (norm + 1e-6) when max_norm > 0 and norm > max_norm,
+       else 1. stat is backend memory: nothing comes back to the host. */
+    void (*grad_norm_clip)(float *stat, const float *g, size_t n, float max_norm);
+    /* AdamW over n elements of the flat buffers in one pass, runs as in
+       trn_adamw_seg; clip NULL, or backend memory holding a factor that
+       multiplies every gradient first (and is stored back into g) */
+    void (*adamw_flat)(float *p, float *g, float *m, float *v, size_t n, const trn_adamw_seg *seg,
+                       int n_seg, float lr, float beta1, float beta2, float eps, float weight_decay,
+                       float bias_corr1, float bias_corr2, const float *clip);
+    /* <<sync-free step */
 } trn_backend;
 
 TRNDEF const trn_backend *trn_cpu_backend(void);
@@ -352,6 +378,12 @@ typedef struct trn_model {
        to start all-reducing a gradient bucket as soon as it is complete. */
     void (*backward_hook)(struct trn_model *m, int i, void *user);
     void *backward_hook_user;
+    /* >>sync-free step */
+    const trn_tensor *grad_one; /* during trn_backward: the loss it started
+                                  from, whose gradient is 1 (no download) */
+    float *gstat;              /* backend memory: [0] grad norm, [1] clip
+                                  factor, from trn_clip_grad_norm_async     */
+    int clip_pending;          /* 1: the next trn_adamw_step applies gstat[1] */
 } trn_model;
 
 /* backend NULL = CPU */
@@ -426,6 +458,23 @@ TRNDEF float trn_lr_schedule(long long step, long long warmup, long long total,
 TRNDEF float trn_grad_norm(trn_model *m);
 /* scale grads so their global L2 norm is <= max_norm; returns the norm before */
 TRNDEF float trn_clip_grad_norm(trn_model *m, float max_norm);
+
+/* The same step without waiting for the device (CUDA: one host wait per
+   step, in trn_sync). trn_clip_grad_norm_async computes the norm and the
+   clip factor where the gradients live; the next trn_adamw_step multiplies
+   each gradient by that factor inside its one pass over the buffers (so
+   between the two calls the gradients are not yet scaled). *norm_out (may
+   be NULL) holds the norm once trn_sync returns. trn_zero_grad and
+   trn_backward drop a factor that no step used. On a backend without the
+   device path (the CPU) this is trn_clip_grad_norm, and *norm_out is set
+   at once. */
+TRNDEF void trn_clip_grad_norm_async(trn_model *m, float max_norm, float *norm_out);
+/* queue t->data[0] to *dst, which holds it once trn_sync returns: the
+   loss of a step, read without stopping the device (trn_item waits) */
+TRNDEF void trn_item_async(trn_model *m, const trn_tensor *t, float *dst);
+/* wait until the device has done everything queued: the async values
+   have landed. The one host synchronization of a training step. */
+TRNDEF void trn_sync(trn_model *m);
 
 /* ------------------------------------------------------------------------
    >>checkpoint declarations
@@ -1750,6 +1799,13 @@ TRNDEF void trn_patchify(float *out, const float *img, int B, int H, int W, int 
 static void trn__cpu_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
 static void trn__cpu_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
 static void trn__cpu_sync(void) {}
+/* the mean of a loss's rows, summed in double in row order */
+static void trn__cpu_mean(float *out, const float *x, size_t n) {
+    double sum = 0.0;
+    size_t i;
+    for (i = 0; i < n; i++) sum += x[i];
+    out[0] = (float)(sum / (double)n);
+}
 
 TRNDEF const trn_backend *trn_cpu_backend(void) {
     static trn_backend cpu;
@@ -1785,6 +1841,14 @@ TRNDEF const trn_backend *trn_cpu_backend(void) {
         cpu.adamw_update = trn_adamw_update;
         cpu.sum_squares = trn_sum_squares;
         cpu.scale = trn_scale;
+        /* >>sync-free step: the CPU has no wait to save. No grad_norm_clip
+           or adamw_flat: trn_clip_grad_norm_async is trn_clip_grad_norm
+           here and AdamW keeps its call per tensor, bit for bit as before */
+        cpu.download_async = trn__cpu_copy;
+        cpu.mean = trn__cpu_mean;
+        cpu.grad_norm_clip = NULL;
+        cpu.adamw_flat = NULL;
+        /* <<sync-free step */
         cpu.name = "cpu";
     }
     return &cpu;
@@ -1904,11 +1968,13 @@ TRNDEF void trn_model_free(trn_model *m) {
     for (i = 0; i < m->n_params; i++) trn_free(m->params[i]);
     trn_free(m->params);
     trn_free(m->tape);
+    if (m->gstat) m->backend->free(m->gstat);
     memset(m, 0, sizeof *m);
 }
 
 TRNDEF void trn_zero_grad(trn_model *m) {
     if (m && m->grad_data) m->backend->zero(m->grad_data, m->n_floats * sizeof(float));
+    if (m) m->clip_pending = 0; /* a clip factor belongs to the gradients it was computed from */
 }
 
 /* The arena hands out backend memory by bumping an offset. The first step
@@ -2039,11 +2105,14 @@ TRNDEF void trn_backward(trn_model *m, trn_tensor *loss) {
     }
     /* the chain rule starts here: d(loss)/d(loss) = 1 */
     m->backend->upload(trn__grad(m, loss), &one, sizeof one);
+    m->grad_one = loss; /* known on the host: trn__scalar_grad needs no download */
+    m->clip_pending = 0;
     for (i = m->tape_len - 1; i >= 0; i--) {
         trn_tape_entry *e = &m->tape[i];
         if (e->out->grad) e->backward(m, e); /* no gradient reached it: skip */
         if (m->backward_hook) m->backward_hook(m, i, m->backward_hook_user); /* DDP */
     }
+    m->grad_one = NULL;
     m->tape_len = 0; /* the tape is consumed, as PyTorch frees its graph */
 }
 
@@ -2052,6 +2121,11 @@ TRNDEF float trn_item(trn_model *m, const trn_tensor *t) {
     m->backend->download(&v, t->data, sizeof v);
     return v;
 }
+TRNDEF void trn_item_async(trn_model *m, const trn_tensor *t, float *dst) {
+    if (m->backend->download_async) m->backend->download_async(dst, t->data, sizeof(float));
+    else m->backend->download(dst, t->data, sizeof(float));
+}
+TRNDEF void trn_sync(trn_model *m) { m->backend->sync(); }
 TRNDEF void trn_read(trn_model *m, const trn_tensor *t, float *host) { m->backend->download(host, t->data, t->size * sizeof(float)); }
 TRNDEF void trn_write(trn_model *m, trn_tensor *t, const float *host) { m->backend->upload(t->data, host, t->size * sizeof(float)); }
 TRNDEF void trn_read_grad(trn_model *m, const trn_tensor *t, float *host) {
@@ -2254,9 +2328,14 @@ TRNDEF trn_tensor *trn_attention(trn_model *m, trn_tensor *qkv, int n_head, int 
 static trn_tensor *trn__scalar_mean(trn_model *m, const char *name, const float *losses, size_t n) {
     int one = 1;
     trn_tensor *out = trn_tensor_new(m, name, 1, &one);
-    float *host = (float *)trn_alloc(sizeof(float) * n, TRN_KIND_TEMP), mean;
+    float *host, mean;
     double sum = 0.0;
     size_t i;
+    if (m->backend->mean) { /* where the losses are: no round trip */
+        m->backend->mean(out->data, losses, n);
+        return out;
+    }
+    host = (float *)trn_alloc(sizeof(float) * n, TRN_KIND_TEMP);
     if (!host) trn_fatal("%s: %s", name, trn_error_reason());
     m->backend->download(host, losses, sizeof(float) * n);
     for (i = 0; i < n; i++) sum += host[i];
@@ -2266,10 +2345,18 @@ static trn_tensor *trn__scalar_mean(trn_model *m, const char *name, const float 
     return out;
 }
 
+/* the gradient of a scalar output: the loss trn_backward started from has
+   gradient 1 (no download, no host wait); any other is read back */
+static float trn__scalar_grad(trn_model *m, const trn_tensor *t) {
+    float g;
+    if (t == m->grad_one) return 1.0f;
+    m->backend->download(&g, t->grad, sizeof g);
+    return g;
+}
+
 static void trn__xent_bw(trn_model *m, trn_tape_entry *e) {
     int N = e->iarg[0];
-    float dloss;
-    m->backend->download(&dloss, e->out->grad, sizeof dloss);
+    float dloss = trn__scalar_grad(m, e->out);
     m->backend->crossentropy_backward(trn__grad(m, e->in[0]), e->in[0]->data, (const float *)e->saved[0],
                                       (const int *)e->saved[1], dloss / (float)N, N, e->iarg[1], e->iarg[2]);
 }
@@ -2295,8 +2382,7 @@ TRNDEF trn_tensor *trn_cross_entropy(trn_model *m, trn_tensor *logits, const int
 
 static void trn__mse_bw(trn_model *m, trn_tape_entry *e) {
     trn_tensor *p = e->in[0];
-    float dloss;
-    m->backend->download(&dloss, e->out->grad, sizeof dloss);
+    float dloss = trn__scalar_grad(m, e->out);
     m->backend->mse_backward(trn__grad(m, p), p->data, (const float *)e->saved[0], dloss / (float)p->size, p->size);
 }
 
@@ -2353,6 +2439,38 @@ TRNDEF void trn_adamw_init(trn_adamw *opt, const trn_adamw_desc *desc) {
     opt->desc = trn_adamw_defaults(desc);
 }
 
+/* >>sync-free step: AdamW in one call over the optimizer's slice [lo,hi),
+   described by runs (trn_adamw_seg), with the pending clip factor of
+   trn_clip_grad_norm_async applied inside the same pass */
+static int trn__seg_push(trn_adamw_seg *seg, int n, size_t end, int mode) {
+    if (n > 0 && seg[n - 1].mode == mode) { seg[n - 1].end = end; return n; }
+    seg[n].end = end;
+    seg[n].mode = mode;
+    return n + 1;
+}
+static trn_result trn__adamw_step_flat(trn_adamw *opt, trn_model *m, float lr, float bc1, float bc2) {
+    const trn_adamw_desc *d = &opt->desc;
+    size_t lo = opt->lo, hi = opt->hi, cur = lo;
+    int i, n = 0;
+    trn_adamw_seg *seg = (trn_adamw_seg *)trn_alloc(sizeof(trn_adamw_seg) * (2 * (size_t)m->n_params + 1), TRN_KIND_TEMP);
+    if (!seg) return trn_fail(TRN_ERR_NOMEM, "trn_adamw_step: %s", trn_error_reason());
+    for (i = 0; i < m->n_params; i++) {
+        const trn_tensor *t = m->params[i];
+        size_t a = TRN__MAX(t->offset, lo), b = TRN__MIN(t->offset + t->size, hi);
+        if (a >= b) continue;
+        if (a < cur) trn_fatal("trn_adamw_step: parameter %s is out of order in the flat buffers", t->name);
+        if (a > cur) n = trn__seg_push(seg, n, a - lo, TRN_ADAMW_SKIP); /* a gap: no parameter there */
+        n = trn__seg_push(seg, n, b - lo, !t->requires_grad ? TRN_ADAMW_SKIP : t->decay ? TRN_ADAMW_DECAY : TRN_ADAMW_NO_DECAY);
+        cur = b;
+    }
+    if (cur < hi) n = trn__seg_push(seg, n, hi - lo, TRN_ADAMW_SKIP);
+    m->backend->adamw_flat(m->param_data + lo, m->grad_data + lo, opt->m, opt->v, hi - lo, seg, n, lr, d->beta1,
+                           d->beta2, d->eps, d->weight_decay, bc1, bc2, m->clip_pending ? m->gstat + 1 : NULL);
+    m->clip_pending = 0;
+    trn_free(seg);
+    return TRN_OK;
+}
+
 TRNDEF trn_result trn_adamw_step(trn_adamw *opt, trn_model *m, float lr) {
     const trn_adamw_desc *d;
     double bc1, bc2;
@@ -2381,6 +2499,7 @@ TRNDEF trn_result trn_adamw_step(trn_adamw *opt, trn_model *m, float lr) {
     opt->step++;
     bc1 = 1.0 - pow((double)d->beta1, (double)opt->step);
     bc2 = 1.0 - pow((double)d->beta2, (double)opt->step);
+    if (m->backend->adamw_flat) return trn__adamw_step_flat(opt, m, lr, (float)bc1, (float)bc2);
     /* one call per parameter tensor (the decay flag differs), each over a
        contiguous slice of the flat buffers */
     for (i = 0; i < m->n_params; i++) {
@@ -2418,6 +2537,25 @@ TRNDEF float trn_clip_grad_norm(trn_model *m, float max_norm) {
     /* as torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) if that is < 1 */
     if (max_norm > 0.0f && norm > max_norm) m->backend->scale(m->grad_data, max_norm / (norm + 1e-6f), m->n_floats);
     return norm;
+}
+
+TRNDEF void trn_clip_grad_norm_async(trn_model *m, float max_norm, float *norm_out) {
+    const trn_backend *be;
+    if (!m || !m->grad_data) {
+        if (norm_out) *norm_out = 0.0f;
+        return;
+    }
+    be = m->backend;
+    if (!be->grad_norm_clip || !be->adamw_flat || !be->download_async) { /* the CPU: clip now */
+        float norm = trn_clip_grad_norm(m, max_norm);
+        if (norm_out) *norm_out = norm;
+        return;
+    }
+    if (!m->gstat && !(m->gstat = (float *)be->alloc(2 * sizeof(float), TRN_KIND_GRADS)))
+        trn_fatal("trn_clip_grad_norm_async: %s", trn_error_reason());
+    be->grad_norm_clip(m->gstat, m->grad_data, m->n_floats, max_norm);
+    m->clip_pending = 1;
+    if (norm_out) be->download_async(norm_out, m->gstat, sizeof(float));
 }
 
 
