@@ -194,7 +194,8 @@ TRNDEF const char *trn_shape_str(const trn_tensor *t, char *buf, size_t n);
 /* AdamW over the flat buffers in one pass needs to know, per element,
    whether weight decay applies: a slice is described by runs of elements
    treated alike, each run ending (exclusive, relative to the slice) at
-   `end`. Frozen parameters (requires_grad 0) are skipped: not touched. */
+   `end`. Frozen parameters (requires_grad 0) are skipped: their weights,
+   moments and gradients are not touched. */
 typedef enum trn_adamw_mode { TRN_ADAMW_SKIP = 0, TRN_ADAMW_NO_DECAY = 1, TRN_ADAMW_DECAY = 2 } trn_adamw_mode;
 typedef struct trn_adamw_seg { size_t end; int mode; } trn_adamw_seg;
 
@@ -463,11 +464,12 @@ TRNDEF float trn_clip_grad_norm(trn_model *m, float max_norm);
    step, in trn_sync). trn_clip_grad_norm_async computes the norm and the
    clip factor where the gradients live; the next trn_adamw_step multiplies
    each gradient by that factor inside its one pass over the buffers (so
-   between the two calls the gradients are not yet scaled). *norm_out (may
-   be NULL) holds the norm once trn_sync returns. trn_zero_grad and
-   trn_backward drop a factor that no step used. On a backend without the
-   device path (the CPU) this is trn_clip_grad_norm, and *norm_out is set
-   at once. */
+   between the two calls the gradients are not yet scaled; the step stores
+   them scaled, in its slice of the buffers). *norm_out (may be NULL) holds
+   the norm once trn_sync returns. trn_backward drops a factor that no
+   step used (it belongs to the gradients it was computed from). On a
+   backend without the device path (the CPU) this is trn_clip_grad_norm,
+   and *norm_out is set at once. */
 TRNDEF void trn_clip_grad_norm_async(trn_model *m, float max_norm, float *norm_out);
 /* queue t->data[0] to *dst, which holds it once trn_sync returns: the
    loss of a step, read without stopping the device (trn_item waits) */
@@ -1974,7 +1976,6 @@ TRNDEF void trn_model_free(trn_model *m) {
 
 TRNDEF void trn_zero_grad(trn_model *m) {
     if (m && m->grad_data) m->backend->zero(m->grad_data, m->n_floats * sizeof(float));
-    if (m) m->clip_pending = 0; /* a clip factor belongs to the gradients it was computed from */
 }
 
 /* The arena hands out backend memory by bumping an offset. The first step
@@ -2106,7 +2107,7 @@ TRNDEF void trn_backward(trn_model *m, trn_tensor *loss) {
     /* the chain rule starts here: d(loss)/d(loss) = 1 */
     m->backend->upload(trn__grad(m, loss), &one, sizeof one);
     m->grad_one = loss; /* known on the host: trn__scalar_grad needs no download */
-    m->clip_pending = 0;
+    m->clip_pending = 0; /* a clip factor belongs to the gradients it was computed from */
     for (i = m->tape_len - 1; i >= 0; i--) {
         trn_tape_entry *e = &m->tape[i];
         if (e->out->grad) e->backward(m, e); /* no gradient reached it: skip */

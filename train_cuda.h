@@ -33,12 +33,35 @@
       nvcc -O3 -std=c++17 -gencode arch=compute_80,code=sm_80 \
            -gencode arch=compute_90,code=sm_90 -I. foo.cu -lcublas
 
+   A training step waits for the GPU once. Written as
+      trn_zero_grad(&model);
+      trn_reset(&model);
+      loss = forward(...);
+      trn_item_async(&model, loss, &host_loss);       // not trn_item
+      trn_backward(&model, loss);
+      trn_clip_grad_norm_async(&model, 1.0f, &norm);  // not trn_clip_grad_norm
+      trn_adamw_step(&opt, &model, lr);
+      trn_sync(&model);                   // the one wait: host_loss, norm
+   nothing in it makes the host wait for the device before trn_sync: ids
+   and targets go up through pinned staging memory, the loss is averaged
+   on the device, backward starts from a gradient of 1 it knows without
+   reading it back, the gradient norm and the clip factor stay on the
+   device and the factor is applied inside the one AdamW launch over the
+   flat buffers, the loss and the norm come back by cudaMemcpyAsync into
+   pinned memory. tests/test_cuda_sync.cpp counts the waits (the harness
+   counts every call that would wait on a GPU) and holds the step to one.
+   trn_item, trn_grad_norm and trn_clip_grad_norm still work and wait,
+   as they must to return a host value.
+
    Configuration: trn_cuda_set_tf32(0) turns TF32 tensor-core matmuls off
    (they are on by default: 10-bit mantissa inputs, fp32 accumulation).
 
    What it does NOT do: no fp16/bf16 (everything is fp32, with TF32 inside
    cuBLAS), no fused attention (attention materializes the (B,NH,T,T)
-   probabilities, as the CPU backend does), no CUDA graphs, no multi-GPU
+   probabilities, as the CPU backend does), no CUDA graphs (the step takes
+   lr and the bias corrections as launch arguments and its inputs through
+   fresh staging offsets, so a captured graph would replay stale values),
+   no multi-GPU
    (that is train_nccl.h). Embedding backward adds with atomics, so its
    float sums may differ in the last bit between runs; every other kernel
    is deterministic.
