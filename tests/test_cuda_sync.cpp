@@ -13,7 +13,8 @@
 
    It also checks the pieces of that step against the CPU backend:
    - adamw_flat (one launch over the flat buffers, runs of decay / no decay
-     / frozen, the clip factor read from device memory) against
+     / frozen, the clip factor read from device memory; 10007 elements,
+     and 2.1M so that threads walk from run to run) against
      trn_adamw_update on gradients scaled on the host first: |diff| <= 1e-6
      relative, gradients stored back exactly (g*s), frozen runs untouched;
    - grad_norm_clip: the norm as sqrt(trn_sum_squares) (1e-6 relative), the
@@ -85,24 +86,29 @@ static double max_rel(const vec &a, const vec &b) {
 }
 
 /* ---- adamw_flat against trn_adamw_update with pre-scaled gradients ---- */
-static void check_adamw_flat(float clip_factor, int with_clip) {
-    const size_t n = 10007; /* odd: nothing lines up with a block */
-    /* runs: decay, no decay, frozen, decay, no decay (ends relative to 0) */
-    trn_adamw_seg seg[5] = {{3001, TRN_ADAMW_DECAY}, {3770, TRN_ADAMW_NO_DECAY}, {5000, TRN_ADAMW_SKIP},
-                            {9000, TRN_ADAMW_DECAY}, {n, TRN_ADAMW_NO_DECAY}};
+/* n: 10007 (one element per thread: each finds its run by bisection) or
+   more than the largest grid (8192 blocks of 256) covers, so threads go on
+   to later elements and step from run to run; `far` puts runs there too */
+static void check_adamw_flat(float clip_factor, int with_clip, size_t n, size_t far) {
+    /* runs: decay, no decay, frozen, decay, no decay, frozen, decay (ends
+       relative to 0) */
+    enum { nseg = 7 };
+    trn_adamw_seg seg[nseg] = {{3001, TRN_ADAMW_DECAY},    {3770, TRN_ADAMW_NO_DECAY}, {5000, TRN_ADAMW_SKIP},
+                               {far + 9, TRN_ADAMW_DECAY}, {far + 40, TRN_ADAMW_NO_DECAY},
+                               {far + 77, TRN_ADAMW_SKIP}, {n, TRN_ADAMW_DECAY}};
     const float lr = 3e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, bc1 = 0.271f, bc2 = 0.0975f;
     vec p = randn(n, 1.0f), g = randn(n, 0.5f), m = randn(n, 0.1f), v(n);
     for (size_t i = 0; i < n; i++) v[i] = fabsf(trn_rng_normal(&RNG)) * 0.01f;
     float *dp = dev_from(p), *dg = dev_from(g), *dm = dev_from(m), *dv = dev_from(v);
     float *dclip = dev_from(vec(1, clip_factor));
-    GPU->adamw_flat(dp, dg, dm, dv, n, seg, 5, lr, b1, b2, eps, wd, bc1, bc2, with_clip ? dclip : NULL);
+    GPU->adamw_flat(dp, dg, dm, dv, n, seg, nseg, lr, b1, b2, eps, wd, bc1, bc2, with_clip ? dclip : NULL);
     vec gp = host_from(dp, n), gg = host_from(dg, n), gm = host_from(dm, n), gv = host_from(dv, n);
     /* the CPU: scale the gradients first (as trn_clip_grad_norm, but not
        those of frozen runs: adamw_flat does not touch them), then one
        trn_adamw_update per run, weight decay where the run says so */
     vec cp = p, cg = g, cm = m, cv = v;
     size_t start = 0;
-    for (int r = 0; r < 5; r++) {
+    for (int r = 0; r < nseg; r++) {
         if (with_clip && clip_factor != 1.0f && seg[r].mode != TRN_ADAMW_SKIP)
             trn_scale(cg.data() + start, clip_factor, seg[r].end - start);
         if (seg[r].mode != TRN_ADAMW_SKIP)
@@ -111,15 +117,16 @@ static void check_adamw_flat(float clip_factor, int with_clip) {
         start = seg[r].end;
     }
     char what[128];
-    snprintf(what, sizeof what, "adamw_flat clip %s %.3g", with_clip ? "on" : "off", clip_factor);
+    snprintf(what, sizeof what, "adamw_flat n=%zu clip %s %.3g", n, with_clip ? "on" : "off", clip_factor);
     double dpar = max_rel(gp, cp), dmom = fmax(max_rel(gm, cm), max_rel(gv, cv));
-    printf("  %-36s params %.3g  moments %.3g\n", what, dpar, dmom);
+    printf("  %-44s params %.3g  moments %.3g\n", what, dpar, dmom);
     CHECK(dpar <= 1e-6, "%s: params differ by %.3g\n", what, dpar);
     CHECK(dmom <= 1e-6, "%s: moments differ by %.3g\n", what, dmom);
     CHECK(memcmp(gg.data(), cg.data(), n * sizeof(float)) == 0, "%s: gradients not stored back as g*s\n", what);
     int untouched = 1;
-    for (size_t i = 3770; i < 5000; i++)
-        untouched &= gp[i] == p[i] && gm[i] == m[i] && gv[i] == v[i] && gg[i] == g[i];
+    for (int r = 0; r < nseg; r++)
+        for (size_t i = r ? seg[r - 1].end : 0; i < seg[r].end && seg[r].mode == TRN_ADAMW_SKIP; i++)
+            untouched &= gp[i] == p[i] && gm[i] == m[i] && gv[i] == v[i] && gg[i] == g[i];
     CHECK(untouched, "%s: a frozen run was written\n", what);
     GPU->free(dp); GPU->free(dg); GPU->free(dm); GPU->free(dv); GPU->free(dclip);
 }
@@ -278,9 +285,11 @@ int main(void) {
     CPU = trn_cpu_backend();
     trn_rng_seed(&RNG, 7);
     printf("kernels of the sync-free step against the CPU:\n");
-    check_adamw_flat(0.37f, 1);
-    check_adamw_flat(1.0f, 1);
-    check_adamw_flat(0.37f, 0);
+    const size_t big = (size_t)8192 * 256 + 50021; /* beyond one grid-stride pass */
+    check_adamw_flat(0.37f, 1, 10007, 6000);
+    check_adamw_flat(1.0f, 1, 10007, 6000);
+    check_adamw_flat(0.37f, 0, 10007, 6000);
+    check_adamw_flat(0.37f, 1, big, (size_t)8192 * 256 + 3001);
     check_norm_and_mean();
     check_copies();
     check_gpt2_steps();
