@@ -223,6 +223,14 @@ TRNDEF const char *trn_shape_str(const trn_tensor *t, char *buf, size_t n);
    pointers are in the backend's memory. Backward kernels ACCUMULATE (+=)
    into their gradient outputs; a NULL gradient output is skipped.
    ------------------------------------------------------------------------ */
+/* AdamW over the flat buffers in one pass needs to know, per element,
+   whether weight decay applies: a slice is described by runs of elements
+   treated alike, each run ending (exclusive, relative to the slice) at
+   `end`. Frozen parameters (requires_grad 0) are skipped: their weights,
+   moments and gradients are not touched. */
+typedef enum trn_adamw_mode { TRN_ADAMW_SKIP = 0, TRN_ADAMW_NO_DECAY = 1, TRN_ADAMW_DECAY = 2 } trn_adamw_mode;
+typedef struct trn_adamw_seg { size_t end; int mode; } trn_adamw_seg;
+
 typedef struct trn_backend {
     const char *name;
     trn_place place;
@@ -327,6 +335,25 @@ typedef struct trn_backend {
     void (*huber_forward)(float *losses, const float *pred, const float *target, float delta, size_t n);
     void (*huber_backward)(float *dpred, const float *pred, const float *target, float delta, float dloss,
                            size_t n);
+
+    /* >>sync-free step: entries that let a device backend run a training
+       step with a single host wait (trn_sync). NULL where a backend has no
+       such path: train.h then downloads, computes on the host, uploads. */
+    /* queue a copy to host memory; it has landed when sync() returns */
+    void (*download_async)(void *host_dst, const void *src, size_t bytes);
+    /* out[0] = the mean of x[0..n), summed in double (a loss from its rows) */
+    void (*mean)(float *out, const float *x, size_t n);
+    /* stat[0] = ||g||_2 (sum of squares in double), stat[1] = the clip
+       factor: max_norm / (norm + 1e-6) when max_norm > 0 and norm > max_norm,
+       else 1. stat is backend memory: nothing comes back to the host. */
+    void (*grad_norm_clip)(float *stat, const float *g, size_t n, float max_norm);
+    /* AdamW over n elements of the flat buffers in one pass, runs as in
+       trn_adamw_seg; clip NULL, or backend memory holding a factor that
+       multiplies every gradient first (and is stored back into g) */
+    void (*adamw_flat)(float *p, float *g, float *m, float *v, size_t n, const trn_adamw_seg *seg,
+                       int n_seg, float lr, float beta1, float beta2, float eps, float weight_decay,
+                       float bias_corr1, float bias_corr2, const float *clip);
+    /* <<sync-free step */
 } trn_backend;
 
 TRNDEF const trn_backend *trn_cpu_backend(void);
@@ -540,6 +567,13 @@ typedef struct trn_model {
     int n_regions, cap_regions;
     struct trn_profile *profile; /* --profile: time and bytes per op kind
                                     (trn_profile_attach); NULL: off      */
+    /* >>sync-free step */
+    const trn_tensor *grad_one; /* during trn_backward: the loss it started
+                                  from, whose gradient is 1 (no download) */
+    float *gstat;              /* backend memory: [0] grad norm, [1] clip
+                                  factor, from trn_clip_grad_norm_async     */
+    int clip_pending;          /* 1: the next trn_adamw_step applies gstat[1] */
+    float grad_one_value;      /* that gradient (trn_backward_scaled's scale) */
 } trn_model;
 
 /* backend NULL = CPU */
@@ -869,6 +903,24 @@ TRNDEF const char *trn_schedule_name(trn_schedule_kind kind);
 TRNDEF float trn_grad_norm(trn_model *m);
 /* scale grads so their global L2 norm is <= max_norm; returns the norm before */
 TRNDEF float trn_clip_grad_norm(trn_model *m, float max_norm);
+
+/* The same step without waiting for the device (CUDA: one host wait per
+   step, in trn_sync). trn_clip_grad_norm_async computes the norm and the
+   clip factor where the gradients live; the next trn_adamw_step multiplies
+   each gradient by that factor inside its one pass over the buffers (so
+   between the two calls the gradients are not yet scaled; the step stores
+   them scaled, in its slice of the buffers). *norm_out (may be NULL) holds
+   the norm once trn_sync returns. trn_backward drops a factor that no
+   step used (it belongs to the gradients it was computed from). On a
+   backend without the device path (the CPU) this is trn_clip_grad_norm,
+   and *norm_out is set at once. */
+TRNDEF void trn_clip_grad_norm_async(trn_model *m, float max_norm, float *norm_out);
+/* queue t->data[0] to *dst, which holds it once trn_sync returns: the
+   loss of a step, read without stopping the device (trn_item waits) */
+TRNDEF void trn_item_async(trn_model *m, const trn_tensor *t, float *dst);
+/* wait until the device has done everything queued: the async values
+   have landed. The one host synchronization of a training step. */
+TRNDEF void trn_sync(trn_model *m);
 
 /* ------------------------------------------------------------------------
    >>checkpoint declarations
@@ -3196,6 +3248,13 @@ TRNDEF void trn_attention_kv_forward(float *out, float *att, const float *q, int
 static void trn__cpu_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
 static void trn__cpu_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
 static void trn__cpu_sync(void) {}
+/* the mean of a loss's rows, summed in double in row order */
+static void trn__cpu_mean(float *out, const float *x, size_t n) {
+    double sum = 0.0;
+    size_t i;
+    for (i = 0; i < n; i++) sum += x[i];
+    out[0] = (float)(sum / (double)n);
+}
 
 TRNDEF const trn_backend *trn_cpu_backend(void) {
     static trn_backend cpu;
@@ -3270,6 +3329,14 @@ TRNDEF const trn_backend *trn_cpu_backend(void) {
         cpu.l1_backward = trn_l1_backward;
         cpu.huber_forward = trn_huber_forward;
         cpu.huber_backward = trn_huber_backward;
+        /* >>sync-free step: the CPU has no wait to save. No grad_norm_clip
+           or adamw_flat: trn_clip_grad_norm_async is trn_clip_grad_norm
+           here and AdamW keeps its call per tensor, bit for bit as before */
+        cpu.download_async = trn__cpu_copy;
+        cpu.mean = trn__cpu_mean;
+        cpu.grad_norm_clip = NULL;
+        cpu.adamw_flat = NULL;
+        /* <<sync-free step */
         cpu.name = "cpu";
     }
     return &cpu;
@@ -3402,6 +3469,7 @@ TRNDEF void trn_model_free(trn_model *m) {
     for (i = 0; i < m->n_params; i++) trn_free(m->params[i]);
     trn_free(m->params);
     trn_free(m->tape);
+    if (m->gstat) m->backend->free(m->gstat);
     memset(m, 0, sizeof *m);
 }
 
@@ -3672,10 +3740,14 @@ TRNDEF void trn_backward_scaled(trn_model *m, trn_tensor *loss, float scale) {
     }
     /* the chain rule starts here: d(loss)/d(loss) = 1 (or the caller's scale) */
     m->backend->upload(trn__grad(m, loss, NULL), &scale, sizeof scale);
+    m->grad_one = loss; /* its gradient is known on the host: trn__scalar_grad needs no download */
+    m->grad_one_value = scale;
+    m->clip_pending = 0; /* a clip factor belongs to the gradients it was computed from */
     if (m->profile) trn__prof_mark(m, NULL, -1);
     /* parameters used inside recompute regions are not on this tape, so a
        hook cannot tell when their gradients are final: no hook then */
     trn__backward_range(m, m->tape_len - 1, 0, m->n_regions == 0);
+    m->grad_one = NULL;
     m->tape_len = 0; /* the tape is consumed, as PyTorch frees its graph */
     trn__grads_grow(m); /* first step: now the block's size is known */
     if (m->profile) trn__prof_end(m);
@@ -3697,6 +3769,11 @@ TRNDEF float trn_item(trn_model *m, const trn_tensor *t) {
     m->backend->download(&v, t->data, sizeof v);
     return v;
 }
+TRNDEF void trn_item_async(trn_model *m, const trn_tensor *t, float *dst) {
+    if (m->backend->download_async) m->backend->download_async(dst, t->data, sizeof(float));
+    else m->backend->download(dst, t->data, sizeof(float));
+}
+TRNDEF void trn_sync(trn_model *m) { m->backend->sync(); }
 TRNDEF void trn_read(trn_model *m, const trn_tensor *t, float *host) {
     if (!t || !host) trn_fatal("trn_read: tensor or host buffer is NULL");
     if (t->is_param) trn__need_alloc(m, "trn_read", t->name);
@@ -3939,6 +4016,10 @@ static trn_tensor *trn__scalar_mean(trn_model *m, const char *name, const float 
     float host[1024], mean;
     double sum = 0.0;
     size_t i, lo, k;
+    if (m->backend->mean) { /* where the losses are: no round trip */
+        m->backend->mean(out->data, losses, n);
+        return out;
+    }
     for (lo = 0; lo < n; lo += k) {
         k = TRN__MIN(n - lo, sizeof host / sizeof host[0]);
         m->backend->download(host, losses + lo, sizeof(float) * k);
@@ -3949,10 +4030,18 @@ static trn_tensor *trn__scalar_mean(trn_model *m, const char *name, const float 
     return out;
 }
 
+/* the gradient of a scalar output: the loss trn_backward started from has
+   gradient 1 (no download, no host wait); any other is read back */
+static float trn__scalar_grad(trn_model *m, const trn_tensor *t) {
+    float g;
+    if (t == m->grad_one) return m->grad_one_value;
+    m->backend->download(&g, t->grad, sizeof g);
+    return g;
+}
+
 static void trn__xent_bw(trn_model *m, trn_tape_entry *e) {
     int N = e->iarg[0];
-    float dloss;
-    m->backend->download(&dloss, e->out->grad, sizeof dloss);
+    float dloss = trn__scalar_grad(m, e->out);
     m->backend->crossentropy_backward(trn__grad(m, e->in[0], NULL), e->in[0]->data, (const float *)e->saved[0],
                                       (const int *)e->saved[1], dloss / (float)N, N, e->iarg[1], e->iarg[2]);
 }
@@ -4005,7 +4094,7 @@ static void trn__linear_xent_bw(trn_model *m, trn_tape_entry *e) {
     float dloss;
     int k, fresh;
     saved[0] = (float *)e->saved[0]; saved[1] = (float *)e->saved[1]; saved[2] = (float *)e->saved[2];
-    m->backend->download(&dloss, e->out->grad, sizeof dloss);
+    dloss = trn__scalar_grad(m, e->out);
     for (k = 0; k < 3; k++) {
         trn_tensor *t = e->in[k];
         float *g;
@@ -4071,8 +4160,7 @@ TRNDEF trn_tensor *trn_linear_cross_entropy(trn_model *m, trn_tensor *x, trn_ten
 
 static void trn__mse_bw(trn_model *m, trn_tape_entry *e) {
     trn_tensor *p = e->in[0];
-    float dloss;
-    m->backend->download(&dloss, e->out->grad, sizeof dloss);
+    float dloss = trn__scalar_grad(m, e->out);
     m->backend->mse_backward(trn__grad(m, p, NULL), p->data, (const float *)e->saved[0], dloss / (float)p->size, p->size);
 }
 
@@ -4961,6 +5049,58 @@ TRNDEF void trn_adamw_init(trn_adamw *opt, const trn_adamw_desc *desc) {
     opt->desc = trn_adamw_defaults(desc);
 }
 
+/* >>sync-free step: AdamW in one call over the optimizer's slice [lo,hi),
+   described by runs (trn_adamw_seg), with the pending clip factor of
+   trn_clip_grad_norm_async applied inside the same pass */
+static int trn__seg_push(trn_adamw_seg *seg, int n, size_t end, int mode) {
+    if (n > 0 && seg[n - 1].mode == mode) { seg[n - 1].end = end; return n; }
+    seg[n].end = end;
+    seg[n].mode = mode;
+    return n + 1;
+}
+/* parameter groups (trn_param_group) give tensors their own lr or decay,
+   which the one-launch flat AdamW does not take: those steps go per tensor */
+static int trn__has_groups(const trn_model *m) {
+    int i;
+    for (i = 0; i < m->n_params; i++)
+        if (m->params[i]->lr_scale != 1.0f || m->params[i]->weight_decay >= 0.0f) return 1;
+    return 0;
+}
+
+/* a clip factor that trn_clip_grad_norm_async left on the device, for a
+   step that cannot fold it into its kernel: scale the gradients now (one
+   download: this path waits once more) */
+static void trn__apply_pending_clip(trn_model *m) {
+    float s;
+    if (!m->clip_pending) return;
+    m->backend->download(&s, m->gstat + 1, sizeof s);
+    if (s != 1.0f) m->backend->scale(m->grad_data, s, m->n_floats);
+    m->clip_pending = 0;
+}
+
+static trn_result trn__adamw_step_flat(trn_adamw *opt, trn_model *m, float lr, float bc1, float bc2) {
+    const trn_adamw_desc *d = &opt->desc;
+    size_t lo = opt->lo, hi = opt->hi, cur = lo;
+    int i, n = 0;
+    trn_adamw_seg *seg = (trn_adamw_seg *)trn_alloc(sizeof(trn_adamw_seg) * (2 * (size_t)m->n_params + 1), TRN_KIND_TEMP);
+    if (!seg) return trn_fail(TRN_ERR_NOMEM, "trn_adamw_step: %s", trn_error_reason());
+    for (i = 0; i < m->n_params; i++) {
+        const trn_tensor *t = m->params[i];
+        size_t a = TRN__MAX(t->offset, lo), b = TRN__MIN(t->offset + t->size, hi);
+        if (a >= b) continue;
+        if (a < cur) trn_fatal("trn_adamw_step: parameter %s is out of order in the flat buffers", t->name);
+        if (a > cur) n = trn__seg_push(seg, n, a - lo, TRN_ADAMW_SKIP); /* a gap: no parameter there */
+        n = trn__seg_push(seg, n, b - lo, !t->requires_grad ? TRN_ADAMW_SKIP : t->decay ? TRN_ADAMW_DECAY : TRN_ADAMW_NO_DECAY);
+        cur = b;
+    }
+    if (cur < hi) n = trn__seg_push(seg, n, hi - lo, TRN_ADAMW_SKIP);
+    m->backend->adamw_flat(m->param_data + lo, m->grad_data + lo, opt->m, opt->v, hi - lo, seg, n, lr, d->beta1,
+                           d->beta2, d->eps, d->weight_decay, bc1, bc2, m->clip_pending ? m->gstat + 1 : NULL);
+    m->clip_pending = 0;
+    trn_free(seg);
+    return TRN_OK;
+}
+
 TRNDEF trn_result trn_adamw_step(trn_adamw *opt, trn_model *m, float lr) {
     const trn_adamw_desc *d;
     double bc1 = 1.0, bc2 = 1.0;
@@ -5000,7 +5140,9 @@ TRNDEF trn_result trn_adamw_step(trn_adamw *opt, trn_model *m, float lr) {
     if (!sgd) {
         bc1 = 1.0 - pow((double)d->beta1, (double)opt->step);
         bc2 = 1.0 - pow((double)d->beta2, (double)opt->step);
+        if (m->backend->adamw_flat && !trn__has_groups(m)) return trn__adamw_step_flat(opt, m, lr, (float)bc1, (float)bc2);
     }
+    trn__apply_pending_clip(m); /* this path cannot fold the clip factor in */
     /* one call per parameter tensor (decay and lr scale differ), each over a
        contiguous slice of the flat buffers */
     for (i = 0; i < m->n_params; i++) {
@@ -5110,6 +5252,25 @@ TRNDEF float trn_clip_grad_norm(trn_model *m, float max_norm) {
     /* as torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) if that is < 1 */
     if (max_norm > 0.0f && norm > max_norm) m->backend->scale(m->grad_data, max_norm / (norm + 1e-6f), m->n_floats);
     return norm;
+}
+
+TRNDEF void trn_clip_grad_norm_async(trn_model *m, float max_norm, float *norm_out) {
+    const trn_backend *be;
+    if (!m || !m->grad_data) {
+        if (norm_out) *norm_out = 0.0f;
+        return;
+    }
+    be = m->backend;
+    if (!be->grad_norm_clip || !be->adamw_flat || !be->download_async) { /* the CPU: clip now */
+        float norm = trn_clip_grad_norm(m, max_norm);
+        if (norm_out) *norm_out = norm;
+        return;
+    }
+    if (!m->gstat && !(m->gstat = (float *)be->alloc(2 * sizeof(float), TRN_KIND_GRADS)))
+        trn_fatal("trn_clip_grad_norm_async: %s", trn_error_reason());
+    be->grad_norm_clip(m->gstat, m->grad_data, m->n_floats, max_norm);
+    m->clip_pending = 1;
+    if (norm_out) be->download_async(norm_out, m->gstat, sizeof(float));
 }
 
 

@@ -33,12 +33,34 @@
       nvcc -O3 -std=c++17 -gencode arch=compute_80,code=sm_80 \
            -gencode arch=compute_90,code=sm_90 -I. foo.cu -lcublas
 
+   A training step waits for the GPU once. Written as
+      trn_zero_grad(&model);
+      trn_reset(&model);
+      loss = forward(...);
+      trn_item_async(&model, loss, &host_loss);       // not trn_item
+      trn_backward(&model, loss);
+      trn_clip_grad_norm_async(&model, 1.0f, &norm);  // not trn_clip_grad_norm
+      trn_adamw_step(&opt, &model, lr);
+      trn_sync(&model);                   // the one wait: host_loss, norm
+   nothing in it makes the host wait for the device before trn_sync: ids
+   and targets go up through pinned staging memory, the loss is averaged
+   on the device, backward starts from a gradient of 1 it knows without
+   reading it back, the gradient norm and the clip factor stay on the
+   device and the factor is applied inside the one AdamW launch over the
+   flat buffers, the loss and the norm come back by cudaMemcpyAsync into
+   pinned memory. tests/test_cuda_sync.cpp counts the waits (the harness
+   counts every call that would wait on a GPU) and holds the step to one.
+   trn_item, trn_grad_norm and trn_clip_grad_norm still work and wait,
+   as they must to return a host value.
+
    Configuration: trn_cuda_set_tf32(0) turns TF32 tensor-core matmuls off
    (they are on by default: 10-bit mantissa inputs, fp32 accumulation).
 
    What it does NOT do: no fp16/bf16 (everything is fp32, with TF32 inside
    cuBLAS), no tensor cores in the fused attention kernels (fp32 FMAs
-   on shared-memory tiles), no CUDA graphs, no multi-GPU
+   on shared-memory tiles), no CUDA graphs (the step takes lr and the bias
+   corrections as launch arguments and its inputs through fresh staging
+   offsets, so a captured graph would replay stale values), no multi-GPU
    (that is train_nccl.h). Embedding backward adds with atomics, so its
    float sums may differ in the last bit between runs; every other kernel
    is deterministic.
@@ -159,6 +181,7 @@ static void trn__cublas_check(cublasStatus_t s, const char *what, const char *fi
 
 /* the backend's state: one device, one stream, one cuBLAS handle */
 typedef struct trn__cuda_block { void *p; size_t bytes; int kind; } trn__cuda_block;
+typedef struct trn__cuda_pending { void *dst; size_t off, bytes; } trn__cuda_pending; /* a queued readback */
 static struct {
     int ready, device;
     int tf32_off;                /* trn_cuda_set_tf32(0) was called           */
@@ -175,9 +198,20 @@ static struct {
     int n_blocks, cap_blocks;
     char name[320];              /* "<device name> (sm_XY)"                   */
     trn_backend table;
+    /* >>sync-free step: pinned host memory, so copies need no host wait */
+    unsigned char *stage;        /* uploads go through here (see upload)    */
+    size_t stage_cap, stage_used;
+    unsigned char *rb;           /* download_async lands here first ...     */
+    size_t rb_cap, rb_used;
+    trn__cuda_pending *pend;     /* ... and is copied to its dst at drain   */
+    int n_pend, cap_pend;
+    trn_adamw_seg *seg_host, *seg_dev; /* adamw_flat's runs: the last ones uploaded */
+    int n_seg, cap_seg;
+    /* <<sync-free step */
 } trn__cu;
 
 #define TRN__CUDA_PARTIALS 1024  /* blocks of the sum-of-squares reduction  */
+#define TRN__CUDA_STAGE ((size_t)4 << 20) /* pinned upload staging: 4 MiB   */
 #define TRN__CUDA_WORKSPACE ((size_t)32 << 20) /* cuBLAS: 32 MiB for Hopper */
 
 /* ========================================================================
@@ -229,22 +263,97 @@ static void trn__cuda_free(void *p) {
 static void trn__cuda_zero(void *p, size_t bytes) {
     if (bytes) TRN_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, trn__cu.stream));
 }
-/* uploads and downloads wait for the copy: the host buffer is the caller's
-   again when they return (the loss, a batch of ids on the stack ...) */
+/* The host waits for the device in one place: trn__cuda_drain (the
+   backend's sync). After it, every copy queued before has happened: the
+   staging buffer is free again and queued readbacks are handed over.
+
+   Uploads return with the caller's buffer free to reuse (a batch of ids on
+   the stack ...). Small ones (a step's ids and targets, the 1 that starts
+   backward) are copied into pinned staging memory and sent from there with
+   cudaMemcpyAsync: no wait. The staging buffer is a bump allocator that
+   drain rewinds; only when it is full (a program that never syncs) does an
+   upload wait. Large uploads (weights at init) wait for their copy.
+   Downloads wait (trn_item, checkpoints); download_async does not: the
+   bytes land in pinned memory and reach their destination at the next
+   drain (trn_sync), the way a step's loss and gradient norm come back. */
+static void trn__cuda_drain(void) {
+    int i;
+    TRN_CUDA_CHECK(cudaStreamSynchronize(trn__cu.stream));
+    for (i = 0; i < trn__cu.n_pend; i++)
+        memcpy(trn__cu.pend[i].dst, trn__cu.rb + trn__cu.pend[i].off, trn__cu.pend[i].bytes);
+    trn__cu.n_pend = 0;
+    trn__cu.rb_used = 0;
+    trn__cu.stage_used = 0;
+}
+/* pinned host memory, counted in the ledger (host, runtime) */
+static unsigned char *trn__cuda_pinned(size_t bytes) {
+    void *p = NULL;
+    TRN_CUDA_CHECK(cudaMallocHost(&p, bytes));
+    trn_ledger_add(TRN_HOST, TRN_KIND_RUNTIME, (long long)bytes);
+    return (unsigned char *)p;
+}
+static void trn__cuda_unpin(unsigned char **p, size_t *bytes) {
+    if (!*p) return;
+    TRN_CUDA_CHECK(cudaFreeHost(*p));
+    trn_ledger_add(TRN_HOST, TRN_KIND_RUNTIME, -(long long)*bytes);
+    *p = NULL;
+    *bytes = 0;
+}
+#define TRN__CUDA_ALIGN16(n) (((n) + 15) & ~(size_t)15)
+
 static void trn__cuda_upload(void *dst, const void *src, size_t bytes) {
     if (!bytes) return;
+    if (bytes <= TRN__CUDA_STAGE / 4) {
+        unsigned char *st;
+        if (!trn__cu.stage) {
+            trn__cu.stage = trn__cuda_pinned(TRN__CUDA_STAGE);
+            trn__cu.stage_cap = TRN__CUDA_STAGE;
+        }
+        if (trn__cu.stage_used + TRN__CUDA_ALIGN16(bytes) > trn__cu.stage_cap) trn__cuda_drain(); /* full */
+        st = trn__cu.stage + trn__cu.stage_used;
+        trn__cu.stage_used += TRN__CUDA_ALIGN16(bytes);
+        memcpy(st, src, bytes);
+        TRN_CUDA_CHECK(cudaMemcpyAsync(dst, st, bytes, cudaMemcpyHostToDevice, trn__cu.stream));
+        return;
+    }
     TRN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, trn__cu.stream));
-    TRN_CUDA_CHECK(cudaStreamSynchronize(trn__cu.stream));
+    trn__cuda_drain();
 }
 static void trn__cuda_download(void *dst, const void *src, size_t bytes) {
     if (!bytes) return;
     TRN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, trn__cu.stream));
-    TRN_CUDA_CHECK(cudaStreamSynchronize(trn__cu.stream));
+    trn__cuda_drain();
+}
+static void trn__cuda_download_async(void *dst, const void *src, size_t bytes) {
+    size_t need = TRN__CUDA_ALIGN16(bytes);
+    if (!bytes) return;
+    if (trn__cu.rb_used + need > trn__cu.rb_cap) { /* full: hand over what is there, then grow */
+        trn__cuda_drain();
+        if (need > trn__cu.rb_cap) {
+            size_t cap = need > 4096 ? need : 4096;
+            trn__cuda_unpin(&trn__cu.rb, &trn__cu.rb_cap);
+            trn__cu.rb = trn__cuda_pinned(cap);
+            trn__cu.rb_cap = cap;
+        }
+    }
+    if (trn__cu.n_pend == trn__cu.cap_pend) {
+        int cap = trn__cu.cap_pend ? 2 * trn__cu.cap_pend : 64;
+        trn__cuda_pending *np = (trn__cuda_pending *)realloc(trn__cu.pend, sizeof(trn__cuda_pending) * (size_t)cap);
+        if (!np) trn_fatal("train_cuda.h: out of host memory for the readback table");
+        trn__cu.pend = np;
+        trn__cu.cap_pend = cap;
+    }
+    TRN_CUDA_CHECK(cudaMemcpyAsync(trn__cu.rb + trn__cu.rb_used, src, bytes, cudaMemcpyDeviceToHost, trn__cu.stream));
+    trn__cu.pend[trn__cu.n_pend].dst = dst;
+    trn__cu.pend[trn__cu.n_pend].off = trn__cu.rb_used;
+    trn__cu.pend[trn__cu.n_pend].bytes = bytes;
+    trn__cu.n_pend++;
+    trn__cu.rb_used += need;
 }
 static void trn__cuda_copy(void *dst, const void *src, size_t bytes) {
     if (bytes) TRN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, trn__cu.stream));
 }
-static void trn__cuda_sync(void) { TRN_CUDA_CHECK(cudaStreamSynchronize(trn__cu.stream)); }
+static void trn__cuda_sync(void) { trn__cuda_drain(); }
 
 /* scratch that grows and stays (kind TEMP): partial sums of reductions */
 static float *trn__cuda_tmp(size_t floats) {
@@ -1082,6 +1191,75 @@ static __global__ void trn__k_rope(float *y, const float *x, int B, int T, int H
     }
 }
 
+/* >>sync-free step kernels */
+/* the partials of trn__k_sumsq added in order by one thread (as the host
+   did before: the same bits), then the norm and the clip factor as
+   trn_clip_grad_norm computes them. total: the sum (or NULL); stat: [0]
+   norm, [1] factor (or NULL). */
+static __global__ void trn__k_norm_final(float *stat, double *total, const double *part, int nparts, float max_norm) {
+    if (threadIdx.x != 0) return;
+    double s = 0.0;
+    for (int k = 0; k < nparts; k++) s += part[k];
+    if (total) total[0] = s;
+    if (stat) {
+        float norm = (float)sqrt(s);
+        stat[0] = norm;
+        stat[1] = max_norm > 0.0f && norm > max_norm ? max_norm / (norm + 1e-6f) : 1.0f;
+    }
+}
+
+/* out[0] = mean of x[0..n): one block, each thread a strided slice in
+   double, then a fixed tree: the same bits on every run */
+static __global__ void trn__k_mean(float *out, const float *x, size_t n) {
+    __shared__ double ws[32];
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
+    double s = 0.0;
+    for (size_t i = threadIdx.x; i < n; i += blockDim.x) s += (double)x[i];
+    s = trn__warp_sum_d(s);
+    if (lane == 0) ws[warp] = s;
+    __syncthreads();
+    if (warp == 0) {
+        s = lane < nw ? ws[lane] : 0.0;
+        s = trn__warp_sum_d(s);
+        if (lane == 0) out[0] = (float)(s / (double)n);
+    }
+}
+
+/* AdamW over a whole slice of the flat buffers, with the clip factor (a
+   device scalar, or none) applied to each gradient first: gi = g*s, stored
+   back so the buffer holds the clipped gradients as after trn_scale. The
+   run of element i (decay, no decay, skip) comes from seg: a thread's i
+   only grows, so it finds its first run by bisection and then steps on. */
+static __global__ void trn__k_adamw_flat(float *p, float *g, float *m, float *v, size_t n, const trn_adamw_seg *seg,
+                                         int nseg, float lr, float b1, float b2, float eps, float wd, float bc1,
+                                         float bc2, const float *clip) {
+    float s = clip ? clip[0] : 1.0f;
+    int r = -1;
+    TRN__GRID_STRIDE(i, n) {
+        if (r < 0) {
+            int lo = 0, hi = nseg - 1; /* the first run with end > i */
+            while (lo < hi) {
+                int mid = (lo + hi) / 2;
+                if (seg[mid].end > i) hi = mid;
+                else lo = mid + 1;
+            }
+            r = lo;
+        }
+        while (seg[r].end <= i) r++;
+        int mode = seg[r].mode;
+        if (mode == TRN_ADAMW_SKIP) continue;
+        float gi = g[i];
+        if (s != 1.0f) { gi *= s; g[i] = gi; }
+        float mi = b1 * m[i] + (1.0f - b1) * gi;
+        float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+        float w = mode == TRN_ADAMW_DECAY ? wd : 0.0f;
+        m[i] = mi;
+        v[i] = vi;
+        p[i] -= lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + w * p[i]);
+    }
+}
+/* <<sync-free step kernels */
+
 /* ========================================================================
    >>cuda-ops: the backend table's functions (host side)
    cuBLAS is column-major. A row-major (R,K) matrix with row stride ld is,
@@ -1340,16 +1518,58 @@ static void trn__cuda_attention_kv_forward(float *out, float *att, const float *
         }
 }
 
-/* the partial sums come back to the host and are added there, in order */
-static double trn__cuda_sum_squares(const float *x, size_t n) {
-    double part[TRN__CUDA_PARTIALS], total = 0.0;
-    size_t g = (n + TRN__CUDA_BLOCK - 1) / TRN__CUDA_BLOCK, i;
-    if (n == 0) return 0.0;
+/* sum of squares in two passes: one double per block (at most
+   TRN__CUDA_PARTIALS), then those added in order by trn__k_norm_final. The
+   total stays on the device (grad_norm_clip) or comes back (sum_squares). */
+static void trn__cuda_sumsq_device(float *stat, double *total, const float *x, size_t n, float max_norm) {
+    size_t g = (n + TRN__CUDA_BLOCK - 1) / TRN__CUDA_BLOCK;
     if (g > TRN__CUDA_PARTIALS) g = TRN__CUDA_PARTIALS;
-    TRN_CUDA_LAUNCH(trn__k_sumsq, dim3((unsigned)g), dim3(TRN__CUDA_BLOCK), 0, trn__cu.stream, trn__cu.partials, x, n);
-    trn__cuda_download(part, trn__cu.partials, g * sizeof(double));
-    for (i = 0; i < g; i++) total += part[i];
+    if (n > 0)
+        TRN_CUDA_LAUNCH(trn__k_sumsq, dim3((unsigned)g), dim3(TRN__CUDA_BLOCK), 0, trn__cu.stream, trn__cu.partials, x, n);
+    TRN_CUDA_LAUNCH(trn__k_norm_final, dim3(1), dim3(32), 0, trn__cu.stream, stat, total,
+                    (const double *)trn__cu.partials, n > 0 ? (int)g : 0, max_norm);
+}
+static double trn__cuda_sum_squares(const float *x, size_t n) {
+    double total = 0.0;
+    if (n == 0) return 0.0;
+    trn__cuda_sumsq_device(NULL, trn__cu.partials + TRN__CUDA_PARTIALS, x, n, 0.0f);
+    trn__cuda_download(&total, trn__cu.partials + TRN__CUDA_PARTIALS, sizeof total);
     return total;
+}
+static void trn__cuda_grad_norm_clip(float *stat, const float *g, size_t n, float max_norm) {
+    trn__cuda_sumsq_device(stat, NULL, g, n, max_norm);
+}
+static void trn__cuda_mean(float *out, const float *x, size_t n) {
+    TRN_CUDA_LAUNCH(trn__k_mean, dim3(1), dim3(1024), 0, trn__cu.stream, out, x, n);
+}
+/* the runs rarely change (once per model): upload them only when they do
+   (staged, so not even that waits) */
+static const trn_adamw_seg *trn__cuda_segments(const trn_adamw_seg *seg, int n) {
+    int i, same = n == trn__cu.n_seg;
+    for (i = 0; same && i < n; i++) same = seg[i].end == trn__cu.seg_host[i].end && seg[i].mode == trn__cu.seg_host[i].mode;
+    if (same) return trn__cu.seg_dev;
+    if (n > trn__cu.cap_seg) {
+        trn_adamw_seg *h = (trn_adamw_seg *)realloc(trn__cu.seg_host, sizeof(trn_adamw_seg) * (size_t)n);
+        if (!h) trn_fatal("train_cuda.h: out of host memory for AdamW's runs");
+        trn__cu.seg_host = h;
+        if (trn__cu.seg_dev) trn__cuda_free(trn__cu.seg_dev);
+        trn__cu.seg_dev = (trn_adamw_seg *)trn__cuda_alloc(sizeof(trn_adamw_seg) * (size_t)n, TRN_KIND_RUNTIME);
+        if (!trn__cu.seg_dev) trn_fatal("train_cuda.h: AdamW's runs: %s", trn_error_reason());
+        trn__cu.cap_seg = n;
+    }
+    memcpy(trn__cu.seg_host, seg, sizeof(trn_adamw_seg) * (size_t)n);
+    trn__cu.n_seg = n;
+    trn__cuda_upload(trn__cu.seg_dev, seg, sizeof(trn_adamw_seg) * (size_t)n);
+    return trn__cu.seg_dev;
+}
+static void trn__cuda_adamw_flat(float *p, float *g, float *m, float *v, size_t n, const trn_adamw_seg *seg, int n_seg,
+                                 float lr, float beta1, float beta2, float eps, float weight_decay, float bias_corr1,
+                                 float bias_corr2, const float *clip) {
+    const trn_adamw_seg *dseg;
+    if (n == 0 || n_seg <= 0) return;
+    dseg = trn__cuda_segments(seg, n_seg);
+    TRN__CUDA_ELEMENTWISE(trn__k_adamw_flat, n, p, g, m, v, n, dseg, n_seg, lr, beta1, beta2, eps, weight_decay,
+                          bias_corr1, bias_corr2, clip);
 }
 
 /* attention, materialized: the reference (trn_attention runs the fused
@@ -1574,6 +1794,16 @@ static void trn__cuda_rope_backward(float *dinp, const float *dout, int B, int T
    >>cuda-init
    ======================================================================== */
 static void trn__cuda_release(void) {
+    trn__cuda_unpin(&trn__cu.stage, &trn__cu.stage_cap);
+    trn__cuda_unpin(&trn__cu.rb, &trn__cu.rb_cap);
+    free(trn__cu.pend);
+    trn__cu.pend = NULL;
+    trn__cu.n_pend = trn__cu.cap_pend = 0;
+    trn__cu.stage_used = trn__cu.rb_used = 0;
+    if (trn__cu.seg_dev) trn__cuda_free(trn__cu.seg_dev);
+    free(trn__cu.seg_host);
+    trn__cu.seg_dev = trn__cu.seg_host = NULL;
+    trn__cu.n_seg = trn__cu.cap_seg = 0;
     if (trn__cu.tmp) { trn__cuda_free(trn__cu.tmp); trn__cu.tmp = NULL; trn__cu.tmp_bytes = 0; }
     if (trn__cu.partials) { trn__cuda_free(trn__cu.partials); trn__cu.partials = NULL; }
     if (trn__cu.cublas) { TRN_CUBLAS_CHECK(cublasDestroy(trn__cu.cublas)); trn__cu.cublas = NULL; }
@@ -1653,7 +1883,8 @@ TRNDEF trn_result trn_cuda_init(int device) {
     trn_ledger_add(TRN_DEVICE, TRN_KIND_RUNTIME, (long long)trn__cu.cublas_bytes);
     /* our own workspace, so the ledger sees it (cuBLAS would allocate one) */
     trn__cu.workspace = trn__cuda_alloc(TRN__CUDA_WORKSPACE, TRN_KIND_RUNTIME);
-    trn__cu.partials = (double *)trn__cuda_alloc(TRN__CUDA_PARTIALS * sizeof(double), TRN_KIND_RUNTIME);
+    /* one more double: the total of sum_squares */
+    trn__cu.partials = (double *)trn__cuda_alloc((TRN__CUDA_PARTIALS + 1) * sizeof(double), TRN_KIND_RUNTIME);
     if (!trn__cu.workspace || !trn__cu.partials) {
         trn__cuda_release();
         trn__cu.ready = 0;
@@ -1755,7 +1986,7 @@ TRNDEF void trn_cuda_profile_clock(trn_profile *p) {
 
 TRNDEF void trn_cuda_shutdown(void) {
     if (!trn__cu.ready) return;
-    TRN_CUDA_CHECK(cudaStreamSynchronize(trn__cu.stream));
+    trn__cuda_drain();
     trn__cuda_release();
     trn_ledger_set_device_probe(NULL);
     trn__cu.ready = 0;
@@ -1837,6 +2068,12 @@ TRNDEF const trn_backend *trn_cuda_backend(void) {
         t->l1_backward = trn__cuda_l1_backward;
         t->huber_forward = trn__cuda_huber_forward;
         t->huber_backward = trn__cuda_huber_backward;
+        /* >>sync-free step */
+        t->download_async = trn__cuda_download_async;
+        t->mean = trn__cuda_mean;
+        t->grad_norm_clip = trn__cuda_grad_norm_clip;
+        t->adamw_flat = trn__cuda_adamw_flat;
+        /* <<sync-free step */
         t->name = "cuda";
     }
     return t;

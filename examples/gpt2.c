@@ -1281,7 +1281,8 @@ int main(int argc, char **argv) {
     if ((int64_t)a.eval_batches * W > ld.val_batches && ld.val_batches >= W) a.eval_batches = (int)(ld.val_batches / W);
     int *x = (int *)malloc(sizeof(int) * (size_t)B * T), *y = (int *)malloc(sizeof(int) * (size_t)B * T);
     int *skip_x = (int *)malloc(sizeof(int) * (size_t)B * T), *skip_y = (int *)malloc(sizeof(int) * (size_t)B * T);
-    if (!x || !y || !skip_x || !skip_y) die("out of memory for a batch");
+    float *mb_loss = (float *)malloc(sizeof(float) * (size_t)a.grad_accum); // each micro-batch's loss
+    if (!x || !y || !skip_x || !skip_y || !mb_loss) die("out of memory for a batch");
     if (a.overfit) next_batch(&ld, x, y, skip_x, skip_y); // the one batch to memorize (the loader stops here)
 
     // --- the model
@@ -1413,7 +1414,7 @@ int main(int argc, char **argv) {
             if (!a.overfit) next_batch(&ld, x, y, skip_x, skip_y);
             trn_reset(&g.m);
             trn_tensor *l = gpt2_loss(&g, x, y, B, T);
-            loss += trn_item(&g.m, l) / (float)a.grad_accum;
+            trn_item_async(&g.m, l, &mb_loss[k]); // lands at trn_sync: the GPU does not stop here
             trn_ddp_set_sync(&ddp, k == a.grad_accum - 1); // all-reduce during the last backward only
             trn_backward(&g.m, l); // grads += d(this micro-batch's mean loss)
         }
@@ -1421,14 +1422,24 @@ int main(int argc, char **argv) {
         // the mean over micro-batches: scale the summed gradients once
         if (a.grad_accum > 1) g.m.backend->scale(g.m.grad_data, 1.0f / (float)a.grad_accum, g.m.n_floats);
         float norm;
-        DDP_OK(trn_ddp_clip_grad_norm(&ddp, &g.m, a.clip, &norm));
+        if (W == 1) trn_clip_grad_norm_async(&g.m, a.clip, &norm); // on the GPU, applied inside AdamW
+        else DDP_OK(trn_ddp_clip_grad_norm(&ddp, &g.m, a.clip, &norm));
+        // --skip-spikes decides from this step's loss and norm, so it waits
+        // for them before the update; otherwise the update is queued first
+        // and the step's one wait for the GPU comes after it
+        if (a.skip_spikes > 0) trn_sync(&g.m);
+        else DDP_OK(trn_ddp_adamw_step(&ddp, &opt, &g.m, lr)); // the same step on every rank
+        trn_sync(&g.m); // the losses and the norm have landed
+        for (int k = 0; k < a.grad_accum; k++) loss += mb_loss[k] / (float)a.grad_accum;
         double mean_loss = loss; // the loss logged: the mean over the ranks
         DDP_OK(trn_ddp_allreduce_host(&ddp, &mean_loss, 1, 1));
         loss = (float)mean_loss;
         // --skip-spikes: the same loss and norm on every rank, so the same decision
         int skipped = a.skip_spikes > 0 && trn_spike_guard_check(&guard, loss, norm);
-        if (!skipped) DDP_OK(trn_ddp_adamw_step(&ddp, &opt, &g.m, lr)); // the same step on every rank
-        g.m.backend->sync();
+        if (a.skip_spikes > 0 && !skipped) {
+            DDP_OK(trn_ddp_adamw_step(&ddp, &opt, &g.m, lr));
+            trn_sync(&g.m);
+        }
         step++;
         double ms = 1e3 * (now_s() - t0), tps = (double)B * T * a.grad_accum * W / (ms / 1e3);
         size_t mem = trn_ledger_total(TRN_HOST) + trn_ledger_total(TRN_DEVICE);
@@ -1587,6 +1598,7 @@ int main(int argc, char **argv) {
     free(x);
     free(y);
     free(skip_x);
+    free(mb_loss);
     free(skip_y);
     free(hist.step); free(hist.loss); free(hist.vstep); free(hist.vloss);
     trn_loader_free(&ld);

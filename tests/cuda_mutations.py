@@ -8,6 +8,7 @@ missing bounds guard, an off-by-one mask, a GEMM that overwrites instead
 of accumulating.
 
     python3 tests/cuda_mutations.py        (about a minute per mutation)
+    python3 tests/cuda_mutations.py adamw  (only those whose name has "adamw")
 
 Prints one line per mutation and "N passed, M failed", where a mutation
 "passes" when the test suite caught it. Not run by tests/run.sh (it
@@ -16,7 +17,7 @@ kernels or the harness."""
 import os, re, subprocess, sys, tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MUTATIONS = [  # (name, original text, broken text, sanitizer: "" | "address" | "thread")
+MUTATIONS = [  # (name, original text, broken text, sanitizer: "" | "address" | "thread"[, test source])
     ("no barrier in colsum_part", "    acc[threadIdx.y][threadIdx.x] = s;\n    __syncthreads();",
      "    acc[threadIdx.y][threadIdx.x] = s;", ""),
     ("no barrier in xent_fwd", "    if (lane == 0) { wm[warp] = m; wsum[warp] = s; }\n    __syncthreads();",
@@ -40,6 +41,22 @@ MUTATIONS = [  # (name, original text, broken text, sanitizer: "" | "address" | 
      "    TRN_CUBLAS_CHECK(cublasSetStream(trn__cu.cublas, trn__cu.stream));", ""),
     ("embedding backward without atomics", "atomicAdd(&dtable[(size_t)ids[i / (size_t)C] * C + i % (size_t)C], dout[i]);",
      "dtable[(size_t)ids[i / (size_t)C] * C + i % (size_t)C] += dout[i];", "thread"),
+    # the sync-free step's kernels (tests/test_cuda_sync.cpp checks them)
+    ("no barrier in the loss mean", "    if (lane == 0) ws[warp] = s;\n    __syncthreads();\n    if (warp == 0) {\n"
+     "        s = lane < nw ? ws[lane] : 0.0;\n        s = trn__warp_sum_d(s);\n        if (lane == 0) out[0]",
+     "    if (lane == 0) ws[warp] = s;\n    if (warp == 0) {\n"
+     "        s = lane < nw ? ws[lane] : 0.0;\n        s = trn__warp_sum_d(s);\n        if (lane == 0) out[0]", "",
+     "tests/test_cuda_sync.cpp"),
+    ("adamw_flat does not store the clipped gradient back", "if (s != 1.0f) { gi *= s; g[i] = gi; }",
+     "if (s != 1.0f) gi *= s;", "", "tests/test_cuda_sync.cpp"),
+    ("adamw_flat finds the run of element i off by one", "while (seg[r].end <= i) r++;", "while (seg[r].end < i) r++;",
+     "", "tests/test_cuda_sync.cpp"),
+    ("clip factor without the 1e-6 of trn_clip_grad_norm", "? max_norm / (norm + 1e-6f) : 1.0f;",
+     "? max_norm / norm : 1.0f;", "", "tests/test_cuda_sync.cpp"),
+    ("a readback handed over before the wait", "    TRN_CUDA_CHECK(cudaMemcpyAsync(trn__cu.rb + trn__cu.rb_used, src, bytes, "
+     "cudaMemcpyDeviceToHost, trn__cu.stream));",
+     "    TRN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, trn__cu.stream));", "",
+     "tests/test_cuda_sync.cpp"),
 ]
 
 
@@ -47,7 +64,11 @@ def main():
     src = open(os.path.join(ROOT, "train_cuda.h")).read()
     caught = missed = 0
     tmp = tempfile.mkdtemp(prefix="cuda_mutations.")
-    for i, (name, old, new, san) in enumerate(MUTATIONS, 1):
+    only = sys.argv[1] if len(sys.argv) > 1 else ""
+    for i, (name, old, new, san, *test) in enumerate(MUTATIONS, 1):
+        if only not in name:
+            continue
+        test = test[0] if test else "tests/test_cuda_kernels.cpp"
         if old not in src:
             print(f"MISSED {name}: the original text is no longer in train_cuda.h (update this script)")
             missed += 1
@@ -59,7 +80,7 @@ def main():
         if san:
             flags += ["-g", "-fsanitize=" + san]
         exe = os.path.join(d, "t")
-        b = subprocess.run(["g++"] + flags + ["-o", exe, os.path.join(ROOT, "tests/test_cuda_kernels.cpp"), "-lm"],
+        b = subprocess.run(["g++"] + flags + ["-o", exe, os.path.join(ROOT, test), "-lm"],
                            capture_output=True, text=True)
         if b.returncode:
             print(f"caught {name}: does not even compile")

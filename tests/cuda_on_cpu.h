@@ -39,7 +39,9 @@
                                        sees out-of-bounds kernel accesses
       cuBLAS                           a reference column-major GEMM; TF32
                                        math rounds the inputs to TF32
-      streams, events                  synchronous host operations
+      streams, events                  synchronous host operations (the
+                                       calls that would make the host wait
+                                       are counted: cuemu::host_syncs())
    A kernel is launched by TRN_CUDA_LAUNCH(kernel, grid, block, shmem,
    stream, args...) (defined by train_cuda.h: <<<>>> under nvcc, a call to
    cuemu::launch here).
@@ -758,6 +760,44 @@ inline bool is_device(const void *p, size_t n) {
 }
 inline bool touches_device(const void *p) { return is_device(p, 1); }
 
+/* ---- host synchronizations: counted --------------------------------------
+   Every runtime call that makes the host wait for the device is counted,
+   by kind, so a test can hold a training step to its minimum number of
+   waits (tests/test_cuda_sync.cpp). Here streams run synchronously, so
+   nothing ever waits for real: the count is what a GPU would see. Counted:
+      cudaMemcpy (any direction)           synchronous by definition
+      cudaMemcpyAsync with pageable host   the runtime may wait (it stages
+        memory on the host side            the copy through its own buffer;
+                                           device -> pageable host waits)
+      cudaStreamSynchronize, cudaDeviceSynchronize, cudaEventSynchronize
+      cudaFree, cudaFreeHost               they synchronize the device
+   Not counted: kernel launches, cudaMemsetAsync, cudaMemcpyAsync between
+   the device and pinned host memory (cudaMallocHost) or device to device,
+   cudaEventRecord, cudaStreamWaitEvent, cudaMalloc and cudaMallocHost. */
+enum SyncKind { SYNC_MEMCPY, SYNC_MEMCPY_PAGEABLE, SYNC_STREAM, SYNC_DEVICE, SYNC_EVENT, SYNC_FREE, SYNC_KINDS };
+struct SyncCount {
+    long total = 0;
+    long by_kind[SYNC_KINDS] = {0, 0, 0, 0, 0, 0};
+    std::map<uintptr_t, size_t> pinned; /* cudaMallocHost blocks: base -> bytes */
+};
+inline SyncCount &sync_count() { static SyncCount c; return c; }
+inline long host_syncs() { return sync_count().total; }
+inline const char *sync_kind_name(int k) {
+    static const char *n[SYNC_KINDS] = {"cudaMemcpy", "cudaMemcpyAsync (pageable host memory)", "cudaStreamSynchronize",
+                                        "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaFree/cudaFreeHost"};
+    return k >= 0 && k < SYNC_KINDS ? n[k] : "?";
+}
+inline void host_sync(SyncKind k) { sync_count().total++; sync_count().by_kind[k]++; }
+/* is [p, p+n) inside one cudaMallocHost block? */
+inline bool is_pinned(const void *p, size_t n) {
+    auto &m = sync_count().pinned;
+    uintptr_t a = (uintptr_t)p;
+    auto it = m.upper_bound(a);
+    if (it == m.begin()) return false;
+    --it;
+    return a >= it->first && a + n <= it->first + it->second;
+}
+
 } /* namespace cuemu */
 
 #define __syncthreads() cuemu::syncthreads(__FILE__, __LINE__)
@@ -940,7 +980,7 @@ static inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d) {
     p->maxThreadsPerMultiProcessor = 2048;
     return cudaSuccess;
 }
-static inline cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+static inline cudaError_t cudaDeviceSynchronize(void) { cuemu::host_sync(cuemu::SYNC_DEVICE); return cudaSuccess; }
 /* frees every device allocation, as destroying the context does */
 static inline cudaError_t cudaDeviceReset(void) {
     cuemu::State &s = cuemu::S();
@@ -962,15 +1002,10 @@ static inline cudaError_t cudaMalloc(void **p, size_t n) {
     return cudaSuccess;
 }
 template <class T> static inline cudaError_t cudaMalloc(T **p, size_t n) { return cudaMalloc((void **)p, n); }
-/* pinned host memory: plain host memory here */
-static inline cudaError_t cudaMallocHost(void **p, size_t n) {
-    *p = malloc(n ? n : 1);
-    return *p ? cudaSuccess : cuemu_ret(cudaErrorMemoryAllocation);
-}
-static inline cudaError_t cudaFreeHost(void *p) { free(p); return cudaSuccess; }
 static inline cudaError_t cudaFree(void *p) {
     cuemu::State &s = cuemu::S();
     if (!p) { s.context_up = 1; return cudaSuccess; } /* cudaFree(0): create the context */
+    cuemu::host_sync(cuemu::SYNC_FREE);
     auto it = s.allocs.find((uintptr_t)p);
     if (it == s.allocs.end()) {
         cuemu::error("cudaFree of %p, which cudaMalloc did not return", p);
@@ -988,7 +1023,14 @@ static inline cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total) {
     *free_b = used < s.cfg.total_mem ? s.cfg.total_mem - used : 0;
     return cudaSuccess;
 }
+namespace cuemu {
+inline cudaError_t memcpy_checked(void *dst, const void *src, size_t n, cudaMemcpyKind k);
+}
 static inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind k) {
+    if (n) cuemu::host_sync(cuemu::SYNC_MEMCPY);
+    return cuemu::memcpy_checked(dst, src, n, k);
+}
+inline cudaError_t cuemu::memcpy_checked(void *dst, const void *src, size_t n, cudaMemcpyKind k) {
     if (n == 0) return cudaSuccess;
     bool dd = cuemu::is_device(dst, n), sd = cuemu::is_device(src, n);
     bool ok = true;
@@ -1009,7 +1051,36 @@ static inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaM
 static inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind k,
                                           cudaStream_t s = nullptr) {
     (void)s;
-    return cudaMemcpy(dst, src, n, k);
+    /* a host side that is not pinned: the runtime may wait */
+    if (n && ((k == cudaMemcpyHostToDevice && !cuemu::is_pinned(src, n)) ||
+              (k == cudaMemcpyDeviceToHost && !cuemu::is_pinned(dst, n)) || k == cudaMemcpyHostToHost ||
+              (k == cudaMemcpyDefault && !(cuemu::is_device(dst, n) && cuemu::is_device(src, n)))))
+        cuemu::host_sync(cuemu::SYNC_MEMCPY_PAGEABLE);
+    return cuemu::memcpy_checked(dst, src, n, k);
+}
+/* pinned (page-locked) host memory: asynchronous copies to and from it
+   need no wait; cudaFreeHost synchronizes, as on a GPU */
+static inline cudaError_t cudaMallocHost(void **p, size_t n) {
+    void *q = nullptr;
+    *p = nullptr;
+    if (posix_memalign(&q, 256, n ? n : 1) != 0) return cuemu_ret(cudaErrorMemoryAllocation);
+    cuemu::sync_count().pinned[(uintptr_t)q] = n ? n : 1;
+    *p = q;
+    return cudaSuccess;
+}
+template <class T> static inline cudaError_t cudaMallocHost(T **p, size_t n) { return cudaMallocHost((void **)p, n); }
+static inline cudaError_t cudaFreeHost(void *p) {
+    if (!p) return cudaSuccess;
+    auto &m = cuemu::sync_count().pinned;
+    auto it = m.find((uintptr_t)p);
+    if (it == m.end()) {
+        cuemu::error("cudaFreeHost of %p, which cudaMallocHost did not return", p);
+        return cuemu_ret(cudaErrorInvalidValue);
+    }
+    cuemu::host_sync(cuemu::SYNC_FREE);
+    m.erase(it);
+    free(p);
+    return cudaSuccess;
 }
 static inline cudaError_t cudaMemset(void *p, int v, size_t n) {
     if (n == 0) return cudaSuccess;
@@ -1027,7 +1098,7 @@ static inline cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t
 static inline cudaError_t cudaStreamCreate(cudaStream_t *s) { *s = new CUstream_st{1}; return cudaSuccess; }
 static inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned f) { (void)f; return cudaStreamCreate(s); }
 static inline cudaError_t cudaStreamDestroy(cudaStream_t s) { delete s; return cudaSuccess; }
-static inline cudaError_t cudaStreamSynchronize(cudaStream_t s) { (void)s; return cudaSuccess; }
+static inline cudaError_t cudaStreamSynchronize(cudaStream_t s) { (void)s; cuemu::host_sync(cuemu::SYNC_STREAM); return cudaSuccess; }
 static inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned f = 0) {
     (void)s; (void)e; (void)f; return cudaSuccess;
 }
@@ -1037,7 +1108,7 @@ static inline cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cud
 static inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr) {
     (void)s; e->t = std::chrono::steady_clock::now(); return cudaSuccess;
 }
-static inline cudaError_t cudaEventSynchronize(cudaEvent_t e) { (void)e; return cudaSuccess; }
+static inline cudaError_t cudaEventSynchronize(cudaEvent_t e) { (void)e; cuemu::host_sync(cuemu::SYNC_EVENT); return cudaSuccess; }
 static inline cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
     *ms = std::chrono::duration<float, std::milli>(b->t - a->t).count();
     return cudaSuccess;
