@@ -50,8 +50,9 @@
    Rank 0 listens at MASTER_ADDR:MASTER_PORT (defaults: the first node of
    the Slurm job or 127.0.0.1; 29500, under Slurm 20000 + job id % 20000)
    and hands every rank the NCCL unique id there: no MPI library needed.
-   trn_ddp_init picks the GPU (trn_cuda_init(local rank)): do not call
-   trn_cuda_init yourself.
+   trn_ddp_init picks the GPU (trn_cuda_init(local rank), or device 0 when
+   the rank sees exactly one GPU, as under Slurm's --gpus-per-task=1 or
+   CUDA_VISIBLE_DEVICES set per rank): do not call trn_cuda_init yourself.
 
    What the memory ledger shows. Gradients are all-reduced IN PLACE, in
    buckets that are views of the one flat gradient buffer, so the COMM line
@@ -190,12 +191,21 @@ TRNDEF void trn_comm_shard(size_t n, int world, int rank, size_t *lo, size_t *hi
    Data parallelism on top of a communicator, for one trn_model.
    DDP: after backward every rank holds the average gradient. The flat
    gradient buffer is cut into buckets (whole parameters, at most
-   bucket_bytes each unless one parameter is larger), from the LAST
-   parameter to the first, because backward produces gradients in roughly
-   that order. trn_backward calls a hook after every tape entry; when the
+   bucket_bytes each), from the LAST parameter to the first, because
+   backward produces gradients in roughly that order; a parameter larger
+   than bucket_bytes is cut into pieces of bucket_bytes, each a bucket of
+   its own. trn_backward calls a hook after every tape entry; when the
    last entry that uses a parameter has run, that parameter's gradient is
-   final; when all of a bucket's are, its all-reduce starts, while backward
-   goes on with the earlier layers (buckets start in order on every rank).
+   final; when all of a bucket's are, its all-reduce starts AT ONCE, while
+   backward goes on with the earlier layers. Buckets leave in the order
+   they become final, not in declaration order: a big tensor declared
+   first but used last in forward (an untied LM head is parameter 0 in
+   many models) leaves first, and its pieces stream out one after the
+   other. That order comes from the tape, which is the same on every rank,
+   so every rank queues the same collectives in the same order, as NCCL
+   needs. (GPT-2's tied wte is final only after the embedding's backward,
+   the very last entry: no schedule can send it earlier; its pieces at
+   least pipeline with each other.)
    ZeRO-1: rank r owns shard r of the flat buffers (trn_comm_shard). The
    gradients are reduce-scattered (r gets the average of its shard), AdamW
    updates only that shard (trn_adamw's [lo,hi): m and v are 1/W the size),
@@ -211,8 +221,11 @@ typedef struct trn_ddp_desc {
 
 typedef struct trn_ddp_bucket {
     size_t lo, hi;        /* [lo,hi) of the flat gradient buffer (floats)  */
-    int p_first, p_last;  /* the parameters in it (table indices)          */
+    int p_first, p_last;  /* the parameters in it (table indices); a
+                             parameter larger than bucket_bytes is cut into
+                             pieces, each a bucket with p_first == p_last  */
     int pending;          /* this step: parameters not yet final           */
+    int launched;         /* this step: its collective has been queued     */
 } trn_ddp_bucket;
 
 typedef struct trn_ddp {
@@ -223,9 +236,10 @@ typedef struct trn_ddp {
     trn_model *model;     /* set by trn_ddp_attach                         */
     trn_ddp_bucket *buckets;
     int n_buckets;
-    int *bucket_of;       /* parameter index -> bucket                     */
+    int *bucket_of;       /* parameter index -> its first bucket           */
+    int *bucket_cnt;      /* parameter index -> how many buckets (pieces)  */
     int *last_use;        /* this step: lowest tape index using it         */
-    int next_bucket;      /* the first bucket not started this step        */
+    int n_launched;       /* buckets queued this step                      */
     int armed;            /* a backward has started buckets this step      */
     int sync;             /* 0: backward does not start buckets (accumulating) */
     size_t shard_lo, shard_hi; /* ZeRO-1: this rank's slice                */
@@ -1135,6 +1149,10 @@ typedef struct trn__nccl {
     cudaStream_t stream;     /* the communication stream               */
     cudaEvent_t ready, done;
     double *scratch;         /* 8 doubles on the device (COMM)          */
+    double *pinned;          /* 8 doubles of page-locked host memory: a
+                                copy into pageable memory would block the
+                                host until the collective ends, with no
+                                timeout (COMM, on the host)             */
     size_t runtime_bytes;    /* NCCL's own buffers, measured at init    */
     int aborted;
     trn_result err;
@@ -1225,20 +1243,26 @@ static trn_result trn__nccl_broadcast(trn_comm *c, void *x, size_t bytes, int ro
     return trn__nccl_settle(c, ncclBroadcast(x, x, bytes, ncclInt8, root, g->comm, g->stream), "ncclBroadcast");
 }
 
+/* Every wait on the communication stream comes here: poll an event, never
+   block in the CUDA runtime (cudaStreamSynchronize, a copy into pageable
+   memory), so a peer that hangs or died ends the wait after timeout_s
+   with ncclCommAbort and a message naming this rank. NCCL's async error
+   is read even when the event completed: a collective that failed may
+   still let the stream run on. */
 static trn_result trn__nccl_wait(trn_comm *c) {
     trn__nccl *g = (trn__nccl *)c->impl;
     double deadline = trn__dist_now() + c->timeout_s;
+    ncclResult_t a = ncclSuccess;
     if (g->err) return trn_fail(g->err, "%s", g->err_msg);
     if (cudaEventRecord(g->done, g->stream) != cudaSuccess)
         return trn__nccl_fail(c, TRN_ERR_BACKEND, "cudaEventRecord: %s", cudaGetErrorString(cudaGetLastError()));
     for (;;) {
-        ncclResult_t a = ncclSuccess;
         cudaError_t q = cudaEventQuery(g->done);
-        if (q == cudaSuccess) break;
-        if (q != cudaErrorNotReady) return trn__nccl_fail(c, TRN_ERR_BACKEND, "cudaEventQuery: %s", cudaGetErrorString(q));
         if (ncclCommGetAsyncError(g->comm, &a) != ncclSuccess || (a != ncclSuccess && a != ncclInProgress))
             return trn__nccl_fail(c, TRN_ERR_COMM, "a collective failed: %s (%s): a rank died or the network broke",
                                   ncclGetErrorString(a), ncclGetLastError(g->comm));
+        if (q == cudaSuccess) break;
+        if (q != cudaErrorNotReady) return trn__nccl_fail(c, TRN_ERR_BACKEND, "cudaEventQuery: %s", cudaGetErrorString(q));
         if (trn__dist_now() > deadline)
             return trn__nccl_fail(c, TRN_ERR_TIMEOUT,
                                   "collectives not done after %.1f s: a rank hangs or died (timeout: trn_ddp_desc.timeout_s "
@@ -1251,19 +1275,25 @@ static trn_result trn__nccl_wait(trn_comm *c) {
     return TRN_OK;
 }
 
+/* host values travel through page-locked memory: both copies are truly
+   asynchronous, so the only wait is trn__nccl_wait's bounded poll */
 static trn_result trn__nccl_all_reduce_host(trn_comm *c, double *x, int n, int average) {
     trn__nccl *g = (trn__nccl *)c->impl;
+    size_t bytes = sizeof(double) * (size_t)n;
     trn_result rc;
     if (n > 8) return trn_fail(TRN_ERR_INVALID, "all_reduce_host: at most 8 values");
+    memcpy(g->pinned, x, bytes); /* (free: every call ends with a wait) */
     if ((rc = trn__nccl_enter(c))) return rc;
-    if (cudaMemcpyAsync(g->scratch, x, sizeof(double) * (size_t)n, cudaMemcpyHostToDevice, g->stream) != cudaSuccess)
+    if (cudaMemcpyAsync(g->scratch, g->pinned, bytes, cudaMemcpyHostToDevice, g->stream) != cudaSuccess)
         return trn__nccl_fail(c, TRN_ERR_BACKEND, "cudaMemcpyAsync: %s", cudaGetErrorString(cudaGetLastError()));
     if ((rc = trn__nccl_settle(c, ncclAllReduce(g->scratch, g->scratch, (size_t)n, ncclFloat64, average ? ncclAvg : ncclSum,
                                                 g->comm, g->stream), "ncclAllReduce (host values)")))
         return rc;
-    if (cudaMemcpyAsync(x, g->scratch, sizeof(double) * (size_t)n, cudaMemcpyDeviceToHost, g->stream) != cudaSuccess)
+    if (cudaMemcpyAsync(g->pinned, g->scratch, bytes, cudaMemcpyDeviceToHost, g->stream) != cudaSuccess)
         return trn__nccl_fail(c, TRN_ERR_BACKEND, "cudaMemcpyAsync: %s", cudaGetErrorString(cudaGetLastError()));
-    return trn__nccl_wait(c);
+    if ((rc = trn__nccl_wait(c))) return rc;
+    memcpy(x, g->pinned, bytes);
+    return TRN_OK;
 }
 
 static void trn__nccl_abort(trn_comm *c) {
@@ -1276,6 +1306,7 @@ static void trn__nccl_destroy(trn_comm *c) {
     if (!g) return;
     if (!g->aborted && g->comm) ncclCommDestroy(g->comm);
     if (g->scratch) { cudaFree(g->scratch); trn_ledger_add(TRN_DEVICE, TRN_KIND_COMM, -(long long)(8 * sizeof(double))); }
+    if (g->pinned) { cudaFreeHost(g->pinned); trn_ledger_add(TRN_HOST, TRN_KIND_COMM, -(long long)(8 * sizeof(double))); }
     if (g->runtime_bytes) trn_ledger_add(TRN_DEVICE, TRN_KIND_RUNTIME, -(long long)g->runtime_bytes);
     if (g->ready) cudaEventDestroy(g->ready);
     if (g->done) cudaEventDestroy(g->done);
@@ -1316,12 +1347,23 @@ static trn_result trn__nccl_init(trn_comm *c, const trn_dist_env *env) {
     free(peers);
     if (rc != TRN_OK) return rc;
     memcpy(&id, blob, sizeof id);
-    if (cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking) != cudaSuccess ||
-        cudaEventCreateWithFlags(&g->ready, cudaEventDisableTiming) != cudaSuccess ||
-        cudaEventCreateWithFlags(&g->done, cudaEventDisableTiming) != cudaSuccess ||
-        cudaMalloc((void **)&g->scratch, 8 * sizeof(double)) != cudaSuccess)
-        return trn_fail(TRN_ERR_BACKEND, "rank %d: nccl setup: %s", c->rank, cudaGetErrorString(cudaGetLastError()));
-    trn_ledger_add(TRN_DEVICE, TRN_KIND_COMM, (long long)(8 * sizeof(double)));
+    /* the communication stream at the highest priority the device has: the
+       scheduler then runs reductions ahead of queued compute kernels, so
+       they are not starved while backward fills the GPU */
+    {
+        int least = 0, greatest = 0;
+        if (cudaDeviceGetStreamPriorityRange(&least, &greatest) != cudaSuccess) greatest = 0;
+        if (cudaStreamCreateWithPriority(&g->stream, cudaStreamNonBlocking, greatest) != cudaSuccess ||
+            cudaEventCreateWithFlags(&g->ready, cudaEventDisableTiming) != cudaSuccess ||
+            cudaEventCreateWithFlags(&g->done, cudaEventDisableTiming) != cudaSuccess ||
+            cudaMalloc((void **)&g->scratch, 8 * sizeof(double)) != cudaSuccess)
+            return trn_fail(TRN_ERR_BACKEND, "rank %d: nccl setup: %s", c->rank, cudaGetErrorString(cudaGetLastError()));
+        trn_ledger_add(TRN_DEVICE, TRN_KIND_COMM, (long long)(8 * sizeof(double)));
+        if (cudaMallocHost((void **)&g->pinned, 8 * sizeof(double)) != cudaSuccess)
+            return trn_fail(TRN_ERR_BACKEND, "rank %d: nccl setup: cudaMallocHost: %s", c->rank,
+                            cudaGetErrorString(cudaGetLastError()));
+        trn_ledger_add(TRN_HOST, TRN_KIND_COMM, (long long)(8 * sizeof(double)));
+    }
     cudaMemGetInfo(&free0, &total);
     config.blocking = 0; /* so that creating it can time out too */
     {
@@ -1445,13 +1487,16 @@ TRNDEF trn_result trn_ddp_init(trn_ddp *ddp, const trn_ddp_desc *desc) {
     ddp->local_rank = ddp->env.local_rank;
 #if !defined(TRAIN_NCCL_CPU_ONLY)
     if (ddp->desc.comm != TRN_COMM_TCP) { /* one GPU per rank: the local rank's */
-        int n = 0;
-        if (cudaGetDeviceCount(&n) == cudaSuccess && n > 0 && ddp->local_rank >= n)
+        int n = 0, dev = ddp->local_rank;
+        if (cudaGetDeviceCount(&n) == cudaSuccess && n == 1) dev = 0; /* the launcher gave each rank its own GPU
+                                                                        (Slurm --gpus-per-task=1, Kubernetes,
+                                                                        CUDA_VISIBLE_DEVICES per rank) */
+        else if (n > 0 && ddp->local_rank >= n)
             return trn_fail(TRN_ERR_INVALID, "rank %d: local rank %d but this node has %d GPU(s): start at most %d ranks per node",
                             ddp->rank, ddp->local_rank, n, n);
         cudaGetLastError();
         /* the backend's device, stream and cuBLAS handle, on this GPU */
-        if ((rc = trn_cuda_init(ddp->local_rank)) != TRN_OK) {
+        if ((rc = trn_cuda_init(dev)) != TRN_OK) {
             char why[512];
             snprintf(why, sizeof why, "%s", trn_error_reason());
             return trn_fail(rc, "rank %d: %s", ddp->rank, why);
@@ -1482,12 +1527,23 @@ static int trn__ddp_grad_range(const trn_model *m, const trn_tensor *t, size_t *
     return 0;
 }
 
-static void trn__ddp_launch_ready(trn_ddp *d, trn_model *m) {
-    while (!d->error && d->next_bucket < d->n_buckets && d->buckets[d->next_bucket].pending == 0) {
-        trn_ddp_bucket *b = &d->buckets[d->next_bucket++];
-        trn_result rc = d->comm.all_reduce(&d->comm, m->grad_data + b->lo, b->hi - b->lo, 1);
-        if (rc) trn__ddp_fail(d, rc);
-    }
+/* queue bucket b's collective (once per step) */
+static void trn__ddp_launch(trn_ddp *d, trn_model *m, int b) {
+    trn_ddp_bucket *k = &d->buckets[b];
+    trn_result rc;
+    if (k->launched || d->error) return;
+    k->launched = 1;
+    d->n_launched++;
+    rc = d->comm.all_reduce(&d->comm, m->grad_data + k->lo, k->hi - k->lo, 1);
+    if (rc) trn__ddp_fail(d, rc);
+}
+
+/* parameter p's gradient is final: its buckets have one fewer to wait for;
+   those that reach zero leave now */
+static void trn__ddp_param_final(trn_ddp *d, trn_model *m, int p) {
+    int b;
+    for (b = d->bucket_of[p]; b < d->bucket_of[p] + d->bucket_cnt[p]; b++)
+        if (--d->buckets[b].pending == 0) trn__ddp_launch(d, m, b);
 }
 
 /* a new backward: for every parameter, the lowest tape index that writes
@@ -1505,11 +1561,15 @@ static void trn__ddp_begin(trn_ddp *d, trn_model *m) {
             for (p = trn__ddp_param_at(m, off); p < m->n_params && m->params[p]->offset < end; p++)
                 if (d->last_use[p] < 0 || i < d->last_use[p]) d->last_use[p] = i;
         }
-    for (i = 0; i < d->n_buckets; i++) d->buckets[i].pending = 0;
+    for (i = 0; i < d->n_buckets; i++) { d->buckets[i].pending = 0; d->buckets[i].launched = 0; }
     for (p = 0; p < m->n_params; p++)
-        if (d->last_use[p] >= 0) d->buckets[d->bucket_of[p]].pending++;
-    d->next_bucket = 0;
+        if (d->last_use[p] >= 0)
+            for (i = d->bucket_of[p]; i < d->bucket_of[p] + d->bucket_cnt[p]; i++) d->buckets[i].pending++;
+    d->n_launched = 0;
     d->armed = 1;
+    /* buckets no entry writes (unused parameters) are final already */
+    for (i = 0; i < d->n_buckets; i++)
+        if (d->buckets[i].pending == 0) trn__ddp_launch(d, m, i);
 }
 
 /* trn_backward calls this after tape entry i */
@@ -1535,10 +1595,9 @@ static void trn__ddp_hook(trn_model *m, int i, void *user) {
         for (p = trn__ddp_param_at(m, off); p < m->n_params && m->params[p]->offset < end; p++)
             if (d->last_use[p] == i) {
                 d->last_use[p] = -2; /* counted once even if used twice by this entry */
-                d->buckets[d->bucket_of[p]].pending--;
+                trn__ddp_param_final(d, m, p);
             }
     }
-    trn__ddp_launch_ready(d, m);
 }
 
 TRNDEF trn_result trn_ddp_attach(trn_ddp *ddp, trn_model *m) {
@@ -1560,24 +1619,48 @@ TRNDEF trn_result trn_ddp_attach(trn_ddp *ddp, trn_model *m) {
         return trn__ddp_fail(ddp, rc);
     trn_comm_shard(m->n_floats, ddp->world, ddp->rank, &ddp->shard_lo, &ddp->shard_hi);
     /* 2. buckets: whole parameters from the last one back, each bucket at
-       most bucket_bytes unless a single parameter is larger */
-    ddp->buckets = (trn_ddp_bucket *)trn_calloc(sizeof(trn_ddp_bucket) * (size_t)m->n_params, TRN_KIND_RUNTIME);
-    ddp->bucket_of = (int *)trn_alloc(sizeof(int) * (size_t)m->n_params, TRN_KIND_RUNTIME);
-    ddp->last_use = (int *)trn_alloc(sizeof(int) * (size_t)m->n_params, TRN_KIND_RUNTIME);
-    if (!ddp->buckets || !ddp->bucket_of || !ddp->last_use)
-        return trn__ddp_fail(ddp, trn_fail(TRN_ERR_NOMEM, "trn_ddp_attach: %s", trn_error_reason()));
-    for (p = m->n_params - 1; p >= 0; p--) {
-        size_t pb = m->params[p]->size * sizeof(float);
-        if (nb == 0 || bytes + pb > ddp->desc.bucket_bytes) { /* start a new bucket */
-            nb++;
-            bytes = 0;
-            ddp->buckets[nb - 1].p_last = p;
-            ddp->buckets[nb - 1].hi = m->params[p]->offset + m->params[p]->size;
+       most bucket_bytes; a larger parameter is cut into pieces of
+       bucket_bytes (from its end), each a bucket */
+    {
+        size_t cap = ddp->desc.bucket_bytes / sizeof(float), most = 0;
+        int open = 0;
+        if (cap == 0) cap = 1;
+        for (p = 0; p < m->n_params; p++) most += 1 + m->params[p]->size / cap;
+        ddp->buckets = (trn_ddp_bucket *)trn_calloc(sizeof(trn_ddp_bucket) * most, TRN_KIND_RUNTIME);
+        ddp->bucket_of = (int *)trn_alloc(sizeof(int) * (size_t)m->n_params, TRN_KIND_RUNTIME);
+        ddp->bucket_cnt = (int *)trn_alloc(sizeof(int) * (size_t)m->n_params, TRN_KIND_RUNTIME);
+        ddp->last_use = (int *)trn_alloc(sizeof(int) * (size_t)m->n_params, TRN_KIND_RUNTIME);
+        if (!ddp->buckets || !ddp->bucket_of || !ddp->bucket_cnt || !ddp->last_use)
+            return trn__ddp_fail(ddp, trn_fail(TRN_ERR_NOMEM, "trn_ddp_attach: %s", trn_error_reason()));
+        for (p = m->n_params - 1; p >= 0; p--) {
+            size_t off = m->params[p]->offset, size = m->params[p]->size, pb = size * sizeof(float);
+            if (size > cap) { /* pieces of its own */
+                size_t hi = off + size;
+                ddp->bucket_of[p] = nb;
+                while (hi > off) {
+                    trn_ddp_bucket *b = &ddp->buckets[nb++];
+                    b->hi = hi;
+                    b->lo = hi - TRN__DIST_MIN(cap, hi - off);
+                    b->p_first = b->p_last = p;
+                    hi = b->lo;
+                }
+                ddp->bucket_cnt[p] = nb - ddp->bucket_of[p];
+                open = 0;
+                continue;
+            }
+            if (!open || bytes + pb > ddp->desc.bucket_bytes) { /* start a new bucket */
+                nb++;
+                bytes = 0;
+                open = 1;
+                ddp->buckets[nb - 1].p_last = p;
+                ddp->buckets[nb - 1].hi = off + size;
+            }
+            ddp->buckets[nb - 1].p_first = p;
+            ddp->buckets[nb - 1].lo = off;
+            ddp->bucket_of[p] = nb - 1;
+            ddp->bucket_cnt[p] = 1;
+            bytes += pb;
         }
-        ddp->buckets[nb - 1].p_first = p;
-        ddp->buckets[nb - 1].lo = m->params[p]->offset;
-        ddp->bucket_of[p] = nb - 1;
-        bytes += pb;
     }
     ddp->n_buckets = nb;
     /* 3. the hook that starts buckets during backward */
@@ -1601,10 +1684,10 @@ TRNDEF trn_result trn_ddp_allreduce_grads(trn_ddp *ddp, trn_model *m) {
         rc = ddp->comm.reduce_scatter(&ddp->comm, m->grad_data, m->n_floats, 1);
     } else {
         if (!ddp->armed) { /* no hook ran (no_overlap, or sync was 0): all buckets now */
-            ddp->next_bucket = 0;
-            for (b = 0; b < ddp->n_buckets; b++) ddp->buckets[b].pending = 0;
+            ddp->n_launched = 0;
+            for (b = 0; b < ddp->n_buckets; b++) ddp->buckets[b].launched = 0;
         }
-        trn__ddp_launch_ready(ddp, m);
+        for (b = 0; b < ddp->n_buckets; b++) trn__ddp_launch(ddp, m, b); /* (those not gone yet) */
         ddp->armed = 0;
         rc = ddp->error;
     }
@@ -1700,6 +1783,7 @@ TRNDEF void trn_ddp_free(trn_ddp *ddp) {
     trn_comm_free(&ddp->comm);
     trn_free(ddp->buckets);
     trn_free(ddp->bucket_of);
+    trn_free(ddp->bucket_cnt);
     trn_free(ddp->last_use);
     memset(ddp, 0, sizeof *ddp);
 }

@@ -490,16 +490,22 @@ static void test_shards_and_buckets(void) {
         CHECK(trn_ddp_init(&ddp, &dd) == TRN_OK && ddp.world == 1 && !strcmp(ddp.comm.name, "self"), "world of one\n");
         net_build(&nt, 1);
         CHECK(trn_ddp_attach(&ddp, &nt.m) == TRN_OK, "attach\n");
-        /* reverse parameter order, contiguous, covering everything */
+        /* reverse parameter order, contiguous, covering everything; a
+           parameter over 200 bytes in pieces of 50 floats, from its end */
         prev = nt.m.n_floats;
         for (i = 0; i < ddp.n_buckets; i++) {
             const trn_ddp_bucket *b = &ddp.buckets[i];
             covered &= b->hi == prev && b->lo < b->hi && b->p_first <= b->p_last;
-            covered &= (b->hi - b->lo) * 4 <= 200 || b->p_first == b->p_last; /* over: one big parameter */
+            covered &= (b->hi - b->lo) * 4 <= 200;
             prev = b->lo;
         }
-        CHECK(covered && prev == 0, "buckets tile the gradient buffer from the end (%d buckets)\n", ddp.n_buckets);
-        CHECK(ddp.n_buckets == 6, "bucket count %d\n", ddp.n_buckets);
+        CHECK(covered && prev == 0, "buckets tile the gradient buffer from the end, none over 200 bytes (%d buckets)\n",
+              ddp.n_buckets);
+        /* w2 (256 floats): 6 pieces; unused+b3 (9) w3 (64): 2; b2b..ln.w (64):
+           2 of 48 and 16; b1: 1; w1 (128): 3 */
+        CHECK(ddp.n_buckets == 14, "bucket count %d\n", ddp.n_buckets);
+        CHECK(ddp.bucket_cnt[9] == 6 && ddp.buckets[ddp.bucket_of[9]].hi == nt.m.n_floats &&
+              ddp.buckets[ddp.bucket_of[9]].lo == nt.m.n_floats - 50, "w2: 6 pieces, the first is its last 50 floats\n");
         CHECK(nt.m.backward_hook == NULL, "no hook with one rank\n");
         CHECK(trn_ddp_batch_index(&ddp, 5) == 5 && trn_ddp_is_main(&ddp), "one rank: batch k is k\n");
         trn_ddp_free(&ddp);
@@ -513,10 +519,11 @@ static void test_shards_and_buckets(void) {
    miss a later contribution: here w2, used by two layers). */
 static float *g_snap;
 static int g_launches, g_during;
+static size_t g_first_off; /* where the first bucket of the step starts */
 static trn_result rec_all_reduce(trn_comm *c, float *x, size_t n, int average) {
     trn_model *m = (trn_model *)c->impl;
     memcpy(g_snap + (x - m->grad_data), x, n * sizeof(float));
-    g_launches++;
+    if (g_launches++ == 0) g_first_off = (size_t)(x - m->grad_data);
     g_during += m->tape_len > 0; /* trn_backward is still walking the tape */
     return TRN_OK;
 }
@@ -559,6 +566,11 @@ static void test_hook(void) {
               "step %d: %d of %d buckets left during backward\n", step, g_during, ddp.n_buckets);
         CHECK(memcmp(g_snap, n.m.grad_data, n.m.n_floats * sizeof(float)) == 0,
               "step %d: every bucket left with its final gradients\n", step);
+        /* buckets leave as they become final: w3's last piece (the last
+           layer, first in backward) before w2's pieces (declared last,
+           final only after the second layer's backward) */
+        CHECK(g_first_off == n.w3->offset + 14, "step %d: the first bucket to leave is w3's last piece (at %zu)\n",
+              step, g_first_off);
     }
     /* accumulation: sync off for the first pass, on for the last */
     g_launches = 0;
@@ -626,7 +638,7 @@ static void test_equivalence(void) {
         d = max_diff(a, ref2, n2);
         printf("  2 ranks, %d buckets: max |w - one process| = %.3g\n", sd.buckets, d);
         CHECK(d <= TOL, "2 ranks = one process on the combined batch (%.3g <= %.3g)\n", d, TOL);
-        CHECK(sd.buckets == 6, "6 buckets of <= 200 bytes or one parameter (%d)\n", sd.buckets);
+        CHECK(sd.buckets == 14, "14 buckets of <= 200 bytes (%d)\n", sd.buckets);
         CHECK(sd.comm == TRN__STAGE_BYTES, "COMM ledger = the staging buffer only (%zu bytes)\n", sd.comm);
     }
     /* 3 ranks, one bucket (the 25 MiB default) */
