@@ -352,6 +352,16 @@ typedef struct trn_model {
        to start all-reducing a gradient bucket as soon as it is complete. */
     void (*backward_hook)(struct trn_model *m, int i, void *user);
     void *backward_hook_user;
+    /* >>sharding hooks (train_nccl.h's ZeRO-2 and FSDP; NULL/0 otherwise).
+       backward_pre_hook: called by trn_backward BEFORE tape entry i runs
+       (ZeRO-2 points a parameter's grad at a staging buffer before the
+       first entry that writes it). grad_lo/grad_hi, param_lo/param_hi: the
+       slice of grad_data / param_data that exists in this process when
+       only a shard is kept (the pointers are then shard - lo, so element j
+       is still grad_data[j] for j in the slice); 0,0: all of it.
+       trn_zero_grad, trn_grad_norm and trn_model_free touch only the slice. */
+    void (*backward_pre_hook)(struct trn_model *m, int i, void *user);
+    size_t grad_lo, grad_hi, param_lo, param_hi;
 } trn_model;
 
 /* backend NULL = CPU */
@@ -1899,8 +1909,8 @@ TRNDEF void trn_model_free(trn_model *m) {
     trn__arena_free_all(m);
     for (i = 0; i < m->n_tblocks; i++) trn_free(m->tblocks[i]);
     free(m->tblocks);
-    if (m->param_data) m->backend->free(m->param_data);
-    if (m->grad_data) m->backend->free(m->grad_data);
+    if (m->param_data) m->backend->free(m->param_data + m->param_lo); /* (sharding: its slice) */
+    if (m->grad_data) m->backend->free(m->grad_data + m->grad_lo);
     for (i = 0; i < m->n_params; i++) trn_free(m->params[i]);
     trn_free(m->params);
     trn_free(m->tape);
@@ -1908,7 +1918,9 @@ TRNDEF void trn_model_free(trn_model *m) {
 }
 
 TRNDEF void trn_zero_grad(trn_model *m) {
-    if (m && m->grad_data) m->backend->zero(m->grad_data, m->n_floats * sizeof(float));
+    if (m && m->grad_data && m->grad_hi) /* sharding: only the slice exists */
+        m->backend->zero(m->grad_data + m->grad_lo, (m->grad_hi - m->grad_lo) * sizeof(float));
+    else if (m && m->grad_data) m->backend->zero(m->grad_data, m->n_floats * sizeof(float));
 }
 
 /* The arena hands out backend memory by bumping an offset. The first step
@@ -2041,6 +2053,7 @@ TRNDEF void trn_backward(trn_model *m, trn_tensor *loss) {
     m->backend->upload(trn__grad(m, loss), &one, sizeof one);
     for (i = m->tape_len - 1; i >= 0; i--) {
         trn_tape_entry *e = &m->tape[i];
+        if (m->backward_pre_hook) m->backward_pre_hook(m, i, m->backward_hook_user); /* ZeRO-2, FSDP */
         if (e->out->grad) e->backward(m, e); /* no gradient reached it: skip */
         if (m->backward_hook) m->backward_hook(m, i, m->backward_hook_user); /* DDP */
     }
@@ -2409,14 +2422,17 @@ TRNDEF float trn_lr_schedule(long long step, long long warmup, long long total, 
 }
 
 TRNDEF float trn_grad_norm(trn_model *m) {
+    size_t lo, hi;
     if (!m || !m->grad_data) return 0.0f;
-    return (float)sqrt(m->backend->sum_squares(m->grad_data, m->n_floats));
+    lo = m->grad_lo; hi = m->grad_hi ? m->grad_hi : m->n_floats; /* (sharding: this process's slice) */
+    return (float)sqrt(m->backend->sum_squares(m->grad_data + lo, hi - lo));
 }
 
 TRNDEF float trn_clip_grad_norm(trn_model *m, float max_norm) {
     float norm = trn_grad_norm(m);
+    size_t lo = m->grad_lo, hi = m->grad_hi ? m->grad_hi : m->n_floats;
     /* as torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) if that is < 1 */
-    if (max_norm > 0.0f && norm > max_norm) m->backend->scale(m->grad_data, max_norm / (norm + 1e-6f), m->n_floats);
+    if (max_norm > 0.0f && norm > max_norm) m->backend->scale(m->grad_data + lo, max_norm / (norm + 1e-6f), hi - lo);
     return norm;
 }
 

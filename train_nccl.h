@@ -60,6 +60,10 @@
    size (PyTorch's DDP copies gradients into separate buckets: one more
    gradient-sized buffer). With ZeRO-1 (desc.zero1 = 1) each rank keeps
    AdamW's m and v for 1/W of the parameters: OPTIM shrinks W times.
+   ZeRO-2 (desc.shard = TRN_SHARD_ZERO2) keeps only this rank's shard of
+   the gradients too: GRADS = 1/W of them plus at most two buckets being
+   reduced (each bucket lives in a staging buffer from its first write in
+   backward until its reduce-scatter is done).
 
    Faults. No collective waits forever: if a rank dies, its neighbours see
    the connection close (TCP) or NCCL reports it, and every rank returns
@@ -74,8 +78,7 @@
                             (default: train_cuda.h's stream)
 
    What it does NOT do: no tensor, pipeline or sequence parallelism; no
-   ZeRO-2/3 (gradients and weights stay whole on every rank); no elastic
-   membership (a dead rank ends the job: resume from the last checkpoint
+   elastic membership (a dead rank ends the job: resume from the last checkpoint
    with the same world size); IPv4 only; the TCP communicator is for CPU
    training and tests, not a fast interconnect; ZeRO-1's reduce-scatter
    runs after backward (no overlap).
@@ -165,6 +168,13 @@ typedef struct trn_comm {
     /* rank r ends with shard r of the sum (or average); the rest of x is
        left with meaningless partial values */
     trn_result (*reduce_scatter)(struct trn_comm *c, float *x, size_t n, int average);
+    /* x holds elements [lo,hi) of an n-element buffer that trn_comm_shard
+       splits over the ranks; rank r ends with the sum (or average) of the
+       part of its shard inside [lo,hi), in place (x[j - lo] for j in it);
+       the rest of x is left meaningless. ZeRO-2 sends each gradient bucket
+       to its owners this way: a bucket can span several shards or lie in
+       one. */
+    trn_result (*reduce_scatter_range)(struct trn_comm *c, float *x, size_t lo, size_t hi, size_t n, int average);
     /* every rank contributes its shard r of x; all end with all of x */
     trn_result (*all_gather)(struct trn_comm *c, float *x, size_t n);
     trn_result (*broadcast)(struct trn_comm *c, void *x, size_t bytes, int root);
@@ -211,8 +221,23 @@ TRNDEF void trn_comm_shard(size_t n, int world, int rank, size_t *lo, size_t *hi
    updates only that shard (trn_adamw's [lo,hi): m and v are 1/W the size),
    and an all-gather brings every rank all the new weights.
    ------------------------------------------------------------------------ */
+/* what each rank keeps of the four flat buffers (weights, grads, m, v) */
+typedef enum trn_shard_mode {
+    TRN_SHARD_NONE = 0,   /* DDP: all four, whole, on every rank           */
+    TRN_SHARD_ZERO1,      /* m and v: one shard per rank                   */
+    TRN_SHARD_ZERO2,      /* and the gradients: each bucket is reduce-
+                             scattered during backward, straight from a
+                             staging buffer, into the owners' shards        */
+    TRN_SHARD_FSDP        /* and the weights (see >>fsdp)                  */
+} trn_shard_mode;
+/* "none", "zero1", "zero2", "fsdp" <-> the mode; parse: TRN_ERR_INVALID */
+TRNDEF const char *trn_shard_name(trn_shard_mode s);
+TRNDEF trn_result trn_shard_parse(const char *name, trn_shard_mode *out);
+
 typedef struct trn_ddp_desc {
-    int zero1;            /* 1: shard the optimizer state (ZeRO stage 1)   */
+    int zero1;            /* 1: shard the optimizer state (ZeRO stage 1);
+                             the same as shard = TRN_SHARD_ZERO1            */
+    trn_shard_mode shard; /* default NONE (or ZERO1 when zero1 is set)     */
     size_t bucket_bytes;  /* default 25 MiB (PyTorch's bucket_cap_mb)      */
     int no_overlap;       /* 1: all-reduce only in trn_ddp_allreduce_grads */
     double timeout_s;     /* default: $TRN_DDP_TIMEOUT, else 600 s         */
@@ -226,6 +251,9 @@ typedef struct trn_ddp_bucket {
                              pieces, each a bucket with p_first == p_last  */
     int pending;          /* this step: parameters not yet final           */
     int launched;         /* this step: its collective has been queued     */
+    float *stage;         /* ZeRO-2: its gradients while they exist whole
+                             (GRADS), from the first entry that writes one
+                             until its reduce-scatter is done              */
 } trn_ddp_bucket;
 
 typedef struct trn_ddp {
@@ -239,6 +267,10 @@ typedef struct trn_ddp {
     int *bucket_of;       /* parameter index -> its first bucket           */
     int *bucket_cnt;      /* parameter index -> how many buckets (pieces)  */
     int *last_use;        /* this step: lowest tape index using it         */
+    int *first_use;       /* ZeRO-2, this step: highest tape index using it */
+    float *grad_shard;    /* ZeRO-2: this rank's shard of the gradients    */
+    int n_live;           /* ZeRO-2: staging buffers allocated             */
+    size_t stage_peak;    /* ZeRO-2: most staging bytes at once            */
     int n_launched;       /* buckets queued this step                      */
     int armed;            /* a backward has started buckets this step      */
     int sync;             /* 0: backward does not start buckets (accumulating) */
@@ -344,6 +376,7 @@ TRNDEF trn_result trn_ddp_checkpoint_load(trn_ddp *ddp, const char *path, trn_mo
 #endif
 
 #define TRN__DIST_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define TRN__DIST_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define TRN__DEFAULT_TIMEOUT 600.0
 #define TRN__BLOB_MAX 128     /* ncclUniqueId is 128 bytes               */
 #define TRN__STAGE_BYTES (256u << 10) /* TCP receive staging (COMM)     */
@@ -759,6 +792,7 @@ typedef struct trn__ring_op {
     int kind;
     char *buf;
     size_t n;      /* elements (bytes for broadcast)                        */
+    size_t lo, hi; /* reduce-scatter: buf holds [lo,hi) of n                */
     int esize;     /* 4: float, 8: double                                   */
     int average;
     int root;
@@ -888,24 +922,29 @@ static int trn__ring_step(trn__ring *g, const char *sbuf, size_t sbytes, char *r
 
 static size_t trn__ring_mod(long long a, int w) { return (size_t)(((a % w) + w) % w); }
 
-/* chunk c of n elements, in bytes from the buffer start */
-static void trn__ring_chunk(size_t n, int W, int ch, int esize, size_t *off, size_t *bytes) {
-    size_t lo, hi;
-    trn_comm_shard(n, W, ch, &lo, &hi);
-    *off = lo * (size_t)esize;
-    *bytes = (hi - lo) * (size_t)esize;
+/* chunk c: shard c of n elements cut to the window [lo,hi) that the
+   buffer holds, in bytes from the buffer start (element lo); may be empty */
+static void trn__ring_chunk(size_t n, int W, int ch, int esize, size_t lo, size_t hi, size_t *off, size_t *bytes) {
+    size_t a, b;
+    trn_comm_shard(n, W, ch, &a, &b);
+    a = a < lo ? lo : a > hi ? hi : a;
+    b = b < a ? a : b > hi ? hi : b;
+    *off = (a - lo) * (size_t)esize;
+    *bytes = (b - a) * (size_t)esize;
 }
 
-static int trn__ring_reduce_scatter(trn__ring *g, char *x, size_t n, int esize, int average) {
+/* the same ring with any chunk sizes: a window [lo,hi) of the sharded
+   buffer only changes where the chunks start and end (some are empty) */
+static int trn__ring_reduce_scatter(trn__ring *g, char *x, size_t n, size_t lo, size_t hi, int esize, int average) {
     int W = g->c->world, r = g->c->rank, s;
     size_t so, sb, ro, rb, i;
     for (s = 0; s < W - 1; s++) {
-        trn__ring_chunk(n, W, (int)trn__ring_mod((long long)r - s - 1, W), esize, &so, &sb);
-        trn__ring_chunk(n, W, (int)trn__ring_mod((long long)r - s - 2, W), esize, &ro, &rb);
+        trn__ring_chunk(n, W, (int)trn__ring_mod((long long)r - s - 1, W), esize, lo, hi, &so, &sb);
+        trn__ring_chunk(n, W, (int)trn__ring_mod((long long)r - s - 2, W), esize, lo, hi, &ro, &rb);
         if (trn__ring_step(g, x + so, sb, x + ro, rb, TRN__RECV_ADD, esize) != 0) return -1;
     }
     if (average) { /* the owner of the complete chunk divides it */
-        trn__ring_chunk(n, W, r, esize, &ro, &rb);
+        trn__ring_chunk(n, W, r, esize, lo, hi, &ro, &rb);
         if (esize == 8) for (i = 0; i < rb / 8; i++) ((double *)(void *)(x + ro))[i] /= (double)W;
         else for (i = 0; i < rb / 4; i++) ((float *)(void *)(x + ro))[i] /= (float)W;
     }
@@ -916,8 +955,8 @@ static int trn__ring_all_gather(trn__ring *g, char *x, size_t n, int esize) {
     int W = g->c->world, r = g->c->rank, s;
     size_t so, sb, ro, rb;
     for (s = 0; s < W - 1; s++) {
-        trn__ring_chunk(n, W, (int)trn__ring_mod((long long)r - s, W), esize, &so, &sb);
-        trn__ring_chunk(n, W, (int)trn__ring_mod((long long)r - s - 1, W), esize, &ro, &rb);
+        trn__ring_chunk(n, W, (int)trn__ring_mod((long long)r - s, W), esize, 0, n, &so, &sb);
+        trn__ring_chunk(n, W, (int)trn__ring_mod((long long)r - s - 1, W), esize, 0, n, &ro, &rb);
         if (trn__ring_step(g, x + so, sb, x + ro, rb, TRN__RECV_COPY, esize) != 0) return -1;
     }
     return 0;
@@ -937,10 +976,10 @@ static void trn__ring_run(trn__ring *g, const trn__ring_op *op) {
     g->what = names[op->kind];
     switch (op->kind) {
     case TRN__OP_ALLREDUCE:
-        if (trn__ring_reduce_scatter(g, op->buf, op->n, op->esize, op->average) == 0)
+        if (trn__ring_reduce_scatter(g, op->buf, op->n, 0, op->n, op->esize, op->average) == 0)
             trn__ring_all_gather(g, op->buf, op->n, op->esize);
         break;
-    case TRN__OP_REDSCAT: trn__ring_reduce_scatter(g, op->buf, op->n, op->esize, op->average); break;
+    case TRN__OP_REDSCAT: trn__ring_reduce_scatter(g, op->buf, op->n, op->lo, op->hi, op->esize, op->average); break;
     case TRN__OP_ALLGATHER: trn__ring_all_gather(g, op->buf, op->n, op->esize); break;
     default: trn__ring_bcast(g, op->buf, op->n, op->root); break;
     }
@@ -967,7 +1006,8 @@ static void *trn__ring_worker(void *arg) {
 
 static trn_result trn__ring_error(trn__ring *g) { return trn_fail(g->err, "%s", g->err_msg); }
 
-static trn_result trn__ring_push(trn_comm *c, int kind, void *buf, size_t n, int esize, int average, int root) {
+static trn_result trn__ring_push_range(trn_comm *c, int kind, void *buf, size_t n, int esize, int average, int root,
+                                       size_t lo, size_t hi) {
     trn__ring *g = (trn__ring *)c->impl;
     trn__ring_op *op;
     pthread_mutex_lock(&g->mu);
@@ -975,10 +1015,14 @@ static trn_result trn__ring_push(trn_comm *c, int kind, void *buf, size_t n, int
     if (g->err) { pthread_mutex_unlock(&g->mu); return trn__ring_error(g); }
     op = &g->q[(g->q_head + g->q_len) % TRN__QCAP];
     op->kind = kind; op->buf = (char *)buf; op->n = n; op->esize = esize; op->average = average; op->root = root;
+    op->lo = lo; op->hi = hi;
     g->q_len++;
     pthread_cond_signal(&g->cv_work);
     pthread_mutex_unlock(&g->mu);
     return TRN_OK;
+}
+static trn_result trn__ring_push(trn_comm *c, int kind, void *buf, size_t n, int esize, int average, int root) {
+    return trn__ring_push_range(c, kind, buf, n, esize, average, root, 0, n);
 }
 
 static trn_result trn__ring_all_reduce(trn_comm *c, float *x, size_t n, int average) {
@@ -986,6 +1030,10 @@ static trn_result trn__ring_all_reduce(trn_comm *c, float *x, size_t n, int aver
 }
 static trn_result trn__ring_redscat(trn_comm *c, float *x, size_t n, int average) {
     return trn__ring_push(c, TRN__OP_REDSCAT, x, n, 4, average, 0);
+}
+static trn_result trn__ring_redscat_range(trn_comm *c, float *x, size_t lo, size_t hi, size_t n, int average) {
+    if (lo > hi || hi > n) return trn_fail(TRN_ERR_INVALID, "reduce_scatter_range: [%zu,%zu) of %zu", lo, hi, n);
+    return trn__ring_push_range(c, TRN__OP_REDSCAT, x, n, 4, average, 0, lo, hi);
 }
 static trn_result trn__ring_allgather(trn_comm *c, float *x, size_t n) {
     return trn__ring_push(c, TRN__OP_ALLGATHER, x, n, 4, 0, 0);
@@ -1111,6 +1159,7 @@ static trn_result trn__ring_init(trn_comm *c, const trn_dist_env *env) {
     c->name = "tcp-ring";
     c->all_reduce = trn__ring_all_reduce;
     c->reduce_scatter = trn__ring_redscat;
+    c->reduce_scatter_range = trn__ring_redscat_range;
     c->all_gather = trn__ring_allgather;
     c->broadcast = trn__ring_broadcast;
     c->wait = trn__ring_wait;
@@ -1123,6 +1172,9 @@ static trn_result trn__ring_init(trn_comm *c, const trn_dist_env *env) {
 /* ---- world size 1: nothing to talk to ----------------------------------- */
 static trn_result trn__self_all_reduce(trn_comm *c, float *x, size_t n, int a) { (void)c; (void)x; (void)n; (void)a; return TRN_OK; }
 static trn_result trn__self_allgather(trn_comm *c, float *x, size_t n) { (void)c; (void)x; (void)n; return TRN_OK; }
+static trn_result trn__self_redscat_range(trn_comm *c, float *x, size_t lo, size_t hi, size_t n, int a) {
+    (void)c; (void)x; (void)lo; (void)hi; (void)n; (void)a; return TRN_OK;
+}
 static trn_result trn__self_bcast(trn_comm *c, void *x, size_t n, int r) { (void)c; (void)x; (void)n; (void)r; return TRN_OK; }
 static trn_result trn__self_wait(trn_comm *c) { (void)c; return TRN_OK; }
 static trn_result trn__self_host(trn_comm *c, double *x, int n, int a) { (void)c; (void)x; (void)n; (void)a; return TRN_OK; }
@@ -1221,6 +1273,28 @@ static trn_result trn__nccl_redscat(trn_comm *c, float *x, size_t n, int average
     if (tail) return trn__nccl_settle(c, ncclAllReduce(x + S * (size_t)c->world, x + S * (size_t)c->world, tail, ncclFloat,
                                                        op, g->comm, g->stream), "ncclAllReduce (tail)");
     return TRN_OK;
+}
+
+/* the owners of a window of the sharded buffer: one ncclReduce to each
+   rank whose shard meets [lo,hi), fused into one launch by a group */
+static trn_result trn__nccl_redscat_range(trn_comm *c, float *x, size_t lo, size_t hi, size_t n, int average) {
+    trn__nccl *g = (trn__nccl *)c->impl;
+    ncclRedOp_t op = average ? ncclAvg : ncclSum;
+    trn_result rc = trn__nccl_enter(c);
+    int k;
+    if (rc) return rc;
+    if ((rc = trn__nccl_settle(c, ncclGroupStart(), "ncclGroupStart"))) return rc;
+    for (k = 0; k < c->world; k++) {
+        size_t a, b;
+        trn_comm_shard(n, c->world, k, &a, &b);
+        a = a < lo ? lo : a;
+        b = b > hi ? hi : b;
+        if (a >= b) continue;
+        if ((rc = trn__nccl_settle(c, ncclReduce(x + (a - lo), x + (a - lo), b - a, ncclFloat, op, k, g->comm, g->stream),
+                                   "ncclReduce")))
+            return rc;
+    }
+    return trn__nccl_settle(c, ncclGroupEnd(), "ncclGroupEnd");
 }
 
 static trn_result trn__nccl_allgather(trn_comm *c, float *x, size_t n) {
@@ -1328,6 +1402,7 @@ static trn_result trn__nccl_init(trn_comm *c, const trn_dist_env *env) {
     c->name = "nccl";
     c->all_reduce = trn__nccl_all_reduce;
     c->reduce_scatter = trn__nccl_redscat;
+    c->reduce_scatter_range = trn__nccl_redscat_range;
     c->all_gather = trn__nccl_allgather;
     c->broadcast = trn__nccl_broadcast;
     c->wait = trn__nccl_wait;
@@ -1421,6 +1496,7 @@ TRNDEF trn_result trn_comm_init(trn_comm *c, const trn_dist_env *env, trn_comm_k
         c->name = "self";
         c->all_reduce = trn__self_all_reduce;
         c->reduce_scatter = trn__self_all_reduce;
+        c->reduce_scatter_range = trn__self_redscat_range;
         c->all_gather = trn__self_allgather;
         c->broadcast = trn__self_bcast;
         c->wait = trn__self_wait;
@@ -1454,10 +1530,29 @@ TRNDEF void trn_comm_free(trn_comm *c) {
 /* ========================================================================
    >>ddp
    ======================================================================== */
+TRNDEF const char *trn_shard_name(trn_shard_mode s) {
+    switch (s) {
+    case TRN_SHARD_NONE: return "none";
+    case TRN_SHARD_ZERO1: return "zero1";
+    case TRN_SHARD_ZERO2: return "zero2";
+    case TRN_SHARD_FSDP: return "fsdp";
+    }
+    return "?";
+}
+
+TRNDEF trn_result trn_shard_parse(const char *name, trn_shard_mode *out) {
+    int s;
+    for (s = TRN_SHARD_NONE; s <= TRN_SHARD_FSDP; s++)
+        if (name && strcmp(name, trn_shard_name((trn_shard_mode)s)) == 0) { *out = (trn_shard_mode)s; return TRN_OK; }
+    return trn_fail(TRN_ERR_INVALID, "sharding '%s': expected none, zero1, zero2 or fsdp", name ? name : "(null)");
+}
+
 TRNDEF trn_ddp_desc trn_ddp_defaults(const trn_ddp_desc *desc) {
     trn_ddp_desc d;
     memset(&d, 0, sizeof d);
     if (desc) d = *desc;
+    if (d.zero1 && d.shard == TRN_SHARD_NONE) d.shard = TRN_SHARD_ZERO1;
+    d.zero1 = d.shard >= TRN_SHARD_ZERO1; /* every mode from ZeRO-1 on shards m and v */
     if (d.bucket_bytes == 0) d.bucket_bytes = (size_t)25 << 20;
     if (d.timeout_s <= 0) {
         const char *s = getenv("TRN_DDP_TIMEOUT");
@@ -1518,12 +1613,13 @@ static int trn__ddp_param_at(const trn_model *m, size_t off) {
 
 /* the flat-buffer range a tape input writes gradients into, if any */
 static int trn__ddp_grad_range(const trn_model *m, const trn_tensor *t, size_t *off) {
+    size_t lo = m->grad_lo, hi = m->grad_hi ? m->grad_hi : m->n_floats; /* (ZeRO-2: only a shard exists) */
     if (!t || !t->requires_grad) return 0;
-    if (t->grad && t->grad >= m->grad_data && t->grad < m->grad_data + m->n_floats) {
+    if (t->is_param) { *off = t->offset; return 1; }
+    if (t->grad && m->grad_data && t->grad >= m->grad_data + lo && t->grad < m->grad_data + hi) { /* a view */
         *off = (size_t)(t->grad - m->grad_data);
         return 1;
     }
-    if (t->is_param) { *off = t->offset; return 1; }
     return 0;
 }
 
@@ -1534,7 +1630,9 @@ static void trn__ddp_launch(trn_ddp *d, trn_model *m, int b) {
     if (k->launched || d->error) return;
     k->launched = 1;
     d->n_launched++;
-    rc = d->comm.all_reduce(&d->comm, m->grad_data + k->lo, k->hi - k->lo, 1);
+    if (d->desc.shard != TRN_SHARD_ZERO2) rc = d->comm.all_reduce(&d->comm, m->grad_data + k->lo, k->hi - k->lo, 1);
+    else if (k->stage) rc = d->comm.reduce_scatter_range(&d->comm, k->stage, k->lo, k->hi, m->n_floats, 1);
+    else rc = TRN_OK; /* ZeRO-2: nothing wrote it (unused parameters): its shard stays zero */
     if (rc) trn__ddp_fail(d, rc);
 }
 
@@ -1552,14 +1650,17 @@ static void trn__ddp_param_final(trn_ddp *d, trn_model *m, int p) {
 static void trn__ddp_begin(trn_ddp *d, trn_model *m) {
     int i, k, p;
     for (p = 0; p < m->n_params; p++) d->last_use[p] = -1;
+    if (d->first_use) for (p = 0; p < m->n_params; p++) d->first_use[p] = -1;
     for (i = 0; i < m->tape_len; i++)
         for (k = 0; k < 3; k++) {
             size_t off, end;
             trn_tensor *t = m->tape[i].in[k];
             if (!trn__ddp_grad_range(m, t, &off)) continue;
             end = off + t->size;
-            for (p = trn__ddp_param_at(m, off); p < m->n_params && m->params[p]->offset < end; p++)
+            for (p = trn__ddp_param_at(m, off); p < m->n_params && m->params[p]->offset < end; p++) {
                 if (d->last_use[p] < 0 || i < d->last_use[p]) d->last_use[p] = i;
+                if (d->first_use && i > d->first_use[p]) d->first_use[p] = i;
+            }
         }
     for (i = 0; i < d->n_buckets; i++) { d->buckets[i].pending = 0; d->buckets[i].launched = 0; }
     for (p = 0; p < m->n_params; p++)
@@ -1576,8 +1677,8 @@ static void trn__ddp_begin(trn_ddp *d, trn_model *m) {
 static void trn__ddp_hook(trn_model *m, int i, void *user) {
     trn_ddp *d = (trn_ddp *)user;
     int k, p;
-    if (!d->sync || d->error) return;
-    if (i == m->tape_len - 1) {
+    if ((!d->sync && d->desc.shard != TRN_SHARD_ZERO2) || d->error) return;
+    if (i == m->tape_len - 1 && d->desc.shard != TRN_SHARD_ZERO2) { /* (ZeRO-2: its pre-hook began) */
         if (d->armed) { /* a second backward would all-reduce partial sums twice */
             trn_fail(TRN_ERR_INVALID, "rank %d: trn_backward ran twice without trn_ddp_allreduce_grads between: "
                                       "to accumulate gradients call trn_ddp_set_sync(&ddp, 0) before all but the last backward",
@@ -1598,6 +1699,104 @@ static void trn__ddp_hook(trn_model *m, int i, void *user) {
                 trn__ddp_param_final(d, m, p);
             }
     }
+}
+
+/* ---- ZeRO-2 ----------------------------------------------------------------
+   The gradient buffer holds only this rank's shard. A bucket's gradients
+   exist whole only while backward writes them: the pre-hook gives them a
+   staging buffer just before the first entry that writes one of them
+   (every parameter's grad pointer then points into it), the post-hook
+   reduce-scatters the bucket to the owners once its last gradient is
+   final, and when that collective is done the owned part is added into
+   the shard and the staging buffer freed. At most TRN__ZERO2_LIVE staging
+   buffers are alive: the next one first waits for those already sent.
+   Every backward reduces (gradient accumulation adds into the shard), so
+   trn_ddp_set_sync and desc.no_overlap do not apply. */
+#define TRN__ZERO2_LIVE 2
+
+static size_t trn__ddp_stage_bytes(const trn_ddp *d) {
+    size_t b = 0;
+    int i;
+    for (i = 0; i < d->n_buckets; i++)
+        if (d->buckets[i].stage) b += (d->buckets[i].hi - d->buckets[i].lo) * sizeof(float);
+    return b;
+}
+
+/* wait for every queued collective; then each sent bucket's owned part
+   goes into the shard and its staging buffer is freed */
+static trn_result trn__zero2_harvest(trn_ddp *d, trn_model *m) {
+    trn_result rc = d->comm.wait(&d->comm);
+    int b, p;
+    if (rc) return trn__ddp_fail(d, rc);
+    for (b = 0; b < d->n_buckets; b++) {
+        trn_ddp_bucket *k = &d->buckets[b];
+        size_t a = TRN__DIST_MAX(k->lo, d->shard_lo), e = TRN__DIST_MIN(k->hi, d->shard_hi);
+        if (!k->stage || !k->launched) continue;
+        if (a < e) m->backend->accumulate(m->grad_data + a, k->stage + (a - k->lo), e - a);
+        for (p = k->p_first; p <= k->p_last; p++) m->params[p]->grad = NULL;
+        m->backend->free(k->stage);
+        k->stage = NULL;
+        d->n_live--;
+    }
+    return TRN_OK;
+}
+
+/* trn_backward calls this BEFORE tape entry i */
+static void trn__zero2_pre_hook(trn_model *m, int i, void *user) {
+    trn_ddp *d = (trn_ddp *)user;
+    int k, p, q;
+    if (d->error) return;
+    if (i == m->tape_len - 1) { /* a new backward (accumulating: the last one's buckets are all sent) */
+        if (d->armed && trn__zero2_harvest(d, m) != TRN_OK) return;
+        trn__ddp_begin(d, m);
+        if (d->error) return;
+    }
+    for (k = 0; k < 3; k++) {
+        size_t off, end;
+        trn_tensor *t = m->tape[i].in[k];
+        if (!trn__ddp_grad_range(m, t, &off)) continue;
+        end = off + t->size;
+        for (p = trn__ddp_param_at(m, off); p < m->n_params && m->params[p]->offset < end; p++) {
+            trn_ddp_bucket *b;
+            size_t bytes;
+            if (d->first_use[p] != i) continue;
+            d->first_use[p] = -2;
+            b = &d->buckets[d->bucket_of[p]];
+            if (b->stage) continue;
+            if (d->n_live >= TRN__ZERO2_LIVE && trn__zero2_harvest(d, m) != TRN_OK) return;
+            bytes = (b->hi - b->lo) * sizeof(float);
+            b->stage = (float *)m->backend->alloc(bytes, TRN_KIND_GRADS);
+            if (!b->stage) {
+                trn__ddp_fail(d, trn_fail(TRN_ERR_NOMEM, "rank %d: ZeRO-2 staging for %zu bytes: %s", d->rank, bytes,
+                                          trn_error_reason()));
+                return;
+            }
+            m->backend->zero(b->stage, bytes);
+            d->n_live++;
+            for (q = b->p_first; q <= b->p_last; q++) m->params[q]->grad = b->stage + (m->params[q]->offset - b->lo);
+            bytes = trn__ddp_stage_bytes(d);
+            if (bytes > d->stage_peak) d->stage_peak = bytes;
+        }
+    }
+}
+
+/* attach: the gradient buffer becomes this rank's shard */
+static trn_result trn__zero2_attach(trn_ddp *d, trn_model *m) {
+    size_t n = d->shard_hi - d->shard_lo;
+    int p;
+    if (n == 0) return trn_fail(TRN_ERR_INVALID, "rank %d: ZeRO-2 needs at least one parameter per rank (%zu for %d ranks)",
+                                d->rank, m->n_floats, d->world);
+    d->first_use = (int *)trn_alloc(sizeof(int) * (size_t)m->n_params, TRN_KIND_RUNTIME);
+    d->grad_shard = (float *)m->backend->alloc(n * sizeof(float), TRN_KIND_GRADS);
+    if (!d->first_use || !d->grad_shard) return trn_fail(TRN_ERR_NOMEM, "rank %d: ZeRO-2: %s", d->rank, trn_error_reason());
+    m->backend->zero(d->grad_shard, n * sizeof(float));
+    if (m->grad_data) m->backend->free(m->grad_data + m->grad_lo); /* a full buffer from an earlier backward */
+    m->grad_data = d->grad_shard - d->shard_lo; /* element j of the shard is still grad_data[j] */
+    m->grad_lo = d->shard_lo;
+    m->grad_hi = d->shard_hi;
+    for (p = 0; p < m->n_params; p++) m->params[p]->grad = NULL;
+    m->backward_pre_hook = trn__zero2_pre_hook;
+    return TRN_OK;
 }
 
 TRNDEF trn_result trn_ddp_attach(trn_ddp *ddp, trn_model *m) {
@@ -1625,6 +1824,8 @@ TRNDEF trn_result trn_ddp_attach(trn_ddp *ddp, trn_model *m) {
         size_t cap = ddp->desc.bucket_bytes / sizeof(float), most = 0;
         int open = 0;
         if (cap == 0) cap = 1;
+        if (ddp->desc.shard == TRN_SHARD_ZERO2) cap = (size_t)-1; /* whole parameters: a grad pointer needs
+                                                                     all of its tensor in one staging buffer */
         for (p = 0; p < m->n_params; p++) most += 1 + m->params[p]->size / cap;
         ddp->buckets = (trn_ddp_bucket *)trn_calloc(sizeof(trn_ddp_bucket) * most, TRN_KIND_RUNTIME);
         ddp->bucket_of = (int *)trn_alloc(sizeof(int) * (size_t)m->n_params, TRN_KIND_RUNTIME);
@@ -1668,6 +1869,11 @@ TRNDEF trn_result trn_ddp_attach(trn_ddp *ddp, trn_model *m) {
         m->backward_hook = trn__ddp_hook;
         m->backward_hook_user = ddp;
     }
+    if (ddp->world > 1 && ddp->desc.shard == TRN_SHARD_ZERO2) {
+        if ((rc = trn__zero2_attach(ddp, m)) != TRN_OK) return trn__ddp_fail(ddp, rc);
+        m->backward_hook = trn__ddp_hook;
+        m->backward_hook_user = ddp;
+    }
     return TRN_OK;
 }
 
@@ -1680,6 +1886,13 @@ TRNDEF trn_result trn_ddp_allreduce_grads(trn_ddp *ddp, trn_model *m) {
     if (ddp->error) return trn__ddp_sticky(ddp);
     if (!m->grad_data) return trn_fail(TRN_ERR_INVALID, "trn_ddp_allreduce_grads: no gradients (call trn_backward first)");
     if (ddp->world == 1) return TRN_OK;
+    if (ddp->desc.shard == TRN_SHARD_ZERO2) { /* the buckets left during backward: wait, add into the shard */
+        if (!ddp->armed) return trn_fail(TRN_ERR_INVALID, "rank %d: trn_ddp_allreduce_grads without a trn_backward before it",
+                                         ddp->rank);
+        for (b = 0; b < ddp->n_buckets; b++) trn__ddp_launch(ddp, m, b); /* (all left already) */
+        ddp->armed = 0;
+        return ddp->error ? trn__ddp_sticky(ddp) : trn__zero2_harvest(ddp, m);
+    }
     if (ddp->desc.zero1) {
         rc = ddp->comm.reduce_scatter(&ddp->comm, m->grad_data, m->n_floats, 1);
     } else {
@@ -1778,8 +1991,17 @@ TRNDEF void trn_ddp_free(trn_ddp *ddp) {
     if (!ddp) return;
     if (ddp->model && ddp->model->backward_hook_user == ddp) {
         ddp->model->backward_hook = NULL;
+        ddp->model->backward_pre_hook = NULL;
         ddp->model->backward_hook_user = NULL;
     }
+    /* ZeRO-2: staging still held (a failed step); the model keeps its
+       gradient shard, which trn_model_free frees */
+    if (ddp->model && ddp->buckets) {
+        int b;
+        for (b = 0; b < ddp->n_buckets; b++)
+            if (ddp->buckets[b].stage) ddp->model->backend->free(ddp->buckets[b].stage);
+    }
+    trn_free(ddp->first_use);
     trn_comm_free(&ddp->comm);
     trn_free(ddp->buckets);
     trn_free(ddp->bucket_of);

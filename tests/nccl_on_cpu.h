@@ -137,6 +137,10 @@ static ncclResult_t ncclReduceScatter(const void *s, void *r, size_t n, ncclData
 static ncclResult_t ncclAllGather(const void *s, void *r, size_t n, ncclDataType_t t, ncclComm_t c, cudaStream_t st);
 static ncclResult_t ncclBroadcast(const void *s, void *r, size_t n, ncclDataType_t t, int root, ncclComm_t c,
                                   cudaStream_t st);
+static ncclResult_t ncclReduce(const void *s, void *r, size_t n, ncclDataType_t t, ncclRedOp_t op, int root, ncclComm_t c,
+                               cudaStream_t st);
+static ncclResult_t ncclGroupStart(void) { return ncclSuccess; } /* collectives run in call order anyway */
+static ncclResult_t ncclGroupEnd(void) { return ncclSuccess; }
 
 #define TRAIN_NCCL_IMPLEMENTATION
 #include "train_nccl.h"
@@ -323,5 +327,19 @@ static ncclResult_t ncclBroadcast(const void *s, void *r, size_t n, ncclDataType
     if (s != r) return nccl_on_cpu__bad(c, "ncclBroadcast: only in place here");
     if (root < 0 || root >= c->world) return nccl_on_cpu__bad(c, "ncclBroadcast: root out of range");
     return nccl_on_cpu__run(c, c->ring.broadcast(&c->ring, r, n * es, root));
+}
+/* the result on root only: an all-reduce, then the other ranks' buffers
+   are poisoned (NCCL leaves them as they were; code must not read them) */
+static ncclResult_t ncclReduce(const void *s, void *r, size_t n, ncclDataType_t t, ncclRedOp_t op, int root, ncclComm_t c,
+                               cudaStream_t st) {
+    ncclResult_t res;
+    (void)st;
+    if (c->async != ncclSuccess) return c->async;
+    if (s != r) return nccl_on_cpu__bad(c, "ncclReduce: only in place here");
+    if (t != ncclFloat) return nccl_on_cpu__bad(c, "ncclReduce: float only here");
+    if (root < 0 || root >= c->world) return nccl_on_cpu__bad(c, "ncclReduce: root out of range");
+    res = nccl_on_cpu__run(c, c->ring.all_reduce(&c->ring, (float *)r, n, op == ncclAvg));
+    if (c->rank != root) nccl_on_cpu__after(c, NULL, NULL, 0, (float *)r, n, 0, 0);
+    return res;
 }
 #endif

@@ -114,6 +114,7 @@ static void batch(long long k, int rows, float *x, int *y) {
    ------------------------------------------------------------------------ */
 typedef struct wopts {
     int zero1, no_overlap, steps, clip;
+    trn_shard_mode shard;
     int kill_rank, kill_at, stop_rank, stop_at; /* rank:step */
     long long bucket;
     double timeout;
@@ -143,6 +144,7 @@ static int worker(const char *dir, const char *tag, int argc, char **argv) {
     for (i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strncmp(a, "zero1=", 6)) o.zero1 = atoi(a + 6);
+        else if (!strncmp(a, "shard=", 6)) { if (trn_shard_parse(a + 6, &o.shard) != TRN_OK) return 2; }
         else if (!strncmp(a, "overlap=", 8)) o.no_overlap = !atoi(a + 8);
         else if (!strncmp(a, "steps=", 6)) o.steps = atoi(a + 6);
         else if (!strncmp(a, "bucket=", 7)) o.bucket = atoll(a + 7);
@@ -156,6 +158,7 @@ static int worker(const char *dir, const char *tag, int argc, char **argv) {
     }
     memset(&dd, 0, sizeof dd);
     dd.zero1 = o.zero1;
+    dd.shard = o.shard;
     dd.no_overlap = o.no_overlap;
     dd.bucket_bytes = (size_t)o.bucket;
     dd.timeout_s = o.timeout;
@@ -201,8 +204,9 @@ static int worker(const char *dir, const char *tag, int argc, char **argv) {
     snprintf(path, sizeof path, "%s/%s.s%d", dir, tag, ddp.rank);
     f = fopen(path, "w");
     if (!f) return 1;
-    fprintf(f, "%zu %zu %d %zu %zu\n", trn_ledger_current(TRN_HOST, TRN_KIND_OPTIM),
-            trn_ledger_peak(TRN_HOST, TRN_KIND_COMM), ddp.n_buckets, n.m.n_floats, ddp.shard_hi - ddp.shard_lo);
+    fprintf(f, "%zu %zu %d %zu %zu %zu\n", trn_ledger_current(TRN_HOST, TRN_KIND_OPTIM),
+            trn_ledger_peak(TRN_HOST, TRN_KIND_COMM), ddp.n_buckets, n.m.n_floats, ddp.shard_hi - ddp.shard_lo,
+            trn_ledger_peak(TRN_HOST, TRN_KIND_GRADS));
     fclose(f);
     if ((rc = trn_ddp_barrier(&ddp)) != TRN_OK) return worker_fail(&ddp, "barrier", rc);
     trn_ddp_free(&ddp);
@@ -342,16 +346,16 @@ static float *read_weights(const char *tag, int rank, size_t n) {
     return w;
 }
 
-typedef struct stats { size_t optim, comm; int buckets; size_t n_floats, shard; } stats;
+typedef struct stats { size_t optim, comm; int buckets; size_t n_floats, shard, grads_peak; } stats;
 static int read_stats(const char *tag, int rank, stats *s) {
     char path[512];
     FILE *f;
     int k;
     snprintf(path, sizeof path, "%s/%s.s%d", g_dir, tag, rank);
     if (!(f = fopen(path, "r"))) return 0;
-    k = fscanf(f, "%zu %zu %d %zu %zu", &s->optim, &s->comm, &s->buckets, &s->n_floats, &s->shard);
+    k = fscanf(f, "%zu %zu %d %zu %zu %zu", &s->optim, &s->comm, &s->buckets, &s->n_floats, &s->shard, &s->grads_peak);
     fclose(f);
-    return k == 5;
+    return k == 6;
 }
 
 static double max_diff(const float *a, const float *b, size_t n) {
@@ -684,6 +688,38 @@ static void test_equivalence(void) {
         CHECK(d <= TOL, "2 ranks without clipping = one process (%.3g)\n", d);
     }
     free(a); free(b); free(c); free(z);
+    /* ZeRO-2: gradients reduce-scattered bucket by bucket during backward
+       from staging buffers; each rank keeps only its shard */
+    {
+        char *o_z2many[] = {(char *)"shard=zero2", (char *)"bucket=200", NULL};
+        char *o_z2one[] = {(char *)"shard=zero2", NULL};
+        char *o_z2nc[] = {(char *)"shard=zero2", (char *)"bucket=200", (char *)"clip=0", NULL};
+        stats s2;
+        a = run_and_collect("z2many3", 3, o_z2many, n3, &s2);
+        if (a) {
+            d = max_diff(a, ref3, n3);
+            printf("  ZeRO-2, 3 ranks, %d buckets: max |w - one process| = %.3g; gradient bytes at most %zu of %zu\n",
+                   s2.buckets, d, s2.grads_peak, 4 * s2.n_floats);
+            CHECK(d <= TOL, "ZeRO-2, 3 ranks, small buckets = one process (%.3g)\n", d);
+            /* the shard plus at most 2 staging buffers of the largest bucket (w2: 1 KiB) */
+            CHECK(s2.grads_peak <= 4 * s2.shard + 2 * 1024 && s2.grads_peak < 4 * s2.n_floats,
+                  "ZeRO-2 gradient memory: shard %zu B + staging <= 2 KiB, not all %zu B (peak %zu)\n", 4 * s2.shard,
+                  4 * s2.n_floats, s2.grads_peak);
+            CHECK(s2.optim == 2 * 4 * s2.shard, "ZeRO-2 optimizer state: one shard (%zu bytes)\n", s2.optim);
+        }
+        b = run_and_collect("z2one2", 2, o_z2one, n2, NULL);
+        if (b) {
+            d = max_diff(b, ref2, n2);
+            printf("  ZeRO-2, 2 ranks, 1 bucket: max |w - one process| = %.3g\n", d);
+            CHECK(d <= TOL, "ZeRO-2, 2 ranks, one bucket = one process (%.3g)\n", d);
+        }
+        c = run_and_collect("z2nc", 2, o_z2nc, n2, NULL);
+        if (c) {
+            d = max_diff(c, ref2nc, n2);
+            CHECK(d <= TOL, "ZeRO-2, 2 ranks, no clipping = one process (%.3g)\n", d);
+        }
+        free(a); free(b); free(c);
+    }
     free(ref2); free(ref3); free(ref2nc);
 }
 

@@ -14,6 +14,8 @@
      - ZeRO-1, 3 ranks, a parameter count that leaves a tail after 3 equal
        blocks: equal within TOL to the same reference, and the optimizer
        state per rank is one shard;
+     - ZeRO-2, 3 ranks, buckets of 96 bytes reduced to their owners during
+       backward (ncclReduce per owner in a group): the same reference;
      - a rank killed with SIGKILL: the others report TRN_ERR_COMM from
        NCCL's async error and exit, no hang;
      - a rank that never answers (it sleeps before the step's loss
@@ -108,11 +110,12 @@ static void harness_setup(void) {
 // kill_rank: SIGKILL at step 2; hang_rank: sleeps at step 2 before the
 // loss all-reduce; timeout 0: TRN_DDP_TIMEOUT's
 static int worker(const char *dir, const char *tag, int zero1, long long bucket, int kill_rank, int hang_rank = -1,
-                  double timeout = 20, int gpus = 4) {
+                  double timeout = 20, int gpus = 4, trn_shard_mode shard = TRN_SHARD_NONE) {
     trn_ddp ddp;
     trn_ddp_desc dd;
     memset(&dd, 0, sizeof dd);
     dd.zero1 = zero1;
+    dd.shard = shard;
     dd.bucket_bytes = (size_t)bucket;
     dd.timeout_s = timeout;
     harness_setup();
@@ -284,6 +287,7 @@ int main(int argc, char **argv) {
         if (!strcmp(mode, "hang")) return worker(argv[2], argv[3], 0, 96, -1, 1, 0); // TRN_DDP_TIMEOUT
         if (!strcmp(mode, "die")) return worker(argv[2], argv[3], 1, 96, -1, -1, 0);
         if (!strcmp(mode, "onegpu")) return worker(argv[2], argv[3], 0, 96, -1, -1, 20, 1);
+        if (!strcmp(mode, "zero2")) return worker(argv[2], argv[3], 0, 96, -1, -1, 20, 4, TRN_SHARD_ZERO2);
         return 2;
     }
     ssize_t k = readlink("/proc/self/exe", g_self, sizeof g_self - 1);
@@ -328,6 +332,8 @@ int main(int argc, char **argv) {
         }
         CHECK(secs < 15, "no hang (%.1f s, timeout 20 s)\n", secs);
     }
+    // ZeRO-2: buckets reduced to their owners during backward (ncclReduce in a group)
+    check_run("zero2", 3, "zero2", n, ref3);
     // one visible GPU per rank (Slurm --gpus-per-task=1): local rank 1 uses device 0
     check_run("onegpu", 2, "onegpu", n, ref2);
     {   // rank 1 never answers: ranks 0 and 2 give up after TRN_DDP_TIMEOUT (2 s),
