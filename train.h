@@ -362,6 +362,10 @@ typedef struct trn_model {
        trn_zero_grad, trn_grad_norm and trn_model_free touch only the slice. */
     void (*backward_pre_hook)(struct trn_model *m, int i, void *user);
     size_t grad_lo, grad_hi, param_lo, param_hi;
+    /* see trn_unit; unit_cur: the unit the forward is in (NULL: none) */
+    void (*unit_hook)(struct trn_model *m, struct trn_tensor *member, int phase, void *user);
+    void *unit_hook_user;
+    struct trn_tensor *unit_cur;
 } trn_model;
 
 /* backend NULL = CPU */
@@ -378,6 +382,21 @@ TRNDEF trn_tensor *trn_model_find(trn_model *m, const char *name);
 TRNDEF void trn_zero_grad(trn_model *m);
 TRNDEF void trn_reset(trn_model *m);   /* new step: rewind arena and tape  */
 TRNDEF void trn_backward(trn_model *m, trn_tensor *loss);
+
+/* >>units: where a block starts (for train_nccl.h's FSDP; harmless
+   elsewhere). trn_unit(m, member): the ops that follow belong to the
+   block ("unit") that parameter `member` belongs to; NULL: to no block.
+   It calls m->unit_hook(m, member, TRN_UNIT_FORWARD, user) at once, so a
+   hook can fetch the block's weights before its first op runs, and puts
+   a marker on the tape; when trn_backward passes that marker (the block's
+   backward is done) it calls unit_hook(m, prev, TRN_UNIT_BACKWARD, user),
+   prev being the unit active before the block (NULL: none), whose
+   backward comes next. A model calls it once per block in its forward:
+       for (l = 0; l < L; l++) { trn_unit(m, h[l].ln1_w); ...block... }
+       trn_unit(m, NULL);
+   Without a hook it costs one marker per block. */
+enum { TRN_UNIT_FORWARD = 0, TRN_UNIT_BACKWARD = 1 };
+TRNDEF void trn_unit(trn_model *m, trn_tensor *member);
 
 /* activations: a tensor in the arena (data uninitialized, grad NULL) */
 TRNDEF trn_tensor *trn_tensor_new(trn_model *m, const char *name, int ndim, const int *shape);
@@ -1979,6 +1998,7 @@ TRNDEF void trn_reset(trn_model *m) {
     a->used = 0;
     a->spilled = 0;
     m->t_used = 0;
+    m->unit_cur = NULL; /* a forward starts outside every unit (>>units) */
     m->scratch = NULL;
     m->scratch_floats = 0;
     m->tape_len = 0;
@@ -2058,6 +2078,29 @@ TRNDEF void trn_backward(trn_model *m, trn_tensor *loss) {
         if (m->backward_hook) m->backward_hook(m, i, m->backward_hook_user); /* DDP */
     }
     m->tape_len = 0; /* the tape is consumed, as PyTorch frees its graph */
+}
+
+/* >>units implementation. The marker is a tape entry whose backward calls
+   the hook: its input is a dummy that "requires grad" (so the entry is
+   recorded) but is no parameter; its output's grad is set (so trn_backward
+   does not skip it). saved[0]: the unit entered, saved[1]: the one left. */
+static void trn__unit_bw(trn_model *m, trn_tape_entry *e) {
+    if (m->unit_hook) m->unit_hook(m, (trn_tensor *)e->saved[1], TRN_UNIT_BACKWARD, m->unit_hook_user);
+}
+
+TRNDEF void trn_unit(trn_model *m, trn_tensor *member) {
+    trn_tensor *prev = m->unit_cur;
+    if (member && !member->is_param) trn_fatal("trn_unit: '%s' is not a parameter", member->name);
+    m->unit_cur = member;
+    if (m->unit_hook) m->unit_hook(m, member, TRN_UNIT_FORWARD, m->unit_hook_user);
+    if (m->grad_enabled) {
+        int one = 1;
+        trn_tensor *dummy = trn_tensor_new(m, "unit", 1, &one), *out = trn_tensor_new(m, "unit", 1, &one);
+        trn_tape_entry *e;
+        dummy->requires_grad = 1;
+        e = trn__record(m, "unit", trn__unit_bw, out, dummy, NULL, NULL);
+        if (e) { e->saved[0] = member; e->saved[1] = prev; out->grad = out->data; }
+    }
 }
 
 TRNDEF float trn_item(trn_model *m, const trn_tensor *t) {

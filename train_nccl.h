@@ -63,7 +63,12 @@
    ZeRO-2 (desc.shard = TRN_SHARD_ZERO2) keeps only this rank's shard of
    the gradients too: GRADS = 1/W of them plus at most two buckets being
    reduced (each bucket lives in a staging buffer from its first write in
-   backward until its reduce-scatter is done).
+   backward until its reduce-scatter is done). FSDP (TRN_SHARD_FSDP) shards
+   the weights as well: the model calls trn_unit(m, a parameter of the
+   block) where each block starts in its forward, and each block's weights
+   are gathered just before its forward and its backward, the next one
+   prefetched, and freed after (>>fsdp). trn_ddp_print_memory prints every
+   rank's weights (shard, gathered), gradients, optimizer and comm bytes.
 
    Faults. No collective waits forever: if a rank dies, its neighbours see
    the connection close (TCP) or NCCL reports it, and every rank returns
@@ -177,6 +182,10 @@ typedef struct trn_comm {
     trn_result (*reduce_scatter_range)(struct trn_comm *c, float *x, size_t lo, size_t hi, size_t n, int average);
     /* every rank contributes its shard r of x; all end with all of x */
     trn_result (*all_gather)(struct trn_comm *c, float *x, size_t n);
+    /* the same for a window: x holds [lo,hi) of the sharded n-element
+       buffer; each rank contributes the part of its shard inside it (FSDP
+       gathers one unit's weights this way) */
+    trn_result (*all_gather_range)(struct trn_comm *c, float *x, size_t lo, size_t hi, size_t n);
     trn_result (*broadcast)(struct trn_comm *c, void *x, size_t bytes, int root);
     trn_result (*wait)(struct trn_comm *c);
     /* a few doubles in host memory (loss, norms, flags); waits */
@@ -256,6 +265,16 @@ typedef struct trn_ddp_bucket {
                              until its reduce-scatter is done              */
 } trn_ddp_bucket;
 
+/* FSDP: a unit is a run of parameters gathered together (see >>fsdp) */
+typedef struct trn_ddp_unit {
+    size_t lo, hi;        /* [lo,hi) of the flat buffers (floats)          */
+    int p_first, p_last;  /* its parameters (table indices)                */
+    int root;             /* 1: outside every block: kept gathered         */
+    float *full;          /* its whole weights while gathered (WEIGHTS)    */
+    int state;            /* 0 released, 1 gather queued, 2 gathered       */
+    char key[64];         /* "h.3", "0"; roots: the first parameter's name */
+} trn_ddp_unit;
+
 typedef struct trn_ddp {
     trn_ddp_desc desc;    /* effective values                              */
     trn_dist_env env;
@@ -271,6 +290,13 @@ typedef struct trn_ddp {
     float *grad_shard;    /* ZeRO-2: this rank's shard of the gradients    */
     int n_live;           /* ZeRO-2: staging buffers allocated             */
     size_t stage_peak;    /* ZeRO-2: most staging bytes at once            */
+    trn_ddp_unit *units;  /* FSDP: the units, in declaration order         */
+    int n_units;
+    int *unit_of;         /* FSDP: parameter index -> unit                 */
+    float *weight_shard;  /* FSDP: this rank's shard of the weights        */
+    int *order;           /* FSDP: block units in this step's forward order */
+    int n_order, bwd_pos; /* (bwd_pos: the next block backward enters)     */
+    size_t gathered_bytes, gathered_peak; /* FSDP: whole weights held now / at most */
     int n_launched;       /* buckets queued this step                      */
     int armed;            /* a backward has started buckets this step      */
     int sync;             /* 0: backward does not start buckets (accumulating) */
@@ -302,6 +328,17 @@ TRNDEF trn_result trn_ddp_clip_grad_norm(trn_ddp *ddp, trn_model *m, float max_n
 /* DDP: trn_adamw_step. ZeRO-1: the step on this rank's shard (sets
    opt->lo/hi on the first call), then all-gather the weights. */
 TRNDEF trn_result trn_ddp_adamw_step(trn_ddp *ddp, trn_adamw *opt, trn_model *m, float lr);
+/* FSDP: every rank gets the whole weights back (the model is a plain
+   model again, training goes on as ZeRO-2): for the end of a run (saving
+   the model, sampling) or anything that reads every parameter. Other
+   modes: nothing to do. */
+TRNDEF trn_result trn_ddp_unshard(trn_ddp *ddp, trn_model *m);
+/* the memory of every rank, one line each, printed by rank 0 (every rank
+   must call it): weights held as a shard, weights gathered whole (now,
+   and the most at once: FSDP's blocks and roots), gradients (now, peak:
+   ZeRO-2/FSDP staging included), optimizer state, communication buffers,
+   and the OS's peak RSS (or, on a GPU, the driver's memory in use) */
+TRNDEF trn_result trn_ddp_print_memory(trn_ddp *ddp, const char *title);
 /* sum (or average) a few host doubles over the ranks: losses, counts */
 TRNDEF trn_result trn_ddp_allreduce_host(trn_ddp *ddp, double *x, int n, int average);
 /* every rank passes its own result; all get TRN_OK only if all were OK
@@ -951,12 +988,12 @@ static int trn__ring_reduce_scatter(trn__ring *g, char *x, size_t n, size_t lo, 
     return 0;
 }
 
-static int trn__ring_all_gather(trn__ring *g, char *x, size_t n, int esize) {
+static int trn__ring_all_gather(trn__ring *g, char *x, size_t n, size_t lo, size_t hi, int esize) {
     int W = g->c->world, r = g->c->rank, s;
     size_t so, sb, ro, rb;
     for (s = 0; s < W - 1; s++) {
-        trn__ring_chunk(n, W, (int)trn__ring_mod((long long)r - s, W), esize, 0, n, &so, &sb);
-        trn__ring_chunk(n, W, (int)trn__ring_mod((long long)r - s - 1, W), esize, 0, n, &ro, &rb);
+        trn__ring_chunk(n, W, (int)trn__ring_mod((long long)r - s, W), esize, lo, hi, &so, &sb);
+        trn__ring_chunk(n, W, (int)trn__ring_mod((long long)r - s - 1, W), esize, lo, hi, &ro, &rb);
         if (trn__ring_step(g, x + so, sb, x + ro, rb, TRN__RECV_COPY, esize) != 0) return -1;
     }
     return 0;
@@ -977,10 +1014,10 @@ static void trn__ring_run(trn__ring *g, const trn__ring_op *op) {
     switch (op->kind) {
     case TRN__OP_ALLREDUCE:
         if (trn__ring_reduce_scatter(g, op->buf, op->n, 0, op->n, op->esize, op->average) == 0)
-            trn__ring_all_gather(g, op->buf, op->n, op->esize);
+            trn__ring_all_gather(g, op->buf, op->n, 0, op->n, op->esize);
         break;
     case TRN__OP_REDSCAT: trn__ring_reduce_scatter(g, op->buf, op->n, op->lo, op->hi, op->esize, op->average); break;
-    case TRN__OP_ALLGATHER: trn__ring_all_gather(g, op->buf, op->n, op->esize); break;
+    case TRN__OP_ALLGATHER: trn__ring_all_gather(g, op->buf, op->n, op->lo, op->hi, op->esize); break;
     default: trn__ring_bcast(g, op->buf, op->n, op->root); break;
     }
 }
@@ -1034,6 +1071,10 @@ static trn_result trn__ring_redscat(trn_comm *c, float *x, size_t n, int average
 static trn_result trn__ring_redscat_range(trn_comm *c, float *x, size_t lo, size_t hi, size_t n, int average) {
     if (lo > hi || hi > n) return trn_fail(TRN_ERR_INVALID, "reduce_scatter_range: [%zu,%zu) of %zu", lo, hi, n);
     return trn__ring_push_range(c, TRN__OP_REDSCAT, x, n, 4, average, 0, lo, hi);
+}
+static trn_result trn__ring_allgather_range(trn_comm *c, float *x, size_t lo, size_t hi, size_t n) {
+    if (lo > hi || hi > n) return trn_fail(TRN_ERR_INVALID, "all_gather_range: [%zu,%zu) of %zu", lo, hi, n);
+    return trn__ring_push_range(c, TRN__OP_ALLGATHER, x, n, 4, 0, 0, lo, hi);
 }
 static trn_result trn__ring_allgather(trn_comm *c, float *x, size_t n) {
     return trn__ring_push(c, TRN__OP_ALLGATHER, x, n, 4, 0, 0);
@@ -1161,6 +1202,7 @@ static trn_result trn__ring_init(trn_comm *c, const trn_dist_env *env) {
     c->reduce_scatter = trn__ring_redscat;
     c->reduce_scatter_range = trn__ring_redscat_range;
     c->all_gather = trn__ring_allgather;
+    c->all_gather_range = trn__ring_allgather_range;
     c->broadcast = trn__ring_broadcast;
     c->wait = trn__ring_wait;
     c->all_reduce_host = trn__ring_all_reduce_host;
@@ -1174,6 +1216,9 @@ static trn_result trn__self_all_reduce(trn_comm *c, float *x, size_t n, int a) {
 static trn_result trn__self_allgather(trn_comm *c, float *x, size_t n) { (void)c; (void)x; (void)n; return TRN_OK; }
 static trn_result trn__self_redscat_range(trn_comm *c, float *x, size_t lo, size_t hi, size_t n, int a) {
     (void)c; (void)x; (void)lo; (void)hi; (void)n; (void)a; return TRN_OK;
+}
+static trn_result trn__self_allgather_range(trn_comm *c, float *x, size_t lo, size_t hi, size_t n) {
+    (void)c; (void)x; (void)lo; (void)hi; (void)n; return TRN_OK;
 }
 static trn_result trn__self_bcast(trn_comm *c, void *x, size_t n, int r) { (void)c; (void)x; (void)n; (void)r; return TRN_OK; }
 static trn_result trn__self_wait(trn_comm *c) { (void)c; return TRN_OK; }
@@ -1297,6 +1342,26 @@ static trn_result trn__nccl_redscat_range(trn_comm *c, float *x, size_t lo, size
     return trn__nccl_settle(c, ncclGroupEnd(), "ncclGroupEnd");
 }
 
+/* each owner broadcasts its part of the window, fused by a group */
+static trn_result trn__nccl_allgather_range(trn_comm *c, float *x, size_t lo, size_t hi, size_t n) {
+    trn__nccl *g = (trn__nccl *)c->impl;
+    trn_result rc = trn__nccl_enter(c);
+    int k;
+    if (rc) return rc;
+    if ((rc = trn__nccl_settle(c, ncclGroupStart(), "ncclGroupStart"))) return rc;
+    for (k = 0; k < c->world; k++) {
+        size_t a, b;
+        trn_comm_shard(n, c->world, k, &a, &b);
+        a = a < lo ? lo : a;
+        b = b > hi ? hi : b;
+        if (a >= b) continue;
+        if ((rc = trn__nccl_settle(c, ncclBroadcast(x + (a - lo), x + (a - lo), b - a, ncclFloat, k, g->comm, g->stream),
+                                   "ncclBroadcast")))
+            return rc;
+    }
+    return trn__nccl_settle(c, ncclGroupEnd(), "ncclGroupEnd");
+}
+
 static trn_result trn__nccl_allgather(trn_comm *c, float *x, size_t n) {
     trn__nccl *g = (trn__nccl *)c->impl;
     size_t S = trn__dist_shard_size(n, c->world), tail = n - S * (size_t)c->world;
@@ -1403,6 +1468,7 @@ static trn_result trn__nccl_init(trn_comm *c, const trn_dist_env *env) {
     c->all_reduce = trn__nccl_all_reduce;
     c->reduce_scatter = trn__nccl_redscat;
     c->reduce_scatter_range = trn__nccl_redscat_range;
+    c->all_gather_range = trn__nccl_allgather_range;
     c->all_gather = trn__nccl_allgather;
     c->broadcast = trn__nccl_broadcast;
     c->wait = trn__nccl_wait;
@@ -1498,6 +1564,7 @@ TRNDEF trn_result trn_comm_init(trn_comm *c, const trn_dist_env *env, trn_comm_k
         c->reduce_scatter = trn__self_all_reduce;
         c->reduce_scatter_range = trn__self_redscat_range;
         c->all_gather = trn__self_allgather;
+        c->all_gather_range = trn__self_allgather_range;
         c->broadcast = trn__self_bcast;
         c->wait = trn__self_wait;
         c->all_reduce_host = trn__self_host;
@@ -1630,7 +1697,7 @@ static void trn__ddp_launch(trn_ddp *d, trn_model *m, int b) {
     if (k->launched || d->error) return;
     k->launched = 1;
     d->n_launched++;
-    if (d->desc.shard != TRN_SHARD_ZERO2) rc = d->comm.all_reduce(&d->comm, m->grad_data + k->lo, k->hi - k->lo, 1);
+    if (d->desc.shard < TRN_SHARD_ZERO2) rc = d->comm.all_reduce(&d->comm, m->grad_data + k->lo, k->hi - k->lo, 1);
     else if (k->stage) rc = d->comm.reduce_scatter_range(&d->comm, k->stage, k->lo, k->hi, m->n_floats, 1);
     else rc = TRN_OK; /* ZeRO-2: nothing wrote it (unused parameters): its shard stays zero */
     if (rc) trn__ddp_fail(d, rc);
@@ -1677,8 +1744,8 @@ static void trn__ddp_begin(trn_ddp *d, trn_model *m) {
 static void trn__ddp_hook(trn_model *m, int i, void *user) {
     trn_ddp *d = (trn_ddp *)user;
     int k, p;
-    if ((!d->sync && d->desc.shard != TRN_SHARD_ZERO2) || d->error) return;
-    if (i == m->tape_len - 1 && d->desc.shard != TRN_SHARD_ZERO2) { /* (ZeRO-2: its pre-hook began) */
+    if ((!d->sync && d->desc.shard < TRN_SHARD_ZERO2) || d->error) return;
+    if (i == m->tape_len - 1 && d->desc.shard < TRN_SHARD_ZERO2) { /* (ZeRO-2, FSDP: the pre-hook began) */
         if (d->armed) { /* a second backward would all-reduce partial sums twice */
             trn_fail(TRN_ERR_INVALID, "rank %d: trn_backward ran twice without trn_ddp_allreduce_grads between: "
                                       "to accumulate gradients call trn_ddp_set_sync(&ddp, 0) before all but the last backward",
@@ -1741,6 +1808,8 @@ static trn_result trn__zero2_harvest(trn_ddp *d, trn_model *m) {
     return TRN_OK;
 }
 
+static void trn__fsdp_unit_hook(trn_model *m, trn_tensor *member, int phase, void *user);
+
 /* trn_backward calls this BEFORE tape entry i */
 static void trn__zero2_pre_hook(trn_model *m, int i, void *user) {
     trn_ddp *d = (trn_ddp *)user;
@@ -1750,6 +1819,11 @@ static void trn__zero2_pre_hook(trn_model *m, int i, void *user) {
         if (d->armed && trn__zero2_harvest(d, m) != TRN_OK) return;
         trn__ddp_begin(d, m);
         if (d->error) return;
+        if (d->units) { /* FSDP: backward starts in the unit where forward ended */
+            d->bwd_pos = d->n_order - 1;
+            trn__fsdp_unit_hook(m, m->unit_cur, TRN_UNIT_BACKWARD, d);
+            if (d->error) return;
+        }
     }
     for (k = 0; k < 3; k++) {
         size_t off, end;
@@ -1763,7 +1837,8 @@ static void trn__zero2_pre_hook(trn_model *m, int i, void *user) {
             d->first_use[p] = -2;
             b = &d->buckets[d->bucket_of[p]];
             if (b->stage) continue;
-            if (d->n_live >= TRN__ZERO2_LIVE && trn__zero2_harvest(d, m) != TRN_OK) return;
+            if (d->n_live >= (d->desc.shard == TRN_SHARD_FSDP ? 1 : TRN__ZERO2_LIVE) && trn__zero2_harvest(d, m) != TRN_OK)
+                return;
             bytes = (b->hi - b->lo) * sizeof(float);
             b->stage = (float *)m->backend->alloc(bytes, TRN_KIND_GRADS);
             if (!b->stage) {
@@ -1799,6 +1874,210 @@ static trn_result trn__zero2_attach(trn_ddp *d, trn_model *m) {
     return TRN_OK;
 }
 
+/* ---- FSDP (>>fsdp) ------------------------------------------------------
+   Weights, gradients, m and v: each rank keeps one shard of each flat
+   buffer. A UNIT is a run of parameters whose names share a prefix that
+   ends in a number ("h.3.attn.c_attn.weight" -> "h.3"; nn.Sequential's
+   "2.weight" -> "2"): a block. Parameters with no number ("wte.weight",
+   "ln_f.bias") form root units, which stay gathered for the whole run
+   (embeddings and final norms: small next to the blocks, and needed at
+   both ends of the step). The model marks where each block starts with
+   trn_unit(m, any parameter of the block) in its forward (train.h
+   >>units); the hook then
+     forward:  gathers the block's weights (all_gather_range into a
+               buffer of the unit's size; the parameters point into it),
+               frees the block before, and queues the gather of the next
+               one (prefetch: it travels while this block computes);
+     backward: when the block's backward begins, the same: this one
+               gathered (already prefetched), the one whose backward just
+               ended freed, the previous one in forward order queued.
+   Gradients go as in ZeRO-2 with one bucket per unit: a unit's gradients
+   live whole in a staging buffer from their first write to their
+   reduce-scatter (one at a time: the next waits for the one before).
+   AdamW updates the shards; then the root units are gathered again.
+   Per rank: 16 P / W bytes of state, plus two blocks of whole weights,
+   one block of whole gradients, and the roots. */
+static int trn__fsdp_key(const char *name, char *key, size_t cap) { /* 1: a block */
+    const char *p = name;
+    while (*p) {
+        const char *q = p;
+        while (*q >= '0' && *q <= '9') q++;
+        if (q > p && (*q == '.' || *q == 0)) { /* a component of digits */
+            size_t n = (size_t)(q - name);
+            if (n >= cap) n = cap - 1;
+            memcpy(key, name, n);
+            key[n] = 0;
+            return 1;
+        }
+        while (*p && *p != '.') p++;
+        if (*p == '.') p++;
+    }
+    snprintf(key, cap, "%s", name);
+    return 0;
+}
+
+static int trn__fsdp_unit(const trn_ddp *d, const trn_tensor *member) {
+    return member ? d->unit_of[trn__ddp_param_at(d->model, member->offset)] : -1;
+}
+
+static void trn__fsdp_point(trn_ddp *d, int u, float *full) { /* the unit's parameters -> full (or NULL) */
+    trn_model *m = d->model;
+    int p;
+    for (p = d->units[u].p_first; p <= d->units[u].p_last; p++)
+        m->params[p]->data = full ? full + (m->params[p]->offset - d->units[u].lo) : NULL;
+}
+
+/* queue unit u's gather (no wait) */
+static trn_result trn__fsdp_gather(trn_ddp *d, int u) {
+    trn_model *m = d->model;
+    trn_ddp_unit *k = &d->units[u];
+    size_t a = TRN__DIST_MAX(k->lo, d->shard_lo), b = TRN__DIST_MIN(k->hi, d->shard_hi), bytes = (k->hi - k->lo) * sizeof(float);
+    trn_result rc;
+    if (k->state != 0) return TRN_OK;
+    if (!k->full && !(k->full = (float *)m->backend->alloc(bytes, TRN_KIND_WEIGHTS)))
+        return trn__ddp_fail(d, trn_fail(TRN_ERR_NOMEM, "rank %d: FSDP: gathering unit '%s' (%zu bytes): %s", d->rank, k->key,
+                                         bytes, trn_error_reason()));
+    d->gathered_bytes += bytes;
+    if (d->gathered_bytes > d->gathered_peak) d->gathered_peak = d->gathered_bytes;
+    if (a < b) m->backend->copy(k->full + (a - k->lo), d->weight_shard + (a - d->shard_lo), (b - a) * sizeof(float));
+    if ((rc = d->comm.all_gather_range(&d->comm, k->full, k->lo, k->hi, m->n_floats)) != TRN_OK) return trn__ddp_fail(d, rc);
+    k->state = 1;
+    trn__fsdp_point(d, u, k->full);
+    return TRN_OK;
+}
+
+/* unit u gathered and arrived (waits for everything queued before) */
+static trn_result trn__fsdp_ready(trn_ddp *d, int u) {
+    trn_result rc;
+    int v;
+    if (u < 0) return TRN_OK;
+    if ((rc = trn__fsdp_gather(d, u)) != TRN_OK) return rc;
+    if (d->units[u].state == 2) return TRN_OK;
+    if ((rc = d->comm.wait(&d->comm)) != TRN_OK) return trn__ddp_fail(d, rc);
+    for (v = 0; v < d->n_units; v++)
+        if (d->units[v].state == 1) d->units[v].state = 2; /* the queue is empty: all arrived */
+    return TRN_OK;
+}
+
+/* free every block's whole weights but `keep` and `keep2` */
+static trn_result trn__fsdp_release_but(trn_ddp *d, int keep, int keep2) {
+    trn_model *m = d->model;
+    int v;
+    for (v = 0; v < d->n_units; v++) {
+        trn_ddp_unit *k = &d->units[v];
+        if (k->root || k->state == 0 || v == keep || v == keep2) continue;
+        if (k->state == 1 && trn__fsdp_ready(d, v) != TRN_OK) return d->error; /* a collective still writes it */
+        m->backend->free(k->full);
+        k->full = NULL;
+        k->state = 0;
+        d->gathered_bytes -= (k->hi - k->lo) * sizeof(float);
+        trn__fsdp_point(d, v, NULL);
+    }
+    return TRN_OK;
+}
+
+/* the next block after u in declaration order (forward prefetch) */
+static int trn__fsdp_next_block(const trn_ddp *d, int u) {
+    int v;
+    for (v = u + 1; v < d->n_units; v++)
+        if (!d->units[v].root) return v;
+    return -1;
+}
+
+/* train.h's unit hook (trn_unit's markers) */
+static void trn__fsdp_unit_hook(trn_model *m, trn_tensor *member, int phase, void *user) {
+    trn_ddp *d = (trn_ddp *)user;
+    int u = trn__fsdp_unit(d, member), next;
+    (void)m;
+    if (d->error) return;
+    if (u >= 0 && d->units[u].root) u = -1; /* roots are always there */
+    if (phase == TRN_UNIT_FORWARD) {
+        if (u < 0) return; /* leaving the blocks: the last one stays for backward */
+        if (m->grad_enabled && d->n_order < d->n_units) d->order[d->n_order++] = u;
+        next = trn__fsdp_next_block(d, u);
+        if (trn__fsdp_release_but(d, u, next) == TRN_OK && trn__fsdp_ready(d, u) == TRN_OK && next >= 0)
+            trn__fsdp_gather(d, next);
+        return;
+    }
+    /* backward: the backward of u (or of the roots: -1) begins */
+    if (u >= 0) {
+        while (d->bwd_pos >= 0 && d->order[d->bwd_pos] != u) d->bwd_pos--; /* (it is the next one) */
+        d->bwd_pos--;
+    }
+    next = d->bwd_pos >= 0 ? d->order[d->bwd_pos] : -1;
+    if (trn__fsdp_release_but(d, u, next) == TRN_OK && trn__fsdp_ready(d, u) == TRN_OK && next >= 0)
+        trn__fsdp_gather(d, next);
+}
+
+/* attach: units from the names; the weights become this rank's shard;
+   the roots are gathered (from the whole weights still here) */
+static trn_result trn__fsdp_attach(trn_ddp *d, trn_model *m) {
+    size_t n = d->shard_hi - d->shard_lo;
+    int p, u, nu = 0;
+    char key[64], prev[64] = "";
+    int prev_block = -1;
+    d->units = (trn_ddp_unit *)trn_calloc(sizeof(trn_ddp_unit) * (size_t)m->n_params, TRN_KIND_RUNTIME);
+    d->unit_of = (int *)trn_alloc(sizeof(int) * (size_t)m->n_params, TRN_KIND_RUNTIME);
+    d->order = (int *)trn_alloc(sizeof(int) * (size_t)m->n_params, TRN_KIND_RUNTIME);
+    if (!d->units || !d->unit_of || !d->order) return trn_fail(TRN_ERR_NOMEM, "rank %d: FSDP: %s", d->rank, trn_error_reason());
+    for (p = 0; p < m->n_params; p++) {
+        int block = trn__fsdp_key(m->params[p]->name, key, sizeof key);
+        if (nu == 0 || block != prev_block || (block && strcmp(key, prev) != 0)) { /* a new unit */
+            for (u = 0; block && u < nu; u++)
+                if (!d->units[u].root && strcmp(d->units[u].key, key) == 0)
+                    return trn_fail(TRN_ERR_INVALID, "FSDP: the parameters of block '%s' are not declared together ('%s')",
+                                    key, m->params[p]->name);
+            d->units[nu].root = !block;
+            d->units[nu].p_first = p;
+            d->units[nu].lo = m->params[p]->offset;
+            snprintf(d->units[nu].key, sizeof d->units[nu].key, "%s", key);
+            nu++;
+        }
+        d->units[nu - 1].p_last = p;
+        d->units[nu - 1].hi = m->params[p]->offset + m->params[p]->size;
+        d->unit_of[p] = nu - 1;
+        snprintf(prev, sizeof prev, "%s", key);
+        prev_block = block;
+    }
+    d->n_units = nu;
+    d->weight_shard = (float *)m->backend->alloc((n ? n : 1) * sizeof(float), TRN_KIND_WEIGHTS);
+    if (!d->weight_shard) return trn_fail(TRN_ERR_NOMEM, "rank %d: FSDP: weight shard: %s", d->rank, trn_error_reason());
+    m->backend->copy(d->weight_shard, m->param_data + d->shard_lo, n * sizeof(float));
+    for (u = 0; u < nu; u++) { /* roots: whole, copied from the weights still here */
+        trn_ddp_unit *k = &d->units[u];
+        size_t bytes = (k->hi - k->lo) * sizeof(float);
+        if (!k->root) continue;
+        if (!(k->full = (float *)m->backend->alloc(bytes, TRN_KIND_WEIGHTS)))
+            return trn_fail(TRN_ERR_NOMEM, "rank %d: FSDP: unit '%s': %s", d->rank, k->key, trn_error_reason());
+        m->backend->copy(k->full, m->param_data + k->lo, bytes);
+        k->state = 2;
+        d->gathered_bytes += bytes;
+    }
+    d->gathered_peak = d->gathered_bytes;
+    m->backend->free(m->param_data); /* the whole weights go */
+    m->param_data = d->weight_shard - d->shard_lo; /* element j of the shard is still param_data[j] */
+    m->param_lo = d->shard_lo;
+    m->param_hi = d->shard_hi;
+    for (u = 0; u < nu; u++) trn__fsdp_point(d, u, d->units[u].full);
+    m->unit_hook = trn__fsdp_unit_hook;
+    m->unit_hook_user = d;
+    return TRN_OK;
+}
+
+/* after AdamW updated the shards: the roots' whole weights again */
+static trn_result trn__fsdp_regather_roots(trn_ddp *d) {
+    int u;
+    for (u = 0; u < d->n_units; u++)
+        if (d->units[u].root) {
+            d->units[u].state = 0;
+            d->gathered_bytes -= (d->units[u].hi - d->units[u].lo) * sizeof(float); /* (gather counts it again) */
+            if (trn__fsdp_gather(d, u) != TRN_OK) return d->error;
+        }
+    for (u = 0; u < d->n_units; u++)
+        if (d->units[u].root) return trn__fsdp_ready(d, u);
+    return TRN_OK;
+}
+
 TRNDEF trn_result trn_ddp_attach(trn_ddp *ddp, trn_model *m) {
     trn_result rc;
     int p, nb = 0;
@@ -1824,7 +2103,7 @@ TRNDEF trn_result trn_ddp_attach(trn_ddp *ddp, trn_model *m) {
         size_t cap = ddp->desc.bucket_bytes / sizeof(float), most = 0;
         int open = 0;
         if (cap == 0) cap = 1;
-        if (ddp->desc.shard == TRN_SHARD_ZERO2) cap = (size_t)-1; /* whole parameters: a grad pointer needs
+        if (ddp->desc.shard >= TRN_SHARD_ZERO2) cap = (size_t)-1; /* whole parameters: a grad pointer needs
                                                                      all of its tensor in one staging buffer */
         for (p = 0; p < m->n_params; p++) most += 1 + m->params[p]->size / cap;
         ddp->buckets = (trn_ddp_bucket *)trn_calloc(sizeof(trn_ddp_bucket) * most, TRN_KIND_RUNTIME);
@@ -1864,12 +2143,23 @@ TRNDEF trn_result trn_ddp_attach(trn_ddp *ddp, trn_model *m) {
         }
     }
     ddp->n_buckets = nb;
+    if (ddp->world > 1 && ddp->desc.shard == TRN_SHARD_FSDP) { /* one bucket per unit */
+        if ((rc = trn__fsdp_attach(ddp, m)) != TRN_OK) return trn__ddp_fail(ddp, rc);
+        for (nb = 0; nb < ddp->n_units; nb++) {
+            trn_ddp_bucket *b = &ddp->buckets[nb];
+            memset(b, 0, sizeof *b);
+            b->lo = ddp->units[nb].lo; b->hi = ddp->units[nb].hi;
+            b->p_first = ddp->units[nb].p_first; b->p_last = ddp->units[nb].p_last;
+            for (p = b->p_first; p <= b->p_last; p++) { ddp->bucket_of[p] = nb; ddp->bucket_cnt[p] = 1; }
+        }
+        ddp->n_buckets = nb;
+    }
     /* 3. the hook that starts buckets during backward */
     if (ddp->world > 1 && !ddp->desc.zero1 && !ddp->desc.no_overlap) {
         m->backward_hook = trn__ddp_hook;
         m->backward_hook_user = ddp;
     }
-    if (ddp->world > 1 && ddp->desc.shard == TRN_SHARD_ZERO2) {
+    if (ddp->world > 1 && ddp->desc.shard >= TRN_SHARD_ZERO2) {
         if ((rc = trn__zero2_attach(ddp, m)) != TRN_OK) return trn__ddp_fail(ddp, rc);
         m->backward_hook = trn__ddp_hook;
         m->backward_hook_user = ddp;
@@ -1886,12 +2176,17 @@ TRNDEF trn_result trn_ddp_allreduce_grads(trn_ddp *ddp, trn_model *m) {
     if (ddp->error) return trn__ddp_sticky(ddp);
     if (!m->grad_data) return trn_fail(TRN_ERR_INVALID, "trn_ddp_allreduce_grads: no gradients (call trn_backward first)");
     if (ddp->world == 1) return TRN_OK;
-    if (ddp->desc.shard == TRN_SHARD_ZERO2) { /* the buckets left during backward: wait, add into the shard */
+    if (ddp->desc.shard >= TRN_SHARD_ZERO2) { /* the buckets left during backward: wait, add into the shard */
         if (!ddp->armed) return trn_fail(TRN_ERR_INVALID, "rank %d: trn_ddp_allreduce_grads without a trn_backward before it",
                                          ddp->rank);
         for (b = 0; b < ddp->n_buckets; b++) trn__ddp_launch(ddp, m, b); /* (all left already) */
         ddp->armed = 0;
-        return ddp->error ? trn__ddp_sticky(ddp) : trn__zero2_harvest(ddp, m);
+        if (ddp->error || (rc = trn__zero2_harvest(ddp, m)) != TRN_OK) return trn__ddp_sticky(ddp);
+        if (ddp->units) { /* FSDP: the step's last block goes too */
+            ddp->n_order = 0;
+            if (trn__fsdp_release_but(ddp, -1, -1) != TRN_OK) return trn__ddp_sticky(ddp);
+        }
+        return TRN_OK;
     }
     if (ddp->desc.zero1) {
         rc = ddp->comm.reduce_scatter(&ddp->comm, m->grad_data, m->n_floats, 1);
@@ -1939,8 +2234,75 @@ TRNDEF trn_result trn_ddp_adamw_step(trn_ddp *ddp, trn_adamw *opt, trn_model *m,
                         ddp->rank, opt->lo, opt->hi, ddp->shard_lo, ddp->shard_hi);
     /* (a model smaller than the world size leaves some ranks no shard) */
     if (ddp->shard_hi > ddp->shard_lo && (rc = trn_adamw_step(opt, m, lr)) != TRN_OK) return rc;
+    if (ddp->units) return trn__fsdp_regather_roots(ddp) ? trn__ddp_sticky(ddp) : TRN_OK; /* blocks: when used */
     if ((rc = ddp->comm.all_gather(&ddp->comm, m->param_data, m->n_floats)) || (rc = ddp->comm.wait(&ddp->comm)))
         return trn__ddp_fail(ddp, rc);
+    return TRN_OK;
+}
+
+TRNDEF trn_result trn_ddp_unshard(trn_ddp *ddp, trn_model *m) {
+    float *full;
+    trn_result rc;
+    int u;
+    if (!ddp || !m || m != ddp->model) return trn_fail(TRN_ERR_INVALID, "trn_ddp_unshard: not the attached model");
+    if (ddp->error) return trn__ddp_sticky(ddp);
+    if (!ddp->units) return TRN_OK;
+    if ((rc = trn__fsdp_release_but(ddp, -1, -1)) != TRN_OK) return rc;
+    full = (float *)m->backend->alloc(m->n_floats * sizeof(float), TRN_KIND_WEIGHTS);
+    if (!full) return trn__ddp_fail(ddp, trn_fail(TRN_ERR_NOMEM, "rank %d: trn_ddp_unshard: %s", ddp->rank, trn_error_reason()));
+    m->backend->copy(full + ddp->shard_lo, ddp->weight_shard, (ddp->shard_hi - ddp->shard_lo) * sizeof(float));
+    if ((rc = ddp->comm.all_gather(&ddp->comm, full, m->n_floats)) != TRN_OK || (rc = ddp->comm.wait(&ddp->comm)) != TRN_OK) {
+        m->backend->free(full);
+        return trn__ddp_fail(ddp, rc);
+    }
+    for (u = 0; u < ddp->n_units; u++) {
+        if (ddp->units[u].full) m->backend->free(ddp->units[u].full);
+        ddp->units[u].full = NULL;
+    }
+    m->backend->free(ddp->weight_shard);
+    ddp->weight_shard = NULL;
+    m->param_data = full;
+    m->param_lo = m->param_hi = 0;
+    for (u = 0; u < m->n_params; u++) m->params[u]->data = full + m->params[u]->offset;
+    m->unit_hook = NULL;
+    m->unit_hook_user = NULL;
+    trn_free(ddp->units);
+    ddp->units = NULL;
+    ddp->n_units = 0;
+    ddp->gathered_bytes = 0;
+    ddp->desc.shard = TRN_SHARD_ZERO2;
+    return TRN_OK;
+}
+
+TRNDEF trn_result trn_ddp_print_memory(trn_ddp *ddp, const char *title) {
+    trn_ledger_snapshot s;
+    trn_place pl;
+    double mine[8], x[8], mib = 1048576.0;
+    int r, k;
+    trn_result rc;
+    if (!ddp || !ddp->model) return trn_fail(TRN_ERR_INVALID, "trn_ddp_print_memory: attach a model first");
+    pl = ddp->model->backend->place;
+    trn_ledger_read(&s);
+    mine[0] = (double)(s.current[pl][TRN_KIND_WEIGHTS] - ddp->gathered_bytes);
+    mine[1] = (double)ddp->gathered_bytes;
+    mine[2] = (double)ddp->gathered_peak;
+    mine[3] = (double)s.current[pl][TRN_KIND_GRADS];
+    mine[4] = (double)s.peak[pl][TRN_KIND_GRADS];
+    mine[5] = (double)s.current[pl][TRN_KIND_OPTIM];
+    mine[6] = (double)s.current[pl][TRN_KIND_COMM];
+    mine[7] = (double)(pl == TRN_DEVICE ? s.device_used : s.peak_rss);
+    if (trn_ddp_is_main(ddp)) {
+        printf("%s\n  (MiB) %-7s %11s %17s %17s %10s %8s %10s\n", title ? title : "memory per rank", "rank",
+               "weights", "gathered (peak)", "grads (peak)", "optimizer", "comm", pl == TRN_DEVICE ? "device" : "peak RSS");
+    }
+    for (r = 0; r < ddp->world; r++) { /* rank r's numbers reach rank 0 as a sum with zeros */
+        for (k = 0; k < 8; k++) x[k] = r == ddp->rank ? mine[k] : 0.0;
+        if ((rc = trn_ddp_allreduce_host(ddp, x, 8, 0)) != TRN_OK) return rc;
+        if (trn_ddp_is_main(ddp))
+            printf("        %-7d %11.1f %8.1f (%6.1f) %8.1f (%6.1f) %10.1f %8.2f %10.1f\n", r, x[0] / mib, x[1] / mib, x[2] / mib,
+                   x[3] / mib, x[4] / mib, x[5] / mib, x[6] / mib, x[7] / mib);
+    }
+    if (trn_ddp_is_main(ddp)) fflush(stdout);
     return TRN_OK;
 }
 
@@ -2002,6 +2364,18 @@ TRNDEF void trn_ddp_free(trn_ddp *ddp) {
             if (ddp->buckets[b].stage) ddp->model->backend->free(ddp->buckets[b].stage);
     }
     trn_free(ddp->first_use);
+    if (ddp->model && ddp->units) { /* FSDP: the model keeps its weight shard (trn_model_free frees it) */
+        int u;
+        if (ddp->model->unit_hook_user == ddp) { ddp->model->unit_hook = NULL; ddp->model->unit_hook_user = NULL; }
+        for (u = 0; u < ddp->n_units; u++)
+            if (ddp->units[u].full) {
+                ddp->model->backend->free(ddp->units[u].full);
+                trn__fsdp_point(ddp, u, NULL);
+            }
+    }
+    trn_free(ddp->units);
+    trn_free(ddp->unit_of);
+    trn_free(ddp->order);
     trn_comm_free(&ddp->comm);
     trn_free(ddp->buckets);
     trn_free(ddp->bucket_of);
@@ -2050,6 +2424,8 @@ TRNDEF trn_result trn_ddp_checkpoint_save(trn_ddp *ddp, const char *path, trn_mo
     char mine[1024];
     if (!ddp || !path || !m) return trn_fail(TRN_ERR_INVALID, "trn_ddp_checkpoint_save: NULL argument");
     if (ddp->error) return trn__ddp_sticky(ddp);
+    if (ddp->units) return trn_fail(TRN_ERR_INVALID, "trn_ddp_checkpoint_save: an FSDP model holds no whole weights: "
+                                                     "use trn_ddp_checkpoint_save_sharded");
     mm = (trn_meta *)trn_alloc(sizeof(trn_meta), TRN_KIND_TEMP);
     if (!mm) rc = TRN_ERR_NOMEM;
     else {
@@ -2071,6 +2447,8 @@ TRNDEF trn_result trn_ddp_checkpoint_load(trn_ddp *ddp, const char *path, trn_mo
     char mine[1024];
     if (!ddp || !path || !m) return trn_fail(TRN_ERR_INVALID, "trn_ddp_checkpoint_load: NULL argument");
     if (ddp->error) return trn__ddp_sticky(ddp);
+    if (ddp->units) return trn_fail(TRN_ERR_INVALID, "trn_ddp_checkpoint_load: an FSDP model holds no whole weights: "
+                                                     "use trn_ddp_checkpoint_load_sharded");
     /* every rank reads rank 0's metadata, so all refuse a mismatch alike */
     rc = trn_safetensors_open(&f, path);
     if (rc == TRN_OK) {

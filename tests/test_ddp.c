@@ -49,12 +49,26 @@
 typedef struct net {
     trn_model m;
     trn_tensor *w1, *b1, *lw, *lb, *w2, *b2, *b2b, *w3, *b3, *unused;
+    trn_tensor *hw[3], *hb[3]; /* g_blocks: three residual blocks for FSDP */
 } net;
+
+/* 1: the model has blocks "h.0".."h.2" between the first layers and the
+   head (parameters declared in the middle; trn_unit marks them) */
+static int g_blocks;
 
 static void net_build(net *n, uint64_t seed) {
     trn_rng rng;
+    int l;
     trn_rng_seed(&rng, seed);
     trn_model_init(&n->m, NULL);
+    memset(n->hw, 0, sizeof n->hw);
+    for (l = 0; g_blocks && l < 3; l++) {
+        char name[32];
+        snprintf(name, sizeof name, "h.%d.w", l);
+        n->hw[l] = trn_param2(&n->m, name, NHID, NHID);
+        snprintf(name, sizeof name, "h.%d.b", l);
+        n->hb[l] = trn_param1(&n->m, name, NHID);
+    }
     n->w1 = trn_param2(&n->m, "w1", NHID, NIN);
     n->b1 = trn_param1(&n->m, "b1", NHID);
     n->lw = trn_param1(&n->m, "ln.w", NHID);
@@ -78,6 +92,10 @@ static void net_build(net *n, uint64_t seed) {
     trn_init_normal(&n->m, n->w3, 0.0f, 0.3f, &rng);
     trn_init_normal(&n->m, n->b3, 0.0f, 0.1f, &rng);
     trn_init_normal(&n->m, n->unused, 0.0f, 1.0f, &rng);
+    for (l = 0; g_blocks && l < 3; l++) {
+        trn_init_normal(&n->m, n->hw[l], 0.0f, 0.3f, &rng);
+        trn_init_normal(&n->m, n->hb[l], 0.0f, 0.1f, &rng);
+    }
 }
 
 static trn_tensor *net_forward(net *n, const float *x, const int *y, int rows) {
@@ -90,6 +108,14 @@ static trn_tensor *net_forward(net *n, const float *x, const int *y, int rows) {
     h = trn_layernorm(m, h, n->lw, n->lb);
     h = trn_relu(m, trn_linear(m, h, n->w2, n->b2));
     h = trn_gelu(m, trn_linear(m, h, n->w2, n->b2b));
+    if (g_blocks) {
+        int l;
+        for (l = 0; l < 3; l++) { /* h = h + gelu(h W_l^T + b_l) */
+            trn_unit(m, n->hw[l]);
+            h = trn_add(m, h, trn_gelu(m, trn_linear(m, h, n->hw[l], n->hb[l])));
+        }
+        trn_unit(m, NULL);
+    }
     h = trn_linear(m, h, n->w3, n->b3);
     return trn_cross_entropy(m, h, y, NOUT);
 }
@@ -137,6 +163,7 @@ static int worker(const char *dir, const char *tag, int argc, char **argv) {
     trn_result rc;
     float x[ROWS * NIN];
     int y[ROWS], i, step, start = 0;
+    size_t wbytes;
     char path[512];
     FILE *f;
     memset(&o, 0, sizeof o);
@@ -145,6 +172,7 @@ static int worker(const char *dir, const char *tag, int argc, char **argv) {
         const char *a = argv[i];
         if (!strncmp(a, "zero1=", 6)) o.zero1 = atoi(a + 6);
         else if (!strncmp(a, "shard=", 6)) { if (trn_shard_parse(a + 6, &o.shard) != TRN_OK) return 2; }
+        else if (!strncmp(a, "blocks=", 7)) g_blocks = atoi(a + 7);
         else if (!strncmp(a, "overlap=", 8)) o.no_overlap = !atoi(a + 8);
         else if (!strncmp(a, "steps=", 6)) o.steps = atoi(a + 6);
         else if (!strncmp(a, "bucket=", 7)) o.bucket = atoll(a + 7);
@@ -197,6 +225,10 @@ static int worker(const char *dir, const char *tag, int argc, char **argv) {
     if (o.save && (rc = trn_ddp_checkpoint_save(&ddp, o.save, &n.m, &opt, NULL)) != TRN_OK)
         return worker_fail(&ddp, "save", rc);
     /* results for the parent: the weights and what the ledger saw */
+    wbytes = trn_ledger_current(TRN_HOST, TRN_KIND_WEIGHTS);
+    if (o.shard == TRN_SHARD_FSDP && (rc = trn_ddp_print_memory(&ddp, "memory per rank")) != TRN_OK)
+        return worker_fail(&ddp, "memory", rc);
+    if ((rc = trn_ddp_unshard(&ddp, &n.m)) != TRN_OK) return worker_fail(&ddp, "unshard", rc); /* FSDP */
     snprintf(path, sizeof path, "%s/%s.w%d", dir, tag, ddp.rank);
     f = fopen(path, "wb");
     if (!f || fwrite(n.m.param_data, sizeof(float), n.m.n_floats, f) != n.m.n_floats) return 1;
@@ -204,9 +236,9 @@ static int worker(const char *dir, const char *tag, int argc, char **argv) {
     snprintf(path, sizeof path, "%s/%s.s%d", dir, tag, ddp.rank);
     f = fopen(path, "w");
     if (!f) return 1;
-    fprintf(f, "%zu %zu %d %zu %zu %zu\n", trn_ledger_current(TRN_HOST, TRN_KIND_OPTIM),
+    fprintf(f, "%zu %zu %d %zu %zu %zu %zu %zu\n", trn_ledger_current(TRN_HOST, TRN_KIND_OPTIM),
             trn_ledger_peak(TRN_HOST, TRN_KIND_COMM), ddp.n_buckets, n.m.n_floats, ddp.shard_hi - ddp.shard_lo,
-            trn_ledger_peak(TRN_HOST, TRN_KIND_GRADS));
+            trn_ledger_peak(TRN_HOST, TRN_KIND_GRADS), wbytes, ddp.gathered_peak);
     fclose(f);
     if ((rc = trn_ddp_barrier(&ddp)) != TRN_OK) return worker_fail(&ddp, "barrier", rc);
     trn_ddp_free(&ddp);
@@ -346,16 +378,17 @@ static float *read_weights(const char *tag, int rank, size_t n) {
     return w;
 }
 
-typedef struct stats { size_t optim, comm; int buckets; size_t n_floats, shard, grads_peak; } stats;
+typedef struct stats { size_t optim, comm; int buckets; size_t n_floats, shard, grads_peak, weights, gathered_peak; } stats;
 static int read_stats(const char *tag, int rank, stats *s) {
     char path[512];
     FILE *f;
     int k;
     snprintf(path, sizeof path, "%s/%s.s%d", g_dir, tag, rank);
     if (!(f = fopen(path, "r"))) return 0;
-    k = fscanf(f, "%zu %zu %d %zu %zu %zu", &s->optim, &s->comm, &s->buckets, &s->n_floats, &s->shard, &s->grads_peak);
+    k = fscanf(f, "%zu %zu %d %zu %zu %zu %zu %zu", &s->optim, &s->comm, &s->buckets, &s->n_floats, &s->shard,
+               &s->grads_peak, &s->weights, &s->gathered_peak);
     fclose(f);
-    return k == 6;
+    return k == 8;
 }
 
 static double max_diff(const float *a, const float *b, size_t n) {
@@ -721,6 +754,43 @@ static void test_equivalence(void) {
         free(a); free(b); free(c);
     }
     free(ref2); free(ref3); free(ref2nc);
+    /* FSDP on a model with three blocks (trn_unit): weights sharded too,
+       each block gathered just before its forward and its backward */
+    {
+        char *o_f[] = {(char *)"shard=fsdp", (char *)"blocks=1", NULL};
+        char *o_d[] = {(char *)"blocks=1", NULL};
+        stats sf;
+        float *rb2, *rb3;
+        size_t nb2, nb3, block = 4 * (NHID * NHID + NHID);
+        g_blocks = 1;
+        rb2 = reference(2, 1, &nb2);
+        rb3 = reference(3, 1, &nb3);
+        g_blocks = 0;
+        a = run_and_collect("fsdp2", 2, o_f, nb2, &sf);
+        if (a) {
+            d = max_diff(a, rb2, nb2);
+            printf("  FSDP, 2 ranks, 3 blocks: max |w - one process| = %.3g\n", d);
+            CHECK(d <= TOL, "FSDP, 2 ranks = one process (%.3g)\n", d);
+        }
+        b = run_and_collect("fsdp3", 3, o_f, nb3, &sf);
+        if (b) {
+            size_t roots = 4 * sf.n_floats - 3 * block;
+            d = max_diff(b, rb3, nb3);
+            printf("  FSDP, 3 ranks: max |w - one process| = %.3g; weights per rank %zu B (shard %zu + roots %zu), "
+                   "gathered at most %zu B (roots + %zu blocks of %zu)\n", d, sf.weights, 4 * sf.shard, roots,
+                   sf.gathered_peak, (sf.gathered_peak - roots) / block, block);
+            CHECK(d <= TOL, "FSDP, 3 ranks = one process (%.3g)\n", d);
+            CHECK(sf.weights == 4 * sf.shard + roots, "FSDP: after the step a rank holds its shard and the roots only\n");
+            CHECK(sf.gathered_peak == roots + 2 * block, "FSDP: at most two blocks gathered at once (this one, the next)\n");
+            /* the roots' gradients are written first (head) and last (first
+               layers): their staging lives through backward, blocks one at a time */
+            CHECK(sf.grads_peak == 4 * sf.shard + roots + block,
+                  "FSDP: gradients = shard + the roots' staging + one block's (%zu)\n", sf.grads_peak);
+        }
+        c = run_and_collect("ddpblocks", 3, o_d, nb3, NULL);
+        if (c && b) CHECK(max_diff(b, c, nb3) <= TOL, "FSDP = DDP on the same model (%.3g)\n", max_diff(b, c, nb3));
+        free(a); free(b); free(c); free(rb2); free(rb3);
+    }
 }
 
 static void test_checkpoint(void) {

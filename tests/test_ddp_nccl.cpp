@@ -16,6 +16,8 @@
        state per rank is one shard;
      - ZeRO-2, 3 ranks, buckets of 96 bytes reduced to their owners during
        backward (ncclReduce per owner in a group): the same reference;
+     - FSDP, 3 ranks: the weights gathered from the owners' shards
+       (ncclBroadcast per owner in a group): the same reference;
      - a rank killed with SIGKILL: the others report TRN_ERR_COMM from
        NCCL's async error and exit, no hang;
      - a rank that never answers (it sleeps before the step's loss
@@ -153,6 +155,7 @@ static int worker(const char *dir, const char *tag, int zero1, long long bucket,
         double mean = trn_item(&n.m, loss); // the mean loss over the ranks, in host memory
         W_TRY("loss all-reduce", trn_ddp_allreduce_host(&ddp, &mean, 1, 1));
     }
+    W_TRY("unshard", trn_ddp_unshard(&ddp, &n.m)); // FSDP: the whole weights again
     std::vector<float> w(n.m.n_floats);
     n.m.backend->download(w.data(), n.m.param_data, sizeof(float) * n.m.n_floats);
     char path[512];
@@ -288,6 +291,7 @@ int main(int argc, char **argv) {
         if (!strcmp(mode, "die")) return worker(argv[2], argv[3], 1, 96, -1, -1, 0);
         if (!strcmp(mode, "onegpu")) return worker(argv[2], argv[3], 0, 96, -1, -1, 20, 1);
         if (!strcmp(mode, "zero2")) return worker(argv[2], argv[3], 0, 96, -1, -1, 20, 4, TRN_SHARD_ZERO2);
+        if (!strcmp(mode, "fsdp")) return worker(argv[2], argv[3], 0, 96, -1, -1, 20, 4, TRN_SHARD_FSDP);
         return 2;
     }
     ssize_t k = readlink("/proc/self/exe", g_self, sizeof g_self - 1);
@@ -334,6 +338,9 @@ int main(int argc, char **argv) {
     }
     // ZeRO-2: buckets reduced to their owners during backward (ncclReduce in a group)
     check_run("zero2", 3, "zero2", n, ref3);
+    // FSDP (this model has no blocks: one root unit, gathered after each step
+    // by a group of ncclBroadcast from the owners)
+    check_run("fsdp", 3, "fsdp", n, ref3);
     // one visible GPU per rank (Slurm --gpus-per-task=1): local rank 1 uses device 0
     check_run("onegpu", 2, "onegpu", n, ref2);
     {   // rank 1 never answers: ranks 0 and 2 give up after TRN_DDP_TIMEOUT (2 s),
