@@ -270,6 +270,7 @@ static trn_tensor *gpt2_forward(gpt2 *g, const int *ids, int B, int T) {
     trn_tensor *x = trn_add(m, trn_embedding(m, g->wte, ids, B, T), trn_embedding(m, g->wpe, g->pos, B, T));
     for (int l = 0; l < g->cfg.n_layer; l++) {
         gpt2_block *b = &g->h[l];
+        trn_unit(m, b->ln1_w); // block l starts (FSDP gathers its weights here)
         // x = x + attn(ln_1(x)): pre-LayerNorm, the residual stays clean
         trn_tensor *h = trn_layernorm(m, x, b->ln1_w, b->ln1_b);      // (B,T,C)
         h = trn_linear(m, h, b->qkv_w, b->qkv_b);                      // (B,T,3C)
@@ -282,6 +283,7 @@ static trn_tensor *gpt2_forward(gpt2 *g, const int *ids, int B, int T) {
         h = trn_linear(m, h, b->fcp_w, b->fcp_b);                      // (B,T,C)
         x = trn_add(m, x, h);
     }
+    trn_unit(m, NULL); // out of the blocks
     x = trn_layernorm(m, x, g->lnf_w, g->lnf_b);
     // LM head tied to the token embedding: logits = x @ wte^T      (B,T,Vp)
     return trn_linear(m, x, g->wte, NULL);
@@ -809,7 +811,7 @@ static void write_plot(const char *path, const history *h, const char *title) {
 // The hyperparameters of a run, saved in every checkpoint so that
 // `--resume DIR` alone continues the same run (flags given again win).
 typedef struct run_args {
-    const char *model, *data, *bpe, *out, *resume, *init, *log, *prompt, *dump_logits;
+    const char *model, *data, *bpe, *out, *resume, *init, *log, *prompt, *dump_logits, *shard;
     long long steps;
     int batch, seq, warmup, grad_accum, eval_every, eval_batches, ckpt_every, keep, sample, threads, top_k;
     float lr, min_lr, weight_decay, clip, temperature;
@@ -862,6 +864,7 @@ static void usage(FILE *f) {
             "  --clip X           clip the global gradient norm, 0 = off [1.0]\n"
             "  --seed N           initialization, data order, sampling [1337]\n"
             "  --threads N        OpenMP threads [all cores]\n"
+            "  --shard MODE       data parallel: none (DDP) | zero1 | zero2 | fsdp [none]\n"
             "  --overfit          train on one fixed batch (the loss should go to ~0)\n"
             "evaluation, output\n"
             "  --eval-every N     validation every N steps [steps/10]\n"
@@ -962,13 +965,14 @@ int main(int argc, char **argv) {
                                            "--prompt", "--dump-logits", "--steps", "--batch", "--seq",
                                            "--grad-accum", "--warmup", "--eval-every", "--eval-batches",
                                            "--ckpt-every", "--keep", "--sample", "--top-k", "--threads", "--seed",
-                                           "--lr", "--min-lr", "--weight-decay", "--clip", "--temperature"};
+                                           "--lr", "--min-lr", "--weight-decay", "--clip", "--temperature", "--shard"};
         int known = 0;
         for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) known |= !strcmp(f, with_value[k]);
         if (!known) die("unknown %s '%s' (see --help)", strncmp(f, "--", 2) ? "argument" : "flag", f);
         if (i + 1 >= argc) die("%s needs a value (see --help)", f);
         const char *v = argv[++i];
         if (!strcmp(f, "--model")) a.model = v;
+        else if (!strcmp(f, "--shard")) a.shard = v;
         else if (!strcmp(f, "--data")) a.data = v;
         else if (!strcmp(f, "--bpe")) a.bpe = v;
         else if (!strcmp(f, "--init")) a.init = v;
@@ -1004,6 +1008,7 @@ int main(int argc, char **argv) {
     // stdout goes to /dev/null (their errors still reach stderr).
     trn_ddp_desc ddp_desc;
     memset(&ddp_desc, 0, sizeof ddp_desc);
+    if (a.shard && trn_shard_parse(a.shard, &ddp_desc.shard) != TRN_OK) die("--shard: %s", trn_error_reason());
     if (trn_ddp_init(&ddp, &ddp_desc) != TRN_OK) die("%s", trn_error_reason());
     const int W = ddp.world, main_rank = trn_ddp_is_main(&ddp);
     if (!main_rank && !freopen("/dev/null", "w", stdout)) die("rank %d: /dev/null: %s", ddp.rank, strerror(errno));
@@ -1196,6 +1201,8 @@ int main(int argc, char **argv) {
         gpt2_init_weights(&g, (uint64_t)a.seed);
     }
     if (step > a.steps) die("--steps %lld: the checkpoint is already at step %lld", a.steps, step);
+    if (W > 1 && ddp_desc.shard != TRN_SHARD_NONE && (a.ckpt_every > 0 || have_ck))
+        die("--shard %s: this program writes and resumes checkpoints of DDP runs only: add --ckpt-every 0", a.shard);
     DDP_OK(trn_ddp_attach(&ddp, &g.m)); // every rank starts from rank 0's weights
 
     // --- say what is about to happen
@@ -1239,7 +1246,9 @@ int main(int argc, char **argv) {
         }
         DDP_OK(trn_ddp_allreduce_grads(&ddp, &g.m)); // the mean gradient over the ranks
         // the mean over micro-batches: scale the summed gradients once
-        if (a.grad_accum > 1) g.m.backend->scale(g.m.grad_data, 1.0f / (float)a.grad_accum, g.m.n_floats);
+        // (ZeRO-2, FSDP: only this rank's slice of the gradients exists)
+        size_t glo = g.m.grad_lo, ghi = g.m.grad_hi ? g.m.grad_hi : g.m.n_floats;
+        if (a.grad_accum > 1) g.m.backend->scale(g.m.grad_data + glo, 1.0f / (float)a.grad_accum, ghi - glo);
         float norm;
         DDP_OK(trn_ddp_clip_grad_norm(&ddp, &g.m, a.clip, &norm));
         DDP_OK(trn_ddp_adamw_step(&ddp, &opt, &g.m, lr)); // the same step on every rank
@@ -1293,6 +1302,8 @@ int main(int argc, char **argv) {
         printf("trained steps %lld..%lld in %.1f s: loss %.4f -> %.4f, val_loss %.4f\n", first_step, a.steps, wall,
                first_loss, last_loss, val);
     printf("final val_loss %.9g\n", val);
+    if (W > 1) DDP_OK(trn_ddp_print_memory(&ddp, "memory per rank (the ledger)"));
+    DDP_OK(trn_ddp_unshard(&ddp, &g.m)); // FSDP: whole weights again, to save and sample on rank 0
     snprintf(path, sizeof path, "%s/loss.svg", a.out);
     if (main_rank) write_plot(path, &hist, title);
     if (main_rank) {
