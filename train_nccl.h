@@ -373,6 +373,33 @@ TRNDEF trn_result trn_ddp_checkpoint_save(trn_ddp *ddp, const char *path, trn_mo
 TRNDEF trn_result trn_ddp_checkpoint_load(trn_ddp *ddp, const char *path, trn_model *m,
                                           trn_adamw *opt, trn_meta *meta_out);
 
+/* Sharded checkpoints (any mode, any world size on load), as torchtitan's
+   distributed checkpoints: a DIRECTORY
+      DIR/rank-00003-of-00004.safetensors   rank 3's slice [lo,hi) (its
+            trn_comm_shard) of the flat weights ("shard.weights") and of
+            AdamW's m and v, with the caller's metadata; written by
+            trn_checkpoint_save: atomic, CRC-32C
+      DIR/manifest.json   written by rank 0 after every rank's file is on
+            disk (atomic): world size, parameter count, each file's [lo,hi)
+            and the parameter table (name, offset, shape). A directory
+            without it is an unfinished save: load refuses it.
+   Every rank writes the same amount whatever the mode (DDP's ranks write
+   their slice of the state they all hold). Load reads, on every rank, the
+   slices of the old files that meet what this rank keeps (FSDP: its shard
+   of the weights; other modes: all of them; ZeRO: its shard of m and v),
+   from as many files as the old world size had: resharding on load, so a
+   4-rank run resumes with 2. The CRC of each file read is checked. Both
+   return on every rank after all are done, with an error on all if one
+   failed. Files must be on a file system every rank sees.
+   trn_checkpoint_consolidate (one process, no ranks) merges DIR into one
+   safetensors file of the whole weights under their names, with the
+   checkpoint's metadata (tools/consolidate.c). */
+TRNDEF trn_result trn_ddp_checkpoint_save_sharded(trn_ddp *ddp, const char *dir, trn_model *m,
+                                                  const trn_adamw *opt, const trn_meta *meta);
+TRNDEF trn_result trn_ddp_checkpoint_load_sharded(trn_ddp *ddp, const char *dir, trn_model *m,
+                                                  trn_adamw *opt, trn_meta *meta_out);
+TRNDEF trn_result trn_checkpoint_consolidate(const char *dir, const char *out_path);
+
 #ifdef __cplusplus
 }
 #endif
@@ -400,6 +427,7 @@ TRNDEF trn_result trn_ddp_checkpoint_load(trn_ddp *ddp, const char *path, trn_mo
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <sched.h>
@@ -2461,6 +2489,302 @@ TRNDEF trn_result trn_ddp_checkpoint_load(trn_ddp *ddp, const char *path, trn_mo
         rc = trn_fail(TRN_ERR_MISMATCH, "%s holds optimizer slice [%zu,%zu), this rank's shard is [%zu,%zu)", mine,
                       opt->lo, opt->hi, ddp->shard_lo, ddp->shard_hi);
     return trn_ddp_agree(ddp, rc);
+}
+
+/* ---- sharded checkpoints -------------------------------------------------- */
+#define TRN__SHARDED_FORMAT "train.h sharded checkpoint 1"
+
+static void trn__sharded_file(char *buf, size_t cap, const char *dir, int rank, int world) {
+    snprintf(buf, cap, "%s/rank-%05d-of-%05d.safetensors", dir, rank, world);
+}
+
+/* rank 0: the manifest, atomically (tmp, fsync, rename, fsync the dir) */
+static trn_result trn__sharded_manifest(const trn_ddp *ddp, const char *dir, const trn_model *m) {
+    char path[1200], tmp[1300], name[64];
+    FILE *f;
+    int k, p, i;
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    if (!(f = fopen(tmp, "w"))) return trn_fail(TRN_ERR_IO, "%s: %s", tmp, strerror(errno));
+    fprintf(f, "{\n  \"format\": \"%s\",\n  \"world_size\": %d,\n  \"n_floats\": %zu,\n  \"mode\": \"%s\",\n  \"files\": [\n",
+            TRN__SHARDED_FORMAT, ddp->world, m->n_floats, trn_shard_name(ddp->desc.shard));
+    for (k = 0; k < ddp->world; k++) {
+        size_t lo, hi;
+        trn_comm_shard(m->n_floats, ddp->world, k, &lo, &hi);
+        trn__sharded_file(name, sizeof name, ".", k, ddp->world);
+        fprintf(f, "    {\"file\": \"%s\", \"lo\": %zu, \"hi\": %zu}%s\n", name + 2, lo, hi, k + 1 < ddp->world ? "," : "");
+    }
+    fprintf(f, "  ],\n  \"params\": [\n");
+    for (p = 0; p < m->n_params; p++) {
+        const trn_tensor *t = m->params[p];
+        fprintf(f, "    {\"name\": \"%s\", \"offset\": %zu, \"shape\": [", t->name, t->offset);
+        for (i = 0; i < t->ndim; i++) fprintf(f, "%s%d", i ? ", " : "", t->shape[i]);
+        fprintf(f, "]}%s\n", p + 1 < m->n_params ? "," : "");
+    }
+    fprintf(f, "  ]\n}\n");
+    if (fflush(f) != 0 || fsync(fileno(f)) != 0) {
+        fclose(f);
+        remove(tmp);
+        return trn_fail(TRN_ERR_IO, "%s: %s", tmp, strerror(errno));
+    }
+    fclose(f);
+    if (rename(tmp, path) != 0) {
+        remove(tmp);
+        return trn_fail(TRN_ERR_IO, "rename %s: %s", path, strerror(errno));
+    }
+    return trn__fsync_dir(path);
+}
+
+TRNDEF trn_result trn_ddp_checkpoint_save_sharded(trn_ddp *ddp, const char *dir, trn_model *m, const trn_adamw *opt,
+                                                  const trn_meta *meta) {
+    trn_result rc = TRN_OK;
+    trn_model t;
+    trn_adamw o;
+    trn_meta *mm = NULL;
+    char path[1200];
+    size_t n;
+    int p;
+    if (!ddp || !dir || !m || m != ddp->model) return trn_fail(TRN_ERR_INVALID, "trn_ddp_checkpoint_save_sharded: not the attached model");
+    if (ddp->error) return trn__ddp_sticky(ddp);
+    n = ddp->shard_hi - ddp->shard_lo;
+    for (p = 0; p < m->n_params; p++)
+        if (strchr(m->params[p]->name, '"') || strchr(m->params[p]->name, '\\'))
+            rc = trn_fail(TRN_ERR_INVALID, "sharded checkpoint: parameter name %s has a quote or backslash", m->params[p]->name);
+    if (rc == TRN_OK && n == 0) rc = trn_fail(TRN_ERR_INVALID, "rank %d: sharded checkpoint: an empty shard (%zu parameters, %d ranks)",
+                                              ddp->rank, m->n_floats, ddp->world);
+    if (rc == TRN_OK && mkdir(dir, 0777) != 0 && errno != EEXIST) rc = trn_fail(TRN_ERR_IO, "mkdir %s: %s", dir, strerror(errno));
+    if (rc == TRN_OK && opt && opt->m && (opt->lo > ddp->shard_lo || opt->hi < ddp->shard_hi))
+        rc = trn_fail(TRN_ERR_INVALID, "rank %d: the optimizer holds [%zu,%zu), not this rank's shard [%zu,%zu)", ddp->rank,
+                      opt->lo, opt->hi, ddp->shard_lo, ddp->shard_hi);
+    if (rc == TRN_OK && !(mm = (trn_meta *)trn_alloc(sizeof(trn_meta), TRN_KIND_TEMP))) rc = TRN_ERR_NOMEM;
+    if (rc == TRN_OK) { /* a model of one tensor: this rank's slice of the weights */
+        if (meta) *mm = *meta; else memset(mm, 0, sizeof *mm);
+        trn_meta_set_u64(mm, "shard.lo", ddp->shard_lo);
+        trn_meta_set_u64(mm, "shard.hi", ddp->shard_hi);
+        trn_meta_set_u64(mm, "shard.n_floats", m->n_floats);
+        trn_meta_set_u64(mm, "shard.world_size", (uint64_t)ddp->world);
+        trn_meta_set_u64(mm, "shard.rank", (uint64_t)ddp->rank);
+        trn_model_init(&t, m->backend);
+        trn_param1(&t, "shard.weights", (int)n);
+        if ((rc = trn_model_alloc(&t)) == TRN_OK) {
+            m->backend->copy(t.param_data, m->param_data + ddp->shard_lo, n * sizeof(float));
+            if (opt && opt->m) { /* its slice of the moments, as an optimizer of the shard */
+                o = *opt;
+                o.m = opt->m + (ddp->shard_lo - opt->lo);
+                o.v = opt->v + (ddp->shard_lo - opt->lo);
+                o.lo = 0;
+                o.hi = n;
+            } else if (opt) {
+                o = *opt;
+                o.lo = 0; o.hi = n;
+            }
+            trn__sharded_file(path, sizeof path, dir, ddp->rank, ddp->world);
+            rc = trn_checkpoint_save(path, &t, opt ? &o : NULL, mm);
+        }
+        trn_model_free(&t);
+    }
+    trn_free(mm);
+    if ((rc = trn_ddp_agree(ddp, rc)) != TRN_OK) return rc; /* every file is on disk */
+    rc = ddp->rank == 0 ? trn__sharded_manifest(ddp, dir, m) : TRN_OK;
+    return trn_ddp_agree(ddp, rc);
+}
+
+/* the manifest: world size and parameter count; the parameter table must
+   be the model's (names, offsets, shapes) */
+static trn_result trn__sharded_read_manifest(const char *dir, const trn_model *m, int *world, size_t *n_floats,
+                                             char **text_out) {
+    char path[1200], *text, line[1200];
+    FILE *f;
+    long len;
+    const char *q;
+    int p, i;
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    if (!(f = fopen(path, "rb")))
+        return trn_fail(TRN_ERR_IO, "%s: %s (no manifest: not a sharded checkpoint, or its save did not finish)", path,
+                        strerror(errno));
+    fseek(f, 0, SEEK_END);
+    len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    text = (char *)malloc((size_t)(len > 0 ? len : 0) + 1);
+    if (!text || len <= 0 || fread(text, 1, (size_t)len, f) != (size_t)len) {
+        fclose(f);
+        free(text);
+        return trn_fail(TRN_ERR_IO, "%s: cannot read", path);
+    }
+    fclose(f);
+    text[len] = 0;
+    if (!strstr(text, TRN__SHARDED_FORMAT) || !(q = strstr(text, "\"world_size\": ")) || sscanf(q + 14, "%d", world) != 1 ||
+        *world < 1 || !(q = strstr(text, "\"n_floats\": ")) || sscanf(q + 12, "%zu", n_floats) != 1) {
+        free(text);
+        return trn_fail(TRN_ERR_FORMAT, "%s: not a train.h sharded checkpoint manifest", path);
+    }
+    for (p = 0; m && p < m->n_params; p++) { /* the table, line by line */
+        const trn_tensor *t = m->params[p];
+        size_t n = (size_t)snprintf(line, sizeof line, "{\"name\": \"%s\", \"offset\": %zu, \"shape\": [", t->name, t->offset);
+        for (i = 0; i < t->ndim; i++) n += (size_t)snprintf(line + n, sizeof line - n, "%s%d", i ? ", " : "", t->shape[i]);
+        snprintf(line + n, sizeof line - n, "]}");
+        if (!strstr(text, line)) {
+            free(text);
+            return trn_fail(TRN_ERR_MISMATCH, "%s: no parameter %s at offset %zu with this shape: another model", path, t->name,
+                            t->offset);
+        }
+    }
+    if (m && *n_floats != m->n_floats) {
+        free(text);
+        return trn_fail(TRN_ERR_MISMATCH, "%s: %zu parameters, the model has %zu", path, *n_floats, m->n_floats);
+    }
+    if (text_out) *text_out = text; else free(text);
+    return TRN_OK;
+}
+
+/* copy the part of old file k's tensor `name` that meets [lo,hi) to
+   dst + (j - lo) in backend memory (tensor element 0 is global a) */
+static trn_result trn__sharded_take(trn_safetensors *f, const char *name, size_t a, size_t b, size_t lo, size_t hi,
+                                    float *dst, const trn_backend *be, float **host, size_t *host_cap) {
+    const trn_st_tensor *t = trn_safetensors_find(f, name);
+    size_t x = TRN__DIST_MAX(a, lo), y = TRN__DIST_MIN(b, hi);
+    trn_result rc;
+    if (x >= y) return TRN_OK;
+    if (!t) return trn_fail(TRN_ERR_FORMAT, "%s: no tensor %s", f->path, name);
+    if (t->numel != b - a) return trn_fail(TRN_ERR_FORMAT, "%s: %s has %zu elements, the manifest says %zu", f->path, name,
+                                               (size_t)t->numel, b - a);
+    if (*host_cap < b - a) {
+        trn_free(*host);
+        *host_cap = 0;
+        if (!(*host = (float *)trn_alloc((b - a) * sizeof(float), TRN_KIND_TEMP))) return TRN_ERR_NOMEM;
+        *host_cap = b - a;
+    }
+    if ((rc = trn_safetensors_read(f, t, *host)) != TRN_OK) return rc;
+    be->upload(dst + (x - lo), *host + (x - a), (y - x) * sizeof(float));
+    return TRN_OK;
+}
+
+TRNDEF trn_result trn_ddp_checkpoint_load_sharded(trn_ddp *ddp, const char *dir, trn_model *m, trn_adamw *opt,
+                                                  trn_meta *meta_out) {
+    trn_result rc;
+    int W0 = 0, k, i;
+    size_t N = 0, wlo, whi, olo, ohi, host_cap = 0;
+    float *host = NULL;
+    char path[1200];
+    uint64_t step = 0;
+    if (!ddp || !dir || !m || m != ddp->model) return trn_fail(TRN_ERR_INVALID, "trn_ddp_checkpoint_load_sharded: not the attached model");
+    if (ddp->error) return trn__ddp_sticky(ddp);
+    rc = trn__sharded_read_manifest(dir, m, &W0, &N, NULL);
+    /* what this rank keeps: FSDP its shard of the weights, the others all;
+       ZeRO (and FSDP) its shard of m and v, DDP all of them */
+    wlo = ddp->units ? ddp->shard_lo : 0; whi = ddp->units ? ddp->shard_hi : m->n_floats;
+    olo = ddp->desc.zero1 ? ddp->shard_lo : 0; ohi = ddp->desc.zero1 ? ddp->shard_hi : m->n_floats;
+    if (rc == TRN_OK && opt) {
+        if (opt->m && (opt->lo != olo || opt->hi != ohi)) {
+            trn_adamw_free(opt);
+        }
+        if (!opt->m) {
+            opt->backend = m->backend;
+            opt->lo = olo; opt->hi = ohi;
+            opt->m = (float *)m->backend->alloc((ohi - olo) * sizeof(float), TRN_KIND_OPTIM);
+            opt->v = opt->m ? (float *)m->backend->alloc((ohi - olo) * sizeof(float), TRN_KIND_OPTIM) : NULL;
+            if (!opt->m || !opt->v) rc = trn_fail(TRN_ERR_NOMEM, "rank %d: optimizer state: %s", ddp->rank, trn_error_reason());
+        }
+    }
+    for (k = 0; rc == TRN_OK && k < W0; k++) {
+        trn_safetensors f;
+        size_t a, b;
+        trn_comm_shard(N, W0, k, &a, &b);
+        if (!((a < whi && b > wlo) || (opt && a < ohi && b > olo) || (k == 0 && meta_out))) continue;
+        trn__sharded_file(path, sizeof path, dir, k, W0);
+        if ((rc = trn_safetensors_open(&f, path)) != TRN_OK) break;
+        if ((rc = trn_safetensors_verify(&f)) == TRN_OK) {
+            const char *lo_s = trn_safetensors_meta(&f, "shard.lo"), *hi_s = trn_safetensors_meta(&f, "shard.hi");
+            if (!lo_s || !hi_s || strtoull(lo_s, NULL, 10) != a || strtoull(hi_s, NULL, 10) != b)
+                rc = trn_fail(TRN_ERR_FORMAT, "%s: holds another slice than the manifest's [%zu,%zu)", path, a, b);
+        }
+        if (rc == TRN_OK) rc = trn__sharded_take(&f, "shard.weights", a, b, wlo, whi, m->param_data + wlo, m->backend, &host,
+                                                 &host_cap);
+        if (rc == TRN_OK && opt) rc = trn__sharded_take(&f, "optim.m", a, b, olo, ohi, opt->m, m->backend, &host, &host_cap);
+        if (rc == TRN_OK && opt) rc = trn__sharded_take(&f, "optim.v", a, b, olo, ohi, opt->v, m->backend, &host, &host_cap);
+        if (rc == TRN_OK && k == 0) {
+            const char *st = trn_safetensors_meta(&f, "trn.optim.step");
+            step = st ? strtoull(st, NULL, 10) : 0;
+            if (meta_out) {
+                memset(meta_out, 0, sizeof *meta_out);
+                for (i = 0; i < f.n_meta; i++)
+                    if (strncmp(f.meta_key[i], "trn.", 4) != 0 && strncmp(f.meta_key[i], "shard.", 6) != 0)
+                        trn_meta_set(meta_out, f.meta_key[i], f.meta_val[i]);
+            }
+        }
+        trn_safetensors_close(&f);
+    }
+    trn_free(host);
+    if (rc == TRN_OK && opt) opt->step = (long long)step;
+    if (rc == TRN_OK && ddp->units) { /* FSDP: the whole weights held now are stale */
+        if ((rc = trn__fsdp_release_but(ddp, -1, -1)) == TRN_OK) rc = trn__fsdp_regather_roots(ddp);
+    }
+    m->backend->sync();
+    return trn_ddp_agree(ddp, rc);
+}
+
+TRNDEF trn_result trn_checkpoint_consolidate(const char *dir, const char *out_path) {
+    trn_result rc;
+    trn_model t;
+    trn_meta meta;
+    char *text = NULL, path[1200];
+    const char *q;
+    int W0 = 0, k, i;
+    size_t N = 0, host_cap = 0;
+    float *host = NULL;
+    if (!dir || !out_path) return trn_fail(TRN_ERR_INVALID, "trn_checkpoint_consolidate: NULL argument");
+    if ((rc = trn__sharded_read_manifest(dir, NULL, &W0, &N, &text)) != TRN_OK) return rc;
+    /* the parameter table, one line per parameter */
+    trn_model_init(&t, NULL);
+    memset(&meta, 0, sizeof meta);
+    for (q = strstr(text, "{\"name\": \""); q && rc == TRN_OK; q = strstr(q + 1, "{\"name\": \"")) {
+        char name[64];
+        size_t off;
+        int shape[TRN_MAX_DIMS], nd = 0;
+        const char *e = strchr(q + 10, '"'), *s;
+        if (!e || (size_t)(e - q - 10) >= sizeof name || !(s = strstr(e, "\"offset\": ")) || sscanf(s + 10, "%zu", &off) != 1 ||
+            !(s = strchr(s, '['))) {
+            rc = trn_fail(TRN_ERR_FORMAT, "%s/manifest.json: a parameter line it cannot read", dir);
+            break;
+        }
+        memcpy(name, q + 10, (size_t)(e - q - 10));
+        name[e - q - 10] = 0;
+        for (s++; nd < TRN_MAX_DIMS && *s != ']';) {
+            char *end;
+            long v = strtol(s, &end, 10);
+            if (end == s || v < 0) break;
+            shape[nd++] = (int)v;
+            s = end;
+            while (*s == ',' || *s == ' ') s++;
+        }
+        if (*s != ']' || nd == 0) { rc = trn_fail(TRN_ERR_FORMAT, "%s/manifest.json: the shape of %s", dir, name); break; }
+        trn_param(&t, name, nd, shape);
+        if (t.params[t.n_params - 1]->offset != off)
+            rc = trn_fail(TRN_ERR_FORMAT, "%s/manifest.json: %s at offset %zu, expected %zu (a gap or another order)", dir, name,
+                          off, t.params[t.n_params - 1]->offset);
+    }
+    free(text);
+    if (rc == TRN_OK && t.n_floats != N) rc = trn_fail(TRN_ERR_FORMAT, "%s/manifest.json: parameters add up to %zu, not %zu", dir,
+                                                       t.n_floats, N);
+    if (rc == TRN_OK) rc = trn_model_alloc(&t);
+    for (k = 0; rc == TRN_OK && k < W0; k++) {
+        trn_safetensors f;
+        size_t a, b;
+        trn_comm_shard(N, W0, k, &a, &b);
+        trn__sharded_file(path, sizeof path, dir, k, W0);
+        if ((rc = trn_safetensors_open(&f, path)) != TRN_OK) break;
+        if ((rc = trn_safetensors_verify(&f)) == TRN_OK)
+            rc = trn__sharded_take(&f, "shard.weights", a, b, 0, N, t.param_data, t.backend, &host, &host_cap);
+        if (rc == TRN_OK && k == 0)
+            for (i = 0; i < f.n_meta; i++)
+                if (strncmp(f.meta_key[i], "trn.", 4) != 0 && strncmp(f.meta_key[i], "shard.", 6) != 0)
+                    trn_meta_set(&meta, f.meta_key[i], f.meta_val[i]);
+        trn_safetensors_close(&f);
+    }
+    trn_free(host);
+    if (rc == TRN_OK) rc = trn_safetensors_save(out_path, &t, &meta);
+    trn_model_free(&t);
+    return rc;
 }
 
 #ifdef __cplusplus

@@ -141,6 +141,7 @@ static void batch(long long k, int rows, float *x, int *y) {
 typedef struct wopts {
     int zero1, no_overlap, steps, clip;
     trn_shard_mode shard;
+    int sharded, save_at, global; /* sharded checkpoints; save after step save_at; rows per step over all ranks */
     int kill_rank, kill_at, stop_rank, stop_at; /* rank:step */
     long long bucket;
     double timeout;
@@ -162,7 +163,7 @@ static int worker(const char *dir, const char *tag, int argc, char **argv) {
     net n;
     trn_result rc;
     float x[ROWS * NIN];
-    int y[ROWS], i, step, start = 0;
+    int y[ROWS], i, step, start = 0, rows;
     size_t wbytes;
     char path[512];
     FILE *f;
@@ -181,6 +182,9 @@ static int worker(const char *dir, const char *tag, int argc, char **argv) {
         else if (!strncmp(a, "stop=", 5)) sscanf(a + 5, "%d:%d", &o.stop_rank, &o.stop_at);
         else if (!strncmp(a, "clip=", 5)) o.clip = atoi(a + 5);
         else if (!strncmp(a, "save=", 5)) o.save = a + 5;
+        else if (!strncmp(a, "sharded=", 8)) o.sharded = atoi(a + 8);
+        else if (!strncmp(a, "saveat=", 7)) o.save_at = atoi(a + 7);
+        else if (!strncmp(a, "global=", 7)) o.global = atoi(a + 7);
         else if (!strncmp(a, "load=", 5)) o.load = a + 5;
         else { fprintf(stderr, "worker: unknown option %s\n", a); return 2; }
     }
@@ -200,19 +204,26 @@ static int worker(const char *dir, const char *tag, int argc, char **argv) {
     trn_adamw_init(&opt, NULL);
     if (o.load) {
         trn_meta meta;
-        if ((rc = trn_ddp_checkpoint_load(&ddp, o.load, &n.m, &opt, &meta)) != TRN_OK) return worker_fail(&ddp, "load", rc);
+        rc = o.sharded ? trn_ddp_checkpoint_load_sharded(&ddp, o.load, &n.m, &opt, &meta)
+                       : trn_ddp_checkpoint_load(&ddp, o.load, &n.m, &opt, &meta);
+        if (rc != TRN_OK) return worker_fail(&ddp, "load", rc);
         start = (int)opt.step;
     }
+    /* global=G: G rows per step over all ranks (G/W each), so runs with
+       different world sizes see the same global batches */
+    rows = o.global ? o.global / ddp.world : ROWS;
+    if (rows < 1 || rows > ROWS || rows * ddp.world != (o.global ? o.global : rows * ddp.world)) return 2;
+    if (!o.save_at) o.save_at = o.steps;
     for (step = start; step < o.steps; step++) {
         trn_tensor *loss;
         double l;
         float norm = 0.0f;
         if (step == o.kill_at && ddp.rank == o.kill_rank) raise(SIGKILL); /* as kill -9 */
         if (step == o.stop_at && ddp.rank == o.stop_rank) raise(SIGSTOP); /* a hang */
-        batch(trn_ddp_batch_index(&ddp, step), ROWS, x, y);
+        batch(trn_ddp_batch_index(&ddp, step), rows, x, y);
         trn_zero_grad(&n.m);
         trn_reset(&n.m);
-        loss = net_forward(&n, x, y, ROWS);
+        loss = net_forward(&n, x, y, rows);
         trn_backward(&n.m, loss);
         if ((rc = trn_ddp_allreduce_grads(&ddp, &n.m)) != TRN_OK) return worker_fail(&ddp, "allreduce", rc);
         if ((rc = trn_ddp_clip_grad_norm(&ddp, &n.m, o.clip ? 1.0f : 0.0f, &norm)) != TRN_OK)
@@ -220,10 +231,13 @@ static int worker(const char *dir, const char *tag, int argc, char **argv) {
         if ((rc = trn_ddp_adamw_step(&ddp, &opt, &n.m, 0.02f)) != TRN_OK) return worker_fail(&ddp, "adamw", rc);
         l = trn_item(&n.m, loss);
         if ((rc = trn_ddp_allreduce_host(&ddp, &l, 1, 1)) != TRN_OK) return worker_fail(&ddp, "loss", rc);
-        trn_ddp_log(&ddp, "step %d loss %.6f norm %.4f\n", step, l, norm);
+        trn_ddp_log(&ddp, "step %d loss %.9f norm %.4f\n", step, l, norm);
+        if (o.save && step + 1 == o.save_at) {
+            rc = o.sharded ? trn_ddp_checkpoint_save_sharded(&ddp, o.save, &n.m, &opt, NULL)
+                           : trn_ddp_checkpoint_save(&ddp, o.save, &n.m, &opt, NULL);
+            if (rc != TRN_OK) return worker_fail(&ddp, "save", rc);
+        }
     }
-    if (o.save && (rc = trn_ddp_checkpoint_save(&ddp, o.save, &n.m, &opt, NULL)) != TRN_OK)
-        return worker_fail(&ddp, "save", rc);
     /* results for the parent: the weights and what the ledger saw */
     wbytes = trn_ledger_current(TRN_HOST, TRN_KIND_WEIGHTS);
     if (o.shard == TRN_SHARD_FSDP && (rc = trn_ddp_print_memory(&ddp, "memory per rank")) != TRN_OK)
@@ -793,6 +807,116 @@ static void test_equivalence(void) {
     }
 }
 
+/* rank 0's logged losses "step K loss X" of a run: loss[K] (NAN: absent) */
+static int read_losses(const char *tag, double *loss, int cap) {
+    char path[512], line[256];
+    FILE *f;
+    int k, n = 0;
+    double v;
+    for (k = 0; k < cap; k++) loss[k] = NAN;
+    snprintf(path, sizeof path, "%s/%s.log0", g_dir, tag);
+    if (!(f = fopen(path, "r"))) return 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "step %d loss %lf", &k, &v) == 2 && k >= 0 && k < cap) { loss[k] = v; n++; }
+    fclose(f);
+    return n;
+}
+
+/* Sharded checkpoints: FSDP at 4 ranks saves at step 4 and goes on to 8;
+   resumed from that directory at 4 ranks it ends bit for bit the same; at
+   2 ranks (FSDP) and at 3 (ZeRO-1) it reshards on load and follows the
+   same loss curve to float tolerance (every run sees the same 12 rows per
+   step, split over its ranks). The consolidated file holds the weights. */
+static void test_checkpoint_sharded(void) {
+    char save[600], load[600], path[700], buf[4096];
+    char *o_a[] = {(char *)"shard=fsdp", (char *)"blocks=1", (char *)"global=12", (char *)"sharded=1", (char *)"saveat=4", save, NULL};
+    char *o_b[] = {(char *)"shard=fsdp", (char *)"blocks=1", (char *)"global=12", (char *)"sharded=1", load, NULL};
+    char *o_z[] = {(char *)"shard=zero1", (char *)"blocks=1", (char *)"global=12", (char *)"sharded=1", load, NULL};
+    char *o_d[] = {(char *)"blocks=1", (char *)"global=12", (char *)"sharded=1", load, NULL};
+    double la[STEPS], lb[STEPS], lz[STEPS], dl = 0;
+    float *a, *c, *b, *z, *dd;
+    size_t n;
+    int k, ok = 1;
+    job j;
+    {
+        net tmp;
+        g_blocks = 1;
+        net_build(&tmp, 1);
+        n = tmp.m.n_floats;
+        trn_model_free(&tmp.m);
+        g_blocks = 0;
+    }
+    snprintf(save, sizeof save, "save=%s/sh4", g_dir);
+    snprintf(load, sizeof load, "load=%s/sh4", g_dir);
+    a = run_and_collect("sh_a", 4, o_a, n, NULL);
+    snprintf(path, sizeof path, "%s/sh4/manifest.json", g_dir);
+    CHECK(access(path, F_OK) == 0, "a manifest after the save\n");
+    snprintf(path, sizeof path, "%s/sh4/rank-00003-of-00004.safetensors", g_dir);
+    CHECK(trn_checkpoint_verify(path) == TRN_OK, "rank 3 wrote its shard, checksummed: %s\n", trn_error_reason());
+    c = run_and_collect("sh_c", 4, o_b, n, NULL);
+    CHECK(a && c && memcmp(a, c, n * sizeof(float)) == 0, "FSDP 4 ranks: 4 steps + sharded checkpoint + 4 steps = 8 steps (bitwise)\n");
+    b = run_and_collect("sh_b", 2, o_b, n, NULL);
+    z = run_and_collect("sh_z", 3, o_z, n, NULL);
+    dd = run_and_collect("sh_d", 2, o_d, n, NULL);
+    read_losses("sh_a", la, STEPS);
+    read_losses("sh_b", lb, STEPS);
+    read_losses("sh_z", lz, STEPS);
+    for (k = 4; k < STEPS; k++) {
+        ok &= !isnan(la[k]) && !isnan(lb[k]) && !isnan(lz[k]);
+        dl = fmax(dl, fmax(fabs(la[k] - lb[k]), fabs(la[k] - lz[k])));
+    }
+    printf("  resumed at 2 ranks (FSDP) and 3 (ZeRO-1) from a 4-rank FSDP checkpoint: max |loss - 4-rank loss| = %.3g, "
+           "max |w - 4-rank w| = %.3g, %.3g\n", dl, a && b ? max_diff(a, b, n) : -1.0, a && z ? max_diff(a, z, n) : -1.0);
+    CHECK(ok && dl <= 1e-5, "the 2- and 3-rank continuations log the 4-rank losses (max diff %.3g)\n", dl);
+    CHECK(a && b && max_diff(a, b, n) <= TOL, "FSDP 4 -> 2 ranks: the 4-rank weights at step 8\n");
+    CHECK(a && z && max_diff(a, z, n) <= TOL, "FSDP 4 ranks -> ZeRO-1 3 ranks: the same weights\n");
+    CHECK(a && dd && max_diff(a, dd, n) <= TOL, "FSDP 4 ranks -> DDP 2 ranks: the same weights\n");
+    {   /* consolidated: the whole weights under their names = 4 steps of a 2-rank run */
+        char *o_4[] = {(char *)"shard=fsdp", (char *)"blocks=1", (char *)"global=12", (char *)"sharded=1", (char *)"steps=4", save, NULL};
+        float *w4, *got;
+        trn_safetensors f;
+        int same = 1, p, found = 0;
+        net tmp;
+        snprintf(save, sizeof save, "save=%s/sh2", g_dir);
+        w4 = run_and_collect("sh_4", 2, o_4, n, NULL);
+        snprintf(path, sizeof path, "%s/sh2", g_dir);
+        snprintf(buf, sizeof buf, "%s/model.safetensors", g_dir);
+        CHECK(trn_checkpoint_consolidate(path, buf) == TRN_OK, "consolidate: %s\n", trn_error_reason());
+        g_blocks = 1;
+        net_build(&tmp, 1);
+        g_blocks = 0;
+        got = (float *)calloc(n, sizeof(float));
+        if (w4 && got && trn_safetensors_open(&f, buf) == TRN_OK) {
+            for (p = 0; p < tmp.m.n_params; p++) {
+                const trn_st_tensor *t = trn_safetensors_find(&f, tmp.m.params[p]->name);
+                if (!t || t->numel != tmp.m.params[p]->size || t->ndim != tmp.m.params[p]->ndim) { same = 0; continue; }
+                found++;
+                same &= trn_safetensors_read(&f, t, got + tmp.m.params[p]->offset) == TRN_OK;
+            }
+            same &= trn_safetensors_verify(&f) == TRN_OK;
+            trn_safetensors_close(&f);
+            same &= memcmp(w4, got, n * sizeof(float)) == 0;
+        } else same = 0;
+        CHECK(same && found == tmp.m.n_params, "model.safetensors: %d tensors under their names and shapes, the run's weights bit for bit\n",
+              found);
+        snprintf(path, sizeof path, "%s/sh2/manifest.json", g_dir);
+        remove(path);
+        snprintf(path, sizeof path, "%s/sh2", g_dir);
+        CHECK(trn_checkpoint_consolidate(path, buf) == TRN_ERR_IO && strstr(trn_error_reason(), "no manifest"),
+              "without a manifest (an unfinished save) it is refused: %s\n", trn_error_reason());
+        trn_model_free(&tmp.m);
+        free(w4); free(got);
+    }
+    {   /* a checkpoint of another model is refused on every rank */
+        char *o_x[] = {(char *)"shard=fsdp", (char *)"global=12", (char *)"sharded=1", load, NULL}; /* no blocks */
+        run_job(&j, "sh_x", 2, o_x);
+        read_log("sh_x", 1, buf, sizeof buf);
+        CHECK(exited_with(&j, 0, 1) && exited_with(&j, 1, 1) && strstr(buf, "TRN_ERR_MISMATCH"),
+              "another model's sharded checkpoint is refused: %s\n", last_line(buf));
+    }
+    free(a); free(b); free(c); free(z); free(dd);
+}
+
 static void test_checkpoint(void) {
     size_t n = 0;
     float *full, *resumed;
@@ -946,6 +1070,7 @@ int main(int argc, char **argv) {
         printf("  (equivalence: %.1f s)\n", trn__dist_now() - t);
         t = trn__dist_now();
         test_checkpoint();
+        test_checkpoint_sharded();
         printf("  (checkpoints: %.1f s)\n", trn__dist_now() - t);
         t = trn__dist_now();
         test_faults();
