@@ -924,6 +924,51 @@ static void next_batch(trn_loader *ld, int *x, int *y, int *skip_x, int *skip_y)
     for (int r = 0; r < ddp.world; r++) trn_loader_next(ld, r == ddp.rank ? x : skip_x, r == ddp.rank ? y : skip_y);
 }
 
+// >>sharded: checkpoints of a --shard run. Every rank holds only part of
+// the state, so every rank writes its slice: DIR/ckpt_<step>.shards/ holds
+// one file per rank and, written last, manifest.json (train_nccl.h's
+// trn_ddp_checkpoint_save_sharded). tools/consolidate merges one into a
+// model.safetensors.
+// the newest DIR/ckpt_*.shards whose save finished (has its manifest), or ""
+static void latest_shards(const char *dir, char *out, size_t cap) {
+    glob_t gl;
+    char pat[1100];
+    out[0] = 0;
+    snprintf(pat, sizeof pat, "%s/ckpt_*.shards/manifest.json", dir);
+    if (glob(pat, 0, NULL, &gl) == 0 && gl.gl_pathc > 0) {
+        snprintf(out, cap, "%s", gl.gl_pathv[gl.gl_pathc - 1]); // zero-padded steps: the last is the newest
+        *strrchr(out, '/') = 0;
+    }
+    globfree(&gl);
+}
+
+// rank 0's file of a sharded checkpoint: its metadata has the run's flags
+static int shards_rank0(const char *sdir, char *out, size_t cap) {
+    glob_t gl;
+    char pat[1100];
+    int found = 0;
+    snprintf(pat, sizeof pat, "%s/rank-00000-of-*.safetensors", sdir);
+    if (glob(pat, 0, NULL, &gl) == 0 && gl.gl_pathc == 1) { snprintf(out, cap, "%s", gl.gl_pathv[0]); found = 1; }
+    globfree(&gl);
+    return found;
+}
+
+// rank 0, after a save: only the newest `keep` sharded checkpoints stay
+static void prune_shards(const char *dir, int keep) {
+    glob_t gl, files;
+    char pat[1100];
+    snprintf(pat, sizeof pat, "%s/ckpt_*.shards", dir);
+    if (glob(pat, 0, NULL, &gl) != 0) return;
+    for (size_t i = 0; keep > 0 && i + (size_t)keep < gl.gl_pathc; i++) {
+        snprintf(pat, sizeof pat, "%s/*", gl.gl_pathv[i]);
+        if (glob(pat, 0, NULL, &files) == 0)
+            for (size_t k = 0; k < files.gl_pathc; k++) remove(files.gl_pathv[k]);
+        globfree(&files);
+        rmdir(gl.gl_pathv[i]);
+    }
+    globfree(&gl);
+}
+
 // the validation loss: each rank its share of the batches, the mean over ranks
 static float validate(gpt2 *g, trn_loader *ld, int overfit, int n, int *x, int *y, int B, int T) {
     double v = evaluate(g, ld, overfit, n, x, y, B, T, ddp.rank, ddp.world);
@@ -1015,13 +1060,21 @@ int main(int argc, char **argv) {
     if (W > 1) printf("ddp: %d ranks started by %s, communicator %s\n", W, ddp.env.launcher, ddp.comm.name);
 
     // --- resume: find the checkpoint, read its model config and run flags
-    char ckpt_path[1024] = "";
+    char ckpt_path[1024] = "", shards_dir[1024] = "";
     trn_safetensors ck;
     int have_ck = 0;
     if (a.resume) {
         struct stat st;
         if (stat(a.resume, &st) != 0) die("--resume %s: %s", a.resume, strerror(errno));
-        if (S_ISDIR(st.st_mode)) {
+        if (S_ISDIR(st.st_mode)) { // a sharded checkpoint itself, or a run directory with some
+            snprintf(ckpt_path, sizeof ckpt_path, "%s/manifest.json", a.resume);
+            if (stat(ckpt_path, &st) == 0) snprintf(shards_dir, sizeof shards_dir, "%s", a.resume);
+            else latest_shards(a.resume, shards_dir, sizeof shards_dir);
+            ckpt_path[0] = 0;
+        }
+        if (shards_dir[0]) {
+            if (!shards_rank0(shards_dir, ckpt_path, sizeof ckpt_path)) die("--resume %s: no rank-00000 file", shards_dir);
+        } else if (S_ISDIR(st.st_mode)) {
             long long s;
             trn_result r = trn_checkpoint_latest(a.resume, ckpt_path, sizeof ckpt_path, &s);
             if (r != TRN_OK) die("--resume %s: %s", a.resume, trn_error_reason());
@@ -1171,10 +1224,17 @@ int main(int argc, char **argv) {
     history hist;
     memset(&hist, 0, sizeof hist);
 
+    int attached = 0;
     if (have_ck) {
         trn_safetensors_close(&ck);
         trn_meta meta;
-        if (trn_checkpoint_load(ckpt_path, &g.m, &opt, &meta) != TRN_OK)
+        if (shards_dir[0]) { // every rank reads the slices it keeps
+            DDP_OK(trn_ddp_attach(&ddp, &g.m));
+            attached = 1;
+            if (trn_ddp_checkpoint_load_sharded(&ddp, shards_dir, &g.m, &opt, &meta) != TRN_OK)
+                die("--resume %s: %s", shards_dir, trn_error_reason());
+            snprintf(ckpt_path, sizeof ckpt_path, "%s", shards_dir);
+        } else if (trn_checkpoint_load(ckpt_path, &g.m, &opt, &meta) != TRN_OK)
             die("--resume %s: %s", ckpt_path, trn_error_reason());
         if (trn_ddp_meta_check(&ddp, &meta, ckpt_path) != TRN_OK) die("--resume: %s", trn_error_reason());
         uint64_t u;
@@ -1201,9 +1261,12 @@ int main(int argc, char **argv) {
         gpt2_init_weights(&g, (uint64_t)a.seed);
     }
     if (step > a.steps) die("--steps %lld: the checkpoint is already at step %lld", a.steps, step);
-    if (W > 1 && ddp_desc.shard != TRN_SHARD_NONE && (a.ckpt_every > 0 || have_ck))
-        die("--shard %s: this program writes and resumes checkpoints of DDP runs only: add --ckpt-every 0", a.shard);
-    DDP_OK(trn_ddp_attach(&ddp, &g.m)); // every rank starts from rank 0's weights
+    // --shard (several ranks): no rank holds the whole state; every rank writes its slice
+    const int sharded_ckpt = W > 1 && ddp_desc.shard != TRN_SHARD_NONE;
+    if (have_ck && !shards_dir[0] && sharded_ckpt)
+        die("--resume %s: a whole-state checkpoint; a --shard %s run resumes from a sharded one (ckpt_*.shards)", ckpt_path,
+            a.shard);
+    if (!attached) DDP_OK(trn_ddp_attach(&ddp, &g.m)); // every rank starts from rank 0's weights
 
     // --- say what is about to happen
     printf("model: L=%d heads=%d C=%d context=%d vocab=%d (padded %d), %.2fM parameters, backend %s\n", cfg.n_layer,
@@ -1272,7 +1335,7 @@ int main(int argc, char **argv) {
             snprintf(path, sizeof path, "%s/loss.svg", a.out);
             if (main_rank) write_plot(path, &hist, title);
         }
-        if (main_rank && a.ckpt_every > 0 && (step % a.ckpt_every == 0 || step == a.steps)) {
+        if ((main_rank || sharded_ckpt) && a.ckpt_every > 0 && (step % a.ckpt_every == 0 || step == a.steps)) {
             // everything the next step depends on: weights, AdamW (in the
             // file's tensors), step, RNG, data position, flags (metadata)
             trn_meta meta;
@@ -1282,7 +1345,8 @@ int main(int argc, char **argv) {
             // the world size (trn_ddp_meta_set's key; no "ddp.zero1": this
             // program does plain DDP, and the table holds 32 keys): resume
             // with another is refused. Absent = 1 rank, so W = 1 adds nothing.
-            if (W > 1) trn_meta_set_u64(&meta, "ddp.world_size", (uint64_t)W);
+            if (sharded_ckpt) trn_ddp_meta_set(&ddp, &meta); // world size and ZeRO: must match on resume
+            else if (W > 1) trn_meta_set_u64(&meta, "ddp.world_size", (uint64_t)W);
             trn_loader_pos pos = trn_loader_tell(&ld);
             trn_meta_set_u64(&meta, "run.step", (uint64_t)step);
             trn_meta_set_u64(&meta, "run.sample_rng", sample_rng.state);
@@ -1290,7 +1354,13 @@ int main(int argc, char **argv) {
             trn_meta_set_u64(&meta, "run.data_batch", (uint64_t)pos.batch);
             trn_meta_set_u64(&meta, "run.data_seed", pos.seed);
             trn_meta_set_u64(&meta, "run.data_check", pos.check);
-            CHECK_OK(trn_checkpoint_save_dir(a.out, step, a.keep, &g.m, &opt, &meta, path, sizeof path));
+            if (sharded_ckpt) { // every rank its slice, rank 0 the manifest last
+                snprintf(path, sizeof path, "%s/ckpt_%08lld.shards", a.out, step);
+                DDP_OK(trn_ddp_checkpoint_save_sharded(&ddp, path, &g.m, &opt, &meta));
+                if (main_rank) prune_shards(a.out, a.keep);
+            } else {
+                CHECK_OK(trn_checkpoint_save_dir(a.out, step, a.keep, &g.m, &opt, &meta, path, sizeof path));
+            }
             printf("checkpoint %s\n", path);
         }
     }

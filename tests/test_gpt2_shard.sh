@@ -11,6 +11,9 @@
 #   - the table says what each mode keeps: the weights column is the whole
 #     model for none/zero1/zero2 and a shard for fsdp; optimizer shrinks W
 #     times from zero1 on
+#   - sharded checkpoints (fsdp, 2 ranks): resumed from step 10, the run
+#     ends with the uninterrupted run's model.safetensors bit for bit;
+#     tools/consolidate (when built) gives the same tensors
 # Prints "N passed, M failed"; exits non-zero on failure.
 set -u
 cd "$(dirname "$0")/.."
@@ -26,8 +29,8 @@ head -c 60000 train.h > "$D/text.txt"
 export OMP_NUM_THREADS=1
 unset RANK WORLD_SIZE LOCAL_RANK MASTER_ADDR MASTER_PORT TRN_DDP_TIMEOUT SLURM_PROCID SLURM_NTASKS \
       OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_SIZE PMI_RANK PMI_SIZE TORCHELASTIC_USE_AGENT_STORE
-A="--model mini --data $D/text.txt --seq 32 --sample 0 --threads 1 --warmup 0 --eval-every 25 --eval-batches 2
-   --ckpt-every 0 --steps 50"
+A="--model mini --data $D/text.txt --seq 32 --sample 0 --threads 1 --warmup 0 --eval-every 25 --eval-batches 2"
+A="$A --ckpt-every 0 --steps 50"
 losses() { sed -n 's/.*"loss":\([-0-9.eE+]*\).*/\1/p' "$1"; }
 # max |a - b| over two loss columns; "none" if the counts differ or are 0
 maxdiff() {
@@ -68,6 +71,37 @@ for w in 2 4; do
     check "$w ranks: zero1's optimizer is 1/$w of none's ($(col zero1 7) vs $(col none 7) MiB)" \
           "awk 'BEGIN { d = $(col zero1 7) * $w - $(col none 7); exit !(d < 0.2 && d > -0.2) }'"
 done
+# sharded checkpoints: an FSDP run of 20 steps saves ckpt_10.shards and
+# ckpt_20.shards (every rank its slice); resumed from step 10 it ends with
+# the same weights, bit for bit; tools/consolidate turns ckpt_20.shards
+# into the final model's tensors
+B="--batch 1 --shard fsdp --steps 20 --eval-every 10 --ckpt-every 10"
+run full 2 $B
+check "fsdp checkpoints: all exit 0 (codes:$codes)" "[ \"\$codes\" = ' 0 0' ]"
+check "ckpt_00000010.shards: a manifest and one file per rank" \
+      "[ -f $D/full/ckpt_00000010.shards/manifest.json ] && [ \$(ls $D/full/ckpt_00000010.shards/rank-*-of-00002.safetensors | wc -l) = 2 ]"
+mkdir -p "$D/res" && cp -r "$D/full/ckpt_00000010.shards" "$D/res/"
+run res 2 $B --resume "$D/res"
+check "resumed at step 10: all exit 0 (codes:$codes)" "[ \"\$codes\" = ' 0 0' ] && grep -q 'resumed from .*ckpt_00000010.shards at step 10' $D/res.0"
+check "resumed run = the uninterrupted one: model.safetensors bit for bit" "cmp -s $D/full/model.safetensors $D/res/model.safetensors"
+"$G" $A --batch 1 --steps 20 --resume "$D/res/ckpt_00000010.shards" --out "$D/one" > "$D/one.out" 2>&1
+rc=$?
+check "resuming a 2-rank sharded checkpoint with 1 rank is refused: exit $rc, $(tail -1 $D/one.out)" \
+      "[ $rc = 2 ] && grep -q 'run of 2 rank' $D/one.out"
+if [ -x tools/consolidate ]; then
+    tools/consolidate "$D/full/ckpt_00000020.shards" "$D/merged.safetensors" > /dev/null 2>&1
+    check "tools/consolidate: one file" "[ -f $D/merged.safetensors ]"
+    if python3 -c 'import numpy, safetensors' 2>/dev/null; then
+        d=$(python3 - "$D/full/model.safetensors" "$D/merged.safetensors" <<'EOF'
+import sys
+from safetensors.numpy import load_file
+a, b = load_file(sys.argv[1]), load_file(sys.argv[2])
+print("same" if a.keys() == b.keys() and all((a[k] == b[k]).all() and a[k].shape == b[k].shape for k in a) else "differ")
+EOF
+)
+        check "consolidated = the final model.safetensors, tensor by tensor (python safetensors: $d)" "[ \"$d\" = same ]"
+    fi
+fi
 for m in none zero1 zero2 fsdp; do grep -A3 'memory per rank' "$D/${m}2.0" | sed "s/^/     [$m] /"; done
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]
