@@ -513,6 +513,58 @@ static void test_env(void) {
     }
 }
 
+/* Two nodes of 8 GPUs: the variables each launcher sets in the first
+   process of node 0 and of node 1 (README's command lines). Both must read
+   the rank and local rank right and agree on where rank 0 listens. */
+static void test_env_two_nodes(void) {
+    static const char *const jobs[4][2][12] = {
+        {   /* torchrun --nnodes=2 --node_rank=N --master_addr=h0 --nproc_per_node=8 --no-python ./prog */
+            {"RANK=0", "LOCAL_RANK=0", "WORLD_SIZE=16", "GROUP_RANK=0", "LOCAL_WORLD_SIZE=8", "MASTER_ADDR=h0",
+             "MASTER_PORT=29500", "TORCHELASTIC_USE_AGENT_STORE=True", NULL},
+            {"RANK=8", "LOCAL_RANK=0", "WORLD_SIZE=16", "GROUP_RANK=1", "LOCAL_WORLD_SIZE=8", "MASTER_ADDR=h0",
+             "MASTER_PORT=29500", "TORCHELASTIC_USE_AGENT_STORE=True", NULL}},
+        {   /* mpirun -np 16 -H h0:8,h1:8 -x MASTER_ADDR=h0 ./prog (Open MPI) */
+            {"OMPI_COMM_WORLD_RANK=0", "OMPI_COMM_WORLD_SIZE=16", "OMPI_COMM_WORLD_LOCAL_RANK=0",
+             "OMPI_COMM_WORLD_LOCAL_SIZE=8", "OMPI_COMM_WORLD_NODE_RANK=0", "MASTER_ADDR=h0", NULL},
+            {"OMPI_COMM_WORLD_RANK=8", "OMPI_COMM_WORLD_SIZE=16", "OMPI_COMM_WORLD_LOCAL_RANK=0",
+             "OMPI_COMM_WORLD_LOCAL_SIZE=8", "OMPI_COMM_WORLD_NODE_RANK=1", "MASTER_ADDR=h0", NULL}},
+        {   /* mpiexec -n 16 -hosts h0,h1 -genv MASTER_ADDR h0 ./prog (MPICH, Hydra) */
+            {"PMI_RANK=0", "PMI_SIZE=16", "MPI_LOCALRANKID=0", "MPI_LOCALNRANKS=8", "MASTER_ADDR=h0", NULL},
+            {"PMI_RANK=8", "PMI_SIZE=16", "MPI_LOCALRANKID=0", "MPI_LOCALNRANKS=8", "MASTER_ADDR=h0", NULL}},
+        {   /* srun -N 2 --ntasks-per-node=8 --gpus-per-task=1 ./prog (Slurm: each task sees one GPU) */
+            {"SLURM_PROCID=0", "SLURM_NTASKS=16", "SLURM_LOCALID=0", "SLURM_NODEID=0", "SLURM_JOB_NODELIST=h[0-1]",
+             "SLURM_JOB_ID=4242", "SLURMD_NODENAME=h0", "CUDA_VISIBLE_DEVICES=0", NULL},
+            {"SLURM_PROCID=8", "SLURM_NTASKS=16", "SLURM_LOCALID=0", "SLURM_NODEID=1", "SLURM_JOB_NODELIST=h[0-1]",
+             "SLURM_JOB_ID=4242", "SLURMD_NODENAME=h1", "CUDA_VISIBLE_DEVICES=0", NULL}}};
+    static const char *const names[4] = {"torchrun", "mpirun", "mpirun", "slurm"};
+    static const int ports[4] = {29501, 29500, 29500, 24242};
+    int l, node, i;
+    for (l = 0; l < 4; l++) {
+        trn_dist_env e[2];
+        int ok = 1;
+        for (node = 0; node < 2; node++) {
+            clear_launcher_env();
+            unsetenv("SLURM_JOB_NODELIST"); unsetenv("SLURM_JOB_ID");
+            for (i = 0; jobs[l][node][i]; i++) putenv((char *)jobs[l][node][i]);
+            ok &= trn_dist_env_read(&e[node]) == TRN_OK;
+            ok &= e[node].rank == 8 * node && e[node].world_size == 16 && e[node].local_rank == 0 &&
+                  !strcmp(e[node].launcher, names[l]);
+            for (i = 0; jobs[l][node][i]; i++) { /* putenv keeps our strings: take them out again */
+                char key[64];
+                snprintf(key, sizeof key, "%.*s", (int)(strchr(jobs[l][node][i], '=') - jobs[l][node][i]), jobs[l][node][i]);
+                unsetenv(key);
+            }
+        }
+        CHECK(ok && !strcmp(e[0].master_addr, "h0") && !strcmp(e[1].master_addr, "h0") && e[0].master_port == ports[l] &&
+                  e[1].master_port == ports[l],
+              "two nodes, %s (%s): ranks 0 and 8 of 16, local rank 0, both meet rank 0 at h0:%d (%s:%d, %s:%d)\n",
+              names[l], l == 2 ? "MPICH" : l == 1 ? "Open MPI" : names[l], ports[l], e[0].master_addr, e[0].master_port,
+              e[1].master_addr, e[1].master_port);
+    }
+    clear_launcher_env();
+    unsetenv("SLURM_JOB_NODELIST"); unsetenv("SLURM_JOB_ID");
+}
+
 static void test_shards_and_buckets(void) {
     size_t n, lo, hi, prev;
     int w, r, ok = 1, i;
@@ -1064,6 +1116,7 @@ int main(int argc, char **argv) {
     {
         double t = trn__dist_now();
         test_env();
+        test_env_two_nodes();
         test_shards_and_buckets();
         test_hook();
         test_equivalence();
