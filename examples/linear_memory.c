@@ -914,8 +914,8 @@ int main(int argc, char **argv) {
     // 10. checkpoint saved: weights + m + v + step, safetensors, atomic
     snprintf(path, sizeof path, "%s/linear_memory%s.safetensors", c.out, c.fused ? "_fused" : "");
     t = now_s();
-    if (c.no_save || ddp.desc.shard == TRN_SHARD_FSDP) {
-        snprintf(path, sizeof path, "skipped (%s)", c.no_save ? "--no-save" : "FSDP: no whole weights on any rank");
+    if (c.no_save) {
+        snprintf(path, sizeof path, "skipped (--no-save)");
     } else {
         trn_meta meta;
         char v[64];
@@ -923,7 +923,12 @@ int main(int argc, char **argv) {
         snprintf(v, sizeof v, "%d", c.width);
         trn_meta_set(&meta, "width", v);
         trn_meta_set(&meta, "mode", c.fused ? "fused" : "standard");
-        TRY(trn_ddp_checkpoint_save(&ddp, path, &n.model, &opt, &meta)); // rank 0 writes
+        if (ddp.desc.shard == TRN_SHARD_FSDP) { // no rank has the whole weights: each writes its slice
+            snprintf(path, sizeof path, "%s/linear_memory.shards", c.out);
+            TRY(trn_ddp_checkpoint_save_sharded(&ddp, path, &n.model, &opt, &meta));
+        } else {
+            TRY(trn_ddp_checkpoint_save(&ddp, path, &n.model, &opt, &meta)); // rank 0 writes (ZeRO: every rank)
+        }
     }
     ckpt_seconds = now_s() - t;
     record(PH_CKPT, ckpt_seconds, path);
