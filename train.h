@@ -4066,6 +4066,9 @@ TRNDEF trn_result trn_safetensors_load(const char *path, trn_model *m, trn_meta 
     trn_safetensors f;
     trn_result r;
     if (!path || !m || !m->param_data) return trn_fail(TRN_ERR_INVALID, "trn_safetensors_load: no path or model not allocated");
+    if (m->param_hi) /* >>sharding: FSDP keeps a slice of the weights */
+        return trn_fail(TRN_ERR_INVALID, "trn_safetensors_load: this process holds a shard of the weights only (FSDP): "
+                                         "use trn_ddp_checkpoint_load_sharded");
     if ((r = trn_safetensors_open(&f, path)) != TRN_OK) return r;
     r = trn__st_check_model(&f, m, 0);
     if (r == TRN_OK) r = trn__st_load_into(&f, m, NULL, NULL, 0);
@@ -4273,6 +4276,9 @@ static trn_result trn__st_params(trn_model *m, trn__st_item **out, int extra) {
     int i;
     *out = NULL;
     if (!m || !m->param_data) return trn_fail(TRN_ERR_INVALID, "save: model not allocated (trn_model_alloc)");
+    if (m->param_hi) /* >>sharding: FSDP keeps a slice of the weights */
+        return trn_fail(TRN_ERR_INVALID, "save: this process holds a shard of the weights only (FSDP): "
+                                         "trn_ddp_checkpoint_save_sharded, or trn_ddp_unshard first");
     it = (trn__st_item *)trn_calloc(sizeof(trn__st_item) * (size_t)(m->n_params + extra), TRN_KIND_TEMP);
     if (!it) return trn_fail(TRN_ERR_NOMEM, "save: %s", trn_error_reason());
     for (i = 0; i < m->n_params; i++) {
@@ -4392,6 +4398,9 @@ TRNDEF trn_result trn_checkpoint_load(const char *path, trn_model *m, trn_adamw 
     float *mm = NULL, *mv = NULL;
     size_t n_mom = 0;
     if (!path || !m || !m->param_data) return trn_fail(TRN_ERR_INVALID, "trn_checkpoint_load: no path or model not allocated");
+    if (m->param_hi) /* >>sharding: FSDP keeps a slice of the weights */
+        return trn_fail(TRN_ERR_INVALID, "trn_checkpoint_load: this process holds a shard of the weights only (FSDP): "
+                                         "use trn_ddp_checkpoint_load_sharded");
     if ((r = trn__ckpt_open(&f, path)) != TRN_OK) return r;
     em = trn_safetensors_find(&f, "optim.m");
     if ((r = trn__st_check_model(&f, m, 1)) != TRN_OK) goto done;

@@ -1,5 +1,6 @@
-/* train_nccl.h - v0.1 - data-parallel training for train.h: DDP and ZeRO-1,
-   over NCCL between GPUs, or over TCP between CPU processes.
+/* train_nccl.h - v0.2 - data-parallel training for train.h: DDP, ZeRO-1,
+   ZeRO-2 and FSDP, over NCCL between GPUs, or over TCP between CPU
+   processes.
 
    Do this, in ONE .cu file of a GPU program (compile with nvcc, link -lnccl):
       #define TRAIN_IMPLEMENTATION
@@ -91,7 +92,9 @@
    Contents (grep for the anchors):
       >>env         launcher environment: rank, world size, local rank
       >>comm        the communicator table; shards; init/free
-      >>ddp         DDP and ZeRO-1 on top of a communicator
+      >>ddp         DDP, ZeRO-1, ZeRO-2 on top of a communicator
+      >>fsdp        FSDP: units, gather/free per block, prefetch
+      >>sharded     sharded checkpoints, resharding on load, consolidation
       >>sockets     TCP helpers with deadlines
       >>rendezvous  rank 0 hands out the unique id and the peer table
       >>ring        the TCP communicator: ring collectives on a worker thread
@@ -229,6 +232,13 @@ TRNDEF void trn_comm_shard(size_t n, int world, int rank, size_t *lo, size_t *hi
    gradients are reduce-scattered (r gets the average of its shard), AdamW
    updates only that shard (trn_adamw's [lo,hi): m and v are 1/W the size),
    and an all-gather brings every rank all the new weights.
+   ZeRO-2 and FSDP: see the notes at their code (>>fsdp for FSDP). Both
+   use whole parameters per bucket (FSDP: one bucket per unit), reduce in
+   every backward (trn_ddp_set_sync and no_overlap do not apply:
+   accumulation adds into the shard), and leave the model with only its
+   slice of the gradients (trn_model.grad_lo/hi; FSDP: of the weights too,
+   param_lo/hi): the kit's whole-model calls (trn_checkpoint_save, ...)
+   refuse such a model; use the trn_ddp_ ones.
    ------------------------------------------------------------------------ */
 /* what each rank keeps of the four flat buffers (weights, grads, m, v) */
 typedef enum trn_shard_mode {
@@ -2491,7 +2501,7 @@ TRNDEF trn_result trn_ddp_checkpoint_load(trn_ddp *ddp, const char *path, trn_mo
     return trn_ddp_agree(ddp, rc);
 }
 
-/* ---- sharded checkpoints -------------------------------------------------- */
+/* ---- sharded checkpoints (>>sharded) --------------------------------------- */
 #define TRN__SHARDED_FORMAT "train.h sharded checkpoint 1"
 
 static void trn__sharded_file(char *buf, size_t cap, const char *dir, int rank, int world) {
