@@ -17,7 +17,9 @@
      - ZeRO-2, 3 ranks, buckets of 96 bytes reduced to their owners during
        backward (ncclReduce per owner in a group): the same reference;
      - FSDP, 3 ranks: the weights gathered from the owners' shards
-       (ncclBroadcast per owner in a group): the same reference;
+       (ncclBroadcast per owner in a group): the same reference; and on a
+       model with two blocks (trn_unit), gathered into device memory per
+       block: its own one-process reference;
      - a rank killed with SIGKILL: the others report TRN_ERR_COMM from
        NCCL's async error and exit, no hang;
      - a rank that never answers (it sleeps before the step's loss
@@ -52,7 +54,9 @@
 typedef struct net {
     trn_model m;
     trn_tensor *w1, *b1, *lw, *lb, *w2, *b2, *w3, *b3, *odd;
+    trn_tensor *hw[2], *hb[2]; // g_blocks: two residual blocks (FSDP gathers them on the "GPU")
 } net;
+static int g_blocks;
 
 // 13+128+16+16+16+256+16+64+4 = 529 floats: with 3 ranks, 3 equal blocks
 // of 176 (shard sizes are multiples of 16 floats) and a tail of 1 (b3's
@@ -70,6 +74,13 @@ static void net_build(net *n, const trn_backend *be, uint64_t seed) {
     n->b2 = trn_param1(&n->m, "b2", NHID);
     n->w3 = trn_param2(&n->m, "w3", NOUT, NHID);
     n->b3 = trn_param1(&n->m, "b3", NOUT); // last: the tail is b3's last float
+    for (int l = 0; g_blocks && l < 2; l++) {
+        char name[32];
+        snprintf(name, sizeof name, "h.%d.w", l);
+        n->hw[l] = trn_param2(&n->m, name, NHID, NHID);
+        snprintf(name, sizeof name, "h.%d.b", l);
+        n->hb[l] = trn_param1(&n->m, name, NHID);
+    }
     if (trn_model_alloc(&n->m) != TRN_OK) trn_fatal("net_build: %s", trn_error_reason());
     trn_init_normal(&n->m, n->w1, 0.0f, 0.4f, &rng);
     trn_init_normal(&n->m, n->b1, 0.0f, 0.1f, &rng);
@@ -80,6 +91,10 @@ static void net_build(net *n, const trn_backend *be, uint64_t seed) {
     trn_init_normal(&n->m, n->w3, 0.0f, 0.3f, &rng);
     trn_init_normal(&n->m, n->b3, 0.0f, 0.1f, &rng);
     trn_init_normal(&n->m, n->odd, 0.0f, 1.0f, &rng);
+    for (int l = 0; g_blocks && l < 2; l++) {
+        trn_init_normal(&n->m, n->hw[l], 0.0f, 0.3f, &rng);
+        trn_init_normal(&n->m, n->hb[l], 0.0f, 0.1f, &rng);
+    }
 }
 
 static trn_tensor *net_forward(net *n, const float *x, const int *y, int rows) {
@@ -89,6 +104,11 @@ static trn_tensor *net_forward(net *n, const float *x, const int *y, int rows) {
     h = trn_layernorm(m, trn_linear(m, h, n->w1, n->b1), n->lw, n->lb);
     h = trn_gelu(m, trn_linear(m, h, n->w2, n->b2));
     h = trn_relu(m, trn_linear(m, h, n->w2, n->b2)); // w2 and b2 used twice
+    for (int l = 0; g_blocks && l < 2; l++) {
+        trn_unit(m, n->hw[l]);
+        h = trn_add(m, h, trn_gelu(m, trn_linear(m, h, n->hw[l], n->hb[l])));
+    }
+    trn_unit(m, NULL);
     return trn_cross_entropy(m, trn_linear(m, h, n->w3, n->b3), y, NOUT);
 }
 
@@ -292,6 +312,7 @@ int main(int argc, char **argv) {
         if (!strcmp(mode, "onegpu")) return worker(argv[2], argv[3], 0, 96, -1, -1, 20, 1);
         if (!strcmp(mode, "zero2")) return worker(argv[2], argv[3], 0, 96, -1, -1, 20, 4, TRN_SHARD_ZERO2);
         if (!strcmp(mode, "fsdp")) return worker(argv[2], argv[3], 0, 96, -1, -1, 20, 4, TRN_SHARD_FSDP);
+        if (!strcmp(mode, "fsdpblocks")) { g_blocks = 1; return worker(argv[2], argv[3], 0, 96, -1, -1, 20, 4, TRN_SHARD_FSDP); }
         return 2;
     }
     ssize_t k = readlink("/proc/self/exe", g_self, sizeof g_self - 1);
@@ -341,6 +362,13 @@ int main(int argc, char **argv) {
     // FSDP (this model has no blocks: one root unit, gathered after each step
     // by a group of ncclBroadcast from the owners)
     check_run("fsdp", 3, "fsdp", n, ref3);
+    {   // FSDP with two blocks: each gathered into device memory before its
+        // forward and backward, freed after, the next prefetched
+        g_blocks = 1;
+        std::vector<float> ref3b = reference(3);
+        g_blocks = 0;
+        check_run("fsdpblocks", 3, "fsdpblocks", ref3b.size(), ref3b);
+    }
     // one visible GPU per rank (Slurm --gpus-per-task=1): local rank 1 uses device 0
     check_run("onegpu", 2, "onegpu", n, ref2);
     {   // rank 1 never answers: ranks 0 and 2 give up after TRN_DDP_TIMEOUT (2 s),
