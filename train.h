@@ -574,6 +574,20 @@ typedef struct trn_model {
                                   factor, from trn_clip_grad_norm_async     */
     int clip_pending;          /* 1: the next trn_adamw_step applies gstat[1] */
     float grad_one_value;      /* that gradient (trn_backward_scaled's scale) */
+    /* >>sharding hooks (train_nccl.h's ZeRO-2 and FSDP; NULL/0 otherwise).
+       backward_pre_hook: called by trn_backward BEFORE tape entry i runs
+       (ZeRO-2 points a parameter's grad at a staging buffer before the
+       first entry that writes it). grad_lo/grad_hi, param_lo/param_hi: the
+       slice of grad_data / param_data that exists in this process when
+       only a shard is kept (the pointers are then shard - lo, so element j
+       is still grad_data[j] for j in the slice); 0,0: all of it.
+       trn_zero_grad, trn_grad_norm and trn_model_free touch only the slice. */
+    void (*backward_pre_hook)(struct trn_model *m, int i, void *user);
+    size_t grad_lo, grad_hi, param_lo, param_hi;
+    /* see trn_unit; unit_cur: the unit the forward is in (NULL: none) */
+    void (*unit_hook)(struct trn_model *m, struct trn_tensor *member, int phase, void *user);
+    void *unit_hook_user;
+    struct trn_tensor *unit_cur;
 } trn_model;
 
 /* backend NULL = CPU */
@@ -607,6 +621,21 @@ TRNDEF int trn_set_grad_enabled(trn_model *m, int enabled);
 TRNDEF int trn_no_grad(trn_model *m);        /* = trn_set_grad_enabled(m, 0) */
 TRNDEF void trn_train(trn_model *m);         /* training mode (the default)  */
 TRNDEF void trn_eval(trn_model *m);          /* evaluation mode              */
+
+/* >>units: where a block starts (for train_nccl.h's FSDP; harmless
+   elsewhere). trn_unit(m, member): the ops that follow belong to the
+   block ("unit") that parameter `member` belongs to; NULL: to no block.
+   It calls m->unit_hook(m, member, TRN_UNIT_FORWARD, user) at once, so a
+   hook can fetch the block's weights before its first op runs, and puts
+   a marker on the tape; when trn_backward passes that marker (the block's
+   backward is done) it calls unit_hook(m, prev, TRN_UNIT_BACKWARD, user),
+   prev being the unit active before the block (NULL: none), whose
+   backward comes next. A model calls it once per block in its forward:
+       for (l = 0; l < L; l++) { trn_unit(m, h[l].ln1_w); ...block... }
+       trn_unit(m, NULL);
+   Without a hook it costs one marker per block. */
+enum { TRN_UNIT_FORWARD = 0, TRN_UNIT_BACKWARD = 1 };
+TRNDEF void trn_unit(trn_model *m, trn_tensor *member);
 
 /* activations: a tensor in the arena (data uninitialized, grad NULL) */
 TRNDEF trn_tensor *trn_tensor_new(trn_model *m, const char *name, int ndim, const int *shape);
@@ -3464,8 +3493,8 @@ TRNDEF void trn_model_free(trn_model *m) {
     free(m->regions);
     for (i = 0; i < m->n_tblocks; i++) trn_free(m->tblocks[i]);
     free(m->tblocks);
-    if (m->param_data) m->backend->free(m->param_data);
-    if (m->grad_data) m->backend->free(m->grad_data);
+    if (m->param_data) m->backend->free(m->param_data + m->param_lo); /* (sharding: its slice) */
+    if (m->grad_data) m->backend->free(m->grad_data + m->grad_lo);
     for (i = 0; i < m->n_params; i++) trn_free(m->params[i]);
     trn_free(m->params);
     trn_free(m->tape);
@@ -3474,7 +3503,9 @@ TRNDEF void trn_model_free(trn_model *m) {
 }
 
 TRNDEF void trn_zero_grad(trn_model *m) {
-    if (m && m->grad_data) m->backend->zero(m->grad_data, m->n_floats * sizeof(float));
+    if (m && m->grad_data && m->grad_hi) /* sharding: only the slice exists */
+        m->backend->zero(m->grad_data + m->grad_lo, (m->grad_hi - m->grad_lo) * sizeof(float));
+    else if (m && m->grad_data) m->backend->zero(m->grad_data, m->n_floats * sizeof(float));
 }
 
 /* The arena hands out backend memory by bumping an offset. The first step
@@ -3536,6 +3567,7 @@ TRNDEF void trn_reset(trn_model *m) {
     a->used = 0;
     a->spilled = 0;
     m->t_used = 0;
+    m->unit_cur = NULL; /* a forward starts outside every unit (>>units) */
     m->tape_len = 0;
     if (m->profile) { m->profile->n_marks = 0; trn__prof_mark(m, NULL, -1); } /* a pass starts */
 }
@@ -3707,6 +3739,8 @@ static void trn__backward_range(trn_model *m, int hi, int lo, int hooks) {
     int i;
     for (i = hi; i >= lo; i--) {
         trn_tape_entry *e = &m->tape[i];
+        if (hooks && m->backward_pre_hook) m->backward_pre_hook(m, i, m->backward_hook_user); /* ZeRO-2, FSDP */
+        e = &m->tape[i];
         if (e->out->grad) { /* no gradient reached it: skip */
             if (m->profile) { /* --profile: a mark on each side of the call */
                 m->profile->in_backward = 1;
@@ -3763,6 +3797,29 @@ TRNDEF int trn_set_grad_enabled(trn_model *m, int enabled) {
 TRNDEF int trn_no_grad(trn_model *m) { return trn_set_grad_enabled(m, 0); }
 TRNDEF void trn_train(trn_model *m) { if (!m) trn_fatal("trn_train: model is NULL"); m->training = 1; }
 TRNDEF void trn_eval(trn_model *m) { if (!m) trn_fatal("trn_eval: model is NULL"); m->training = 0; }
+
+/* >>units implementation. The marker is a tape entry whose backward calls
+   the hook: its input is a dummy that "requires grad" (so the entry is
+   recorded) but is no parameter; its output's grad is set (so trn_backward
+   does not skip it). saved[0]: the unit entered, saved[1]: the one left. */
+static void trn__unit_bw(trn_model *m, trn_tape_entry *e) {
+    if (m->unit_hook) m->unit_hook(m, (trn_tensor *)e->saved[1], TRN_UNIT_BACKWARD, m->unit_hook_user);
+}
+
+TRNDEF void trn_unit(trn_model *m, trn_tensor *member) {
+    trn_tensor *prev = m->unit_cur;
+    if (member && !member->is_param) trn_fatal("trn_unit: '%s' is not a parameter", member->name);
+    m->unit_cur = member;
+    if (m->unit_hook) m->unit_hook(m, member, TRN_UNIT_FORWARD, m->unit_hook_user);
+    if (m->grad_enabled) {
+        int one = 1;
+        trn_tensor *dummy = trn_tensor_new(m, "unit", 1, &one), *out = trn_tensor_new(m, "unit", 1, &one);
+        trn_tape_entry *e;
+        dummy->requires_grad = 1;
+        e = trn__record(m, "unit", trn__unit_bw, out, dummy, NULL, NULL);
+        if (e) { e->saved[0] = member; e->saved[1] = prev; out->grad = out->data; }
+    }
+}
 
 TRNDEF float trn_item(trn_model *m, const trn_tensor *t) {
     float v;
@@ -4248,6 +4305,10 @@ TRNDEF trn_tensor *trn_recompute(trn_model *m, trn_region_fn fn, void *user, trn
     void *keep;
     trn__not_null("trn_recompute", m, x);
     if (!fn) trn_fatal("trn_recompute: fn is NULL");
+    /* ZeRO-2 and FSDP act per tape entry in backward (train_nccl.h's
+       pre-hook), and a region's inner entries are not on the tape */
+    if (m->grad_enabled && (m->backward_pre_hook || m->grad_hi || m->param_hi))
+        trn_fatal("trn_recompute: not supported with ZeRO-2 or FSDP sharding (use --shard none or zero1)");
     r.fn = fn; r.user = user; r.rng_state = m->rng.state;
     k = trn__mark(m);
     inner = fn(m, x, user);
@@ -5243,14 +5304,17 @@ TRNDEF const char *trn_schedule_name(trn_schedule_kind kind) {
 }
 
 TRNDEF float trn_grad_norm(trn_model *m) {
+    size_t lo, hi;
     if (!m || !m->grad_data) return 0.0f;
-    return (float)sqrt(m->backend->sum_squares(m->grad_data, m->n_floats));
+    lo = m->grad_lo; hi = m->grad_hi ? m->grad_hi : m->n_floats; /* (sharding: this process's slice) */
+    return (float)sqrt(m->backend->sum_squares(m->grad_data + lo, hi - lo));
 }
 
 TRNDEF float trn_clip_grad_norm(trn_model *m, float max_norm) {
     float norm = trn_grad_norm(m);
+    size_t lo = m->grad_lo, hi = m->grad_hi ? m->grad_hi : m->n_floats;
     /* as torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) if that is < 1 */
-    if (max_norm > 0.0f && norm > max_norm) m->backend->scale(m->grad_data, max_norm / (norm + 1e-6f), m->n_floats);
+    if (max_norm > 0.0f && norm > max_norm) m->backend->scale(m->grad_data + lo, max_norm / (norm + 1e-6f), hi - lo);
     return norm;
 }
 
@@ -6861,6 +6925,9 @@ TRNDEF trn_result trn_safetensors_load(const char *path, trn_model *m, trn_meta 
     trn_safetensors f;
     trn_result r;
     if (!path || !m || !m->param_data) return trn_fail(TRN_ERR_INVALID, "trn_safetensors_load: no path or model not allocated");
+    if (m->param_hi) /* >>sharding: FSDP keeps a slice of the weights */
+        return trn_fail(TRN_ERR_INVALID, "trn_safetensors_load: this process holds a shard of the weights only (FSDP): "
+                                         "use trn_ddp_checkpoint_load_sharded");
     if ((r = trn_safetensors_open(&f, path)) != TRN_OK) return r;
     r = trn__st_check_model(&f, m, 0);
     if (r == TRN_OK) r = trn__st_load_into(&f, m, NULL, NULL, 0);
@@ -7068,6 +7135,9 @@ static trn_result trn__st_params(trn_model *m, trn__st_item **out, int extra) {
     int i;
     *out = NULL;
     if (!m || !m->param_data) return trn_fail(TRN_ERR_INVALID, "save: model not allocated (trn_model_alloc)");
+    if (m->param_hi) /* >>sharding: FSDP keeps a slice of the weights */
+        return trn_fail(TRN_ERR_INVALID, "save: this process holds a shard of the weights only (FSDP): "
+                                         "trn_ddp_checkpoint_save_sharded, or trn_ddp_unshard first");
     it = (trn__st_item *)trn_calloc(sizeof(trn__st_item) * (size_t)(m->n_params + extra), TRN_KIND_TEMP);
     if (!it) return trn_fail(TRN_ERR_NOMEM, "save: %s", trn_error_reason());
     for (i = 0; i < m->n_params; i++) {
@@ -7212,6 +7282,9 @@ TRNDEF trn_result trn_checkpoint_load(const char *path, trn_model *m, trn_adamw 
     float *mm = NULL, *mv = NULL;
     size_t n_mom = 0;
     if (!path || !m || !m->param_data) return trn_fail(TRN_ERR_INVALID, "trn_checkpoint_load: no path or model not allocated");
+    if (m->param_hi) /* >>sharding: FSDP keeps a slice of the weights */
+        return trn_fail(TRN_ERR_INVALID, "trn_checkpoint_load: this process holds a shard of the weights only (FSDP): "
+                                         "use trn_ddp_checkpoint_load_sharded");
     if ((r = trn__ckpt_open(&f, path)) != TRN_OK) return r;
     em = trn_safetensors_find(&f, "optim.m");
     if ((r = trn__st_check_model(&f, m, 1)) != TRN_OK) goto done;

@@ -1,5 +1,6 @@
-/* train_nccl.h - v0.1 - data-parallel training for train.h: DDP and ZeRO-1,
-   over NCCL between GPUs, or over TCP between CPU processes.
+/* train_nccl.h - v0.2 - data-parallel training for train.h: DDP, ZeRO-1,
+   ZeRO-2 and FSDP, over NCCL between GPUs, or over TCP between CPU
+   processes.
 
    Do this, in ONE .cu file of a GPU program (compile with nvcc, link -lnccl):
       #define TRAIN_IMPLEMENTATION
@@ -50,8 +51,9 @@
    Rank 0 listens at MASTER_ADDR:MASTER_PORT (defaults: the first node of
    the Slurm job or 127.0.0.1; 29500, under Slurm 20000 + job id % 20000)
    and hands every rank the NCCL unique id there: no MPI library needed.
-   trn_ddp_init picks the GPU (trn_cuda_init(local rank)): do not call
-   trn_cuda_init yourself.
+   trn_ddp_init picks the GPU (trn_cuda_init(local rank), or device 0 when
+   the rank sees exactly one GPU, as under Slurm's --gpus-per-task=1 or
+   CUDA_VISIBLE_DEVICES set per rank): do not call trn_cuda_init yourself.
 
    What the memory ledger shows. Gradients are all-reduced IN PLACE, in
    buckets that are views of the one flat gradient buffer, so the COMM line
@@ -59,6 +61,15 @@
    size (PyTorch's DDP copies gradients into separate buckets: one more
    gradient-sized buffer). With ZeRO-1 (desc.zero1 = 1) each rank keeps
    AdamW's m and v for 1/W of the parameters: OPTIM shrinks W times.
+   ZeRO-2 (desc.shard = TRN_SHARD_ZERO2) keeps only this rank's shard of
+   the gradients too: GRADS = 1/W of them plus at most two buckets being
+   reduced (each bucket lives in a staging buffer from its first write in
+   backward until its reduce-scatter is done). FSDP (TRN_SHARD_FSDP) shards
+   the weights as well: the model calls trn_unit(m, a parameter of the
+   block) where each block starts in its forward, and each block's weights
+   are gathered just before its forward and its backward, the next one
+   prefetched, and freed after (>>fsdp). trn_ddp_print_memory prints every
+   rank's weights (shard, gathered), gradients, optimizer and comm bytes.
 
    Faults. No collective waits forever: if a rank dies, its neighbours see
    the connection close (TCP) or NCCL reports it, and every rank returns
@@ -73,8 +84,7 @@
                             (default: train_cuda.h's stream)
 
    What it does NOT do: no tensor, pipeline or sequence parallelism; no
-   ZeRO-2/3 (gradients and weights stay whole on every rank); no elastic
-   membership (a dead rank ends the job: resume from the last checkpoint
+   elastic membership (a dead rank ends the job: resume from the last checkpoint
    with the same world size); IPv4 only; the TCP communicator is for CPU
    training and tests, not a fast interconnect; ZeRO-1's reduce-scatter
    runs after backward (no overlap).
@@ -82,7 +92,9 @@
    Contents (grep for the anchors):
       >>env         launcher environment: rank, world size, local rank
       >>comm        the communicator table; shards; init/free
-      >>ddp         DDP and ZeRO-1 on top of a communicator
+      >>ddp         DDP, ZeRO-1, ZeRO-2 on top of a communicator
+      >>fsdp        FSDP: units, gather/free per block, prefetch
+      >>sharded     sharded checkpoints, resharding on load, consolidation
       >>sockets     TCP helpers with deadlines
       >>rendezvous  rank 0 hands out the unique id and the peer table
       >>ring        the TCP communicator: ring collectives on a worker thread
@@ -164,8 +176,19 @@ typedef struct trn_comm {
     /* rank r ends with shard r of the sum (or average); the rest of x is
        left with meaningless partial values */
     trn_result (*reduce_scatter)(struct trn_comm *c, float *x, size_t n, int average);
+    /* x holds elements [lo,hi) of an n-element buffer that trn_comm_shard
+       splits over the ranks; rank r ends with the sum (or average) of the
+       part of its shard inside [lo,hi), in place (x[j - lo] for j in it);
+       the rest of x is left meaningless. ZeRO-2 sends each gradient bucket
+       to its owners this way: a bucket can span several shards or lie in
+       one. */
+    trn_result (*reduce_scatter_range)(struct trn_comm *c, float *x, size_t lo, size_t hi, size_t n, int average);
     /* every rank contributes its shard r of x; all end with all of x */
     trn_result (*all_gather)(struct trn_comm *c, float *x, size_t n);
+    /* the same for a window: x holds [lo,hi) of the sharded n-element
+       buffer; each rank contributes the part of its shard inside it (FSDP
+       gathers one unit's weights this way) */
+    trn_result (*all_gather_range)(struct trn_comm *c, float *x, size_t lo, size_t hi, size_t n);
     trn_result (*broadcast)(struct trn_comm *c, void *x, size_t bytes, int root);
     trn_result (*wait)(struct trn_comm *c);
     /* a few doubles in host memory (loss, norms, flags); waits */
@@ -190,19 +213,50 @@ TRNDEF void trn_comm_shard(size_t n, int world, int rank, size_t *lo, size_t *hi
    Data parallelism on top of a communicator, for one trn_model.
    DDP: after backward every rank holds the average gradient. The flat
    gradient buffer is cut into buckets (whole parameters, at most
-   bucket_bytes each unless one parameter is larger), from the LAST
-   parameter to the first, because backward produces gradients in roughly
-   that order. trn_backward calls a hook after every tape entry; when the
+   bucket_bytes each), from the LAST parameter to the first, because
+   backward produces gradients in roughly that order; a parameter larger
+   than bucket_bytes is cut into pieces of bucket_bytes, each a bucket of
+   its own. trn_backward calls a hook after every tape entry; when the
    last entry that uses a parameter has run, that parameter's gradient is
-   final; when all of a bucket's are, its all-reduce starts, while backward
-   goes on with the earlier layers (buckets start in order on every rank).
+   final; when all of a bucket's are, its all-reduce starts AT ONCE, while
+   backward goes on with the earlier layers. Buckets leave in the order
+   they become final, not in declaration order: a big tensor declared
+   first but used last in forward (an untied LM head is parameter 0 in
+   many models) leaves first, and its pieces stream out one after the
+   other. That order comes from the tape, which is the same on every rank,
+   so every rank queues the same collectives in the same order, as NCCL
+   needs. (GPT-2's tied wte is final only after the embedding's backward,
+   the very last entry: no schedule can send it earlier; its pieces at
+   least pipeline with each other.)
    ZeRO-1: rank r owns shard r of the flat buffers (trn_comm_shard). The
    gradients are reduce-scattered (r gets the average of its shard), AdamW
    updates only that shard (trn_adamw's [lo,hi): m and v are 1/W the size),
    and an all-gather brings every rank all the new weights.
+   ZeRO-2 and FSDP: see the notes at their code (>>fsdp for FSDP). Both
+   use whole parameters per bucket (FSDP: one bucket per unit), reduce in
+   every backward (trn_ddp_set_sync and no_overlap do not apply:
+   accumulation adds into the shard), and leave the model with only its
+   slice of the gradients (trn_model.grad_lo/hi; FSDP: of the weights too,
+   param_lo/hi): the kit's whole-model calls (trn_checkpoint_save, ...)
+   refuse such a model; use the trn_ddp_ ones.
    ------------------------------------------------------------------------ */
+/* what each rank keeps of the four flat buffers (weights, grads, m, v) */
+typedef enum trn_shard_mode {
+    TRN_SHARD_NONE = 0,   /* DDP: all four, whole, on every rank           */
+    TRN_SHARD_ZERO1,      /* m and v: one shard per rank                   */
+    TRN_SHARD_ZERO2,      /* and the gradients: each bucket is reduce-
+                             scattered during backward, straight from a
+                             staging buffer, into the owners' shards        */
+    TRN_SHARD_FSDP        /* and the weights (see >>fsdp)                  */
+} trn_shard_mode;
+/* "none", "zero1", "zero2", "fsdp" <-> the mode; parse: TRN_ERR_INVALID */
+TRNDEF const char *trn_shard_name(trn_shard_mode s);
+TRNDEF trn_result trn_shard_parse(const char *name, trn_shard_mode *out);
+
 typedef struct trn_ddp_desc {
-    int zero1;            /* 1: shard the optimizer state (ZeRO stage 1)   */
+    int zero1;            /* 1: shard the optimizer state (ZeRO stage 1);
+                             the same as shard = TRN_SHARD_ZERO1            */
+    trn_shard_mode shard; /* default NONE (or ZERO1 when zero1 is set)     */
     size_t bucket_bytes;  /* default 25 MiB (PyTorch's bucket_cap_mb)      */
     int no_overlap;       /* 1: all-reduce only in trn_ddp_allreduce_grads */
     double timeout_s;     /* default: $TRN_DDP_TIMEOUT, else 600 s         */
@@ -211,9 +265,25 @@ typedef struct trn_ddp_desc {
 
 typedef struct trn_ddp_bucket {
     size_t lo, hi;        /* [lo,hi) of the flat gradient buffer (floats)  */
-    int p_first, p_last;  /* the parameters in it (table indices)          */
+    int p_first, p_last;  /* the parameters in it (table indices); a
+                             parameter larger than bucket_bytes is cut into
+                             pieces, each a bucket with p_first == p_last  */
     int pending;          /* this step: parameters not yet final           */
+    int launched;         /* this step: its collective has been queued     */
+    float *stage;         /* ZeRO-2: its gradients while they exist whole
+                             (GRADS), from the first entry that writes one
+                             until its reduce-scatter is done              */
 } trn_ddp_bucket;
+
+/* FSDP: a unit is a run of parameters gathered together (see >>fsdp) */
+typedef struct trn_ddp_unit {
+    size_t lo, hi;        /* [lo,hi) of the flat buffers (floats)          */
+    int p_first, p_last;  /* its parameters (table indices)                */
+    int root;             /* 1: outside every block: kept gathered         */
+    float *full;          /* its whole weights while gathered (WEIGHTS)    */
+    int state;            /* 0 released, 1 gather queued, 2 gathered       */
+    char key[64];         /* "h.3", "0"; roots: the first parameter's name */
+} trn_ddp_unit;
 
 typedef struct trn_ddp {
     trn_ddp_desc desc;    /* effective values                              */
@@ -223,9 +293,21 @@ typedef struct trn_ddp {
     trn_model *model;     /* set by trn_ddp_attach                         */
     trn_ddp_bucket *buckets;
     int n_buckets;
-    int *bucket_of;       /* parameter index -> bucket                     */
+    int *bucket_of;       /* parameter index -> its first bucket           */
+    int *bucket_cnt;      /* parameter index -> how many buckets (pieces)  */
     int *last_use;        /* this step: lowest tape index using it         */
-    int next_bucket;      /* the first bucket not started this step        */
+    int *first_use;       /* ZeRO-2, this step: highest tape index using it */
+    float *grad_shard;    /* ZeRO-2: this rank's shard of the gradients    */
+    int n_live;           /* ZeRO-2: staging buffers allocated             */
+    size_t stage_peak;    /* ZeRO-2: most staging bytes at once            */
+    trn_ddp_unit *units;  /* FSDP: the units, in declaration order         */
+    int n_units;
+    int *unit_of;         /* FSDP: parameter index -> unit                 */
+    float *weight_shard;  /* FSDP: this rank's shard of the weights        */
+    int *order;           /* FSDP: block units in this step's forward order */
+    int n_order, bwd_pos; /* (bwd_pos: the next block backward enters)     */
+    size_t gathered_bytes, gathered_peak; /* FSDP: whole weights held now / at most */
+    int n_launched;       /* buckets queued this step                      */
     int armed;            /* a backward has started buckets this step      */
     int sync;             /* 0: backward does not start buckets (accumulating) */
     size_t shard_lo, shard_hi; /* ZeRO-1: this rank's slice                */
@@ -256,6 +338,17 @@ TRNDEF trn_result trn_ddp_clip_grad_norm(trn_ddp *ddp, trn_model *m, float max_n
 /* DDP: trn_adamw_step. ZeRO-1: the step on this rank's shard (sets
    opt->lo/hi on the first call), then all-gather the weights. */
 TRNDEF trn_result trn_ddp_adamw_step(trn_ddp *ddp, trn_adamw *opt, trn_model *m, float lr);
+/* FSDP: every rank gets the whole weights back (the model is a plain
+   model again, training goes on as ZeRO-2): for the end of a run (saving
+   the model, sampling) or anything that reads every parameter. Other
+   modes: nothing to do. */
+TRNDEF trn_result trn_ddp_unshard(trn_ddp *ddp, trn_model *m);
+/* the memory of every rank, one line each, printed by rank 0 (every rank
+   must call it): weights held as a shard, weights gathered whole (now,
+   and the most at once: FSDP's blocks and roots), gradients (now, peak:
+   ZeRO-2/FSDP staging included), optimizer state, communication buffers,
+   and the OS's peak RSS (or, on a GPU, the driver's memory in use) */
+TRNDEF trn_result trn_ddp_print_memory(trn_ddp *ddp, const char *title);
 /* sum (or average) a few host doubles over the ranks: losses, counts */
 TRNDEF trn_result trn_ddp_allreduce_host(trn_ddp *ddp, double *x, int n, int average);
 /* every rank passes its own result; all get TRN_OK only if all were OK
@@ -290,6 +383,33 @@ TRNDEF trn_result trn_ddp_checkpoint_save(trn_ddp *ddp, const char *path, trn_mo
 TRNDEF trn_result trn_ddp_checkpoint_load(trn_ddp *ddp, const char *path, trn_model *m,
                                           trn_adamw *opt, trn_meta *meta_out);
 
+/* Sharded checkpoints (any mode, any world size on load), as torchtitan's
+   distributed checkpoints: a DIRECTORY
+      DIR/rank-00003-of-00004.safetensors   rank 3's slice [lo,hi) (its
+            trn_comm_shard) of the flat weights ("shard.weights") and of
+            AdamW's m and v, with the caller's metadata; written by
+            trn_checkpoint_save: atomic, CRC-32C
+      DIR/manifest.json   written by rank 0 after every rank's file is on
+            disk (atomic): world size, parameter count, each file's [lo,hi)
+            and the parameter table (name, offset, shape). A directory
+            without it is an unfinished save: load refuses it.
+   Every rank writes the same amount whatever the mode (DDP's ranks write
+   their slice of the state they all hold). Load reads, on every rank, the
+   slices of the old files that meet what this rank keeps (FSDP: its shard
+   of the weights; other modes: all of them; ZeRO: its shard of m and v),
+   from as many files as the old world size had: resharding on load, so a
+   4-rank run resumes with 2. The CRC of each file read is checked. Both
+   return on every rank after all are done, with an error on all if one
+   failed. Files must be on a file system every rank sees.
+   trn_checkpoint_consolidate (one process, no ranks) merges DIR into one
+   safetensors file of the whole weights under their names, with the
+   checkpoint's metadata (tools/consolidate.c). */
+TRNDEF trn_result trn_ddp_checkpoint_save_sharded(trn_ddp *ddp, const char *dir, trn_model *m,
+                                                  const trn_adamw *opt, const trn_meta *meta);
+TRNDEF trn_result trn_ddp_checkpoint_load_sharded(trn_ddp *ddp, const char *dir, trn_model *m,
+                                                  trn_adamw *opt, trn_meta *meta_out);
+TRNDEF trn_result trn_checkpoint_consolidate(const char *dir, const char *out_path);
+
 #ifdef __cplusplus
 }
 #endif
@@ -317,6 +437,7 @@ TRNDEF trn_result trn_ddp_checkpoint_load(trn_ddp *ddp, const char *path, trn_mo
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <sched.h>
@@ -330,6 +451,7 @@ TRNDEF trn_result trn_ddp_checkpoint_load(trn_ddp *ddp, const char *path, trn_mo
 #endif
 
 #define TRN__DIST_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define TRN__DIST_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define TRN__DEFAULT_TIMEOUT 600.0
 #define TRN__BLOB_MAX 128     /* ncclUniqueId is 128 bytes               */
 #define TRN__STAGE_BYTES (256u << 10) /* TCP receive staging (COMM)     */
@@ -745,6 +867,7 @@ typedef struct trn__ring_op {
     int kind;
     char *buf;
     size_t n;      /* elements (bytes for broadcast)                        */
+    size_t lo, hi; /* reduce-scatter: buf holds [lo,hi) of n                */
     int esize;     /* 4: float, 8: double                                   */
     int average;
     int root;
@@ -874,36 +997,41 @@ static int trn__ring_step(trn__ring *g, const char *sbuf, size_t sbytes, char *r
 
 static size_t trn__ring_mod(long long a, int w) { return (size_t)(((a % w) + w) % w); }
 
-/* chunk c of n elements, in bytes from the buffer start */
-static void trn__ring_chunk(size_t n, int W, int ch, int esize, size_t *off, size_t *bytes) {
-    size_t lo, hi;
-    trn_comm_shard(n, W, ch, &lo, &hi);
-    *off = lo * (size_t)esize;
-    *bytes = (hi - lo) * (size_t)esize;
+/* chunk c: shard c of n elements cut to the window [lo,hi) that the
+   buffer holds, in bytes from the buffer start (element lo); may be empty */
+static void trn__ring_chunk(size_t n, int W, int ch, int esize, size_t lo, size_t hi, size_t *off, size_t *bytes) {
+    size_t a, b;
+    trn_comm_shard(n, W, ch, &a, &b);
+    a = a < lo ? lo : a > hi ? hi : a;
+    b = b < a ? a : b > hi ? hi : b;
+    *off = (a - lo) * (size_t)esize;
+    *bytes = (b - a) * (size_t)esize;
 }
 
-static int trn__ring_reduce_scatter(trn__ring *g, char *x, size_t n, int esize, int average) {
+/* the same ring with any chunk sizes: a window [lo,hi) of the sharded
+   buffer only changes where the chunks start and end (some are empty) */
+static int trn__ring_reduce_scatter(trn__ring *g, char *x, size_t n, size_t lo, size_t hi, int esize, int average) {
     int W = g->c->world, r = g->c->rank, s;
     size_t so, sb, ro, rb, i;
     for (s = 0; s < W - 1; s++) {
-        trn__ring_chunk(n, W, (int)trn__ring_mod((long long)r - s - 1, W), esize, &so, &sb);
-        trn__ring_chunk(n, W, (int)trn__ring_mod((long long)r - s - 2, W), esize, &ro, &rb);
+        trn__ring_chunk(n, W, (int)trn__ring_mod((long long)r - s - 1, W), esize, lo, hi, &so, &sb);
+        trn__ring_chunk(n, W, (int)trn__ring_mod((long long)r - s - 2, W), esize, lo, hi, &ro, &rb);
         if (trn__ring_step(g, x + so, sb, x + ro, rb, TRN__RECV_ADD, esize) != 0) return -1;
     }
     if (average) { /* the owner of the complete chunk divides it */
-        trn__ring_chunk(n, W, r, esize, &ro, &rb);
+        trn__ring_chunk(n, W, r, esize, lo, hi, &ro, &rb);
         if (esize == 8) for (i = 0; i < rb / 8; i++) ((double *)(void *)(x + ro))[i] /= (double)W;
         else for (i = 0; i < rb / 4; i++) ((float *)(void *)(x + ro))[i] /= (float)W;
     }
     return 0;
 }
 
-static int trn__ring_all_gather(trn__ring *g, char *x, size_t n, int esize) {
+static int trn__ring_all_gather(trn__ring *g, char *x, size_t n, size_t lo, size_t hi, int esize) {
     int W = g->c->world, r = g->c->rank, s;
     size_t so, sb, ro, rb;
     for (s = 0; s < W - 1; s++) {
-        trn__ring_chunk(n, W, (int)trn__ring_mod((long long)r - s, W), esize, &so, &sb);
-        trn__ring_chunk(n, W, (int)trn__ring_mod((long long)r - s - 1, W), esize, &ro, &rb);
+        trn__ring_chunk(n, W, (int)trn__ring_mod((long long)r - s, W), esize, lo, hi, &so, &sb);
+        trn__ring_chunk(n, W, (int)trn__ring_mod((long long)r - s - 1, W), esize, lo, hi, &ro, &rb);
         if (trn__ring_step(g, x + so, sb, x + ro, rb, TRN__RECV_COPY, esize) != 0) return -1;
     }
     return 0;
@@ -923,11 +1051,11 @@ static void trn__ring_run(trn__ring *g, const trn__ring_op *op) {
     g->what = names[op->kind];
     switch (op->kind) {
     case TRN__OP_ALLREDUCE:
-        if (trn__ring_reduce_scatter(g, op->buf, op->n, op->esize, op->average) == 0)
-            trn__ring_all_gather(g, op->buf, op->n, op->esize);
+        if (trn__ring_reduce_scatter(g, op->buf, op->n, 0, op->n, op->esize, op->average) == 0)
+            trn__ring_all_gather(g, op->buf, op->n, 0, op->n, op->esize);
         break;
-    case TRN__OP_REDSCAT: trn__ring_reduce_scatter(g, op->buf, op->n, op->esize, op->average); break;
-    case TRN__OP_ALLGATHER: trn__ring_all_gather(g, op->buf, op->n, op->esize); break;
+    case TRN__OP_REDSCAT: trn__ring_reduce_scatter(g, op->buf, op->n, op->lo, op->hi, op->esize, op->average); break;
+    case TRN__OP_ALLGATHER: trn__ring_all_gather(g, op->buf, op->n, op->lo, op->hi, op->esize); break;
     default: trn__ring_bcast(g, op->buf, op->n, op->root); break;
     }
 }
@@ -953,7 +1081,8 @@ static void *trn__ring_worker(void *arg) {
 
 static trn_result trn__ring_error(trn__ring *g) { return trn_fail(g->err, "%s", g->err_msg); }
 
-static trn_result trn__ring_push(trn_comm *c, int kind, void *buf, size_t n, int esize, int average, int root) {
+static trn_result trn__ring_push_range(trn_comm *c, int kind, void *buf, size_t n, int esize, int average, int root,
+                                       size_t lo, size_t hi) {
     trn__ring *g = (trn__ring *)c->impl;
     trn__ring_op *op;
     pthread_mutex_lock(&g->mu);
@@ -961,10 +1090,14 @@ static trn_result trn__ring_push(trn_comm *c, int kind, void *buf, size_t n, int
     if (g->err) { pthread_mutex_unlock(&g->mu); return trn__ring_error(g); }
     op = &g->q[(g->q_head + g->q_len) % TRN__QCAP];
     op->kind = kind; op->buf = (char *)buf; op->n = n; op->esize = esize; op->average = average; op->root = root;
+    op->lo = lo; op->hi = hi;
     g->q_len++;
     pthread_cond_signal(&g->cv_work);
     pthread_mutex_unlock(&g->mu);
     return TRN_OK;
+}
+static trn_result trn__ring_push(trn_comm *c, int kind, void *buf, size_t n, int esize, int average, int root) {
+    return trn__ring_push_range(c, kind, buf, n, esize, average, root, 0, n);
 }
 
 static trn_result trn__ring_all_reduce(trn_comm *c, float *x, size_t n, int average) {
@@ -972,6 +1105,14 @@ static trn_result trn__ring_all_reduce(trn_comm *c, float *x, size_t n, int aver
 }
 static trn_result trn__ring_redscat(trn_comm *c, float *x, size_t n, int average) {
     return trn__ring_push(c, TRN__OP_REDSCAT, x, n, 4, average, 0);
+}
+static trn_result trn__ring_redscat_range(trn_comm *c, float *x, size_t lo, size_t hi, size_t n, int average) {
+    if (lo > hi || hi > n) return trn_fail(TRN_ERR_INVALID, "reduce_scatter_range: [%zu,%zu) of %zu", lo, hi, n);
+    return trn__ring_push_range(c, TRN__OP_REDSCAT, x, n, 4, average, 0, lo, hi);
+}
+static trn_result trn__ring_allgather_range(trn_comm *c, float *x, size_t lo, size_t hi, size_t n) {
+    if (lo > hi || hi > n) return trn_fail(TRN_ERR_INVALID, "all_gather_range: [%zu,%zu) of %zu", lo, hi, n);
+    return trn__ring_push_range(c, TRN__OP_ALLGATHER, x, n, 4, 0, 0, lo, hi);
 }
 static trn_result trn__ring_allgather(trn_comm *c, float *x, size_t n) {
     return trn__ring_push(c, TRN__OP_ALLGATHER, x, n, 4, 0, 0);
@@ -1097,7 +1238,9 @@ static trn_result trn__ring_init(trn_comm *c, const trn_dist_env *env) {
     c->name = "tcp-ring";
     c->all_reduce = trn__ring_all_reduce;
     c->reduce_scatter = trn__ring_redscat;
+    c->reduce_scatter_range = trn__ring_redscat_range;
     c->all_gather = trn__ring_allgather;
+    c->all_gather_range = trn__ring_allgather_range;
     c->broadcast = trn__ring_broadcast;
     c->wait = trn__ring_wait;
     c->all_reduce_host = trn__ring_all_reduce_host;
@@ -1109,6 +1252,12 @@ static trn_result trn__ring_init(trn_comm *c, const trn_dist_env *env) {
 /* ---- world size 1: nothing to talk to ----------------------------------- */
 static trn_result trn__self_all_reduce(trn_comm *c, float *x, size_t n, int a) { (void)c; (void)x; (void)n; (void)a; return TRN_OK; }
 static trn_result trn__self_allgather(trn_comm *c, float *x, size_t n) { (void)c; (void)x; (void)n; return TRN_OK; }
+static trn_result trn__self_redscat_range(trn_comm *c, float *x, size_t lo, size_t hi, size_t n, int a) {
+    (void)c; (void)x; (void)lo; (void)hi; (void)n; (void)a; return TRN_OK;
+}
+static trn_result trn__self_allgather_range(trn_comm *c, float *x, size_t lo, size_t hi, size_t n) {
+    (void)c; (void)x; (void)lo; (void)hi; (void)n; return TRN_OK;
+}
 static trn_result trn__self_bcast(trn_comm *c, void *x, size_t n, int r) { (void)c; (void)x; (void)n; (void)r; return TRN_OK; }
 static trn_result trn__self_wait(trn_comm *c) { (void)c; return TRN_OK; }
 static trn_result trn__self_host(trn_comm *c, double *x, int n, int a) { (void)c; (void)x; (void)n; (void)a; return TRN_OK; }
@@ -1135,6 +1284,10 @@ typedef struct trn__nccl {
     cudaStream_t stream;     /* the communication stream               */
     cudaEvent_t ready, done;
     double *scratch;         /* 8 doubles on the device (COMM)          */
+    double *pinned;          /* 8 doubles of page-locked host memory: a
+                                copy into pageable memory would block the
+                                host until the collective ends, with no
+                                timeout (COMM, on the host)             */
     size_t runtime_bytes;    /* NCCL's own buffers, measured at init    */
     int aborted;
     trn_result err;
@@ -1205,6 +1358,48 @@ static trn_result trn__nccl_redscat(trn_comm *c, float *x, size_t n, int average
     return TRN_OK;
 }
 
+/* the owners of a window of the sharded buffer: one ncclReduce to each
+   rank whose shard meets [lo,hi), fused into one launch by a group */
+static trn_result trn__nccl_redscat_range(trn_comm *c, float *x, size_t lo, size_t hi, size_t n, int average) {
+    trn__nccl *g = (trn__nccl *)c->impl;
+    ncclRedOp_t op = average ? ncclAvg : ncclSum;
+    trn_result rc = trn__nccl_enter(c);
+    int k;
+    if (rc) return rc;
+    if ((rc = trn__nccl_settle(c, ncclGroupStart(), "ncclGroupStart"))) return rc;
+    for (k = 0; k < c->world; k++) {
+        size_t a, b;
+        trn_comm_shard(n, c->world, k, &a, &b);
+        a = a < lo ? lo : a;
+        b = b > hi ? hi : b;
+        if (a >= b) continue;
+        if ((rc = trn__nccl_settle(c, ncclReduce(x + (a - lo), x + (a - lo), b - a, ncclFloat, op, k, g->comm, g->stream),
+                                   "ncclReduce")))
+            return rc;
+    }
+    return trn__nccl_settle(c, ncclGroupEnd(), "ncclGroupEnd");
+}
+
+/* each owner broadcasts its part of the window, fused by a group */
+static trn_result trn__nccl_allgather_range(trn_comm *c, float *x, size_t lo, size_t hi, size_t n) {
+    trn__nccl *g = (trn__nccl *)c->impl;
+    trn_result rc = trn__nccl_enter(c);
+    int k;
+    if (rc) return rc;
+    if ((rc = trn__nccl_settle(c, ncclGroupStart(), "ncclGroupStart"))) return rc;
+    for (k = 0; k < c->world; k++) {
+        size_t a, b;
+        trn_comm_shard(n, c->world, k, &a, &b);
+        a = a < lo ? lo : a;
+        b = b > hi ? hi : b;
+        if (a >= b) continue;
+        if ((rc = trn__nccl_settle(c, ncclBroadcast(x + (a - lo), x + (a - lo), b - a, ncclFloat, k, g->comm, g->stream),
+                                   "ncclBroadcast")))
+            return rc;
+    }
+    return trn__nccl_settle(c, ncclGroupEnd(), "ncclGroupEnd");
+}
+
 static trn_result trn__nccl_allgather(trn_comm *c, float *x, size_t n) {
     trn__nccl *g = (trn__nccl *)c->impl;
     size_t S = trn__dist_shard_size(n, c->world), tail = n - S * (size_t)c->world;
@@ -1225,20 +1420,26 @@ static trn_result trn__nccl_broadcast(trn_comm *c, void *x, size_t bytes, int ro
     return trn__nccl_settle(c, ncclBroadcast(x, x, bytes, ncclInt8, root, g->comm, g->stream), "ncclBroadcast");
 }
 
+/* Every wait on the communication stream comes here: poll an event, never
+   block in the CUDA runtime (cudaStreamSynchronize, a copy into pageable
+   memory), so a peer that hangs or died ends the wait after timeout_s
+   with ncclCommAbort and a message naming this rank. NCCL's async error
+   is read even when the event completed: a collective that failed may
+   still let the stream run on. */
 static trn_result trn__nccl_wait(trn_comm *c) {
     trn__nccl *g = (trn__nccl *)c->impl;
     double deadline = trn__dist_now() + c->timeout_s;
+    ncclResult_t a = ncclSuccess;
     if (g->err) return trn_fail(g->err, "%s", g->err_msg);
     if (cudaEventRecord(g->done, g->stream) != cudaSuccess)
         return trn__nccl_fail(c, TRN_ERR_BACKEND, "cudaEventRecord: %s", cudaGetErrorString(cudaGetLastError()));
     for (;;) {
-        ncclResult_t a = ncclSuccess;
         cudaError_t q = cudaEventQuery(g->done);
-        if (q == cudaSuccess) break;
-        if (q != cudaErrorNotReady) return trn__nccl_fail(c, TRN_ERR_BACKEND, "cudaEventQuery: %s", cudaGetErrorString(q));
         if (ncclCommGetAsyncError(g->comm, &a) != ncclSuccess || (a != ncclSuccess && a != ncclInProgress))
             return trn__nccl_fail(c, TRN_ERR_COMM, "a collective failed: %s (%s): a rank died or the network broke",
                                   ncclGetErrorString(a), ncclGetLastError(g->comm));
+        if (q == cudaSuccess) break;
+        if (q != cudaErrorNotReady) return trn__nccl_fail(c, TRN_ERR_BACKEND, "cudaEventQuery: %s", cudaGetErrorString(q));
         if (trn__dist_now() > deadline)
             return trn__nccl_fail(c, TRN_ERR_TIMEOUT,
                                   "collectives not done after %.1f s: a rank hangs or died (timeout: trn_ddp_desc.timeout_s "
@@ -1251,19 +1452,25 @@ static trn_result trn__nccl_wait(trn_comm *c) {
     return TRN_OK;
 }
 
+/* host values travel through page-locked memory: both copies are truly
+   asynchronous, so the only wait is trn__nccl_wait's bounded poll */
 static trn_result trn__nccl_all_reduce_host(trn_comm *c, double *x, int n, int average) {
     trn__nccl *g = (trn__nccl *)c->impl;
+    size_t bytes = sizeof(double) * (size_t)n;
     trn_result rc;
     if (n > 8) return trn_fail(TRN_ERR_INVALID, "all_reduce_host: at most 8 values");
+    memcpy(g->pinned, x, bytes); /* (free: every call ends with a wait) */
     if ((rc = trn__nccl_enter(c))) return rc;
-    if (cudaMemcpyAsync(g->scratch, x, sizeof(double) * (size_t)n, cudaMemcpyHostToDevice, g->stream) != cudaSuccess)
+    if (cudaMemcpyAsync(g->scratch, g->pinned, bytes, cudaMemcpyHostToDevice, g->stream) != cudaSuccess)
         return trn__nccl_fail(c, TRN_ERR_BACKEND, "cudaMemcpyAsync: %s", cudaGetErrorString(cudaGetLastError()));
     if ((rc = trn__nccl_settle(c, ncclAllReduce(g->scratch, g->scratch, (size_t)n, ncclFloat64, average ? ncclAvg : ncclSum,
                                                 g->comm, g->stream), "ncclAllReduce (host values)")))
         return rc;
-    if (cudaMemcpyAsync(x, g->scratch, sizeof(double) * (size_t)n, cudaMemcpyDeviceToHost, g->stream) != cudaSuccess)
+    if (cudaMemcpyAsync(g->pinned, g->scratch, bytes, cudaMemcpyDeviceToHost, g->stream) != cudaSuccess)
         return trn__nccl_fail(c, TRN_ERR_BACKEND, "cudaMemcpyAsync: %s", cudaGetErrorString(cudaGetLastError()));
-    return trn__nccl_wait(c);
+    if ((rc = trn__nccl_wait(c))) return rc;
+    memcpy(x, g->pinned, bytes);
+    return TRN_OK;
 }
 
 static void trn__nccl_abort(trn_comm *c) {
@@ -1276,6 +1483,7 @@ static void trn__nccl_destroy(trn_comm *c) {
     if (!g) return;
     if (!g->aborted && g->comm) ncclCommDestroy(g->comm);
     if (g->scratch) { cudaFree(g->scratch); trn_ledger_add(TRN_DEVICE, TRN_KIND_COMM, -(long long)(8 * sizeof(double))); }
+    if (g->pinned) { cudaFreeHost(g->pinned); trn_ledger_add(TRN_HOST, TRN_KIND_COMM, -(long long)(8 * sizeof(double))); }
     if (g->runtime_bytes) trn_ledger_add(TRN_DEVICE, TRN_KIND_RUNTIME, -(long long)g->runtime_bytes);
     if (g->ready) cudaEventDestroy(g->ready);
     if (g->done) cudaEventDestroy(g->done);
@@ -1297,6 +1505,8 @@ static trn_result trn__nccl_init(trn_comm *c, const trn_dist_env *env) {
     c->name = "nccl";
     c->all_reduce = trn__nccl_all_reduce;
     c->reduce_scatter = trn__nccl_redscat;
+    c->reduce_scatter_range = trn__nccl_redscat_range;
+    c->all_gather_range = trn__nccl_allgather_range;
     c->all_gather = trn__nccl_allgather;
     c->broadcast = trn__nccl_broadcast;
     c->wait = trn__nccl_wait;
@@ -1316,12 +1526,23 @@ static trn_result trn__nccl_init(trn_comm *c, const trn_dist_env *env) {
     free(peers);
     if (rc != TRN_OK) return rc;
     memcpy(&id, blob, sizeof id);
-    if (cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking) != cudaSuccess ||
-        cudaEventCreateWithFlags(&g->ready, cudaEventDisableTiming) != cudaSuccess ||
-        cudaEventCreateWithFlags(&g->done, cudaEventDisableTiming) != cudaSuccess ||
-        cudaMalloc((void **)&g->scratch, 8 * sizeof(double)) != cudaSuccess)
-        return trn_fail(TRN_ERR_BACKEND, "rank %d: nccl setup: %s", c->rank, cudaGetErrorString(cudaGetLastError()));
-    trn_ledger_add(TRN_DEVICE, TRN_KIND_COMM, (long long)(8 * sizeof(double)));
+    /* the communication stream at the highest priority the device has: the
+       scheduler then runs reductions ahead of queued compute kernels, so
+       they are not starved while backward fills the GPU */
+    {
+        int least = 0, greatest = 0;
+        if (cudaDeviceGetStreamPriorityRange(&least, &greatest) != cudaSuccess) greatest = 0;
+        if (cudaStreamCreateWithPriority(&g->stream, cudaStreamNonBlocking, greatest) != cudaSuccess ||
+            cudaEventCreateWithFlags(&g->ready, cudaEventDisableTiming) != cudaSuccess ||
+            cudaEventCreateWithFlags(&g->done, cudaEventDisableTiming) != cudaSuccess ||
+            cudaMalloc((void **)&g->scratch, 8 * sizeof(double)) != cudaSuccess)
+            return trn_fail(TRN_ERR_BACKEND, "rank %d: nccl setup: %s", c->rank, cudaGetErrorString(cudaGetLastError()));
+        trn_ledger_add(TRN_DEVICE, TRN_KIND_COMM, (long long)(8 * sizeof(double)));
+        if (cudaMallocHost((void **)&g->pinned, 8 * sizeof(double)) != cudaSuccess)
+            return trn_fail(TRN_ERR_BACKEND, "rank %d: nccl setup: cudaMallocHost: %s", c->rank,
+                            cudaGetErrorString(cudaGetLastError()));
+        trn_ledger_add(TRN_HOST, TRN_KIND_COMM, (long long)(8 * sizeof(double)));
+    }
     cudaMemGetInfo(&free0, &total);
     config.blocking = 0; /* so that creating it can time out too */
     {
@@ -1379,7 +1600,9 @@ TRNDEF trn_result trn_comm_init(trn_comm *c, const trn_dist_env *env, trn_comm_k
         c->name = "self";
         c->all_reduce = trn__self_all_reduce;
         c->reduce_scatter = trn__self_all_reduce;
+        c->reduce_scatter_range = trn__self_redscat_range;
         c->all_gather = trn__self_allgather;
+        c->all_gather_range = trn__self_allgather_range;
         c->broadcast = trn__self_bcast;
         c->wait = trn__self_wait;
         c->all_reduce_host = trn__self_host;
@@ -1412,10 +1635,29 @@ TRNDEF void trn_comm_free(trn_comm *c) {
 /* ========================================================================
    >>ddp
    ======================================================================== */
+TRNDEF const char *trn_shard_name(trn_shard_mode s) {
+    switch (s) {
+    case TRN_SHARD_NONE: return "none";
+    case TRN_SHARD_ZERO1: return "zero1";
+    case TRN_SHARD_ZERO2: return "zero2";
+    case TRN_SHARD_FSDP: return "fsdp";
+    }
+    return "?";
+}
+
+TRNDEF trn_result trn_shard_parse(const char *name, trn_shard_mode *out) {
+    int s;
+    for (s = TRN_SHARD_NONE; s <= TRN_SHARD_FSDP; s++)
+        if (name && strcmp(name, trn_shard_name((trn_shard_mode)s)) == 0) { *out = (trn_shard_mode)s; return TRN_OK; }
+    return trn_fail(TRN_ERR_INVALID, "sharding '%s': expected none, zero1, zero2 or fsdp", name ? name : "(null)");
+}
+
 TRNDEF trn_ddp_desc trn_ddp_defaults(const trn_ddp_desc *desc) {
     trn_ddp_desc d;
     memset(&d, 0, sizeof d);
     if (desc) d = *desc;
+    if (d.zero1 && d.shard == TRN_SHARD_NONE) d.shard = TRN_SHARD_ZERO1;
+    d.zero1 = d.shard >= TRN_SHARD_ZERO1; /* every mode from ZeRO-1 on shards m and v */
     if (d.bucket_bytes == 0) d.bucket_bytes = (size_t)25 << 20;
     if (d.timeout_s <= 0) {
         const char *s = getenv("TRN_DDP_TIMEOUT");
@@ -1445,13 +1687,16 @@ TRNDEF trn_result trn_ddp_init(trn_ddp *ddp, const trn_ddp_desc *desc) {
     ddp->local_rank = ddp->env.local_rank;
 #if !defined(TRAIN_NCCL_CPU_ONLY)
     if (ddp->desc.comm != TRN_COMM_TCP) { /* one GPU per rank: the local rank's */
-        int n = 0;
-        if (cudaGetDeviceCount(&n) == cudaSuccess && n > 0 && ddp->local_rank >= n)
+        int n = 0, dev = ddp->local_rank;
+        if (cudaGetDeviceCount(&n) == cudaSuccess && n == 1) dev = 0; /* the launcher gave each rank its own GPU
+                                                                        (Slurm --gpus-per-task=1, Kubernetes,
+                                                                        CUDA_VISIBLE_DEVICES per rank) */
+        else if (n > 0 && ddp->local_rank >= n)
             return trn_fail(TRN_ERR_INVALID, "rank %d: local rank %d but this node has %d GPU(s): start at most %d ranks per node",
                             ddp->rank, ddp->local_rank, n, n);
         cudaGetLastError();
         /* the backend's device, stream and cuBLAS handle, on this GPU */
-        if ((rc = trn_cuda_init(ddp->local_rank)) != TRN_OK) {
+        if ((rc = trn_cuda_init(dev)) != TRN_OK) {
             char why[512];
             snprintf(why, sizeof why, "%s", trn_error_reason());
             return trn_fail(rc, "rank %d: %s", ddp->rank, why);
@@ -1473,21 +1718,35 @@ static int trn__ddp_param_at(const trn_model *m, size_t off) {
 
 /* the flat-buffer range a tape input writes gradients into, if any */
 static int trn__ddp_grad_range(const trn_model *m, const trn_tensor *t, size_t *off) {
+    size_t lo = m->grad_lo, hi = m->grad_hi ? m->grad_hi : m->n_floats; /* (ZeRO-2: only a shard exists) */
     if (!t || !t->requires_grad) return 0;
-    if (t->grad && t->grad >= m->grad_data && t->grad < m->grad_data + m->n_floats) {
+    if (t->is_param) { *off = t->offset; return 1; }
+    if (t->grad && m->grad_data && t->grad >= m->grad_data + lo && t->grad < m->grad_data + hi) { /* a view */
         *off = (size_t)(t->grad - m->grad_data);
         return 1;
     }
-    if (t->is_param) { *off = t->offset; return 1; }
     return 0;
 }
 
-static void trn__ddp_launch_ready(trn_ddp *d, trn_model *m) {
-    while (!d->error && d->next_bucket < d->n_buckets && d->buckets[d->next_bucket].pending == 0) {
-        trn_ddp_bucket *b = &d->buckets[d->next_bucket++];
-        trn_result rc = d->comm.all_reduce(&d->comm, m->grad_data + b->lo, b->hi - b->lo, 1);
-        if (rc) trn__ddp_fail(d, rc);
-    }
+/* queue bucket b's collective (once per step) */
+static void trn__ddp_launch(trn_ddp *d, trn_model *m, int b) {
+    trn_ddp_bucket *k = &d->buckets[b];
+    trn_result rc;
+    if (k->launched || d->error) return;
+    k->launched = 1;
+    d->n_launched++;
+    if (d->desc.shard < TRN_SHARD_ZERO2) rc = d->comm.all_reduce(&d->comm, m->grad_data + k->lo, k->hi - k->lo, 1);
+    else if (k->stage) rc = d->comm.reduce_scatter_range(&d->comm, k->stage, k->lo, k->hi, m->n_floats, 1);
+    else rc = TRN_OK; /* ZeRO-2: nothing wrote it (unused parameters): its shard stays zero */
+    if (rc) trn__ddp_fail(d, rc);
+}
+
+/* parameter p's gradient is final: its buckets have one fewer to wait for;
+   those that reach zero leave now */
+static void trn__ddp_param_final(trn_ddp *d, trn_model *m, int p) {
+    int b;
+    for (b = d->bucket_of[p]; b < d->bucket_of[p] + d->bucket_cnt[p]; b++)
+        if (--d->buckets[b].pending == 0) trn__ddp_launch(d, m, b);
 }
 
 /* a new backward: for every parameter, the lowest tape index that writes
@@ -1496,28 +1755,35 @@ static void trn__ddp_launch_ready(trn_ddp *d, trn_model *m) {
 static void trn__ddp_begin(trn_ddp *d, trn_model *m) {
     int i, k, p;
     for (p = 0; p < m->n_params; p++) d->last_use[p] = -1;
+    if (d->first_use) for (p = 0; p < m->n_params; p++) d->first_use[p] = -1;
     for (i = 0; i < m->tape_len; i++)
         for (k = 0; k < 3; k++) {
             size_t off, end;
             trn_tensor *t = m->tape[i].in[k];
             if (!trn__ddp_grad_range(m, t, &off)) continue;
             end = off + t->size;
-            for (p = trn__ddp_param_at(m, off); p < m->n_params && m->params[p]->offset < end; p++)
+            for (p = trn__ddp_param_at(m, off); p < m->n_params && m->params[p]->offset < end; p++) {
                 if (d->last_use[p] < 0 || i < d->last_use[p]) d->last_use[p] = i;
+                if (d->first_use && i > d->first_use[p]) d->first_use[p] = i;
+            }
         }
-    for (i = 0; i < d->n_buckets; i++) d->buckets[i].pending = 0;
+    for (i = 0; i < d->n_buckets; i++) { d->buckets[i].pending = 0; d->buckets[i].launched = 0; }
     for (p = 0; p < m->n_params; p++)
-        if (d->last_use[p] >= 0) d->buckets[d->bucket_of[p]].pending++;
-    d->next_bucket = 0;
+        if (d->last_use[p] >= 0)
+            for (i = d->bucket_of[p]; i < d->bucket_of[p] + d->bucket_cnt[p]; i++) d->buckets[i].pending++;
+    d->n_launched = 0;
     d->armed = 1;
+    /* buckets no entry writes (unused parameters) are final already */
+    for (i = 0; i < d->n_buckets; i++)
+        if (d->buckets[i].pending == 0) trn__ddp_launch(d, m, i);
 }
 
 /* trn_backward calls this after tape entry i */
 static void trn__ddp_hook(trn_model *m, int i, void *user) {
     trn_ddp *d = (trn_ddp *)user;
     int k, p;
-    if (!d->sync || d->error) return;
-    if (i == m->tape_len - 1) {
+    if ((!d->sync && d->desc.shard < TRN_SHARD_ZERO2) || d->error) return;
+    if (i == m->tape_len - 1 && d->desc.shard < TRN_SHARD_ZERO2) { /* (ZeRO-2, FSDP: the pre-hook began) */
         if (d->armed) { /* a second backward would all-reduce partial sums twice */
             trn_fail(TRN_ERR_INVALID, "rank %d: trn_backward ran twice without trn_ddp_allreduce_grads between: "
                                       "to accumulate gradients call trn_ddp_set_sync(&ddp, 0) before all but the last backward",
@@ -1535,10 +1801,319 @@ static void trn__ddp_hook(trn_model *m, int i, void *user) {
         for (p = trn__ddp_param_at(m, off); p < m->n_params && m->params[p]->offset < end; p++)
             if (d->last_use[p] == i) {
                 d->last_use[p] = -2; /* counted once even if used twice by this entry */
-                d->buckets[d->bucket_of[p]].pending--;
+                trn__ddp_param_final(d, m, p);
             }
     }
-    trn__ddp_launch_ready(d, m);
+}
+
+/* ---- ZeRO-2 ----------------------------------------------------------------
+   The gradient buffer holds only this rank's shard. A bucket's gradients
+   exist whole only while backward writes them: the pre-hook gives them a
+   staging buffer just before the first entry that writes one of them
+   (every parameter's grad pointer then points into it), the post-hook
+   reduce-scatters the bucket to the owners once its last gradient is
+   final, and when that collective is done the owned part is added into
+   the shard and the staging buffer freed. At most TRN__ZERO2_LIVE staging
+   buffers are alive: the next one first waits for those already sent.
+   Every backward reduces (gradient accumulation adds into the shard), so
+   trn_ddp_set_sync and desc.no_overlap do not apply. */
+#define TRN__ZERO2_LIVE 2
+
+static size_t trn__ddp_stage_bytes(const trn_ddp *d) {
+    size_t b = 0;
+    int i;
+    for (i = 0; i < d->n_buckets; i++)
+        if (d->buckets[i].stage) b += (d->buckets[i].hi - d->buckets[i].lo) * sizeof(float);
+    return b;
+}
+
+/* wait for every queued collective; then each sent bucket's owned part
+   goes into the shard and its staging buffer is freed */
+static trn_result trn__zero2_harvest(trn_ddp *d, trn_model *m) {
+    trn_result rc = d->comm.wait(&d->comm);
+    int b, p;
+    if (rc) return trn__ddp_fail(d, rc);
+    for (b = 0; b < d->n_buckets; b++) {
+        trn_ddp_bucket *k = &d->buckets[b];
+        size_t a = TRN__DIST_MAX(k->lo, d->shard_lo), e = TRN__DIST_MIN(k->hi, d->shard_hi);
+        if (!k->stage || !k->launched) continue;
+        if (a < e) m->backend->accumulate(m->grad_data + a, k->stage + (a - k->lo), e - a);
+        for (p = k->p_first; p <= k->p_last; p++) m->params[p]->grad = NULL;
+        m->backend->free(k->stage);
+        k->stage = NULL;
+        d->n_live--;
+    }
+    return TRN_OK;
+}
+
+static void trn__fsdp_unit_hook(trn_model *m, trn_tensor *member, int phase, void *user);
+
+/* trn_backward calls this BEFORE tape entry i */
+static void trn__zero2_pre_hook(trn_model *m, int i, void *user) {
+    trn_ddp *d = (trn_ddp *)user;
+    int k, p, q;
+    if (d->error) return;
+    if (i == m->tape_len - 1) { /* a new backward (accumulating: the last one's buckets are all sent) */
+        if (d->armed && trn__zero2_harvest(d, m) != TRN_OK) return;
+        trn__ddp_begin(d, m);
+        if (d->error) return;
+        if (d->units) { /* FSDP: backward starts in the unit where forward ended */
+            d->bwd_pos = d->n_order - 1;
+            trn__fsdp_unit_hook(m, m->unit_cur, TRN_UNIT_BACKWARD, d);
+            if (d->error) return;
+        }
+    }
+    for (k = 0; k < 3; k++) {
+        size_t off, end;
+        trn_tensor *t = m->tape[i].in[k];
+        if (!trn__ddp_grad_range(m, t, &off)) continue;
+        end = off + t->size;
+        for (p = trn__ddp_param_at(m, off); p < m->n_params && m->params[p]->offset < end; p++) {
+            trn_ddp_bucket *b;
+            size_t bytes;
+            if (d->first_use[p] != i) continue;
+            d->first_use[p] = -2;
+            b = &d->buckets[d->bucket_of[p]];
+            if (b->stage) continue;
+            if (d->n_live >= (d->desc.shard == TRN_SHARD_FSDP ? 1 : TRN__ZERO2_LIVE) && trn__zero2_harvest(d, m) != TRN_OK)
+                return;
+            bytes = (b->hi - b->lo) * sizeof(float);
+            b->stage = (float *)m->backend->alloc(bytes, TRN_KIND_GRADS);
+            if (!b->stage) {
+                trn__ddp_fail(d, trn_fail(TRN_ERR_NOMEM, "rank %d: ZeRO-2 staging for %zu bytes: %s", d->rank, bytes,
+                                          trn_error_reason()));
+                return;
+            }
+            m->backend->zero(b->stage, bytes);
+            d->n_live++;
+            for (q = b->p_first; q <= b->p_last; q++) m->params[q]->grad = b->stage + (m->params[q]->offset - b->lo);
+            bytes = trn__ddp_stage_bytes(d);
+            if (bytes > d->stage_peak) d->stage_peak = bytes;
+        }
+    }
+}
+
+/* attach: the gradient buffer becomes this rank's shard */
+static trn_result trn__zero2_attach(trn_ddp *d, trn_model *m) {
+    size_t n = d->shard_hi - d->shard_lo;
+    int p;
+    if (n == 0) return trn_fail(TRN_ERR_INVALID, "rank %d: ZeRO-2 needs at least one parameter per rank (%zu for %d ranks)",
+                                d->rank, m->n_floats, d->world);
+    d->first_use = (int *)trn_alloc(sizeof(int) * (size_t)m->n_params, TRN_KIND_RUNTIME);
+    d->grad_shard = (float *)m->backend->alloc(n * sizeof(float), TRN_KIND_GRADS);
+    if (!d->first_use || !d->grad_shard) return trn_fail(TRN_ERR_NOMEM, "rank %d: ZeRO-2: %s", d->rank, trn_error_reason());
+    m->backend->zero(d->grad_shard, n * sizeof(float));
+    if (m->grad_data) m->backend->free(m->grad_data + m->grad_lo); /* a full buffer from an earlier backward */
+    m->grad_data = d->grad_shard - d->shard_lo; /* element j of the shard is still grad_data[j] */
+    m->grad_lo = d->shard_lo;
+    m->grad_hi = d->shard_hi;
+    for (p = 0; p < m->n_params; p++) m->params[p]->grad = NULL;
+    m->backward_pre_hook = trn__zero2_pre_hook;
+    return TRN_OK;
+}
+
+/* ---- FSDP (>>fsdp) ------------------------------------------------------
+   Weights, gradients, m and v: each rank keeps one shard of each flat
+   buffer. A UNIT is a run of parameters whose names share a prefix that
+   ends in a number ("h.3.attn.c_attn.weight" -> "h.3"; nn.Sequential's
+   "2.weight" -> "2"): a block. Parameters with no number ("wte.weight",
+   "ln_f.bias") form root units, which stay gathered for the whole run
+   (embeddings and final norms: small next to the blocks, and needed at
+   both ends of the step). The model marks where each block starts with
+   trn_unit(m, any parameter of the block) in its forward (train.h
+   >>units); the hook then
+     forward:  gathers the block's weights (all_gather_range into a
+               buffer of the unit's size; the parameters point into it),
+               frees the block before, and queues the gather of the next
+               one (prefetch: it travels while this block computes);
+     backward: when the block's backward begins, the same: this one
+               gathered (already prefetched), the one whose backward just
+               ended freed, the previous one in forward order queued.
+   Gradients go as in ZeRO-2 with one bucket per unit: a unit's gradients
+   live whole in a staging buffer from their first write to their
+   reduce-scatter (one at a time: the next waits for the one before).
+   AdamW updates the shards; then the root units are gathered again.
+   Per rank: 16 P / W bytes of state, plus two blocks of whole weights,
+   one block of whole gradients, and the roots. */
+static int trn__fsdp_key(const char *name, char *key, size_t cap) { /* 1: a block */
+    const char *p = name;
+    while (*p) {
+        const char *q = p;
+        while (*q >= '0' && *q <= '9') q++;
+        if (q > p && (*q == '.' || *q == 0)) { /* a component of digits */
+            size_t n = (size_t)(q - name);
+            if (n >= cap) n = cap - 1;
+            memcpy(key, name, n);
+            key[n] = 0;
+            return 1;
+        }
+        while (*p && *p != '.') p++;
+        if (*p == '.') p++;
+    }
+    snprintf(key, cap, "%s", name);
+    return 0;
+}
+
+static int trn__fsdp_unit(const trn_ddp *d, const trn_tensor *member) {
+    return member ? d->unit_of[trn__ddp_param_at(d->model, member->offset)] : -1;
+}
+
+static void trn__fsdp_point(trn_ddp *d, int u, float *full) { /* the unit's parameters -> full (or NULL) */
+    trn_model *m = d->model;
+    int p;
+    for (p = d->units[u].p_first; p <= d->units[u].p_last; p++)
+        m->params[p]->data = full ? full + (m->params[p]->offset - d->units[u].lo) : NULL;
+}
+
+/* queue unit u's gather (no wait) */
+static trn_result trn__fsdp_gather(trn_ddp *d, int u) {
+    trn_model *m = d->model;
+    trn_ddp_unit *k = &d->units[u];
+    size_t a = TRN__DIST_MAX(k->lo, d->shard_lo), b = TRN__DIST_MIN(k->hi, d->shard_hi), bytes = (k->hi - k->lo) * sizeof(float);
+    trn_result rc;
+    if (k->state != 0) return TRN_OK;
+    if (!k->full && !(k->full = (float *)m->backend->alloc(bytes, TRN_KIND_WEIGHTS)))
+        return trn__ddp_fail(d, trn_fail(TRN_ERR_NOMEM, "rank %d: FSDP: gathering unit '%s' (%zu bytes): %s", d->rank, k->key,
+                                         bytes, trn_error_reason()));
+    d->gathered_bytes += bytes;
+    if (d->gathered_bytes > d->gathered_peak) d->gathered_peak = d->gathered_bytes;
+    if (a < b) m->backend->copy(k->full + (a - k->lo), d->weight_shard + (a - d->shard_lo), (b - a) * sizeof(float));
+    if ((rc = d->comm.all_gather_range(&d->comm, k->full, k->lo, k->hi, m->n_floats)) != TRN_OK) return trn__ddp_fail(d, rc);
+    k->state = 1;
+    trn__fsdp_point(d, u, k->full);
+    return TRN_OK;
+}
+
+/* unit u gathered and arrived (waits for everything queued before) */
+static trn_result trn__fsdp_ready(trn_ddp *d, int u) {
+    trn_result rc;
+    int v;
+    if (u < 0) return TRN_OK;
+    if ((rc = trn__fsdp_gather(d, u)) != TRN_OK) return rc;
+    if (d->units[u].state == 2) return TRN_OK;
+    if ((rc = d->comm.wait(&d->comm)) != TRN_OK) return trn__ddp_fail(d, rc);
+    for (v = 0; v < d->n_units; v++)
+        if (d->units[v].state == 1) d->units[v].state = 2; /* the queue is empty: all arrived */
+    return TRN_OK;
+}
+
+/* free every block's whole weights but `keep` and `keep2` */
+static trn_result trn__fsdp_release_but(trn_ddp *d, int keep, int keep2) {
+    trn_model *m = d->model;
+    int v;
+    for (v = 0; v < d->n_units; v++) {
+        trn_ddp_unit *k = &d->units[v];
+        if (k->root || k->state == 0 || v == keep || v == keep2) continue;
+        if (k->state == 1 && trn__fsdp_ready(d, v) != TRN_OK) return d->error; /* a collective still writes it */
+        m->backend->free(k->full);
+        k->full = NULL;
+        k->state = 0;
+        d->gathered_bytes -= (k->hi - k->lo) * sizeof(float);
+        trn__fsdp_point(d, v, NULL);
+    }
+    return TRN_OK;
+}
+
+/* the next block after u in declaration order (forward prefetch) */
+static int trn__fsdp_next_block(const trn_ddp *d, int u) {
+    int v;
+    for (v = u + 1; v < d->n_units; v++)
+        if (!d->units[v].root) return v;
+    return -1;
+}
+
+/* train.h's unit hook (trn_unit's markers) */
+static void trn__fsdp_unit_hook(trn_model *m, trn_tensor *member, int phase, void *user) {
+    trn_ddp *d = (trn_ddp *)user;
+    int u = trn__fsdp_unit(d, member), next;
+    (void)m;
+    if (d->error) return;
+    if (u >= 0 && d->units[u].root) u = -1; /* roots are always there */
+    if (phase == TRN_UNIT_FORWARD) {
+        if (u < 0) return; /* leaving the blocks: the last one stays for backward */
+        if (m->grad_enabled && d->n_order < d->n_units) d->order[d->n_order++] = u;
+        next = trn__fsdp_next_block(d, u);
+        if (trn__fsdp_release_but(d, u, next) == TRN_OK && trn__fsdp_ready(d, u) == TRN_OK && next >= 0)
+            trn__fsdp_gather(d, next);
+        return;
+    }
+    /* backward: the backward of u (or of the roots: -1) begins */
+    if (u >= 0) {
+        while (d->bwd_pos >= 0 && d->order[d->bwd_pos] != u) d->bwd_pos--; /* (it is the next one) */
+        d->bwd_pos--;
+    }
+    next = d->bwd_pos >= 0 ? d->order[d->bwd_pos] : -1;
+    if (trn__fsdp_release_but(d, u, next) == TRN_OK && trn__fsdp_ready(d, u) == TRN_OK && next >= 0)
+        trn__fsdp_gather(d, next);
+}
+
+/* attach: units from the names; the weights become this rank's shard;
+   the roots are gathered (from the whole weights still here) */
+static trn_result trn__fsdp_attach(trn_ddp *d, trn_model *m) {
+    size_t n = d->shard_hi - d->shard_lo;
+    int p, u, nu = 0;
+    char key[64], prev[64] = "";
+    int prev_block = -1;
+    d->units = (trn_ddp_unit *)trn_calloc(sizeof(trn_ddp_unit) * (size_t)m->n_params, TRN_KIND_RUNTIME);
+    d->unit_of = (int *)trn_alloc(sizeof(int) * (size_t)m->n_params, TRN_KIND_RUNTIME);
+    d->order = (int *)trn_alloc(sizeof(int) * (size_t)m->n_params, TRN_KIND_RUNTIME);
+    if (!d->units || !d->unit_of || !d->order) return trn_fail(TRN_ERR_NOMEM, "rank %d: FSDP: %s", d->rank, trn_error_reason());
+    for (p = 0; p < m->n_params; p++) {
+        int block = trn__fsdp_key(m->params[p]->name, key, sizeof key);
+        if (nu == 0 || block != prev_block || (block && strcmp(key, prev) != 0)) { /* a new unit */
+            for (u = 0; block && u < nu; u++)
+                if (!d->units[u].root && strcmp(d->units[u].key, key) == 0)
+                    return trn_fail(TRN_ERR_INVALID, "FSDP: the parameters of block '%s' are not declared together ('%s')",
+                                    key, m->params[p]->name);
+            d->units[nu].root = !block;
+            d->units[nu].p_first = p;
+            d->units[nu].lo = m->params[p]->offset;
+            snprintf(d->units[nu].key, sizeof d->units[nu].key, "%s", key);
+            nu++;
+        }
+        d->units[nu - 1].p_last = p;
+        d->units[nu - 1].hi = m->params[p]->offset + m->params[p]->size;
+        d->unit_of[p] = nu - 1;
+        snprintf(prev, sizeof prev, "%s", key);
+        prev_block = block;
+    }
+    d->n_units = nu;
+    d->weight_shard = (float *)m->backend->alloc((n ? n : 1) * sizeof(float), TRN_KIND_WEIGHTS);
+    if (!d->weight_shard) return trn_fail(TRN_ERR_NOMEM, "rank %d: FSDP: weight shard: %s", d->rank, trn_error_reason());
+    m->backend->copy(d->weight_shard, m->param_data + d->shard_lo, n * sizeof(float));
+    for (u = 0; u < nu; u++) { /* roots: whole, copied from the weights still here */
+        trn_ddp_unit *k = &d->units[u];
+        size_t bytes = (k->hi - k->lo) * sizeof(float);
+        if (!k->root) continue;
+        if (!(k->full = (float *)m->backend->alloc(bytes, TRN_KIND_WEIGHTS)))
+            return trn_fail(TRN_ERR_NOMEM, "rank %d: FSDP: unit '%s': %s", d->rank, k->key, trn_error_reason());
+        m->backend->copy(k->full, m->param_data + k->lo, bytes);
+        k->state = 2;
+        d->gathered_bytes += bytes;
+    }
+    d->gathered_peak = d->gathered_bytes;
+    m->backend->free(m->param_data); /* the whole weights go */
+    m->param_data = d->weight_shard - d->shard_lo; /* element j of the shard is still param_data[j] */
+    m->param_lo = d->shard_lo;
+    m->param_hi = d->shard_hi;
+    for (u = 0; u < nu; u++) trn__fsdp_point(d, u, d->units[u].full);
+    m->unit_hook = trn__fsdp_unit_hook;
+    m->unit_hook_user = d;
+    return TRN_OK;
+}
+
+/* after AdamW updated the shards: the roots' whole weights again */
+static trn_result trn__fsdp_regather_roots(trn_ddp *d) {
+    int u;
+    for (u = 0; u < d->n_units; u++)
+        if (d->units[u].root) {
+            d->units[u].state = 0;
+            d->gathered_bytes -= (d->units[u].hi - d->units[u].lo) * sizeof(float); /* (gather counts it again) */
+            if (trn__fsdp_gather(d, u) != TRN_OK) return d->error;
+        }
+    for (u = 0; u < d->n_units; u++)
+        if (d->units[u].root) return trn__fsdp_ready(d, u);
+    return TRN_OK;
 }
 
 TRNDEF trn_result trn_ddp_attach(trn_ddp *ddp, trn_model *m) {
@@ -1560,28 +2135,70 @@ TRNDEF trn_result trn_ddp_attach(trn_ddp *ddp, trn_model *m) {
         return trn__ddp_fail(ddp, rc);
     trn_comm_shard(m->n_floats, ddp->world, ddp->rank, &ddp->shard_lo, &ddp->shard_hi);
     /* 2. buckets: whole parameters from the last one back, each bucket at
-       most bucket_bytes unless a single parameter is larger */
-    ddp->buckets = (trn_ddp_bucket *)trn_calloc(sizeof(trn_ddp_bucket) * (size_t)m->n_params, TRN_KIND_RUNTIME);
-    ddp->bucket_of = (int *)trn_alloc(sizeof(int) * (size_t)m->n_params, TRN_KIND_RUNTIME);
-    ddp->last_use = (int *)trn_alloc(sizeof(int) * (size_t)m->n_params, TRN_KIND_RUNTIME);
-    if (!ddp->buckets || !ddp->bucket_of || !ddp->last_use)
-        return trn__ddp_fail(ddp, trn_fail(TRN_ERR_NOMEM, "trn_ddp_attach: %s", trn_error_reason()));
-    for (p = m->n_params - 1; p >= 0; p--) {
-        size_t pb = m->params[p]->size * sizeof(float);
-        if (nb == 0 || bytes + pb > ddp->desc.bucket_bytes) { /* start a new bucket */
-            nb++;
-            bytes = 0;
-            ddp->buckets[nb - 1].p_last = p;
-            ddp->buckets[nb - 1].hi = m->params[p]->offset + m->params[p]->size;
+       most bucket_bytes; a larger parameter is cut into pieces of
+       bucket_bytes (from its end), each a bucket */
+    {
+        size_t cap = ddp->desc.bucket_bytes / sizeof(float), most = 0;
+        int open = 0;
+        if (cap == 0) cap = 1;
+        if (ddp->desc.shard >= TRN_SHARD_ZERO2) cap = (size_t)-1; /* whole parameters: a grad pointer needs
+                                                                     all of its tensor in one staging buffer */
+        for (p = 0; p < m->n_params; p++) most += 1 + m->params[p]->size / cap;
+        ddp->buckets = (trn_ddp_bucket *)trn_calloc(sizeof(trn_ddp_bucket) * most, TRN_KIND_RUNTIME);
+        ddp->bucket_of = (int *)trn_alloc(sizeof(int) * (size_t)m->n_params, TRN_KIND_RUNTIME);
+        ddp->bucket_cnt = (int *)trn_alloc(sizeof(int) * (size_t)m->n_params, TRN_KIND_RUNTIME);
+        ddp->last_use = (int *)trn_alloc(sizeof(int) * (size_t)m->n_params, TRN_KIND_RUNTIME);
+        if (!ddp->buckets || !ddp->bucket_of || !ddp->bucket_cnt || !ddp->last_use)
+            return trn__ddp_fail(ddp, trn_fail(TRN_ERR_NOMEM, "trn_ddp_attach: %s", trn_error_reason()));
+        for (p = m->n_params - 1; p >= 0; p--) {
+            size_t off = m->params[p]->offset, size = m->params[p]->size, pb = size * sizeof(float);
+            if (size > cap) { /* pieces of its own */
+                size_t hi = off + size;
+                ddp->bucket_of[p] = nb;
+                while (hi > off) {
+                    trn_ddp_bucket *b = &ddp->buckets[nb++];
+                    b->hi = hi;
+                    b->lo = hi - TRN__DIST_MIN(cap, hi - off);
+                    b->p_first = b->p_last = p;
+                    hi = b->lo;
+                }
+                ddp->bucket_cnt[p] = nb - ddp->bucket_of[p];
+                open = 0;
+                continue;
+            }
+            if (!open || bytes + pb > ddp->desc.bucket_bytes) { /* start a new bucket */
+                nb++;
+                bytes = 0;
+                open = 1;
+                ddp->buckets[nb - 1].p_last = p;
+                ddp->buckets[nb - 1].hi = off + size;
+            }
+            ddp->buckets[nb - 1].p_first = p;
+            ddp->buckets[nb - 1].lo = off;
+            ddp->bucket_of[p] = nb - 1;
+            ddp->bucket_cnt[p] = 1;
+            bytes += pb;
         }
-        ddp->buckets[nb - 1].p_first = p;
-        ddp->buckets[nb - 1].lo = m->params[p]->offset;
-        ddp->bucket_of[p] = nb - 1;
-        bytes += pb;
     }
     ddp->n_buckets = nb;
+    if (ddp->world > 1 && ddp->desc.shard == TRN_SHARD_FSDP) { /* one bucket per unit */
+        if ((rc = trn__fsdp_attach(ddp, m)) != TRN_OK) return trn__ddp_fail(ddp, rc);
+        for (nb = 0; nb < ddp->n_units; nb++) {
+            trn_ddp_bucket *b = &ddp->buckets[nb];
+            memset(b, 0, sizeof *b);
+            b->lo = ddp->units[nb].lo; b->hi = ddp->units[nb].hi;
+            b->p_first = ddp->units[nb].p_first; b->p_last = ddp->units[nb].p_last;
+            for (p = b->p_first; p <= b->p_last; p++) { ddp->bucket_of[p] = nb; ddp->bucket_cnt[p] = 1; }
+        }
+        ddp->n_buckets = nb;
+    }
     /* 3. the hook that starts buckets during backward */
     if (ddp->world > 1 && !ddp->desc.zero1 && !ddp->desc.no_overlap) {
+        m->backward_hook = trn__ddp_hook;
+        m->backward_hook_user = ddp;
+    }
+    if (ddp->world > 1 && ddp->desc.shard >= TRN_SHARD_ZERO2) {
+        if ((rc = trn__zero2_attach(ddp, m)) != TRN_OK) return trn__ddp_fail(ddp, rc);
         m->backward_hook = trn__ddp_hook;
         m->backward_hook_user = ddp;
     }
@@ -1597,14 +2214,26 @@ TRNDEF trn_result trn_ddp_allreduce_grads(trn_ddp *ddp, trn_model *m) {
     if (ddp->error) return trn__ddp_sticky(ddp);
     if (!m->grad_data) return trn_fail(TRN_ERR_INVALID, "trn_ddp_allreduce_grads: no gradients (call trn_backward first)");
     if (ddp->world == 1) return TRN_OK;
+    if (ddp->desc.shard >= TRN_SHARD_ZERO2) { /* the buckets left during backward: wait, add into the shard */
+        if (!ddp->armed) return trn_fail(TRN_ERR_INVALID, "rank %d: trn_ddp_allreduce_grads without a trn_backward before it",
+                                         ddp->rank);
+        for (b = 0; b < ddp->n_buckets; b++) trn__ddp_launch(ddp, m, b); /* (all left already) */
+        ddp->armed = 0;
+        if (ddp->error || (rc = trn__zero2_harvest(ddp, m)) != TRN_OK) return trn__ddp_sticky(ddp);
+        if (ddp->units) { /* FSDP: the step's last block goes too */
+            ddp->n_order = 0;
+            if (trn__fsdp_release_but(ddp, -1, -1) != TRN_OK) return trn__ddp_sticky(ddp);
+        }
+        return TRN_OK;
+    }
     if (ddp->desc.zero1) {
         rc = ddp->comm.reduce_scatter(&ddp->comm, m->grad_data, m->n_floats, 1);
     } else {
         if (!ddp->armed) { /* no hook ran (no_overlap, or sync was 0): all buckets now */
-            ddp->next_bucket = 0;
-            for (b = 0; b < ddp->n_buckets; b++) ddp->buckets[b].pending = 0;
+            ddp->n_launched = 0;
+            for (b = 0; b < ddp->n_buckets; b++) ddp->buckets[b].launched = 0;
         }
-        trn__ddp_launch_ready(ddp, m);
+        for (b = 0; b < ddp->n_buckets; b++) trn__ddp_launch(ddp, m, b); /* (those not gone yet) */
         ddp->armed = 0;
         rc = ddp->error;
     }
@@ -1643,8 +2272,75 @@ TRNDEF trn_result trn_ddp_adamw_step(trn_ddp *ddp, trn_adamw *opt, trn_model *m,
                         ddp->rank, opt->lo, opt->hi, ddp->shard_lo, ddp->shard_hi);
     /* (a model smaller than the world size leaves some ranks no shard) */
     if (ddp->shard_hi > ddp->shard_lo && (rc = trn_adamw_step(opt, m, lr)) != TRN_OK) return rc;
+    if (ddp->units) return trn__fsdp_regather_roots(ddp) ? trn__ddp_sticky(ddp) : TRN_OK; /* blocks: when used */
     if ((rc = ddp->comm.all_gather(&ddp->comm, m->param_data, m->n_floats)) || (rc = ddp->comm.wait(&ddp->comm)))
         return trn__ddp_fail(ddp, rc);
+    return TRN_OK;
+}
+
+TRNDEF trn_result trn_ddp_unshard(trn_ddp *ddp, trn_model *m) {
+    float *full;
+    trn_result rc;
+    int u;
+    if (!ddp || !m || m != ddp->model) return trn_fail(TRN_ERR_INVALID, "trn_ddp_unshard: not the attached model");
+    if (ddp->error) return trn__ddp_sticky(ddp);
+    if (!ddp->units) return TRN_OK;
+    if ((rc = trn__fsdp_release_but(ddp, -1, -1)) != TRN_OK) return rc;
+    full = (float *)m->backend->alloc(m->n_floats * sizeof(float), TRN_KIND_WEIGHTS);
+    if (!full) return trn__ddp_fail(ddp, trn_fail(TRN_ERR_NOMEM, "rank %d: trn_ddp_unshard: %s", ddp->rank, trn_error_reason()));
+    m->backend->copy(full + ddp->shard_lo, ddp->weight_shard, (ddp->shard_hi - ddp->shard_lo) * sizeof(float));
+    if ((rc = ddp->comm.all_gather(&ddp->comm, full, m->n_floats)) != TRN_OK || (rc = ddp->comm.wait(&ddp->comm)) != TRN_OK) {
+        m->backend->free(full);
+        return trn__ddp_fail(ddp, rc);
+    }
+    for (u = 0; u < ddp->n_units; u++) {
+        if (ddp->units[u].full) m->backend->free(ddp->units[u].full);
+        ddp->units[u].full = NULL;
+    }
+    m->backend->free(ddp->weight_shard);
+    ddp->weight_shard = NULL;
+    m->param_data = full;
+    m->param_lo = m->param_hi = 0;
+    for (u = 0; u < m->n_params; u++) m->params[u]->data = full + m->params[u]->offset;
+    m->unit_hook = NULL;
+    m->unit_hook_user = NULL;
+    trn_free(ddp->units);
+    ddp->units = NULL;
+    ddp->n_units = 0;
+    ddp->gathered_bytes = 0;
+    ddp->desc.shard = TRN_SHARD_ZERO2;
+    return TRN_OK;
+}
+
+TRNDEF trn_result trn_ddp_print_memory(trn_ddp *ddp, const char *title) {
+    trn_ledger_snapshot s;
+    trn_place pl;
+    double mine[8], x[8], mib = 1048576.0;
+    int r, k;
+    trn_result rc;
+    if (!ddp || !ddp->model) return trn_fail(TRN_ERR_INVALID, "trn_ddp_print_memory: attach a model first");
+    pl = ddp->model->backend->place;
+    trn_ledger_read(&s);
+    mine[0] = (double)(s.current[pl][TRN_KIND_WEIGHTS] - ddp->gathered_bytes);
+    mine[1] = (double)ddp->gathered_bytes;
+    mine[2] = (double)ddp->gathered_peak;
+    mine[3] = (double)s.current[pl][TRN_KIND_GRADS];
+    mine[4] = (double)s.peak[pl][TRN_KIND_GRADS];
+    mine[5] = (double)s.current[pl][TRN_KIND_OPTIM];
+    mine[6] = (double)s.current[pl][TRN_KIND_COMM];
+    mine[7] = (double)(pl == TRN_DEVICE ? s.device_used : s.peak_rss);
+    if (trn_ddp_is_main(ddp)) {
+        printf("%s\n  (MiB) %-7s %11s %17s %17s %10s %8s %10s\n", title ? title : "memory per rank", "rank",
+               "weights", "gathered (peak)", "grads (peak)", "optimizer", "comm", pl == TRN_DEVICE ? "device" : "peak RSS");
+    }
+    for (r = 0; r < ddp->world; r++) { /* rank r's numbers reach rank 0 as a sum with zeros */
+        for (k = 0; k < 8; k++) x[k] = r == ddp->rank ? mine[k] : 0.0;
+        if ((rc = trn_ddp_allreduce_host(ddp, x, 8, 0)) != TRN_OK) return rc;
+        if (trn_ddp_is_main(ddp))
+            printf("        %-7d %11.1f %8.1f (%6.1f) %8.1f (%6.1f) %10.1f %8.2f %10.1f\n", r, x[0] / mib, x[1] / mib, x[2] / mib,
+                   x[3] / mib, x[4] / mib, x[5] / mib, x[6] / mib, x[7] / mib);
+    }
+    if (trn_ddp_is_main(ddp)) fflush(stdout);
     return TRN_OK;
 }
 
@@ -1695,11 +2391,33 @@ TRNDEF void trn_ddp_free(trn_ddp *ddp) {
     if (!ddp) return;
     if (ddp->model && ddp->model->backward_hook_user == ddp) {
         ddp->model->backward_hook = NULL;
+        ddp->model->backward_pre_hook = NULL;
         ddp->model->backward_hook_user = NULL;
     }
+    /* ZeRO-2: staging still held (a failed step); the model keeps its
+       gradient shard, which trn_model_free frees */
+    if (ddp->model && ddp->buckets) {
+        int b;
+        for (b = 0; b < ddp->n_buckets; b++)
+            if (ddp->buckets[b].stage) ddp->model->backend->free(ddp->buckets[b].stage);
+    }
+    trn_free(ddp->first_use);
+    if (ddp->model && ddp->units) { /* FSDP: the model keeps its weight shard (trn_model_free frees it) */
+        int u;
+        if (ddp->model->unit_hook_user == ddp) { ddp->model->unit_hook = NULL; ddp->model->unit_hook_user = NULL; }
+        for (u = 0; u < ddp->n_units; u++)
+            if (ddp->units[u].full) {
+                ddp->model->backend->free(ddp->units[u].full);
+                trn__fsdp_point(ddp, u, NULL);
+            }
+    }
+    trn_free(ddp->units);
+    trn_free(ddp->unit_of);
+    trn_free(ddp->order);
     trn_comm_free(&ddp->comm);
     trn_free(ddp->buckets);
     trn_free(ddp->bucket_of);
+    trn_free(ddp->bucket_cnt);
     trn_free(ddp->last_use);
     memset(ddp, 0, sizeof *ddp);
 }
@@ -1744,6 +2462,8 @@ TRNDEF trn_result trn_ddp_checkpoint_save(trn_ddp *ddp, const char *path, trn_mo
     char mine[1024];
     if (!ddp || !path || !m) return trn_fail(TRN_ERR_INVALID, "trn_ddp_checkpoint_save: NULL argument");
     if (ddp->error) return trn__ddp_sticky(ddp);
+    if (ddp->units) return trn_fail(TRN_ERR_INVALID, "trn_ddp_checkpoint_save: an FSDP model holds no whole weights: "
+                                                     "use trn_ddp_checkpoint_save_sharded");
     mm = (trn_meta *)trn_alloc(sizeof(trn_meta), TRN_KIND_TEMP);
     if (!mm) rc = TRN_ERR_NOMEM;
     else {
@@ -1765,6 +2485,8 @@ TRNDEF trn_result trn_ddp_checkpoint_load(trn_ddp *ddp, const char *path, trn_mo
     char mine[1024];
     if (!ddp || !path || !m) return trn_fail(TRN_ERR_INVALID, "trn_ddp_checkpoint_load: NULL argument");
     if (ddp->error) return trn__ddp_sticky(ddp);
+    if (ddp->units) return trn_fail(TRN_ERR_INVALID, "trn_ddp_checkpoint_load: an FSDP model holds no whole weights: "
+                                                     "use trn_ddp_checkpoint_load_sharded");
     /* every rank reads rank 0's metadata, so all refuse a mismatch alike */
     rc = trn_safetensors_open(&f, path);
     if (rc == TRN_OK) {
@@ -1777,6 +2499,302 @@ TRNDEF trn_result trn_ddp_checkpoint_load(trn_ddp *ddp, const char *path, trn_mo
         rc = trn_fail(TRN_ERR_MISMATCH, "%s holds optimizer slice [%zu,%zu), this rank's shard is [%zu,%zu)", mine,
                       opt->lo, opt->hi, ddp->shard_lo, ddp->shard_hi);
     return trn_ddp_agree(ddp, rc);
+}
+
+/* ---- sharded checkpoints (>>sharded) --------------------------------------- */
+#define TRN__SHARDED_FORMAT "train.h sharded checkpoint 1"
+
+static void trn__sharded_file(char *buf, size_t cap, const char *dir, int rank, int world) {
+    snprintf(buf, cap, "%s/rank-%05d-of-%05d.safetensors", dir, rank, world);
+}
+
+/* rank 0: the manifest, atomically (tmp, fsync, rename, fsync the dir) */
+static trn_result trn__sharded_manifest(const trn_ddp *ddp, const char *dir, const trn_model *m) {
+    char path[1200], tmp[1300], name[64];
+    FILE *f;
+    int k, p, i;
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    if (!(f = fopen(tmp, "w"))) return trn_fail(TRN_ERR_IO, "%s: %s", tmp, strerror(errno));
+    fprintf(f, "{\n  \"format\": \"%s\",\n  \"world_size\": %d,\n  \"n_floats\": %zu,\n  \"mode\": \"%s\",\n  \"files\": [\n",
+            TRN__SHARDED_FORMAT, ddp->world, m->n_floats, trn_shard_name(ddp->desc.shard));
+    for (k = 0; k < ddp->world; k++) {
+        size_t lo, hi;
+        trn_comm_shard(m->n_floats, ddp->world, k, &lo, &hi);
+        trn__sharded_file(name, sizeof name, ".", k, ddp->world);
+        fprintf(f, "    {\"file\": \"%s\", \"lo\": %zu, \"hi\": %zu}%s\n", name + 2, lo, hi, k + 1 < ddp->world ? "," : "");
+    }
+    fprintf(f, "  ],\n  \"params\": [\n");
+    for (p = 0; p < m->n_params; p++) {
+        const trn_tensor *t = m->params[p];
+        fprintf(f, "    {\"name\": \"%s\", \"offset\": %zu, \"shape\": [", t->name, t->offset);
+        for (i = 0; i < t->ndim; i++) fprintf(f, "%s%d", i ? ", " : "", t->shape[i]);
+        fprintf(f, "]}%s\n", p + 1 < m->n_params ? "," : "");
+    }
+    fprintf(f, "  ]\n}\n");
+    if (fflush(f) != 0 || fsync(fileno(f)) != 0) {
+        fclose(f);
+        remove(tmp);
+        return trn_fail(TRN_ERR_IO, "%s: %s", tmp, strerror(errno));
+    }
+    fclose(f);
+    if (rename(tmp, path) != 0) {
+        remove(tmp);
+        return trn_fail(TRN_ERR_IO, "rename %s: %s", path, strerror(errno));
+    }
+    return trn__fsync_dir(path);
+}
+
+TRNDEF trn_result trn_ddp_checkpoint_save_sharded(trn_ddp *ddp, const char *dir, trn_model *m, const trn_adamw *opt,
+                                                  const trn_meta *meta) {
+    trn_result rc = TRN_OK;
+    trn_model t;
+    trn_adamw o;
+    trn_meta *mm = NULL;
+    char path[1200];
+    size_t n;
+    int p;
+    if (!ddp || !dir || !m || m != ddp->model) return trn_fail(TRN_ERR_INVALID, "trn_ddp_checkpoint_save_sharded: not the attached model");
+    if (ddp->error) return trn__ddp_sticky(ddp);
+    n = ddp->shard_hi - ddp->shard_lo;
+    for (p = 0; p < m->n_params; p++)
+        if (strchr(m->params[p]->name, '"') || strchr(m->params[p]->name, '\\'))
+            rc = trn_fail(TRN_ERR_INVALID, "sharded checkpoint: parameter name %s has a quote or backslash", m->params[p]->name);
+    if (rc == TRN_OK && n == 0) rc = trn_fail(TRN_ERR_INVALID, "rank %d: sharded checkpoint: an empty shard (%zu parameters, %d ranks)",
+                                              ddp->rank, m->n_floats, ddp->world);
+    if (rc == TRN_OK && mkdir(dir, 0777) != 0 && errno != EEXIST) rc = trn_fail(TRN_ERR_IO, "mkdir %s: %s", dir, strerror(errno));
+    if (rc == TRN_OK && opt && opt->m && (opt->lo > ddp->shard_lo || opt->hi < ddp->shard_hi))
+        rc = trn_fail(TRN_ERR_INVALID, "rank %d: the optimizer holds [%zu,%zu), not this rank's shard [%zu,%zu)", ddp->rank,
+                      opt->lo, opt->hi, ddp->shard_lo, ddp->shard_hi);
+    if (rc == TRN_OK && !(mm = (trn_meta *)trn_alloc(sizeof(trn_meta), TRN_KIND_TEMP))) rc = TRN_ERR_NOMEM;
+    if (rc == TRN_OK) { /* a model of one tensor: this rank's slice of the weights */
+        if (meta) *mm = *meta; else memset(mm, 0, sizeof *mm);
+        trn_meta_set_u64(mm, "shard.lo", ddp->shard_lo);
+        trn_meta_set_u64(mm, "shard.hi", ddp->shard_hi);
+        trn_meta_set_u64(mm, "shard.n_floats", m->n_floats);
+        trn_meta_set_u64(mm, "shard.world_size", (uint64_t)ddp->world);
+        trn_meta_set_u64(mm, "shard.rank", (uint64_t)ddp->rank);
+        trn_model_init(&t, m->backend);
+        trn_param1(&t, "shard.weights", (int)n);
+        if ((rc = trn_model_alloc(&t)) == TRN_OK) {
+            m->backend->copy(t.param_data, m->param_data + ddp->shard_lo, n * sizeof(float));
+            if (opt && opt->m) { /* its slice of the moments, as an optimizer of the shard */
+                o = *opt;
+                o.m = opt->m + (ddp->shard_lo - opt->lo);
+                o.v = opt->v + (ddp->shard_lo - opt->lo);
+                o.lo = 0;
+                o.hi = n;
+            } else if (opt) {
+                o = *opt;
+                o.lo = 0; o.hi = n;
+            }
+            trn__sharded_file(path, sizeof path, dir, ddp->rank, ddp->world);
+            rc = trn_checkpoint_save(path, &t, opt ? &o : NULL, mm);
+        }
+        trn_model_free(&t);
+    }
+    trn_free(mm);
+    if ((rc = trn_ddp_agree(ddp, rc)) != TRN_OK) return rc; /* every file is on disk */
+    rc = ddp->rank == 0 ? trn__sharded_manifest(ddp, dir, m) : TRN_OK;
+    return trn_ddp_agree(ddp, rc);
+}
+
+/* the manifest: world size and parameter count; the parameter table must
+   be the model's (names, offsets, shapes) */
+static trn_result trn__sharded_read_manifest(const char *dir, const trn_model *m, int *world, size_t *n_floats,
+                                             char **text_out) {
+    char path[1200], *text, line[1200];
+    FILE *f;
+    long len;
+    const char *q;
+    int p, i;
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    if (!(f = fopen(path, "rb")))
+        return trn_fail(TRN_ERR_IO, "%s: %s (no manifest: not a sharded checkpoint, or its save did not finish)", path,
+                        strerror(errno));
+    fseek(f, 0, SEEK_END);
+    len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    text = (char *)malloc((size_t)(len > 0 ? len : 0) + 1);
+    if (!text || len <= 0 || fread(text, 1, (size_t)len, f) != (size_t)len) {
+        fclose(f);
+        free(text);
+        return trn_fail(TRN_ERR_IO, "%s: cannot read", path);
+    }
+    fclose(f);
+    text[len] = 0;
+    if (!strstr(text, TRN__SHARDED_FORMAT) || !(q = strstr(text, "\"world_size\": ")) || sscanf(q + 14, "%d", world) != 1 ||
+        *world < 1 || !(q = strstr(text, "\"n_floats\": ")) || sscanf(q + 12, "%zu", n_floats) != 1) {
+        free(text);
+        return trn_fail(TRN_ERR_FORMAT, "%s: not a train.h sharded checkpoint manifest", path);
+    }
+    for (p = 0; m && p < m->n_params; p++) { /* the table, line by line */
+        const trn_tensor *t = m->params[p];
+        size_t n = (size_t)snprintf(line, sizeof line, "{\"name\": \"%s\", \"offset\": %zu, \"shape\": [", t->name, t->offset);
+        for (i = 0; i < t->ndim; i++) n += (size_t)snprintf(line + n, sizeof line - n, "%s%d", i ? ", " : "", t->shape[i]);
+        snprintf(line + n, sizeof line - n, "]}");
+        if (!strstr(text, line)) {
+            free(text);
+            return trn_fail(TRN_ERR_MISMATCH, "%s: no parameter %s at offset %zu with this shape: another model", path, t->name,
+                            t->offset);
+        }
+    }
+    if (m && *n_floats != m->n_floats) {
+        free(text);
+        return trn_fail(TRN_ERR_MISMATCH, "%s: %zu parameters, the model has %zu", path, *n_floats, m->n_floats);
+    }
+    if (text_out) *text_out = text; else free(text);
+    return TRN_OK;
+}
+
+/* copy the part of old file k's tensor `name` that meets [lo,hi) to
+   dst + (j - lo) in backend memory (tensor element 0 is global a) */
+static trn_result trn__sharded_take(trn_safetensors *f, const char *name, size_t a, size_t b, size_t lo, size_t hi,
+                                    float *dst, const trn_backend *be, float **host, size_t *host_cap) {
+    const trn_st_tensor *t = trn_safetensors_find(f, name);
+    size_t x = TRN__DIST_MAX(a, lo), y = TRN__DIST_MIN(b, hi);
+    trn_result rc;
+    if (x >= y) return TRN_OK;
+    if (!t) return trn_fail(TRN_ERR_FORMAT, "%s: no tensor %s", f->path, name);
+    if (t->numel != b - a) return trn_fail(TRN_ERR_FORMAT, "%s: %s has %zu elements, the manifest says %zu", f->path, name,
+                                               (size_t)t->numel, b - a);
+    if (*host_cap < b - a) {
+        trn_free(*host);
+        *host_cap = 0;
+        if (!(*host = (float *)trn_alloc((b - a) * sizeof(float), TRN_KIND_TEMP))) return TRN_ERR_NOMEM;
+        *host_cap = b - a;
+    }
+    if ((rc = trn_safetensors_read(f, t, *host)) != TRN_OK) return rc;
+    be->upload(dst + (x - lo), *host + (x - a), (y - x) * sizeof(float));
+    return TRN_OK;
+}
+
+TRNDEF trn_result trn_ddp_checkpoint_load_sharded(trn_ddp *ddp, const char *dir, trn_model *m, trn_adamw *opt,
+                                                  trn_meta *meta_out) {
+    trn_result rc;
+    int W0 = 0, k, i;
+    size_t N = 0, wlo, whi, olo, ohi, host_cap = 0;
+    float *host = NULL;
+    char path[1200];
+    uint64_t step = 0;
+    if (!ddp || !dir || !m || m != ddp->model) return trn_fail(TRN_ERR_INVALID, "trn_ddp_checkpoint_load_sharded: not the attached model");
+    if (ddp->error) return trn__ddp_sticky(ddp);
+    rc = trn__sharded_read_manifest(dir, m, &W0, &N, NULL);
+    /* what this rank keeps: FSDP its shard of the weights, the others all;
+       ZeRO (and FSDP) its shard of m and v, DDP all of them */
+    wlo = ddp->units ? ddp->shard_lo : 0; whi = ddp->units ? ddp->shard_hi : m->n_floats;
+    olo = ddp->desc.zero1 ? ddp->shard_lo : 0; ohi = ddp->desc.zero1 ? ddp->shard_hi : m->n_floats;
+    if (rc == TRN_OK && opt) {
+        if (opt->m && (opt->lo != olo || opt->hi != ohi)) {
+            trn_adamw_free(opt);
+        }
+        if (!opt->m) {
+            opt->backend = m->backend;
+            opt->lo = olo; opt->hi = ohi;
+            opt->m = (float *)m->backend->alloc((ohi - olo) * sizeof(float), TRN_KIND_OPTIM);
+            opt->v = opt->m ? (float *)m->backend->alloc((ohi - olo) * sizeof(float), TRN_KIND_OPTIM) : NULL;
+            if (!opt->m || !opt->v) rc = trn_fail(TRN_ERR_NOMEM, "rank %d: optimizer state: %s", ddp->rank, trn_error_reason());
+        }
+    }
+    for (k = 0; rc == TRN_OK && k < W0; k++) {
+        trn_safetensors f;
+        size_t a, b;
+        trn_comm_shard(N, W0, k, &a, &b);
+        if (!((a < whi && b > wlo) || (opt && a < ohi && b > olo) || (k == 0 && meta_out))) continue;
+        trn__sharded_file(path, sizeof path, dir, k, W0);
+        if ((rc = trn_safetensors_open(&f, path)) != TRN_OK) break;
+        if ((rc = trn_safetensors_verify(&f)) == TRN_OK) {
+            const char *lo_s = trn_safetensors_meta(&f, "shard.lo"), *hi_s = trn_safetensors_meta(&f, "shard.hi");
+            if (!lo_s || !hi_s || strtoull(lo_s, NULL, 10) != a || strtoull(hi_s, NULL, 10) != b)
+                rc = trn_fail(TRN_ERR_FORMAT, "%s: holds another slice than the manifest's [%zu,%zu)", path, a, b);
+        }
+        if (rc == TRN_OK) rc = trn__sharded_take(&f, "shard.weights", a, b, wlo, whi, m->param_data + wlo, m->backend, &host,
+                                                 &host_cap);
+        if (rc == TRN_OK && opt) rc = trn__sharded_take(&f, "optim.m", a, b, olo, ohi, opt->m, m->backend, &host, &host_cap);
+        if (rc == TRN_OK && opt) rc = trn__sharded_take(&f, "optim.v", a, b, olo, ohi, opt->v, m->backend, &host, &host_cap);
+        if (rc == TRN_OK && k == 0) {
+            const char *st = trn_safetensors_meta(&f, "trn.optim.step");
+            step = st ? strtoull(st, NULL, 10) : 0;
+            if (meta_out) {
+                memset(meta_out, 0, sizeof *meta_out);
+                for (i = 0; i < f.n_meta; i++)
+                    if (strncmp(f.meta_key[i], "trn.", 4) != 0 && strncmp(f.meta_key[i], "shard.", 6) != 0)
+                        trn_meta_set(meta_out, f.meta_key[i], f.meta_val[i]);
+            }
+        }
+        trn_safetensors_close(&f);
+    }
+    trn_free(host);
+    if (rc == TRN_OK && opt) opt->step = (long long)step;
+    if (rc == TRN_OK && ddp->units) { /* FSDP: the whole weights held now are stale */
+        if ((rc = trn__fsdp_release_but(ddp, -1, -1)) == TRN_OK) rc = trn__fsdp_regather_roots(ddp);
+    }
+    m->backend->sync();
+    return trn_ddp_agree(ddp, rc);
+}
+
+TRNDEF trn_result trn_checkpoint_consolidate(const char *dir, const char *out_path) {
+    trn_result rc;
+    trn_model t;
+    trn_meta meta;
+    char *text = NULL, path[1200];
+    const char *q;
+    int W0 = 0, k, i;
+    size_t N = 0, host_cap = 0;
+    float *host = NULL;
+    if (!dir || !out_path) return trn_fail(TRN_ERR_INVALID, "trn_checkpoint_consolidate: NULL argument");
+    if ((rc = trn__sharded_read_manifest(dir, NULL, &W0, &N, &text)) != TRN_OK) return rc;
+    /* the parameter table, one line per parameter */
+    trn_model_init(&t, NULL);
+    memset(&meta, 0, sizeof meta);
+    for (q = strstr(text, "{\"name\": \""); q && rc == TRN_OK; q = strstr(q + 1, "{\"name\": \"")) {
+        char name[64];
+        size_t off;
+        int shape[TRN_MAX_DIMS], nd = 0;
+        const char *e = strchr(q + 10, '"'), *s;
+        if (!e || (size_t)(e - q - 10) >= sizeof name || !(s = strstr(e, "\"offset\": ")) || sscanf(s + 10, "%zu", &off) != 1 ||
+            !(s = strchr(s, '['))) {
+            rc = trn_fail(TRN_ERR_FORMAT, "%s/manifest.json: a parameter line it cannot read", dir);
+            break;
+        }
+        memcpy(name, q + 10, (size_t)(e - q - 10));
+        name[e - q - 10] = 0;
+        for (s++; nd < TRN_MAX_DIMS && *s != ']';) {
+            char *end;
+            long v = strtol(s, &end, 10);
+            if (end == s || v < 0) break;
+            shape[nd++] = (int)v;
+            s = end;
+            while (*s == ',' || *s == ' ') s++;
+        }
+        if (*s != ']' || nd == 0) { rc = trn_fail(TRN_ERR_FORMAT, "%s/manifest.json: the shape of %s", dir, name); break; }
+        trn_param(&t, name, nd, shape);
+        if (t.params[t.n_params - 1]->offset != off)
+            rc = trn_fail(TRN_ERR_FORMAT, "%s/manifest.json: %s at offset %zu, expected %zu (a gap or another order)", dir, name,
+                          off, t.params[t.n_params - 1]->offset);
+    }
+    free(text);
+    if (rc == TRN_OK && t.n_floats != N) rc = trn_fail(TRN_ERR_FORMAT, "%s/manifest.json: parameters add up to %zu, not %zu", dir,
+                                                       t.n_floats, N);
+    if (rc == TRN_OK) rc = trn_model_alloc(&t);
+    for (k = 0; rc == TRN_OK && k < W0; k++) {
+        trn_safetensors f;
+        size_t a, b;
+        trn_comm_shard(N, W0, k, &a, &b);
+        trn__sharded_file(path, sizeof path, dir, k, W0);
+        if ((rc = trn_safetensors_open(&f, path)) != TRN_OK) break;
+        if ((rc = trn_safetensors_verify(&f)) == TRN_OK)
+            rc = trn__sharded_take(&f, "shard.weights", a, b, 0, N, t.param_data, t.backend, &host, &host_cap);
+        if (rc == TRN_OK && k == 0)
+            for (i = 0; i < f.n_meta; i++)
+                if (strncmp(f.meta_key[i], "trn.", 4) != 0 && strncmp(f.meta_key[i], "shard.", 6) != 0)
+                    trn_meta_set(&meta, f.meta_key[i], f.meta_val[i]);
+        trn_safetensors_close(&f);
+    }
+    trn_free(host);
+    if (rc == TRN_OK) rc = trn_safetensors_save(out_path, &t, &meta);
+    trn_model_free(&t);
+    return rc;
 }
 
 #ifdef __cplusplus

@@ -292,8 +292,11 @@ static trn_tensor *gpt2_hidden(gpt2 *g, const int *ids, int B, int T) {
     for (int i = 0; i < B * T; i++) g->pos[i] = i % T; // position of (b,t) is t
     // token embedding + position embedding                      (B,T,C)
     trn_tensor *x = trn_add(m, trn_embedding(m, g->wte, ids, B, T), trn_embedding(m, g->wpe, g->pos, B, T));
-    for (int l = 0; l < g->cfg.n_layer; l++)
+    for (int l = 0; l < g->cfg.n_layer; l++) {
+        trn_unit(m, g->h[l].ln1_w); // block l starts (FSDP gathers its weights here)
         x = g->recompute ? trn_recompute(m, gpt2_block_forward, &g->h[l], x) : gpt2_block_forward(m, x, &g->h[l]);
+    }
+    trn_unit(m, NULL); // out of the blocks
     return trn_layernorm(m, x, g->lnf_w, g->lnf_b);
 }
 
@@ -886,7 +889,7 @@ static void write_plot(const char *path, const history *h, const char *title) {
 // The hyperparameters of a run, saved in every checkpoint so that
 // `--resume DIR` alone continues the same run (flags given again win).
 typedef struct run_args {
-    const char *model, *data, *bpe, *out, *resume, *init, *log, *prompt, *dump_logits;
+    const char *model, *data, *bpe, *out, *resume, *init, *log, *prompt, *dump_logits, *shard;
     long long steps;
     int batch, seq, warmup, grad_accum, eval_every, eval_batches, ckpt_every, keep, sample, threads, top_k;
     float lr, min_lr, weight_decay, clip, temperature;
@@ -948,6 +951,7 @@ static void usage(FILE *f) {
             "  --clip X           clip the global gradient norm, 0 = off [1.0]\n"
             "  --seed N           initialization, data order, sampling [1337]\n"
             "  --threads N        OpenMP threads [all cores]\n"
+            "  --shard MODE       data parallel: none (DDP) | zero1 | zero2 | fsdp [none]\n"
             "  --overfit          train on one fixed batch (the loss should go to ~0)\n"
             "  --recompute        keep only each block's input; re-run the block in backward\n"
             "                     (activation checkpointing: less memory, same gradients)\n"
@@ -1020,6 +1024,51 @@ static void next_batch(trn_loader *ld, int *x, int *y, int *skip_x, int *skip_y)
     for (int r = 0; r < ddp.world; r++) trn_loader_next(ld, r == ddp.rank ? x : skip_x, r == ddp.rank ? y : skip_y);
 }
 
+// >>sharded: checkpoints of a --shard run. Every rank holds only part of
+// the state, so every rank writes its slice: DIR/ckpt_<step>.shards/ holds
+// one file per rank and, written last, manifest.json (train_nccl.h's
+// trn_ddp_checkpoint_save_sharded). tools/consolidate merges one into a
+// model.safetensors.
+// the newest DIR/ckpt_*.shards whose save finished (has its manifest), or ""
+static void latest_shards(const char *dir, char *out, size_t cap) {
+    glob_t gl;
+    char pat[1100];
+    out[0] = 0;
+    snprintf(pat, sizeof pat, "%s/ckpt_*.shards/manifest.json", dir);
+    if (glob(pat, 0, NULL, &gl) == 0 && gl.gl_pathc > 0) {
+        snprintf(out, cap, "%s", gl.gl_pathv[gl.gl_pathc - 1]); // zero-padded steps: the last is the newest
+        *strrchr(out, '/') = 0;
+    }
+    globfree(&gl);
+}
+
+// rank 0's file of a sharded checkpoint: its metadata has the run's flags
+static int shards_rank0(const char *sdir, char *out, size_t cap) {
+    glob_t gl;
+    char pat[1100];
+    int found = 0;
+    snprintf(pat, sizeof pat, "%s/rank-00000-of-*.safetensors", sdir);
+    if (glob(pat, 0, NULL, &gl) == 0 && gl.gl_pathc == 1) { snprintf(out, cap, "%s", gl.gl_pathv[0]); found = 1; }
+    globfree(&gl);
+    return found;
+}
+
+// rank 0, after a save: only the newest `keep` sharded checkpoints stay
+static void prune_shards(const char *dir, int keep) {
+    glob_t gl, files;
+    char pat[1100];
+    snprintf(pat, sizeof pat, "%s/ckpt_*.shards", dir);
+    if (glob(pat, 0, NULL, &gl) != 0) return;
+    for (size_t i = 0; keep > 0 && i + (size_t)keep < gl.gl_pathc; i++) {
+        snprintf(pat, sizeof pat, "%s/*", gl.gl_pathv[i]);
+        if (glob(pat, 0, NULL, &files) == 0)
+            for (size_t k = 0; k < files.gl_pathc; k++) remove(files.gl_pathv[k]);
+        globfree(&files);
+        rmdir(gl.gl_pathv[i]);
+    }
+    globfree(&gl);
+}
+
 // the validation loss: each rank its share of the batches, the mean over ranks
 static float validate(gpt2 *g, trn_loader *ld, int overfit, int n, int *x, int *y, int B, int T) {
     double v = evaluate(g, ld, overfit, n, x, y, B, T, ddp.rank, ddp.world);
@@ -1072,13 +1121,14 @@ int main(int argc, char **argv) {
                                            "--ckpt-every", "--keep", "--sample", "--top-k", "--threads", "--seed",
                                            "--lr", "--min-lr", "--weight-decay", "--clip", "--temperature",
                                            "--csv", "--tensorboard", "--keep-best", "--patience", "--max-time",
-                                           "--limit-val-batches", "--skip-spikes"};
+                                           "--limit-val-batches", "--skip-spikes", "--shard"};
         int known = 0;
         for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) known |= !strcmp(f, with_value[k]);
         if (!known) die("unknown %s '%s' (see --help)", strncmp(f, "--", 2) ? "argument" : "flag", f);
         if (i + 1 >= argc) die("%s needs a value (see --help)", f);
         const char *v = argv[++i];
         if (!strcmp(f, "--model")) a.model = v;
+        else if (!strcmp(f, "--shard")) a.shard = v;
         else if (!strcmp(f, "--data")) a.data = v;
         else if (!strcmp(f, "--bpe")) a.bpe = v;
         else if (!strcmp(f, "--init")) a.init = v;
@@ -1128,6 +1178,7 @@ int main(int argc, char **argv) {
     // stdout goes to /dev/null (their errors still reach stderr).
     trn_ddp_desc ddp_desc;
     memset(&ddp_desc, 0, sizeof ddp_desc);
+    if (a.shard && trn_shard_parse(a.shard, &ddp_desc.shard) != TRN_OK) die("--shard: %s", trn_error_reason());
     if (trn_ddp_init(&ddp, &ddp_desc) != TRN_OK) die("%s", trn_error_reason());
 #ifdef TRN_USE_CUDA
     // this rank's GPU (already done by trn_ddp_init unless it talks TCP)
@@ -1138,13 +1189,21 @@ int main(int argc, char **argv) {
     if (W > 1) printf("ddp: %d ranks started by %s, communicator %s\n", W, ddp.env.launcher, ddp.comm.name);
 
     // --- resume: find the checkpoint, read its model config and run flags
-    char ckpt_path[1024] = "";
+    char ckpt_path[1024] = "", shards_dir[1024] = "";
     trn_safetensors ck;
     int have_ck = 0;
     if (a.resume) {
         struct stat st;
         if (stat(a.resume, &st) != 0) die("--resume %s: %s", a.resume, strerror(errno));
-        if (S_ISDIR(st.st_mode)) {
+        if (S_ISDIR(st.st_mode)) { // a sharded checkpoint itself, or a run directory with some
+            snprintf(ckpt_path, sizeof ckpt_path, "%s/manifest.json", a.resume);
+            if (stat(ckpt_path, &st) == 0) snprintf(shards_dir, sizeof shards_dir, "%s", a.resume);
+            else latest_shards(a.resume, shards_dir, sizeof shards_dir);
+            ckpt_path[0] = 0;
+        }
+        if (shards_dir[0]) {
+            if (!shards_rank0(shards_dir, ckpt_path, sizeof ckpt_path)) die("--resume %s: no rank-00000 file", shards_dir);
+        } else if (S_ISDIR(st.st_mode)) {
             long long s;
             trn_result r = trn_checkpoint_latest(a.resume, ckpt_path, sizeof ckpt_path, &s);
             if (r != TRN_OK) die("--resume %s: %s", a.resume, trn_error_reason());
@@ -1313,10 +1372,17 @@ int main(int argc, char **argv) {
     trn_early_stop early;  // --patience: its best and count too
     trn_early_stop_init(&early, a.patience);
 
+    int attached = 0;
     if (have_ck) {
         trn_safetensors_close(&ck);
         trn_meta meta;
-        if (trn_checkpoint_load(ckpt_path, &g.m, &opt, &meta) != TRN_OK)
+        if (shards_dir[0]) { // every rank reads the slices it keeps
+            DDP_OK(trn_ddp_attach(&ddp, &g.m));
+            attached = 1;
+            if (trn_ddp_checkpoint_load_sharded(&ddp, shards_dir, &g.m, &opt, &meta) != TRN_OK)
+                die("--resume %s: %s", shards_dir, trn_error_reason());
+            snprintf(ckpt_path, sizeof ckpt_path, "%s", shards_dir);
+        } else if (trn_checkpoint_load(ckpt_path, &g.m, &opt, &meta) != TRN_OK)
             die("--resume %s: %s", ckpt_path, trn_error_reason());
         // the load restored the AdamW settings saved in the file; this run's
         // (the checkpoint's, unless a flag given again replaced them above)
@@ -1349,7 +1415,12 @@ int main(int argc, char **argv) {
         gpt2_init_weights(&g, (uint64_t)a.seed);
     }
     if (step > a.steps) die("--steps %lld: the checkpoint is already at step %lld", a.steps, step);
-    DDP_OK(trn_ddp_attach(&ddp, &g.m)); // every rank starts from rank 0's weights
+    // --shard (several ranks): no rank holds the whole state; every rank writes its slice
+    const int sharded_ckpt = W > 1 && ddp_desc.shard != TRN_SHARD_NONE;
+    if (have_ck && !shards_dir[0] && sharded_ckpt)
+        die("--resume %s: a whole-state checkpoint; a --shard %s run resumes from a sharded one (ckpt_*.shards)", ckpt_path,
+            a.shard);
+    if (!attached) DDP_OK(trn_ddp_attach(&ddp, &g.m)); // every rank starts from rank 0's weights
 
     // --- say what is about to happen
     printf("model: L=%d heads=%d C=%d context=%d vocab=%d (padded %d), %.2fM parameters, backend %s\n", cfg.n_layer,
@@ -1420,7 +1491,9 @@ int main(int argc, char **argv) {
         }
         DDP_OK(trn_ddp_allreduce_grads(&ddp, &g.m)); // the mean gradient over the ranks
         // the mean over micro-batches: scale the summed gradients once
-        if (a.grad_accum > 1) g.m.backend->scale(g.m.grad_data, 1.0f / (float)a.grad_accum, g.m.n_floats);
+        // (ZeRO-2, FSDP: only this rank's slice of the gradients exists)
+        size_t glo = g.m.grad_lo, ghi = g.m.grad_hi ? g.m.grad_hi : g.m.n_floats;
+        if (a.grad_accum > 1) g.m.backend->scale(g.m.grad_data + glo, 1.0f / (float)a.grad_accum, ghi - glo);
         float norm;
         if (W == 1) trn_clip_grad_norm_async(&g.m, a.clip, &norm); // on the GPU, applied inside AdamW
         else DDP_OK(trn_ddp_clip_grad_norm(&ddp, &g.m, a.clip, &norm));
@@ -1483,7 +1556,7 @@ int main(int argc, char **argv) {
             CHECK_OK(trn_csv_row(&csv, row));
         }
         if (tb.f) CHECK_OK(trn_tb_flush(&tb));
-        if (files && (force_ckpt || (a.ckpt_every > 0 && (step % a.ckpt_every == 0 || step == a.steps)))) {
+        if ((files || (sharded_ckpt && !a.fast_dev_run)) && (force_ckpt || (a.ckpt_every > 0 && (step % a.ckpt_every == 0 || step == a.steps)))) {
             // everything the next step depends on: weights, AdamW (in the
             // file's tensors), step, RNG, data position, flags (metadata)
             trn_meta meta;
@@ -1493,7 +1566,8 @@ int main(int argc, char **argv) {
             // the world size (trn_ddp_meta_set's key; no "ddp.zero1": this
             // program does plain DDP, and the table holds 32 keys): resume
             // with another is refused. Absent = 1 rank, so W = 1 adds nothing.
-            if (W > 1) trn_meta_set_u64(&meta, "ddp.world_size", (uint64_t)W);
+            if (sharded_ckpt) trn_ddp_meta_set(&ddp, &meta); // world size and ZeRO: must match on resume
+            else if (W > 1) trn_meta_set_u64(&meta, "ddp.world_size", (uint64_t)W);
             trn_loader_pos pos = trn_loader_tell(&ld);
             trn_meta_set_u64(&meta, "run.step", (uint64_t)step);
             trn_meta_set_u64(&meta, "run.sample_rng", sample_rng.state);
@@ -1505,7 +1579,12 @@ int main(int argc, char **argv) {
             trn_early_stop_save(&early, &meta);
             if (val_step == step) trn_meta_set_f64(&meta, "val_loss", val); // ranks --keep-best
             trn_progress_break(&prog);
-            if (a.async_ckpt) { // a copy now, the file from a background thread while training goes on
+            if (sharded_ckpt) { // every rank its slice, rank 0 the manifest last
+                snprintf(path, sizeof path, "%s/ckpt_%08lld.shards", a.out, step);
+                DDP_OK(trn_ddp_checkpoint_save_sharded(&ddp, path, &g.m, &opt, &meta));
+                if (main_rank) prune_shards(a.out, a.keep);
+                printf("checkpoint %s\n", path);
+            } else if (a.async_ckpt) { // a copy now, the file from a background thread while training goes on
                 ack.keep_best = val_step == step ? a.keep_best : 0;
                 CHECK_OK(trn_checkpoint_save_async(&ack, a.out, step, &g.m, &opt, &meta));
                 printf("checkpoint %s (async: training waited %.1f ms, %.1f ms of it for the previous save)\n", ack.path,
@@ -1544,6 +1623,8 @@ int main(int argc, char **argv) {
         printf("trained steps %lld..%lld in %.1f s: loss %.4f -> %.4f, val_loss %.4f\n", first_step, step, wall,
                first_loss, last_loss, val);
     printf("final val_loss %.9g\n", val);
+    if (W > 1) DDP_OK(trn_ddp_print_memory(&ddp, "memory per rank (the ledger)"));
+    DDP_OK(trn_ddp_unshard(&ddp, &g.m)); // FSDP: whole weights again, to save and sample on rank 0
     if (a.fast_dev_run) printf("fast-dev-run: 1 training step and 1 validation batch ran, no files written\n");
     snprintf(path, sizeof path, "%s/loss.svg", a.out);
     if (files) write_plot(path, &hist, title);

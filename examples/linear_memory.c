@@ -124,6 +124,8 @@ typedef struct config {
     const char *out;  // where the chart and the checkpoint go
     int async_ckpt;   // --async-ckpt: a copy into host staging, written by a thread
     int ckpt_every;   // also checkpoint after every N steps (0: at the end only)
+    trn_shard_mode shard; // several ranks: what each keeps (see >>ranks)
+    int no_save;      // --no-save: skip the checkpoint phase
 } config;
 
 static void usage(FILE *f) {
@@ -145,6 +147,10 @@ static void usage(FILE *f) {
             "  --ckpt-every N   also checkpoint after every N steps (default 0: at the end only)\n"
             "  --async-ckpt     copy the state into host staging (+3 P) and write it from a\n"
             "                   background thread while the program goes on (DIR/ckpt_<step>)\n"
+            "  --shard MODE     with several ranks (torchrun, mpirun, srun): none (DDP) | zero1 |\n"
+            "                   zero2 | fsdp (default none); prints every rank's memory beside\n"
+            "                   what the mode predicts\n"
+            "  --no-save        skip the checkpoint (phase 10)\n"
             "  --help           this text\n");
 }
 
@@ -180,6 +186,7 @@ static int parse_args(int argc, char **argv, config *c, int *exit_code) {
     c->width = 20000; c->batch = 8; c->steps = 2; c->lr = 0.0f; c->clip = 1.0f; c->clip_given = 0;
     c->fused = 0; c->block_rows = 0; c->seed = 1; c->threads = 0; c->async_ckpt = 0; c->ckpt_every = 0;
     c->out = "runs/linear_memory";
+    c->shard = TRN_SHARD_NONE; c->no_save = 0;
     *exit_code = 0;
     for (i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -187,6 +194,7 @@ static int parse_args(int argc, char **argv, config *c, int *exit_code) {
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 1; }
         if (!strcmp(a, "--fused-step")) { c->fused = 1; continue; }
         if (!strcmp(a, "--async-ckpt")) { c->async_ckpt = 1; continue; }
+        if (!strcmp(a, "--no-save")) { c->no_save = 1; continue; }
         if (!v) {
             fprintf(stderr, "linear_memory: unknown flag or missing value: '%s' (see --help)\n", a);
             *exit_code = 2; return 1;
@@ -201,6 +209,9 @@ static int parse_args(int argc, char **argv, config *c, int *exit_code) {
         else if (!strcmp(a, "--threads")) ok = parse_int(a, v, 1, 1024, &c->threads);
         else if (!strcmp(a, "--out")) c->out = v;
         else if (!strcmp(a, "--ckpt-every")) ok = parse_int(a, v, 0, 1000000, &c->ckpt_every);
+        else if (!strcmp(a, "--shard")) {
+            if (trn_shard_parse(v, &c->shard) != TRN_OK) { fprintf(stderr, "linear_memory: --shard: %s\n", trn_error_reason()); ok = 0; }
+        }
         else { fprintf(stderr, "linear_memory: unknown flag '%s' (see --help)\n", a); ok = 0; takes = 0; }
         if (!ok) { *exit_code = 2; return 1; }
         i += takes;
@@ -287,8 +298,11 @@ static trn_tensor *net_forward(net *n, const float *x_host, int batch) {
     trn_tensor *x, *h;
     shape[0] = batch; shape[1] = n->w[0]->shape[1];
     x = trn_input(&n->model, "x", 2, shape, x_host);
+    trn_unit(&n->model, n->w[0]); // each layer is a block ("0", "2", "4"): FSDP gathers it here
     h = trn_relu(&n->model, trn_linear(&n->model, x, n->w[0], n->b[0]));
+    trn_unit(&n->model, n->w[1]);
     h = trn_relu(&n->model, trn_linear(&n->model, h, n->w[1], n->b[1]));
+    trn_unit(&n->model, n->w[2]);
     return trn_linear(&n->model, h, n->w[2], n->b[2]);
 }
 
@@ -690,19 +704,21 @@ static void print_table(const config *c, trn_place place, size_t param_bytes, si
 // >>main
 // ===========================================================================
 // a weighted sum of every parameter: two runs that agree on it (and on the
-// loss) took the same steps
-static double param_checksum(trn_model *m) {
+// loss) took the same steps. Several ranks: each adds up its shard (FSDP
+// has no other), the sums are added over the ranks.
+static double param_checksum(trn_model *m, trn_ddp *ddp) {
     const size_t chunk = (size_t)1 << 16;
     float *buf = (float *)trn_alloc(chunk * sizeof(float), TRN_KIND_TEMP);
     double sum = 0.0;
-    size_t lo, i;
+    size_t lo, i, from = ddp->world > 1 ? ddp->shard_lo : 0, to = ddp->world > 1 ? ddp->shard_hi : m->n_floats;
     if (!buf) { fprintf(stderr, "linear_memory: %s\n", trn_error_reason()); exit(1); }
-    for (lo = 0; lo < m->n_floats; lo += chunk) {
-        size_t n = m->n_floats - lo < chunk ? m->n_floats - lo : chunk;
+    for (lo = from; lo < to; lo += chunk) {
+        size_t n = to - lo < chunk ? to - lo : chunk;
         m->backend->download(buf, m->param_data + lo, n * sizeof(float));
         for (i = 0; i < n; i++) sum += (double)buf[i] * (double)(1 + (lo + i) % 7);
     }
     trn_free(buf);
+    if (ddp->world > 1) TRY(trn_ddp_allreduce_host(ddp, &sum, 1, 0));
     return sum;
 }
 
@@ -726,11 +742,72 @@ static double save_checkpoint(const config *c, trn_ddp *ddp, trn_model *m, trn_a
 #endif
         TRY(trn_checkpoint_save_async(ack, c->out, step, m, opt, &meta));
         snprintf(path, cap, "%s", ack->path);
+    } else if (ddp->desc.shard == TRN_SHARD_FSDP) { // no rank has the whole weights: each writes its slice
+        snprintf(path, cap, "%s/linear_memory.shards", c->out);
+        TRY(trn_ddp_checkpoint_save_sharded(ddp, path, m, opt, &meta));
     } else {
         snprintf(path, cap, "%s/linear_memory%s.safetensors", c->out, c->fused ? "_fused" : "");
-        TRY(trn_ddp_checkpoint_save(ddp, path, m, opt, &meta)); // rank 0 writes
+        TRY(trn_ddp_checkpoint_save(ddp, path, m, opt, &meta)); // rank 0 writes (ZeRO: every rank)
     }
     return now_s() - t;
+}
+
+// ===========================================================================
+// >>ranks: what each rank keeps, predicted and measured
+//
+// With W ranks, P parameter bytes and S = this rank's shard (P/W):
+//   none   weights P, grads P, m+v 2P                         = 4P
+//   zero1  weights P, grads P, m+v 2S                         = 2P + 2S
+//   zero2  weights P, grads S + staging (at most the two largest buckets
+//          at once: each lives from its first write in backward to its
+//          reduce-scatter), m+v 2S                            = P + 3S + 2 buckets
+//   fsdp   weights S + gathered blocks (the one computing and the one
+//          prefetched: the two largest), grads S + one block's staging,
+//          m+v 2S                                             = 4S + 3 blocks
+// plus what every mode has: activations, the batch, comm buffers, tables
+// (the ledger's other kinds, measured). Every rank prints nothing else, so
+// rank 0 collects each rank's figures (one all-reduce per rank).
+// ===========================================================================
+static trn_result print_ranks(const config *c, trn_ddp *ddp, trn_model *m) {
+    trn_ledger_snapshot s;
+    trn_place pl = m->backend->place;
+    size_t P = m->n_floats * sizeof(float), S = (ddp->shard_hi - ddp->shard_lo) * sizeof(float), b1 = 0, b2 = 0, other = 0;
+    double pred, mine[4], x[4], worst_rss = 0.0, worst_pred = 0.0;
+    int b, r, k;
+    trn_result rc;
+    for (b = 0; b < ddp->n_buckets; b++) { // the two largest buckets (FSDP: units = the layers)
+        size_t bb = (ddp->buckets[b].hi - ddp->buckets[b].lo) * sizeof(float);
+        if (bb > b1) { b2 = b1; b1 = bb; } else if (bb > b2) b2 = bb;
+    }
+    trn_ledger_read(&s);
+    for (k = 0; k < TRN_KIND_COUNT; k++)
+        if (k != TRN_KIND_WEIGHTS && k != TRN_KIND_GRADS && k != TRN_KIND_OPTIM) other += s.peak[pl][k];
+    switch (ddp->desc.shard) {
+    case TRN_SHARD_NONE: pred = 4.0 * P; break;
+    case TRN_SHARD_ZERO1: pred = 2.0 * P + 2.0 * S; break;
+    case TRN_SHARD_ZERO2: pred = P + 3.0 * S + b1 + b2; break;
+    default: pred = 4.0 * S + 2.0 * b1 + b2; break; // two gathered, one staged (b1 >= b2)
+    }
+    mine[0] = pred + (double)other;
+    mine[1] = (double)s.peak_total[pl];
+    mine[2] = (double)(pl == TRN_DEVICE ? s.device_used : s.peak_rss);
+    mine[3] = (double)other;
+    if ((rc = trn_ddp_print_memory(ddp, "\n== Every rank: the ledger now (MiB) ==")) != TRN_OK) return rc;
+    printf("\n== Every rank: %s with %d ranks, predicted vs measured (GB) ==\n", trn_shard_name(ddp->desc.shard), ddp->world);
+    printf("  one process (above): 4 P = %.3f GB of state\n", 4.0 * (double)P / GB);
+    printf("  %-6s %12s %12s %12s %14s\n", "rank", "predicted", "kit peak", pl == TRN_DEVICE ? "driver" : "peak RSS",
+           "(other kinds)");
+    for (r = 0; r < ddp->world; r++) {
+        for (k = 0; k < 4; k++) x[k] = r == ddp->rank ? mine[k] : 0.0;
+        if ((rc = trn_ddp_allreduce_host(ddp, x, 4, 0)) != TRN_OK) return rc;
+        printf("  %-6d %12.3f %12.3f %12.3f %14.3f\n", r, x[0] / GB, x[1] / GB, x[2] / GB, x[3] / GB);
+        if (x[2] > worst_rss) worst_rss = x[2];
+        if (x[0] > worst_pred) worst_pred = x[0];
+    }
+    printf("shard %s\nranks %d\nmax_rank_predicted_bytes %.0f\nmax_rank_peak_rss_bytes %.0f\n", trn_shard_name(ddp->desc.shard),
+           ddp->world, worst_pred, worst_rss);
+    (void)c;
+    return TRN_OK;
 }
 
 int main(int argc, char **argv) {
@@ -747,7 +824,7 @@ int main(int argc, char **argv) {
     const trn_backend *device;
     float *x_host, *y_host, loss_val[3] = {0, 0, 0};
     size_t param_bytes, start_rss;
-    double t_start, t, ckpt_seconds, ckpt_total = 0, end_wait = 0;
+    double t_start, t, ckpt_seconds = 0, ckpt_total = 0, end_wait = 0;
     trn_ckpt_async ack;
     char path[1200], what[1200];
     int code, step, k;
@@ -761,16 +838,18 @@ int main(int argc, char **argv) {
     // the process group, as Lightning's setup_environment does first (on
     // CUDA this also picks the GPU and creates the context)
     memset(&dd, 0, sizeof dd);
+    dd.shard = c.shard;
     if (trn_ddp_init(&ddp, &dd) != TRN_OK) {
         fprintf(stderr, "linear_memory: %s\n", trn_error_reason());
         return 2;
     }
-    if (ddp.world != 1) {
-        fprintf(stderr, "linear_memory: this experiment runs one rank (world size 1, as the seed); started as rank %d "
-                        "of %d (see examples/ddp_mlp for several)\n", ddp.rank, ddp.world);
+    if (ddp.world != 1 && c.fused) {
+        fprintf(stderr, "linear_memory: --fused-step is a one-rank lesson (started as rank %d of %d)\n", ddp.rank, ddp.world);
         trn_ddp_free(&ddp);
         return 2;
     }
+    // several ranks: rank 0 tells the story, the others only train
+    if (ddp.rank != 0 && !freopen("/dev/null", "w", stdout)) return 1;
 #ifdef TRN_USE_CUDA
     if (trn_cuda_init(ddp.local_rank) != TRN_OK) { // trn_ddp_init's GPU (a no-op if it did)
         fprintf(stderr, "linear_memory: %s\n", trn_error_reason());
@@ -813,7 +892,7 @@ int main(int argc, char **argv) {
     x_host = (float *)trn_alloc((size_t)c.batch * c.width * sizeof(float), TRN_KIND_TEMP); // the batch, host side
     y_host = (float *)trn_alloc((size_t)c.batch * sizeof(float), TRN_KIND_TEMP);
     if (!x_host || !y_host) { fprintf(stderr, "linear_memory: %s\n", trn_error_reason()); return 1; }
-    make_batch(x_host, y_host, c.batch, c.width, c.seed);
+    make_batch(x_host, y_host, c.batch, c.width, c.seed + 1000003u * (uint64_t)ddp.rank); // each rank its own rows
     od.lr = c.lr; od.beta1 = 0; od.beta2 = 0; od.eps = 0; od.weight_decay = 0.01f; od.no_weight_decay = 0;
     trn_adamw_init(&opt, &od);
     memset(&f, 0, sizeof f);
@@ -878,14 +957,19 @@ int main(int argc, char **argv) {
     }
 
     // 10. checkpoint saved: weights + m + v + step, safetensors, atomic
-    ckpt_seconds = save_checkpoint(&c, &ddp, &n.model, &opt, &ack, c.steps, path, sizeof path);
-    ckpt_total += ckpt_seconds;
-    if (c.async_ckpt) {
-        snprintf(what, sizeof what, "%.900s: staged in %.2f s (%.2f s of it waiting for the previous save), "
-                 "written by a background thread", path, ckpt_seconds, ack.wait_seconds);
-        record(PH_CKPT, ckpt_seconds, what);
+    if (c.no_save) {
+        snprintf(path, sizeof path, "skipped (--no-save)");
+        record(PH_CKPT, 0.0, path);
     } else {
-        record(PH_CKPT, ckpt_seconds, path);
+        ckpt_seconds = save_checkpoint(&c, &ddp, &n.model, &opt, &ack, c.steps, path, sizeof path);
+        ckpt_total += ckpt_seconds;
+        if (c.async_ckpt) {
+            snprintf(what, sizeof what, "%.900s: staged in %.2f s (%.2f s of it waiting for the previous save), "
+                     "written by a background thread", path, ckpt_seconds, ack.wait_seconds);
+            record(PH_CKPT, ckpt_seconds, what);
+        } else {
+            record(PH_CKPT, ckpt_seconds, path);
+        }
     }
 
     // after training: the loss on the batch with the final weights (no tape)
@@ -893,7 +977,7 @@ int main(int argc, char **argv) {
     n.model.grad_enabled = 0;
     {
         float final_loss = trn_item(&n.model, trn_mse(&n.model, net_forward(&n, x_host, c.batch), y_host));
-        double checksum = param_checksum(&n.model);
+        double checksum = param_checksum(&n.model, &ddp);
         trn_ledger_snapshot s;
         size_t block_bytes = c.fused ? f.bytes : 0;
         double total_s;
@@ -905,6 +989,7 @@ int main(int argc, char **argv) {
         trn_ledger_read(&s);
 
         print_table(&c, place, param_bytes, block_bytes);
+        if (ddp.world > 1) TRY(print_ranks(&c, &ddp, &n.model));
         printf("\n== Peaks ==\n");
         for (k = 0; k < TRN_KIND_COUNT; k++)
             if (s.peak[place][k]) printf("  %-14s %10.4f GiB %10.4f GB\n", trn_kind_name((trn_kind)k),

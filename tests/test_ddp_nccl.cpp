@@ -14,8 +14,23 @@
      - ZeRO-1, 3 ranks, a parameter count that leaves a tail after 3 equal
        blocks: equal within TOL to the same reference, and the optimizer
        state per rank is one shard;
+     - ZeRO-2, 3 ranks, buckets of 96 bytes reduced to their owners during
+       backward (ncclReduce per owner in a group): the same reference;
+     - FSDP, 3 ranks: the weights gathered from the owners' shards
+       (ncclBroadcast per owner in a group): the same reference; and on a
+       model with two blocks (trn_unit), gathered into device memory per
+       block: its own one-process reference;
      - a rank killed with SIGKILL: the others report TRN_ERR_COMM from
-       NCCL's async error and exit, no hang. */
+       NCCL's async error and exit, no hang;
+     - a rank that never answers (it sleeps before the step's loss
+       all-reduce): the others end with TRN_ERR_TIMEOUT after
+       TRN_DDP_TIMEOUT, from the event poll, each naming its rank. The
+       shim's copy into pageable memory blocks like CUDA's, so the old
+       code (result copied to pageable memory) would hang there instead;
+     - a rank that dies in the middle of a collective (NCCL_ON_CPU_DIE_AT):
+       the others end with the async error, naming their rank;
+     - a rank that sees one GPU uses device 0 whatever its local rank;
+       the communication stream has the highest priority (-5 here). */
 #define TRAIN_IMPLEMENTATION
 #include "train.h"
 #include "tests/cuda_on_cpu.h"
@@ -39,7 +54,9 @@
 typedef struct net {
     trn_model m;
     trn_tensor *w1, *b1, *lw, *lb, *w2, *b2, *w3, *b3, *odd;
+    trn_tensor *hw[2], *hb[2]; // g_blocks: two residual blocks (FSDP gathers them on the "GPU")
 } net;
+static int g_blocks;
 
 // 13+128+16+16+16+256+16+64+4 = 529 floats: with 3 ranks, 3 equal blocks
 // of 176 (shard sizes are multiples of 16 floats) and a tail of 1 (b3's
@@ -57,6 +74,13 @@ static void net_build(net *n, const trn_backend *be, uint64_t seed) {
     n->b2 = trn_param1(&n->m, "b2", NHID);
     n->w3 = trn_param2(&n->m, "w3", NOUT, NHID);
     n->b3 = trn_param1(&n->m, "b3", NOUT); // last: the tail is b3's last float
+    for (int l = 0; g_blocks && l < 2; l++) {
+        char name[32];
+        snprintf(name, sizeof name, "h.%d.w", l);
+        n->hw[l] = trn_param2(&n->m, name, NHID, NHID);
+        snprintf(name, sizeof name, "h.%d.b", l);
+        n->hb[l] = trn_param1(&n->m, name, NHID);
+    }
     if (trn_model_alloc(&n->m) != TRN_OK) trn_fatal("net_build: %s", trn_error_reason());
     trn_init_normal(&n->m, n->w1, 0.0f, 0.4f, &rng);
     trn_init_normal(&n->m, n->b1, 0.0f, 0.1f, &rng);
@@ -67,6 +91,10 @@ static void net_build(net *n, const trn_backend *be, uint64_t seed) {
     trn_init_normal(&n->m, n->w3, 0.0f, 0.3f, &rng);
     trn_init_normal(&n->m, n->b3, 0.0f, 0.1f, &rng);
     trn_init_normal(&n->m, n->odd, 0.0f, 1.0f, &rng);
+    for (int l = 0; g_blocks && l < 2; l++) {
+        trn_init_normal(&n->m, n->hw[l], 0.0f, 0.3f, &rng);
+        trn_init_normal(&n->m, n->hb[l], 0.0f, 0.1f, &rng);
+    }
 }
 
 static trn_tensor *net_forward(net *n, const float *x, const int *y, int rows) {
@@ -76,6 +104,11 @@ static trn_tensor *net_forward(net *n, const float *x, const int *y, int rows) {
     h = trn_layernorm(m, trn_linear(m, h, n->w1, n->b1), n->lw, n->lb);
     h = trn_gelu(m, trn_linear(m, h, n->w2, n->b2));
     h = trn_relu(m, trn_linear(m, h, n->w2, n->b2)); // w2 and b2 used twice
+    for (int l = 0; g_blocks && l < 2; l++) {
+        trn_unit(m, n->hw[l]);
+        h = trn_add(m, h, trn_gelu(m, trn_linear(m, h, n->hw[l], n->hb[l])));
+    }
+    trn_unit(m, NULL);
     return trn_cross_entropy(m, trn_linear(m, h, n->w3, n->b3), y, NOUT);
 }
 
@@ -96,14 +129,19 @@ static void harness_setup(void) {
 // ---------------------------------------------------------------------------
 // worker: one rank
 // ---------------------------------------------------------------------------
-static int worker(const char *dir, const char *tag, int zero1, long long bucket, int kill_rank) {
+// kill_rank: SIGKILL at step 2; hang_rank: sleeps at step 2 before the
+// loss all-reduce; timeout 0: TRN_DDP_TIMEOUT's
+static int worker(const char *dir, const char *tag, int zero1, long long bucket, int kill_rank, int hang_rank = -1,
+                  double timeout = 20, int gpus = 4, trn_shard_mode shard = TRN_SHARD_NONE) {
     trn_ddp ddp;
     trn_ddp_desc dd;
     memset(&dd, 0, sizeof dd);
     dd.zero1 = zero1;
+    dd.shard = shard;
     dd.bucket_bytes = (size_t)bucket;
-    dd.timeout_s = 20;
+    dd.timeout_s = timeout;
     harness_setup();
+    cuemu::config().device_count = gpus;
     trn_result rc = trn_ddp_init(&ddp, &dd); // trn_cuda_init(local rank), rendezvous, "NCCL"
     if (rc != TRN_OK) { fprintf(stderr, "init: %s: %s\n", trn_result_string(rc), trn_error_reason()); return 1; }
     if (strcmp(ddp.comm.name, "nccl") != 0) { fprintf(stderr, "communicator %s, not nccl\n", ddp.comm.name); return 1; }
@@ -118,18 +156,26 @@ static int worker(const char *dir, const char *tag, int zero1, long long bucket,
     trn_adamw_init(&opt, NULL);
     float x[ROWS * NIN];
     int y[ROWS];
-    int steps = kill_rank >= 0 ? 1000 : STEPS;
+    int steps = kill_rank >= 0 || hang_rank >= 0 || getenv("NCCL_ON_CPU_DIE_AT") ? 1000 : STEPS;
     for (int step = 0; step < steps; step++) {
         if (step == 2 && ddp.rank == kill_rank) raise(SIGKILL);
         batch(trn_ddp_batch_index(&ddp, step), ROWS, x, y);
         trn_zero_grad(&n.m);
         trn_reset(&n.m);
-        trn_backward(&n.m, net_forward(&n, x, y, ROWS));
+        trn_tensor *loss = net_forward(&n, x, y, ROWS);
+        trn_backward(&n.m, loss);
         W_TRY("allreduce", trn_ddp_allreduce_grads(&ddp, &n.m));
         float norm;
         W_TRY("clip", trn_ddp_clip_grad_norm(&ddp, &n.m, 1.0f, &norm));
         W_TRY("adamw", trn_ddp_adamw_step(&ddp, &opt, &n.m, 0.02f));
+        if (step == 2 && ddp.rank == hang_rank) { // never answers; gone long after the others' timeout
+            trn__dist_sleep_ms(8000);
+            _exit(3);
+        }
+        double mean = trn_item(&n.m, loss); // the mean loss over the ranks, in host memory
+        W_TRY("loss all-reduce", trn_ddp_allreduce_host(&ddp, &mean, 1, 1));
     }
+    W_TRY("unshard", trn_ddp_unshard(&ddp, &n.m)); // FSDP: the whole weights again
     std::vector<float> w(n.m.n_floats);
     n.m.backend->download(w.data(), n.m.param_data, sizeof(float) * n.m.n_floats);
     char path[512];
@@ -140,8 +186,8 @@ static int worker(const char *dir, const char *tag, int zero1, long long bucket,
     snprintf(path, sizeof path, "%s/%s.s%d", dir, tag, ddp.rank);
     f = fopen(path, "w");
     if (!f) return 1;
-    fprintf(f, "%zu %zu %zu\n", trn_ledger_current(TRN_DEVICE, TRN_KIND_OPTIM), ddp.shard_hi - ddp.shard_lo,
-            trn_ledger_current(TRN_DEVICE, TRN_KIND_COMM));
+    fprintf(f, "%zu %zu %zu %d\n", trn_ledger_current(TRN_DEVICE, TRN_KIND_OPTIM), ddp.shard_hi - ddp.shard_lo,
+            trn_ledger_current(TRN_DEVICE, TRN_KIND_COMM), nccl_on_cpu_stream_priority);
     fclose(f);
     W_TRY("barrier", trn_ddp_barrier(&ddp));
     trn_ddp_free(&ddp);
@@ -262,6 +308,12 @@ int main(int argc, char **argv) {
         if (!strcmp(mode, "ddp")) return worker(argv[2], argv[3], 0, 96, -1);
         if (!strcmp(mode, "zero1")) return worker(argv[2], argv[3], 1, 0, -1);
         if (!strcmp(mode, "kill")) return worker(argv[2], argv[3], 0, 0, 1);
+        if (!strcmp(mode, "hang")) return worker(argv[2], argv[3], 0, 96, -1, 1, 0); // TRN_DDP_TIMEOUT
+        if (!strcmp(mode, "die")) return worker(argv[2], argv[3], 1, 96, -1, -1, 0);
+        if (!strcmp(mode, "onegpu")) return worker(argv[2], argv[3], 0, 96, -1, -1, 20, 1);
+        if (!strcmp(mode, "zero2")) return worker(argv[2], argv[3], 0, 96, -1, -1, 20, 4, TRN_SHARD_ZERO2);
+        if (!strcmp(mode, "fsdp")) return worker(argv[2], argv[3], 0, 96, -1, -1, 20, 4, TRN_SHARD_FSDP);
+        if (!strcmp(mode, "fsdpblocks")) { g_blocks = 1; return worker(argv[2], argv[3], 0, 96, -1, -1, 20, 4, TRN_SHARD_FSDP); }
         return 2;
     }
     ssize_t k = readlink("/proc/self/exe", g_self, sizeof g_self - 1);
@@ -280,14 +332,16 @@ int main(int argc, char **argv) {
     {   // ZeRO-1: the optimizer state of one shard; ranks 0,1: 176 floats, rank 2: 177
         char path[512];
         size_t optim = 0, shard = 0, comm = 0;
+        int prio = 0;
         for (int r = 0; r < 3; r++) {
             snprintf(path, sizeof path, "%s/zero3.s%d", g_dir, r);
             FILE *f = fopen(path, "r");
-            int got = f ? fscanf(f, "%zu %zu %zu", &optim, &shard, &comm) : 0;
+            int got = f ? fscanf(f, "%zu %zu %zu %d", &optim, &shard, &comm, &prio) : 0;
             if (f) fclose(f);
-            CHECK(got == 3 && shard == (r < 2 ? 176u : 177u) && optim == 2 * 4 * shard,
+            CHECK(got == 4 && shard == (r < 2 ? 176u : 177u) && optim == 2 * 4 * shard,
                   "ZeRO-1 rank %d: shard %zu floats, optimizer %zu bytes on the device\n", r, shard, optim);
             CHECK(comm == 64, "COMM on the device: the 64-byte scratch only (%zu)\n", comm);
+            CHECK(prio == -5, "rank %d: the communication stream has the highest priority (%d)\n", r, prio);
         }
     }
     {   // rank 1 dies: ranks 0 and 2 hear it from "NCCL" and stop
@@ -303,6 +357,59 @@ int main(int argc, char **argv) {
             printf("  killed rank 1 -> rank %d: %s", r, log.c_str());
         }
         CHECK(secs < 15, "no hang (%.1f s, timeout 20 s)\n", secs);
+    }
+    // ZeRO-2: buckets reduced to their owners during backward (ncclReduce in a group)
+    check_run("zero2", 3, "zero2", n, ref3);
+    // FSDP (this model has no blocks: one root unit, gathered after each step
+    // by a group of ncclBroadcast from the owners)
+    check_run("fsdp", 3, "fsdp", n, ref3);
+    {   // FSDP with two blocks: each gathered into device memory before its
+        // forward and backward, freed after, the next prefetched
+        g_blocks = 1;
+        std::vector<float> ref3b = reference(3);
+        g_blocks = 0;
+        check_run("fsdpblocks", 3, "fsdpblocks", ref3b.size(), ref3b);
+    }
+    // one visible GPU per rank (Slurm --gpus-per-task=1): local rank 1 uses device 0
+    check_run("onegpu", 2, "onegpu", n, ref2);
+    {   // rank 1 never answers: ranks 0 and 2 give up after TRN_DDP_TIMEOUT (2 s),
+        // from the event poll (not the ring's own 120 s), naming themselves
+        int codes[4];
+        double secs;
+        setenv("TRN_DDP_TIMEOUT", "2", 1);
+        run("hang", 3, "hang", codes, &secs);
+        unsetenv("TRN_DDP_TIMEOUT");
+        CHECK(codes[1] == 3, "rank 1 slept through it and left (%d)\n", codes[1]);
+        int timed_out = 0;
+        for (int r = 0; r < 3; r += 2) {
+            std::string log = read_log("hang", r);
+            char me[32];
+            snprintf(me, sizeof me, "rank %d: nccl: ", r);
+            CHECK(codes[r] == 1 && log.find(me) != std::string::npos, "rank %d exits 1 naming itself: %s\n", r, log.c_str());
+            timed_out += log.find("TRN_ERR_TIMEOUT") != std::string::npos &&
+                         log.find("not done after 2.0 s") != std::string::npos;
+            printf("  rank 1 hangs -> rank %d: %s", r, log.c_str());
+        }
+        CHECK(timed_out >= 1, "the hang ends by the TRN_DDP_TIMEOUT poll (%d rank(s) timed out, the other may hear the abort)\n",
+              timed_out);
+    }
+    {   // rank 1 dies inside its 9th collective (a step-2 bucket, ZeRO-1's reduce-scatter
+        // or its all-gather): the others hear it from "NCCL", naming themselves
+        int codes[4];
+        double secs;
+        setenv("NCCL_ON_CPU_DIE_AT", "1:9", 1);
+        run("die", 3, "die", codes, &secs);
+        unsetenv("NCCL_ON_CPU_DIE_AT");
+        CHECK(codes[1] == 128 + SIGKILL, "rank 1 died mid-collective (%d)\n", codes[1]);
+        for (int r = 0; r < 3; r += 2) {
+            std::string log = read_log("die", r);
+            char me[32];
+            snprintf(me, sizeof me, "rank %d: nccl: ", r);
+            CHECK(codes[r] == 1 && log.find(me) != std::string::npos &&
+                  (log.find("TRN_ERR_COMM") != std::string::npos || log.find("TRN_ERR_TIMEOUT") != std::string::npos),
+                  "rank %d exits 1 naming itself: %s\n", r, log.c_str());
+            printf("  rank 1 dies mid-collective -> rank %d: %s", r, log.c_str());
+        }
     }
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
