@@ -82,8 +82,8 @@ static int pad_vocab(int V) { return V <= 256 ? V : (V + 127) / 128 * 128; }
 // validation loss would mostly measure how different those files are).
 // Returns the number of files.
 static int kit_corpus_files(const char *argv0, char ***paths_out) {
-    static const char *patterns[] = {"README.md", "build.sh", "examples/*.c", "examples/*.cu", "tests/*.c",
-                                     "tests/*.cpp", "tests/*.h", "tests/*.sh", "bench/*.c", "tools/*.c",
+    static const char *patterns[] = {"README.md", "build.sh", "examples/*.c", "examples/*.cu", "examples/*.h",
+                                     "tests/*.c", "tests/*.cpp", "tests/*.h", "tests/*.sh", "bench/*.c", "tools/*.c",
                                      "train_cuda.h", "train_nccl.h", "train.h"};
     char root[1024] = ".";
     struct stat st;
