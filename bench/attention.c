@@ -2,7 +2,8 @@
 // materialized reference, forward + backward, at GPT-2 124M's shapes
 // (12 heads of 64 channels, causal), measured side by side in one run.
 //
-//   bench/attention               T = 1024 (B = 1, 2) and T = 256 (B = 1, 8)
+//   bench/attention               T = 1024 (B = 1, 2), T = 256 (B = 1, 8), and
+//                                 T = 64, B = 4 (the shape bench/gpt2 trains)
 //   bench/attention --quick       fewer repetitions
 //   bench/attention --reps N      timed repetitions per side (default 7)
 //   bench/attention --threads N   OpenMP threads for both (default: all)
@@ -161,5 +162,6 @@ int main(int argc, char **argv) {
     run(1, 1024, 12, 64, 0, reps);
     run(1, 256, 12, 64, 1, reps);
     run(8, 256, 12, 64, 1, reps);
+    run(4, 64, 12, 64, 1, reps);
     return 0;
 }
