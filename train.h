@@ -2342,18 +2342,84 @@ TRNDEF void trn_attention_backward(float *dqkv, float *scratch, const float *dou
      P = e^(S - lse);  dV_j += P^T dO;  dP = dO V_j^T;  dS = P * (dP - D);
      dQ += dS K_j / sqrt(hs);  dK_j += dS^T Q / sqrt(hs)
    Memory: out and lse instead of (B,NH,T,T) probabilities and a (B,NH,T,T)
-   backward scratch. Work: with a causal mask the key blocks right of the
-   diagonal are skipped, about half the reference's FLOPs; the tiles stay in
-   L1/L2 where the reference streams (T,T) matrices through memory. Every
-   tile product is a trn_sgemm (single-threaded inside the parallel loop,
-   with its vectorized micro-kernel), so the code reads as the reference
-   on smaller matrices; the elementwise loops vectorize (trn__expf).
+   backward scratch; while it runs, a temporary K^T (and V^T) and a few
+   tiles per thread. Work: with a causal mask the key blocks right of the
+   diagonal are skipped, about half the reference's FLOPs, and the tiles
+   stay in cache where the reference streams (T,T) matrices through memory.
+   The tile products. A GEMM packs its operands first (see >>matmul),
+   which pays off when each packed float is used hundreds of times; here a
+   tile of K is used BQ times and the packing would cost as much as the
+   product. So every operand is laid out once so that the product can read
+   it in place: K and V transposed once per head (K^T: (hs,T)), the rest
+   as they are. trn__fa_gemm is then a register-blocked kernel that reads
+   rows of B and broadcasts elements of A (AVX-512 intrinsics: 6 rows x 64
+   columns of C in 24 registers); without AVX-512 it calls trn_sgemm.
    Threads: forward splits (b, h, query block); each task owns its rows of
    out and lse. Backward splits (b, kv head), as the reference does: every
    query block of every head in the group adds into each dK_j and dV_j.
    Sums run in a fixed order: the bits do not depend on the thread count. */
-#define TRN__FA_BQ 64 /* query rows per block */
-#define TRN__FA_BK 64 /* keys per block       */
+#define TRN__FA_BQ 96 /* query rows per block (a multiple of the 6-row tile) */
+#define TRN__FA_BK 64 /* keys per block (one 64-column tile)               */
+
+/* C (M,N) = alpha * A @ B + beta * C with beta 0 (C is not read) or 1;
+   A[i][k] at A[i*sai + k*sak] (a row-major matrix or a transposed one),
+   B row-major with row stride ldb, C with row stride ldc. */
+#if defined(__AVX512F__)
+#include <immintrin.h>
+static void trn__fa_gemm(int M, int N, int K, float alpha, const float *A, size_t sai, size_t sak,
+                         const float *B, size_t ldb, float beta, float *C, size_t ldc) {
+    int n0, i0, k, r, v;
+    for (n0 = 0; n0 < N; n0 += 64) {
+        __mmask16 mask[4];
+        for (v = 0; v < 4; v++) { /* the columns n0+16v.. that exist */
+            int rem = N - n0 - 16 * v;
+            mask[v] = (__mmask16)(rem >= 16 ? 0xFFFF : rem > 0 ? (1u << rem) - 1 : 0);
+        }
+        for (i0 = 0; i0 < M; i0 += 6) {
+            /* 24 named accumulators: with an array, GCC keeps them in memory */
+            __m512 c00, c01, c02, c03, c10, c11, c12, c13, c20, c21, c22, c23;
+            __m512 c30, c31, c32, c33, c40, c41, c42, c43, c50, c51, c52, c53, acc[6][4];
+            const float *a0, *a1, *a2, *a3, *a4, *a5; /* rows past M repeat the last one; not stored */
+            a0 = A + (size_t)TRN__MIN(i0 + 0, M - 1) * sai; a1 = A + (size_t)TRN__MIN(i0 + 1, M - 1) * sai;
+            a2 = A + (size_t)TRN__MIN(i0 + 2, M - 1) * sai; a3 = A + (size_t)TRN__MIN(i0 + 3, M - 1) * sai;
+            a4 = A + (size_t)TRN__MIN(i0 + 4, M - 1) * sai; a5 = A + (size_t)TRN__MIN(i0 + 5, M - 1) * sai;
+            c00 = c01 = c02 = c03 = c10 = c11 = c12 = c13 = c20 = c21 = c22 = c23 = _mm512_setzero_ps();
+            c30 = c31 = c32 = c33 = c40 = c41 = c42 = c43 = c50 = c51 = c52 = c53 = _mm512_setzero_ps();
+            for (k = 0; k < K; k++) {
+                const float *b = B + (size_t)k * ldb + n0;
+                size_t ka = (size_t)k * sak;
+                __m512 b0 = _mm512_maskz_loadu_ps(mask[0], b), b1 = _mm512_maskz_loadu_ps(mask[1], b + 16);
+                __m512 b2 = _mm512_maskz_loadu_ps(mask[2], b + 32), b3 = _mm512_maskz_loadu_ps(mask[3], b + 48), x;
+#define TRN__FA_ROW(r)                                                                            \
+    x = _mm512_set1_ps(a##r[ka]);                                                                 \
+    c##r##0 = _mm512_fmadd_ps(x, b0, c##r##0); c##r##1 = _mm512_fmadd_ps(x, b1, c##r##1);        \
+    c##r##2 = _mm512_fmadd_ps(x, b2, c##r##2); c##r##3 = _mm512_fmadd_ps(x, b3, c##r##3);
+                TRN__FA_ROW(0) TRN__FA_ROW(1) TRN__FA_ROW(2) TRN__FA_ROW(3) TRN__FA_ROW(4) TRN__FA_ROW(5)
+#undef TRN__FA_ROW
+            }
+            acc[0][0] = c00; acc[0][1] = c01; acc[0][2] = c02; acc[0][3] = c03;
+            acc[1][0] = c10; acc[1][1] = c11; acc[1][2] = c12; acc[1][3] = c13;
+            acc[2][0] = c20; acc[2][1] = c21; acc[2][2] = c22; acc[2][3] = c23;
+            acc[3][0] = c30; acc[3][1] = c31; acc[3][2] = c32; acc[3][3] = c33;
+            acc[4][0] = c40; acc[4][1] = c41; acc[4][2] = c42; acc[4][3] = c43;
+            acc[5][0] = c50; acc[5][1] = c51; acc[5][2] = c52; acc[5][3] = c53;
+            for (r = 0; r < 6 && i0 + r < M; r++)
+                for (v = 0; v < 4 && mask[v]; v++) {
+                    float *c = C + (size_t)(i0 + r) * ldc + n0 + 16 * v;
+                    __m512 y = _mm512_mul_ps(_mm512_set1_ps(alpha), acc[r][v]);
+                    if (beta != 0.0f) y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(mask[v], c));
+                    _mm512_mask_storeu_ps(c, mask[v], y);
+                }
+        }
+    }
+}
+#else
+static void trn__fa_gemm(int M, int N, int K, float alpha, const float *A, size_t sai, size_t sak,
+                         const float *B, size_t ldb, float beta, float *C, size_t ldc) {
+    int ta = sak != 1; /* A^T stored row-major: A[i][k] = At[k*sak + i] */
+    trn_sgemm(ta, 0, M, N, K, alpha, A, (int)(ta ? sak : sai), B, (int)ldb, beta, C, (int)ldc);
+}
+#endif
 
 /* how many keys of the block j0..j0+nk-1 query position i sees */
 static int trn__fa_visible(int causal, int i, int j0, int nk) {
@@ -2361,25 +2427,60 @@ static int trn__fa_visible(int causal, int i, int j0, int nk) {
     return n < 0 ? 0 : n > nk ? nk : n;
 }
 
+/* xt (hs,T), row stride ldt = the (T,hs) rows of one head of qkv (row
+   stride ld), transposed. ldt is T rounded up to 16, plus 16: rows 4 KiB
+   apart (T = 1024) would all fall into the same few sets of the L1 cache. */
+static size_t trn__fa_ldt(int T) { return ((size_t)T + 15) / 16 * 16 + 16; }
+static void trn__fa_transpose(float *xt, const float *x, size_t ld, int T, int hs) {
+    size_t ldt = trn__fa_ldt(T);
+    int t0, t, d;
+    for (t0 = 0; t0 < T; t0 += 16) /* 16 rows at a time: whole lines of xt */
+        for (d = 0; d < hs; d++)
+            for (t = t0; t < TRN__MIN(t0 + 16, T); t++) xt[(size_t)d * ldt + t] = x[(size_t)t * ld + d];
+}
+
+static float *trn__fa_alloc(size_t floats) {
+    float *p = (float *)trn_alloc(floats * sizeof(float), TRN_KIND_TEMP);
+    if (!p) trn_fatal("flash attention: cannot allocate %zu bytes of workspace: %s", floats * sizeof(float),
+                      trn_error_reason());
+    return p;
+}
+
 TRNDEF void trn_flash_attention_forward(float *out, float *lse, const float *qkv,
                                         int B, int T, int NH, int NKV, int hs, int causal) {
-    int ld = (NH + 2 * NKV) * hs, C = NH * hs, group = NH / NKV;
+    int ld = (NH + 2 * NKV) * hs, C = NH * hs, group = NH / NKV, bg;
     int nqb = (T + TRN__FA_BQ - 1) / TRN__FA_BQ;
     long task, ntask = (long)B * NH * nqb;
     float scale = 1.0f / sqrtf((float)hs);
+    size_t tile = TRN__FA_BQ * TRN__FA_BK, ldt = trn__fa_ldt(T), kt_floats = (size_t)B * NKV * hs * ldt;
+    float *kt, *work;
+    if ((size_t)B * T == 0) return;
+    kt = trn__fa_alloc(kt_floats + (size_t)trn_get_threads() * tile); /* K^T per (b, kv head), tiles */
+    work = kt + kt_floats;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (bg = 0; bg < B * NKV; bg++)
+        trn__fa_transpose(kt + (size_t)bg * hs * ldt, qkv + (size_t)(bg / NKV) * T * ld + (size_t)(NH + bg % NKV) * hs,
+                          (size_t)ld, T, hs);
 #ifdef _OPENMP
 #pragma omp parallel for schedule(dynamic, 1)
 #endif
     for (task = 0; task < ntask; task++) {
-        float S[TRN__FA_BQ * TRN__FA_BK], m[TRN__FA_BQ], l[TRN__FA_BQ];
+        float m[TRN__FA_BQ], l[TRN__FA_BQ];
+#ifdef _OPENMP
+        float *S = work + (size_t)omp_get_thread_num() * tile;
+#else
+        float *S = work;
+#endif
         /* last query blocks first: with a mask they are the longest */
         int qb = nqb - 1 - (int)(task % nqb), bh = (int)(task / nqb);
         int b = bh / NH, h = bh % NH, g = h / group;
         int i0 = qb * TRN__FA_BQ, nq = TRN__MIN(TRN__FA_BQ, T - i0);
         int kend = causal ? i0 + nq : T, j0, r, c;
         const float *x = qkv + (size_t)b * T * ld;
-        const float *q = x + (size_t)i0 * ld + (size_t)h * hs;
-        const float *k = x + (size_t)(NH + g) * hs, *v = x + (size_t)(NH + NKV + g) * hs;
+        const float *q = x + (size_t)i0 * ld + (size_t)h * hs, *v = x + (size_t)(NH + NKV + g) * hs;
+        const float *k_t = kt + ((size_t)b * NKV + g) * hs * ldt;
         float *o = out + ((size_t)b * T + i0) * C + (size_t)h * hs;
         for (r = 0; r < nq; r++) {
             m[r] = -INFINITY;
@@ -2388,7 +2489,7 @@ TRNDEF void trn_flash_attention_forward(float *out, float *lse, const float *qkv
         }
         for (j0 = 0; j0 < kend; j0 += TRN__FA_BK) {
             int nk = TRN__MIN(TRN__FA_BK, kend - j0);
-            trn_sgemm(0, 1, nq, nk, hs, scale, q, ld, k + (size_t)j0 * ld, ld, 0.0f, S, TRN__FA_BK);
+            trn__fa_gemm(nq, nk, hs, scale, q, (size_t)ld, 1, k_t + j0, ldt, 0.0f, S, TRN__FA_BK);
             for (r = 0; r < nq; r++) {
                 float *s = S + r * TRN__FA_BK, *orow = o + (size_t)r * C, mx, corr;
                 int n = trn__fa_visible(causal, i0 + r, j0, nk);
@@ -2403,7 +2504,7 @@ TRNDEF void trn_flash_attention_forward(float *out, float *lse, const float *qkv
                 if (corr != 1.0f)
                     for (c = 0; c < hs; c++) orow[c] *= corr;
             }
-            trn_sgemm(0, 0, nq, hs, nk, 1.0f, S, TRN__FA_BK, v + (size_t)j0 * ld, ld, 1.0f, o, C);
+            trn__fa_gemm(nq, hs, nk, 1.0f, S, TRN__FA_BK, 1, v + (size_t)j0 * ld, (size_t)ld, 1.0f, o, (size_t)C);
         }
         for (r = 0; r < nq; r++) {
             float inv = 1.0f / l[r], *orow = o + (size_t)r * C;
@@ -2411,6 +2512,7 @@ TRNDEF void trn_flash_attention_forward(float *out, float *lse, const float *qkv
             lse[(size_t)bh * T + i0 + r] = m[r] + logf(l[r]);
         }
     }
+    trn_free(kt);
 }
 
 TRNDEF void trn_flash_attention_backward(float *dqkv, const float *dout, const float *qkv,
@@ -2419,16 +2521,28 @@ TRNDEF void trn_flash_attention_backward(float *dqkv, const float *dout, const f
     int bg, ld = (NH + 2 * NKV) * hs, C = NH * hs, group = NH / NKV;
     int nqb = (T + TRN__FA_BQ - 1) / TRN__FA_BQ;
     float scale = 1.0f / sqrtf((float)hs);
-    if (!dqkv) return;
+    /* per thread: K^T and V^T of its kv head, the tiles P and dS */
+    size_t tile = TRN__FA_BQ * TRN__FA_BK, ldt = trn__fa_ldt(T), per = 2 * (size_t)hs * ldt + 2 * tile;
+    float *work;
+    if (!dqkv || (size_t)B * T == 0) return;
+    work = trn__fa_alloc((size_t)trn_get_threads() * per);
 #ifdef _OPENMP
 #pragma omp parallel for schedule(dynamic, 1)
 #endif
     for (bg = 0; bg < B * NKV; bg++) {
-        float P[TRN__FA_BQ * TRN__FA_BK], dS[TRN__FA_BQ * TRN__FA_BK], D[TRN__FA_BQ];
+        float D[TRN__FA_BQ];
+#ifdef _OPENMP
+        float *k_t = work + (size_t)omp_get_thread_num() * per;
+#else
+        float *k_t = work;
+#endif
+        float *v_t = k_t + (size_t)hs * ldt, *P = v_t + (size_t)hs * ldt, *dS = P + tile;
         int b = bg / NKV, g = bg % NKV, h, qb;
         size_t x = (size_t)b * T * ld, koff = x + (size_t)(NH + g) * hs, voff = x + (size_t)(NH + NKV + g) * hs;
-        const float *k = qkv + koff, *v = qkv + voff;
+        const float *k = qkv + koff;
         float *dk = dqkv + koff, *dv = dqkv + voff;
+        trn__fa_transpose(k_t, k, (size_t)ld, T, hs);
+        trn__fa_transpose(v_t, qkv + voff, (size_t)ld, T, hs);
         for (h = g * group; h < (g + 1) * group; h++)
             for (qb = 0; qb < nqb; qb++) {
                 int i0 = qb * TRN__FA_BQ, nq = TRN__MIN(TRN__FA_BQ, T - i0);
@@ -2441,26 +2555,33 @@ TRNDEF void trn_flash_attention_backward(float *dqkv, const float *dout, const f
                 for (r = 0; r < nq; r++) D[r] = trn__row_dot(dO + (size_t)r * C, o + (size_t)r * C, hs);
                 for (j0 = 0; j0 < kend; j0 += TRN__FA_BK) {
                     int nk = TRN__MIN(TRN__FA_BK, kend - j0);
-                    const float *kj = k + (size_t)j0 * ld, *vj = v + (size_t)j0 * ld;
-                    trn_sgemm(0, 1, nq, nk, hs, scale, q, ld, kj, ld, 0.0f, P, TRN__FA_BK);
+                    /* P = e^(Q K_j^T / sqrt(hs) - lse), masked */
+                    trn__fa_gemm(nq, nk, hs, scale, q, (size_t)ld, 1, k_t + j0, ldt, 0.0f, P, TRN__FA_BK);
                     for (r = 0; r < nq; r++) {
                         float *p = P + r * TRN__FA_BK;
                         int n = trn__fa_visible(causal, i0 + r, j0, nk);
                         for (c = 0; c < n; c++) p[c] = trn__expf(p[c] - L[r]);
                         for (; c < nk; c++) p[c] = 0.0f;
                     }
-                    trn_sgemm(1, 0, nk, hs, nq, 1.0f, P, TRN__FA_BK, dO, C, 1.0f, dv + (size_t)j0 * ld, ld);
-                    trn_sgemm(0, 1, nq, nk, hs, 1.0f, dO, C, vj, ld, 0.0f, dS, TRN__FA_BK); /* dP */
+                    /* dV_j += P^T dO */
+                    trn__fa_gemm(nk, hs, nq, 1.0f, P, 1, TRN__FA_BK, dO, (size_t)C, 1.0f, dv + (size_t)j0 * ld,
+                                 (size_t)ld);
+                    /* dS = P * (dO V_j^T - D) */
+                    trn__fa_gemm(nq, nk, hs, 1.0f, dO, (size_t)C, 1, v_t + j0, ldt, 0.0f, dS, TRN__FA_BK);
                     for (r = 0; r < nq; r++) {
                         const float *p = P + r * TRN__FA_BK;
                         float *d = dS + r * TRN__FA_BK;
                         for (c = 0; c < nk; c++) d[c] = p[c] * (d[c] - D[r]);
                     }
-                    trn_sgemm(0, 0, nq, hs, nk, scale, dS, TRN__FA_BK, kj, ld, 1.0f, dq, ld);
-                    trn_sgemm(1, 0, nk, hs, nq, scale, dS, TRN__FA_BK, q, ld, 1.0f, dk + (size_t)j0 * ld, ld);
+                    /* dQ += dS K_j / sqrt(hs);  dK_j += dS^T Q / sqrt(hs) */
+                    trn__fa_gemm(nq, hs, nk, scale, dS, TRN__FA_BK, 1, k + (size_t)j0 * ld, (size_t)ld, 1.0f, dq,
+                                 (size_t)ld);
+                    trn__fa_gemm(nk, hs, nq, scale, dS, 1, TRN__FA_BK, q, (size_t)ld, 1.0f, dk + (size_t)j0 * ld,
+                                 (size_t)ld);
                 }
             }
     }
+    trn_free(work);
 }
 
 /* --- fused softmax + cross-entropy ---------------------------------------

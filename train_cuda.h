@@ -681,7 +681,7 @@ static __global__ void trn__k_flash_bwd_kv(float *dqkv, const float *dout, const
     trn__flash_load(Vs, qkv + x + (size_t)(NH + NKV + g) * hs, ld, j0, nk, t, hs);
     for (int idx = threadIdx.x; idx < t * hp; idx += blockDim.x) { dKs[idx] = 0.0f; dVs[idx] = 0.0f; }
     for (int h = g * R; h < (g + 1) * R; h++)
-        for (int i0 = causal ? j0 / t * t : 0; i0 < T; i0 += t) { /* causal: queries before j0 see none of it */
+        for (int i0 = causal ? j0 : 0; i0 < T; i0 += t) { /* causal: queries before j0 see none of it */
             int nq = min(t, T - i0);
             __syncthreads(); /* done with the previous Q, dO, D, lse */
             trn__flash_load(Qs, qkv + x + (size_t)h * hs, ld, i0, nq, t, hs);

@@ -23,8 +23,8 @@
 // bench/gpt2 (gpt2_step_flops in examples/gpt2.c): 6 * matmul parameters
 // * tokens (every linear layer, the LM head counted once, no embedding
 // lookups, no biases or LayerNorms) plus attention's two (T,T) products
-// per layer, 3 * L * 4*B*T*T*C (forward + backward; the kit computes the
-// full square even when causal, and counts it). The peak is the TF32
+// per layer, 3 * L * 4*B*T*T*C (forward + backward; counted as the full
+// square even when causal, where the fused kernels skip the masked blocks). The peak is the TF32
 // tensor-core rate (dense, no sparsity) with --tf32 1, the fp32 (CUDA core)
 // rate with --tf32 0, from a small table of NVIDIA datasheet figures
 // looked up by device name; other devices need --peak-tflops.

@@ -359,7 +359,8 @@ static double gpt2_matmul_params(const gpt2_config *c) {
 
 // FLOPs of one training step (forward + backward = 3x forward) for B*T
 // tokens: 2 per multiply-add in every linear layer, plus attention's two
-// (T,T) products per layer (causal or not, the kit computes the full square)
+// (T,T) products per layer, counted as the full square (the usual convention;
+// the fused causal kernel skips the blocks above the diagonal)
 static double gpt2_step_flops(const gpt2_config *c, int B, int T) {
     double tokens = (double)B * T;
     double linear = 6.0 * gpt2_matmul_params(c) * tokens;

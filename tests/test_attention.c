@@ -1,9 +1,10 @@
 /* test_attention.c - the fused (flash-style) attention against the
    materialized reference, forward and all three input gradients.
 
-   Shapes are odd on purpose: T not a multiple of the 64-row blocks (1, 7,
-   63, 65, 130), head sizes 5, 16, 64, causal and not, grouped-query ratios
-   NH/NKV = 1, 2, 4. Both pairs get the same qkv and the same dout; the
+   Shapes are odd on purpose: T not a multiple of the blocks (96 query
+   rows, 64 keys): 1, 7, 63, 65, 100, 129, 130, 300; head sizes 5, 16, 24,
+   32, 64 (not always a multiple of the 16-float vectors); causal and not;
+   grouped-query ratios NH/NKV = 1, 2, 4. Both pairs get the same qkv and the same dout; the
    gradient buffers start from the same random values, so the check also
    covers "backward accumulates (+=)". The fused lse is checked against a
    log-sum-exp computed in double. Then: the fused bits do not depend on the
@@ -150,6 +151,7 @@ int main(void) {
         /* B  T   NH NKV hs */
         {1, 1, 1, 1, 5},   {2, 7, 3, 3, 5},   {1, 63, 2, 1, 16}, {2, 65, 4, 2, 16},
         {1, 130, 4, 1, 16}, {1, 64, 2, 2, 64}, {1, 129, 12, 12, 64}, {3, 100, 8, 2, 24},
+        {1, 300, 2, 1, 32},
     };
     size_t i;
     int causal;
