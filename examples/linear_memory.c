@@ -500,8 +500,10 @@ static void record(int ph, double seconds, const char *what) {
 // ===========================================================================
 // >>chart: memory by kind per phase, a stacked bar chart in SVG
 // ===========================================================================
-static const char *kind_color[TRN_KIND_COUNT] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2",
-                                                 "#59a14f", "#edc948", "#b07aa1", "#9c755f"};
+// one color per ledger kind; kinds added to train.h later reuse the palette
+static const char *kind_palette[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f",
+                                     "#edc948", "#b07aa1", "#9c755f", "#ff9da7", "#bab0ac"};
+#define kind_color(k) kind_palette[(k) % (int)(sizeof kind_palette / sizeof kind_palette[0])]
 
 static double nice_step(double range) { // 1, 2 or 5 times a power of ten, ~6 ticks
     double raw = range / 6.0, p = pow(10.0, floor(log10(raw))), f = raw / p;
@@ -547,7 +549,7 @@ static trn_result write_chart(const char *path, const config *c, trn_place place
             y1 = top + ph - (base + v) / ymax * ph;
             fprintf(f, "<rect x=\"%.1f\" y=\"%.2f\" width=\"%.1f\" height=\"%.2f\" fill=\"%s\">"
                        "<title>%s: %s %.4f GB</title></rect>\n",
-                    x, y1, bw, y0 - y1, kind_color[k], phase_name[i], trn_kind_name((trn_kind)k), v);
+                    x, y1, bw, y0 - y1, kind_color(k), phase_name[i], trn_kind_name((trn_kind)k), v);
             base += v;
         }
         rss = place == TRN_DEVICE ? (double)phases[i].s.device_used / GB : (double)phases[i].s.rss / GB;
@@ -566,7 +568,7 @@ static trn_result write_chart(const char *path, const config *c, trn_place place
     fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"black\"/>\n", left, top + ph, left + pw, top + ph);
     for (k = 0, y = top + 10; k < TRN_KIND_COUNT; k++) { // legend
         fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"12\" height=\"12\" fill=\"%s\"/>"
-                   "<text x=\"%.1f\" y=\"%.1f\">%s</text>\n", left + pw + 20, y, kind_color[k], left + pw + 38, y + 10,
+                   "<text x=\"%.1f\" y=\"%.1f\">%s</text>\n", left + pw + 20, y, kind_color(k), left + pw + 38, y + 10,
                 trn_kind_name((trn_kind)k));
         y += 18;
     }
