@@ -9272,8 +9272,7 @@ TRNDEF int trn_spike_guard_check(trn_spike_guard *g, float loss, float norm) {
     if (!g) trn_fatal("trn_spike_guard_check: NULL");
     g->z_loss = finite ? trn__zscore(g->loss, g->n, loss) : INFINITY;
     g->z_norm = finite ? trn__zscore(g->norm, g->n, norm) : INFINITY;
-    spike = !finite || (g->z > 0 && (g->z_loss > g->z || g->z_norm > g->z));
-    if (g->z <= 0 && finite) spike = 0;
+    spike = !finite || g->z_loss > g->z || g->z_norm > g->z;
     if (finite) {
         g->loss[g->pos] = loss;
         g->norm[g->pos] = norm;
