@@ -1984,27 +1984,37 @@ static trn_result trn__fsdp_gather(trn_ddp *d, int u) {
     return TRN_OK;
 }
 
-/* unit u gathered and arrived (waits for everything queued before) */
-static trn_result trn__fsdp_ready(trn_ddp *d, int u) {
+/* every queued collective done (bounded by the timeout): gathers arrived */
+static trn_result trn__fsdp_wait_all(trn_ddp *d) {
     trn_result rc;
     int v;
-    if (u < 0) return TRN_OK;
-    if ((rc = trn__fsdp_gather(d, u)) != TRN_OK) return rc;
-    if (d->units[u].state == 2) return TRN_OK;
     if ((rc = d->comm.wait(&d->comm)) != TRN_OK) return trn__ddp_fail(d, rc);
     for (v = 0; v < d->n_units; v++)
         if (d->units[v].state == 1) d->units[v].state = 2; /* the queue is empty: all arrived */
     return TRN_OK;
 }
 
-/* free every block's whole weights but `keep` and `keep2` */
+/* unit u gathered and arrived (waits for everything queued before) */
+static trn_result trn__fsdp_ready(trn_ddp *d, int u) {
+    trn_result rc;
+    if (u < 0) return TRN_OK;
+    if ((rc = trn__fsdp_gather(d, u)) != TRN_OK) return rc;
+    return d->units[u].state == 2 ? TRN_OK : trn__fsdp_wait_all(d);
+}
+
+/* free every block's whole weights but `keep` and `keep2`. On a GPU,
+   cudaFree waits for the whole device, the communication stream included:
+   a collective stuck on a dead peer would hang it with no timeout, so the
+   queued collectives are waited for first, by the bounded poll. */
 static trn_result trn__fsdp_release_but(trn_ddp *d, int keep, int keep2) {
     trn_model *m = d->model;
-    int v;
+    int v, waited = m->backend->place != TRN_DEVICE;
     for (v = 0; v < d->n_units; v++) {
         trn_ddp_unit *k = &d->units[v];
         if (k->root || k->state == 0 || v == keep || v == keep2) continue;
-        if (k->state == 1 && trn__fsdp_ready(d, v) != TRN_OK) return d->error; /* a collective still writes it */
+        if (!waited && trn__fsdp_wait_all(d) != TRN_OK) return d->error;
+        waited = 1;
+        if (k->state == 1 && trn__fsdp_wait_all(d) != TRN_OK) return d->error; /* a collective still writes it */
         m->backend->free(k->full);
         k->full = NULL;
         k->state = 0;
