@@ -299,7 +299,6 @@ typedef struct trn_ddp {
     int *first_use;       /* ZeRO-2, this step: highest tape index using it */
     float *grad_shard;    /* ZeRO-2: this rank's shard of the gradients    */
     int n_live;           /* ZeRO-2: staging buffers allocated             */
-    size_t stage_peak;    /* ZeRO-2: most staging bytes at once            */
     trn_ddp_unit *units;  /* FSDP: the units, in declaration order         */
     int n_units;
     int *unit_of;         /* FSDP: parameter index -> unit                 */
@@ -1819,14 +1818,6 @@ static void trn__ddp_hook(trn_model *m, int i, void *user) {
    trn_ddp_set_sync and desc.no_overlap do not apply. */
 #define TRN__ZERO2_LIVE 2
 
-static size_t trn__ddp_stage_bytes(const trn_ddp *d) {
-    size_t b = 0;
-    int i;
-    for (i = 0; i < d->n_buckets; i++)
-        if (d->buckets[i].stage) b += (d->buckets[i].hi - d->buckets[i].lo) * sizeof(float);
-    return b;
-}
-
 /* wait for every queued collective; then each sent bucket's owned part
    goes into the shard and its staging buffer is freed */
 static trn_result trn__zero2_harvest(trn_ddp *d, trn_model *m) {
@@ -1887,8 +1878,6 @@ static void trn__zero2_pre_hook(trn_model *m, int i, void *user) {
             m->backend->zero(b->stage, bytes);
             d->n_live++;
             for (q = b->p_first; q <= b->p_last; q++) m->params[q]->grad = b->stage + (m->params[q]->offset - b->lo);
-            bytes = trn__ddp_stage_bytes(d);
-            if (bytes > d->stage_peak) d->stage_peak = bytes;
         }
     }
 }
