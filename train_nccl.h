@@ -299,7 +299,6 @@ typedef struct trn_ddp {
     int *first_use;       /* ZeRO-2, this step: highest tape index using it */
     float *grad_shard;    /* ZeRO-2: this rank's shard of the gradients    */
     int n_live;           /* ZeRO-2: staging buffers allocated             */
-    size_t stage_peak;    /* ZeRO-2: most staging bytes at once            */
     trn_ddp_unit *units;  /* FSDP: the units, in declaration order         */
     int n_units;
     int *unit_of;         /* FSDP: parameter index -> unit                 */
@@ -1819,14 +1818,6 @@ static void trn__ddp_hook(trn_model *m, int i, void *user) {
    trn_ddp_set_sync and desc.no_overlap do not apply. */
 #define TRN__ZERO2_LIVE 2
 
-static size_t trn__ddp_stage_bytes(const trn_ddp *d) {
-    size_t b = 0;
-    int i;
-    for (i = 0; i < d->n_buckets; i++)
-        if (d->buckets[i].stage) b += (d->buckets[i].hi - d->buckets[i].lo) * sizeof(float);
-    return b;
-}
-
 /* wait for every queued collective; then each sent bucket's owned part
    goes into the shard and its staging buffer is freed */
 static trn_result trn__zero2_harvest(trn_ddp *d, trn_model *m) {
@@ -1887,8 +1878,6 @@ static void trn__zero2_pre_hook(trn_model *m, int i, void *user) {
             m->backend->zero(b->stage, bytes);
             d->n_live++;
             for (q = b->p_first; q <= b->p_last; q++) m->params[q]->grad = b->stage + (m->params[q]->offset - b->lo);
-            bytes = trn__ddp_stage_bytes(d);
-            if (bytes > d->stage_peak) d->stage_peak = bytes;
         }
     }
 }
@@ -1984,27 +1973,37 @@ static trn_result trn__fsdp_gather(trn_ddp *d, int u) {
     return TRN_OK;
 }
 
-/* unit u gathered and arrived (waits for everything queued before) */
-static trn_result trn__fsdp_ready(trn_ddp *d, int u) {
+/* every queued collective done (bounded by the timeout): gathers arrived */
+static trn_result trn__fsdp_wait_all(trn_ddp *d) {
     trn_result rc;
     int v;
-    if (u < 0) return TRN_OK;
-    if ((rc = trn__fsdp_gather(d, u)) != TRN_OK) return rc;
-    if (d->units[u].state == 2) return TRN_OK;
     if ((rc = d->comm.wait(&d->comm)) != TRN_OK) return trn__ddp_fail(d, rc);
     for (v = 0; v < d->n_units; v++)
         if (d->units[v].state == 1) d->units[v].state = 2; /* the queue is empty: all arrived */
     return TRN_OK;
 }
 
-/* free every block's whole weights but `keep` and `keep2` */
+/* unit u gathered and arrived (waits for everything queued before) */
+static trn_result trn__fsdp_ready(trn_ddp *d, int u) {
+    trn_result rc;
+    if (u < 0) return TRN_OK;
+    if ((rc = trn__fsdp_gather(d, u)) != TRN_OK) return rc;
+    return d->units[u].state == 2 ? TRN_OK : trn__fsdp_wait_all(d);
+}
+
+/* free every block's whole weights but `keep` and `keep2`. On a GPU,
+   cudaFree waits for the whole device, the communication stream included:
+   a collective stuck on a dead peer would hang it with no timeout, so the
+   queued collectives are waited for first, by the bounded poll. */
 static trn_result trn__fsdp_release_but(trn_ddp *d, int keep, int keep2) {
     trn_model *m = d->model;
-    int v;
+    int v, waited = m->backend->place != TRN_DEVICE;
     for (v = 0; v < d->n_units; v++) {
         trn_ddp_unit *k = &d->units[v];
         if (k->root || k->state == 0 || v == keep || v == keep2) continue;
-        if (k->state == 1 && trn__fsdp_ready(d, v) != TRN_OK) return d->error; /* a collective still writes it */
+        if (!waited && trn__fsdp_wait_all(d) != TRN_OK) return d->error;
+        waited = 1;
+        if (k->state == 1 && trn__fsdp_wait_all(d) != TRN_OK) return d->error; /* a collective still writes it */
         m->backend->free(k->full);
         k->full = NULL;
         k->state = 0;

@@ -1198,8 +1198,9 @@ int main(int argc, char **argv) {
         struct stat st;
         if (stat(a.resume, &st) != 0) die("--resume %s: %s", a.resume, strerror(errno));
         if (S_ISDIR(st.st_mode)) { // a sharded checkpoint itself, or a run directory with some
+            struct stat mst;
             snprintf(ckpt_path, sizeof ckpt_path, "%s/manifest.json", a.resume);
-            if (stat(ckpt_path, &st) == 0) snprintf(shards_dir, sizeof shards_dir, "%s", a.resume);
+            if (stat(ckpt_path, &mst) == 0) snprintf(shards_dir, sizeof shards_dir, "%s", a.resume);
             else latest_shards(a.resume, shards_dir, sizeof shards_dir);
             ckpt_path[0] = 0;
         }
