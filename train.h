@@ -2060,8 +2060,8 @@ TRNDEF trn_tensor *trn_input(trn_model *m, const char *name, int ndim, const int
    beyond the block (the first step, when there is no block yet) gets memory
    of its own, and the end of that backward (or trn_reset) sizes the block
    to the highest end seen, so the same step again runs inside the block
-   with no allocation. The
-   same allocator serves short-lived scratch (the classifier's chunks). */
+   with no allocation. The same allocator serves short-lived scratch (the
+   classifier's chunks, a recompute region's output on its way out). */
 static void *trn__grads_alloc(trn_model *m, size_t bytes) {
     trn_grad_arena *g = &m->grads;
     size_t need = (bytes + 63) & ~(size_t)63, off = 0;
