@@ -3747,8 +3747,8 @@ TRNDEF trn_tensor *trn_input(trn_model *m, const char *name, int ndim, const int
    beyond the block (the first step, when there is no block yet) gets memory
    of its own, and the end of that backward (or trn_reset) sizes the block
    to the highest end seen, so the same step again runs inside the block
-   with no allocation. The
-   same allocator serves short-lived scratch (the classifier's chunks). */
+   with no allocation. The same allocator serves short-lived scratch (the
+   classifier's chunks, a recompute region's output on its way out). */
 static void *trn__grads_alloc(trn_model *m, size_t bytes) {
     trn_grad_arena *g = &m->grads;
     size_t need = (bytes + 63) & ~(size_t)63, off = 0;
@@ -4264,47 +4264,61 @@ TRNDEF trn_tensor *trn_cross_entropy(trn_model *m, trn_tensor *logits, const int
    leading dims), W (Vp,C), b (Vp) or NULL, targets in [0,n_valid).
    Unfused (trn_linear then trn_cross_entropy) the logits (N,Vp) and their
    gradient (N,Vp) both exist until the end of backward: 2*N*Vp floats,
-   824 MB for GPT-2 at B=2, T=1024. Here the rows go through in chunks of R:
+   824 MB for GPT-2 at B=2, T=1024. Fused, forward already computes the
+   gradient for d(loss) = 1 (what trn_backward seeds), and keeps the
+   smaller of two things:
+   "chunks" (many rows, N > ~C): the rows go through R at a time,
        logits (R,Vp) = x_chunk W^T + b               (scratch)
        lse, losses   = cross-entropy of the chunk    (lse: scratch)
-       dlogits (R,Vp) = (softmax - onehot) / N       (scratch): the gradient
-                        if d(loss) = 1, what trn_backward seeds
+       dlogits (R,Vp) = (softmax - onehot) / N       (scratch)
        dx_chunk      = dlogits W                     (saved, (N,C) in all)
        dW += dlogits^T x_chunk, db += column sums    (saved, (Vp,C), (Vp))
-   and the scratch is free again before the next op runs. Backward has only
-   to scale what was saved by the incoming d(loss) (1 unless the loss was
-   scaled) and add it in. The FLOPs are the unfused pair's; the memory is
-   N*C + Vp*C floats (+ 2*R*Vp scratch) instead of 2*N*Vp. The saved
-   gradients sit in the gradient arena and die in this op's backward, the
-   first of the step, so the gradients of the layers below reuse their
-   bytes. With the tape off (evaluation) only the losses are computed.
-   Same backend kernels as the unfused pair: matmul, cross-entropy. */
+     and backward only scales the saved dx, dW, db by the incoming d(loss)
+     (1 unless the loss was scaled) and adds them in. Memory: N*C + Vp*C
+     floats + 2*R*Vp of scratch, instead of 2*N*Vp.
+   "dlogits" (few rows): keep dlogits (N,Vp) alone (the llm.c way: the
+     logits are gone, their gradient stands in their place), and backward
+     runs the linear layer's backward on it, exactly as unfused: N*Vp
+     floats, and no extra pass over a (Vp,C) dW when W is large.
+   The FLOPs are the unfused pair's either way. What is saved sits in the
+   gradient arena and dies in this op's backward, the first of the step, so
+   the gradients of the layers below reuse its bytes. With the tape off
+   (evaluation) only the losses are computed, chunk by chunk. Same backend
+   kernels as the unfused pair: matmul, cross-entropy, zero, scale, add. */
 #ifndef TRN__XENT_CHUNK_FLOATS /* (tests set it small to get many chunks) */
 #define TRN__XENT_CHUNK_FLOATS ((size_t)1 << 23) /* 32 MB of logits per chunk */
 #endif
 
 static void trn__linear_xent_bw(trn_model *m, trn_tape_entry *e) {
-    float *saved[3]; /* dx, dW, db (NULL: that input needs no gradient) */
+    trn_tensor *x = e->in[0], *w = e->in[1], *b = e->in[2];
     float dloss;
     int k, fresh;
-    saved[0] = (float *)e->saved[0]; saved[1] = (float *)e->saved[1]; saved[2] = (float *)e->saved[2];
-    dloss = trn__scalar_grad(m, e->out);
-    for (k = 0; k < 3; k++) {
+    dloss = trn__scalar_grad(m, e->out); /* no download when it is the loss */
+    if (e->iarg[0]) { /* "dlogits": the linear layer's backward, as unfused */
+        int N = e->iarg[1], C = e->iarg[2], Vp = e->iarg[3];
+        float *dl = (float *)e->saved[0];
+        if (dloss != 1.0f) m->backend->scale(dl, dloss, (size_t)N * Vp);
+        m->backend->matmul_backward(trn__want(m, x, NULL), trn__want(m, w, NULL), trn__want(m, b, NULL), dl, x->data,
+                                    w->data, N, C, Vp);
+        trn__grads_free(m, dl);
+        return;
+    }
+    for (k = 0; k < 3; k++) { /* "chunks": dx, dW, db (NULL: no gradient wanted) */
         trn_tensor *t = e->in[k];
-        float *g;
-        if (!saved[k]) continue;
-        if (dloss != 1.0f) m->backend->scale(saved[k], dloss, t->size);
+        float *saved = (float *)e->saved[k], *g;
+        if (!saved) continue;
+        if (dloss != 1.0f) m->backend->scale(saved, dloss, t->size);
         g = trn__grad(m, t, &fresh);
-        if (fresh) m->backend->copy(g, saved[k], t->size * sizeof(float));
-        else m->backend->accumulate(g, saved[k], t->size);
-        trn__grads_free(m, saved[k]);
+        if (fresh) m->backend->copy(g, saved, t->size * sizeof(float));
+        else m->backend->accumulate(g, saved, t->size);
+        trn__grads_free(m, saved);
     }
 }
 
 TRNDEF trn_tensor *trn_linear_cross_entropy(trn_model *m, trn_tensor *x, trn_tensor *w, trn_tensor *b,
                                             const int *targets, int n_valid) {
-    int C, Vp, N, R, r0, *dev, want;
-    float *losses, *lse, *logits, *dlogits, *dx = NULL, *dw = NULL, *db = NULL;
+    int C, Vp, N, R, r0, *dev, want, keep_dlogits;
+    float *losses, *lse, *logits, *dlogits = NULL, *dx = NULL, *dw = NULL, *db = NULL;
     trn_tensor *out;
     trn_tape_entry *e;
     const trn_backend *bk;
@@ -4321,15 +4335,18 @@ TRNDEF trn_tensor *trn_linear_cross_entropy(trn_model *m, trn_tensor *x, trn_ten
     dev = trn__upload_ids(m, targets, N, n_valid, "trn_linear_cross_entropy (targets)");
     losses = (float *)trn_arena_alloc(m, sizeof(float) * (size_t)N);
     want = m->grad_enabled && (x->requires_grad || w->requires_grad || (b && b->requires_grad));
-    if (want) { /* the saved gradients, accumulated over the chunks */
+    /* the cheaper of the two, counting the most either holds at once */
+    keep_dlogits = want && 2.0 * N * Vp <= (double)Vp * C + (double)N * C + 2.0 * R * Vp;
+    if (keep_dlogits) R = N; /* one chunk: all rows */
+    if (want && !keep_dlogits) { /* the saved gradients, accumulated over the chunks */
         if (x->requires_grad) dx = (float *)trn__grads_alloc(m, x->size * sizeof(float));
         if (w->requires_grad) dw = (float *)trn__grads_alloc(m, w->size * sizeof(float));
         if (b && b->requires_grad) db = (float *)trn__grads_alloc(m, b->size * sizeof(float));
         if (dw) bk->zero(dw, w->size * sizeof(float));
         if (db) bk->zero(db, b->size * sizeof(float));
     }
+    if (want) dlogits = (float *)trn__grads_alloc(m, sizeof(float) * (size_t)R * Vp);
     logits = (float *)trn__grads_alloc(m, sizeof(float) * (size_t)R * Vp);
-    dlogits = want ? (float *)trn__grads_alloc(m, sizeof(float) * (size_t)R * Vp) : NULL;
     lse = (float *)trn__grads_alloc(m, sizeof(float) * (size_t)R);
     for (r0 = 0; r0 < N; r0 += R) {
         int n = TRN__MIN(R, N - r0);
@@ -4339,16 +4356,18 @@ TRNDEF trn_tensor *trn_linear_cross_entropy(trn_model *m, trn_tensor *x, trn_ten
         if (!want) continue;
         bk->zero(dlogits, sizeof(float) * (size_t)n * Vp); /* the kernel adds; padding stays 0 */
         bk->crossentropy_backward(dlogits, logits, lse, dev + r0, 1.0f / (float)N, n, n_valid, Vp);
+        if (keep_dlogits) continue;
         if (dx) bk->zero(dx + (size_t)r0 * C, sizeof(float) * (size_t)n * C);
         bk->matmul_backward(dx ? dx + (size_t)r0 * C : NULL, dw, db, dlogits, xc, w->data, n, C, Vp);
     }
     trn__grads_free(m, lse);
-    trn__grads_free(m, dlogits);
     trn__grads_free(m, logits);
+    if (!keep_dlogits) trn__grads_free(m, dlogits);
     out = trn__scalar_mean(m, "linear_cross_entropy", losses, (size_t)N);
     e = want ? trn__record(m, "linear_cross_entropy", trn__linear_xent_bw, out, x, w, b) : NULL;
-    if (e) { e->saved[0] = dx; e->saved[1] = dw; e->saved[2] = db; }
-    else { trn__grads_free(m, dx); trn__grads_free(m, dw); trn__grads_free(m, db); }
+    if (e && keep_dlogits) { e->saved[0] = dlogits; e->iarg[0] = 1; e->iarg[1] = N; e->iarg[2] = C; e->iarg[3] = Vp; }
+    else if (e) { e->saved[0] = dx; e->saved[1] = dw; e->saved[2] = db; }
+    else { trn__grads_free(m, dlogits); trn__grads_free(m, dx); trn__grads_free(m, dw); trn__grads_free(m, db); }
     return out;
 }
 
@@ -4862,7 +4881,7 @@ static void trn__mean_into(trn_model *m, trn_tensor *out, const float *terms, si
 }
 static float trn__dloss(trn_model *m, trn_tape_entry *e, double count) {
     float d;
-    m->backend->download(&d, trn_grad(m, e->out), sizeof d);
+    d = trn__scalar_grad(m, e->out);
     return count > 0.0 ? (float)(d / count) : 0.0f;
 }
 static trn_tensor *trn__loss_target(trn_model *m, trn_tensor *pred, const float *target, const char *op) {

@@ -90,11 +90,12 @@ static mem_estimate estimate_memory(const gpt2_config *c, int B, int T, int reco
     double blocks = recompute ? L * C + block : L * block;
     e.attn = 4.0 * tok * ((recompute ? 1.0 : L) + 1.0) * NH * T;
     e.arena = 4.0 * tok * (emb + blocks + NH * T + head);
-    // the classifier's forward: dx (C per token), dW (Vp,C), two chunks of
-    // R rows of logits; backward, inside the MLP: 9C per token live, 11C
-    // with the first-fit gaps (tests/test_memory.c)
+    // the classifier's forward, the smaller of: dx (C per token), dW
+    // (Vp,C) and two chunks of R rows of logits; or dlogits and logits
+    // (Vp per token each). Backward, inside the MLP: 9C per token live,
+    // 11C with the first-fit gaps (tests/test_memory.c)
     double R = fmin(tok, floor(8388608.0 / Vp));
-    e.classifier = 4.0 * (tok * C + Vp * C + 2.0 * R * Vp + R);
+    e.classifier = 4.0 * fmin(tok * C + Vp * C + 2.0 * R * Vp + R, 2.0 * tok * Vp + tok);
     e.act_grads = fmax(e.classifier, 4.0 * tok * 11.0 * C);
     e.activations = e.arena + e.act_grads;
     return e;

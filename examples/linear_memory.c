@@ -386,7 +386,9 @@ static void fused_free(fused *f, trn_model *m) {
     f->dw = f->db = f->dout = NULL;
 }
 
-// an activation's gradient in the arena, zeroed, on first use (as the kit does)
+// an activation's gradient in the arena, zeroed, on first use (the kit's own
+// ops use a block that frees each one after its producer's backward; these
+// few are small, so this walk keeps them to the end of the step)
 static float *act_grad(trn_model *m, trn_tensor *t) {
     if (!t->grad) {
         t->grad = (float *)trn_arena_alloc(m, t->size * sizeof(float));

@@ -8,7 +8,7 @@
       buffer alive, or stops freeing gradients, fails here.
    2. trn_recompute (--recompute) gives bit-identical losses and gradients,
       over several AdamW steps, and keeps less.
-   3. trn_linear_cross_entropy (the fused classifier, chunked) agrees with
+   3. trn_linear_cross_entropy (the fused classifier, both ways) agrees with
       trn_linear + trn_cross_entropy, with the LM head tied to the
       embedding; evaluation mode gives the same loss; an incoming gradient
       of 2 doubles every gradient exactly. (Its finite-difference check is
@@ -63,10 +63,14 @@ static void test_ledger_band(void) {
     printf("activations: %zu bytes, predicted %zu (U = %zu)\n", got, arena, U);
     CHECK(got >= arena && got <= arena + arena / 100, "activations %zu bytes, predicted %zu\n", got, arena);
     /* gradients of activations: at most these are alive at once
-         classifier forward: dx U, dW (Vp,C), chunk logits + dlogits 2 x (7,Vp), lse
+         classifier forward, the smaller of
+           "chunks":  dx U, dW (Vp,C), chunk logits + dlogits 2 x (7,Vp), lse (7)
+           "dlogits": dlogits + logits 2 x (N,Vp), lse (N)
          backward, inside the MLP: d(mid residual) U + d(gelu out) 4U + d(fc out) 4U = 9U
        the block is the larger (9U here); first fit may leave a gap of up to 2U */
-    size_t fwd = U + r64((size_t)Vp * C * 4) + 2 * r64(7 * (size_t)Vp * 4) + r64(7 * 4);
+    size_t chunks = U + r64((size_t)Vp * C * 4) + 2 * r64(7 * (size_t)Vp * 4) + r64(7 * 4);
+    size_t dlogits = 2 * r64((size_t)N * Vp * 4) + row;
+    size_t fwd = TRN__MIN(chunks, dlogits);
     size_t lo = TRN__MAX(fwd, 9 * U), hi = lo + 2 * U;
     got = trn_ledger_peak(TRN_HOST, TRN_KIND_ACT_GRADS);
     printf("act grads: %zu bytes, predicted %zu..%zu (all of them kept: %zu)\n", got, lo, hi, (size_t)L * 20 * U);
@@ -134,9 +138,9 @@ static double max_abs(const float *a, size_t n) {
     return m;
 }
 
-static void test_fused_classifier(void) {
+static void test_fused_classifier(int B, int T, int chunked) {
     gpt2_config c = small_cfg();
-    const int B = 3, T = 29, N = B * T; /* 87 rows: 12 chunks of 7 and one of 3 */
+    const int N = B * T;
     int x[3 * 29], y[3 * 29];
     gpt2 g;
     CHECK(gpt2_create(&g, &c, NULL) == TRN_OK, "create: %s\n", trn_error_reason());
@@ -156,13 +160,17 @@ static void test_fused_classifier(void) {
     trn_reset(&g.m);
     l = gpt2_loss(&g, x, y, B, T);
     float loss_fused = trn_item(&g.m, l);
+    /* which of its two ways the op took (tape entry: iarg[0] = 1 "dlogits") */
+    CHECK(!strcmp(g.m.tape[g.m.tape_len - 1].op, "linear_cross_entropy") &&
+          g.m.tape[g.m.tape_len - 1].iarg[0] == !chunked, "B=%d T=%d should take the %s way\n", B, T,
+          chunked ? "chunks" : "dlogits");
     trn_backward(&g.m, l);
     memcpy(fused, g.m.grad_data, n * 4);
     CHECK_NEAR(loss_fused, loss_ref, 0, 1e-6, "fused loss");
     double scale = max_abs(ref, n), worst = 0;
     for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs((double)fused[i] - ref[i]));
-    printf("fused classifier: loss %.7f vs %.7f, largest gradient difference %.3g (largest gradient %.3g)\n",
-           loss_fused, loss_ref, worst, scale);
+    printf("fused classifier (%s, N=%d): loss %.7f vs %.7f, largest gradient difference %.3g (largest gradient %.3g)\n",
+           chunked ? "chunks" : "dlogits", N, loss_fused, loss_ref, worst, scale);
     CHECK(scale > 1e-3 && worst <= 1e-5 * scale, "fused gradients differ by %.3g (scale %.3g)\n", worst, scale);
     /* the tied weight got both its uses: the embedding's rows and the head's */
     {
@@ -192,7 +200,8 @@ int main(void) {
     trn_set_threads(2);
     test_ledger_band();
     test_recompute();
-    test_fused_classifier();
+    test_fused_classifier(3, 29, 1); /* 87 rows: 12 chunks of 7 and one of 3 */
+    test_fused_classifier(1, 20, 0); /* 20 rows: dlogits (20,64) is smaller than dW (64,64) */
     trn_ledger_print("end of test_memory");
     return check_summary();
 }

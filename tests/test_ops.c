@@ -113,7 +113,8 @@ static trn_tensor *g_attn_gqa4(trn_model *m, trn_tensor **p) { return trn_attent
 static trn_tensor *g_meanpool(trn_model *m, trn_tensor **p) { return trn_mean_pool(m, p[0]); }
 /* cross-entropy is itself a scalar; the probe loss then is (L - r)^2 */
 static trn_tensor *g_xent(trn_model *m, trn_tensor **p) { return trn_cross_entropy(m, p[0], TGT, 7); }
-/* the fused classifier: x (2,5,4) -> 10 rows in chunks of 2, W (9,4), b (9) */
+/* the fused classifier: x (2,5,4) -> 10 rows in chunks of 2, W (9,4), b (9);
+   x (2,1,8): 2 rows, the op keeps dlogits (2,9) instead of dW (9,8) */
 static trn_tensor *g_linear_xent(trn_model *m, trn_tensor **p) { return trn_linear_cross_entropy(m, p[0], p[1], p[2], TGT, 7); }
 static trn_tensor *g_linear_xent_nobias(trn_model *m, trn_tensor **p) { return trn_linear_cross_entropy(m, p[0], p[1], NULL, TGT, 7); }
 static trn_tensor *g_mse(trn_model *m, trn_tensor **p) {
@@ -170,6 +171,8 @@ int main(void) {
     { const int s[3][4] = {{2, 5, 4}, {9, 4}, {9}}; const int d[3] = {3, 2, 1}; /* Vp=9, V=7 */
       gradcheck("linear_cross_entropy", g_linear_xent, 3, s, d, 1e-2, 1e-3, 5e-3, -1, 1);
       gradcheck("linear_cross_entropy (no b)", g_linear_xent_nobias, 2, s, d, 1e-2, 1e-3, 5e-3, -1, 1); }
+    { const int s[3][4] = {{2, 1, 8}, {9, 8}, {9}}; const int d[3] = {3, 2, 1}; /* 2 rows: keeps dlogits */
+      gradcheck("linear_cross_entropy (few)", g_linear_xent, 3, s, d, 1e-2, 1e-3, 5e-3, -1, 1); }
     { const int s[1][4] = {{3, 4}}; const int d[1] = {2};
       gradcheck("mse", g_mse, 1, s, d, 1e-2, 1e-4, 1e-3, -1, 1); }
     { const int s[4][4] = {{2, 4, 6}, {18, 6}, {6}, {6, 6}}; const int d[4] = {3, 2, 1, 2};
