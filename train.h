@@ -43,10 +43,13 @@
       >>backend     the table of kernels a backend provides (CPU here)
       >>matmul      trn_sgemm: blocked, vectorized, OpenMP
       >>ops         forward/backward pairs (plain functions)
+      >>ops2        the ops of modern decoders: mul, SiLU, sigmoid, tanh,
+                    softmax, RMSNorm, RoPE
       >>ops3        dropout, reshape, transpose, slice/concat, sums, batched
                     matmul, cross-entropy+, BCE, L1, Huber
       >>tape        the model: arena, tape, ops that record themselves
       >>kvcache     generation with a key/value cache
+      >>opapi       your own op: trn_op, trn_op_apply, trn_grad, trn_gradcheck
       >>adamw       AdamW and SGD, parameter groups, LR schedules, clipping
       >>checkpoint  safetensors weights, training-state checkpoints
       >>data        tokenizers, token shards, text loading
@@ -649,7 +652,8 @@ TRNDEF float *trn_grad(trn_model *m, trn_tensor *t);
    for up to max_per_param elements of each parameter. A gradient passes
    when |analytic - numeric| <= atol + rtol * |numeric|. Works on any
    backend (it uses trn_read / trn_write). To check an input's gradient,
-   make the input a parameter of a test model. */
+   make the input a parameter of a test model. It zeroes the gradients and
+   rewinds the arena (trn_reset): call it between steps, not inside one. */
 typedef struct trn_gradcheck_desc {
     float eps;            /* default 1e-2 (float32: smaller is noisier)   */
     float atol, rtol;     /* default 1e-3, 2e-2                           */

@@ -1,0 +1,647 @@
+// examples/common.h - what the training programs share: errors and flags,
+// the kit's own text as data, validation/sampling helpers, the JSONL log,
+// the loss plot, and the run state a checkpoint carries. examples/gpt2.c
+// and examples/llama.c include it after train.h; each keeps its model,
+// its --init loader and its main().
+//
+// Define EX_PROG (the program's name, for messages) before including.
+#ifndef EXAMPLES_COMMON_H
+#define EXAMPLES_COMMON_H
+#ifndef EX_PROG
+#error "define EX_PROG (the program's name) before including examples/common.h"
+#endif
+
+#include <ctype.h>
+#include <errno.h>
+#include <glob.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+// ===========================================================================
+// >>errors: bad input exits 2 with one line, a failed kit call exits 1
+// ===========================================================================
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// Bad input (flags, files): one line on stderr, exit code 2.
+static void die(const char *fmt, ...) {
+    va_list ap;
+    fflush(stdout);
+    fputs(EX_PROG ": ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    exit(2);
+}
+
+// A kit call that failed for reasons outside our control (disk full, out
+// of memory): its reason, and exit code 1.
+#define CHECK_OK(call)                                                                            \
+    do {                                                                                          \
+        trn_result check_r_ = (call);                                                             \
+        if (check_r_ != TRN_OK) {                                                                 \
+            fprintf(stderr, EX_PROG ": %s:%d: %s failed: %s (%s)\n", __FILE__, __LINE__, #call,       \
+                    trn_error_reason(), trn_result_string(check_r_));                             \
+            exit(1);                                                                              \
+        }                                                                                         \
+    } while (0)
+
+
+// a number from a safetensors header's __metadata__, or -1
+static long st_meta_long(const trn_safetensors *f, const char *key) {
+    const char *v = trn_safetensors_meta(f, key);
+    char *end;
+    long x;
+    if (!v) return -1;
+    errno = 0;
+    x = strtol(v, &end, 10);
+    return (errno || *end || end == v || x < 0 || x > 100000000) ? -1 : x;
+}
+
+// GPT-2 pads 50257 to 50304 = 393 * 128; a byte vocabulary stays 256
+static int pad_vocab(int V) { return V <= 256 ? V : (V + 127) / 128 * 128; }
+
+// ===========================================================================
+// >>data: text or token shards -> one array of token ids
+// ===========================================================================
+
+// The kit's own text, found from the current folder or from the folder
+// above the program (examples/gpt2 -> .): README, every example, test,
+// bench and tool source, the headers, train.h last. The loader validates
+// on the last 10% of the tokens, so validation is the end of train.h:
+// text like most of the training data (with tools/ or tests/ last, the
+// validation loss would mostly measure how different those files are).
+// Returns the number of files.
+static int kit_corpus_files(const char *argv0, char ***paths_out) {
+    static const char *patterns[] = {"README.md", "build.sh", "examples/*.c", "examples/*.cu", "examples/*.h",
+                                     "tests/*.c", "tests/*.cpp", "tests/*.h", "tests/*.sh", "bench/*.c", "tools/*.c",
+                                     "train_cuda.h", "train_nccl.h", "train.h"};
+    char root[1024] = ".";
+    struct stat st;
+    if (stat("train.h", &st) != 0) {
+        const char *slash = strrchr(argv0, '/');
+        if (slash) snprintf(root, sizeof root, "%.*s/..", (int)(slash - argv0), argv0);
+    }
+    char **paths = NULL;
+    int n = 0, cap = 0;
+    for (size_t i = 0; i < sizeof patterns / sizeof patterns[0]; i++) {
+        char pat[1200];
+        glob_t gl;
+        snprintf(pat, sizeof pat, "%s/%s", root, patterns[i]);
+        if (glob(pat, 0, NULL, &gl) != 0) continue; // sorted, so the corpus is deterministic
+        for (size_t k = 0; k < gl.gl_pathc; k++) {
+            if (n == cap) {
+                cap = cap ? 2 * cap : 64;
+                char **np = (char **)realloc(paths, sizeof(char *) * (size_t)cap);
+                if (!np) { globfree(&gl); break; }
+                paths = np;
+            }
+            paths[n] = (char *)malloc(strlen(gl.gl_pathv[k]) + 1);
+            if (paths[n]) strcpy(paths[n], gl.gl_pathv[k]), n++;
+        }
+        globfree(&gl);
+    }
+    *paths_out = paths;
+    return n;
+}
+
+// Tokens of the run: --data FILE (text, tokenized; or an llm.c shard,
+// read as is) or the kit's own files. Every bad case exits with code 2.
+static void load_tokens(trn_tokens *tokens, const char *data, const trn_tokenizer *tok, const char *argv0) {
+    memset(tokens, 0, sizeof *tokens);
+    if (data) {
+        struct stat st;
+        if (stat(data, &st) != 0) die("--data %s: %s", data, strerror(errno));
+        if (S_ISDIR(st.st_mode)) die("--data %s: is a directory (give a text file or a .bin shard)", data);
+        if (st.st_size == 0) die("--data %s: the file is empty", data);
+        trn_result r = trn_tokens_load(tokens, data, tok);
+        if (r != TRN_OK) die("--data %s: %s", data, trn_error_reason());
+        return;
+    }
+    char **paths = NULL;
+    int n = kit_corpus_files(argv0, &paths);
+    char *text = NULL;
+    size_t len = 0;
+    if (n == 0 || trn_text_read_files(&text, &len, (const char *const *)paths, n, 1) != TRN_OK || len == 0)
+        die("no --data given and the kit's own text files (train.h, examples/*.c, ...) were not found: "
+            "run from the kit's folder or pass --data FILE");
+    printf("data: the kit's own text, %d files, %zu bytes\n", n, len);
+    for (int i = 0; i < n; i++) free(paths[i]);
+    free(paths);
+    trn_result r = trn_tokenizer_encode(tok, text, len, tokens);
+    trn_free(text);
+    if (r != TRN_OK) die("tokenizing the kit's text: %s", trn_error_reason());
+}
+
+// ===========================================================================
+// >>train helpers: sampling, the loss history, the log, the plot
+// ===========================================================================
+
+// Sample n tokens after the prompt: take the logits of the last position,
+// keep the top_k, and draw from softmax(logits / temperature) with the
+// kit's RNG. forward(model, ids, B, T) returns the logits (B,T,Vp) of the
+// model's first V classes; m is the model's trn_model.
+// With a key/value cache (kv, and cached(model, kv, ids, B, T) returning
+// the logits (B,1,Vp) of the last of T new positions: train.h's >>kvcache)
+// the prompt runs once and each new token is a forward of ONE position;
+// when the cache is full (absolute positions cannot slide) it restarts from
+// the last half of the window. Without one (kv NULL: the reference that
+// tests and bench/gpt2_generate compare with), every token recomputes the
+// whole last `window` tokens.
+typedef trn_tensor *(*logits_fn)(void *model, const int *ids, int B, int T);
+typedef trn_tensor *(*cached_logits_fn)(void *model, trn_kv_cache *kv, const int *ids, int B, int T);
+static void sample_text(trn_model *m, logits_fn forward, void *model, int V, int Vp, const trn_tokenizer *tok,
+                        const int *prompt, int n_prompt, int n, int window, float temperature, int top_k,
+                        trn_rng *rng, cached_logits_fn cached, trn_kv_cache *kv) {
+    int fed = 0; // with a cache: ctx[0..fed) went into it
+    int *ctx = (int *)malloc(sizeof(int) * (size_t)(n_prompt + n));
+    float *logits = (float *)malloc(sizeof(float) * (size_t)Vp);
+    int *idx = (int *)malloc(sizeof(int) * (size_t)V);
+    char text[256];
+    if (!ctx || !logits || !idx) trn_fatal("sample: out of memory");
+    memcpy(ctx, prompt, sizeof(int) * (size_t)n_prompt);
+    if (top_k <= 0 || top_k > V) top_k = V;
+    m->grad_enabled = 0;
+    size_t len = trn_tokenizer_decode(tok, ctx, (size_t)n_prompt, text, sizeof text);
+    fwrite(text, 1, len < sizeof text ? len : sizeof text - 1, stdout);
+    if (kv) trn_kv_cache_reset(kv);
+    for (int i = n_prompt; i < n_prompt + n; i++) {
+        int start = i > window ? i - window : 0, T = i - start;
+        trn_reset(m);
+        if (kv) {
+            if (fed == 0 || kv->len + (i - fed) > kv->max_T) { // (re)fill with the context's last part
+                int keep = fed == 0 ? T : (kv->max_T + 1) / 2;
+                trn_kv_cache_reset(kv);
+                fed = i - keep;
+            }
+            trn_tensor *lg = cached(model, kv, ctx + fed, 1, i - fed);
+            m->backend->download(logits, lg->data, sizeof(float) * (size_t)Vp);
+            fed = i;
+        } else {
+            trn_tensor *lg = forward(model, ctx + start, 1, T);
+            m->backend->download(logits, lg->data + (size_t)(T - 1) * Vp, sizeof(float) * (size_t)Vp);
+        }
+        // top-k by partial selection sort (k is small), then softmax over them
+        for (int v = 0; v < V; v++) idx[v] = v;
+        for (int k = 0; k < top_k; k++) {
+            int best = k;
+            for (int v = k + 1; v < V; v++) if (logits[idx[v]] > logits[idx[best]]) best = v;
+            int t = idx[k]; idx[k] = idx[best]; idx[best] = t;
+        }
+        double sum = 0.0, mx = logits[idx[0]];
+        for (int k = 0; k < top_k; k++) sum += exp((logits[idx[k]] - mx) / temperature);
+        double u = trn_rng_uniform(rng) * sum, acc = 0.0;
+        int pick = idx[top_k - 1];
+        for (int k = 0; k < top_k; k++) {
+            acc += exp((logits[idx[k]] - mx) / temperature);
+            if (u < acc) { pick = idx[k]; break; }
+        }
+        ctx[i] = pick;
+        len = trn_tokenizer_decode(tok, &pick, 1, text, sizeof text);
+        if (len == 0) len = (size_t)snprintf(text, sizeof text, "<%d>", pick); // no tokenizer knows it
+        fwrite(text, 1, len < sizeof text ? len : sizeof text - 1, stdout);
+        fflush(stdout);
+    }
+    m->grad_enabled = 1;
+    free(ctx);
+    free(logits);
+    free(idx);
+}
+
+// The loss history, for the plot (and read back from --log on --resume).
+typedef struct history {
+    int n, cap, nv, capv;
+    float *step, *loss;    // training loss per step
+    float *vstep, *vloss;  // validation loss
+} history;
+
+static void hist_push(float **a, float **b, int *n, int *cap, float x, float y) {
+    if (*n == *cap) {
+        *cap = *cap ? 2 * *cap : 256;
+        float *na = (float *)realloc(*a, sizeof(float) * (size_t)*cap), *nb;
+        if (!na) return;
+        *a = na;
+        if (!(nb = (float *)realloc(*b, sizeof(float) * (size_t)*cap))) return;
+        *b = nb;
+    }
+    (*a)[*n] = x;
+    (*b)[*n] = y;
+    (*n)++;
+}
+
+// a validation result: on stdout, into the --log JSONL, into the plot
+static void report_val(FILE *logf, history *h, long long step, float val) {
+    printf("step %5lld | val_loss %.4f\n", step, val);
+    if (logf) {
+        fprintf(logf, "{\"step\":%lld,\"val_loss\":%.9g}\n", step, val);
+        fflush(logf);
+    }
+    hist_push(&h->vstep, &h->vloss, &h->nv, &h->capv, (float)step, val);
+}
+
+// a number after "key": in one line of our JSONL (or 0 if absent)
+static int json_number(const char *line, const char *key, double *out) {
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *p = strstr(line, pat);
+    if (!p) return 0;
+    *out = strtod(p + strlen(pat), NULL);
+    return 1;
+}
+
+// On --resume: keep the log's lines up to the checkpoint's step (a run
+// killed after its last checkpoint logged steps that will now run again),
+// and read the loss history back for the plot.
+static void log_truncate_and_read(const char *path, long long upto, history *h) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return;
+    char tmp[1100], line[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *o = fopen(tmp, "wb");
+    if (!o) { fclose(f); return; }
+    while (fgets(line, sizeof line, f)) {
+        double step, v;
+        if (!json_number(line, "step", &step) || step > (double)upto) continue;
+        fputs(line, o);
+        if (json_number(line, "val_loss", &v)) hist_push(&h->vstep, &h->vloss, &h->nv, &h->capv, (float)step, (float)v);
+        else if (json_number(line, "loss", &v)) hist_push(&h->step, &h->loss, &h->n, &h->cap, (float)step, (float)v);
+    }
+    fclose(f);
+    if (fclose(o) == 0) rename(tmp, path);
+}
+
+// loss.svg: training loss (thin, blue) and validation loss (orange dots),
+// hand-written SVG, readable in any browser
+static void write_plot(const char *path, const history *h, const char *title) {
+    if (h->n == 0 && h->nv == 0) return;
+    FILE *f = fopen(path, "w");
+    if (!f) { fprintf(stderr, EX_PROG ": cannot write %s: %s\n", path, strerror(errno)); return; }
+    const double W = 800, H = 450, x0 = 70, y0 = 30, pw = 700, ph = 360;
+    double xmax = 1, ymin = 1e30, ymax = -1e30;
+    for (int i = 0; i < h->n; i++) {
+        if (h->step[i] > xmax) xmax = h->step[i];
+        if (h->loss[i] < ymin) ymin = h->loss[i];
+        if (h->loss[i] > ymax) ymax = h->loss[i];
+    }
+    for (int i = 0; i < h->nv; i++) {
+        if (h->vstep[i] > xmax) xmax = h->vstep[i];
+        if (h->vloss[i] < ymin) ymin = h->vloss[i];
+        if (h->vloss[i] > ymax) ymax = h->vloss[i];
+    }
+    if (!(ymax > ymin)) { ymax = ymin + 1; }
+    double pad = 0.05 * (ymax - ymin);
+    ymin = ymin - pad < 0 ? 0 : ymin - pad;
+    ymax += pad;
+#define PX(s) (x0 + pw * (s) / xmax)
+#define PY(v) (y0 + ph * (1.0 - ((v) - ymin) / (ymax - ymin)))
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" font-size=\"12\">\n", W, H);
+    fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
+    fprintf(f, "<text x=\"%.0f\" y=\"18\" font-size=\"14\">%s</text>\n", x0, title);
+    for (int k = 0; k <= 5; k++) { // grid and tick labels
+        double v = ymin + (ymax - ymin) * k / 5.0, s = xmax * k / 5.0;
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", x0, PY(v), x0 + pw, PY(v));
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%.2f</text>\n", x0 - 6, PY(v) + 4, v);
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", PX(s), y0, PX(s), y0 + ph);
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.0f</text>\n", PX(s), y0 + ph + 16, s);
+    }
+    fprintf(f, "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" stroke=\"black\"/>\n", x0, y0, pw, ph);
+    fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">step</text>\n", x0 + pw / 2, H - 10);
+    fprintf(f, "<text x=\"16\" y=\"%.0f\" transform=\"rotate(-90 16 %.0f)\" text-anchor=\"middle\">loss (nats/token)</text>\n",
+            y0 + ph / 2, y0 + ph / 2);
+    if (h->n) {
+        fprintf(f, "<polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"1.2\" points=\"");
+        for (int i = 0; i < h->n; i++) fprintf(f, "%.1f,%.1f ", PX(h->step[i]), PY(h->loss[i]));
+        fprintf(f, "\"/>\n");
+    }
+    if (h->nv) {
+        fprintf(f, "<polyline fill=\"none\" stroke=\"#ff7f0e\" stroke-width=\"2\" points=\"");
+        for (int i = 0; i < h->nv; i++) fprintf(f, "%.1f,%.1f ", PX(h->vstep[i]), PY(h->vloss[i]));
+        fprintf(f, "\"/>\n");
+        for (int i = 0; i < h->nv; i++)
+            fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"#ff7f0e\"/>\n", PX(h->vstep[i]), PY(h->vloss[i]));
+    }
+    fprintf(f, "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"#1f77b4\" stroke-width=\"2\"/>"
+               "<text x=\"%.0f\" y=\"%.0f\">train</text>\n", x0 + pw - 150, y0 + 15, x0 + pw - 125, y0 + 15, x0 + pw - 120, y0 + 19);
+    fprintf(f, "<circle cx=\"%.0f\" cy=\"%.0f\" r=\"3.5\" fill=\"#ff7f0e\"/><text x=\"%.0f\" y=\"%.0f\">validation</text>\n",
+            x0 + pw - 70, y0 + 15, x0 + pw - 60, y0 + 19);
+    fprintf(f, "</svg>\n");
+#undef PX
+#undef PY
+    fclose(f);
+}
+
+// ===========================================================================
+// >>flags: the run's hyperparameters, parsed, saved and restored
+// ===========================================================================
+
+// The hyperparameters of a run, saved in every checkpoint so that
+// `--resume DIR` alone continues the same run (flags given again win).
+typedef struct run_args {
+    const char *model, *data, *bpe, *out, *resume, *init, *log, *prompt, *dump_logits;
+    long long steps;
+    int batch, seq, warmup, grad_accum, eval_every, eval_batches, ckpt_every, keep, sample, threads, top_k;
+    float lr, min_lr, weight_decay, clip, temperature;
+    long long seed;
+    int overfit;
+} run_args;
+
+static void run_to_meta(const run_args *a, trn_meta *meta) {
+    trn_meta_set_u64(meta, "run.batch", (uint64_t)a->batch);
+    trn_meta_set_u64(meta, "run.seq", (uint64_t)a->seq);
+    trn_meta_set_u64(meta, "run.grad_accum", (uint64_t)a->grad_accum);
+    trn_meta_set_u64(meta, "run.warmup", (uint64_t)a->warmup);
+    trn_meta_set_u64(meta, "run.steps", (uint64_t)a->steps);
+    trn_meta_set_u64(meta, "run.seed", (uint64_t)a->seed);
+    trn_meta_set_u64(meta, "run.overfit", (uint64_t)a->overfit);
+    trn_meta_set_u64(meta, "run.eval_every", (uint64_t)a->eval_every);
+    trn_meta_set_u64(meta, "run.eval_batches", (uint64_t)a->eval_batches);
+    trn_meta_set_u64(meta, "run.ckpt_every", (uint64_t)a->ckpt_every);
+    trn_meta_set_u64(meta, "run.keep", (uint64_t)a->keep);
+    trn_meta_set_u64(meta, "run.sample", (uint64_t)a->sample);
+    trn_meta_set_f64(meta, "run.lr", a->lr);
+    trn_meta_set_f64(meta, "run.min_lr", a->min_lr);
+    trn_meta_set_f64(meta, "run.weight_decay", a->weight_decay);
+    trn_meta_set_f64(meta, "run.clip", a->clip);
+    trn_meta_set(meta, "run.data", a->data ? a->data : "");
+    trn_meta_set(meta, "run.bpe", a->bpe ? a->bpe : "");
+}
+
+static long long parse_int(const char *flag, const char *s, long long lo, long long hi) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) die("%s: '%s' is not an integer in [%lld, %lld]", flag, s, lo, hi);
+    return v;
+}
+
+static float parse_float(const char *flag, const char *s, double lo, double hi) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi)) die("%s: '%s' is not a number in [%g, %g]", flag, s, lo, hi);
+    return (float)v;
+}
+
+
+// Every flag at its "not given" value: -1 (or NULL) means "decided later":
+// from the checkpoint when resuming, else from the preset or other flags.
+static void args_init(run_args *a, const char *out) {
+    memset(a, 0, sizeof *a);
+    a->model = NULL;          // preset name
+    a->out = out;             // run directory
+    a->steps = -1;            // optimizer steps in the whole run [600]
+    a->batch = -1;            // B [preset]
+    a->seq = -1;              // T [preset]
+    a->grad_accum = -1;       // micro-batches per step [1]
+    a->lr = -1;               // peak learning rate [preset]
+    a->min_lr = -1;           // floor of the cosine [lr / 10]
+    a->warmup = -1;           // warmup steps [steps / 20]
+    a->weight_decay = -1;     // AdamW weight decay [0.1]
+    a->clip = -1;             // gradient clipping [1.0]
+    a->seed = -1;             // everything random [1337]
+    a->eval_every = -1;       // validation period [steps / 10]
+    a->eval_batches = -1;     // batches per validation [8]
+    a->ckpt_every = -1;       // checkpoint period [eval_every]
+    a->keep = -1;             // checkpoints kept [3]
+    a->sample = -1;           // tokens sampled at the end [400 bytes / 100 BPE tokens]
+    a->temperature = 0.8f;    // sampling temperature
+    a->top_k = 40;            // sample among the k most likely tokens
+    a->threads = 0;           // 0: OpenMP's default (all cores)
+}
+
+// argv -> a; a bad flag or value exits 2. Returns 1 when --help was asked
+// (the caller prints its usage).
+static int parse_args(run_args *a, int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i];
+        if (!strcmp(f, "--help") || !strcmp(f, "-h")) return 1;
+        if (!strcmp(f, "--overfit")) { a->overfit = 1; continue; }
+        static const char *with_value[] = {"--model", "--data", "--bpe", "--init", "--out", "--resume", "--log",
+                                           "--prompt", "--dump-logits", "--steps", "--batch", "--seq",
+                                           "--grad-accum", "--warmup", "--eval-every", "--eval-batches",
+                                           "--ckpt-every", "--keep", "--sample", "--top-k", "--threads", "--seed",
+                                           "--lr", "--min-lr", "--weight-decay", "--clip", "--temperature"};
+        int known = 0;
+        for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) known |= !strcmp(f, with_value[k]);
+        if (!known) die("unknown %s '%s' (see --help)", strncmp(f, "--", 2) ? "argument" : "flag", f);
+        if (i + 1 >= argc) die("%s needs a value (see --help)", f);
+        const char *v = argv[++i];
+        if (!strcmp(f, "--model")) a->model = v;
+        else if (!strcmp(f, "--data")) a->data = v;
+        else if (!strcmp(f, "--bpe")) a->bpe = v;
+        else if (!strcmp(f, "--init")) a->init = v;
+        else if (!strcmp(f, "--out")) a->out = v;
+        else if (!strcmp(f, "--resume")) a->resume = v;
+        else if (!strcmp(f, "--log")) a->log = v;
+        else if (!strcmp(f, "--prompt")) a->prompt = v;
+        else if (!strcmp(f, "--dump-logits")) a->dump_logits = v;
+        else if (!strcmp(f, "--steps")) a->steps = parse_int(f, v, 0, 1000000000);
+        else if (!strcmp(f, "--batch")) a->batch = (int)parse_int(f, v, 1, 1 << 20);
+        else if (!strcmp(f, "--seq")) a->seq = (int)parse_int(f, v, 1, 1 << 20);
+        else if (!strcmp(f, "--grad-accum")) a->grad_accum = (int)parse_int(f, v, 1, 1 << 20);
+        else if (!strcmp(f, "--warmup")) a->warmup = (int)parse_int(f, v, 0, 1000000000);
+        else if (!strcmp(f, "--eval-every")) a->eval_every = (int)parse_int(f, v, 0, 1000000000);
+        else if (!strcmp(f, "--eval-batches")) a->eval_batches = (int)parse_int(f, v, 1, 1 << 20);
+        else if (!strcmp(f, "--ckpt-every")) a->ckpt_every = (int)parse_int(f, v, 0, 1000000000);
+        else if (!strcmp(f, "--keep")) a->keep = (int)parse_int(f, v, 1, 1000000);
+        else if (!strcmp(f, "--sample")) a->sample = (int)parse_int(f, v, 0, 1 << 20);
+        else if (!strcmp(f, "--top-k")) a->top_k = (int)parse_int(f, v, 1, 1 << 24);
+        else if (!strcmp(f, "--threads")) a->threads = (int)parse_int(f, v, 1, 4096);
+        else if (!strcmp(f, "--seed")) a->seed = parse_int(f, v, 0, (long long)9e18);
+        else if (!strcmp(f, "--lr")) a->lr = parse_float(f, v, 1e-12, 10);
+        else if (!strcmp(f, "--min-lr")) a->min_lr = parse_float(f, v, 0, 10);
+        else if (!strcmp(f, "--weight-decay")) a->weight_decay = parse_float(f, v, 0, 10);
+        else if (!strcmp(f, "--clip")) a->clip = parse_float(f, v, 0, 1e9);
+        else if (!strcmp(f, "--temperature")) a->temperature = parse_float(f, v, 1e-3, 100);
+    }
+    return 0;
+}
+
+// the flags both programs take; models: the --model line's choices
+static void print_usage(FILE *f, const char *what, const char *models, const char *init_what) {
+    fprintf(f,
+            "usage: %s [flags]          %s (defaults in brackets)\n"
+            "model and data\n"
+            "  --model NAME       %s\n"
+            "  --data FILE        text file, or llm.c token shard (.bin) [the kit's own text]\n"
+            "  --bpe DIR          GPT-2 tokenizer from DIR/vocab.json + DIR/merges.txt [bytes]\n"
+            "  --init PATH        start from weights: %s\n"
+            "training\n"
+            "  --steps N          optimizer steps of the whole run [600]\n"
+            "  --batch B          sequences per micro-batch [preset]\n"
+            "  --seq T            tokens per sequence [preset]\n"
+            "  --grad-accum K     micro-batches per step [1]\n"
+            "  --lr X             peak learning rate [preset]\n"
+            "  --min-lr X         final learning rate of the cosine [lr/10]\n"
+            "  --warmup N         linear warmup steps [steps/20]\n"
+            "  --weight-decay X   AdamW decoupled weight decay on matrices [0.1]\n"
+            "  --clip X           clip the global gradient norm, 0 = off [1.0]\n"
+            "  --seed N           initialization, data order, sampling [1337]\n"
+            "  --threads N        OpenMP threads [all cores]\n"
+            "  --overfit          train on one fixed batch (the loss should go to ~0)\n"
+            "evaluation, output\n"
+            "  --eval-every N     validation every N steps [steps/10]\n"
+            "  --eval-batches N   batches per validation [8]\n"
+            "  --sample N         tokens to generate at the end [preset: 400 bytes / 100 tokens]\n"
+            "  --prompt TEXT      start of the generated text [newline / <|endoftext|>]\n"
+            "  --temperature X    [0.8]   --top-k K [40]\n"
+            "  --out DIR          checkpoints, model.safetensors, loss.svg [runs/%s]\n"
+            "  --ckpt-every N     checkpoint every N steps, 0 = never [eval-every]\n"
+            "  --keep K           checkpoints kept in --out [3]\n"
+            "  --resume PATH      continue from a checkpoint file or run directory (newest valid)\n"
+            "  --log FILE         one JSON object per line per step and validation\n"
+            "  --dump-logits FILE write the logits of validation batch 0 (float32) at the end\n"
+            "  --help\n",
+            EX_PROG, what, models, init_what, EX_PROG);
+}
+
+// On --resume, flags not given again come from the checkpoint's metadata.
+static void args_from_checkpoint(run_args *a, const trn_safetensors *ck) {
+#define FROM_CK_INT(field, key) do { if (a->field < 0 && st_meta_long(ck, key) >= 0) a->field = st_meta_long(ck, key); } while (0)
+#define FROM_CK_F(field, key) do { const char *s_ = trn_safetensors_meta(ck, key); if (a->field < 0 && s_) a->field = (float)atof(s_); } while (0)
+#define FROM_CK_STR(field, key) do { const char *s_ = trn_safetensors_meta(ck, key); if (!a->field && s_ && *s_) a->field = strdup(s_); } while (0)
+    FROM_CK_INT(batch, "run.batch");
+    FROM_CK_INT(seq, "run.seq");
+    FROM_CK_INT(grad_accum, "run.grad_accum");
+    FROM_CK_INT(warmup, "run.warmup");
+    FROM_CK_INT(steps, "run.steps");
+    FROM_CK_INT(seed, "run.seed");
+    FROM_CK_INT(eval_every, "run.eval_every");
+    FROM_CK_INT(eval_batches, "run.eval_batches");
+    FROM_CK_INT(ckpt_every, "run.ckpt_every");
+    FROM_CK_INT(keep, "run.keep");
+    FROM_CK_INT(sample, "run.sample");
+    FROM_CK_F(lr, "run.lr");
+    FROM_CK_F(min_lr, "run.min_lr");
+    FROM_CK_F(weight_decay, "run.weight_decay");
+    FROM_CK_F(clip, "run.clip");
+    FROM_CK_STR(data, "run.data");
+    FROM_CK_STR(bpe, "run.bpe");
+#undef FROM_CK_INT
+#undef FROM_CK_F
+#undef FROM_CK_STR
+    if (st_meta_long(ck, "run.overfit") == 1) a->overfit = 1;
+}
+
+// The defaults of what is still unset, from the preset (batch, seq, lr)
+// and the model (context, vocabulary); contradictions exit 2.
+static void args_defaults(run_args *a, int batch, int seq, float lr, int block_size, int vocab_size) {
+    if (a->steps < 0) a->steps = 600;
+    if (a->batch < 0) a->batch = batch;
+    if (a->seq < 0) a->seq = seq < block_size ? seq : block_size;
+    if (a->grad_accum < 0) a->grad_accum = 1;
+    if (a->lr < 0) a->lr = lr;
+    if (a->min_lr < 0) a->min_lr = a->lr / 10;
+    if (a->warmup < 0) a->warmup = (int)(a->steps / 20);
+    if (a->weight_decay < 0) a->weight_decay = 0.1f;
+    if (a->clip < 0) a->clip = 1.0f;
+    if (a->seed < 0) a->seed = 1337;
+    if (a->eval_every < 0) a->eval_every = a->steps >= 10 ? (int)(a->steps / 10) : 1;
+    if (a->ckpt_every < 0) a->ckpt_every = a->eval_every;
+    if (a->eval_batches < 0) a->eval_batches = 8;
+    if (a->keep < 0) a->keep = 3;
+    if (a->sample < 0) a->sample = vocab_size <= 256 ? 400 : 100;
+    if (a->seq > block_size) die("--seq %d is longer than the model's context of %d tokens", a->seq, block_size);
+    if (a->min_lr > a->lr) die("--min-lr %g is above --lr %g", a->min_lr, a->lr);
+    if (!a->bpe && vocab_size > 256 && !a->data && a->steps > 0)
+        die("the model has a %d-token vocabulary: give --bpe DIR (GPT-2's vocab.json + merges.txt) or --data SHARD.bin",
+            vocab_size);
+}
+
+// What the next step depends on beyond the weights and AdamW (which are
+// the checkpoint's tensors): the step, the sampling RNG, the data position.
+static void run_state_to_meta(trn_meta *meta, long long step, const trn_rng *sample_rng, const trn_loader *ld) {
+    trn_loader_pos pos = trn_loader_tell(ld);
+    trn_meta_set_u64(meta, "run.step", (uint64_t)step);
+    trn_meta_set_u64(meta, "run.sample_rng", sample_rng->state);
+    trn_meta_set_u64(meta, "run.data_epoch", (uint64_t)pos.epoch);
+    trn_meta_set_u64(meta, "run.data_batch", (uint64_t)pos.batch);
+    trn_meta_set_u64(meta, "run.data_seed", pos.seed);
+    trn_meta_set_u64(meta, "run.data_check", pos.check);
+}
+
+// ... and back, on --resume (a checkpoint without it, or of other data, exits 2)
+static long long run_state_from_meta(const trn_meta *meta, const char *path, trn_rng *sample_rng, trn_loader *ld) {
+    uint64_t u, e, b;
+    trn_loader_pos pos;
+    if (trn_meta_get_u64(meta, "run.step", &u) != TRN_OK) die("--resume %s: no step in the checkpoint", path);
+    long long step = (long long)u;
+    if (trn_meta_get_u64(meta, "run.sample_rng", &u) == TRN_OK) sample_rng->state = u;
+    if (trn_meta_get_u64(meta, "run.data_epoch", &e) != TRN_OK || trn_meta_get_u64(meta, "run.data_batch", &b) != TRN_OK ||
+        trn_meta_get_u64(meta, "run.data_seed", &pos.seed) != TRN_OK ||
+        trn_meta_get_u64(meta, "run.data_check", &pos.check) != TRN_OK)
+        die("--resume %s: no data position in the checkpoint", path);
+    pos.epoch = (int64_t)e;
+    pos.batch = (int64_t)b;
+    if (trn_loader_seek(ld, &pos) != TRN_OK) die("--resume %s: the data differs from the run's (%s)", path, trn_error_reason());
+    return step;
+}
+
+// one training step's line of the --log JSONL
+static void log_step(FILE *logf, long long step, float loss, float lr, float norm, double ms, double tps, size_t mem) {
+    if (!logf) return;
+    fprintf(logf, "{\"step\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"ms\":%.3f,\"tok_per_s\":%.1f,\"mem_bytes\":%zu}\n",
+            step, loss, lr, norm, ms, tps, mem);
+    fflush(logf);
+}
+
+// --dump-logits: the raw float32 logits tensor, for comparisons with a reference
+static void dump_logits(const char *path, trn_model *m, const trn_tensor *logits) {
+    FILE *f = fopen(path, "wb");
+    if (!f) die("--dump-logits %s: %s", path, strerror(errno));
+    float *host = (float *)malloc(sizeof(float) * logits->size);
+    if (!host) die("out of memory");
+    trn_read(m, logits, host);
+    if (fwrite(host, sizeof(float), logits->size, f) != logits->size || fclose(f) != 0)
+        die("--dump-logits %s: write failed", path);
+    free(host);
+}
+
+
+// --resume PATH: a checkpoint file, or a run directory (its newest valid
+// checkpoint); its path goes to path, the open file to ck; trouble exits 2
+static void resume_open(const char *resume, char *path, size_t cap, trn_safetensors *ck) {
+    struct stat st;
+    if (stat(resume, &st) != 0) die("--resume %s: %s", resume, strerror(errno));
+    if (S_ISDIR(st.st_mode)) {
+        long long s;
+        if (trn_checkpoint_latest(resume, path, cap, &s) != TRN_OK) die("--resume %s: %s", resume, trn_error_reason());
+    } else {
+        snprintf(path, cap, "%s", resume);
+    }
+    if (trn_safetensors_open(ck, path) != TRN_OK) die("--resume %s: %s", path, trn_error_reason());
+}
+
+// --sample: a newline (bytes) or <|endoftext|> (BPE), or --prompt, then
+// a->sample tokens from sample_text
+static void sample_run(const run_args *a, trn_model *m, logits_fn forward, void *model, int V, int Vp,
+                       const trn_tokenizer *tok, int window, trn_rng *rng, cached_logits_fn cached, trn_kv_cache *kv) {
+    trn_tokens p;
+    memset(&p, 0, sizeof p);
+    int start[1];
+    start[0] = V <= 256 ? '\n' : (tok->eot_id >= 0 ? tok->eot_id : 0);
+    const int *prompt = start;
+    int n_prompt = 1;
+    if (a->prompt && *a->prompt) {
+        if (trn_tokenizer_encode(tok, a->prompt, strlen(a->prompt), &p) != TRN_OK) die("--prompt: %s", trn_error_reason());
+        if (trn_tokens_check(p.ids, p.n, V) != TRN_OK) die("--prompt: %s", trn_error_reason());
+        prompt = p.ids;
+        n_prompt = (int)(p.n < (size_t)window ? p.n : (size_t)window);
+    }
+    printf("---- sample (%d tokens, temperature %g, top-k %d) ----\n", a->sample, a->temperature, a->top_k);
+    sample_text(m, forward, model, V, Vp, tok, prompt, n_prompt, a->sample, window, a->temperature, a->top_k, rng,
+                cached, kv);
+    printf("\n----\n");
+    trn_tokens_free(&p);
+}
+
+#endif // EXAMPLES_COMMON_H

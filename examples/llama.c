@@ -1,0 +1,694 @@
+// llama - a Llama-family decoder trained end to end with train.h: RMSNorm,
+// rotary position embeddings (RoPE), a SwiGLU MLP, grouped-query attention
+// and an untied output head; the weights of a Hugging Face Llama load with
+// --init. Same flags, data, validation, checkpoints, resume, plot, JSONL log
+// and sampling as examples/gpt2 (the parts they share are in
+// examples/common.h); examples/llama_cuda.cu is the same file on a GPU.
+// build: -pthread
+//
+// What differs from GPT-2, block by block (Touvron et al. 2023):
+//   GPT-2:  x + attn(layernorm(x))          x + W2 gelu(W1 layernorm(x))
+//   Llama:  x + attn(rope(rmsnorm(x)))      x + W2 (silu(W1 h) * W3 h),  h = rmsnorm(x)
+// no biases anywhere, no position table (RoPE turns q and k by the token's
+// position instead), fewer key/value heads than query heads (each group of
+// query heads shares one), and a separate matrix for the output logits.
+//
+// Run it (learns the kit's own text, byte by byte, like examples/gpt2):
+//
+//     ./build.sh && ./examples/llama
+//
+// Other things to try:
+//
+//     ./examples/llama --data my.txt --steps 2000
+//     ./examples/llama --init DIR --steps 0 --data shard.bin   a Hugging Face Llama:
+//                      DIR/config.json + DIR/model.safetensors (one file)
+//     ./examples/llama --resume runs/llama                  continue a run
+//
+// --init reads Hugging Face's names (model.layers.0.self_attn.q_proj.weight,
+// ...). The model here packs q, k and v into one matrix (one matmul; the
+// attention op takes them packed), so --init stacks HF's three matrices.
+// HF's RoPE is the "rotate-half" form, which train.h's trn_rope computes:
+// HF checkpoints need no permutation (the permutation in HF's conversion
+// script turns Meta's interleaved-pair weights into this form).
+//
+// Sections: >>config (presets) >>model >>weights (--init, saving) >>train
+// (evaluation) >>main.
+#define TRAIN_IMPLEMENTATION
+#include "train.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#ifdef TRN_USE_CUDA
+#ifndef TRAIN_CUDA_IMPLEMENTATION
+#define TRAIN_CUDA_IMPLEMENTATION
+#endif
+#include "train_cuda.h"
+static const trn_backend *llama_backend(void) {
+    if (trn_cuda_init(0) != TRN_OK) {
+        fprintf(stderr, "llama: %s\n", trn_error_reason());
+        exit(1);
+    }
+    return trn_cuda_backend();
+}
+#else
+static const trn_backend *llama_backend(void) { return NULL; } // NULL = the CPU backend
+#endif
+
+#define EX_PROG "llama"
+#include "common.h"
+
+// ===========================================================================
+// >>config: the shape of a Llama; presets
+// ===========================================================================
+
+typedef struct llama_config {
+    int n_layer;      // L: decoder blocks                     num_hidden_layers
+    int n_head;       // NH: query heads                        num_attention_heads
+    int n_kv_head;    // NKV: key/value heads, divides NH        num_key_value_heads
+    int n_embd;       // C: channels of the residual stream     hidden_size
+    int head_dim;     // hs: channels per head (C / NH usually)  head_dim
+    int ffn_hidden;   // F: width of the SwiGLU MLP             intermediate_size
+    int block_size;   // the longest context trained for        max_position_embeddings
+    int vocab_size;   // V: tokens the model predicts           vocab_size
+    int padded_vocab; // Vp: rows of the embedding and head (V rounded up to 128)
+    float rope_theta; // RoPE base                              rope_theta
+    float norm_eps;   // RMSNorm epsilon                        rms_norm_eps
+} llama_config;
+
+typedef struct preset {
+    const char *name;
+    llama_config cfg;
+    int batch, seq; // default micro-batch and sequence length
+    float lr;       // default peak learning rate
+    const char *what;
+} preset;
+
+static const preset PRESETS[] = {
+    {"mini", {4, 4, 2, 192, 48, 512, 256, 256, 256, 10000.0f, 1e-5f}, 16, 128, 2e-3f,
+     "byte-level, 1.6M parameters: learns the kit's text in about a minute on a CPU"},
+    {"tiny", {2, 2, 1, 32, 16, 64, 64, 256, 256, 10000.0f, 1e-5f}, 4, 32, 3e-3f, "byte-level, 40K parameters: for tests"},
+    {"tinyllama-1.1b", {22, 32, 4, 2048, 64, 5632, 2048, 32000, 32000, 10000.0f, 1e-5f}, 4, 64, 4e-4f,
+     "TinyLlama 1.1B's shape (use with --init)"},
+};
+#define N_PRESETS ((int)(sizeof PRESETS / sizeof PRESETS[0]))
+
+static const preset *find_preset(const char *name) {
+    for (int i = 0; i < N_PRESETS; i++)
+        if (strcmp(PRESETS[i].name, name) == 0) return &PRESETS[i];
+    return NULL;
+}
+
+static int config_ok(const llama_config *c) {
+    return c->n_layer > 0 && c->n_head > 0 && c->n_kv_head > 0 && c->n_head % c->n_kv_head == 0 && c->n_embd > 0 &&
+           c->head_dim > 0 && c->head_dim % 2 == 0 && c->ffn_hidden > 0 && c->block_size > 0 && c->vocab_size > 0 &&
+           c->padded_vocab >= c->vocab_size && c->rope_theta > 1.0f && c->norm_eps > 0.0f;
+}
+
+// ===========================================================================
+// >>model
+// ===========================================================================
+
+typedef struct llama_block {
+    trn_tensor *attn_norm; // (C)                 input_layernorm
+    trn_tensor *wqkv;      // ((NH+2NKV)*hs, C)   q_proj, k_proj, v_proj stacked
+    trn_tensor *wo;        // (C, NH*hs)          o_proj
+    trn_tensor *mlp_norm;  // (C)                 post_attention_layernorm
+    trn_tensor *w_gate;    // (F, C)              mlp.gate_proj (W1, through SiLU)
+    trn_tensor *w_up;      // (F, C)              mlp.up_proj   (W3, the linear half)
+    trn_tensor *w_down;    // (C, F)              mlp.down_proj (W2)
+} llama_block;
+
+typedef struct llama {
+    llama_config cfg;
+    trn_model m;
+    trn_tensor *embed;   // (Vp, C)  model.embed_tokens
+    llama_block *layers; // L blocks
+    trn_tensor *norm;    // (C)      model.norm
+    trn_tensor *head;    // (Vp, C)  lm_head (not tied to embed)
+} llama;
+
+static trn_result llama_create(llama *g, const llama_config *cfg, const trn_backend *backend) {
+    memset(g, 0, sizeof *g);
+    g->cfg = *cfg;
+    int L = cfg->n_layer, C = cfg->n_embd, hs = cfg->head_dim, F = cfg->ffn_hidden;
+    int QKV = (cfg->n_head + 2 * cfg->n_kv_head) * hs;
+    trn_result r = trn_model_init(&g->m, backend);
+    if (r != TRN_OK) return r;
+    trn_model *m = &g->m;
+    g->embed = trn_param2(m, "model.embed_tokens.weight", cfg->padded_vocab, C);
+    g->layers = (llama_block *)calloc((size_t)L, sizeof(llama_block));
+    if (!g->layers) return trn_fail(TRN_ERR_NOMEM, "llama: out of memory for %d blocks", L);
+    for (int l = 0; l < L; l++) {
+        llama_block *b = &g->layers[l];
+        char n[96];
+#define LLAMA_P(field, what, ...) \
+    (snprintf(n, sizeof n, "model.layers.%d.%s", l, what), b->field = trn_param(m, n, __VA_ARGS__))
+        int sC[1] = {C}, sqkv[2] = {QKV, C}, so[2] = {C, cfg->n_head * hs}, sup[2] = {F, C}, sdown[2] = {C, F};
+        LLAMA_P(attn_norm, "input_layernorm.weight", 1, sC);
+        LLAMA_P(wqkv, "self_attn.qkv_proj.weight", 2, sqkv);
+        LLAMA_P(wo, "self_attn.o_proj.weight", 2, so);
+        LLAMA_P(mlp_norm, "post_attention_layernorm.weight", 1, sC);
+        LLAMA_P(w_gate, "mlp.gate_proj.weight", 2, sup);
+        LLAMA_P(w_up, "mlp.up_proj.weight", 2, sup);
+        LLAMA_P(w_down, "mlp.down_proj.weight", 2, sdown);
+#undef LLAMA_P
+    }
+    g->norm = trn_param1(m, "model.norm.weight", C);
+    g->head = trn_param2(m, "lm_head.weight", cfg->padded_vocab, C);
+    return trn_model_alloc(m);
+}
+
+static void llama_free(llama *g) {
+    trn_model_free(&g->m);
+    free(g->layers);
+    memset(g, 0, sizeof *g);
+}
+
+// Matrices ~ N(0, 0.02) (HF's initializer_range); the two that write into
+// the residual stream (o_proj, down_proj) 0.02/sqrt(2L), as GPT-2 does, so
+// the residual's variance does not grow with depth; RMSNorm gains 1. The
+// padding rows of embed and head stay 0.
+static void llama_init_weights(llama *g, uint64_t seed) {
+    trn_rng rng;
+    trn_model *m = &g->m;
+    float std = 0.02f, std_res = 0.02f / sqrtf(2.0f * (float)g->cfg.n_layer);
+    trn_rng_seed(&rng, seed);
+    for (int i = 0; i < m->n_params; i++) {
+        trn_tensor *p = m->params[i];
+        if (p->ndim == 1) trn_init_const(m, p, 1.0f);
+        else trn_init_normal(m, p, 0.0f, strstr(p->name, "o_proj") || strstr(p->name, "down_proj") ? std_res : std, &rng);
+    }
+    int V = g->cfg.vocab_size, Vp = g->cfg.padded_vocab, C = g->cfg.n_embd;
+    if (Vp > V) {
+        float *zeros = (float *)calloc((size_t)(Vp - V) * C, sizeof(float));
+        if (!zeros) trn_fatal("llama_init_weights: out of memory");
+        m->backend->upload(g->embed->data + (size_t)V * C, zeros, sizeof(float) * (size_t)(Vp - V) * C);
+        m->backend->upload(g->head->data + (size_t)V * C, zeros, sizeof(float) * (size_t)(Vp - V) * C);
+        free(zeros);
+    }
+}
+
+// ids (B,T) -> logits (B,T,Vp); every op records itself on the tape (when
+// m->grad_enabled). Call trn_reset(&g->m) before.
+static trn_tensor *llama_forward(llama *g, const int *ids, int B, int T) {
+    trn_model *m = &g->m;
+    const llama_config *c = &g->cfg;
+    trn_tensor *x = trn_embedding(m, g->embed, ids, B, T);                    // (B,T,C)
+    for (int l = 0; l < c->n_layer; l++) {
+        llama_block *b = &g->layers[l];
+        // x = x + o_proj(attention(rope(qkv_proj(rmsnorm(x)))))
+        trn_tensor *h = trn_rmsnorm(m, x, b->attn_norm, c->norm_eps);         // (B,T,C)
+        h = trn_linear(m, h, b->wqkv, NULL);                                   // (B,T,(NH+2NKV)hs)
+        h = trn_rope(m, h, c->n_head, c->n_kv_head, c->rope_theta, 0);         // q, k turned by position
+        h = trn_attention_gqa(m, h, c->n_head, c->n_kv_head, 1);               // (B,T,NH*hs) causal
+        x = trn_add(m, x, trn_linear(m, h, b->wo, NULL));                      // (B,T,C)
+        // x = x + down(silu(gate(h)) * up(h)),  h = rmsnorm(x)
+        h = trn_rmsnorm(m, x, b->mlp_norm, c->norm_eps);                       // (B,T,C)
+        trn_tensor *gate = trn_silu(m, trn_linear(m, h, b->w_gate, NULL));    // (B,T,F)
+        h = trn_mul(m, gate, trn_linear(m, h, b->w_up, NULL));                 // (B,T,F)
+        x = trn_add(m, x, trn_linear(m, h, b->w_down, NULL));                  // (B,T,C)
+    }
+    x = trn_rmsnorm(m, x, g->norm, c->norm_eps);
+    return trn_linear(m, x, g->head, NULL);                                    // (B,T,Vp)
+}
+
+// The forward pass for generation, with a key/value cache (train.h's
+// >>kvcache): T new tokens ids (B,T) at positions kv->len .. kv->len+T-1
+// (RoPE turns q and k by those positions); each block's attention appends
+// their keys and values to its layer of the cache and attends over all of
+// it, so a new token costs one position. Returns the logits of the last
+// position only, (B,1,Vp). Inference only: call with the tape off.
+static trn_tensor *llama_forward_cached(llama *g, trn_kv_cache *kv, const int *ids, int B, int T) {
+    trn_model *m = &g->m;
+    const llama_config *c = &g->cfg;
+    int C = c->n_embd, last_shape[3] = {B, 1, C};
+    trn_tensor *x = trn_embedding(m, g->embed, ids, B, T);                    // (B,T,C)
+    for (int l = 0; l < c->n_layer; l++) { // the block of llama_forward, attention over the cache
+        llama_block *b = &g->layers[l];
+        trn_tensor *h = trn_rmsnorm(m, x, b->attn_norm, c->norm_eps);
+        h = trn_linear(m, h, b->wqkv, NULL);
+        h = trn_rope(m, h, c->n_head, c->n_kv_head, c->rope_theta, kv->len);  // absolute positions
+        h = trn_attention_cached_qkv(m, kv, l, h, c->n_head);                 // (B,T,NH*hs)
+        x = trn_add(m, x, trn_linear(m, h, b->wo, NULL));
+        h = trn_rmsnorm(m, x, b->mlp_norm, c->norm_eps);
+        trn_tensor *gate = trn_silu(m, trn_linear(m, h, b->w_gate, NULL));
+        h = trn_mul(m, gate, trn_linear(m, h, b->w_up, NULL));
+        x = trn_add(m, x, trn_linear(m, h, b->w_down, NULL));
+    }
+    trn_kv_cache_advance(kv, T);
+    trn_tensor *last = trn_tensor_new(m, "last", 3, last_shape); // x[:, T-1, :]
+    for (int b = 0; b < B; b++)
+        m->backend->copy(last->data + (size_t)b * C, x->data + ((size_t)b * T + T - 1) * C, sizeof(float) * (size_t)C);
+    last = trn_rmsnorm(m, last, g->norm, c->norm_eps);
+    return trn_linear(m, last, g->head, NULL);                                 // (B,1,Vp)
+}
+
+// the forwards as examples/common.h's sampler calls them
+static trn_tensor *llama_logits(void *g, const int *ids, int B, int T) { return llama_forward((llama *)g, ids, B, T); }
+static trn_tensor *llama_logits_cached(void *g, trn_kv_cache *kv, const int *ids, int B, int T) {
+    return llama_forward_cached((llama *)g, kv, ids, B, T);
+}
+
+// mean cross-entropy of the next token over the V real classes (scalar)
+static trn_tensor *llama_loss(llama *g, const int *x, const int *y, int B, int T) {
+    return trn_cross_entropy(&g->m, llama_forward(g, x, B, T), y, g->cfg.vocab_size);
+}
+
+// ===========================================================================
+// >>weights: --init from a Hugging Face Llama or a file written here
+// ===========================================================================
+
+static void config_to_meta(const llama_config *c, trn_meta *meta) {
+    trn_meta_set_u64(meta, "llama.n_layer", (uint64_t)c->n_layer);
+    trn_meta_set_u64(meta, "llama.n_head", (uint64_t)c->n_head);
+    trn_meta_set_u64(meta, "llama.n_kv_head", (uint64_t)c->n_kv_head);
+    trn_meta_set_u64(meta, "llama.n_embd", (uint64_t)c->n_embd);
+    trn_meta_set_u64(meta, "llama.head_dim", (uint64_t)c->head_dim);
+    trn_meta_set_u64(meta, "llama.ffn_hidden", (uint64_t)c->ffn_hidden);
+    trn_meta_set_u64(meta, "llama.block_size", (uint64_t)c->block_size);
+    trn_meta_set_u64(meta, "llama.vocab_size", (uint64_t)c->vocab_size);
+    trn_meta_set_u64(meta, "llama.padded_vocab", (uint64_t)c->padded_vocab);
+    trn_meta_set_f64(meta, "llama.rope_theta", c->rope_theta);
+    trn_meta_set_f64(meta, "llama.norm_eps", c->norm_eps);
+}
+
+// the model's shape from a safetensors file's metadata (a file written
+// here); 0 when it has none
+static int config_from_st(const trn_safetensors *f, llama_config *c) {
+    const char *theta = trn_safetensors_meta(f, "llama.rope_theta"), *eps = trn_safetensors_meta(f, "llama.norm_eps");
+    if (st_meta_long(f, "llama.n_layer") < 0 || !theta || !eps) return 0;
+    c->n_layer = (int)st_meta_long(f, "llama.n_layer");
+    c->n_head = (int)st_meta_long(f, "llama.n_head");
+    c->n_kv_head = (int)st_meta_long(f, "llama.n_kv_head");
+    c->n_embd = (int)st_meta_long(f, "llama.n_embd");
+    c->head_dim = (int)st_meta_long(f, "llama.head_dim");
+    c->ffn_hidden = (int)st_meta_long(f, "llama.ffn_hidden");
+    c->block_size = (int)st_meta_long(f, "llama.block_size");
+    c->vocab_size = (int)st_meta_long(f, "llama.vocab_size");
+    c->padded_vocab = (int)st_meta_long(f, "llama.padded_vocab");
+    c->rope_theta = (float)atof(theta);
+    c->norm_eps = (float)atof(eps);
+    return 1;
+}
+
+// the value after "key": in config.json (spaces skipped), or NULL
+static const char *json_value(const char *json, const char *key) {
+    char pat[96];
+    snprintf(pat, sizeof pat, "\"%s\"", key);
+    const char *p = strstr(json, pat);
+    if (!p) return NULL;
+    p += strlen(pat);
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+    if (*p != ':') return NULL;
+    p++;
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+    return p;
+}
+static long json_long(const char *json, const char *key, long dflt) {
+    const char *v = json_value(json, key);
+    return v && (isdigit((unsigned char)*v) || *v == '-') ? strtol(v, NULL, 10) : dflt;
+}
+static double json_double(const char *json, const char *key, double dflt) {
+    const char *v = json_value(json, key);
+    return v && (isdigit((unsigned char)*v) || *v == '-' || *v == '.') ? strtod(v, NULL) : dflt;
+}
+
+// Hugging Face's config.json -> llama_config; TRN_ERR_FORMAT for what this
+// model does not compute (another activation, RoPE scaling, biases).
+static trn_result config_from_hf(const char *path, llama_config *c) {
+    char *text = NULL;
+    size_t len = 0;
+    const char *paths[1] = {path};
+    if (trn_text_read_files(&text, &len, paths, 1, 0) != TRN_OK) return trn_fail(TRN_ERR_IO, "%s: %s", path, trn_error_reason());
+    trn_result r = TRN_OK;
+    const char *v;
+    memset(c, 0, sizeof *c);
+    c->n_layer = (int)json_long(text, "num_hidden_layers", -1);
+    c->n_head = (int)json_long(text, "num_attention_heads", -1);
+    c->n_kv_head = (int)json_long(text, "num_key_value_heads", c->n_head); // absent: multi-head
+    c->n_embd = (int)json_long(text, "hidden_size", -1);
+    c->head_dim = (int)json_long(text, "head_dim", c->n_head > 0 ? c->n_embd / c->n_head : -1);
+    c->ffn_hidden = (int)json_long(text, "intermediate_size", -1);
+    c->block_size = (int)json_long(text, "max_position_embeddings", 2048);
+    c->vocab_size = (int)json_long(text, "vocab_size", -1);
+    c->padded_vocab = pad_vocab(c->vocab_size);
+    c->rope_theta = (float)json_double(text, "rope_theta", 10000.0);
+    c->norm_eps = (float)json_double(text, "rms_norm_eps", 1e-6);
+    if ((v = json_value(text, "hidden_act")) && strncmp(v, "\"silu\"", 6) != 0)
+        r = trn_fail(TRN_ERR_FORMAT, "%s: hidden_act %.12s: only \"silu\" (SwiGLU) is supported", path, v);
+    else if ((v = json_value(text, "rope_scaling")) && strncmp(v, "null", 4) != 0)
+        r = trn_fail(TRN_ERR_FORMAT, "%s: rope_scaling is set (e.g. Llama 3.1's); only plain RoPE is supported", path);
+    else if (((v = json_value(text, "attention_bias")) && !strncmp(v, "true", 4)) ||
+             ((v = json_value(text, "mlp_bias")) && !strncmp(v, "true", 4)))
+        r = trn_fail(TRN_ERR_FORMAT, "%s: attention_bias / mlp_bias: this Llama has no biases", path);
+    else if (!config_ok(c))
+        r = trn_fail(TRN_ERR_FORMAT, "%s: missing or inconsistent sizes (layers %d, heads %d/%d, hidden %d, head_dim %d, "
+                     "intermediate %d, vocab %d)", path, c->n_layer, c->n_head, c->n_kv_head, c->n_embd, c->head_dim,
+                     c->ffn_hidden, c->vocab_size);
+    trn_free(text);
+    return r;
+}
+
+// What --init found: the model's shape and where the weights are.
+typedef struct init_source {
+    llama_config cfg;
+    char weights[1100];
+    int hf;        // 1: Hugging Face names (q/k/v separate), 0: this program's file
+    int tied;      // HF: no lm_head in the file, the head is embed_tokens (tie_word_embeddings)
+} init_source;
+
+// --init PATH: a directory with config.json + model.safetensors, or a
+// .safetensors file (written here, or HF's with config.json beside it)
+static trn_result init_inspect(const char *path, init_source *src) {
+    struct stat st;
+    char cfgpath[1100];
+    memset(src, 0, sizeof *src);
+    if (stat(path, &st) != 0) return trn_fail(TRN_ERR_IO, "%s: %s", path, strerror(errno));
+    if (S_ISDIR(st.st_mode)) {
+        snprintf(src->weights, sizeof src->weights, "%s/model.safetensors", path);
+        snprintf(cfgpath, sizeof cfgpath, "%s/config.json", path);
+        if (stat(src->weights, &st) != 0)
+            return trn_fail(TRN_ERR_IO, "%s: no model.safetensors (a checkpoint in several shards must be merged into "
+                            "one file first)", path);
+    } else {
+        const char *slash = strrchr(path, '/');
+        snprintf(src->weights, sizeof src->weights, "%s", path);
+        snprintf(cfgpath, sizeof cfgpath, "%.*s/config.json", slash ? (int)(slash - path) : 1, slash ? path : ".");
+    }
+    trn_safetensors f;
+    trn_result r = trn_safetensors_open(&f, src->weights);
+    if (r != TRN_OK) return r;
+    if (config_from_st(&f, &src->cfg)) { // a file written by this program
+        trn_safetensors_close(&f);
+        return config_ok(&src->cfg) ? TRN_OK : trn_fail(TRN_ERR_FORMAT, "%s: bad llama.* metadata", src->weights);
+    }
+    src->hf = 1;
+    src->tied = trn_safetensors_find(&f, "lm_head.weight") == NULL;
+    trn_safetensors_close(&f);
+    if (stat(cfgpath, &st) != 0) return trn_fail(TRN_ERR_IO, "%s: a Hugging Face model needs its config.json (%s)", path, cfgpath);
+    return config_from_hf(cfgpath, &src->cfg);
+}
+
+// read tensor `name` (rows x cols floats) into dst, checking its shape
+static trn_result read_checked(trn_safetensors *f, const char *name, int64_t rows, int64_t cols, float *dst) {
+    const trn_st_tensor *t = trn_safetensors_find(f, name);
+    if (!t) return trn_fail(TRN_ERR_MISMATCH, "%s: tensor %s is missing", f->path, name);
+    int ok = cols == 1 ? (t->ndim == 1 && t->shape[0] == rows) : (t->ndim == 2 && t->shape[0] == rows && t->shape[1] == cols);
+    if (!ok)
+        return trn_fail(TRN_ERR_MISMATCH, "%s: tensor %s has %d dims (%lld,%lld), expected (%lld,%lld)", f->path, name,
+                        t->ndim, (long long)t->shape[0], (long long)(t->ndim > 1 ? t->shape[1] : 1), (long long)rows,
+                        (long long)cols);
+    return trn_safetensors_read(f, t, dst);
+}
+
+// Every parameter from the file. HF: q_proj, k_proj, v_proj stacked into
+// qkv_proj (rows: NH*hs of q, NKV*hs of k, NKV*hs of v, the layout
+// trn_rope and trn_attention_gqa read); lm_head = embed_tokens if tied;
+// the padding rows of the vocabulary are zero.
+static trn_result init_load(llama *g, const init_source *src) {
+    const llama_config *c = &g->cfg;
+    int hs = c->head_dim, V = c->vocab_size;
+    trn_safetensors f;
+    trn_result r = trn_safetensors_open(&f, src->weights);
+    if (r != TRN_OK) return r;
+    size_t most = 0;
+    for (int i = 0; i < g->m.n_params; i++) most = g->m.params[i]->size > most ? g->m.params[i]->size : most;
+    float *buf = (float *)trn_alloc(most * sizeof(float), TRN_KIND_TEMP);
+    if (!buf) { trn_safetensors_close(&f); return trn_fail(TRN_ERR_NOMEM, "--init: %s", trn_error_reason()); }
+    for (int i = 0; i < g->m.n_params && r == TRN_OK; i++) {
+        trn_tensor *p = g->m.params[i];
+        int64_t rows = p->shape[0], cols = p->ndim == 2 ? p->shape[1] : 1;
+        memset(buf, 0, p->size * sizeof(float));
+        if (!src->hf) {
+            r = read_checked(&f, p->name, rows, cols, buf);
+        } else if (p == g->embed || p == g->head) { // V rows in the file, Vp here
+            r = read_checked(&f, p == g->head && !src->tied ? "lm_head.weight" : "model.embed_tokens.weight", V, cols, buf);
+        } else if (strstr(p->name, "qkv_proj")) {
+            char name[128], stem[96];
+            snprintf(stem, sizeof stem, "%.*s", (int)(strstr(p->name, "qkv_proj") - p->name), p->name);
+            int64_t nq = (int64_t)c->n_head * hs, nkv = (int64_t)c->n_kv_head * hs;
+            snprintf(name, sizeof name, "%sq_proj.weight", stem);
+            r = read_checked(&f, name, nq, cols, buf);
+            snprintf(name, sizeof name, "%sk_proj.weight", stem);
+            if (r == TRN_OK) r = read_checked(&f, name, nkv, cols, buf + nq * cols);
+            snprintf(name, sizeof name, "%sv_proj.weight", stem);
+            if (r == TRN_OK) r = read_checked(&f, name, nkv, cols, buf + (nq + nkv) * cols);
+        } else {
+            r = read_checked(&f, p->name, rows, cols, buf);
+        }
+        if (r == TRN_OK) trn_write(&g->m, p, buf);
+    }
+    trn_free(buf);
+    trn_safetensors_close(&f);
+    return r;
+}
+
+// ===========================================================================
+// >>train: evaluation (examples/common.h: sampling, the log, the plot)
+// ===========================================================================
+
+// mean validation loss over n fixed validation batches (or the one
+// memorized batch with --overfit), without the tape
+static double evaluate(llama *g, trn_loader *ld, int overfit, int n, int *x, int *y, int B, int T) {
+    double sum = 0.0;
+    g->m.grad_enabled = 0;
+    if (overfit) n = 1;
+    for (int i = 0; i < n; i++) {
+        if (!overfit) trn_loader_val_batch(ld, i, x, y);
+        trn_reset(&g->m);
+        sum += trn_item(&g->m, llama_loss(g, x, y, B, T));
+    }
+    g->m.grad_enabled = 1;
+    return sum / n;
+}
+
+// ===========================================================================
+// >>main
+// ===========================================================================
+
+static void usage(FILE *f) {
+    print_usage(f, "train a Llama with train.h", "mini | tiny | tinyllama-1.1b [mini]",
+                "DIR with Hugging Face config.json + model.safetensors, or a model.safetensors written here");
+}
+
+#ifndef LLAMA_NO_MAIN
+int main(int argc, char **argv) {
+    run_args a;
+    args_init(&a, "runs/llama");
+    if (parse_args(&a, argc, argv)) { usage(stdout); return 0; }
+    if (a.threads > 0) trn_set_threads(a.threads);
+
+    // --- resume: find the checkpoint, read its model config and run flags
+    char ckpt_path[1024] = "";
+    trn_safetensors ck;
+    int have_ck = 0;
+    if (a.resume) {
+        resume_open(a.resume, ckpt_path, sizeof ckpt_path, &ck);
+        if (st_meta_long(&ck, "llama.n_layer") < 0 || st_meta_long(&ck, "run.step") < 0)
+            die("--resume %s: not a checkpoint of examples/llama (no llama.* / run.* metadata)", ckpt_path);
+        have_ck = 1;
+        if (a.init) { printf("note: --resume wins over --init\n"); a.init = NULL; }
+        args_from_checkpoint(&a, &ck);
+    }
+
+    // --- the model's shape: checkpoint > --init > preset
+    const preset *pre = find_preset(a.model ? a.model : "mini");
+    if (!pre) {
+        char known[256] = "";
+        for (int i = 0; i < N_PRESETS; i++) strcat(strcat(known, i ? ", " : ""), PRESETS[i].name);
+        die("unknown --model '%s' (known: %s)", a.model, known);
+    }
+    llama_config cfg = pre->cfg;
+    init_source src;
+    if (have_ck) {
+        if (!config_from_st(&ck, &cfg) || !config_ok(&cfg)) die("--resume %s: bad model config in its metadata", ckpt_path);
+    } else if (a.init) {
+        if (init_inspect(a.init, &src) != TRN_OK) die("--init %s", trn_error_reason());
+        cfg = src.cfg;
+    }
+
+    // --- tokenizer: bytes, or GPT-2 BPE; its vocabulary must fit the model
+    trn_tokenizer tok;
+    if (a.bpe) {
+        if (trn_tokenizer_load_bpe_dir(&tok, a.bpe) != TRN_OK) die("--bpe %s: %s", a.bpe, trn_error_reason());
+        if (!have_ck && !a.init && cfg.vocab_size != tok.vocab_size) {
+            cfg.vocab_size = tok.vocab_size;
+            cfg.padded_vocab = pad_vocab(tok.vocab_size);
+        }
+        if (tok.vocab_size > cfg.vocab_size)
+            die("--bpe %s: %d tokens, but the model predicts only %d", a.bpe, tok.vocab_size, cfg.vocab_size);
+    } else {
+        trn_tokenizer_init_bytes(&tok);
+    }
+    args_defaults(&a, pre->batch, pre->seq, pre->lr, cfg.block_size, cfg.vocab_size);
+    int B = a.batch, T = a.seq;
+
+    // --- data: tokens -> checked against the vocabulary -> loader
+    trn_tokens tokens;
+    load_tokens(&tokens, a.data, &tok, argv[0]);
+    if (trn_tokens_check(tokens.ids, tokens.n, cfg.vocab_size) != TRN_OK)
+        die("%s: %s (the model's vocabulary is %d)", a.data ? a.data : "data", trn_error_reason(), cfg.vocab_size);
+    trn_loader ld;
+    trn_loader_desc dd;
+    memset(&dd, 0, sizeof dd);
+    dd.B = B;
+    dd.T = T;
+    dd.seed = (uint64_t)a.seed;
+    dd.no_val = a.overfit;
+    if (trn_loader_init(&ld, tokens.ids, tokens.n, &dd) != TRN_OK)
+        die("%s: %zu tokens: %s", a.data ? a.data : "data", tokens.n, trn_error_reason());
+    if (a.eval_batches > ld.val_batches && ld.val_batches > 0) a.eval_batches = (int)ld.val_batches;
+    int *x = (int *)malloc(sizeof(int) * (size_t)B * T), *y = (int *)malloc(sizeof(int) * (size_t)B * T);
+    if (!x || !y) die("out of memory for a batch");
+    if (a.overfit) trn_loader_next(&ld, x, y); // the one batch to memorize
+
+    // --- the model and its optimizer
+    llama g;
+    if (llama_create(&g, &cfg, llama_backend()) != TRN_OK) {
+        fprintf(stderr, "llama: cannot create the model: %s\n", trn_error_reason());
+        return 1;
+    }
+    trn_adamw opt;
+    trn_adamw_desc od;
+    memset(&od, 0, sizeof od);
+    od.lr = a.lr;
+    od.beta1 = 0.9f;
+    od.beta2 = 0.95f; // Llama's recipe (Touvron et al. 2023)
+    od.eps = 1e-8f;
+    od.weight_decay = a.weight_decay;
+    od.no_weight_decay = a.weight_decay == 0.0f;
+    trn_adamw_init(&opt, &od);
+    trn_rng sample_rng;
+    trn_rng_seed(&sample_rng, (uint64_t)a.seed ^ 0x5A4D504C45ull);
+    long long step = 0;
+    history hist;
+    memset(&hist, 0, sizeof hist);
+    if (have_ck) {
+        trn_safetensors_close(&ck);
+        trn_meta meta;
+        if (trn_checkpoint_load(ckpt_path, &g.m, &opt, &meta) != TRN_OK) die("--resume %s: %s", ckpt_path, trn_error_reason());
+        step = run_state_from_meta(&meta, ckpt_path, &sample_rng, &ld);
+        printf("resumed from %s at step %lld\n", ckpt_path, step);
+        if (a.log) log_truncate_and_read(a.log, step, &hist);
+    } else if (a.init) {
+        if (init_load(&g, &src) != TRN_OK) die("--init %s", trn_error_reason());
+        printf("loaded %s%s\n", src.weights, src.hf ? (src.tied ? " (Hugging Face names, tied head)" : " (Hugging Face names)") : "");
+    } else {
+        llama_init_weights(&g, (uint64_t)a.seed);
+    }
+    if (step > a.steps) die("--steps %lld: the checkpoint is already at step %lld", a.steps, step);
+
+    printf("model: L=%d heads=%d kv_heads=%d C=%d head_dim=%d ffn=%d context=%d vocab=%d (padded %d), rope_theta %g, "
+           "%.2fM parameters, backend %s\n", cfg.n_layer, cfg.n_head, cfg.n_kv_head, cfg.n_embd, cfg.head_dim,
+           cfg.ffn_hidden, cfg.block_size, cfg.vocab_size, cfg.padded_vocab, cfg.rope_theta, g.m.n_floats / 1e6,
+           g.m.backend->name);
+    printf("data: %zu tokens (%zu train, %zu validation), %s tokenizer; batch %d x %d tokens x %d accumulation\n",
+           tokens.n, ld.n_train, ld.n_val, a.bpe ? "GPT-2 BPE" : "byte", B, T, a.grad_accum);
+    printf("train: %lld steps, lr %g -> %g (warmup %d, cosine), AdamW wd %g, clip %g, seed %lld, %d threads\n", a.steps,
+           a.lr, a.min_lr, a.warmup, a.weight_decay, a.clip, a.seed, trn_get_threads());
+    if (mkdir(a.out, 0777) != 0 && errno != EEXIST) die("--out %s: %s", a.out, strerror(errno));
+    FILE *logf = NULL;
+    if (a.log && !(logf = fopen(a.log, have_ck ? "a" : "w"))) die("--log %s: %s", a.log, strerror(errno));
+
+    char path[1200], title[256];
+    snprintf(title, sizeof title, "examples/llama: L=%d C=%d, %s, batch %dx%d", cfg.n_layer, cfg.n_embd,
+             a.data ? a.data : "the kit's text", B, T);
+    double t_start = now_s();
+    long long first_step = step + 1;
+    float first_loss = -1, last_loss = -1, val = -1;
+    long long val_step = -1;
+#define VALIDATE() \
+    (val = (float)evaluate(&g, &ld, a.overfit, a.eval_batches, x, y, B, T), val_step = step, report_val(logf, &hist, step, val))
+    if (step == 0 && a.eval_every > 0 && a.steps > 0) VALIDATE();
+
+    // --- the training loop
+    while (step < a.steps) {
+        double t0 = now_s();
+        float lr = trn_lr_schedule(step, a.warmup, a.steps, a.lr, a.min_lr);
+        float loss = 0.0f;
+        trn_zero_grad(&g.m);
+        for (int k = 0; k < a.grad_accum; k++) {
+            if (!a.overfit) trn_loader_next(&ld, x, y);
+            trn_reset(&g.m);
+            trn_tensor *l = llama_loss(&g, x, y, B, T);
+            loss += trn_item(&g.m, l) / (float)a.grad_accum;
+            trn_backward(&g.m, l); // grads += d(this micro-batch's mean loss)
+        }
+        if (a.grad_accum > 1) g.m.backend->scale(g.m.grad_data, 1.0f / (float)a.grad_accum, g.m.n_floats);
+        float norm = trn_clip_grad_norm(&g.m, a.clip);
+        CHECK_OK(trn_adamw_step(&opt, &g.m, lr));
+        g.m.backend->sync();
+        step++;
+        double ms = 1e3 * (now_s() - t0), tps = (double)B * T * a.grad_accum / (ms / 1e3);
+        size_t mem = trn_ledger_total(TRN_HOST) + trn_ledger_total(TRN_DEVICE);
+        if (first_loss < 0) first_loss = loss;
+        last_loss = loss;
+        printf("step %5lld/%lld | loss %.4f | lr %.2e | norm %.3f | %7.1f ms | %6.0f tok/s | mem %.1f MiB\n", step,
+               a.steps, loss, lr, norm, ms, tps, mem / 1048576.0);
+        log_step(logf, step, loss, lr, norm, ms, tps, mem);
+        hist_push(&hist.step, &hist.loss, &hist.n, &hist.cap, (float)step, loss);
+        if (a.eval_every > 0 && (step % a.eval_every == 0 || step == a.steps)) {
+            VALIDATE();
+            snprintf(path, sizeof path, "%s/loss.svg", a.out);
+            write_plot(path, &hist, title);
+        }
+        if (a.ckpt_every > 0 && (step % a.ckpt_every == 0 || step == a.steps)) {
+            trn_meta meta;
+            memset(&meta, 0, sizeof meta);
+            config_to_meta(&cfg, &meta);
+            run_to_meta(&a, &meta);
+            run_state_to_meta(&meta, step, &sample_rng, &ld);
+            CHECK_OK(trn_checkpoint_save_dir(a.out, step, a.keep, &g.m, &opt, &meta, path, sizeof path));
+            printf("checkpoint %s\n", path);
+        }
+    }
+    double wall = now_s() - t_start;
+
+    // --- the end: a final validation, the plot, the weights, a sample
+    if (val_step != step || a.eval_every == 0) VALIDATE();
+#undef VALIDATE
+    if (first_loss >= 0)
+        printf("trained steps %lld..%lld in %.1f s: loss %.4f -> %.4f, val_loss %.4f\n", first_step, a.steps, wall,
+               first_loss, last_loss, val);
+    printf("final val_loss %.9g\n", val);
+    snprintf(path, sizeof path, "%s/loss.svg", a.out);
+    write_plot(path, &hist, title);
+    {
+        trn_meta meta;
+        memset(&meta, 0, sizeof meta);
+        config_to_meta(&cfg, &meta);
+        snprintf(path, sizeof path, "%s/model.safetensors", a.out);
+        CHECK_OK(trn_safetensors_save(path, &g.m, &meta));
+        printf("wrote %s and %s/loss.svg\n", path, a.out);
+    }
+    trn_ledger_print("memory: what the kit allocated (peak = the step's high-water mark)");
+    if (a.dump_logits) { // the logits of validation batch 0 (--overfit: its one batch)
+        if (!a.overfit) trn_loader_val_batch(&ld, 0, x, y);
+        g.m.grad_enabled = 0;
+        trn_reset(&g.m);
+        dump_logits(a.dump_logits, &g.m, llama_forward(&g, x, B, T));
+        g.m.grad_enabled = 1;
+    }
+    if (a.sample > 0) {
+        trn_kv_cache kv; // keys and values of the context: one position per new token
+        CHECK_OK(trn_kv_cache_init(&kv, &g.m, cfg.n_layer, 1, T, cfg.n_kv_head, cfg.head_dim));
+        sample_run(&a, &g.m, llama_logits, &g, cfg.vocab_size, cfg.padded_vocab, &tok, T, &sample_rng,
+                   llama_logits_cached, &kv);
+        trn_kv_cache_free(&kv);
+    }
+    if (logf) fclose(logf);
+    free(x);
+    free(y);
+    free(hist.step); free(hist.loss); free(hist.vstep); free(hist.vloss);
+    trn_loader_free(&ld);
+    trn_tokens_free(&tokens);
+    trn_tokenizer_free(&tok);
+    trn_adamw_free(&opt);
+    llama_free(&g);
+    return 0;
+}
+#endif /* LLAMA_NO_MAIN */

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# tests/test_llama.sh - examples/llama end to end:
+#   1. 30 steps of the default preset on the kit's own text lower the loss
+#      (read from the --log JSONL), write the plot, weights, checkpoints, a sample
+#   2. a tiny model memorizes one batch (--overfit): loss near zero
+#   3. Hugging Face layout: tests/llama_ref.py writes a tiny random Llama
+#      (config.json + model.safetensors, q/k/v separate, grouped-query heads,
+#      rope_theta and rms_norm_eps from the config; also with a tied head and
+#      with BF16 weights); the kit's logits after --init equal a NumPy
+#      reference of the same forward; a wrong pairing is caught (the check
+#      can fail). Skipped, with a line, without numpy + safetensors.
+#   4. weights saved and loaded back (--init model.safetensors): identical logits
+#   5. resume: N steps uninterrupted == resume from the mid-run checkpoint
+#      (weights and logged losses bit for bit)
+#   6. bad input exits 2 with one line on stderr
+set -u
+cd "$(dirname "$0")/.."
+L=${LLAMA:-examples/llama}
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); echo "ok   - $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL - $1"; }
+check() { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
+if [ ! -x "$L" ]; then echo "FAIL - $L is not built (./build.sh)"; echo "0 passed, 1 failed"; exit 1; fi
+D=$(mktemp -d /tmp/test_llama.XXXXXX)
+[ -n "${KEEP:-}" ] || trap 'rm -rf "$D"' EXIT
+head -c 60000 train.h > "$D/text.txt" # a fixed snapshot
+jget() { grep "\"$2\":" "$1" | sed -n "s/.*\"$2\":\([-0-9.eE+]*\).*/\1/p"; }
+
+# --- 1. the default preset learns --------------------------------------------
+$L --steps 30 --threads 2 --eval-every 10 --eval-batches 4 --sample 60 --out "$D/mini" --log "$D/mini.jsonl" \
+    > "$D/mini.out" 2> "$D/mini.err"
+check "default preset: 30 steps run (exit 0)" "[ $? = 0 ]"
+losses=$(jget "$D/mini.jsonl" loss)
+n=$(echo "$losses" | grep -c .)
+first=$(echo "$losses" | head -1)
+last5=$(echo "$losses" | tail -5 | awk '{s += $1} END {if (NR) print s / NR}')
+check "default preset: 30 training lines in the log (got $n)" "[ $n = 30 ]"
+check "default preset: first loss $first is about ln(256) = 5.55" "awk 'BEGIN {exit !($first > 5.0 && $first < 6.0)}'"
+check "default preset: loss falls by > 1 nat ($first -> mean of last 5 = $last5)" "awk 'BEGIN {exit !($last5 < $first - 1.0)}'"
+nv=$(jget "$D/mini.jsonl" val_loss | grep -c .)
+check "default preset: validation at steps 0,10,20,30 (got $nv)" "[ $nv = 4 ]"
+check "default preset: loss.svg with both curves" "grep -q polyline '$D/mini/loss.svg' && grep -q circle '$D/mini/loss.svg'"
+check "default preset: model.safetensors and a checkpoint written" "[ -s '$D/mini/model.safetensors' ] && ls '$D/mini'/ckpt_*.safetensors >/dev/null"
+check "default preset: grouped-query heads (kv_heads=2 of 4)" "grep -q 'heads=4 kv_heads=2' '$D/mini.out'"
+check "default preset: a sample was printed" "grep -q -- '---- sample' '$D/mini.out'"
+
+# --- 2. a tiny model memorizes one batch ----------------------------------------
+T="--model tiny --data $D/text.txt --batch 4 --seq 32 --sample 0"
+$L $T --overfit --steps 150 --lr 1e-2 --warmup 0 --weight-decay 0 --eval-every 0 --threads 1 --out "$D/of" > "$D/of.out" 2>&1
+v=$(sed -n 's/^final val_loss //p' "$D/of.out")
+check "overfit: one batch memorized, loss $v < 0.05" "[ -n '$v' ] && awk 'BEGIN {exit !($v < 0.05)}'"
+
+# --- 3. Hugging Face layout against a NumPy reference ------------------------------
+if ! python3 -c 'import numpy, safetensors' 2>/dev/null; then
+    python3 -m pip install -q safetensors >/dev/null 2>&1 # numpy + safetensors: try once
+fi
+if python3 -c 'import numpy, safetensors' 2>/dev/null; then
+    for v in plain tied bf16; do
+        case $v in plain) f="" ;; tied) f="--tied" ;; bf16) f="--bf16" ;; esac
+        python3 tests/llama_ref.py write "$D/hf_$v" $f
+        $L --init "$D/hf_$v" --steps 0 --data "$D/text.txt" --batch 3 --seq 37 --sample 0 --threads 1 \
+            --out "$D/o_$v" --dump-logits "$D/hf_$v.logits" > "$D/hf_$v.out" 2>&1
+        check "HF Llama ($v): --init loads it (exit 0)" "[ $? = 0 ]"
+        r=$(python3 tests/llama_ref.py check "$D/hf_$v" "$D/text.txt" "$D/hf_$v.logits" 3 37)
+        check "HF Llama ($v): logits equal the NumPy reference: $r" "echo '$r' | grep -q '^ok'"
+    done
+    python3 tests/llama_ref.py check "$D/hf_plain" "$D/text.txt" "$D/hf_tied.logits" 3 37 > "$D/neg.out"
+    check "the reference check rejects another model's logits" "[ $? = 1 ]"
+    # a config this model does not compute is refused, not misread
+    mkdir -p "$D/hf_scaled" && cp "$D/hf_plain/model.safetensors" "$D/hf_scaled/"
+    sed 's/"rope_scaling": null/"rope_scaling": {"rope_type": "llama3", "factor": 8.0}/' "$D/hf_plain/config.json" > "$D/hf_scaled/config.json"
+    $L --init "$D/hf_scaled" --steps 0 --data "$D/text.txt" --sample 0 --out "$D/o_s" > /dev/null 2> "$D/scaled.err"
+    rc=$?
+    check "HF config with rope_scaling: exit 2 ($(head -1 "$D/scaled.err"))" "[ $rc = 2 ] && grep -q rope_scaling '$D/scaled.err'"
+else
+    echo "skip - HF layout vs NumPy reference: python3 with numpy and safetensors is not available"
+fi
+
+# --- 4. save -> load gives identical logits -----------------------------------
+$L $T --steps 10 --threads 1 --out "$D/s1" --dump-logits "$D/s1.logits" > "$D/s1.out" 2>&1
+$L $T --steps 0 --threads 1 --init "$D/s1/model.safetensors" --out "$D/s2" --dump-logits "$D/s2.logits" > "$D/s2.out" 2>&1
+check "save/load: logits after --init of our own model.safetensors are bit-identical" "cmp -s '$D/s1.logits' '$D/s2.logits'"
+
+# --- 5. resume is bit-exact ------------------------------------------------------
+# the run's checkpoint at step 10 + the log up to there (and a killed run's
+# extra line, which resume drops) -> steps 11..20 again
+R="$T --grad-accum 2 --steps 20 --eval-every 5 --ckpt-every 10 --threads 2"
+$L $R --out "$D/r1" --log "$D/r1.jsonl" > "$D/r1.out" 2>&1
+mkdir -p "$D/r2"
+cp "$D/r1/ckpt_00000010.safetensors" "$D/r2/"
+head -n "$(grep -n '"step":10,"val_loss"' "$D/r1.jsonl" | cut -d: -f1)" "$D/r1.jsonl" > "$D/r2.jsonl"
+echo '{"step":11,"loss":9,"lr":0,"grad_norm":0,"ms":0,"tok_per_s":0,"mem_bytes":0}' >> "$D/r2.jsonl"
+$L --resume "$D/r2" --threads 2 --out "$D/r2" --log "$D/r2.jsonl" > "$D/r2.out" 2>&1
+check "resume: continued from step 10 (run directory)" "grep -q 'resumed from .*ckpt_00000010.* at step 10' '$D/r2.out'"
+check "resume: final weights bit-identical to the uninterrupted run" "cmp -s '$D/r1/model.safetensors' '$D/r2/model.safetensors'"
+strip() { sed 's/,"ms".*//' "$1"; }
+check "resume: every logged loss and val_loss identical" "diff <(strip '$D/r1.jsonl') <(strip '$D/r2.jsonl') > /dev/null"
+
+# --- 6. bad input: exit 2, one line ------------------------------------------------
+badrun() { # badrun NAME ARGS...
+    local name=$1; shift
+    "$L" "$@" > /dev/null 2> "$D/bad.err"
+    local rc=$?
+    check "bad input: $name -> $(head -1 "$D/bad.err")" "[ $rc = 2 ] && [ \$(wc -l < '$D/bad.err') = 1 ]"
+}
+badrun "unknown flag" --fast
+badrun "flag without value" --steps
+badrun "bad number" --lr abc
+badrun "unknown preset" --model llama-99b
+badrun "--init of a missing path" --init "$D/nothing" --steps 0
+badrun "--init of a directory without weights" --init "$D" --steps 0
+badrun "--resume of a file that is not a checkpoint" --resume "$D/text.txt"
+badrun "--seq beyond the context" --model tiny --seq 500
+$L --help > "$D/help.out" 2>&1
+check "--help exits 0 and lists the flags" "[ $? = 0 ] && grep -q -- '--init' '$D/help.out' && grep -q -- '--resume' '$D/help.out'"
+
+echo "$pass passed, $fail failed"
+[ $fail = 0 ]
