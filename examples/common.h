@@ -170,7 +170,8 @@ static void sample_text(trn_model *m, logits_fn forward, void *model, int V, int
     if (!ctx || !logits || !idx) trn_fatal("sample: out of memory");
     memcpy(ctx, prompt, sizeof(int) * (size_t)n_prompt);
     if (top_k <= 0 || top_k > V) top_k = V;
-    m->grad_enabled = 0;
+    int grad_was = trn_no_grad(m); // no tape, and evaluation mode (no dropout)
+    trn_eval(m);
     size_t len = trn_tokenizer_decode(tok, ctx, (size_t)n_prompt, text, sizeof text);
     fwrite(text, 1, len < sizeof text ? len : sizeof text - 1, stdout);
     if (kv) trn_kv_cache_reset(kv);
@@ -211,7 +212,8 @@ static void sample_text(trn_model *m, logits_fn forward, void *model, int V, int
         fwrite(text, 1, len < sizeof text ? len : sizeof text - 1, stdout);
         fflush(stdout);
     }
-    m->grad_enabled = 1;
+    trn_train(m);
+    trn_set_grad_enabled(m, grad_was);
     free(ctx);
     free(logits);
     free(idx);

@@ -554,14 +554,16 @@ static trn_result init_load_llmc(gpt2 *g, const char *path, const init_source *s
 // W times larger batch would compute it.
 static double evaluate(gpt2 *g, trn_loader *ld, int overfit, int n, int *x, int *y, int B, int T, int rank, int world) {
     double sum = 0.0;
-    g->m.grad_enabled = 0;
+    int grad_was = trn_no_grad(&g->m); // no tape, and evaluation mode (no dropout)
+    trn_eval(&g->m);
     if (overfit) n = 1;
     for (int i = 0; i < n; i++) {
         if (!overfit) trn_loader_val_batch(ld, (int64_t)i * world + rank, x, y);
         trn_reset(&g->m);
         sum += trn_item(&g->m, gpt2_loss(g, x, y, B, T));
     }
-    g->m.grad_enabled = 1;
+    trn_train(&g->m);
+    trn_set_grad_enabled(&g->m, grad_was);
     return sum / n;
 }
 

@@ -455,14 +455,16 @@ static trn_result init_load(llama *g, const init_source *src) {
 // memorized batch with --overfit), without the tape
 static double evaluate(llama *g, trn_loader *ld, int overfit, int n, int *x, int *y, int B, int T) {
     double sum = 0.0;
-    g->m.grad_enabled = 0;
+    int grad_was = trn_no_grad(&g->m); // no tape, and evaluation mode (no dropout)
+    trn_eval(&g->m);
     if (overfit) n = 1;
     for (int i = 0; i < n; i++) {
         if (!overfit) trn_loader_val_batch(ld, i, x, y);
         trn_reset(&g->m);
         sum += trn_item(&g->m, llama_loss(g, x, y, B, T));
     }
-    g->m.grad_enabled = 1;
+    trn_train(&g->m);
+    trn_set_grad_enabled(&g->m, grad_was);
     return sum / n;
 }
 
