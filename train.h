@@ -3455,18 +3455,23 @@ TRNDEF trn_tensor *trn_attention(trn_model *m, trn_tensor *qkv, int n_head, int 
 }
 
 /* --- losses: a scalar tensor holding the mean over rows -------------------- */
+/* out[0] = (sum of the n terms, in double, on the host) / count; 0 when
+   count is 0 */
+static void trn__mean_into(trn_model *m, trn_tensor *out, const float *terms, size_t n, double count) {
+    float *host = (float *)trn_alloc(sizeof(float) * (n ? n : 1), TRN_KIND_TEMP), mean;
+    double sum = 0.0;
+    size_t i;
+    if (!host) trn_fatal("%s: %s", out->name, trn_error_reason());
+    m->backend->download(host, terms, sizeof(float) * n);
+    for (i = 0; i < n; i++) sum += host[i];
+    trn_free(host);
+    mean = count > 0.0 ? (float)(sum / count) : 0.0f;
+    m->backend->upload(out->data, &mean, sizeof mean);
+}
 static trn_tensor *trn__scalar_mean(trn_model *m, const char *name, const float *losses, size_t n) {
     int one = 1;
     trn_tensor *out = trn_tensor_new(m, name, 1, &one);
-    float *host = (float *)trn_alloc(sizeof(float) * n, TRN_KIND_TEMP), mean;
-    double sum = 0.0;
-    size_t i;
-    if (!host) trn_fatal("%s: %s", name, trn_error_reason());
-    m->backend->download(host, losses, sizeof(float) * n);
-    for (i = 0; i < n; i++) sum += host[i];
-    trn_free(host);
-    mean = (float)(sum / (double)n);
-    m->backend->upload(out->data, &mean, sizeof mean);
+    trn__mean_into(m, out, losses, n, (double)n);
     return out;
 }
 
@@ -3890,21 +3895,10 @@ TRNDEF trn_tensor *trn_bmm(trn_model *m, trn_tensor *a, trn_tensor *b, int trans
 }
 
 /* --- the losses below: a scalar (1), the mean over `count` terms.
-   Forward writes each term into the arena and their mean into out (summed
-   in double on the host, as trn_cross_entropy does); backward starts from
+   Forward writes each term into the arena and their mean into out
+   (trn__mean_into, as trn_cross_entropy does); backward starts from
    dloss = d(out) / count per term. Targets come in as host arrays and are
    uploaded into an input tensor, in[1] (no gradient), that backward reads. */
-static void trn__mean_into(trn_model *m, trn_tensor *out, const float *terms, size_t n, double count) {
-    float *host = (float *)trn_alloc(sizeof(float) * (n ? n : 1), TRN_KIND_TEMP), mean;
-    double sum = 0.0;
-    size_t i;
-    if (!host) trn_fatal("%s: %s", out->name, trn_error_reason());
-    m->backend->download(host, terms, sizeof(float) * n);
-    for (i = 0; i < n; i++) sum += host[i];
-    trn_free(host);
-    mean = count > 0.0 ? (float)(sum / count) : 0.0f;
-    m->backend->upload(out->data, &mean, sizeof mean);
-}
 static float trn__dloss(trn_model *m, trn_tape_entry *e, double count) {
     float d;
     m->backend->download(&d, trn_grad(m, e->out), sizeof d);
