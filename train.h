@@ -2509,27 +2509,39 @@ TRNDEF void trn_rmsnorm_backward(float *dinp, float *dw, const float *dout, cons
    reaches thousands of radians, where float would lose the phase. */
 static void trn__rope_rows(float *y, const float *x, int B, int T, int H, int R, int hs, int pos0, float theta,
                            int inverse) {
-    int bt, half = hs / 2;
+    int bt, t, half = hs / 2;
     size_t row = (size_t)H * hs;
+    /* the (T, hs/2) cos and sin once; every batch row uses the same ones */
+    float *cs = (float *)trn_alloc(sizeof(float) * 2 * (size_t)T * (size_t)half, TRN_KIND_TEMP);
+    if (!cs) trn_fatal("trn_rope: %s", trn_error_reason());
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (t = 0; t < T; t++) {
+        int i;
+        for (i = 0; i < half; i++) {
+            double a = (double)(pos0 + t) * pow((double)theta, -2.0 * i / hs);
+            cs[2 * ((size_t)t * half + i)] = (float)cos(a);
+            cs[2 * ((size_t)t * half + i) + 1] = (float)(inverse ? -sin(a) : sin(a));
+        }
+    }
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static)
 #endif
     for (bt = 0; bt < B * T; bt++) {
-        double p = (double)(pos0 + bt % T);
-        const float *xr = x + (size_t)bt * row;
+        const float *xr = x + (size_t)bt * row, *cst = cs + 2 * (size_t)(bt % T) * half;
         float *yr = y + (size_t)bt * row;
         int h, i;
-        for (i = 0; i < half; i++) {
-            double a = p * pow((double)theta, -2.0 * i / hs);
-            float c = (float)cos(a), s = (float)(inverse ? -sin(a) : sin(a));
-            for (h = 0; h < R; h++) {
+        for (h = 0; h < R; h++)
+            for (i = 0; i < half; i++) {
+                float c = cst[2 * i], s = cst[2 * i + 1];
                 float x1 = xr[h * hs + i], x2 = xr[h * hs + i + half];
                 yr[h * hs + i] += x1 * c - x2 * s;
                 yr[h * hs + i + half] += x2 * c + x1 * s;
             }
-        }
         for (i = R * hs; i < H * hs; i++) yr[i] += xr[i]; /* v heads: as they are */
     }
+    trn_free(cs);
 }
 TRNDEF void trn_rope_forward(float *out, const float *inp, int B, int T, int H, int R, int hs, int pos0,
                              float theta) {

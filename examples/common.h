@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 // ===========================================================================
 // >>errors: bad input exits 2 with one line, a failed kit call exits 1
@@ -74,8 +75,10 @@ static int pad_vocab(int V) { return V <= 256 ? V : (V + 127) / 128 * 128; }
 // >>data: text or token shards -> one array of token ids
 // ===========================================================================
 
-// The kit's own text, found from the current folder or from the folder
-// above the program (examples/gpt2 -> .): README, every example, test,
+// The kit's own text, found next to the program, not in the current
+// folder: the program's folder or the one above it (examples/gpt2 -> .),
+// from /proc/self/exe (argv[0] where there is no /proc), so the default
+// run works from any directory. README, every example, test,
 // bench and tool source, the headers, train.h last. The loader validates
 // on the last 10% of the tokens, so validation is the end of train.h:
 // text like most of the training data (with tools/ or tests/ last, the
@@ -85,12 +88,17 @@ static int kit_corpus_files(const char *argv0, char ***paths_out) {
     static const char *patterns[] = {"README.md", "build.sh", "examples/*.c", "examples/*.cu", "examples/*.h",
                                      "tests/*.c", "tests/*.cpp", "tests/*.h", "tests/*.sh", "bench/*.c", "tools/*.c",
                                      "train_cuda.h", "train_nccl.h", "train.h"};
-    char root[1024] = ".";
+    char exe[1024], root[1100], probe[1200];
     struct stat st;
-    if (stat("train.h", &st) != 0) {
-        const char *slash = strrchr(argv0, '/');
-        if (slash) snprintf(root, sizeof root, "%.*s/..", (int)(slash - argv0), argv0);
-    }
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len > 0) exe[len] = 0;
+    else snprintf(exe, sizeof exe, "%s", strchr(argv0, '/') ? argv0 : "./");
+    *strrchr(exe, '/') = 0; // the program's folder ("" for a program in /)
+    snprintf(root, sizeof root, "%s", exe);
+    snprintf(probe, sizeof probe, "%s/train.h", root);
+    if (stat(probe, &st) != 0) snprintf(root, sizeof root, "%s/..", exe);
+    snprintf(probe, sizeof probe, "%s/train.h", root);
+    if (stat(probe, &st) != 0) { *paths_out = NULL; return 0; }
     char **paths = NULL;
     int n = 0, cap = 0;
     for (size_t i = 0; i < sizeof patterns / sizeof patterns[0]; i++) {
@@ -132,8 +140,8 @@ static void load_tokens(trn_tokens *tokens, const char *data, const trn_tokenize
     char *text = NULL;
     size_t len = 0;
     if (n == 0 || trn_text_read_files(&text, &len, (const char *const *)paths, n, 1) != TRN_OK || len == 0)
-        die("no --data given and the kit's own text files (train.h, examples/*.c, ...) were not found: "
-            "run from the kit's folder or pass --data FILE");
+        die("no --data given and the kit's own text files (train.h, examples/*.c, ...) were not found "
+            "next to the program or in the folder above it: pass --data FILE");
     printf("data: the kit's own text, %d files, %zu bytes\n", n, len);
     for (int i = 0; i < n; i++) free(paths[i]);
     free(paths);
