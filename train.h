@@ -703,7 +703,9 @@ TRNDEF trn_tensor *trn_rope(trn_model *m, trn_tensor *qkv, int n_head, int n_kv_
    trn_dropout: in training mode zeroes each element with probability p and
      scales the rest by 1/(1-p); the mask comes from the model's RNG m->rng
      (one draw per call; saved in training checkpoints). In evaluation mode
-     (trn_eval) or with p = 0 it returns x itself.
+     (trn_eval) or with p = 0 it returns x itself. trn_gradcheck runs the
+     forward many times: reseed m->rng at the start of its build function
+     so that every probe sees the same mask (tests/test_ops3 does).
    trn_reshape: a view with a new shape of the same size (no copy).
    trn_transpose: swaps dims d0 and d1 (negative counts from the end).
    trn_slice: x[..., start:start+len]; trn_concat: [a | b] on the last dim.
@@ -4202,25 +4204,29 @@ TRNDEF trn_tensor *trn_attention(trn_model *m, trn_tensor *qkv, int n_head, int 
 }
 
 /* --- losses: a scalar tensor holding the mean over rows -------------------- */
-/* the per-row losses come to the host in chunks through a stack buffer:
+/* out[0] = (sum of the n terms, in double, on the host) / count; 0 when
+   count is 0. The terms come to the host in chunks through a stack buffer:
    no allocation, so a step's ledger does not move */
-static trn_tensor *trn__scalar_mean(trn_model *m, const char *name, const float *losses, size_t n) {
-    int one = 1;
-    trn_tensor *out = trn_tensor_new(m, name, 1, &one);
+static void trn__mean_into(trn_model *m, trn_tensor *out, const float *terms, size_t n, double count) {
     float host[1024], mean;
     double sum = 0.0;
     size_t i, lo, k;
+    for (lo = 0; lo < n; lo += k) {
+        k = TRN__MIN(n - lo, sizeof host / sizeof host[0]);
+        m->backend->download(host, terms + lo, sizeof(float) * k);
+        for (i = 0; i < k; i++) sum += host[i];
+    }
+    mean = count > 0.0 ? (float)(sum / count) : 0.0f;
+    m->backend->upload(out->data, &mean, sizeof mean);
+}
+static trn_tensor *trn__scalar_mean(trn_model *m, const char *name, const float *losses, size_t n) {
+    int one = 1;
+    trn_tensor *out = trn_tensor_new(m, name, 1, &one);
     if (m->backend->mean) { /* where the losses are: no round trip */
         m->backend->mean(out->data, losses, n);
         return out;
     }
-    for (lo = 0; lo < n; lo += k) {
-        k = TRN__MIN(n - lo, sizeof host / sizeof host[0]);
-        m->backend->download(host, losses + lo, sizeof(float) * k);
-        for (i = 0; i < k; i++) sum += host[i];
-    }
-    mean = (float)(sum / (double)n);
-    m->backend->upload(out->data, &mean, sizeof mean);
+    trn__mean_into(m, out, losses, n, (double)n);
     return out;
 }
 
@@ -4864,21 +4870,10 @@ TRNDEF trn_tensor *trn_bmm(trn_model *m, trn_tensor *a, trn_tensor *b, int trans
 }
 
 /* --- the losses below: a scalar (1), the mean over `count` terms.
-   Forward writes each term into the arena and their mean into out (summed
-   in double on the host, as trn_cross_entropy does); backward starts from
+   Forward writes each term into the arena and their mean into out
+   (trn__mean_into, as trn_cross_entropy does); backward starts from
    dloss = d(out) / count per term. Targets come in as host arrays and are
    uploaded into an input tensor, in[1] (no gradient), that backward reads. */
-static void trn__mean_into(trn_model *m, trn_tensor *out, const float *terms, size_t n, double count) {
-    float *host = (float *)trn_alloc(sizeof(float) * (n ? n : 1), TRN_KIND_TEMP), mean;
-    double sum = 0.0;
-    size_t i;
-    if (!host) trn_fatal("%s: %s", out->name, trn_error_reason());
-    m->backend->download(host, terms, sizeof(float) * n);
-    for (i = 0; i < n; i++) sum += host[i];
-    trn_free(host);
-    mean = count > 0.0 ? (float)(sum / count) : 0.0f;
-    m->backend->upload(out->data, &mean, sizeof mean);
-}
 static float trn__dloss(trn_model *m, trn_tape_entry *e, double count) {
     float d;
     d = trn__scalar_grad(m, e->out);

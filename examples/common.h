@@ -154,16 +154,23 @@ static void load_tokens(trn_tokens *tokens, const char *data, const trn_tokenize
 // >>train helpers: sampling, the loss history, the log, the plot
 // ===========================================================================
 
-// Sample n tokens after the prompt: each new token recomputes the forward
-// pass over the last `window` tokens (simple; no key/value cache), takes
-// the logits of the last position, keeps the top_k, and draws from
-// softmax(logits / temperature) with the kit's RNG.
-// forward(model, ids, B, T) returns the logits (B,T,Vp) of the model's
-// first V classes; m is the model's trn_model.
+// Sample n tokens after the prompt: take the logits of the last position,
+// keep the top_k, and draw from softmax(logits / temperature) with the
+// kit's RNG. forward(model, ids, B, T) returns the logits (B,T,Vp) of the
+// model's first V classes; m is the model's trn_model.
+// With a key/value cache (kv, and cached(model, kv, ids, B, T) returning
+// the logits (B,1,Vp) of the last of T new positions: train.h's >>kvcache)
+// the prompt runs once and each new token is a forward of ONE position;
+// when the cache is full (absolute positions cannot slide) it restarts from
+// the last half of the window. Without one (kv NULL: the reference that
+// tests and bench/gpt2_generate compare with), every token recomputes the
+// whole last `window` tokens.
 typedef trn_tensor *(*logits_fn)(void *model, const int *ids, int B, int T);
+typedef trn_tensor *(*cached_logits_fn)(void *model, trn_kv_cache *kv, const int *ids, int B, int T);
 static void sample_text(trn_model *m, logits_fn forward, void *model, int V, int Vp, const trn_tokenizer *tok,
                         const int *prompt, int n_prompt, int n, int window, float temperature, int top_k,
-                        trn_rng *rng) {
+                        trn_rng *rng, cached_logits_fn cached, trn_kv_cache *kv) {
+    int fed = 0; // with a cache: ctx[0..fed) went into it
     int *ctx = (int *)malloc(sizeof(int) * (size_t)(n_prompt + n));
     float *logits = (float *)malloc(sizeof(float) * (size_t)Vp);
     int *idx = (int *)malloc(sizeof(int) * (size_t)V);
@@ -171,14 +178,27 @@ static void sample_text(trn_model *m, logits_fn forward, void *model, int V, int
     if (!ctx || !logits || !idx) trn_fatal("sample: out of memory");
     memcpy(ctx, prompt, sizeof(int) * (size_t)n_prompt);
     if (top_k <= 0 || top_k > V) top_k = V;
-    m->grad_enabled = 0;
+    int grad_was = trn_no_grad(m); // no tape, and evaluation mode (no dropout)
+    trn_eval(m);
     size_t len = trn_tokenizer_decode(tok, ctx, (size_t)n_prompt, text, sizeof text);
     fwrite(text, 1, len < sizeof text ? len : sizeof text - 1, stdout);
+    if (kv) trn_kv_cache_reset(kv);
     for (int i = n_prompt; i < n_prompt + n; i++) {
         int start = i > window ? i - window : 0, T = i - start;
         trn_reset(m);
-        trn_tensor *lg = forward(model, ctx + start, 1, T);
-        m->backend->download(logits, lg->data + (size_t)(T - 1) * Vp, sizeof(float) * (size_t)Vp);
+        if (kv) {
+            if (fed == 0 || kv->len + (i - fed) > kv->max_T) { // (re)fill with the context's last part
+                int keep = fed == 0 ? T : (kv->max_T + 1) / 2;
+                trn_kv_cache_reset(kv);
+                fed = i - keep;
+            }
+            trn_tensor *lg = cached(model, kv, ctx + fed, 1, i - fed);
+            m->backend->download(logits, lg->data, sizeof(float) * (size_t)Vp);
+            fed = i;
+        } else {
+            trn_tensor *lg = forward(model, ctx + start, 1, T);
+            m->backend->download(logits, lg->data + (size_t)(T - 1) * Vp, sizeof(float) * (size_t)Vp);
+        }
         // top-k by partial selection sort (k is small), then softmax over them
         for (int v = 0; v < V; v++) idx[v] = v;
         for (int k = 0; k < top_k; k++) {
@@ -200,7 +220,8 @@ static void sample_text(trn_model *m, logits_fn forward, void *model, int V, int
         fwrite(text, 1, len < sizeof text ? len : sizeof text - 1, stdout);
         fflush(stdout);
     }
-    m->grad_enabled = 1;
+    trn_train(m);
+    trn_set_grad_enabled(m, grad_was);
     free(ctx);
     free(logits);
     free(idx);
@@ -613,7 +634,7 @@ static void resume_open(const char *resume, char *path, size_t cap, trn_safetens
 // --sample: a newline (bytes) or <|endoftext|> (BPE), or --prompt, then
 // a->sample tokens from sample_text
 static void sample_run(const run_args *a, trn_model *m, logits_fn forward, void *model, int V, int Vp,
-                       const trn_tokenizer *tok, int window, trn_rng *rng) {
+                       const trn_tokenizer *tok, int window, trn_rng *rng, cached_logits_fn cached, trn_kv_cache *kv) {
     trn_tokens p;
     memset(&p, 0, sizeof p);
     int start[1];
@@ -627,7 +648,8 @@ static void sample_run(const run_args *a, trn_model *m, logits_fn forward, void 
         n_prompt = (int)(p.n < (size_t)window ? p.n : (size_t)window);
     }
     printf("---- sample (%d tokens, temperature %g, top-k %d) ----\n", a->sample, a->temperature, a->top_k);
-    sample_text(m, forward, model, V, Vp, tok, prompt, n_prompt, a->sample, window, a->temperature, a->top_k, rng);
+    sample_text(m, forward, model, V, Vp, tok, prompt, n_prompt, a->sample, window, a->temperature, a->top_k, rng,
+                cached, kv);
     printf("\n----\n");
     trn_tokens_free(&p);
 }

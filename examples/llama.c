@@ -216,7 +216,42 @@ static trn_tensor *llama_forward(llama *g, const int *ids, int B, int T) {
     return trn_linear(m, x, g->head, NULL);                                    // (B,T,Vp)
 }
 
+// The forward pass for generation, with a key/value cache (train.h's
+// >>kvcache): T new tokens ids (B,T) at positions kv->len .. kv->len+T-1
+// (RoPE turns q and k by those positions); each block's attention appends
+// their keys and values to its layer of the cache and attends over all of
+// it, so a new token costs one position. Returns the logits of the last
+// position only, (B,1,Vp). Inference only: call with the tape off.
+static trn_tensor *llama_forward_cached(llama *g, trn_kv_cache *kv, const int *ids, int B, int T) {
+    trn_model *m = &g->m;
+    const llama_config *c = &g->cfg;
+    int C = c->n_embd, last_shape[3] = {B, 1, C};
+    trn_tensor *x = trn_embedding(m, g->embed, ids, B, T);                    // (B,T,C)
+    for (int l = 0; l < c->n_layer; l++) { // the block of llama_forward, attention over the cache
+        llama_block *b = &g->layers[l];
+        trn_tensor *h = trn_rmsnorm(m, x, b->attn_norm, c->norm_eps);
+        h = trn_linear(m, h, b->wqkv, NULL);
+        h = trn_rope(m, h, c->n_head, c->n_kv_head, c->rope_theta, kv->len);  // absolute positions
+        h = trn_attention_cached_qkv(m, kv, l, h, c->n_head);                 // (B,T,NH*hs)
+        x = trn_add(m, x, trn_linear(m, h, b->wo, NULL));
+        h = trn_rmsnorm(m, x, b->mlp_norm, c->norm_eps);
+        trn_tensor *gate = trn_silu(m, trn_linear(m, h, b->w_gate, NULL));
+        h = trn_mul(m, gate, trn_linear(m, h, b->w_up, NULL));
+        x = trn_add(m, x, trn_linear(m, h, b->w_down, NULL));
+    }
+    trn_kv_cache_advance(kv, T);
+    trn_tensor *last = trn_tensor_new(m, "last", 3, last_shape); // x[:, T-1, :]
+    for (int b = 0; b < B; b++)
+        m->backend->copy(last->data + (size_t)b * C, x->data + ((size_t)b * T + T - 1) * C, sizeof(float) * (size_t)C);
+    last = trn_rmsnorm(m, last, g->norm, c->norm_eps);
+    return trn_linear(m, last, g->head, NULL);                                 // (B,1,Vp)
+}
+
+// the forwards as examples/common.h's sampler calls them
 static trn_tensor *llama_logits(void *g, const int *ids, int B, int T) { return llama_forward((llama *)g, ids, B, T); }
+static trn_tensor *llama_logits_cached(void *g, trn_kv_cache *kv, const int *ids, int B, int T) {
+    return llama_forward_cached((llama *)g, kv, ids, B, T);
+}
 
 // mean cross-entropy of the next token over the V real classes (scalar)
 static trn_tensor *llama_loss(llama *g, const int *x, const int *y, int B, int T) {
@@ -420,14 +455,16 @@ static trn_result init_load(llama *g, const init_source *src) {
 // memorized batch with --overfit), without the tape
 static double evaluate(llama *g, trn_loader *ld, int overfit, int n, int *x, int *y, int B, int T) {
     double sum = 0.0;
-    g->m.grad_enabled = 0;
+    int grad_was = trn_no_grad(&g->m); // no tape, and evaluation mode (no dropout)
+    trn_eval(&g->m);
     if (overfit) n = 1;
     for (int i = 0; i < n; i++) {
         if (!overfit) trn_loader_val_batch(ld, i, x, y);
         trn_reset(&g->m);
         sum += trn_item(&g->m, llama_loss(g, x, y, B, T));
     }
-    g->m.grad_enabled = 1;
+    trn_train(&g->m);
+    trn_set_grad_enabled(&g->m, grad_was);
     return sum / n;
 }
 
@@ -638,7 +675,13 @@ int main(int argc, char **argv) {
         dump_logits(a.dump_logits, &g.m, llama_forward(&g, x, B, T));
         g.m.grad_enabled = 1;
     }
-    if (a.sample > 0) sample_run(&a, &g.m, llama_logits, &g, cfg.vocab_size, cfg.padded_vocab, &tok, T, &sample_rng);
+    if (a.sample > 0) {
+        trn_kv_cache kv; // keys and values of the context: one position per new token
+        CHECK_OK(trn_kv_cache_init(&kv, &g.m, cfg.n_layer, 1, T, cfg.n_kv_head, cfg.head_dim));
+        sample_run(&a, &g.m, llama_logits, &g, cfg.vocab_size, cfg.padded_vocab, &tok, T, &sample_rng,
+                   llama_logits_cached, &kv);
+        trn_kv_cache_free(&kv);
+    }
     if (logf) fclose(logf);
     free(x);
     free(y);

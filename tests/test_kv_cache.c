@@ -14,8 +14,10 @@
       head: prefilled at once, and fed one position at a time.
    3. the ledger: the cache is its own kind, "kv cache", 2*L*B*maxT*Ckv
       floats, back to 0 after trn_kv_cache_free.
-   4. examples/gpt2's sampler goes on past the cache's window (it restarts
-      the cache from the last half of the window). */
+   4. the examples' sampler (examples/common.h) goes on past the cache's
+      window (it restarts the cache from the last half of the window).
+   examples/llama.c's cached forward (RoPE at the cache's positions,
+   grouped-query heads) is checked the same way by tests/test_kv_cache_llama. */
 #define GPT2_NO_MAIN
 #include "examples/gpt2.c"
 #include "tests/check.h"
@@ -139,7 +141,7 @@ static void test_sampler_window(void) {
     CHECK(trn_kv_cache_init(&kv, &g.m, 2, 1, 16, 2, 16) == TRN_OK, "kv init\n");
     trn_rng_seed(&r, 1);
     printf("sample: ");
-    sample_text(&g, &tok, prompt, 3, 40, 16, 1.0f, 0, &r, &kv);
+    sample_text(&g.m, gpt2_logits, &g, 256, 256, &tok, prompt, 3, 40, 16, 1.0f, 0, &r, gpt2_logits_cached, &kv);
     printf("\n");
     /* the prompt fills 3, each token one more; a full cache restarts with
        8 when tokens 17, 26 and 35 are drawn, and then holds 8 + 7 = 15 */
