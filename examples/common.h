@@ -357,11 +357,18 @@ static void write_plot(const char *path, const history *h, const char *title) {
 // `--resume DIR` alone continues the same run (flags given again win).
 typedef struct run_args {
     const char *model, *data, *bpe, *out, *resume, *init, *log, *prompt, *dump_logits;
+    const char *shard; // --shard (examples/gpt2's data parallelism)
     long long steps;
     int batch, seq, warmup, grad_accum, eval_every, eval_batches, ckpt_every, keep, sample, threads, top_k;
     float lr, min_lr, weight_decay, clip, temperature;
     long long seed;
     int overfit;
+    int recompute; // memory only: not in the checkpoint (results are identical)
+    // the loop's extras (>>loop in train.h); -1: from the checkpoint, else off
+    const char *tensorboard, *csv;
+    int async_ckpt, keep_best, patience, fast_dev_run, profile, limit_val_n;
+    float skip_spikes, limit_val; // limit_val: a fraction (written with a '.'), limit_val_n: a count
+    double max_time;
 } run_args;
 
 static void run_to_meta(const run_args *a, trn_meta *meta) {
@@ -377,6 +384,9 @@ static void run_to_meta(const run_args *a, trn_meta *meta) {
     trn_meta_set_u64(meta, "run.ckpt_every", (uint64_t)a->ckpt_every);
     trn_meta_set_u64(meta, "run.keep", (uint64_t)a->keep);
     trn_meta_set_u64(meta, "run.sample", (uint64_t)a->sample);
+    trn_meta_set_u64(meta, "run.keep_best", (uint64_t)a->keep_best);
+    trn_meta_set_u64(meta, "run.patience", (uint64_t)a->patience);
+    trn_meta_set_f64(meta, "run.skip_spikes", a->skip_spikes);
     trn_meta_set_f64(meta, "run.lr", a->lr);
     trn_meta_set_f64(meta, "run.min_lr", a->min_lr);
     trn_meta_set_f64(meta, "run.weight_decay", a->weight_decay);
@@ -426,6 +436,9 @@ static void args_init(run_args *a, const char *out) {
     a->temperature = 0.8f;    // sampling temperature
     a->top_k = 40;            // sample among the k most likely tokens
     a->threads = 0;           // 0: OpenMP's default (all cores)
+    a->keep_best = -1;        // best checkpoints kept by val_loss [0: none]
+    a->patience = -1;         // early stopping [0: never]
+    a->skip_spikes = -1;      // spike guard z threshold [0: off]
 }
 
 // argv -> a; a bad flag or value exits 2. Returns 1 when --help was asked
@@ -435,11 +448,17 @@ static int parse_args(run_args *a, int argc, char **argv) {
         const char *f = argv[i];
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) return 1;
         if (!strcmp(f, "--overfit")) { a->overfit = 1; continue; }
+        if (!strcmp(f, "--recompute")) { a->recompute = 1; continue; }
+        if (!strcmp(f, "--async-ckpt")) { a->async_ckpt = 1; continue; }
+        if (!strcmp(f, "--fast-dev-run")) { a->fast_dev_run = 1; continue; }
+        if (!strcmp(f, "--profile")) { a->profile = 1; continue; }
         static const char *with_value[] = {"--model", "--data", "--bpe", "--init", "--out", "--resume", "--log",
                                            "--prompt", "--dump-logits", "--steps", "--batch", "--seq",
                                            "--grad-accum", "--warmup", "--eval-every", "--eval-batches",
                                            "--ckpt-every", "--keep", "--sample", "--top-k", "--threads", "--seed",
-                                           "--lr", "--min-lr", "--weight-decay", "--clip", "--temperature"};
+                                           "--lr", "--min-lr", "--weight-decay", "--clip", "--temperature",
+                                           "--csv", "--tensorboard", "--keep-best", "--patience", "--max-time",
+                                           "--limit-val-batches", "--skip-spikes", "--shard"};
         int known = 0;
         for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) known |= !strcmp(f, with_value[k]);
         if (!known) die("unknown %s '%s' (see --help)", strncmp(f, "--", 2) ? "argument" : "flag", f);
@@ -472,12 +491,29 @@ static int parse_args(run_args *a, int argc, char **argv) {
         else if (!strcmp(f, "--weight-decay")) a->weight_decay = parse_float(f, v, 0, 10);
         else if (!strcmp(f, "--clip")) a->clip = parse_float(f, v, 0, 1e9);
         else if (!strcmp(f, "--temperature")) a->temperature = parse_float(f, v, 1e-3, 100);
+        else if (!strcmp(f, "--shard")) a->shard = v;
+        else if (!strcmp(f, "--csv")) a->csv = v;
+        else if (!strcmp(f, "--tensorboard")) a->tensorboard = v;
+        else if (!strcmp(f, "--keep-best")) a->keep_best = (int)parse_int(f, v, 0, 1000000);
+        else if (!strcmp(f, "--patience")) a->patience = (int)parse_int(f, v, 0, 1000000000);
+        else if (!strcmp(f, "--limit-val-batches") && strchr(v, '.')) a->limit_val = parse_float(f, v, 1e-9, 1);
+        else if (!strcmp(f, "--limit-val-batches")) a->limit_val_n = (int)parse_int(f, v, 1, 1 << 20);
+        else if (!strcmp(f, "--skip-spikes")) a->skip_spikes = parse_float(f, v, 0, 1e6);
+        else if (!strcmp(f, "--max-time")) { // seconds, or with a unit: 90m, 2h
+            char *end;
+            double t = strtod(v, &end), unit = !strcmp(end, "h") ? 3600 : !strcmp(end, "m") ? 60 : 1;
+            if (end == v || !(t > 0) || (*end && strcmp(end, "s") && unit == 1)) die("--max-time: '%s' is not like 3600, 90m or 2h", v);
+            a->max_time = t * unit;
+        }
     }
+    if (a->fast_dev_run && a->resume) die("--fast-dev-run is a fresh smoke test: not with --resume");
     return 0;
 }
 
-// the flags both programs take; models: the --model line's choices
-static void print_usage(FILE *f, const char *what, const char *models, const char *init_what) {
+// the flags both programs take; models: the --model line's choices,
+// training: the program's own lines of that section, tail: the last lines
+static void print_usage(FILE *f, const char *what, const char *models, const char *init_what, const char *training,
+                        const char *tail) {
     fprintf(f,
             "usage: %s [flags]          %s (defaults in brackets)\n"
             "model and data\n"
@@ -497,7 +533,10 @@ static void print_usage(FILE *f, const char *what, const char *models, const cha
             "  --clip X           clip the global gradient norm, 0 = off [1.0]\n"
             "  --seed N           initialization, data order, sampling [1337]\n"
             "  --threads N        OpenMP threads [all cores]\n"
+            "%s"
             "  --overfit          train on one fixed batch (the loss should go to ~0)\n"
+            "  --recompute        keep only each block's input; re-run the block in backward\n"
+            "                     (activation checkpointing: less memory, same gradients)\n"
             "evaluation, output\n"
             "  --eval-every N     validation every N steps [steps/10]\n"
             "  --eval-batches N   batches per validation [8]\n"
@@ -510,8 +549,21 @@ static void print_usage(FILE *f, const char *what, const char *models, const cha
             "  --resume PATH      continue from a checkpoint file or run directory (newest valid)\n"
             "  --log FILE         one JSON object per line per step and validation\n"
             "  --dump-logits FILE write the logits of validation batch 0 (float32) at the end\n"
-            "  --help\n",
-            EX_PROG, what, models, init_what, EX_PROG);
+            "  --csv FILE         one CSV row per step (val_loss filled at validation steps)\n"
+            "  --tensorboard DIR  TensorBoard event files: loss, val_loss, lr, grad_norm, tokens/s, memory\n"
+            "loop policy (Lightning's Trainer and callbacks)\n"
+            "  --async-ckpt       write checkpoints from a background thread (training waits for a copy only)\n"
+            "  --keep-best K      also keep the K best checkpoints by val_loss (of those at a validation step)\n"
+            "                     as best_<step>.safetensors [0]\n"
+            "  --patience N       stop after N validations without a new best val_loss [0: never]\n"
+            "  --max-time T       stop cleanly with a checkpoint after T seconds (or 90m, 2h)\n"
+            "  --limit-val-batches X  validation batches: a count (8), or a fraction of the split (0.25, 1.0)\n"
+            "  --fast-dev-run     one training step and one validation batch, no files written\n"
+            "  --skip-spikes Z    skip the update when loss or grad norm is Z std above the last 100 [off]\n"
+            "  --profile          time and bytes per op kind (forward, backward) after the run\n"
+            "  --help\n"
+            "%s",
+            EX_PROG, what, models, init_what, training, EX_PROG, tail);
 }
 
 // On --resume, flags not given again come from the checkpoint's metadata.
@@ -530,6 +582,9 @@ static void args_from_checkpoint(run_args *a, const trn_safetensors *ck) {
     FROM_CK_INT(ckpt_every, "run.ckpt_every");
     FROM_CK_INT(keep, "run.keep");
     FROM_CK_INT(sample, "run.sample");
+    FROM_CK_INT(keep_best, "run.keep_best");
+    FROM_CK_INT(patience, "run.patience");
+    FROM_CK_F(skip_spikes, "run.skip_spikes");
     FROM_CK_F(lr, "run.lr");
     FROM_CK_F(min_lr, "run.min_lr");
     FROM_CK_F(weight_decay, "run.weight_decay");
@@ -560,6 +615,13 @@ static void args_defaults(run_args *a, int batch, int seq, float lr, int block_s
     if (a->eval_batches < 0) a->eval_batches = 8;
     if (a->keep < 0) a->keep = 3;
     if (a->sample < 0) a->sample = vocab_size <= 256 ? 400 : 100;
+    if (a->keep_best < 0) a->keep_best = 0;
+    if (a->patience < 0) a->patience = 0;
+    if (a->skip_spikes < 0) a->skip_spikes = 0;
+    if (a->fast_dev_run) { // Lightning's fast_dev_run: one batch of each, nothing on disk
+        a->steps = 1; a->eval_every = 0; a->eval_batches = 1; a->ckpt_every = 0; a->sample = 0;
+        a->log = a->csv = a->tensorboard = a->dump_logits = NULL;
+    }
     if (a->seq > block_size) die("--seq %d is longer than the model's context of %d tokens", a->seq, block_size);
     if (a->min_lr > a->lr) die("--min-lr %g is above --lr %g", a->min_lr, a->lr);
     if (!a->bpe && vocab_size > 256 && !a->data && a->steps > 0)
@@ -596,12 +658,171 @@ static long long run_state_from_meta(const trn_meta *meta, const char *path, trn
     return step;
 }
 
-// one training step's line of the --log JSONL
-static void log_step(FILE *logf, long long step, float loss, float lr, float norm, double ms, double tps, size_t mem) {
-    if (!logf) return;
-    fprintf(logf, "{\"step\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"ms\":%.3f,\"tok_per_s\":%.1f,\"mem_bytes\":%zu}\n",
-            step, loss, lr, norm, ms, tps, mem);
-    fflush(logf);
+// ===========================================================================
+// >>loop: the loop's extras (train.h's >>loop): progress and ETA, CSV,
+// TensorBoard, async checkpoints, the best checkpoints, early stopping,
+// --max-time, the spike guard, the profile
+// ===========================================================================
+
+typedef struct run_loop {
+    trn_progress prog;     // the step line, + ETA; on a terminal, in place
+    trn_csv csv;           // --csv
+    int csv_on;
+    trn_tb_writer tb;      // --tensorboard (tb.f NULL: off)
+    trn_ckpt_async ack;    // --async-ckpt
+    trn_profile prof;      // --profile
+    trn_spike_guard guard; // --skip-spikes: its window goes into the checkpoint
+    trn_early_stop early;  // --patience: its best and count too
+    double t_begin;        // --max-time counts from here
+} run_loop;
+
+// what one step measured: the progress line, the JSONL, the CSV, TensorBoard
+typedef struct step_stats {
+    long long step;
+    float loss, lr, norm;
+    double ms, tps;
+    size_t mem;
+    int skipped; // --skip-spikes skipped its update
+} step_stats;
+
+// before a resume (which restores the guard and the early stop)
+static void loop_init(run_loop *L, const run_args *a, double t_begin) {
+    memset(L, 0, sizeof *L);
+    L->t_begin = t_begin;
+    trn_spike_guard_init(&L->guard, a->skip_spikes);
+    trn_early_stop_init(&L->early, a->patience);
+}
+
+static void loop_resume(run_loop *L, const trn_meta *meta) {
+    CHECK_OK(trn_spike_guard_load(&L->guard, meta));
+    CHECK_OK(trn_early_stop_load(&L->early, meta));
+}
+
+// the files and hooks, once the model exists; writer: the rank that writes
+static void loop_open(run_loop *L, const run_args *a, trn_model *m, long long step, int resumed, int writer) {
+    trn_progress_init(&L->prog, step, a->steps);
+    L->csv_on = writer && a->csv;
+    if (L->csv_on && trn_csv_open(&L->csv, a->csv, "step,loss,val_loss,lr,grad_norm,ms,tok_per_s,mem_bytes,skipped",
+                                  resumed ? step : -1) != TRN_OK)
+        die("--csv %s", trn_error_reason());
+    if (writer && a->tensorboard && trn_tb_open(&L->tb, a->tensorboard) != TRN_OK) die("--tensorboard %s", trn_error_reason());
+    L->ack.keep = a->keep;
+#ifdef TRN_USE_CUDA
+    L->ack.host_alloc = trn_cuda_host_alloc; // pinned: the device-to-host copy at full speed
+    L->ack.host_free = trn_cuda_host_free;
+#endif
+    if (a->profile) trn_profile_attach(&L->prof, m);
+#ifdef TRN_USE_CUDA
+    if (a->profile) trn_cuda_profile_clock(&L->prof); // CUDA events: no sync per op
+#endif
+}
+
+// a validation result: stdout, the JSONL, the plot (report_val), TensorBoard
+static void loop_val(run_loop *L, FILE *logf, history *h, long long step, float val) {
+    trn_progress_break(&L->prog);
+    report_val(logf, h, step, val);
+    if (L->tb.f) CHECK_OK(trn_tb_scalar(&L->tb, "val_loss", step, val));
+}
+
+// a training step: its line (with the ETA), the JSONL, TensorBoard, the plot
+static void loop_step(run_loop *L, const run_args *a, FILE *logf, history *h, const step_stats *s) {
+    char line[256];
+    snprintf(line, sizeof line, "step %5lld/%lld | loss %.4f | lr %.2e | norm %.3f | %7.1f ms | %6.0f tok/s | mem %.1f MiB",
+             s->step, a->steps, s->loss, s->lr, s->norm, s->ms, s->tps, s->mem / 1048576.0);
+    trn_progress_step(&L->prog, s->step, s->loss, s->tps, line);
+    if (s->skipped) {
+        trn_progress_break(&L->prog);
+        printf("step %5lld | spike: loss z %.1f, norm z %.1f (--skip-spikes %g): update skipped (%lld so far)\n", s->step,
+               L->guard.z_loss, L->guard.z_norm, a->skip_spikes, L->guard.skipped);
+    }
+    if (logf)
+        fprintf(logf, "{\"step\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"ms\":%.3f,\"tok_per_s\":%.1f,\"mem_bytes\":%zu%s}\n",
+                s->step, s->loss, s->lr, s->norm, s->ms, s->tps, s->mem, s->skipped ? ",\"skipped\":1" : ""), fflush(logf);
+    if (L->tb.f) {
+        CHECK_OK(trn_tb_scalar(&L->tb, "loss", s->step, s->loss));
+        CHECK_OK(trn_tb_scalar(&L->tb, "lr", s->step, s->lr));
+        CHECK_OK(trn_tb_scalar(&L->tb, "grad_norm", s->step, s->norm));
+        CHECK_OK(trn_tb_scalar(&L->tb, "tokens_per_s", s->step, s->tps));
+        CHECK_OK(trn_tb_memory(&L->tb, s->step));
+    }
+    hist_push(&h->step, &h->loss, &h->n, &h->cap, (float)s->step, s->loss);
+}
+
+// the end of a step, after its validation (val: NAN when there was none)
+static void loop_step_end(run_loop *L, const step_stats *s, float val) {
+    if (L->csv_on) {
+        double row[9] = {(double)s->step, s->loss, val, s->lr, s->norm, s->ms, s->tps, (double)s->mem, (double)s->skipped};
+        CHECK_OK(trn_csv_row(&L->csv, row));
+    }
+    if (L->tb.f) CHECK_OK(trn_tb_flush(&L->tb));
+}
+
+// --max-time: this process's clock says stop (1) or not (0)
+static double loop_over_time(const run_loop *L, const run_args *a) {
+    return a->max_time > 0 && now_s() - L->t_begin >= a->max_time;
+}
+
+// the loop's state in a checkpoint; val_now: this step validated, to val
+static void loop_to_meta(const run_loop *L, const run_args *a, trn_meta *meta, int val_now, float val) {
+    if (a->skip_spikes > 0) trn_spike_guard_save(&L->guard, meta);
+    trn_early_stop_save(&L->early, meta);
+    if (val_now) trn_meta_set_f64(meta, "val_loss", val); // ranks --keep-best
+}
+
+// a whole-state checkpoint into a->out: from a background thread
+// (--async-ckpt) or now; --keep-best ranks those written at a validation
+static void loop_save(run_loop *L, const run_args *a, long long step, trn_model *m, trn_adamw *opt, const trn_meta *meta,
+                      int val_now) {
+    trn_progress_break(&L->prog);
+    if (a->async_ckpt) { // a copy now, the file from a background thread while training goes on
+        L->ack.keep_best = val_now ? a->keep_best : 0;
+        CHECK_OK(trn_checkpoint_save_async(&L->ack, a->out, step, m, opt, meta));
+        printf("checkpoint %s (async: training waited %.1f ms, %.1f ms of it for the previous save)\n", L->ack.path,
+               1e3 * L->ack.stage_seconds, 1e3 * L->ack.wait_seconds);
+    } else {
+        char path[1200];
+        double ts = now_s();
+        CHECK_OK(trn_checkpoint_save_dir(a->out, step, a->keep, m, opt, meta, path, sizeof path));
+        if (a->keep_best > 0 && val_now) CHECK_OK(trn_checkpoint_keep_best(a->out, path, a->keep_best));
+        printf("checkpoint %s (training waited %.1f ms)\n", path, 1e3 * (now_s() - ts));
+    }
+}
+
+// why the loop ended early (--patience, --max-time), and how to go on
+static void loop_stopped(run_loop *L, const run_args *a, long long step, const char *why) {
+    trn_progress_break(&L->prog);
+    printf("stopped at step %lld: %s (best val_loss %.4f at step %lld); --resume %s continues\n", step, why,
+           L->early.best, L->early.best_step, a->out);
+}
+
+// after the loop: the last async save on disk, the profile
+static void loop_finish(run_loop *L, const run_args *a) {
+    trn_progress_break(&L->prog);
+    if (L->ack.saves) { // the last async save must be on disk before we go on
+        CHECK_OK(trn_checkpoint_wait(&L->ack));
+        printf("async checkpoints: %lld written in the background, the last in %.2f s\n", L->ack.saves,
+               L->ack.write_seconds);
+    }
+    trn_ckpt_async_free(&L->ack);
+    if (a->profile) {
+        trn_profile_print(&L->prof, stdout);
+        trn_profile_free(&L->prof);
+    }
+}
+
+// after the final validation: the CSV and TensorBoard files closed
+static void loop_close(run_loop *L) {
+    if (L->tb.f) CHECK_OK(trn_tb_close(&L->tb));
+    if (L->csv_on) CHECK_OK(trn_csv_close(&L->csv));
+}
+
+// --limit-val-batches and the split's size decide the batches per
+// validation (each of W ranks takes eval_batches of them)
+static void args_eval_batches(run_args *a, int64_t val_batches, int W) {
+    if (a->limit_val_n > 0 && !a->fast_dev_run) a->eval_batches = a->limit_val_n; // Lightning's int: a count
+    if (a->limit_val > 0 && !a->fast_dev_run) // its float: a fraction of this rank's share of the split
+        a->eval_batches = (int)fmax(1, floor(a->limit_val * (double)(val_batches / W)));
+    if ((int64_t)a->eval_batches * W > val_batches && val_batches >= W) a->eval_batches = (int)(val_batches / W);
 }
 
 // --dump-logits: the raw float32 logits tensor, for comparisons with a reference

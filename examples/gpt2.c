@@ -40,20 +40,18 @@
 // --batch is per rank (W ranks x B = one rank with W*B, the same windows);
 // a run resumes only with the world size that wrote its checkpoint.
 //
-// Sections: >>config (presets) >>model >>weights (--init, saving) >>data
-// >>train (evaluation, sampling, logs, plot, checkpoints) >>main.
+// Sections: >>config (presets) >>model >>weights (--init, saving) >>train
+// (evaluation) >>main; examples/common.h has data, sampling, logs, plot,
+// flags and the loop's extras, shared with examples/llama.c.
 #define TRAIN_IMPLEMENTATION
 #include "train.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <glob.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 // The one place where the backend is chosen. Everything below only talks
@@ -71,6 +69,10 @@ static const trn_backend *gpt2_backend(void) { return NULL; } // NULL = the CPU 
 #endif
 #define GPT2_BACKEND() gpt2_backend()
 
+// errors, flags, data, the log, the plot, sampling, the loop's extras
+#define EX_PROG "gpt2"
+#include "common.h"
+
 // Data parallelism, for main only (bench/ and tests/ include this file for
 // the model, with GPT2_NO_MAIN). Without launcher variables: one rank, no
 // sockets, every collective a no-op.
@@ -81,36 +83,6 @@ static const trn_backend *gpt2_backend(void) { return NULL; } // NULL = the CPU 
 #define TRAIN_NCCL_IMPLEMENTATION
 #include "train_nccl.h"
 #endif
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-// Bad input (flags, files): one line on stderr, exit code 2.
-static void die(const char *fmt, ...) {
-    va_list ap;
-    fflush(stdout);
-    fputs("gpt2: ", stderr);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    exit(2);
-}
-
-// A kit call that failed for reasons outside our control (disk full, out
-// of memory): its reason, and exit code 1.
-#define CHECK_OK(call)                                                                            \
-    do {                                                                                          \
-        trn_result check_r_ = (call);                                                             \
-        if (check_r_ != TRN_OK) {                                                                 \
-            fprintf(stderr, "gpt2: %s:%d: %s failed: %s (%s)\n", __FILE__, __LINE__, #call,       \
-                    trn_error_reason(), trn_result_string(check_r_));                             \
-            exit(1);                                                                              \
-        }                                                                                         \
-    } while (0)
 
 // ===========================================================================
 // >>config: the shapes of GPT-2, and a small one that trains in minutes
@@ -149,9 +121,6 @@ static const preset *find_preset(const char *name) {
         if (strcmp(PRESETS[i].name, name) == 0) return &PRESETS[i];
     return NULL;
 }
-
-// GPT-2 pads 50257 to 50304 = 393 * 128; a byte vocabulary stays 256
-static int pad_vocab(int V) { return V <= 256 ? V : (V + 127) / 128 * 128; }
 
 // ===========================================================================
 // >>model
@@ -342,6 +311,12 @@ static trn_tensor *gpt2_forward(gpt2 *g, const int *ids, int B, int T) {
     return trn_linear(&g->m, gpt2_hidden(g, ids, B, T), g->wte, NULL);
 }
 
+// the forwards as examples/common.h's sampler calls them
+static trn_tensor *gpt2_logits(void *g, const int *ids, int B, int T) { return gpt2_forward((gpt2 *)g, ids, B, T); }
+static trn_tensor *gpt2_logits_cached(void *g, trn_kv_cache *kv, const int *ids, int B, int T) {
+    return gpt2_forward_cached((gpt2 *)g, kv, ids, B, T);
+}
+
 // mean cross-entropy of the next token over the V real classes (scalar).
 // The LM head and the loss are one op that walks the rows in chunks, so
 // the (B,T,Vp) logits and their gradient never exist whole.
@@ -381,17 +356,6 @@ static void config_to_meta(const gpt2_config *c, trn_meta *meta) {
     trn_meta_set_u64(meta, "gpt2.padded_vocab", (uint64_t)c->padded_vocab);
     // linear weights are (out,in) like nn.Linear; Hugging Face's are (in,out)
     trn_meta_set(meta, "gpt2.layout", "linear");
-}
-
-// a number from a safetensors header's __metadata__, or -1
-static long st_meta_long(const trn_safetensors *f, const char *key) {
-    const char *v = trn_safetensors_meta(f, key);
-    char *end;
-    long x;
-    if (!v) return -1;
-    errno = 0;
-    x = strtol(v, &end, 10);
-    return (errno || *end || end == v || x < 0 || x > 100000000) ? -1 : x;
 }
 
 // "n_head": 12 from a Hugging Face config.json next to the weights, or -1
@@ -599,86 +563,7 @@ static trn_result init_load_llmc(gpt2 *g, const char *path, const init_source *s
 }
 
 // ===========================================================================
-// >>data: text or token shards -> one array of token ids -> the kit's loader
-// ===========================================================================
-
-// The kit's own text, found next to the program, not in the current
-// folder: the program's folder or the one above it (examples/gpt2 -> .),
-// from /proc/self/exe (argv[0] where there is no /proc), so the default
-// run works from any directory. README, every example, test,
-// bench and tool source, the headers, train.h last. The loader validates
-// on the last 10% of the tokens, so validation is the end of train.h:
-// text like most of the training data (with tools/ or tests/ last, the
-// validation loss would mostly measure how different those files are).
-// Returns the number of files.
-static int kit_corpus_files(const char *argv0, char ***paths_out) {
-    static const char *patterns[] = {"README.md", "build.sh", "examples/*.c", "examples/*.cu", "tests/*.c",
-                                     "tests/*.cpp", "tests/*.h", "tests/*.sh", "bench/*.c", "tools/*.c",
-                                     "train_cuda.h", "train_nccl.h", "train.h"};
-    char exe[1024], root[1100], probe[1200];
-    struct stat st;
-    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (len > 0) exe[len] = 0;
-    else snprintf(exe, sizeof exe, "%s", strchr(argv0, '/') ? argv0 : "./");
-    *strrchr(exe, '/') = 0; // the program's folder ("" for a program in /)
-    snprintf(root, sizeof root, "%s", exe);
-    snprintf(probe, sizeof probe, "%s/train.h", root);
-    if (stat(probe, &st) != 0) snprintf(root, sizeof root, "%s/..", exe);
-    snprintf(probe, sizeof probe, "%s/train.h", root);
-    if (stat(probe, &st) != 0) { *paths_out = NULL; return 0; }
-    char **paths = NULL;
-    int n = 0, cap = 0;
-    for (size_t i = 0; i < sizeof patterns / sizeof patterns[0]; i++) {
-        char pat[1200];
-        glob_t gl;
-        snprintf(pat, sizeof pat, "%s/%s", root, patterns[i]);
-        if (glob(pat, 0, NULL, &gl) != 0) continue; // sorted, so the corpus is deterministic
-        for (size_t k = 0; k < gl.gl_pathc; k++) {
-            if (n == cap) {
-                cap = cap ? 2 * cap : 64;
-                char **np = (char **)realloc(paths, sizeof(char *) * (size_t)cap);
-                if (!np) { globfree(&gl); break; }
-                paths = np;
-            }
-            paths[n] = (char *)malloc(strlen(gl.gl_pathv[k]) + 1);
-            if (paths[n]) strcpy(paths[n], gl.gl_pathv[k]), n++;
-        }
-        globfree(&gl);
-    }
-    *paths_out = paths;
-    return n;
-}
-
-// Tokens of the run: --data FILE (text, tokenized; or an llm.c shard,
-// read as is) or the kit's own files. Every bad case exits with code 2.
-static void load_tokens(trn_tokens *tokens, const char *data, const trn_tokenizer *tok, const char *argv0) {
-    memset(tokens, 0, sizeof *tokens);
-    if (data) {
-        struct stat st;
-        if (stat(data, &st) != 0) die("--data %s: %s", data, strerror(errno));
-        if (S_ISDIR(st.st_mode)) die("--data %s: is a directory (give a text file or a .bin shard)", data);
-        if (st.st_size == 0) die("--data %s: the file is empty", data);
-        trn_result r = trn_tokens_load(tokens, data, tok);
-        if (r != TRN_OK) die("--data %s: %s", data, trn_error_reason());
-        return;
-    }
-    char **paths = NULL;
-    int n = kit_corpus_files(argv0, &paths);
-    char *text = NULL;
-    size_t len = 0;
-    if (n == 0 || trn_text_read_files(&text, &len, (const char *const *)paths, n, 1) != TRN_OK || len == 0)
-        die("no --data given and the kit's own text files (train.h, examples/*.c, ...) were not found "
-            "next to the program or in the folder above it: pass --data FILE");
-    printf("data: the kit's own text, %d files, %zu bytes\n", n, len);
-    for (int i = 0; i < n; i++) free(paths[i]);
-    free(paths);
-    trn_result r = trn_tokenizer_encode(tok, text, len, tokens);
-    trn_free(text);
-    if (r != TRN_OK) die("tokenizing the kit's text: %s", trn_error_reason());
-}
-
-// ===========================================================================
-// >>train: evaluation, sampling, the log, the plot, checkpoints
+// >>train: evaluation (examples/common.h: sampling, the log, the plot)
 // ===========================================================================
 
 // mean validation loss over n validation batches (fixed, so every
@@ -689,243 +574,17 @@ static void load_tokens(trn_tokens *tokens, const char *data, const trn_tokenize
 // W times larger batch would compute it.
 static double evaluate(gpt2 *g, trn_loader *ld, int overfit, int n, int *x, int *y, int B, int T, int rank, int world) {
     double sum = 0.0;
-    g->m.grad_enabled = 0;
+    int grad_was = trn_no_grad(&g->m); // no tape, and evaluation mode (no dropout)
+    trn_eval(&g->m);
     if (overfit) n = 1;
     for (int i = 0; i < n; i++) {
         if (!overfit) trn_loader_val_batch(ld, (int64_t)i * world + rank, x, y);
         trn_reset(&g->m);
         sum += trn_item(&g->m, gpt2_loss(g, x, y, B, T));
     }
-    g->m.grad_enabled = 1;
+    trn_train(&g->m);
+    trn_set_grad_enabled(&g->m, grad_was);
     return sum / n;
-}
-
-// Sample n tokens after the prompt: take the logits of the last position,
-// keep the top_k, and draw from softmax(logits / temperature) with the
-// kit's RNG. With a key/value cache (kv, window positions), the prompt is
-// run once and each new token is a forward of one position; when the
-// cache is full (absolute positions cannot slide) it restarts from the
-// last half of the window. Without one (kv NULL: the reference the tests
-// and bench/gpt2_generate compare with), every token recomputes the whole
-// last `window` tokens.
-static void sample_text(gpt2 *g, const trn_tokenizer *tok, const int *prompt, int n_prompt, int n, int window,
-                        float temperature, int top_k, trn_rng *rng, trn_kv_cache *kv) {
-    int V = g->cfg.vocab_size, Vp = g->cfg.padded_vocab, fed = 0; // ctx[0..fed) went into the cache
-    int *ctx = (int *)malloc(sizeof(int) * (size_t)(n_prompt + n));
-    float *logits = (float *)malloc(sizeof(float) * (size_t)Vp);
-    int *idx = (int *)malloc(sizeof(int) * (size_t)V);
-    char text[256];
-    if (!ctx || !logits || !idx) trn_fatal("sample: out of memory");
-    memcpy(ctx, prompt, sizeof(int) * (size_t)n_prompt);
-    if (top_k <= 0 || top_k > V) top_k = V;
-    g->m.grad_enabled = 0;
-    size_t len = trn_tokenizer_decode(tok, ctx, (size_t)n_prompt, text, sizeof text);
-    fwrite(text, 1, len < sizeof text ? len : sizeof text - 1, stdout);
-    if (kv) trn_kv_cache_reset(kv);
-    for (int i = n_prompt; i < n_prompt + n; i++) {
-        int start = i > window ? i - window : 0, T = i - start;
-        trn_reset(&g->m);
-        if (kv) {
-            if (fed == 0 || kv->len + (i - fed) > kv->max_T) { // (re)fill: the context's last part
-                int keep = fed == 0 ? T : (kv->max_T + 1) / 2;
-                trn_kv_cache_reset(kv);
-                fed = i - keep;
-            }
-            trn_tensor *lg = gpt2_forward_cached(g, kv, ctx + fed, 1, i - fed);
-            g->m.backend->download(logits, lg->data, sizeof(float) * (size_t)Vp);
-            fed = i;
-        } else {
-            trn_tensor *lg = gpt2_forward(g, ctx + start, 1, T);
-            g->m.backend->download(logits, lg->data + (size_t)(T - 1) * Vp, sizeof(float) * (size_t)Vp);
-        }
-        // top-k by partial selection sort (k is small), then softmax over them
-        for (int v = 0; v < V; v++) idx[v] = v;
-        for (int k = 0; k < top_k; k++) {
-            int best = k;
-            for (int v = k + 1; v < V; v++) if (logits[idx[v]] > logits[idx[best]]) best = v;
-            int t = idx[k]; idx[k] = idx[best]; idx[best] = t;
-        }
-        double sum = 0.0, mx = logits[idx[0]];
-        for (int k = 0; k < top_k; k++) sum += exp((logits[idx[k]] - mx) / temperature);
-        double u = trn_rng_uniform(rng) * sum, acc = 0.0;
-        int pick = idx[top_k - 1];
-        for (int k = 0; k < top_k; k++) {
-            acc += exp((logits[idx[k]] - mx) / temperature);
-            if (u < acc) { pick = idx[k]; break; }
-        }
-        ctx[i] = pick;
-        len = trn_tokenizer_decode(tok, &pick, 1, text, sizeof text);
-        if (len == 0) len = (size_t)snprintf(text, sizeof text, "<%d>", pick); // no tokenizer knows it
-        fwrite(text, 1, len < sizeof text ? len : sizeof text - 1, stdout);
-        fflush(stdout);
-    }
-    g->m.grad_enabled = 1;
-    free(ctx);
-    free(logits);
-    free(idx);
-}
-
-// The loss history, for the plot (and read back from --log on --resume).
-typedef struct history {
-    int n, cap, nv, capv;
-    float *step, *loss;    // training loss per step
-    float *vstep, *vloss;  // validation loss
-} history;
-
-static void hist_push(float **a, float **b, int *n, int *cap, float x, float y) {
-    if (*n == *cap) {
-        *cap = *cap ? 2 * *cap : 256;
-        float *na = (float *)realloc(*a, sizeof(float) * (size_t)*cap), *nb;
-        if (!na) return;
-        *a = na;
-        if (!(nb = (float *)realloc(*b, sizeof(float) * (size_t)*cap))) return;
-        *b = nb;
-    }
-    (*a)[*n] = x;
-    (*b)[*n] = y;
-    (*n)++;
-}
-
-// a validation result: on stdout, into the --log JSONL, into the plot
-static void report_val(FILE *logf, history *h, long long step, float val) {
-    printf("step %5lld | val_loss %.4f\n", step, val);
-    if (logf) {
-        fprintf(logf, "{\"step\":%lld,\"val_loss\":%.9g}\n", step, val);
-        fflush(logf);
-    }
-    hist_push(&h->vstep, &h->vloss, &h->nv, &h->capv, (float)step, val);
-}
-
-// a number after "key": in one line of our JSONL (or 0 if absent)
-static int json_number(const char *line, const char *key, double *out) {
-    char pat[64];
-    snprintf(pat, sizeof pat, "\"%s\":", key);
-    const char *p = strstr(line, pat);
-    if (!p) return 0;
-    *out = strtod(p + strlen(pat), NULL);
-    return 1;
-}
-
-// On --resume: keep the log's lines up to the checkpoint's step (a run
-// killed after its last checkpoint logged steps that will now run again),
-// and read the loss history back for the plot.
-static void log_truncate_and_read(const char *path, long long upto, history *h) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return;
-    char tmp[1100], line[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *o = fopen(tmp, "wb");
-    if (!o) { fclose(f); return; }
-    while (fgets(line, sizeof line, f)) {
-        double step, v;
-        if (!json_number(line, "step", &step) || step > (double)upto) continue;
-        fputs(line, o);
-        if (json_number(line, "val_loss", &v)) hist_push(&h->vstep, &h->vloss, &h->nv, &h->capv, (float)step, (float)v);
-        else if (json_number(line, "loss", &v)) hist_push(&h->step, &h->loss, &h->n, &h->cap, (float)step, (float)v);
-    }
-    fclose(f);
-    if (fclose(o) == 0) rename(tmp, path);
-}
-
-// loss.svg: training loss (thin, blue) and validation loss (orange dots),
-// hand-written SVG, readable in any browser
-static void write_plot(const char *path, const history *h, const char *title) {
-    if (h->n == 0 && h->nv == 0) return;
-    FILE *f = fopen(path, "w");
-    if (!f) { fprintf(stderr, "gpt2: cannot write %s: %s\n", path, strerror(errno)); return; }
-    const double W = 800, H = 450, x0 = 70, y0 = 30, pw = 700, ph = 360;
-    double xmax = 1, ymin = 1e30, ymax = -1e30;
-    for (int i = 0; i < h->n; i++) {
-        if (h->step[i] > xmax) xmax = h->step[i];
-        if (h->loss[i] < ymin) ymin = h->loss[i];
-        if (h->loss[i] > ymax) ymax = h->loss[i];
-    }
-    for (int i = 0; i < h->nv; i++) {
-        if (h->vstep[i] > xmax) xmax = h->vstep[i];
-        if (h->vloss[i] < ymin) ymin = h->vloss[i];
-        if (h->vloss[i] > ymax) ymax = h->vloss[i];
-    }
-    if (!(ymax > ymin)) { ymax = ymin + 1; }
-    double pad = 0.05 * (ymax - ymin);
-    ymin = ymin - pad < 0 ? 0 : ymin - pad;
-    ymax += pad;
-#define PX(s) (x0 + pw * (s) / xmax)
-#define PY(v) (y0 + ph * (1.0 - ((v) - ymin) / (ymax - ymin)))
-    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" font-size=\"12\">\n", W, H);
-    fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
-    fprintf(f, "<text x=\"%.0f\" y=\"18\" font-size=\"14\">%s</text>\n", x0, title);
-    for (int k = 0; k <= 5; k++) { // grid and tick labels
-        double v = ymin + (ymax - ymin) * k / 5.0, s = xmax * k / 5.0;
-        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", x0, PY(v), x0 + pw, PY(v));
-        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%.2f</text>\n", x0 - 6, PY(v) + 4, v);
-        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", PX(s), y0, PX(s), y0 + ph);
-        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.0f</text>\n", PX(s), y0 + ph + 16, s);
-    }
-    fprintf(f, "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" stroke=\"black\"/>\n", x0, y0, pw, ph);
-    fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">step</text>\n", x0 + pw / 2, H - 10);
-    fprintf(f, "<text x=\"16\" y=\"%.0f\" transform=\"rotate(-90 16 %.0f)\" text-anchor=\"middle\">loss (nats/token)</text>\n",
-            y0 + ph / 2, y0 + ph / 2);
-    if (h->n) {
-        fprintf(f, "<polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"1.2\" points=\"");
-        for (int i = 0; i < h->n; i++) fprintf(f, "%.1f,%.1f ", PX(h->step[i]), PY(h->loss[i]));
-        fprintf(f, "\"/>\n");
-    }
-    if (h->nv) {
-        fprintf(f, "<polyline fill=\"none\" stroke=\"#ff7f0e\" stroke-width=\"2\" points=\"");
-        for (int i = 0; i < h->nv; i++) fprintf(f, "%.1f,%.1f ", PX(h->vstep[i]), PY(h->vloss[i]));
-        fprintf(f, "\"/>\n");
-        for (int i = 0; i < h->nv; i++)
-            fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"#ff7f0e\"/>\n", PX(h->vstep[i]), PY(h->vloss[i]));
-    }
-    fprintf(f, "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"#1f77b4\" stroke-width=\"2\"/>"
-               "<text x=\"%.0f\" y=\"%.0f\">train</text>\n", x0 + pw - 150, y0 + 15, x0 + pw - 125, y0 + 15, x0 + pw - 120, y0 + 19);
-    fprintf(f, "<circle cx=\"%.0f\" cy=\"%.0f\" r=\"3.5\" fill=\"#ff7f0e\"/><text x=\"%.0f\" y=\"%.0f\">validation</text>\n",
-            x0 + pw - 70, y0 + 15, x0 + pw - 60, y0 + 19);
-    fprintf(f, "</svg>\n");
-#undef PX
-#undef PY
-    fclose(f);
-}
-
-// The hyperparameters of a run, saved in every checkpoint so that
-// `--resume DIR` alone continues the same run (flags given again win).
-typedef struct run_args {
-    const char *model, *data, *bpe, *out, *resume, *init, *log, *prompt, *dump_logits, *shard;
-    long long steps;
-    int batch, seq, warmup, grad_accum, eval_every, eval_batches, ckpt_every, keep, sample, threads, top_k;
-    float lr, min_lr, weight_decay, clip, temperature;
-    long long seed;
-    int overfit;
-    int recompute; // memory only: not in the checkpoint (results are identical)
-    // the loop's extras (>>loop in train.h); -1: from the checkpoint, else off
-    const char *tensorboard, *csv;
-    int async_ckpt, keep_best, patience, fast_dev_run, profile, limit_val_n;
-    float skip_spikes, limit_val; // limit_val: a fraction (written with a '.'), limit_val_n: a count
-    double max_time;
-} run_args;
-
-static void run_to_meta(const run_args *a, trn_meta *meta) {
-    trn_meta_set_u64(meta, "run.batch", (uint64_t)a->batch);
-    trn_meta_set_u64(meta, "run.seq", (uint64_t)a->seq);
-    trn_meta_set_u64(meta, "run.grad_accum", (uint64_t)a->grad_accum);
-    trn_meta_set_u64(meta, "run.warmup", (uint64_t)a->warmup);
-    trn_meta_set_u64(meta, "run.steps", (uint64_t)a->steps);
-    trn_meta_set_u64(meta, "run.seed", (uint64_t)a->seed);
-    trn_meta_set_u64(meta, "run.overfit", (uint64_t)a->overfit);
-    trn_meta_set_u64(meta, "run.eval_every", (uint64_t)a->eval_every);
-    trn_meta_set_u64(meta, "run.eval_batches", (uint64_t)a->eval_batches);
-    trn_meta_set_u64(meta, "run.ckpt_every", (uint64_t)a->ckpt_every);
-    trn_meta_set_u64(meta, "run.keep", (uint64_t)a->keep);
-    trn_meta_set_u64(meta, "run.sample", (uint64_t)a->sample);
-    trn_meta_set_u64(meta, "run.keep_best", (uint64_t)a->keep_best);
-    trn_meta_set_u64(meta, "run.patience", (uint64_t)a->patience);
-    trn_meta_set_f64(meta, "run.skip_spikes", a->skip_spikes);
-    trn_meta_set_f64(meta, "run.lr", a->lr);
-    trn_meta_set_f64(meta, "run.min_lr", a->min_lr);
-    trn_meta_set_f64(meta, "run.weight_decay", a->weight_decay);
-    trn_meta_set_f64(meta, "run.clip", a->clip);
-    trn_meta_set(meta, "run.data", a->data ? a->data : "");
-    trn_meta_set(meta, "run.bpe", a->bpe ? a->bpe : "");
 }
 
 // ===========================================================================
@@ -933,72 +592,11 @@ static void run_to_meta(const run_args *a, trn_meta *meta) {
 // ===========================================================================
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: gpt2 [flags]          train GPT-2 with train.h (defaults in brackets)\n"
-            "model and data\n"
-            "  --model NAME       mini | tiny | gpt2 | gpt2-medium | gpt2-large | gpt2-xl [mini]\n"
-            "  --data FILE        text file, or llm.c token shard (.bin) [the kit's own text]\n"
-            "  --bpe DIR          GPT-2 tokenizer from DIR/vocab.json + DIR/merges.txt [bytes]\n"
-            "  --init PATH        start from weights: Hugging Face model.safetensors or llm.c .bin\n"
-            "training\n"
-            "  --steps N          optimizer steps of the whole run [600]\n"
-            "  --batch B          sequences per micro-batch [preset]\n"
-            "  --seq T            tokens per sequence [preset]\n"
-            "  --grad-accum K     micro-batches per step [1]\n"
-            "  --lr X             peak learning rate [preset]\n"
-            "  --min-lr X         final learning rate of the cosine [lr/10]\n"
-            "  --warmup N         linear warmup steps [steps/20]\n"
-            "  --weight-decay X   AdamW decoupled weight decay on matrices [0.1]\n"
-            "  --clip X           clip the global gradient norm, 0 = off [1.0]\n"
-            "  --seed N           initialization, data order, sampling [1337]\n"
-            "  --threads N        OpenMP threads [all cores]\n"
-            "  --shard MODE       data parallel: none (DDP) | zero1 | zero2 | fsdp [none]\n"
-            "  --overfit          train on one fixed batch (the loss should go to ~0)\n"
-            "  --recompute        keep only each block's input; re-run the block in backward\n"
-            "                     (activation checkpointing: less memory, same gradients)\n"
-            "evaluation, output\n"
-            "  --eval-every N     validation every N steps [steps/10]\n"
-            "  --eval-batches N   batches per validation [8]\n"
-            "  --sample N         tokens to generate at the end [preset: 400 bytes / 100 tokens]\n"
-            "  --prompt TEXT      start of the generated text [newline / <|endoftext|>]\n"
-            "  --temperature X    [0.8]   --top-k K [40]\n"
-            "  --out DIR          checkpoints, model.safetensors, loss.svg [runs/gpt2]\n"
-            "  --ckpt-every N     checkpoint every N steps, 0 = never [eval-every]\n"
-            "  --keep K           checkpoints kept in --out [3]\n"
-            "  --resume PATH      continue from a checkpoint file or run directory (newest valid)\n"
-            "  --log FILE         one JSON object per line per step and validation\n"
-            "  --dump-logits FILE write the logits of validation batch 0 (float32) at the end\n"
-            "  --csv FILE         one CSV row per step (val_loss filled at validation steps)\n"
-            "  --tensorboard DIR  TensorBoard event files: loss, val_loss, lr, grad_norm, tokens/s, memory\n"
-            "loop policy (Lightning's Trainer and callbacks)\n"
-            "  --async-ckpt       write checkpoints from a background thread (training waits for a copy only)\n"
-            "  --keep-best K      also keep the K best checkpoints by val_loss (of those at a validation step)\n"
-            "                     as best_<step>.safetensors [0]\n"
-            "  --patience N       stop after N validations without a new best val_loss [0: never]\n"
-            "  --max-time T       stop cleanly with a checkpoint after T seconds (or 90m, 2h)\n"
-            "  --limit-val-batches X  validation batches: a count (8), or a fraction of the split (0.25, 1.0)\n"
-            "  --fast-dev-run     one training step and one validation batch, no files written\n"
-            "  --skip-spikes Z    skip the update when loss or grad norm is Z std above the last 100 [off]\n"
-            "  --profile          time and bytes per op kind (forward, backward) after the run\n"
-            "  --help\n"
-            "data-parallel: start N copies with torchrun --no-python, mpirun, srun, or RANK/WORLD_SIZE\n"
-            "  (MASTER_ADDR/MASTER_PORT); --batch is per rank; rank 0 prints and writes the files\n");
-}
-
-static long long parse_int(const char *flag, const char *s, long long lo, long long hi) {
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) die("%s: '%s' is not an integer in [%lld, %lld]", flag, s, lo, hi);
-    return v;
-}
-
-static float parse_float(const char *flag, const char *s, double lo, double hi) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= lo && v <= hi)) die("%s: '%s' is not a number in [%g, %g]", flag, s, lo, hi);
-    return (float)v;
+    print_usage(f, "train GPT-2 with train.h", "mini | tiny | gpt2 | gpt2-medium | gpt2-large | gpt2-xl [mini]",
+                "Hugging Face model.safetensors or llm.c .bin",
+                "  --shard MODE       data parallel: none (DDP) | zero1 | zero2 | fsdp [none]\n",
+                "data-parallel: start N copies with torchrun --no-python, mpirun, srun, or RANK/WORLD_SIZE\n"
+                "  (MASTER_ADDR/MASTER_PORT); --batch is per rank; rank 0 prints and writes the files\n");
 }
 
 #ifndef GPT2_NO_MAIN
@@ -1078,100 +676,26 @@ static float validate(gpt2 *g, trn_loader *ld, int overfit, int n, int *x, int *
     return (float)v;
 }
 
+// --resume PATH of a --shard run: PATH is a sharded checkpoint itself (it
+// has manifest.json) or a run directory with some; its folder goes to out
+// ("" if none: a whole-state checkpoint, common.h's resume_open)
+static void resume_shards(const char *resume, char *out, size_t cap) {
+    struct stat st;
+    out[0] = 0;
+    if (stat(resume, &st) != 0 || !S_ISDIR(st.st_mode)) return;
+    snprintf(out, cap, "%s/manifest.json", resume);
+    if (stat(out, &st) == 0) snprintf(out, cap, "%s", resume);
+    else latest_shards(resume, out, cap);
+}
+
 int main(int argc, char **argv) {
     trn_omp_wait_passive(argv); // OpenMP threads sleep when idle (unless OMP_WAIT_POLICY is set)
+    double t_begin = now_s();   // --max-time counts from here
     // --- defaults: -1 (or NULL) means "decided below": from the
     // checkpoint when resuming, else from the preset or the other flags
     run_args a;
-    memset(&a, 0, sizeof a);
-    double t_begin = now_s(); // --max-time counts from here
-    a.model = NULL;          // preset name [mini]
-    a.out = "runs/gpt2";     // run directory
-    a.steps = -1;            // optimizer steps in the whole run [600: ~70 s for mini on 2 cores]
-    a.batch = -1;            // B [preset]
-    a.seq = -1;              // T [preset]
-    a.grad_accum = -1;       // micro-batches per step [1]
-    a.lr = -1;               // peak learning rate [preset]
-    a.min_lr = -1;           // floor of the cosine [lr / 10]
-    a.warmup = -1;           // warmup steps [steps / 20]
-    a.weight_decay = -1;     // AdamW weight decay [0.1]
-    a.clip = -1;             // gradient clipping [1.0]
-    a.seed = -1;             // everything random [1337]
-    a.eval_every = -1;       // validation period [steps / 10]
-    a.eval_batches = -1;     // batches per validation [8]
-    a.ckpt_every = -1;       // checkpoint period [eval_every]
-    a.keep = -1;             // checkpoints kept [3]
-    a.sample = -1;           // tokens sampled at the end [400 bytes / 100 BPE tokens]
-    a.temperature = 0.8f;    // sampling temperature
-    a.top_k = 40;            // sample among the k most likely tokens
-    a.threads = 0;           // 0: OpenMP's default (all cores)
-    a.keep_best = -1;        // best checkpoints kept by val_loss [0: none]
-    a.patience = -1;         // early stopping [0: never]
-    a.skip_spikes = -1;      // spike guard z threshold [0: off]
-
-    for (int i = 1; i < argc; i++) {
-        const char *f = argv[i];
-        if (!strcmp(f, "--help") || !strcmp(f, "-h")) { usage(stdout); return 0; }
-        if (!strcmp(f, "--overfit")) { a.overfit = 1; continue; }
-        if (!strcmp(f, "--recompute")) { a.recompute = 1; continue; }
-        if (!strcmp(f, "--async-ckpt")) { a.async_ckpt = 1; continue; }
-        if (!strcmp(f, "--fast-dev-run")) { a.fast_dev_run = 1; continue; }
-        if (!strcmp(f, "--profile")) { a.profile = 1; continue; }
-        static const char *with_value[] = {"--model", "--data", "--bpe", "--init", "--out", "--resume", "--log",
-                                           "--prompt", "--dump-logits", "--steps", "--batch", "--seq",
-                                           "--grad-accum", "--warmup", "--eval-every", "--eval-batches",
-                                           "--ckpt-every", "--keep", "--sample", "--top-k", "--threads", "--seed",
-                                           "--lr", "--min-lr", "--weight-decay", "--clip", "--temperature",
-                                           "--csv", "--tensorboard", "--keep-best", "--patience", "--max-time",
-                                           "--limit-val-batches", "--skip-spikes", "--shard"};
-        int known = 0;
-        for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) known |= !strcmp(f, with_value[k]);
-        if (!known) die("unknown %s '%s' (see --help)", strncmp(f, "--", 2) ? "argument" : "flag", f);
-        if (i + 1 >= argc) die("%s needs a value (see --help)", f);
-        const char *v = argv[++i];
-        if (!strcmp(f, "--model")) a.model = v;
-        else if (!strcmp(f, "--shard")) a.shard = v;
-        else if (!strcmp(f, "--data")) a.data = v;
-        else if (!strcmp(f, "--bpe")) a.bpe = v;
-        else if (!strcmp(f, "--init")) a.init = v;
-        else if (!strcmp(f, "--out")) a.out = v;
-        else if (!strcmp(f, "--resume")) a.resume = v;
-        else if (!strcmp(f, "--log")) a.log = v;
-        else if (!strcmp(f, "--prompt")) a.prompt = v;
-        else if (!strcmp(f, "--dump-logits")) a.dump_logits = v;
-        else if (!strcmp(f, "--steps")) a.steps = parse_int(f, v, 0, 1000000000);
-        else if (!strcmp(f, "--batch")) a.batch = (int)parse_int(f, v, 1, 1 << 20);
-        else if (!strcmp(f, "--seq")) a.seq = (int)parse_int(f, v, 1, 1 << 20);
-        else if (!strcmp(f, "--grad-accum")) a.grad_accum = (int)parse_int(f, v, 1, 1 << 20);
-        else if (!strcmp(f, "--warmup")) a.warmup = (int)parse_int(f, v, 0, 1000000000);
-        else if (!strcmp(f, "--eval-every")) a.eval_every = (int)parse_int(f, v, 0, 1000000000);
-        else if (!strcmp(f, "--eval-batches")) a.eval_batches = (int)parse_int(f, v, 1, 1 << 20);
-        else if (!strcmp(f, "--ckpt-every")) a.ckpt_every = (int)parse_int(f, v, 0, 1000000000);
-        else if (!strcmp(f, "--keep")) a.keep = (int)parse_int(f, v, 1, 1000000);
-        else if (!strcmp(f, "--sample")) a.sample = (int)parse_int(f, v, 0, 1 << 20);
-        else if (!strcmp(f, "--top-k")) a.top_k = (int)parse_int(f, v, 1, 1 << 24);
-        else if (!strcmp(f, "--threads")) a.threads = (int)parse_int(f, v, 1, 4096);
-        else if (!strcmp(f, "--seed")) a.seed = parse_int(f, v, 0, (long long)9e18);
-        else if (!strcmp(f, "--lr")) a.lr = parse_float(f, v, 1e-12, 10);
-        else if (!strcmp(f, "--min-lr")) a.min_lr = parse_float(f, v, 0, 10);
-        else if (!strcmp(f, "--weight-decay")) a.weight_decay = parse_float(f, v, 0, 10);
-        else if (!strcmp(f, "--clip")) a.clip = parse_float(f, v, 0, 1e9);
-        else if (!strcmp(f, "--temperature")) a.temperature = parse_float(f, v, 1e-3, 100);
-        else if (!strcmp(f, "--csv")) a.csv = v;
-        else if (!strcmp(f, "--tensorboard")) a.tensorboard = v;
-        else if (!strcmp(f, "--keep-best")) a.keep_best = (int)parse_int(f, v, 0, 1000000);
-        else if (!strcmp(f, "--patience")) a.patience = (int)parse_int(f, v, 0, 1000000000);
-        else if (!strcmp(f, "--limit-val-batches") && strchr(v, '.')) a.limit_val = parse_float(f, v, 1e-9, 1);
-        else if (!strcmp(f, "--limit-val-batches")) a.limit_val_n = (int)parse_int(f, v, 1, 1 << 20);
-        else if (!strcmp(f, "--skip-spikes")) a.skip_spikes = parse_float(f, v, 0, 1e6);
-        else if (!strcmp(f, "--max-time")) { // seconds, or with a unit: 90m, 2h
-            char *end;
-            double t = strtod(v, &end), unit = !strcmp(end, "h") ? 3600 : !strcmp(end, "m") ? 60 : 1;
-            if (end == v || !(t > 0) || (*end && strcmp(end, "s") && unit == 1)) die("--max-time: '%s' is not like 3600, 90m or 2h", v);
-            a.max_time = t * unit;
-        }
-    }
-    if (a.fast_dev_run && a.resume) die("--fast-dev-run is a fresh smoke test: not with --resume");
+    args_init(&a, "runs/gpt2");
+    if (parse_args(&a, argc, argv)) { usage(stdout); return 0; }
     if (a.threads > 0) trn_set_threads(a.threads);
 
     // --- data parallelism: which rank of how many (the launcher's variables;
@@ -1195,54 +719,16 @@ int main(int argc, char **argv) {
     trn_safetensors ck;
     int have_ck = 0;
     if (a.resume) {
-        struct stat st;
-        if (stat(a.resume, &st) != 0) die("--resume %s: %s", a.resume, strerror(errno));
-        if (S_ISDIR(st.st_mode)) { // a sharded checkpoint itself, or a run directory with some
-            struct stat mst;
-            snprintf(ckpt_path, sizeof ckpt_path, "%s/manifest.json", a.resume);
-            if (stat(ckpt_path, &mst) == 0) snprintf(shards_dir, sizeof shards_dir, "%s", a.resume);
-            else latest_shards(a.resume, shards_dir, sizeof shards_dir);
-            ckpt_path[0] = 0;
-        }
-        if (shards_dir[0]) {
-            if (!shards_rank0(shards_dir, ckpt_path, sizeof ckpt_path)) die("--resume %s: no rank-00000 file", shards_dir);
-        } else if (S_ISDIR(st.st_mode)) {
-            long long s;
-            trn_result r = trn_checkpoint_latest(a.resume, ckpt_path, sizeof ckpt_path, &s);
-            if (r != TRN_OK) die("--resume %s: %s", a.resume, trn_error_reason());
-        } else {
-            snprintf(ckpt_path, sizeof ckpt_path, "%s", a.resume);
-        }
-        if (trn_safetensors_open(&ck, ckpt_path) != TRN_OK) die("--resume %s: %s", ckpt_path, trn_error_reason());
+        resume_shards(a.resume, shards_dir, sizeof shards_dir);
+        if (!shards_dir[0]) resume_open(a.resume, ckpt_path, sizeof ckpt_path, &ck);
+        else if (!shards_rank0(shards_dir, ckpt_path, sizeof ckpt_path)) die("--resume %s: no rank-00000 file", shards_dir);
+        else if (trn_safetensors_open(&ck, ckpt_path) != TRN_OK) die("--resume %s: %s", ckpt_path, trn_error_reason());
         if (st_meta_long(&ck, "gpt2.n_layer") < 0 || st_meta_long(&ck, "run.step") < 0)
             die("--resume %s: not a checkpoint of examples/gpt2 (no gpt2.* / run.* metadata)", ckpt_path);
         have_ck = 1;
         if (a.init) { printf("note: --resume wins over --init\n"); a.init = NULL; }
+        args_from_checkpoint(&a, &ck);
     }
-#define FROM_CK_INT(field, key) do { if (a.field < 0 && have_ck && st_meta_long(&ck, key) >= 0) a.field = st_meta_long(&ck, key); } while (0)
-#define FROM_CK_F(field, key) do { const char *s_ = have_ck ? trn_safetensors_meta(&ck, key) : NULL; if (a.field < 0 && s_) a.field = (float)atof(s_); } while (0)
-#define FROM_CK_STR(field, key) do { const char *s_ = have_ck ? trn_safetensors_meta(&ck, key) : NULL; if (!a.field && s_ && *s_) a.field = strdup(s_); } while (0)
-    FROM_CK_INT(batch, "run.batch");
-    FROM_CK_INT(seq, "run.seq");
-    FROM_CK_INT(grad_accum, "run.grad_accum");
-    FROM_CK_INT(warmup, "run.warmup");
-    FROM_CK_INT(steps, "run.steps");
-    FROM_CK_INT(seed, "run.seed");
-    FROM_CK_INT(eval_every, "run.eval_every");
-    FROM_CK_INT(eval_batches, "run.eval_batches");
-    FROM_CK_INT(ckpt_every, "run.ckpt_every");
-    FROM_CK_INT(keep, "run.keep");
-    FROM_CK_INT(sample, "run.sample");
-    FROM_CK_INT(keep_best, "run.keep_best");
-    FROM_CK_INT(patience, "run.patience");
-    FROM_CK_F(skip_spikes, "run.skip_spikes");
-    FROM_CK_F(lr, "run.lr");
-    FROM_CK_F(min_lr, "run.min_lr");
-    FROM_CK_F(weight_decay, "run.weight_decay");
-    FROM_CK_F(clip, "run.clip");
-    FROM_CK_STR(data, "run.data");
-    FROM_CK_STR(bpe, "run.bpe");
-    if (have_ck && st_meta_long(&ck, "run.overfit") == 1) a.overfit = 1;
 
     // --- the model's shape: checkpoint > --init file > preset
     const preset *pre = find_preset(a.model ? a.model : "mini");
@@ -1283,33 +769,7 @@ int main(int argc, char **argv) {
     }
 
     // --- the rest of the defaults
-    if (a.steps < 0) a.steps = 600;
-    if (a.batch < 0) a.batch = pre->batch;
-    if (a.seq < 0) a.seq = pre->seq < cfg.block_size ? pre->seq : cfg.block_size;
-    if (a.grad_accum < 0) a.grad_accum = 1;
-    if (a.lr < 0) a.lr = pre->lr;
-    if (a.min_lr < 0) a.min_lr = a.lr / 10;
-    if (a.warmup < 0) a.warmup = (int)(a.steps / 20);
-    if (a.weight_decay < 0) a.weight_decay = 0.1f;
-    if (a.clip < 0) a.clip = 1.0f;
-    if (a.seed < 0) a.seed = 1337;
-    if (a.eval_every < 0) a.eval_every = a.steps >= 10 ? (int)(a.steps / 10) : 1;
-    if (a.ckpt_every < 0) a.ckpt_every = a.eval_every;
-    if (a.eval_batches < 0) a.eval_batches = 8;
-    if (a.keep < 0) a.keep = 3;
-    if (a.sample < 0) a.sample = cfg.vocab_size <= 256 ? 400 : 100;
-    if (a.keep_best < 0) a.keep_best = 0;
-    if (a.patience < 0) a.patience = 0;
-    if (a.skip_spikes < 0) a.skip_spikes = 0;
-    if (a.fast_dev_run) { // Lightning's fast_dev_run: one batch of each, nothing on disk
-        a.steps = 1; a.eval_every = 0; a.eval_batches = 1; a.ckpt_every = 0; a.sample = 0;
-        a.log = a.csv = a.tensorboard = a.dump_logits = NULL;
-    }
-    if (a.seq > cfg.block_size) die("--seq %d is longer than the model's context of %d tokens", a.seq, cfg.block_size);
-    if (a.min_lr > a.lr) die("--min-lr %g is above --lr %g", a.min_lr, a.lr);
-    if (!a.bpe && cfg.vocab_size > 256 && !a.data && a.steps > 0)
-        die("the model has a %d-token vocabulary: give --bpe DIR (GPT-2's vocab.json + merges.txt) or --data SHARD.bin",
-            cfg.vocab_size);
+    args_defaults(&a, pre->batch, pre->seq, pre->lr, cfg.block_size, cfg.vocab_size);
     int B = a.batch, T = a.seq;
 
     // --- data: tokens -> checked against the vocabulary -> loader
@@ -1337,10 +797,7 @@ int main(int argc, char **argv) {
     dd.no_val = a.overfit; // one memorized batch: no validation split
     if (trn_loader_init(&ld, tokens.ids, tokens.n, &dd) != TRN_OK)
         die("%s: %zu tokens: %s", a.data ? a.data : "data", tokens.n, trn_error_reason());
-    if (a.limit_val_n > 0 && !a.fast_dev_run) a.eval_batches = a.limit_val_n; // Lightning's int: a count
-    if (a.limit_val > 0 && !a.fast_dev_run) // its float: a fraction of this rank's share of the split
-        a.eval_batches = (int)fmax(1, floor(a.limit_val * (double)(ld.val_batches / W)));
-    if ((int64_t)a.eval_batches * W > ld.val_batches && ld.val_batches >= W) a.eval_batches = (int)(ld.val_batches / W);
+    args_eval_batches(&a, ld.val_batches, W);
     int *x = (int *)malloc(sizeof(int) * (size_t)B * T), *y = (int *)malloc(sizeof(int) * (size_t)B * T);
     int *skip_x = (int *)malloc(sizeof(int) * (size_t)B * T), *skip_y = (int *)malloc(sizeof(int) * (size_t)B * T);
     float *mb_loss = (float *)malloc(sizeof(float) * (size_t)a.grad_accum); // each micro-batch's loss
@@ -1370,10 +827,8 @@ int main(int argc, char **argv) {
     long long step = 0;
     history hist;
     memset(&hist, 0, sizeof hist);
-    trn_spike_guard guard; // --skip-spikes: its window goes into the checkpoint
-    trn_spike_guard_init(&guard, a.skip_spikes);
-    trn_early_stop early;  // --patience: its best and count too
-    trn_early_stop_init(&early, a.patience);
+    run_loop loop; // --skip-spikes' window and --patience's best go into the checkpoint
+    loop_init(&loop, &a, t_begin);
 
     int attached = 0;
     if (have_ck) {
@@ -1392,22 +847,8 @@ int main(int argc, char **argv) {
         // are what the next steps use and what the next checkpoint records
         opt.desc = trn_adamw_defaults(&od);
         if (trn_ddp_meta_check(&ddp, &meta, ckpt_path) != TRN_OK) die("--resume: %s", trn_error_reason());
-        uint64_t u;
-        trn_meta_get_u64(&meta, "run.step", &u);
-        step = (long long)u;
-        if (trn_meta_get_u64(&meta, "run.sample_rng", &u) == TRN_OK) sample_rng.state = u;
-        CHECK_OK(trn_spike_guard_load(&guard, &meta));
-        CHECK_OK(trn_early_stop_load(&early, &meta));
-        trn_loader_pos pos;
-        uint64_t e = 0, b = 0;
-        if (trn_meta_get_u64(&meta, "run.data_epoch", &e) != TRN_OK || trn_meta_get_u64(&meta, "run.data_batch", &b) != TRN_OK ||
-            trn_meta_get_u64(&meta, "run.data_seed", &pos.seed) != TRN_OK ||
-            trn_meta_get_u64(&meta, "run.data_check", &pos.check) != TRN_OK)
-            die("--resume %s: no data position in the checkpoint", ckpt_path);
-        pos.epoch = (int64_t)e;
-        pos.batch = (int64_t)b;
-        if (trn_loader_seek(&ld, &pos) != TRN_OK)
-            die("--resume %s: the data differs from the run's (%s)", ckpt_path, trn_error_reason());
+        step = run_state_from_meta(&meta, ckpt_path, &sample_rng, &ld);
+        loop_resume(&loop, &meta);
         printf("resumed from %s at step %lld\n", ckpt_path, step);
         if (a.log && main_rank) log_truncate_and_read(a.log, step, &hist);
     } else if (a.init) {
@@ -1438,28 +879,7 @@ int main(int argc, char **argv) {
     if (files && trn_mkdirs(a.out) != TRN_OK) die("--out %s: %s", a.out, trn_error_reason());
     FILE *logf = NULL;
     if (main_rank && a.log && !(logf = fopen(a.log, have_ck ? "a" : "w"))) die("--log %s: %s", a.log, strerror(errno));
-    // >>loop: progress and ETA, CSV, TensorBoard, async checkpoints, profile
-    trn_progress prog;
-    trn_progress_init(&prog, step, a.steps);
-    trn_csv csv;
-    if (main_rank && a.csv && trn_csv_open(&csv, a.csv, "step,loss,val_loss,lr,grad_norm,ms,tok_per_s,mem_bytes,skipped",
-                                           have_ck ? step : -1) != TRN_OK)
-        die("--csv %s", trn_error_reason());
-    trn_tb_writer tb;
-    memset(&tb, 0, sizeof tb);
-    if (main_rank && a.tensorboard && trn_tb_open(&tb, a.tensorboard) != TRN_OK) die("--tensorboard %s", trn_error_reason());
-    trn_ckpt_async ack;
-    memset(&ack, 0, sizeof ack);
-    ack.keep = a.keep;
-#ifdef TRN_USE_CUDA
-    ack.host_alloc = trn_cuda_host_alloc; // pinned: the device-to-host copy at full speed
-    ack.host_free = trn_cuda_host_free;
-#endif
-    trn_profile prof;
-    if (a.profile) trn_profile_attach(&prof, &g.m);
-#ifdef TRN_USE_CUDA
-    if (a.profile) trn_cuda_profile_clock(&prof); // CUDA events: no sync per op
-#endif
+    loop_open(&loop, &a, &g.m, step, have_ck, main_rank); // progress and ETA, CSV, TensorBoard, profile
     const char *stop = NULL; // why the loop ended early (--patience, --max-time)
 
     char path[1200], title[256];
@@ -1471,11 +891,10 @@ int main(int argc, char **argv) {
     long long val_step = -1;
 
 #define VALIDATE()                                                                                 \
-    (trn_progress_break(&prog), val = validate(&g, &ld, a.overfit, a.eval_batches, x, y, B, T), val_step = step, \
-     report_val(logf, &hist, step, val), tb.f ? trn_tb_scalar(&tb, "val_loss", step, val) : TRN_OK)
+    (val = validate(&g, &ld, a.overfit, a.eval_batches, x, y, B, T), val_step = step, loop_val(&loop, logf, &hist, step, val))
     if (step == 0 && a.eval_every > 0 && a.steps > 0) {
         VALIDATE();
-        trn_early_stop_update(&early, step, val);
+        trn_early_stop_update(&loop.early, step, val);
     }
 
     // --- the training loop
@@ -1511,54 +930,32 @@ int main(int argc, char **argv) {
         DDP_OK(trn_ddp_allreduce_host(&ddp, &mean_loss, 1, 1));
         loss = (float)mean_loss;
         // --skip-spikes: the same loss and norm on every rank, so the same decision
-        int skipped = a.skip_spikes > 0 && trn_spike_guard_check(&guard, loss, norm);
+        int skipped = a.skip_spikes > 0 && trn_spike_guard_check(&loop.guard, loss, norm);
         if (a.skip_spikes > 0 && !skipped) {
             DDP_OK(trn_ddp_adamw_step(&ddp, &opt, &g.m, lr));
             trn_sync(&g.m);
         }
         step++;
-        double ms = 1e3 * (now_s() - t0), tps = (double)B * T * a.grad_accum * W / (ms / 1e3);
-        size_t mem = trn_ledger_total(TRN_HOST) + trn_ledger_total(TRN_DEVICE);
+        step_stats st = {step, loss, lr, norm, 1e3 * (now_s() - t0), 0, 0, skipped};
+        st.tps = (double)B * T * a.grad_accum * W / (st.ms / 1e3);
+        st.mem = trn_ledger_total(TRN_HOST) + trn_ledger_total(TRN_DEVICE);
         if (first_loss < 0) first_loss = loss;
         last_loss = loss;
-        char line[256];
-        snprintf(line, sizeof line, "step %5lld/%lld | loss %.4f | lr %.2e | norm %.3f | %7.1f ms | %6.0f tok/s | mem %.1f MiB",
-                 step, a.steps, loss, lr, norm, ms, tps, mem / 1048576.0);
-        trn_progress_step(&prog, step, loss, tps, line); // + ETA; on a terminal, in place
-        if (skipped) {
-            trn_progress_break(&prog);
-            printf("step %5lld | spike: loss z %.1f, norm z %.1f (--skip-spikes %g): update skipped (%lld so far)\n", step,
-                   guard.z_loss, guard.z_norm, a.skip_spikes, guard.skipped);
-        }
-        if (logf)
-            fprintf(logf, "{\"step\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"ms\":%.3f,\"tok_per_s\":%.1f,\"mem_bytes\":%zu%s}\n",
-                    step, loss, lr, norm, ms, tps, mem, skipped ? ",\"skipped\":1" : ""), fflush(logf);
-        if (tb.f) {
-            CHECK_OK(trn_tb_scalar(&tb, "loss", step, loss));
-            CHECK_OK(trn_tb_scalar(&tb, "lr", step, lr));
-            CHECK_OK(trn_tb_scalar(&tb, "grad_norm", step, norm));
-            CHECK_OK(trn_tb_scalar(&tb, "tokens_per_s", step, tps));
-            CHECK_OK(trn_tb_memory(&tb, step));
-        }
-        hist_push(&hist.step, &hist.loss, &hist.n, &hist.cap, (float)step, loss);
+        loop_step(&loop, &a, logf, &hist, &st); // the step's line (+ ETA), JSONL, TensorBoard, plot
         int force_ckpt = 0; // a stop (--patience, --max-time) leaves a checkpoint to resume from
         if (a.eval_every > 0 && (step % a.eval_every == 0 || step == a.steps)) {
             VALIDATE();
             snprintf(path, sizeof path, "%s/loss.svg", a.out);
             if (files) write_plot(path, &hist, title);
-            if (trn_early_stop_update(&early, step, val) && step < a.steps)
+            if (trn_early_stop_update(&loop.early, step, val) && step < a.steps)
                 stop = "early stopping (--patience)", force_ckpt = 1;
         }
         if (a.max_time > 0 && step < a.steps) { // every rank stops at the same step: any rank's clock decides
-            double over = now_s() - t_begin >= a.max_time;
+            double over = loop_over_time(&loop, &a);
             DDP_OK(trn_ddp_allreduce_host(&ddp, &over, 1, 0));
             if (over > 0) stop = "--max-time", force_ckpt = 1;
         }
-        if (a.csv && main_rank) {
-            double row[9] = {(double)step, loss, val_step == step ? val : NAN, lr, norm, ms, tps, (double)mem, (double)skipped};
-            CHECK_OK(trn_csv_row(&csv, row));
-        }
-        if (tb.f) CHECK_OK(trn_tb_flush(&tb));
+        loop_step_end(&loop, &st, val_step == step ? val : NAN); // the CSV row
         if ((files || (sharded_ckpt && !a.fast_dev_run)) && (force_ckpt || (a.ckpt_every > 0 && (step % a.ckpt_every == 0 || step == a.steps)))) {
             // everything the next step depends on: weights, AdamW (in the
             // file's tensors), step, RNG, data position, flags (metadata)
@@ -1571,57 +968,30 @@ int main(int argc, char **argv) {
             // with another is refused. Absent = 1 rank, so W = 1 adds nothing.
             if (sharded_ckpt) trn_ddp_meta_set(&ddp, &meta); // world size and ZeRO: must match on resume
             else if (W > 1) trn_meta_set_u64(&meta, "ddp.world_size", (uint64_t)W);
-            trn_loader_pos pos = trn_loader_tell(&ld);
-            trn_meta_set_u64(&meta, "run.step", (uint64_t)step);
-            trn_meta_set_u64(&meta, "run.sample_rng", sample_rng.state);
-            trn_meta_set_u64(&meta, "run.data_epoch", (uint64_t)pos.epoch);
-            trn_meta_set_u64(&meta, "run.data_batch", (uint64_t)pos.batch);
-            trn_meta_set_u64(&meta, "run.data_seed", pos.seed);
-            trn_meta_set_u64(&meta, "run.data_check", pos.check);
-            if (a.skip_spikes > 0) trn_spike_guard_save(&guard, &meta);
-            trn_early_stop_save(&early, &meta);
-            if (val_step == step) trn_meta_set_f64(&meta, "val_loss", val); // ranks --keep-best
-            trn_progress_break(&prog);
+            run_state_to_meta(&meta, step, &sample_rng, &ld);
+            loop_to_meta(&loop, &a, &meta, val_step == step, val);
             if (sharded_ckpt) { // every rank its slice, rank 0 the manifest last
+                trn_progress_break(&loop.prog);
                 snprintf(path, sizeof path, "%s/ckpt_%08lld.shards", a.out, step);
                 DDP_OK(trn_ddp_checkpoint_save_sharded(&ddp, path, &g.m, &opt, &meta));
                 if (main_rank) prune_shards(a.out, a.keep);
                 printf("checkpoint %s\n", path);
-            } else if (a.async_ckpt) { // a copy now, the file from a background thread while training goes on
-                ack.keep_best = val_step == step ? a.keep_best : 0;
-                CHECK_OK(trn_checkpoint_save_async(&ack, a.out, step, &g.m, &opt, &meta));
-                printf("checkpoint %s (async: training waited %.1f ms, %.1f ms of it for the previous save)\n", ack.path,
-                       1e3 * ack.stage_seconds, 1e3 * ack.wait_seconds);
             } else {
-                double ts = now_s();
-                CHECK_OK(trn_checkpoint_save_dir(a.out, step, a.keep, &g.m, &opt, &meta, path, sizeof path));
-                if (a.keep_best > 0 && val_step == step) CHECK_OK(trn_checkpoint_keep_best(a.out, path, a.keep_best));
-                printf("checkpoint %s (training waited %.1f ms)\n", path, 1e3 * (now_s() - ts));
+                loop_save(&loop, &a, step, &g.m, &opt, &meta, val_step == step);
             }
         }
         if (stop) {
-            trn_progress_break(&prog);
-            printf("stopped at step %lld: %s (best val_loss %.4f at step %lld); --resume %s continues\n", step, stop,
-                   early.best, early.best_step, a.out);
+            loop_stopped(&loop, &a, step, stop);
             break;
         }
     }
-    trn_progress_break(&prog);
-    if (ack.saves) { // the last async save must be on disk before we go on
-        CHECK_OK(trn_checkpoint_wait(&ack));
-        printf("async checkpoints: %lld written in the background, the last in %.2f s\n", ack.saves, ack.write_seconds);
-    }
-    trn_ckpt_async_free(&ack);
-    if (a.profile) {
-        trn_profile_print(&prof, stdout);
-        trn_profile_free(&prof);
-    }
+    loop_finish(&loop, &a); // the last async checkpoint on disk, the profile
     double wall = now_s() - t_start;
 
     // --- the end: a final validation, the plot, the weights, a sample
     if (val_step != step || a.eval_every == 0) VALIDATE();
-    if (tb.f) CHECK_OK(trn_tb_close(&tb));
-    if (a.csv && main_rank) CHECK_OK(trn_csv_close(&csv));
+#undef VALIDATE
+    loop_close(&loop);
     if (first_loss >= 0)
         printf("trained steps %lld..%lld in %.1f s: loss %.4f -> %.4f, val_loss %.4f\n", first_step, step, wall,
                first_loss, last_loss, val);
@@ -1640,41 +1010,19 @@ int main(int argc, char **argv) {
         printf("wrote %s and %s/loss.svg\n", path, a.out);
     }
     trn_ledger_print("memory: what the kit allocated (peak = the step's high-water mark)");
-    if (a.dump_logits && main_rank) { // the logits of validation batch 0, for comparisons
-        FILE *f = fopen(a.dump_logits, "wb");
-        if (!f) die("--dump-logits %s: %s", a.dump_logits, strerror(errno));
-        if (!a.overfit) trn_loader_val_batch(&ld, 0, x, y); // (--overfit: its one batch)
-        g.m.grad_enabled = 0;
+    if (a.dump_logits && main_rank) { // the logits of validation batch 0 (--overfit: its one batch)
+        if (!a.overfit) trn_loader_val_batch(&ld, 0, x, y);
+        int grad_was = trn_no_grad(&g.m);
         trn_reset(&g.m);
-        trn_tensor *lg = gpt2_forward(&g, x, B, T);
-        float *host = (float *)malloc(sizeof(float) * lg->size);
-        if (!host) die("out of memory");
-        trn_read(&g.m, lg, host);
-        fwrite(host, sizeof(float), lg->size, f);
-        fclose(f);
-        free(host);
-        g.m.grad_enabled = 1;
+        dump_logits(a.dump_logits, &g.m, gpt2_forward(&g, x, B, T));
+        trn_set_grad_enabled(&g.m, grad_was);
     }
     if (a.sample > 0 && main_rank) {
-        trn_tokens p;
-        memset(&p, 0, sizeof p);
-        int start[1];
-        start[0] = cfg.vocab_size <= 256 ? '\n' : (tok.eot_id >= 0 ? tok.eot_id : 0);
-        const int *prompt = start;
-        int n_prompt = 1;
-        if (a.prompt && *a.prompt) {
-            if (trn_tokenizer_encode(&tok, a.prompt, strlen(a.prompt), &p) != TRN_OK) die("--prompt: %s", trn_error_reason());
-            if (trn_tokens_check(p.ids, p.n, cfg.vocab_size) != TRN_OK) die("--prompt: %s", trn_error_reason());
-            prompt = p.ids;
-            n_prompt = (int)(p.n < (size_t)T ? p.n : (size_t)T);
-        }
-        printf("---- sample (%d tokens, temperature %g, top-k %d) ----\n", a.sample, a.temperature, a.top_k);
         trn_kv_cache kv; // keys and values of the context: one position per new token
         CHECK_OK(trn_kv_cache_init(&kv, &g.m, cfg.n_layer, 1, T, cfg.n_head, cfg.n_embd / cfg.n_head));
-        sample_text(&g, &tok, prompt, n_prompt, a.sample, T, a.temperature, a.top_k, &sample_rng, &kv);
+        sample_run(&a, &g.m, gpt2_logits, &g, cfg.vocab_size, cfg.padded_vocab, &tok, T, &sample_rng,
+                   gpt2_logits_cached, &kv);
         trn_kv_cache_free(&kv);
-        printf("\n----\n");
-        trn_tokens_free(&p);
     }
     if (logf) fclose(logf);
     DDP_OK(trn_ddp_barrier(&ddp)); // no rank leaves while another may still need it

@@ -120,6 +120,7 @@ typedef struct llama_block {
     trn_tensor *w_gate;    // (F, C)              mlp.gate_proj (W1, through SiLU)
     trn_tensor *w_up;      // (F, C)              mlp.up_proj   (W3, the linear half)
     trn_tensor *w_down;    // (C, F)              mlp.down_proj (W2)
+    const llama_config *cfg; // heads, RoPE, epsilon: a recompute region sees only its block
 } llama_block;
 
 typedef struct llama {
@@ -129,6 +130,7 @@ typedef struct llama {
     llama_block *layers; // L blocks
     trn_tensor *norm;    // (C)      model.norm
     trn_tensor *head;    // (Vp, C)  lm_head (not tied to embed)
+    int recompute;       // 1: each block is a recompute region (--recompute)
 } llama;
 
 static trn_result llama_create(llama *g, const llama_config *cfg, const trn_backend *backend) {
@@ -145,6 +147,7 @@ static trn_result llama_create(llama *g, const llama_config *cfg, const trn_back
     for (int l = 0; l < L; l++) {
         llama_block *b = &g->layers[l];
         char n[96];
+        b->cfg = &g->cfg;
 #define LLAMA_P(field, what, ...) \
     (snprintf(n, sizeof n, "model.layers.%d.%s", l, what), b->field = trn_param(m, n, __VA_ARGS__))
         int sC[1] = {C}, sqkv[2] = {QKV, C}, so[2] = {C, cfg->n_head * hs}, sup[2] = {F, C}, sdown[2] = {C, F};
@@ -192,26 +195,34 @@ static void llama_init_weights(llama *g, uint64_t seed) {
     }
 }
 
+// One decoder block, x (B,T,C) -> (B,T,C). Its signature is a
+// trn_region_fn so that --recompute can hand it to trn_recompute.
+static trn_tensor *llama_block_forward(trn_model *m, trn_tensor *x, void *user) {
+    llama_block *b = (llama_block *)user;
+    const llama_config *c = b->cfg;
+    // x = x + o_proj(attention(rope(qkv_proj(rmsnorm(x)))))
+    trn_tensor *h = trn_rmsnorm(m, x, b->attn_norm, c->norm_eps);         // (B,T,C)
+    h = trn_linear(m, h, b->wqkv, NULL);                                   // (B,T,(NH+2NKV)hs)
+    h = trn_rope(m, h, c->n_head, c->n_kv_head, c->rope_theta, 0);         // q, k turned by position
+    h = trn_attention_gqa(m, h, c->n_head, c->n_kv_head, 1);               // (B,T,NH*hs) causal
+    x = trn_add(m, x, trn_linear(m, h, b->wo, NULL));                      // (B,T,C)
+    // x = x + down(silu(gate(h)) * up(h)),  h = rmsnorm(x)
+    h = trn_rmsnorm(m, x, b->mlp_norm, c->norm_eps);                       // (B,T,C)
+    trn_tensor *gate = trn_silu(m, trn_linear(m, h, b->w_gate, NULL));    // (B,T,F)
+    h = trn_mul(m, gate, trn_linear(m, h, b->w_up, NULL));                 // (B,T,F)
+    return trn_add(m, x, trn_linear(m, h, b->w_down, NULL));               // (B,T,C)
+}
+
 // ids (B,T) -> logits (B,T,Vp); every op records itself on the tape (when
-// m->grad_enabled). Call trn_reset(&g->m) before.
+// m->grad_enabled). Call trn_reset(&g->m) before. With --recompute a block
+// keeps only its input for backward and runs again inside backward.
 static trn_tensor *llama_forward(llama *g, const int *ids, int B, int T) {
     trn_model *m = &g->m;
     const llama_config *c = &g->cfg;
     trn_tensor *x = trn_embedding(m, g->embed, ids, B, T);                    // (B,T,C)
-    for (int l = 0; l < c->n_layer; l++) {
-        llama_block *b = &g->layers[l];
-        // x = x + o_proj(attention(rope(qkv_proj(rmsnorm(x)))))
-        trn_tensor *h = trn_rmsnorm(m, x, b->attn_norm, c->norm_eps);         // (B,T,C)
-        h = trn_linear(m, h, b->wqkv, NULL);                                   // (B,T,(NH+2NKV)hs)
-        h = trn_rope(m, h, c->n_head, c->n_kv_head, c->rope_theta, 0);         // q, k turned by position
-        h = trn_attention_gqa(m, h, c->n_head, c->n_kv_head, 1);               // (B,T,NH*hs) causal
-        x = trn_add(m, x, trn_linear(m, h, b->wo, NULL));                      // (B,T,C)
-        // x = x + down(silu(gate(h)) * up(h)),  h = rmsnorm(x)
-        h = trn_rmsnorm(m, x, b->mlp_norm, c->norm_eps);                       // (B,T,C)
-        trn_tensor *gate = trn_silu(m, trn_linear(m, h, b->w_gate, NULL));    // (B,T,F)
-        h = trn_mul(m, gate, trn_linear(m, h, b->w_up, NULL));                 // (B,T,F)
-        x = trn_add(m, x, trn_linear(m, h, b->w_down, NULL));                  // (B,T,C)
-    }
+    for (int l = 0; l < c->n_layer; l++)
+        x = g->recompute ? trn_recompute(m, llama_block_forward, &g->layers[l], x)
+                         : llama_block_forward(m, x, &g->layers[l]);
     x = trn_rmsnorm(m, x, g->norm, c->norm_eps);
     return trn_linear(m, x, g->head, NULL);                                    // (B,T,Vp)
 }
@@ -474,14 +485,17 @@ static double evaluate(llama *g, trn_loader *ld, int overfit, int n, int *x, int
 
 static void usage(FILE *f) {
     print_usage(f, "train a Llama with train.h", "mini | tiny | tinyllama-1.1b [mini]",
-                "DIR with Hugging Face config.json + model.safetensors, or a model.safetensors written here");
+                "DIR with Hugging Face config.json + model.safetensors, or a model.safetensors written here", "", "");
 }
 
 #ifndef LLAMA_NO_MAIN
 int main(int argc, char **argv) {
+    trn_omp_wait_passive(argv); // OpenMP threads sleep when idle (unless OMP_WAIT_POLICY is set)
+    double t_begin = now_s();   // --max-time counts from here
     run_args a;
     args_init(&a, "runs/llama");
     if (parse_args(&a, argc, argv)) { usage(stdout); return 0; }
+    if (a.shard) die("--shard: examples/llama trains on one process (examples/gpt2 trains data-parallel)");
     if (a.threads > 0) trn_set_threads(a.threads);
 
     // --- resume: find the checkpoint, read its model config and run flags
@@ -543,7 +557,7 @@ int main(int argc, char **argv) {
     dd.no_val = a.overfit;
     if (trn_loader_init(&ld, tokens.ids, tokens.n, &dd) != TRN_OK)
         die("%s: %zu tokens: %s", a.data ? a.data : "data", tokens.n, trn_error_reason());
-    if (a.eval_batches > ld.val_batches && ld.val_batches > 0) a.eval_batches = (int)ld.val_batches;
+    args_eval_batches(&a, ld.val_batches, 1);
     int *x = (int *)malloc(sizeof(int) * (size_t)B * T), *y = (int *)malloc(sizeof(int) * (size_t)B * T);
     if (!x || !y) die("out of memory for a batch");
     if (a.overfit) trn_loader_next(&ld, x, y); // the one batch to memorize
@@ -554,6 +568,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "llama: cannot create the model: %s\n", trn_error_reason());
         return 1;
     }
+    g.recompute = a.recompute;
     trn_adamw opt;
     trn_adamw_desc od;
     memset(&od, 0, sizeof od);
@@ -569,11 +584,14 @@ int main(int argc, char **argv) {
     long long step = 0;
     history hist;
     memset(&hist, 0, sizeof hist);
+    run_loop loop; // --skip-spikes' window and --patience's best go into the checkpoint
+    loop_init(&loop, &a, t_begin);
     if (have_ck) {
         trn_safetensors_close(&ck);
         trn_meta meta;
         if (trn_checkpoint_load(ckpt_path, &g.m, &opt, &meta) != TRN_OK) die("--resume %s: %s", ckpt_path, trn_error_reason());
         step = run_state_from_meta(&meta, ckpt_path, &sample_rng, &ld);
+        loop_resume(&loop, &meta);
         printf("resumed from %s at step %lld\n", ckpt_path, step);
         if (a.log) log_truncate_and_read(a.log, step, &hist);
     } else if (a.init) {
@@ -592,9 +610,12 @@ int main(int argc, char **argv) {
            tokens.n, ld.n_train, ld.n_val, a.bpe ? "GPT-2 BPE" : "byte", B, T, a.grad_accum);
     printf("train: %lld steps, lr %g -> %g (warmup %d, cosine), AdamW wd %g, clip %g, seed %lld, %d threads\n", a.steps,
            a.lr, a.min_lr, a.warmup, a.weight_decay, a.clip, a.seed, trn_get_threads());
-    if (mkdir(a.out, 0777) != 0 && errno != EEXIST) die("--out %s: %s", a.out, strerror(errno));
+    const int files = !a.fast_dev_run; // --fast-dev-run writes nothing
+    if (files && trn_mkdirs(a.out) != TRN_OK) die("--out %s: %s", a.out, trn_error_reason());
     FILE *logf = NULL;
     if (a.log && !(logf = fopen(a.log, have_ck ? "a" : "w"))) die("--log %s: %s", a.log, strerror(errno));
+    loop_open(&loop, &a, &g.m, step, have_ck, 1); // progress and ETA, CSV, TensorBoard, profile
+    const char *stop = NULL; // why the loop ended early (--patience, --max-time)
 
     char path[1200], title[256];
     snprintf(title, sizeof title, "examples/llama: L=%d C=%d, %s, batch %dx%d", cfg.n_layer, cfg.n_embd,
@@ -604,8 +625,11 @@ int main(int argc, char **argv) {
     float first_loss = -1, last_loss = -1, val = -1;
     long long val_step = -1;
 #define VALIDATE() \
-    (val = (float)evaluate(&g, &ld, a.overfit, a.eval_batches, x, y, B, T), val_step = step, report_val(logf, &hist, step, val))
-    if (step == 0 && a.eval_every > 0 && a.steps > 0) VALIDATE();
+    (val = (float)evaluate(&g, &ld, a.overfit, a.eval_batches, x, y, B, T), val_step = step, loop_val(&loop, logf, &hist, step, val))
+    if (step == 0 && a.eval_every > 0 && a.steps > 0) {
+        VALIDATE();
+        trn_early_stop_update(&loop.early, step, val);
+    }
 
     // --- the training loop
     while (step < a.steps) {
@@ -622,44 +646,56 @@ int main(int argc, char **argv) {
         }
         if (a.grad_accum > 1) g.m.backend->scale(g.m.grad_data, 1.0f / (float)a.grad_accum, g.m.n_floats);
         float norm = trn_clip_grad_norm(&g.m, a.clip);
-        CHECK_OK(trn_adamw_step(&opt, &g.m, lr));
+        // --skip-spikes: no update when the loss or the norm jumps
+        int skipped = a.skip_spikes > 0 && trn_spike_guard_check(&loop.guard, loss, norm);
+        if (!skipped) CHECK_OK(trn_adamw_step(&opt, &g.m, lr));
         g.m.backend->sync();
         step++;
-        double ms = 1e3 * (now_s() - t0), tps = (double)B * T * a.grad_accum / (ms / 1e3);
-        size_t mem = trn_ledger_total(TRN_HOST) + trn_ledger_total(TRN_DEVICE);
+        step_stats st = {step, loss, lr, norm, 1e3 * (now_s() - t0), 0, 0, skipped};
+        st.tps = (double)B * T * a.grad_accum / (st.ms / 1e3);
+        st.mem = trn_ledger_total(TRN_HOST) + trn_ledger_total(TRN_DEVICE);
         if (first_loss < 0) first_loss = loss;
         last_loss = loss;
-        printf("step %5lld/%lld | loss %.4f | lr %.2e | norm %.3f | %7.1f ms | %6.0f tok/s | mem %.1f MiB\n", step,
-               a.steps, loss, lr, norm, ms, tps, mem / 1048576.0);
-        log_step(logf, step, loss, lr, norm, ms, tps, mem);
-        hist_push(&hist.step, &hist.loss, &hist.n, &hist.cap, (float)step, loss);
+        loop_step(&loop, &a, logf, &hist, &st); // the step's line (+ ETA), JSONL, TensorBoard, plot
+        int force_ckpt = 0; // a stop (--patience, --max-time) leaves a checkpoint to resume from
         if (a.eval_every > 0 && (step % a.eval_every == 0 || step == a.steps)) {
             VALIDATE();
             snprintf(path, sizeof path, "%s/loss.svg", a.out);
-            write_plot(path, &hist, title);
+            if (files) write_plot(path, &hist, title);
+            if (trn_early_stop_update(&loop.early, step, val) && step < a.steps)
+                stop = "early stopping (--patience)", force_ckpt = 1;
         }
-        if (a.ckpt_every > 0 && (step % a.ckpt_every == 0 || step == a.steps)) {
+        if (step < a.steps && loop_over_time(&loop, &a)) stop = "--max-time", force_ckpt = 1;
+        loop_step_end(&loop, &st, val_step == step ? val : NAN); // the CSV row
+        if (files && (force_ckpt || (a.ckpt_every > 0 && (step % a.ckpt_every == 0 || step == a.steps)))) {
             trn_meta meta;
             memset(&meta, 0, sizeof meta);
             config_to_meta(&cfg, &meta);
             run_to_meta(&a, &meta);
             run_state_to_meta(&meta, step, &sample_rng, &ld);
-            CHECK_OK(trn_checkpoint_save_dir(a.out, step, a.keep, &g.m, &opt, &meta, path, sizeof path));
-            printf("checkpoint %s\n", path);
+            loop_to_meta(&loop, &a, &meta, val_step == step, val);
+            loop_save(&loop, &a, step, &g.m, &opt, &meta, val_step == step);
+        }
+        if (stop) {
+            loop_stopped(&loop, &a, step, stop);
+            break;
         }
     }
+    loop_finish(&loop, &a); // the last async checkpoint on disk, the profile
     double wall = now_s() - t_start;
 
     // --- the end: a final validation, the plot, the weights, a sample
     if (val_step != step || a.eval_every == 0) VALIDATE();
 #undef VALIDATE
+    loop_close(&loop);
     if (first_loss >= 0)
-        printf("trained steps %lld..%lld in %.1f s: loss %.4f -> %.4f, val_loss %.4f\n", first_step, a.steps, wall,
+        printf("trained steps %lld..%lld in %.1f s: loss %.4f -> %.4f, val_loss %.4f\n", first_step, step, wall,
                first_loss, last_loss, val);
     printf("final val_loss %.9g\n", val);
+    if (a.fast_dev_run) printf("fast-dev-run: 1 training step and 1 validation batch ran, no files written\n");
     snprintf(path, sizeof path, "%s/loss.svg", a.out);
-    write_plot(path, &hist, title);
-    {
+    if (files) {
+        write_plot(path, &hist, title);
         trn_meta meta;
         memset(&meta, 0, sizeof meta);
         config_to_meta(&cfg, &meta);
