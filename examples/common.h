@@ -150,6 +150,19 @@ static void load_tokens(trn_tokens *tokens, const char *data, const trn_tokenize
     if (r != TRN_OK) die("tokenizing the kit's text: %s", trn_error_reason());
 }
 
+// The tokenizer: bytes, or GPT-2 BPE from --bpe DIR. Its vocabulary must
+// fit the model's (*V, padded *Vp); a fresh model (fresh: no checkpoint,
+// no --init) takes the tokenizer's size instead.
+static void load_tokenizer(trn_tokenizer *tok, const char *bpe, int fresh, int *V, int *Vp) {
+    if (!bpe) { trn_tokenizer_init_bytes(tok); return; }
+    if (trn_tokenizer_load_bpe_dir(tok, bpe) != TRN_OK) die("--bpe %s: %s", bpe, trn_error_reason());
+    if (fresh && *V != tok->vocab_size) {
+        *V = tok->vocab_size;
+        *Vp = pad_vocab(tok->vocab_size);
+    }
+    if (tok->vocab_size > *V) die("--bpe %s: %d tokens, but the model predicts only %d", bpe, tok->vocab_size, *V);
+}
+
 // ===========================================================================
 // >>train helpers: sampling, the loss history, the log, the plot
 // ===========================================================================
@@ -674,6 +687,9 @@ typedef struct run_loop {
     trn_spike_guard guard; // --skip-spikes: its window goes into the checkpoint
     trn_early_stop early;  // --patience: its best and count too
     double t_begin;        // --max-time counts from here
+    double t_start, wall;  // the loop's own time
+    long long first_step;  // the first step this process runs
+    float first_loss, last_loss;
 } run_loop;
 
 // what one step measured: the progress line, the JSONL, the CSV, TensorBoard
@@ -701,6 +717,8 @@ static void loop_resume(run_loop *L, const trn_meta *meta) {
 // the files and hooks, once the model exists; writer: the rank that writes
 static void loop_open(run_loop *L, const run_args *a, trn_model *m, long long step, int resumed, int writer) {
     trn_progress_init(&L->prog, step, a->steps);
+    L->first_step = step + 1;
+    L->first_loss = L->last_loss = -1;
     L->csv_on = writer && a->csv;
     if (L->csv_on && trn_csv_open(&L->csv, a->csv, "step,loss,val_loss,lr,grad_norm,ms,tok_per_s,mem_bytes,skipped",
                                   resumed ? step : -1) != TRN_OK)
@@ -715,6 +733,7 @@ static void loop_open(run_loop *L, const run_args *a, trn_model *m, long long st
 #ifdef TRN_USE_CUDA
     if (a->profile) trn_cuda_profile_clock(&L->prof); // CUDA events: no sync per op
 #endif
+    L->t_start = now_s();
 }
 
 // a validation result: stdout, the JSONL, the plot (report_val), TensorBoard
@@ -746,6 +765,18 @@ static void loop_step(run_loop *L, const run_args *a, FILE *logf, history *h, co
         CHECK_OK(trn_tb_memory(&L->tb, s->step));
     }
     hist_push(&h->step, &h->loss, &h->n, &h->cap, (float)s->step, s->loss);
+    if (L->first_loss < 0) L->first_loss = s->loss;
+    L->last_loss = s->loss;
+}
+
+// after a validation at a step: the plot (if this process writes files);
+// returns why to stop (--patience) or NULL
+static const char *loop_validated(run_loop *L, const run_args *a, const history *h, const char *title, long long step,
+                                  float val, int files) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/loss.svg", a->out);
+    if (files) write_plot(path, h, title);
+    return trn_early_stop_update(&L->early, step, val) && step < a->steps ? "early stopping (--patience)" : NULL;
 }
 
 // the end of a step, after its validation (val: NAN when there was none)
@@ -797,6 +828,7 @@ static void loop_stopped(run_loop *L, const run_args *a, long long step, const c
 
 // after the loop: the last async save on disk, the profile
 static void loop_finish(run_loop *L, const run_args *a) {
+    L->wall = now_s() - L->t_start;
     trn_progress_break(&L->prog);
     if (L->ack.saves) { // the last async save must be on disk before we go on
         CHECK_OK(trn_checkpoint_wait(&L->ack));
@@ -810,10 +842,15 @@ static void loop_finish(run_loop *L, const run_args *a) {
     }
 }
 
-// after the final validation: the CSV and TensorBoard files closed
-static void loop_close(run_loop *L) {
+// after the final validation: the CSV and TensorBoard files closed, and
+// what the run did
+static void loop_close(run_loop *L, long long step, float val) {
     if (L->tb.f) CHECK_OK(trn_tb_close(&L->tb));
     if (L->csv_on) CHECK_OK(trn_csv_close(&L->csv));
+    if (L->first_loss >= 0)
+        printf("trained steps %lld..%lld in %.1f s: loss %.4f -> %.4f, val_loss %.4f\n", L->first_step, step, L->wall,
+               L->first_loss, L->last_loss, val);
+    printf("final val_loss %.9g\n", val);
 }
 
 // --limit-val-batches and the split's size decide the batches per

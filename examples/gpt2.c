@@ -756,17 +756,7 @@ int main(int argc, char **argv) {
 
     // --- tokenizer: bytes, or GPT-2 BPE; its vocabulary must fit the model
     trn_tokenizer tok;
-    if (a.bpe) {
-        if (trn_tokenizer_load_bpe_dir(&tok, a.bpe) != TRN_OK) die("--bpe %s: %s", a.bpe, trn_error_reason());
-        if (!have_ck && !a.init && cfg.vocab_size != tok.vocab_size) { // a fresh model takes the tokenizer's size
-            cfg.vocab_size = tok.vocab_size;
-            cfg.padded_vocab = pad_vocab(tok.vocab_size);
-        }
-        if (tok.vocab_size > cfg.vocab_size)
-            die("--bpe %s: %d tokens, but the model predicts only %d", a.bpe, tok.vocab_size, cfg.vocab_size);
-    } else {
-        trn_tokenizer_init_bytes(&tok);
-    }
+    load_tokenizer(&tok, a.bpe, !have_ck && !a.init, &cfg.vocab_size, &cfg.padded_vocab);
 
     // --- the rest of the defaults
     args_defaults(&a, pre->batch, pre->seq, pre->lr, cfg.block_size, cfg.vocab_size);
@@ -885,9 +875,7 @@ int main(int argc, char **argv) {
     char path[1200], title[256];
     snprintf(title, sizeof title, "examples/gpt2: L=%d C=%d, %s, batch %dx%d", cfg.n_layer, cfg.n_embd,
              a.data ? a.data : "the kit's text", B, T);
-    double t_start = now_s();
-    long long first_step = step + 1;
-    float first_loss = -1, last_loss = -1, val = -1;
+    float val = -1;
     long long val_step = -1;
 
 #define VALIDATE()                                                                                 \
@@ -939,16 +927,11 @@ int main(int argc, char **argv) {
         step_stats st = {step, loss, lr, norm, 1e3 * (now_s() - t0), 0, 0, skipped};
         st.tps = (double)B * T * a.grad_accum * W / (st.ms / 1e3);
         st.mem = trn_ledger_total(TRN_HOST) + trn_ledger_total(TRN_DEVICE);
-        if (first_loss < 0) first_loss = loss;
-        last_loss = loss;
         loop_step(&loop, &a, logf, &hist, &st); // the step's line (+ ETA), JSONL, TensorBoard, plot
         int force_ckpt = 0; // a stop (--patience, --max-time) leaves a checkpoint to resume from
         if (a.eval_every > 0 && (step % a.eval_every == 0 || step == a.steps)) {
             VALIDATE();
-            snprintf(path, sizeof path, "%s/loss.svg", a.out);
-            if (files) write_plot(path, &hist, title);
-            if (trn_early_stop_update(&loop.early, step, val) && step < a.steps)
-                stop = "early stopping (--patience)", force_ckpt = 1;
+            if ((stop = loop_validated(&loop, &a, &hist, title, step, val, files))) force_ckpt = 1; // --patience
         }
         if (a.max_time > 0 && step < a.steps) { // every rank stops at the same step: any rank's clock decides
             double over = loop_over_time(&loop, &a);
@@ -986,16 +969,11 @@ int main(int argc, char **argv) {
         }
     }
     loop_finish(&loop, &a); // the last async checkpoint on disk, the profile
-    double wall = now_s() - t_start;
 
     // --- the end: a final validation, the plot, the weights, a sample
     if (val_step != step || a.eval_every == 0) VALIDATE();
 #undef VALIDATE
-    loop_close(&loop);
-    if (first_loss >= 0)
-        printf("trained steps %lld..%lld in %.1f s: loss %.4f -> %.4f, val_loss %.4f\n", first_step, step, wall,
-               first_loss, last_loss, val);
-    printf("final val_loss %.9g\n", val);
+    loop_close(&loop, step, val); // the CSV, TensorBoard; what the run did
     if (W > 1) DDP_OK(trn_ddp_print_memory(&ddp, "memory per rank (the ledger)"));
     DDP_OK(trn_ddp_unshard(&ddp, &g.m)); // FSDP: whole weights again, to save and sample on rank 0
     if (a.fast_dev_run) printf("fast-dev-run: 1 training step and 1 validation batch ran, no files written\n");

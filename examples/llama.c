@@ -529,17 +529,7 @@ int main(int argc, char **argv) {
 
     // --- tokenizer: bytes, or GPT-2 BPE; its vocabulary must fit the model
     trn_tokenizer tok;
-    if (a.bpe) {
-        if (trn_tokenizer_load_bpe_dir(&tok, a.bpe) != TRN_OK) die("--bpe %s: %s", a.bpe, trn_error_reason());
-        if (!have_ck && !a.init && cfg.vocab_size != tok.vocab_size) {
-            cfg.vocab_size = tok.vocab_size;
-            cfg.padded_vocab = pad_vocab(tok.vocab_size);
-        }
-        if (tok.vocab_size > cfg.vocab_size)
-            die("--bpe %s: %d tokens, but the model predicts only %d", a.bpe, tok.vocab_size, cfg.vocab_size);
-    } else {
-        trn_tokenizer_init_bytes(&tok);
-    }
+    load_tokenizer(&tok, a.bpe, !have_ck && !a.init, &cfg.vocab_size, &cfg.padded_vocab);
     args_defaults(&a, pre->batch, pre->seq, pre->lr, cfg.block_size, cfg.vocab_size);
     int B = a.batch, T = a.seq;
 
@@ -620,9 +610,7 @@ int main(int argc, char **argv) {
     char path[1200], title[256];
     snprintf(title, sizeof title, "examples/llama: L=%d C=%d, %s, batch %dx%d", cfg.n_layer, cfg.n_embd,
              a.data ? a.data : "the kit's text", B, T);
-    double t_start = now_s();
-    long long first_step = step + 1;
-    float first_loss = -1, last_loss = -1, val = -1;
+    float val = -1;
     long long val_step = -1;
 #define VALIDATE() \
     (val = (float)evaluate(&g, &ld, a.overfit, a.eval_batches, x, y, B, T), val_step = step, loop_val(&loop, logf, &hist, step, val))
@@ -654,16 +642,11 @@ int main(int argc, char **argv) {
         step_stats st = {step, loss, lr, norm, 1e3 * (now_s() - t0), 0, 0, skipped};
         st.tps = (double)B * T * a.grad_accum / (st.ms / 1e3);
         st.mem = trn_ledger_total(TRN_HOST) + trn_ledger_total(TRN_DEVICE);
-        if (first_loss < 0) first_loss = loss;
-        last_loss = loss;
         loop_step(&loop, &a, logf, &hist, &st); // the step's line (+ ETA), JSONL, TensorBoard, plot
         int force_ckpt = 0; // a stop (--patience, --max-time) leaves a checkpoint to resume from
         if (a.eval_every > 0 && (step % a.eval_every == 0 || step == a.steps)) {
             VALIDATE();
-            snprintf(path, sizeof path, "%s/loss.svg", a.out);
-            if (files) write_plot(path, &hist, title);
-            if (trn_early_stop_update(&loop.early, step, val) && step < a.steps)
-                stop = "early stopping (--patience)", force_ckpt = 1;
+            if ((stop = loop_validated(&loop, &a, &hist, title, step, val, files))) force_ckpt = 1; // --patience
         }
         if (step < a.steps && loop_over_time(&loop, &a)) stop = "--max-time", force_ckpt = 1;
         loop_step_end(&loop, &st, val_step == step ? val : NAN); // the CSV row
@@ -682,16 +665,11 @@ int main(int argc, char **argv) {
         }
     }
     loop_finish(&loop, &a); // the last async checkpoint on disk, the profile
-    double wall = now_s() - t_start;
 
     // --- the end: a final validation, the plot, the weights, a sample
     if (val_step != step || a.eval_every == 0) VALIDATE();
 #undef VALIDATE
-    loop_close(&loop);
-    if (first_loss >= 0)
-        printf("trained steps %lld..%lld in %.1f s: loss %.4f -> %.4f, val_loss %.4f\n", first_step, step, wall,
-               first_loss, last_loss, val);
-    printf("final val_loss %.9g\n", val);
+    loop_close(&loop, step, val); // the CSV, TensorBoard; what the run did
     if (a.fast_dev_run) printf("fast-dev-run: 1 training step and 1 validation batch ran, no files written\n");
     snprintf(path, sizeof path, "%s/loss.svg", a.out);
     if (files) {
