@@ -1,6 +1,8 @@
 // examples/common.h - what the training programs share: errors and flags,
 // the kit's own text as data, validation/sampling helpers, the JSONL log,
-// the loss plot, and the run state a checkpoint carries. examples/gpt2.c
+// the loss plot, the run state a checkpoint carries, and the loop's extras
+// (progress and ETA, CSV, TensorBoard, async and best checkpoints, early
+// stopping, --max-time, the spike guard, the profile). examples/gpt2.c
 // and examples/llama.c include it after train.h; each keeps its model,
 // its --init loader and its main().
 //

@@ -120,7 +120,8 @@ typedef struct llama_block {
     trn_tensor *w_gate;    // (F, C)              mlp.gate_proj (W1, through SiLU)
     trn_tensor *w_up;      // (F, C)              mlp.up_proj   (W3, the linear half)
     trn_tensor *w_down;    // (C, F)              mlp.down_proj (W2)
-    const llama_config *cfg; // heads, RoPE, epsilon: a recompute region sees only its block
+    int n_head, n_kv_head;   // a recompute region sees only its block:
+    float rope_theta, eps;   // the config's heads, RoPE base, RMSNorm epsilon
 } llama_block;
 
 typedef struct llama {
@@ -147,7 +148,7 @@ static trn_result llama_create(llama *g, const llama_config *cfg, const trn_back
     for (int l = 0; l < L; l++) {
         llama_block *b = &g->layers[l];
         char n[96];
-        b->cfg = &g->cfg;
+        b->n_head = cfg->n_head, b->n_kv_head = cfg->n_kv_head, b->rope_theta = cfg->rope_theta, b->eps = cfg->norm_eps;
 #define LLAMA_P(field, what, ...) \
     (snprintf(n, sizeof n, "model.layers.%d.%s", l, what), b->field = trn_param(m, n, __VA_ARGS__))
         int sC[1] = {C}, sqkv[2] = {QKV, C}, so[2] = {C, cfg->n_head * hs}, sup[2] = {F, C}, sdown[2] = {C, F};
@@ -199,15 +200,14 @@ static void llama_init_weights(llama *g, uint64_t seed) {
 // trn_region_fn so that --recompute can hand it to trn_recompute.
 static trn_tensor *llama_block_forward(trn_model *m, trn_tensor *x, void *user) {
     llama_block *b = (llama_block *)user;
-    const llama_config *c = b->cfg;
     // x = x + o_proj(attention(rope(qkv_proj(rmsnorm(x)))))
-    trn_tensor *h = trn_rmsnorm(m, x, b->attn_norm, c->norm_eps);         // (B,T,C)
+    trn_tensor *h = trn_rmsnorm(m, x, b->attn_norm, b->eps);               // (B,T,C)
     h = trn_linear(m, h, b->wqkv, NULL);                                   // (B,T,(NH+2NKV)hs)
-    h = trn_rope(m, h, c->n_head, c->n_kv_head, c->rope_theta, 0);         // q, k turned by position
-    h = trn_attention_gqa(m, h, c->n_head, c->n_kv_head, 1);               // (B,T,NH*hs) causal
+    h = trn_rope(m, h, b->n_head, b->n_kv_head, b->rope_theta, 0);         // q, k turned by position
+    h = trn_attention_gqa(m, h, b->n_head, b->n_kv_head, 1);               // (B,T,NH*hs) causal
     x = trn_add(m, x, trn_linear(m, h, b->wo, NULL));                      // (B,T,C)
     // x = x + down(silu(gate(h)) * up(h)),  h = rmsnorm(x)
-    h = trn_rmsnorm(m, x, b->mlp_norm, c->norm_eps);                       // (B,T,C)
+    h = trn_rmsnorm(m, x, b->mlp_norm, b->eps);                            // (B,T,C)
     trn_tensor *gate = trn_silu(m, trn_linear(m, h, b->w_gate, NULL));    // (B,T,F)
     h = trn_mul(m, gate, trn_linear(m, h, b->w_up, NULL));                 // (B,T,F)
     return trn_add(m, x, trn_linear(m, h, b->w_down, NULL));               // (B,T,C)
