@@ -17,7 +17,7 @@
 # Each source is one program, built next to it (examples/gpt2.c ->
 # examples/gpt2; tests/test_x.c -> tests/bin/test_x). Sources are found by
 # name: examples/*.c tools/*.c bench/*.c tests/*.c tests/*.cpp and *.cu
-# in those folders. A source may say, in its first 40 lines:
+# in those folders. A source may say, in its first 60 lines:
 #   // build: -lfoo               extra compiler/linker flags
 #   // requires: <shell test>     build only where the test succeeds; the test
 #                                 may use the probes below
@@ -50,7 +50,7 @@ HEADERS="train.h train_cuda.h train_nccl.h tests/check.h examples/gpt2.c tests/c
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/build.sh.XXXXXX") || exit 1
 trap 'rm -rf "$TMP"' EXIT
 
-meta() { sed -n "1,40s|^// $1: ||p" "$2" | head -1; }
+meta() { sed -n "1,60s|^// $1: ||p" "$2" | head -1; }
 
 # probe COMPILER FLAGS... < SOURCE: does a tiny program compile and link?
 probe() {

@@ -530,6 +530,7 @@ typedef struct trn_grad_arena {
     trn_grad_span *live;       /* spans in use, sorted by offset            */
     int n_live, cap_live;
     size_t high;               /* highest end offset any step has used      */
+    size_t handed_out;         /* bytes ever handed out (--profile's count)  */
 } trn_grad_arena;
 
 /* a recompute region (see trn_recompute): fn(m, x, user) records ops */
@@ -3781,6 +3782,7 @@ static void *trn__grads_alloc(trn_model *m, size_t bytes) {
         }
     }
     if (off + need > g->high) g->high = off + need;
+    g->handed_out += need;
     return g->live[at].ptr;
 }
 
@@ -9412,7 +9414,7 @@ static void trn__prof_mark(trn_model *m, const char *op, int phase) {
     k = &p->marks[p->n_marks];
     k->op = op;
     k->phase = phase;
-    k->arena = m->arena.used + m->arena.spilled;
+    k->arena = m->arena.used + m->arena.spilled + m->grads.handed_out; /* activations and their gradients */
     if (p->mark) {
         p->mark(p, p->n_marks);
     } else {

@@ -6,8 +6,10 @@
 # Run it first whenever a GPU is at hand (CI never has one). It builds the
 # CUDA programs for this GPU's architecture, then runs, each under a time
 # limit so the whole stays within ~10 minutes on one H100:
-#   1. tests/bin/test_cuda_on_gpu      every kernel against the CPU backend
-#   2. compute-sanitizer memcheck / racecheck / synccheck over that test
+#   1. tests/bin/test_cuda_on_gpu      every kernel against the CPU backend,
+#      and the other *_gpu tests: decoder ops, ops3, training API, the
+#      sync-free step (async copies on a real, truly asynchronous GPU)
+#   2. compute-sanitizer memcheck / racecheck / synccheck over the kernel test
 #   3. bench/gpt2_cuda                 GPT-2 124M, B=16, T=1024, each precision
 #   4. examples/linear_memory_cuda     the 20000x20000 experiment on the GPU
 #   5. PyTorch's GPT-2 step, where `import torch` works (the yardstick)
@@ -58,6 +60,8 @@ build() { # build OUT SRC EXTRA...
         && echo "built $out" || { echo "FAILED to build $out"; cat "$out.buildlog"; }
 }
 build tests/bin/test_cuda_on_gpu tests/test_cuda_on_gpu.cu -lcublas -lcublasLt &
+gpu_tests="test_cuda_ops2_gpu test_cuda_ops3_gpu test_cuda_train_gpu test_cuda_sync_on_gpu"
+for t in $gpu_tests; do build tests/bin/$t tests/$t.cu -lcublas -lcublasLt & done
 build bench/gpt2_cuda bench/gpt2_cuda.cu -lcublas -lcublasLt &
 build examples/linear_memory_cuda examples/linear_memory_cuda.cu -lcublas -lcublasLt $nccl_flags &
 wait
@@ -65,6 +69,7 @@ ls -la tests/bin/test_cuda_on_gpu bench/gpt2_cuda examples/linear_memory_cuda >>
 
 section "Kernels against the CPU backend"
 run_step "test_cuda_on_gpu" 300 tests/bin/test_cuda_on_gpu
+for t in $gpu_tests; do run_step "$t" 120 tests/bin/$t; done
 if command -v compute-sanitizer >/dev/null; then
     for tool in memcheck racecheck synccheck; do
         run_step "compute-sanitizer --tool $tool" 300 compute-sanitizer --tool $tool --error-exitcode 1 tests/bin/test_cuda_on_gpu
@@ -79,6 +84,7 @@ for p in ${PRECISIONS:-fp32 tf32 bf16}; do
     if [ "$p" = bf16 ] && ! bench/gpt2_cuda --help 2>&1 | grep -q -- --precision; then continue; fi
     run_step "bench/gpt2_cuda $args" 300 bench/gpt2_cuda $args --steps ${BENCH_STEPS:-10}
 done
+run_step "bench/gpt2_cuda --tf32 1 --recompute" 300 bench/gpt2_cuda --tf32 1 --recompute --steps ${BENCH_STEPS:-10}
 
 section "examples/linear_memory_cuda --width 20000 (seed's Lightning figure: 18.79 GiB)"
 run_step "linear_memory_cuda" 300 examples/linear_memory_cuda --width 20000 --steps 3 --out /tmp/lm_cuda
