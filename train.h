@@ -2442,10 +2442,20 @@ static void trn__fa_transpose(float *xt, const float *x, size_t ld, int T, int h
             for (t = t0; t < TRN__MIN(t0 + 16, T); t++) xt[(size_t)d * ldt + t] = x[(size_t)t * ld + d];
 }
 
+/* One workspace for both passes (they never run at once), kept and only
+   grown, like matmul's packing buffers: after the first step no attention
+   call allocates, so the ledger stays still (TEMP). */
+static float *trn__fa_ws;
+static size_t trn__fa_ws_floats;
 static float *trn__fa_alloc(size_t floats) {
-    float *p = (float *)trn_alloc(floats * sizeof(float), TRN_KIND_TEMP);
+    float *p;
+    if (floats <= trn__fa_ws_floats) return trn__fa_ws;
+    p = (float *)trn_alloc(floats * sizeof(float), TRN_KIND_TEMP);
     if (!p) trn_fatal("flash attention: cannot allocate %zu bytes of workspace: %s", floats * sizeof(float),
                       trn_error_reason());
+    trn_free(trn__fa_ws);
+    trn__fa_ws = p;
+    trn__fa_ws_floats = floats;
     return p;
 }
 
@@ -2515,7 +2525,6 @@ TRNDEF void trn_flash_attention_forward(float *out, float *lse, const float *qkv
             lse[(size_t)bh * T + i0 + r] = m[r] + logf(l[r]);
         }
     }
-    trn_free(kt);
 }
 
 TRNDEF void trn_flash_attention_backward(float *dqkv, const float *dout, const float *qkv,
@@ -2584,7 +2593,6 @@ TRNDEF void trn_flash_attention_backward(float *dqkv, const float *dout, const f
                 }
             }
     }
-    trn_free(work);
 }
 
 /* --- fused softmax + cross-entropy ---------------------------------------
