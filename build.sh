@@ -62,15 +62,25 @@ probe() {
 # a program that really uses SYMBOL (through a volatile, so the reference
 # stays and the linker must find it)
 tiny() { printf '#include <%s>\nint main(void) { volatile size_t p = (size_t)&%s; return p == 0; }\n' "$1" "$2"; }
+# the probes run inside `requires:` subshells: their answers are kept in
+# files, so each library is probed once per build
+probe_once() { # probe_once COMPILER HEADER SYMBOL FLAGS...
+    local key cc=$1 h=$2 sym=$3; shift 3
+    key="$TMP/lib.$(printf '%s ' "$cc" "$h" "$sym" "$@" | cksum | cut -d' ' -f1)"
+    if [ ! -e "$key" ]; then
+        if tiny "$h" "$sym" | probe "$cc" "$@"; then echo 0 > "$key"; else echo 1 > "$key"; fi
+    fi
+    return "$(cat "$key")"
+}
 have_lib() { # have_lib PACKAGE HEADER SYMBOL FLAGS...
     local pkg=$1 h=$2 sym=$3; shift 3
-    tiny "$h" "$sym" | probe "$CC" -I. "$@" && return 0
+    probe_once "$CC" "$h" "$sym" -I. "$@" && return 0
     echo "needs $pkg (<$h> with $* does not compile and link)"; return 1
 }
 have_cuda_lib() { # have_cuda_lib PACKAGE HEADER SYMBOL FLAGS...
     local pkg=$1 h=$2 sym=$3; shift 3
     [ -n "$NVCC" ] || { echo "needs nvcc (nvidia-cuda-toolkit)"; return 1; }
-    tiny "$h" "$sym" | probe "$NVCC" "$@" && return 0
+    probe_once "$NVCC" "$h" "$sym" "$@" && return 0
     echo "needs $pkg (<$h> with $* does not compile and link under nvcc)"; return 1
 }
 

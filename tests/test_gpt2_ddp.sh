@@ -76,10 +76,12 @@ check "2 ranks: loss falls ($first -> mean of last 5 = $last5)" "awk 'BEGIN {exi
 "$G" $A --batch 4 --steps 30 --ckpt-every 10 --out "$D/d1" --log "$D/d1.jsonl" > "$D/d1.out" 2>&1
 check "1 rank, batch 4: exit 0" "[ $? = 0 ]"
 check "1 rank: no ddp line (no launcher: one process)" "! grep -q '^ddp:' '$D/d1.out'"
-# the largest difference of the logged losses (train and validation)
+# the largest difference of the logged values (losses, lr, gradient norm),
+# relative to the value where it is above 1: the gradient norm grows to ~20,
+# and float rounding of a sum split in two scales with it
 dl=$(paste <(sed 's/,"ms".*//' "$D/d1.jsonl") <(sed 's/,"ms".*//' "$D/d2.jsonl") | tr -c '0-9.\t\n-' ' ' |
-     awk -F'\t' '{n = split($1, a, " "); split($2, b, " "); for (i = 1; i <= n; i++) { d = a[i] - b[i]; if (d < 0) d = -d; if (d > m) m = d } } END {print m + 0}')
-check "equivalence: every logged loss of 2x2 within 1e-4 of 1x4 (max diff $dl)" "awk 'BEGIN {exit !($dl < 1e-4)}'"
+     awk -F'\t' '{n = split($1, a, " "); split($2, b, " "); for (i = 1; i <= n; i++) { d = a[i] - b[i]; if (d < 0) d = -d; s = a[i] < 0 ? -a[i] : a[i]; if (s > 1) d /= s; if (d > m) m = d } } END {print m + 0}')
+check "equivalence: every logged value of 2x2 within 1e-4 of 1x4, relative above 1 (max diff $dl)" "awk 'BEGIN {exit !($dl < 1e-4)}'"
 check "equivalence: same number of log lines" "[ \$(wc -l < '$D/d1.jsonl') = \$(wc -l < '$D/d2.jsonl') ]"
 if [ $HAVE_PY = 1 ]; then
     dw=$(maxdiff "$D/d1/model.safetensors" "$D/d2/model.safetensors")
