@@ -30,9 +30,10 @@
 // looked up by device name; other devices need --peak-tflops.
 //
 // Memory: the arena keeps what backward reads (with --recompute only each
-// block's input, and one block's inside during its backward), including
-// the attention probabilities (B,NH,T,T) of every layer, plus one
-// same-sized backward scratch shared by all layers; activation gradients
+// block's input, and one block's inside during its backward); the fused
+// attention saves only one log-sum-exp per row, (B,NH,T) per layer, never
+// the (B,NH,T,T) probabilities (backward rebuilds them tile by tile, with
+// no scratch of that size); activation gradients
 // live in their own block, each freed after its producer's backward; the
 // classifier never holds the (B,T,Vp) logits. The bench prints that
 // estimate before it allocates, and stops (exit 1) when it will not fit in
@@ -64,7 +65,7 @@ static double median(double *v, int n) {
 typedef struct mem_estimate {
     double params;      // parameter elements (wte, wpe, blocks, ln_f)
     double state;       // bytes: weights + grads + AdamW m and v
-    double attn;        // bytes: (B,NH,T,T) probabilities kept + one backward scratch
+    double attn;        // bytes: the attention's saved lse rows, (B,NH,T) per layer kept
     double classifier;  // bytes: the fused classifier's saved dx, dW and chunk scratch
     double arena;       // bytes: the activation arena (attn included)
     double act_grads;   // bytes: the activation-gradient block (classifier included)
@@ -80,16 +81,16 @@ static mem_estimate estimate_memory(const gpt2_config *c, int B, int T, int reco
     double emb = 3.0 * C + 2.0;
     // each block: ln_1, qkv (3C), attention out, proj, add, ln_2, fc (4C),
     // gelu (4C), fc proj, add = 18C; two LayerNorms' mean and rstd (4);
-    // the attention probabilities, NH*T. The backward scratch (NH*T per
-    // token) is shared by all layers.
-    double block = 18.0 * C + 4.0 + NH * T;
+    // the fused attention's lse, NH per token (one per head and row: no
+    // (T,T) probabilities, no backward scratch)
+    double block = 18.0 * C + 4.0 + NH;
     // ln_f (C + mean/rstd), targets, losses
     double head = C + 4.0;
     // --recompute: each block keeps its output (= the next one's input),
     // and one block's inside exists again during its backward
     double blocks = recompute ? L * C + block : L * block;
-    e.attn = 4.0 * tok * ((recompute ? 1.0 : L) + 1.0) * NH * T;
-    e.arena = 4.0 * tok * (emb + blocks + NH * T + head);
+    e.attn = 4.0 * tok * (recompute ? 1.0 : L) * NH;
+    e.arena = 4.0 * tok * (emb + blocks + head);
     // the classifier's forward, the smaller of: dx (C per token), dW
     // (Vp,C) and two chunks of R rows of logits; or dlogits and logits
     // (Vp per token each). Backward, inside the MLP: 9C per token live,
@@ -190,7 +191,7 @@ int main(int argc, char **argv) {
     printf("%s: L=%d NH=%d C=%d Vp=%d, %.1fM parameters, B=%d T=%d (%d tokens/step): %.1f TFLOP per step\n", model,
            cfg->n_layer, cfg->n_head, cfg->n_embd, cfg->padded_vocab, me.params / 1e6, B, T, B * T, flops / 1e12);
     printf("device memory, estimated: %.1f GB = weights+grads+AdamW %.2f GB + activations %.1f GB + act grads %.2f GB\n"
-           "  (of which attention probabilities + backward scratch %.1f GB, classifier %.2f GB)%s;"
+           "  (of which attention lse rows %.3f GB, classifier %.2f GB)%s;"
            " %.1f GB free\n",
            (me.state + me.activations) / 1e9, me.state / 1e9, me.arena / 1e9, me.act_grads / 1e9, me.attn / 1e9,
            me.classifier / 1e9, recompute ? ", --recompute" : "", free_b / 1e9);

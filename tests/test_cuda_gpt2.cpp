@@ -10,6 +10,9 @@
    steps within 1e-3 of the distance they moved (||w_cuda - w_cpu|| /
    ||w_cpu - w_0||). */
 #include "tests/cuda_on_cpu.h"
+/* the fused classifier in chunks of 7 rows (Vp = 256), so that its chunked
+   way (saved dx and dW) runs on both backends */
+#define TRN__XENT_CHUNK_FLOATS (7 * 256)
 #define TRN_USE_CUDA
 #define TRAIN_CUDA_IMPLEMENTATION
 #define GPT2_NO_MAIN
