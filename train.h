@@ -554,6 +554,11 @@ typedef struct trn_model {
     int tape_len, tape_cap;
     int grad_enabled;          /* 0: no tape (evaluation), like no_grad     */
     int training;              /* 1: training mode (dropout drops); 0: eval */
+    int attention_materialized; /* 1: trn_attention keeps the (B,NH,T,T)
+                                  probabilities (the reference pair) instead
+                                  of running the fused kernels: more memory,
+                                  and faster on a GPU until the fused CUDA
+                                  kernels use tensor cores (README, CUDA) */
     trn_rng rng;               /* for ops that draw random numbers (dropout):
                                   draw from m->rng, never a private RNG; it is
                                   saved in checkpoints and trn_recompute
@@ -4176,6 +4181,18 @@ static void trn__attention_bw(trn_model *m, trn_tape_entry *e) {
     m->backend->flash_attention_backward(trn__grad(m, e->in[0], NULL), e->out->grad, e->in[0]->data, e->out->data,
                                          (const float *)e->saved[0], B, T, NH, NKV, hs, (int)e->farg[0]);
 }
+/* m->attention_materialized: the reference pair; saved: att (B,NH,T,T).
+   Its backward workspace (B,NH,T,T) lives in the gradient block only while
+   this backward runs, so one serves every layer. */
+static void trn__attention_ref_bw(trn_model *m, trn_tape_entry *e) {
+    int B = e->iarg[0], T = e->iarg[1], NH = e->iarg[2], NKV = e->iarg[3];
+    int hs = e->in[0]->shape[2] / (NH + 2 * NKV);
+    float *dqkv = trn__grad(m, e->in[0], NULL);
+    float *scratch = (float *)trn__grads_alloc(m, sizeof(float) * (size_t)B * NH * T * T);
+    m->backend->attention_backward(dqkv, scratch, e->out->grad, e->in[0]->data, (const float *)e->saved[0],
+                                   B, T, NH, NKV, hs, (int)e->farg[0]);
+    trn__grads_free(m, scratch);
+}
 
 static trn_tensor *trn__attention(trn_model *m, const char *op, trn_tensor *qkv, int n_head, int n_kv_head,
                                   int causal) {
@@ -4193,9 +4210,15 @@ static trn_tensor *trn__attention(trn_model *m, const char *op, trn_tensor *qkv,
     B = qkv->shape[0]; T = qkv->shape[1]; hs = qkv->shape[2] / (n_head + 2 * n_kv_head);
     shape[0] = B; shape[1] = T; shape[2] = n_head * hs;
     out = trn_tensor_new(m, "attention", 3, shape);
-    lse = (float *)trn_arena_alloc(m, sizeof(float) * (size_t)B * n_head * T);
-    m->backend->flash_attention_forward(out->data, lse, qkv->data, B, T, n_head, n_kv_head, hs, causal);
-    e = trn__record(m, "attention", trn__attention_bw, out, qkv, NULL, NULL);
+    if (m->attention_materialized) { /* saved: the probabilities, (B,NH,T,T) */
+        lse = (float *)trn_arena_alloc(m, sizeof(float) * (size_t)B * n_head * T * T);
+        m->backend->attention_forward(out->data, lse, qkv->data, B, T, n_head, n_kv_head, hs, causal);
+        e = trn__record(m, "attention", trn__attention_ref_bw, out, qkv, NULL, NULL);
+    } else { /* saved: one log-sum-exp per row, (B,NH,T) */
+        lse = (float *)trn_arena_alloc(m, sizeof(float) * (size_t)B * n_head * T);
+        m->backend->flash_attention_forward(out->data, lse, qkv->data, B, T, n_head, n_kv_head, hs, causal);
+        e = trn__record(m, "attention", trn__attention_bw, out, qkv, NULL, NULL);
+    }
     if (e) {
         e->saved[0] = lse;
         e->iarg[0] = B; e->iarg[1] = T; e->iarg[2] = n_head; e->iarg[3] = n_kv_head;

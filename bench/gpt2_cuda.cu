@@ -72,7 +72,7 @@ typedef struct mem_estimate {
     double activations; // bytes: arena + act_grads
 } mem_estimate;
 
-static mem_estimate estimate_memory(const gpt2_config *c, int B, int T, int recompute) {
+static mem_estimate estimate_memory(const gpt2_config *c, int B, int T, int recompute, int materialized) {
     mem_estimate e;
     double C = c->n_embd, L = c->n_layer, NH = c->n_head, Vp = c->padded_vocab, tok = (double)B * T;
     e.params = Vp * C + (double)c->block_size * C + L * (12.0 * C * C + 13.0 * C) + 2.0 * C;
@@ -84,12 +84,15 @@ static mem_estimate estimate_memory(const gpt2_config *c, int B, int T, int reco
     // the fused attention's lse, NH per token (one per head and row: no
     // (T,T) probabilities, no backward scratch)
     double block = 18.0 * C + 4.0 + NH;
+    // --attention materialized: each layer keeps its (B,NH,T,T) probabilities
+    // instead, and backward borrows one more (B,NH,T,T) from the gradient block
+    if (materialized) block += NH * (double)T - NH;
     // ln_f (C + mean/rstd), targets, losses
     double head = C + 4.0;
     // --recompute: each block keeps its output (= the next one's input),
     // and one block's inside exists again during its backward
     double blocks = recompute ? L * C + block : L * block;
-    e.attn = 4.0 * tok * (recompute ? 1.0 : L) * NH;
+    e.attn = 4.0 * tok * (recompute ? 1.0 : L) * NH * (materialized ? (double)T : 1.0);
     e.arena = 4.0 * tok * (emb + blocks + head);
     // the classifier's forward, the smaller of: dx (C per token), dW
     // (Vp,C) and two chunks of R rows of logits; or dlogits and logits
@@ -97,7 +100,7 @@ static mem_estimate estimate_memory(const gpt2_config *c, int B, int T, int reco
     // 11C with the first-fit gaps (tests/test_memory.c)
     double R = fmin(tok, floor(8388608.0 / Vp));
     e.classifier = 4.0 * fmin(tok * C + Vp * C + 2.0 * R * Vp + R, 2.0 * tok * Vp + tok);
-    e.act_grads = fmax(e.classifier, 4.0 * tok * 11.0 * C);
+    e.act_grads = fmax(e.classifier, 4.0 * tok * 11.0 * C + (materialized ? 4.0 * tok * NH * T : 0.0));
     e.activations = e.arena + e.act_grads;
     return e;
 }
@@ -130,18 +133,20 @@ static const peak_row *find_peak(const char *name) {
 
 static void usage(void) {
     printf("usage: bench/gpt2_cuda [--model gpt2] [--batch 16] [--seq 1024] [--steps 10] [--tf32 1]\n"
-           "                       [--recompute] [--peak-tflops X]\n"
+           "                       [--recompute] [--attention fused|materialized] [--peak-tflops X]\n"
            "  --model NAME        a preset of examples/gpt2 (mini, tiny, gpt2, gpt2-medium, ...) [gpt2]\n"
            "  --batch B --seq T   the micro-batch [16 x 1024]\n"
            "  --steps N           timed steps after one warm-up step [10]\n"
            "  --tf32 0|1          TF32 tensor-core matmuls (1) or plain fp32 (0) [1]\n"
            "  --recompute         each block a recompute region (activation checkpointing)\n"
+           "  --attention KIND    fused (flash-style, saves (B,NH,T)) or materialized\n"
+           "                      (saves the (B,NH,T,T) probabilities, TF32 cuBLAS products) [fused]\n"
            "  --peak-tflops X     the device's peak for MFU, when the table does not know it\n");
 }
 
 int main(int argc, char **argv) {
     const char *model = "gpt2";
-    int B = 16, T = 1024, steps = 10, tf32 = 1, recompute = 0;
+    int B = 16, T = 1024, steps = 10, tf32 = 1, recompute = 0, materialized = 0;
     double peak_arg = 0.0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help")) {
@@ -151,6 +156,10 @@ int main(int argc, char **argv) {
             recompute = 1;
         } else if (i + 1 >= argc) {
             die("unknown argument or missing value '%s' (see --help)", argv[i]);
+        } else if (!strcmp(argv[i], "--attention")) {
+            const char *v = argv[++i];
+            if (strcmp(v, "fused") && strcmp(v, "materialized")) die("--attention: fused or materialized, not '%s'", v);
+            materialized = !strcmp(v, "materialized");
         } else if (!strcmp(argv[i], "--model")) {
             model = argv[++i];
         } else if (!strcmp(argv[i], "--batch")) {
@@ -183,7 +192,7 @@ int main(int argc, char **argv) {
     double peak = peak_arg > 0.0 ? peak_arg : pk ? (tf32 ? pk->tf32 : pk->fp32) : 0.0;
 
     double flops = gpt2_step_flops(cfg, B, T);
-    mem_estimate me = estimate_memory(cfg, B, T, recompute);
+    mem_estimate me = estimate_memory(cfg, B, T, recompute, materialized);
     size_t free_b = 0, total_b = 0;
     cudaMemGetInfo(&free_b, &total_b);
     printf("bench/gpt2_cuda: %s, %.1f GB, TF32 %s; median of %d steps after a warm-up step\n", dev, total_b / 1e9,
@@ -191,10 +200,10 @@ int main(int argc, char **argv) {
     printf("%s: L=%d NH=%d C=%d Vp=%d, %.1fM parameters, B=%d T=%d (%d tokens/step): %.1f TFLOP per step\n", model,
            cfg->n_layer, cfg->n_head, cfg->n_embd, cfg->padded_vocab, me.params / 1e6, B, T, B * T, flops / 1e12);
     printf("device memory, estimated: %.1f GB = weights+grads+AdamW %.2f GB + activations %.1f GB + act grads %.2f GB\n"
-           "  (of which attention lse rows %.3f GB, classifier %.2f GB)%s;"
+           "  (of which attention, saved for backward %.3f GB, classifier %.2f GB)%s;"
            " %.1f GB free\n",
            (me.state + me.activations) / 1e9, me.state / 1e9, me.arena / 1e9, me.act_grads / 1e9, me.attn / 1e9,
-           me.classifier / 1e9, recompute ? ", --recompute" : "", free_b / 1e9);
+           me.classifier / 1e9, recompute ? ", --recompute" : materialized ? ", --attention materialized" : "", free_b / 1e9);
     fflush(stdout);
     if (me.state + me.activations > 0.97 * (double)free_b) {
         int fit = (int)((0.97 * (double)free_b - me.state) / (me.activations / B));
@@ -207,6 +216,7 @@ int main(int argc, char **argv) {
     CHECK_OK(gpt2_create(&g, cfg, GPT2_BACKEND()));
     gpt2_init_weights(&g, 1);
     g.recompute = recompute;
+    g.m.attention_materialized = materialized;
     int *x = (int *)malloc(sizeof(int) * (size_t)B * T), *y = (int *)malloc(sizeof(int) * (size_t)B * T);
     double *t_all = (double *)malloc(sizeof(double) * 4 * (size_t)steps);
     if (!x || !y || !t_all) die("out of host memory");
