@@ -690,6 +690,7 @@ static void resume_shards(const char *resume, char *out, size_t cap) {
 
 int main(int argc, char **argv) {
     trn_omp_wait_passive(argv); // OpenMP threads sleep when idle (unless OMP_WAIT_POLICY is set)
+    malloc_return_large_blocks(); // the OS's RSS follows the ledger (common.h)
     double t_begin = now_s();   // --max-time counts from here
     // --- defaults: -1 (or NULL) means "decided below": from the
     // checkpoint when resuming, else from the preset or the other flags

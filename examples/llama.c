@@ -491,6 +491,7 @@ static void usage(FILE *f) {
 #ifndef LLAMA_NO_MAIN
 int main(int argc, char **argv) {
     trn_omp_wait_passive(argv); // OpenMP threads sleep when idle (unless OMP_WAIT_POLICY is set)
+    malloc_return_large_blocks(); // the OS's RSS follows the ledger (common.h)
     double t_begin = now_s();   // --max-time counts from here
     run_args a;
     args_init(&a, "runs/llama");
