@@ -60,8 +60,12 @@ if ! command -v mpirun >/dev/null 2>&1; then
 elif ! timeout 30 mpirun $root --oversubscribe -np 2 true >/dev/null 2>&1; then
     echo "skip mpirun (it cannot start processes here: $(timeout 30 mpirun $root -np 1 true 2>&1 | head -1))"
 else
-    timeout 60 mpirun $root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 -x MASTER_PORT="$(port)" \
-        "$bin" $args >"$tmp/mpi.0" 2>&1; rc=$?
+    for attempt in 1 2; do # a second try on a new port: the first one may have been taken meanwhile
+        timeout 60 mpirun $root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 -x MASTER_PORT="$(port)" \
+            "$bin" $args >"$tmp/mpi.0" 2>&1; rc=$?
+        [ "$rc" = 0 ] && break
+        echo "mpirun attempt $attempt: exit $rc: $(tail -2 "$tmp/mpi.0" | tr '\n' ' ')"
+    done
     check "mpirun -np 2 exits 0" test "$rc" = 0
     check "mpirun: started by mpirun" grep -q "started by mpirun" "$tmp/mpi.0"
     check "mpirun = torchrun-style launch, bit for bit" test "$(crcs mpi)" = "$(crcs tr2)"
