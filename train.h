@@ -199,9 +199,26 @@ TRNDEF void trn_rng_shuffle(trn_rng *r, int *a, int n); /* Fisher-Yates  */
    the CPU backend, device memory for CUDA).
    ------------------------------------------------------------------------ */
 #define TRN_MAX_DIMS 4
+/* How a tensor's memory holds its values. TRN_F32 everywhere on the CPU.
+   With train_cuda.h's bf16 precision, activations and their gradients are
+   TRN_BF16 (the top 16 bits of an fp32: 8 exponent bits, 7 mantissa bits),
+   as are the weight copies that kernels read; statistics (layernorm mean
+   and rstd, log-sum-exp, losses), parameter gradients, the fp32 master
+   weights and the optimizer state stay TRN_F32. data is declared float *
+   either way: a bf16 tensor's data points at 2-byte values, and only
+   kernels (and trn_read/trn_write, which convert) look inside. */
+typedef enum trn_dtype { TRN_F32 = 0, TRN_BF16 = 1 } trn_dtype;
+TRNDEF size_t trn_dtype_size(int dtype);       /* 4 or 2                   */
+TRNDEF const char *trn_dtype_name(int dtype);  /* "f32", "bf16"            */
+
 typedef struct trn_tensor {
-    float *data;        /* values                                          */
-    float *grad;        /* d(loss)/d(values), same shape; NULL until needed */
+    float *data;        /* values (of dtype: see trn_dtype)                */
+    float *grad;        /* d(loss)/d(values), same shape; NULL until needed.
+                           A parameter's gradient is always TRN_F32; an
+                           activation's has the activation's dtype       */
+    int dtype;          /* TRN_F32 (0) or TRN_BF16: how data holds values.
+                           A parameter under bf16: its bf16 copy (the fp32
+                           master is m->param_data + offset)              */
     int ndim;
     int shape[TRN_MAX_DIMS];
     size_t size;        /* number of elements                              */
@@ -237,6 +254,17 @@ typedef struct trn_adamw_seg { size_t end; int mode; } trn_adamw_seg;
 typedef struct trn_backend {
     const char *name;
     trn_place place;
+    /* the dtype of activations and activation gradients, and of the weight
+       copies kernels read: TRN_F32, or TRN_BF16 (train_cuda.h in bf16).
+       Under TRN_BF16 every float * below that is an activation, an
+       activation gradient or a weight input points at bf16 values; these
+       stay fp32: layernorm/rmsnorm mean and rstd, lse, losses, the
+       parameter-gradient outputs (dw, dbias, db, dtable: accumulated in
+       fp32), and everything of the optimizer and the gradient norm. */
+    int act_dtype;
+    /* dst = src (accumulate 0) or dst += src (1), n elements, converting
+       between dtypes (to bf16: round to nearest even) */
+    void (*convert)(void *dst, int dst_dtype, const void *src, int src_dtype, size_t n, int accumulate);
     void *(*alloc)(size_t bytes, trn_kind kind);  /* counted in the ledger */
     void (*free)(void *p);
     void (*zero)(void *p, size_t bytes);
@@ -352,10 +380,12 @@ typedef struct trn_backend {
     void (*grad_norm_clip)(float *stat, const float *g, size_t n, float max_norm);
     /* AdamW over n elements of the flat buffers in one pass, runs as in
        trn_adamw_seg; clip NULL, or backend memory holding a factor that
-       multiplies every gradient first (and is stored back into g) */
+       multiplies every gradient first (and is stored back into g);
+       p_bf16 NULL, or the bf16 copy of p, rewritten from the new p in the
+       same pass (bf16 precision: what forward and backward read) */
     void (*adamw_flat)(float *p, float *g, float *m, float *v, size_t n, const trn_adamw_seg *seg,
                        int n_seg, float lr, float beta1, float beta2, float eps, float weight_decay,
-                       float bias_corr1, float bias_corr2, const float *clip);
+                       float bias_corr1, float bias_corr2, const float *clip, void *p_bf16);
     /* <<sync-free step */
 } trn_backend;
 
@@ -549,6 +579,15 @@ typedef struct trn_model {
     float *param_data;         /* ONE buffer with every weight (WEIGHTS)    */
     float *grad_data;          /* ONE buffer, same layout (GRADS); NULL until
                                   the first backward, as in PyTorch         */
+    int act_dtype;             /* the backend's: TRN_F32, or TRN_BF16 (bf16
+                                  precision: activations, their gradients
+                                  and the weights' copy below are bf16)     */
+    void *param_bf16;          /* bf16 precision: the bf16 copy of every
+                                  weight, same layout (WEIGHTS); params'
+                                  data point here, AdamW rewrites it in its
+                                  pass; NULL in fp32                       */
+    int param_bf16_stale;      /* param_data changed outside AdamW: the copy
+                                  is refreshed by the next trn_reset        */
     trn_arena arena;           /* activations of one step (ACTIVATIONS)     */
     trn_tape_entry *tape;
     int tape_len, tape_cap;
@@ -1893,6 +1932,36 @@ TRNDEF void trn_rng_shuffle(trn_rng *r, int *a, int n) {
 /* ========================================================================
    >>tensor
    ======================================================================== */
+TRNDEF size_t trn_dtype_size(int dtype) { return dtype == TRN_BF16 ? 2 : 4; }
+TRNDEF const char *trn_dtype_name(int dtype) { return dtype == TRN_BF16 ? "bf16" : "f32"; }
+
+/* bf16 <-> fp32, bit-exact with the GPU's __float2bfloat16 (round to
+   nearest, ties to even; NaN stays a quiet NaN) and __bfloat162float */
+static uint16_t trn__f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static float trn__bf16_to_f32(uint16_t h) {
+    uint32_t bits = (uint32_t)h << 16;
+    float out;
+    memcpy(&out, &bits, 4);
+    return out;
+}
+/* n elements from host memory of one dtype to another (the host side of
+   trn_read/trn_write and the CPU backend's convert) */
+static void trn__convert_host(void *dst, int dt, const void *src, int st, size_t n, int accumulate) {
+    size_t i;
+    for (i = 0; i < n; i++) {
+        float v = st == TRN_BF16 ? trn__bf16_to_f32(((const uint16_t *)src)[i]) : ((const float *)src)[i];
+        if (accumulate) v += dt == TRN_BF16 ? trn__bf16_to_f32(((uint16_t *)dst)[i]) : ((float *)dst)[i];
+        if (dt == TRN_BF16) ((uint16_t *)dst)[i] = trn__f32_to_bf16(v);
+        else ((float *)dst)[i] = v;
+    }
+}
+
 TRNDEF size_t trn_shape_size(int ndim, const int *shape) {
     size_t n = 1;
     int i;
@@ -3516,6 +3585,8 @@ TRNDEF const trn_backend *trn_cpu_backend(void) {
            here and AdamW keeps its call per tensor, bit for bit as before */
         cpu.download_async = trn__cpu_copy;
         cpu.mean = trn__cpu_mean;
+        cpu.act_dtype = TRN_F32;
+        cpu.convert = trn__convert_host;
         cpu.grad_norm_clip = NULL;
         cpu.adamw_flat = NULL;
         /* <<sync-free step */
@@ -3535,6 +3606,7 @@ TRNDEF trn_result trn_model_init(trn_model *m, const trn_backend *backend) {
     if (!m) return trn_fail(TRN_ERR_INVALID, "trn_model_init: model is NULL");
     memset(m, 0, sizeof *m);
     m->backend = backend ? backend : trn_cpu_backend();
+    m->act_dtype = m->backend->act_dtype;
     m->grad_enabled = 1;
     m->training = 1;
     trn_rng_seed(&m->rng, 0);
@@ -5340,7 +5412,8 @@ static trn_result trn__adamw_step_flat(trn_adamw *opt, trn_model *m, float lr, f
     }
     if (cur < hi) n = trn__seg_push(seg, n, hi - lo, TRN_ADAMW_SKIP);
     m->backend->adamw_flat(m->param_data + lo, m->grad_data + lo, opt->m, opt->v, hi - lo, seg, n, lr, d->beta1,
-                           d->beta2, d->eps, d->weight_decay, bc1, bc2, m->clip_pending ? m->gstat + 1 : NULL);
+                           d->beta2, d->eps, d->weight_decay, bc1, bc2, m->clip_pending ? m->gstat + 1 : NULL,
+                           m->param_bf16 ? (uint16_t *)m->param_bf16 + lo : NULL);
     m->clip_pending = 0;
     trn_free(seg);
     return TRN_OK;
@@ -6920,13 +6993,6 @@ static float trn__f16_to_f32(uint16_t h) {
         while (!(mant & 0x400u)) { mant <<= 1; e--; }
         bits = sign | (e << 23) | ((mant & 0x3FFu) << 13);
     }
-    memcpy(&out, &bits, 4);
-    return out;
-}
-
-static float trn__bf16_to_f32(uint16_t h) {
-    uint32_t bits = (uint32_t)h << 16;
-    float out;
     memcpy(&out, &bits, 4);
     return out;
 }

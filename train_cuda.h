@@ -109,6 +109,24 @@ TRNDEF const trn_backend *trn_cuda_backend(void);
 TRNDEF void trn_cuda_shutdown(void);          /* free what init created    */
 TRNDEF void trn_cuda_set_tf32(int on);        /* TF32 matmuls (default on) */
 TRNDEF int trn_cuda_tf32(void);
+/* Precision, chosen at run time, before the model is created:
+     TRN_CUDA_FP32  fp32 values, fp32 matmuls
+     TRN_CUDA_TF32  fp32 values, TF32 tensor-core matmuls (the default:
+                    inputs rounded to a 10-bit mantissa, fp32 accumulation)
+     TRN_CUDA_BF16  mixed precision: activations and their gradients are
+                    bf16, kernels read a bf16 copy of the weights that
+                    AdamW rewrites from the fp32 master weights in the same
+                    pass; matmuls take bf16 and accumulate in fp32; norms'
+                    statistics, softmax/log-sum-exp, losses, parameter
+                    gradients, m, v and the gradient norm stay fp32.
+   TRN_ERR_INVALID if a model's weights already live on the device (the
+   activation dtype is fixed when trn_model_init reads the table). */
+typedef enum trn_cuda_precision { TRN_CUDA_FP32 = 0, TRN_CUDA_TF32 = 1, TRN_CUDA_BF16 = 2 } trn_cuda_precision;
+TRNDEF trn_result trn_cuda_set_precision(trn_cuda_precision p);
+TRNDEF trn_cuda_precision trn_cuda_get_precision(void);
+/* "fp32", "tf32", "bf16" -> the value; -1 for anything else */
+TRNDEF int trn_cuda_precision_parse(const char *name);
+TRNDEF const char *trn_cuda_precision_name(trn_cuda_precision p);
 TRNDEF const char *trn_cuda_device_name(void);
 /* the stream every kernel and copy of the backend runs on (a cudaStream_t),
    and the cuBLAS handle (a cublasHandle_t), for train_nccl.h and benchmarks */
@@ -144,6 +162,7 @@ TRNDEF void trn_cuda_profile_clock(trn_profile *p);
    dynamic shared memory declare it with TRN_CUDA_DYNAMIC_SHARED(T, name). */
 #ifndef TRN_CUDA_ON_CPU
 #include <cuda_runtime.h>
+#include <cuda_bf16.h>
 #include <cublas_v2.h>
 #define TRN__CUDA_START(kernel, grid, block, shmem, stream, ...) \
     kernel<<<grid, block, shmem, stream>>>(__VA_ARGS__)
@@ -185,6 +204,7 @@ typedef struct trn__cuda_pending { void *dst; size_t off, bytes; } trn__cuda_pen
 static struct {
     int ready, device;
     int tf32_off;                /* trn_cuda_set_tf32(0) was called           */
+    int bf16;                    /* TRN_CUDA_BF16: activations are bf16      */
     cudaStream_t stream;
     cublasHandle_t cublas;
     void *workspace;             /* cuBLAS workspace (ours, so it is counted) */
@@ -399,6 +419,18 @@ static __device__ __forceinline__ double trn__warp_sum_d(double v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
+/* bf16 (TRN_CUDA_BF16): kernels that touch activations are templates on
+   their storage type A (float or trn__bf16) and compute in fp32: a value
+   is read with trn__ld(x) and written with trn__to<A>(v) (round to
+   nearest even). The backend table holds the <float> or the <trn__bf16>
+   instantiation of each host function (see trn__cuda_fill_table). */
+typedef __nv_bfloat16 trn__bf16;
+static __device__ __forceinline__ float trn__ld(float x) { return x; }
+static __device__ __forceinline__ float trn__ld(trn__bf16 x) { return __bfloat162float(x); }
+template <typename T> static __device__ __forceinline__ T trn__to(float v);
+template <> __device__ __forceinline__ float trn__to<float>(float v) { return v; }
+template <> __device__ __forceinline__ trn__bf16 trn__to<trn__bf16>(float v) { return __float2bfloat16(v); }
+
 static __device__ __forceinline__ float trn__warp_max(float v) {
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
@@ -507,18 +539,20 @@ static __global__ void trn__k_ln_bwd_part(float *pw, float *pb, const float *dou
 
 /* --- elementwise ------------------------------------------------------------ */
 #define TRN__CUDA_GELU_K 0.7978845608028654f /* sqrt(2/pi), as train.h */
-static __global__ void trn__k_gelu_fwd(float *out, const float *inp, size_t n) {
+template <typename A>
+static __global__ void trn__k_gelu_fwd(A *out, const A *inp, size_t n) {
     TRN__GRID_STRIDE(i, n) {
-        float x = inp[i];
-        out[i] = 0.5f * x * (1.0f + tanhf(TRN__CUDA_GELU_K * (x + 0.044715f * x * x * x)));
+        float x = trn__ld(inp[i]);
+        out[i] = trn__to<A>(0.5f * x * (1.0f + tanhf(TRN__CUDA_GELU_K * (x + 0.044715f * x * x * x))));
     }
 }
-static __global__ void trn__k_gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n) {
+template <typename A>
+static __global__ void trn__k_gelu_bwd(A *dinp, const A *inp, const A *dout, size_t n) {
     TRN__GRID_STRIDE(i, n) {
-        float x = inp[i];
+        float x = trn__ld(inp[i]);
         float t = tanhf(TRN__CUDA_GELU_K * (x + 0.044715f * x * x * x));
         float dt = (1.0f - t * t) * TRN__CUDA_GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] += dout[i] * (0.5f * (1.0f + t) + 0.5f * x * dt);
+        dinp[i] = trn__to<A>(trn__ld(dinp[i]) + trn__ld(dout[i]) * (0.5f * (1.0f + t) + 0.5f * x * dt));
     }
 }
 static __global__ void trn__k_relu_fwd(float *out, const float *inp, size_t n) {
@@ -1191,6 +1225,17 @@ static __global__ void trn__k_rope(float *y, const float *x, int B, int T, int H
     }
 }
 
+/* --- bf16: dtype conversions ------------------------------------------------ */
+/* dst = src or dst += src, element i by thread i, any pair of dtypes */
+template <typename D, typename S>
+static __global__ void trn__k_convert(D *dst, const S *src, size_t n, int accumulate) {
+    TRN__GRID_STRIDE(i, n) {
+        float v = trn__ld(src[i]);
+        if (accumulate) v += trn__ld(dst[i]);
+        dst[i] = trn__to<D>(v);
+    }
+}
+
 /* >>sync-free step kernels */
 /* the partials of trn__k_sumsq added in order by one thread (as the host
    did before: the same bits), then the norm and the clip factor as
@@ -1232,7 +1277,7 @@ static __global__ void trn__k_mean(float *out, const float *x, size_t n) {
    only grows, so it finds its first run by bisection and then steps on. */
 static __global__ void trn__k_adamw_flat(float *p, float *g, float *m, float *v, size_t n, const trn_adamw_seg *seg,
                                          int nseg, float lr, float b1, float b2, float eps, float wd, float bc1,
-                                         float bc2, const float *clip) {
+                                         float bc2, const float *clip, trn__bf16 *p16) {
     float s = clip ? clip[0] : 1.0f;
     int r = -1;
     TRN__GRID_STRIDE(i, n) {
@@ -1255,7 +1300,9 @@ static __global__ void trn__k_adamw_flat(float *p, float *g, float *m, float *v,
         float w = mode == TRN_ADAMW_DECAY ? wd : 0.0f;
         m[i] = mi;
         v[i] = vi;
-        p[i] -= lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + w * p[i]);
+        float pi = p[i] - lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + w * p[i]);
+        p[i] = pi;
+        if (p16) p16[i] = __float2bfloat16(pi); /* bf16: the copy kernels read */
     }
 }
 /* <<sync-free step kernels */
@@ -1364,9 +1411,18 @@ static void trn__cuda_layernorm_backward(float *dinp, float *dw, float *db, cons
         if ((n) > 0)                                                                                           \
             TRN_CUDA_LAUNCH(kernel, dim3(trn__cuda_grid(n)), dim3(TRN__CUDA_BLOCK), 0, trn__cu.stream, __VA_ARGS__); \
     } while (0)
-static void trn__cuda_gelu_forward(float *out, const float *inp, size_t n) { TRN__CUDA_ELEMENTWISE(trn__k_gelu_fwd, n, out, inp, n); }
+/* host functions of activation kernels are templates on A as well; their
+   float * arguments that hold activations are cast to A * (a no-op for
+   float), and the table picks one instantiation (TRN__CUDA_PICK) */
+#define TRN__A(p) ((A *)(p))
+#define TRN__CA(p) ((const A *)(p))
+template <typename A>
+static void trn__cuda_gelu_forward(float *out, const float *inp, size_t n) {
+    TRN__CUDA_ELEMENTWISE(trn__k_gelu_fwd<A>, n, TRN__A(out), TRN__CA(inp), n);
+}
+template <typename A>
 static void trn__cuda_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
-    if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_gelu_bwd, n, dinp, inp, dout, n);
+    if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_gelu_bwd<A>, n, TRN__A(dinp), TRN__CA(inp), TRN__CA(dout), n);
 }
 static void trn__cuda_relu_forward(float *out, const float *inp, size_t n) { TRN__CUDA_ELEMENTWISE(trn__k_relu_fwd, n, out, inp, n); }
 static void trn__cuda_relu_backward(float *dinp, const float *out, const float *dout, size_t n) {
@@ -1564,12 +1620,22 @@ static const trn_adamw_seg *trn__cuda_segments(const trn_adamw_seg *seg, int n) 
 }
 static void trn__cuda_adamw_flat(float *p, float *g, float *m, float *v, size_t n, const trn_adamw_seg *seg, int n_seg,
                                  float lr, float beta1, float beta2, float eps, float weight_decay, float bias_corr1,
-                                 float bias_corr2, const float *clip) {
+                                 float bias_corr2, const float *clip, void *p_bf16) {
     const trn_adamw_seg *dseg;
     if (n == 0 || n_seg <= 0) return;
     dseg = trn__cuda_segments(seg, n_seg);
     TRN__CUDA_ELEMENTWISE(trn__k_adamw_flat, n, p, g, m, v, n, dseg, n_seg, lr, beta1, beta2, eps, weight_decay,
-                          bias_corr1, bias_corr2, clip);
+                          bias_corr1, bias_corr2, clip, (trn__bf16 *)p_bf16);
+}
+static void trn__cuda_convert(void *dst, int dt, const void *src, int st, size_t n, int accumulate) {
+    if (dt == TRN_BF16 && st == TRN_BF16)
+        TRN__CUDA_ELEMENTWISE((trn__k_convert<trn__bf16, trn__bf16>), n, (trn__bf16 *)dst, (const trn__bf16 *)src, n, accumulate);
+    else if (dt == TRN_BF16)
+        TRN__CUDA_ELEMENTWISE((trn__k_convert<trn__bf16, float>), n, (trn__bf16 *)dst, (const float *)src, n, accumulate);
+    else if (st == TRN_BF16)
+        TRN__CUDA_ELEMENTWISE((trn__k_convert<float, trn__bf16>), n, (float *)dst, (const trn__bf16 *)src, n, accumulate);
+    else
+        TRN__CUDA_ELEMENTWISE((trn__k_convert<float, float>), n, (float *)dst, (const float *)src, n, accumulate);
 }
 
 /* attention, materialized: the reference (trn_attention runs the fused
@@ -1905,6 +1971,35 @@ TRNDEF void trn_cuda_set_tf32(int on) {
         TRN_CUBLAS_CHECK(cublasSetMathMode(trn__cu.cublas, on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
 }
 TRNDEF int trn_cuda_tf32(void) { return !trn__cu.tf32_off; }
+static void trn__cuda_fill_table(trn_backend *t, int bf16);
+TRNDEF trn_result trn_cuda_set_precision(trn_cuda_precision p) {
+    int i, bf16 = p == TRN_CUDA_BF16;
+    if (p != TRN_CUDA_FP32 && p != TRN_CUDA_TF32 && p != TRN_CUDA_BF16)
+        return trn_fail(TRN_ERR_INVALID, "trn_cuda_set_precision: unknown precision %d", (int)p);
+    if (bf16 != trn__cu.bf16)
+        for (i = 0; i < trn__cu.n_blocks; i++)
+            if (trn__cu.blocks[i].kind == TRN_KIND_WEIGHTS)
+                return trn_fail(TRN_ERR_INVALID, "trn_cuda_set_precision(%s): a model already lives on the device; "
+                                "set the precision before trn_model_init", trn_cuda_precision_name(p));
+    trn__cu.bf16 = bf16;
+    if (trn__cu.table.name) trn__cuda_fill_table(&trn__cu.table, bf16); /* a pointer handed out sees it */
+    /* fp32 and bf16 matmuls: no TF32 rounding of fp32 inputs */
+    trn_cuda_set_tf32(p == TRN_CUDA_TF32);
+    return TRN_OK;
+}
+TRNDEF trn_cuda_precision trn_cuda_get_precision(void) {
+    return trn__cu.bf16 ? TRN_CUDA_BF16 : trn__cu.tf32_off ? TRN_CUDA_FP32 : TRN_CUDA_TF32;
+}
+TRNDEF int trn_cuda_precision_parse(const char *name) {
+    if (!name) return -1;
+    if (strcmp(name, "fp32") == 0) return TRN_CUDA_FP32;
+    if (strcmp(name, "tf32") == 0) return TRN_CUDA_TF32;
+    if (strcmp(name, "bf16") == 0) return TRN_CUDA_BF16;
+    return -1;
+}
+TRNDEF const char *trn_cuda_precision_name(trn_cuda_precision p) {
+    return p == TRN_CUDA_BF16 ? "bf16" : p == TRN_CUDA_FP32 ? "fp32" : p == TRN_CUDA_TF32 ? "tf32" : "?";
+}
 TRNDEF const char *trn_cuda_device_name(void) { return trn__cu.ready ? trn__cu.name : "(no CUDA device)"; }
 TRNDEF void *trn_cuda_stream(void) { return (void *)trn__cu.stream; }
 TRNDEF void *trn_cuda_cublas(void) { return (void *)trn__cu.cublas; }
@@ -1992,12 +2087,12 @@ TRNDEF void trn_cuda_shutdown(void) {
     trn__cu.ready = 0;
 }
 
-TRNDEF const trn_backend *trn_cuda_backend(void) {
-    trn_backend *t = &trn__cu.table;
-    if (!trn__cu.ready)
-        trn_fatal("trn_cuda_backend: CUDA is not initialized: call trn_cuda_init(device) first and check its result "
-                  "(trn_ddp_init does it for each rank's GPU)");
-    if (!t->name) {
+/* the table for the current precision: activation kernels are the float or
+   the bf16 instantiation of their templates */
+#define TRN__CUDA_PICK(fn) (bf16 ? fn<trn__bf16> : fn<float>)
+static void trn__cuda_fill_table(trn_backend *t, int bf16) {
+        t->act_dtype = bf16 ? TRN_BF16 : TRN_F32;
+        t->convert = trn__cuda_convert;
         t->place = TRN_DEVICE;
         t->alloc = trn__cuda_alloc;
         t->free = trn__cuda_free;
@@ -2012,8 +2107,8 @@ TRNDEF const trn_backend *trn_cuda_backend(void) {
         t->embedding_backward = trn__cuda_embedding_backward;
         t->layernorm_forward = trn__cuda_layernorm_forward;
         t->layernorm_backward = trn__cuda_layernorm_backward;
-        t->gelu_forward = trn__cuda_gelu_forward;
-        t->gelu_backward = trn__cuda_gelu_backward;
+        t->gelu_forward = TRN__CUDA_PICK(trn__cuda_gelu_forward);
+        t->gelu_backward = TRN__CUDA_PICK(trn__cuda_gelu_backward);
         t->relu_forward = trn__cuda_relu_forward;
         t->relu_backward = trn__cuda_relu_backward;
         t->add_forward = trn__cuda_add_forward;
@@ -2075,7 +2170,14 @@ TRNDEF const trn_backend *trn_cuda_backend(void) {
         t->adamw_flat = trn__cuda_adamw_flat;
         /* <<sync-free step */
         t->name = "cuda";
-    }
+}
+
+TRNDEF const trn_backend *trn_cuda_backend(void) {
+    trn_backend *t = &trn__cu.table;
+    if (!trn__cu.ready)
+        trn_fatal("trn_cuda_backend: CUDA is not initialized: call trn_cuda_init(device) first and check its result "
+                  "(trn_ddp_init does it for each rank's GPU)");
+    if (!t->name || t->act_dtype != (trn__cu.bf16 ? TRN_BF16 : TRN_F32)) trn__cuda_fill_table(t, trn__cu.bf16);
     return t;
 }
 

@@ -169,6 +169,30 @@ struct float4 { float x, y, z, w; };
 static inline float2 make_float2(float x, float y) { float2 r = {x, y}; return r; }
 static inline float4 make_float4(float x, float y, float z, float w) { float4 r = {x, y, z, w}; return r; }
 
+/* bfloat16 (cuda_bf16.h): the top 16 bits of an fp32, stored as its bits.
+   The conversions are bit-exact with the GPU's: float -> bf16 rounds to
+   nearest, ties to even (__float2bfloat16 is _rn); a NaN stays a NaN
+   (quiet); bf16 -> float is exact. Kernels use only these functions, never
+   the type's C++ operators, so the same source means the same on both. */
+struct __nv_bfloat16 { unsigned short x; };
+struct __nv_bfloat162 { __nv_bfloat16 x, y; };
+static inline __nv_bfloat16 __float2bfloat16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    __nv_bfloat16 r;
+    if ((u & 0x7fffffffu) > 0x7f800000u) { r.x = (unsigned short)((u >> 16) | 0x40u); return r; } /* NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);                      /* round to nearest even */
+    r.x = (unsigned short)(u >> 16);
+    return r;
+}
+static inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __float2bfloat16(f); }
+static inline float __bfloat162float(__nv_bfloat16 h) {
+    uint32_t u = (uint32_t)h.x << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
 /* ---- the CUDA runtime API, as far as train_cuda.h uses it ---------------- */
 typedef enum cudaError {
     cudaSuccess = 0,

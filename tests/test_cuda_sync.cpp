@@ -101,7 +101,7 @@ static void check_adamw_flat(float clip_factor, int with_clip, size_t n, size_t 
     for (size_t i = 0; i < n; i++) v[i] = fabsf(trn_rng_normal(&RNG)) * 0.01f;
     float *dp = dev_from(p), *dg = dev_from(g), *dm = dev_from(m), *dv = dev_from(v);
     float *dclip = dev_from(vec(1, clip_factor));
-    GPU->adamw_flat(dp, dg, dm, dv, n, seg, nseg, lr, b1, b2, eps, wd, bc1, bc2, with_clip ? dclip : NULL);
+    GPU->adamw_flat(dp, dg, dm, dv, n, seg, nseg, lr, b1, b2, eps, wd, bc1, bc2, with_clip ? dclip : NULL, NULL);
     vec gp = host_from(dp, n), gg = host_from(dg, n), gm = host_from(dm, n), gv = host_from(dv, n);
     /* the CPU: scale the gradients first (as trn_clip_grad_norm, but not
        those of frozen runs: adamw_flat does not touch them), then one
