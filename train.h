@@ -142,6 +142,8 @@ typedef enum trn_kind {
     TRN_KIND_KV_CACHE,    /* keys and values kept for generation           */
     TRN_KIND_RUNTIME,     /* CUDA context, cuBLAS workspace, tables        */
     TRN_KIND_STAGING,     /* async checkpoint: the host copy being written */
+    TRN_KIND_WEIGHTS_BF16, /* bf16 precision: the weights' bf16 copy that
+                             kernels read (WEIGHTS holds the fp32 master) */
     TRN_KIND_COUNT
 } trn_kind;
 
@@ -262,9 +264,10 @@ typedef struct trn_backend {
        parameter-gradient outputs (dw, dbias, db, dtable: accumulated in
        fp32), and everything of the optimizer and the gradient norm. */
     int act_dtype;
-    /* dst = src (accumulate 0) or dst += src (1), n elements, converting
-       between dtypes (to bf16: round to nearest even) */
-    void (*convert)(void *dst, int dst_dtype, const void *src, int src_dtype, size_t n, int accumulate);
+    /* dst = s*src (accumulate 0) or dst += s*src (1), n elements, converting
+       between dtypes (math in fp32; to bf16: round to nearest even). dst
+       may be src (in place) */
+    void (*convert)(void *dst, int dst_dtype, const void *src, int src_dtype, size_t n, int accumulate, float s);
     void *(*alloc)(size_t bytes, trn_kind kind);  /* counted in the ledger */
     void (*free)(void *p);
     void (*zero)(void *p, size_t bytes);
@@ -687,12 +690,22 @@ TRNDEF void trn_unit(trn_model *m, trn_tensor *member);
 
 /* activations: a tensor in the arena (data uninitialized, grad NULL) */
 TRNDEF trn_tensor *trn_tensor_new(trn_model *m, const char *name, int ndim, const int *shape);
+/* the same in a given dtype: trn_tensor_new makes the model's activation
+   dtype (m->act_dtype); a loss or a statistic under bf16 wants TRN_F32 */
+TRNDEF trn_tensor *trn_tensor_new_dtype(trn_model *m, const char *name, int ndim, const int *shape, int dtype);
+/* bf16 precision: you wrote parameter memory yourself (not through
+   trn_write, trn_init_*, a checkpoint load or AdamW, which know): the
+   weights' bf16 copy is refreshed before the next op reads it */
+TRNDEF void trn_params_changed(trn_model *m);
 /* a leaf from host data (inputs, targets): no gradient */
 TRNDEF trn_tensor *trn_input(trn_model *m, const char *name, int ndim, const int *shape,
                              const float *host);
 /* raw scratch from the arena (ids, saved statistics) */
 TRNDEF void *trn_arena_alloc(trn_model *m, size_t bytes);
 TRNDEF float trn_item(trn_model *m, const trn_tensor *t);        /* t->data[0] */
+/* read/write convert: host memory is always float; a bf16 tensor's values
+   are rounded (to nearest even) on the way in. A parameter's are its fp32
+   master weights. */
 TRNDEF void trn_read(trn_model *m, const trn_tensor *t, float *host);
 TRNDEF void trn_write(trn_model *m, trn_tensor *t, const float *host);
 TRNDEF void trn_read_grad(trn_model *m, const trn_tensor *t, float *host);
@@ -884,6 +897,7 @@ typedef struct trn_kv_cache {
     int len;                  /* positions held; the next forward starts here */
     float *k, *v;             /* (L, B, max_T, n_kv_head*head_dim) each,
                                  backend memory (KV_CACHE)                 */
+    int dtype;                /* the model's activation dtype              */
     const trn_backend *backend;
 } trn_kv_cache;
 
@@ -1706,6 +1720,7 @@ TRNDEF const char *trn_kind_name(trn_kind kind) {
     case TRN_KIND_KV_CACHE: name = "kv cache"; break;
     case TRN_KIND_RUNTIME: name = "runtime"; break;
     case TRN_KIND_STAGING: name = "staging"; break;
+    case TRN_KIND_WEIGHTS_BF16: name = "weights bf16"; break;
     default: break;
     }
     return name;
@@ -1952,10 +1967,11 @@ static float trn__bf16_to_f32(uint16_t h) {
 }
 /* n elements from host memory of one dtype to another (the host side of
    trn_read/trn_write and the CPU backend's convert) */
-static void trn__convert_host(void *dst, int dt, const void *src, int st, size_t n, int accumulate) {
+static void trn__convert_host(void *dst, int dt, const void *src, int st, size_t n, int accumulate, float s) {
     size_t i;
     for (i = 0; i < n; i++) {
         float v = st == TRN_BF16 ? trn__bf16_to_f32(((const uint16_t *)src)[i]) : ((const float *)src)[i];
+        if (s != 1.0f) v *= s;
         if (accumulate) v += dt == TRN_BF16 ? trn__bf16_to_f32(((uint16_t *)dst)[i]) : ((float *)dst)[i];
         if (dt == TRN_BF16) ((uint16_t *)dst)[i] = trn__f32_to_bf16(v);
         else ((float *)dst)[i] = v;
@@ -3680,7 +3696,59 @@ TRNDEF trn_result trn_model_alloc(trn_model *m) {
     if (!m->param_data) return trn_fail(TRN_ERR_NOMEM, "trn_model_alloc: %s", trn_error_reason());
     m->backend->zero(m->param_data, m->n_floats * sizeof(float));
     for (i = 0; i < m->n_params; i++) m->params[i]->data = m->param_data + m->params[i]->offset;
+    if (m->act_dtype == TRN_BF16) { /* the copy kernels read; the master stays fp32 */
+        m->param_bf16 = m->backend->alloc(m->n_floats * 2, TRN_KIND_WEIGHTS_BF16);
+        if (!m->param_bf16) return trn_fail(TRN_ERR_NOMEM, "trn_model_alloc: bf16 weights: %s", trn_error_reason());
+        for (i = 0; i < m->n_params; i++) {
+            m->params[i]->data = (float *)((uint16_t *)m->param_bf16 + m->params[i]->offset);
+            m->params[i]->dtype = TRN_BF16;
+        }
+        m->param_bf16_stale = 1;
+    }
     return TRN_OK;
+}
+
+/* bf16: rewrite the weights' copy from the fp32 master (after anything
+   but AdamW changed the master: init, a checkpoint, a broadcast) */
+static void trn__refresh_bf16(trn_model *m) {
+    size_t lo = m->param_hi ? m->param_lo : 0, hi = m->param_hi ? m->param_hi : m->n_floats;
+    if (m->param_bf16 && hi > lo)
+        m->backend->convert((uint16_t *)m->param_bf16 + lo, TRN_BF16, m->param_data + lo, TRN_F32, hi - lo, 0, 1.0f);
+    m->param_bf16_stale = 0;
+}
+TRNDEF void trn_params_changed(trn_model *m) { if (m && m->param_bf16) m->param_bf16_stale = 1; }
+
+/* a parameter's gradient is fp32; an activation's has its dtype */
+static int trn__grad_dtype(const trn_tensor *t) { return t->is_param ? TRN_F32 : t->dtype; }
+/* where t's fp32 values live: a parameter's master under bf16, else data */
+static float *trn__master(const trn_model *m, const trn_tensor *t) {
+    return t->is_param && m->param_bf16 ? m->param_data + t->offset : t->data;
+}
+/* host floats <-> n elements of t at element off, converting to or from
+   t's dtype (in chunks through a TEMP buffer). A parameter: its master. */
+static void trn__put(trn_model *m, trn_tensor *t, size_t off, const float *host, size_t n) {
+    size_t done;
+    uint16_t *buf;
+    if (t->is_param && m->param_bf16) m->param_bf16_stale = 1;
+    if (t->dtype == TRN_F32 || (t->is_param && m->param_bf16)) {
+        m->backend->upload(trn__master(m, t) + off, host, n * sizeof(float));
+        return;
+    }
+    buf = (uint16_t *)trn_alloc(TRN__MIN(n, (size_t)1 << 20) * 2, TRN_KIND_TEMP);
+    if (!buf) trn_fatal("trn_write %s: %s", t->name, trn_error_reason());
+    for (done = 0; done < n; done += (size_t)1 << 20) {
+        size_t k = TRN__MIN((size_t)1 << 20, n - done);
+        trn__convert_host(buf, TRN_BF16, host + done, TRN_F32, k, 0, 1.0f);
+        m->backend->upload((uint16_t *)t->data + off + done, buf, k * 2);
+    }
+    trn_free(buf);
+}
+static void trn__get(trn_model *m, const void *src, int dtype, float *host, size_t n) {
+    if (dtype == TRN_F32) { m->backend->download(host, src, n * sizeof(float)); return; }
+    /* bf16: into the upper halves of host, then widened in place from the
+       front (element i is written at bytes [4i,4i+4), above no unread one) */
+    m->backend->download((uint16_t *)host + n, src, n * 2);
+    trn__convert_host(host, TRN_F32, (uint16_t *)host + n, TRN_BF16, n, 0, 1.0f);
 }
 
 TRNDEF trn_result trn_model_alloc_grads(trn_model *m) {
@@ -3804,15 +3872,21 @@ static void trn__need_alloc(const trn_model *m, const char *call, const char *na
                   "trn_param calls and before the first op, init or read", call, name ? " " : "", name ? name : "");
 }
 
-TRNDEF trn_tensor *trn_tensor_new(trn_model *m, const char *name, int ndim, const int *shape) {
+TRNDEF trn_tensor *trn_tensor_new_dtype(trn_model *m, const char *name, int ndim, const int *shape, int dtype) {
     trn_tensor *t;
     if (!m) trn_fatal("trn_tensor_new %s: model is NULL", name ? name : "");
     trn__need_alloc(m, "trn_tensor_new", name);
     trn__check_shape("trn_tensor_new", name, ndim, shape);
+    if (m->param_bf16_stale) trn__refresh_bf16(m); /* the first op of a pass reads fresh weights */
     t = trn__header(m);
     trn__fill_header(t, name, ndim, shape);
-    t->data = (float *)trn_arena_alloc(m, t->size * sizeof(float));
+    t->dtype = dtype;
+    t->data = (float *)trn_arena_alloc(m, t->size * trn_dtype_size(dtype));
     return t;
+}
+TRNDEF trn_tensor *trn_tensor_new(trn_model *m, const char *name, int ndim, const int *shape) {
+    if (!m) trn_fatal("trn_tensor_new %s: model is NULL", name ? name : "");
+    return trn_tensor_new_dtype(m, name, ndim, shape, m->act_dtype);
 }
 
 TRNDEF trn_tensor *trn_input(trn_model *m, const char *name, int ndim, const int *shape,
@@ -3820,7 +3894,7 @@ TRNDEF trn_tensor *trn_input(trn_model *m, const char *name, int ndim, const int
     trn_tensor *t;
     if (!host) trn_fatal("trn_input %s: host data is NULL (for an arena tensor filled later, use trn_tensor_new)", name ? name : "");
     t = trn_tensor_new(m, name, ndim, shape);
-    m->backend->upload(t->data, host, t->size * sizeof(float));
+    trn__put(m, t, 0, host, t->size); /* (bf16: rounded on the host) */
     return t;
 }
 
@@ -3918,9 +3992,10 @@ static void trn__grads_grow(trn_model *m) {
 static float *trn__grad(trn_model *m, trn_tensor *t, int *fresh) {
     if (fresh) *fresh = 0;
     if (!t->grad) {
-        t->grad = (float *)trn__grads_alloc(m, t->size * sizeof(float));
+        size_t bytes = t->size * trn_dtype_size(trn__grad_dtype(t));
+        t->grad = (float *)trn__grads_alloc(m, bytes);
         if (fresh) *fresh = 1;
-        else m->backend->zero(t->grad, t->size * sizeof(float));
+        else m->backend->zero(t->grad, bytes);
     }
     return t->grad;
 }
@@ -3999,7 +4074,10 @@ TRNDEF void trn_backward_scaled(trn_model *m, trn_tensor *loss, float scale) {
         trn_fatal("trn_backward: %s", trn_error_reason());
     }
     /* the chain rule starts here: d(loss)/d(loss) = 1 (or the caller's scale) */
-    m->backend->upload(trn__grad(m, loss, NULL), &scale, sizeof scale);
+    if (trn__grad_dtype(loss) == TRN_BF16) { /* (a loss made of bf16 activations) */
+        uint16_t h = trn__f32_to_bf16(scale);
+        m->backend->upload(trn__grad(m, loss, NULL), &h, sizeof h);
+    } else m->backend->upload(trn__grad(m, loss, NULL), &scale, sizeof scale);
     m->grad_one = loss; /* its gradient is known on the host: trn__scalar_grad needs no download */
     m->grad_one_value = scale;
     m->clip_pending = 0; /* a clip factor belongs to the gradients it was computed from */
@@ -4048,27 +4126,28 @@ TRNDEF void trn_unit(trn_model *m, trn_tensor *member) {
 }
 
 TRNDEF float trn_item(trn_model *m, const trn_tensor *t) {
-    float v;
-    m->backend->download(&v, t->data, sizeof v);
-    return v;
+    float v[2]; /* (room for trn__get's bf16 staging) */
+    trn__get(m, trn__master(m, t), t->is_param ? TRN_F32 : t->dtype, v, 1);
+    return v[0];
 }
 TRNDEF void trn_item_async(trn_model *m, const trn_tensor *t, float *dst) {
-    if (m->backend->download_async) m->backend->download_async(dst, t->data, sizeof(float));
+    if (t->dtype != TRN_F32) *dst = trn_item(m, t); /* losses are fp32: this is rare */
+    else if (m->backend->download_async) m->backend->download_async(dst, t->data, sizeof(float));
     else m->backend->download(dst, t->data, sizeof(float));
 }
 TRNDEF void trn_sync(trn_model *m) { m->backend->sync(); }
 TRNDEF void trn_read(trn_model *m, const trn_tensor *t, float *host) {
     if (!t || !host) trn_fatal("trn_read: tensor or host buffer is NULL");
     if (t->is_param) trn__need_alloc(m, "trn_read", t->name);
-    m->backend->download(host, t->data, t->size * sizeof(float));
+    trn__get(m, trn__master(m, t), t->is_param ? TRN_F32 : t->dtype, host, t->size);
 }
 TRNDEF void trn_write(trn_model *m, trn_tensor *t, const float *host) {
     if (!t || !host) trn_fatal("trn_write: tensor or host data is NULL");
     if (t->is_param) trn__need_alloc(m, "trn_write", t->name);
-    m->backend->upload(t->data, host, t->size * sizeof(float));
+    trn__put(m, t, 0, host, t->size);
 }
 TRNDEF void trn_read_grad(trn_model *m, const trn_tensor *t, float *host) {
-    if (t->grad) m->backend->download(host, t->grad, t->size * sizeof(float));
+    if (t->grad) trn__get(m, t->grad, trn__grad_dtype(t), host, t->size);
     else memset(host, 0, t->size * sizeof(float));
 }
 
@@ -4080,7 +4159,7 @@ static void trn__fill(trn_model *m, trn_tensor *t, float mean, float std, trn_rn
     if (!m || !t) trn_fatal("%s: model or tensor is NULL", normal ? "trn_init_normal" : "trn_init_const");
     if (normal && !rng) trn_fatal("trn_init_normal %s: rng is NULL", t->name);
     if (t->is_param) trn__need_alloc(m, normal ? "trn_init_normal" : "trn_init_const", t->name);
-    if (m->backend->place == TRN_HOST) {
+    if (m->backend->place == TRN_HOST && t->dtype == TRN_F32) {
         size_t i;
         for (i = 0; i < t->size; i++) t->data[i] = normal ? mean + std * trn_rng_normal(rng) : mean;
         return;
@@ -4090,7 +4169,7 @@ static void trn__fill(trn_model *m, trn_tensor *t, float mean, float std, trn_rn
     for (done = 0; done < t->size; done += chunk) {
         size_t n = TRN__MIN(chunk, t->size - done), i;
         for (i = 0; i < n; i++) buf[i] = normal ? mean + std * trn_rng_normal(rng) : mean;
-        m->backend->upload(t->data + done, buf, n * sizeof(float));
+        trn__put(m, t, done, buf, n);
     }
     trn_free(buf);
 }
@@ -4107,6 +4186,36 @@ static void trn__not_null(const char *op, const void *a, const void *b) {
     if (!a || !b) trn_fatal("%s: NULL argument", op);
 }
 #define TRN__LAST(t) ((t)->shape[(t)->ndim - 1])
+/* element i of backend memory p holding dtype dt (bf16 elements are 2 bytes) */
+#define TRN__AT(p, i, dt) ((float *)((char *)(p) + (size_t)(i) * trn_dtype_size(dt)))
+
+/* --- bf16 precision: what goes into a kernel's slots ----------------------
+   Kernels read activations in the model's dtype and write their gradients
+   in it, while a parameter's gradient is fp32. So a parameter in an
+   activation slot (a learned position table added to x, a scale in trn_mul)
+   or an fp32 tensor there (a loss, a statistic) goes through a cast: forward
+   rounds its values into a new activation, backward adds that activation's
+   gradient into its own (fp32) gradient. In fp32 (every CPU model) a cast
+   never happens: trn__act returns x. */
+static void trn__cast_bw(trn_model *m, trn_tape_entry *e) {
+    trn_tensor *x = e->in[0];
+    m->backend->convert(trn__grad(m, x, NULL), trn__grad_dtype(x), e->out->grad, e->out->dtype, x->size, 1, 1.0f);
+}
+static trn_tensor *trn__act(trn_model *m, trn_tensor *x) {
+    trn_tensor *out;
+    if (!x || (x->dtype == m->act_dtype && !(x->is_param && m->param_bf16))) return x;
+    out = trn_tensor_new(m, "cast", x->ndim, x->shape);
+    m->backend->convert(out->data, out->dtype, trn__master(m, x), x->is_param ? TRN_F32 : x->dtype, x->size, 0, 1.0f);
+    trn__record(m, "cast", trn__cast_bw, out, x, NULL, NULL);
+    return out;
+}
+/* a weight slot (linear, embedding, layernorm, rmsnorm, the classifier):
+   kernels add its gradient in fp32, which under bf16 only a parameter has */
+static void trn__weight(const trn_model *m, const trn_tensor *w, const char *op) {
+    if (w && m->param_bf16 && !w->is_param)
+        trn_fatal("%s: under bf16 precision a weight must be a parameter (its gradient is fp32); '%s' is an "
+                  "activation: multiply activations with trn_bmm or trn_mul", op, w->name);
+}
 
 /* --- linear -------------------------------------------------------------- */
 static void trn__linear_bw(trn_model *m, trn_tape_entry *e) {
@@ -4120,6 +4229,7 @@ TRNDEF trn_tensor *trn_linear(trn_model *m, trn_tensor *x, trn_tensor *w, trn_te
     trn_tensor *out;
     trn_tape_entry *e;
     trn__not_null("trn_linear", m, x); trn__not_null("trn_linear", w, w);
+    x = trn__act(m, x); trn__weight(m, w, "trn_linear"); trn__weight(m, b, "trn_linear");
     C = TRN__LAST(x);
     trn__need(w->ndim == 2 && w->shape[1] == C, "trn_linear", x, w, "input channels must match weight (OC,C)");
     OC = w->shape[0];
@@ -4157,6 +4267,7 @@ TRNDEF trn_tensor *trn_embedding(trn_model *m, trn_tensor *table, const int *ids
     trn_tape_entry *e;
     trn__not_null("trn_embedding", m, table); trn__not_null("trn_embedding", ids, ids);
     if (table->ndim != 2 || B <= 0 || T <= 0) trn_fatal("trn_embedding: table must be (V,C) and B,T > 0 (B=%d T=%d)", B, T);
+    trn__weight(m, table, "trn_embedding");
     V = table->shape[0]; C = table->shape[1];
     dev = trn__upload_ids(m, ids, B * T, V, "trn_embedding");
     shape[0] = B; shape[1] = T; shape[2] = C;
@@ -4180,6 +4291,7 @@ TRNDEF trn_tensor *trn_layernorm(trn_model *m, trn_tensor *x, trn_tensor *w, trn
     trn_tensor *out;
     trn_tape_entry *e;
     trn__not_null("trn_layernorm", m, x); trn__not_null("trn_layernorm", w, b);
+    x = trn__act(m, x); trn__weight(m, w, "trn_layernorm"); trn__weight(m, b, "trn_layernorm");
     C = TRN__LAST(x);
     trn__need(w->size == (size_t)C && b->size == (size_t)C, "trn_layernorm", x, w, "weight and bias must have C elements");
     N = (int)(x->size / (size_t)C);
@@ -4199,6 +4311,7 @@ static void trn__gelu_bw(trn_model *m, trn_tape_entry *e) {
 TRNDEF trn_tensor *trn_gelu(trn_model *m, trn_tensor *x) {
     trn_tensor *out;
     trn__not_null("trn_gelu", m, x);
+    x = trn__act(m, x);
     out = trn_tensor_new(m, "gelu", x->ndim, x->shape);
     m->backend->gelu_forward(out->data, x->data, x->size);
     trn__record(m, "gelu", trn__gelu_bw, out, x, NULL, NULL);
@@ -4218,6 +4331,7 @@ static const trn_op trn__relu_op = {"relu", trn__relu_fw, trn__relu_bw, trn__rel
 TRNDEF trn_tensor *trn_relu(trn_model *m, trn_tensor *x) {
     trn_tensor *out;
     trn__not_null("trn_relu", m, x);
+    x = trn__act(m, x);
     out = trn_tensor_new(m, "relu", x->ndim, x->shape);
     trn_op_apply(m, &trn__relu_op, out, x, NULL, NULL, NULL);
     return out;
@@ -4230,13 +4344,14 @@ static void trn__add_bw(trn_model *m, trn_tape_entry *e) {
     for (k = 0; k < 2; k++) {
         float *g = trn__want(m, e->in[k], &fresh);
         if (!g) continue;
-        if (fresh) m->backend->copy(g, e->out->grad, e->out->size * sizeof(float));
+        if (fresh) m->backend->copy(g, e->out->grad, e->out->size * trn_dtype_size(e->out->dtype));
         else m->backend->accumulate(g, e->out->grad, e->out->size);
     }
 }
 TRNDEF trn_tensor *trn_add(trn_model *m, trn_tensor *a, trn_tensor *b) {
     trn_tensor *out;
     trn__not_null("trn_add", a, b);
+    a = trn__act(m, a); b = trn__act(m, b);
     trn__need(a->ndim == b->ndim && memcmp(a->shape, b->shape, sizeof(int) * (size_t)a->ndim) == 0, "trn_add", a, b,
               "shapes must be equal");
     out = trn_tensor_new(m, "add", a->ndim, a->shape);
@@ -4260,7 +4375,7 @@ static void trn__attention_ref_bw(trn_model *m, trn_tape_entry *e) {
     int B = e->iarg[0], T = e->iarg[1], NH = e->iarg[2], NKV = e->iarg[3];
     int hs = e->in[0]->shape[2] / (NH + 2 * NKV);
     float *dqkv = trn__grad(m, e->in[0], NULL);
-    float *scratch = (float *)trn__grads_alloc(m, sizeof(float) * (size_t)B * NH * T * T);
+    float *scratch = (float *)trn__grads_alloc(m, trn_dtype_size(m->act_dtype) * (size_t)B * NH * T * T);
     m->backend->attention_backward(dqkv, scratch, e->out->grad, e->in[0]->data, (const float *)e->saved[0],
                                    B, T, NH, NKV, hs, (int)e->farg[0]);
     trn__grads_free(m, scratch);
@@ -4273,6 +4388,7 @@ static trn_tensor *trn__attention(trn_model *m, const char *op, trn_tensor *qkv,
     trn_tensor *out;
     trn_tape_entry *e;
     trn__not_null(op, m, qkv);
+    qkv = trn__act(m, qkv);
     if (qkv->ndim != 3 || n_head <= 0 || n_kv_head <= 0 || n_head % n_kv_head ||
         qkv->shape[2] % (n_head + 2 * n_kv_head) || qkv->shape[2] == 0) {
         char s[64];
@@ -4283,7 +4399,7 @@ static trn_tensor *trn__attention(trn_model *m, const char *op, trn_tensor *qkv,
     shape[0] = B; shape[1] = T; shape[2] = n_head * hs;
     out = trn_tensor_new(m, "attention", 3, shape);
     if (m->attention_materialized) { /* saved: the probabilities, (B,NH,T,T) */
-        lse = (float *)trn_arena_alloc(m, sizeof(float) * (size_t)B * n_head * T * T);
+        lse = (float *)trn_arena_alloc(m, trn_dtype_size(m->act_dtype) * (size_t)B * n_head * T * T);
         m->backend->attention_forward(out->data, lse, qkv->data, B, T, n_head, n_kv_head, hs, causal);
         e = trn__record(m, "attention", trn__attention_ref_bw, out, qkv, NULL, NULL);
     } else { /* saved: one log-sum-exp per row, (B,NH,T) */
@@ -4326,7 +4442,7 @@ static void trn__mean_into(trn_model *m, trn_tensor *out, const float *terms, si
 }
 static trn_tensor *trn__scalar_mean(trn_model *m, const char *name, const float *losses, size_t n) {
     int one = 1;
-    trn_tensor *out = trn_tensor_new(m, name, 1, &one);
+    trn_tensor *out = trn_tensor_new_dtype(m, name, 1, &one, TRN_F32); /* a loss is fp32 */
     if (m->backend->mean) { /* where the losses are: no round trip */
         m->backend->mean(out->data, losses, n);
         return out;
@@ -4357,6 +4473,7 @@ TRNDEF trn_tensor *trn_cross_entropy(trn_model *m, trn_tensor *logits, const int
     trn_tensor *out;
     trn_tape_entry *e;
     trn__not_null("trn_cross_entropy", m, logits); trn__not_null("trn_cross_entropy", targets, targets);
+    logits = trn__act(m, logits);
     Vp = TRN__LAST(logits);
     if (n_valid <= 0 || n_valid > Vp) trn_fatal("trn_cross_entropy: n_valid=%d must be in [1,%d]", n_valid, Vp);
     N = (int)(logits->size / (size_t)Vp);
@@ -4408,7 +4525,7 @@ static void trn__linear_xent_bw(trn_model *m, trn_tape_entry *e) {
     if (e->iarg[0]) { /* "dlogits": the linear layer's backward, as unfused */
         int N = e->iarg[1], C = e->iarg[2], Vp = e->iarg[3];
         float *dl = (float *)e->saved[0];
-        if (dloss != 1.0f) m->backend->scale(dl, dloss, (size_t)N * Vp);
+        if (dloss != 1.0f) m->backend->convert(dl, m->act_dtype, dl, m->act_dtype, (size_t)N * Vp, 0, dloss);
         m->backend->matmul_backward(trn__want(m, x, NULL), trn__want(m, w, NULL), trn__want(m, b, NULL), dl, x->data,
                                     w->data, N, C, Vp);
         trn__grads_free(m, dl);
@@ -4417,11 +4534,16 @@ static void trn__linear_xent_bw(trn_model *m, trn_tape_entry *e) {
     for (k = 0; k < 3; k++) { /* "chunks": dx, dW, db (NULL: no gradient wanted) */
         trn_tensor *t = e->in[k];
         float *saved = (float *)e->saved[k], *g;
+        int dt;
         if (!saved) continue;
-        if (dloss != 1.0f) m->backend->scale(saved, dloss, t->size);
+        dt = trn__grad_dtype(t); /* saved in the gradient's dtype */
         g = trn__grad(m, t, &fresh);
-        if (fresh) m->backend->copy(g, saved, t->size * sizeof(float));
-        else m->backend->accumulate(g, saved, t->size);
+        if (dt != TRN_F32) m->backend->convert(g, dt, saved, dt, t->size, !fresh, dloss); /* bf16 dx */
+        else {
+            if (dloss != 1.0f) m->backend->scale(saved, dloss, t->size);
+            if (fresh) m->backend->copy(g, saved, t->size * sizeof(float));
+            else m->backend->accumulate(g, saved, t->size);
+        }
         trn__grads_free(m, saved);
     }
 }
@@ -4429,11 +4551,13 @@ static void trn__linear_xent_bw(trn_model *m, trn_tape_entry *e) {
 TRNDEF trn_tensor *trn_linear_cross_entropy(trn_model *m, trn_tensor *x, trn_tensor *w, trn_tensor *b,
                                             const int *targets, int n_valid) {
     int C, Vp, N, R, r0, *dev, want, keep_dlogits;
+    size_t A = trn_dtype_size(m ? m->act_dtype : TRN_F32); /* bytes per logit, dlogit, dx element */
     float *losses, *lse, *logits, *dlogits = NULL, *dx = NULL, *dw = NULL, *db = NULL;
     trn_tensor *out;
     trn_tape_entry *e;
     const trn_backend *bk;
     trn__not_null("trn_linear_cross_entropy", m, x); trn__not_null("trn_linear_cross_entropy", w, targets);
+    x = trn__act(m, x); trn__weight(m, w, "trn_linear_cross_entropy"); trn__weight(m, b, "trn_linear_cross_entropy");
     bk = m->backend;
     C = TRN__LAST(x);
     trn__need(w->ndim == 2 && w->shape[1] == C, "trn_linear_cross_entropy", x, w, "input channels must match weight (Vp,C)");
@@ -4450,26 +4574,27 @@ TRNDEF trn_tensor *trn_linear_cross_entropy(trn_model *m, trn_tensor *x, trn_ten
     keep_dlogits = want && 2.0 * N * Vp <= (double)Vp * C + (double)N * C + 2.0 * R * Vp;
     if (keep_dlogits) R = N; /* one chunk: all rows */
     if (want && !keep_dlogits) { /* the saved gradients, accumulated over the chunks */
-        if (x->requires_grad) dx = (float *)trn__grads_alloc(m, x->size * sizeof(float));
+        if (x->requires_grad) dx = (float *)trn__grads_alloc(m, x->size * A);
         if (w->requires_grad) dw = (float *)trn__grads_alloc(m, w->size * sizeof(float));
         if (b && b->requires_grad) db = (float *)trn__grads_alloc(m, b->size * sizeof(float));
         if (dw) bk->zero(dw, w->size * sizeof(float));
         if (db) bk->zero(db, b->size * sizeof(float));
     }
-    if (want) dlogits = (float *)trn__grads_alloc(m, sizeof(float) * (size_t)R * Vp);
-    logits = (float *)trn__grads_alloc(m, sizeof(float) * (size_t)R * Vp);
+    if (want) dlogits = (float *)trn__grads_alloc(m, A * (size_t)R * Vp);
+    logits = (float *)trn__grads_alloc(m, A * (size_t)R * Vp);
     lse = (float *)trn__grads_alloc(m, sizeof(float) * (size_t)R);
     for (r0 = 0; r0 < N; r0 += R) {
         int n = TRN__MIN(R, N - r0);
-        const float *xc = x->data + (size_t)r0 * C;
+        const float *xc = (const float *)((const char *)x->data + (size_t)r0 * C * A);
+        float *dxc = dx ? (float *)((char *)dx + (size_t)r0 * C * A) : NULL;
         bk->matmul_forward(logits, xc, w->data, b ? b->data : NULL, n, C, Vp);          /* (n,Vp) */
         bk->crossentropy_forward(losses + r0, lse, logits, dev + r0, n, n_valid, Vp);
         if (!want) continue;
-        bk->zero(dlogits, sizeof(float) * (size_t)n * Vp); /* the kernel adds; padding stays 0 */
+        bk->zero(dlogits, A * (size_t)n * Vp); /* the kernel adds; padding stays 0 */
         bk->crossentropy_backward(dlogits, logits, lse, dev + r0, 1.0f / (float)N, n, n_valid, Vp);
         if (keep_dlogits) continue;
-        if (dx) bk->zero(dx + (size_t)r0 * C, sizeof(float) * (size_t)n * C);
-        bk->matmul_backward(dx ? dx + (size_t)r0 * C : NULL, dw, db, dlogits, xc, w->data, n, C, Vp);
+        if (dxc) bk->zero(dxc, A * (size_t)n * C);
+        bk->matmul_backward(dxc, dw, db, dlogits, xc, w->data, n, C, Vp);
     }
     trn__grads_free(m, lse);
     trn__grads_free(m, logits);
@@ -4495,8 +4620,8 @@ TRNDEF trn_tensor *trn_mse(trn_model *m, trn_tensor *pred, const float *target) 
     trn__not_null("trn_mse", m, pred);
     if (!target) trn_fatal("trn_mse: target is NULL (host floats, one per element of %s)", pred->name);
     if (pred->is_param) trn__need_alloc(m, "trn_mse", pred->name);
-    tdev = (float *)trn_arena_alloc(m, sizeof(float) * pred->size);
-    m->backend->upload(tdev, target, sizeof(float) * pred->size);
+    pred = trn__act(m, pred);
+    tdev = trn_input(m, "target", pred->ndim, pred->shape, target)->data; /* in pred's dtype */
     losses = (float *)trn_arena_alloc(m, sizeof(float) * pred->size);
     m->backend->mse_forward(losses, pred->data, tdev, pred->size);
     out = trn__scalar_mean(m, "mse", losses, pred->size);
@@ -4584,11 +4709,11 @@ TRNDEF trn_tensor *trn_recompute(trn_model *m, trn_region_fn fn, void *user, trn
     ndim = inner->ndim;
     memcpy(shape, inner->shape, sizeof shape);
     memcpy(name, inner->name, sizeof name);
-    keep = trn__grads_alloc(m, inner->size * sizeof(float));
-    m->backend->copy(keep, inner->data, inner->size * sizeof(float));
+    keep = trn__grads_alloc(m, inner->size * trn_dtype_size(inner->dtype));
+    m->backend->copy(keep, inner->data, inner->size * trn_dtype_size(inner->dtype));
     trn__rewind(m, &k);
-    y = trn_tensor_new(m, name, ndim, shape);
-    m->backend->copy(y->data, keep, y->size * sizeof(float));
+    y = trn_tensor_new_dtype(m, name, ndim, shape, inner->dtype);
+    m->backend->copy(y->data, keep, y->size * trn_dtype_size(y->dtype));
     trn__grads_free(m, keep);
     if (!rg || !m->grad_enabled) return y;
     if (m->n_regions == m->cap_regions) {
@@ -4613,6 +4738,7 @@ TRNDEF trn_tensor *trn_mean_pool(trn_model *m, trn_tensor *x) {
     int shape[2];
     trn_tensor *out;
     trn__not_null("trn_mean_pool", m, x);
+    x = trn__act(m, x);
     if (x->ndim != 3) { char s[64]; trn_fatal("trn_mean_pool: input must be (B,T,C), got %s", trn_shape_str(x, s, 64)); }
     shape[0] = x->shape[0]; shape[1] = x->shape[2];
     out = trn_tensor_new(m, "mean_pool", 2, shape);
@@ -4639,6 +4765,7 @@ TRNDEF trn_tensor *trn_mul(trn_model *m, trn_tensor *a, trn_tensor *b) {
     trn_tensor *out;
     int k, ok;
     trn__not_null("trn_mul", a, b);
+    a = trn__act(m, a); b = trn__act(m, b);
     ok = b->ndim <= a->ndim;   /* b's shape must be a's last b->ndim dims */
     for (k = 0; ok && k < b->ndim; k++) ok = b->shape[k] == a->shape[a->ndim - b->ndim + k];
     trn__need(ok, "trn_mul", a, b, "b must have a's shape or its last dims (one row, broadcast over rows)");
@@ -4672,6 +4799,7 @@ static const trn_op trn__tanh_op = TRN__OP2("tanh", trn__tanh_fw, trn__tanh_bw);
 static trn_tensor *trn__unary(trn_model *m, const trn_op *op, trn_tensor *x) {
     trn_tensor *out;
     if (!m || !x) trn_fatal("trn_%s: model or input is NULL", op->name);
+    x = trn__act(m, x);
     out = trn_tensor_new(m, op->name, x->ndim, x->shape);
     trn_op_apply(m, op, out, x, NULL, NULL, NULL);
     return out;
@@ -4710,6 +4838,7 @@ TRNDEF trn_tensor *trn_rmsnorm(trn_model *m, trn_tensor *x, trn_tensor *w, float
     trn_tensor *out;
     trn_op_args args;
     trn__not_null("trn_rmsnorm", x, w);
+    x = trn__act(m, x); trn__weight(m, w, "trn_rmsnorm");
     trn__need(w->ndim == 1 && w->shape[0] == TRN__LAST(x), "trn_rmsnorm", x, w, "w must be (C), C = x's last dim");
     if (!(eps > 0.0f)) trn_fatal("trn_rmsnorm: eps must be > 0, got %g", (double)eps);
     memset(&args, 0, sizeof args);
@@ -4736,6 +4865,7 @@ TRNDEF trn_tensor *trn_rope(trn_model *m, trn_tensor *qkv, int n_head, int n_kv_
     trn_op_args args;
     int heads = n_head + 2 * n_kv_head;
     trn__not_null("trn_rope", m, qkv);
+    qkv = trn__act(m, qkv);
     if (qkv->ndim != 3 || n_head <= 0 || n_kv_head <= 0 || n_head % n_kv_head || qkv->shape[2] % heads ||
         (qkv->shape[2] / heads) % 2) {
         char s[64];
@@ -4775,6 +4905,7 @@ TRNDEF trn_tensor *trn_dropout(trn_model *m, trn_tensor *x, float p) {
     trn_op_args args;
     uint64_t key;
     trn__not_null("trn_dropout", m, x);
+    x = trn__act(m, x);
     if (!(p >= 0.0f && p <= 1.0f)) trn_fatal("trn_dropout: p = %g (must be in [0,1])", (double)p);
     if (!m->training || p == 0.0f) return x;
     key = trn_rng_next(&m->rng); /* one draw per call: the model's RNG is in the checkpoint */
@@ -4799,6 +4930,7 @@ TRNDEF trn_tensor *trn_reshape(trn_model *m, trn_tensor *x, int ndim, const int 
     trn_tensor *out;
     char s[64];
     trn__not_null("trn_reshape", m, x);
+    x = trn__act(m, x);
     trn__check_shape("trn_reshape", x->name, ndim, shape);
     if (trn_shape_size(ndim, shape) != x->size)
         trn_fatal("trn_reshape: %s %s has %zu elements, the new shape %zu", x->name, trn_shape_str(x, s, 64), x->size,
@@ -4806,6 +4938,7 @@ TRNDEF trn_tensor *trn_reshape(trn_model *m, trn_tensor *x, int ndim, const int 
     out = trn__header(m);
     trn__fill_header(out, "reshape", ndim, shape);
     out->data = x->data;
+    out->dtype = x->dtype;
     trn_op_apply(m, &trn__reshape_op, out, x, NULL, NULL, NULL);
     return out;
 }
@@ -4832,6 +4965,7 @@ TRNDEF trn_tensor *trn_transpose(trn_model *m, trn_tensor *x, int d0, int d1) {
     trn_tensor *out;
     trn_op_args args;
     trn__not_null("trn_transpose", m, x);
+    x = trn__act(m, x);
     if (d0 < 0) d0 += x->ndim;
     if (d1 < 0) d1 += x->ndim;
     if (d0 < 0 || d1 < 0 || d0 >= x->ndim || d1 >= x->ndim) {
@@ -4868,6 +5002,7 @@ TRNDEF trn_tensor *trn_slice(trn_model *m, trn_tensor *x, int start, int len) {
     trn_tensor *out;
     trn_op_args args;
     trn__not_null("trn_slice", m, x);
+    x = trn__act(m, x);
     if (start < 0 || len <= 0 || start + len > TRN__LAST(x)) {
         char s[64];
         trn_fatal("trn_slice: columns [%d,%d) of %s %s", start, start + len, x->name, trn_shape_str(x, s, 64));
@@ -4896,6 +5031,7 @@ TRNDEF trn_tensor *trn_concat(trn_model *m, trn_tensor *a, trn_tensor *b) {
     trn_tensor *out;
     trn_op_args args;
     trn__not_null("trn_concat", a, b);
+    a = trn__act(m, a); b = trn__act(m, b);
     trn__need(a->ndim == b->ndim && memcmp(a->shape, b->shape, sizeof(int) * (size_t)(a->ndim - 1)) == 0, "trn_concat",
               a, b, "all dims but the last must be equal");
     memcpy(shape, a->shape, sizeof shape);
@@ -4925,6 +5061,7 @@ static trn_tensor *trn__reduce(trn_model *m, trn_tensor *x, int all, int mean, c
     trn_tensor *out;
     trn_op_args args;
     trn__not_null(name, m, x);
+    x = trn__act(m, x);
     C = all ? x->size : (size_t)TRN__LAST(x);
     shape[0] = 1;
     if (!all && x->ndim > 1) { nd = x->ndim - 1; memcpy(shape, x->shape, sizeof(int) * (size_t)nd); }
@@ -4959,6 +5096,7 @@ TRNDEF trn_tensor *trn_bmm(trn_model *m, trn_tensor *a, trn_tensor *b, int trans
     trn_tensor *out;
     trn_op_args args;
     trn__not_null("trn_bmm", a, b);
+    a = trn__act(m, a); b = trn__act(m, b);
     nd = a->ndim;
     ok = nd >= 2 && b->ndim == nd && memcmp(a->shape, b->shape, sizeof(int) * (size_t)(nd - 2)) == 0;
     trn__need(ok, "trn_bmm", a, b, "a and b must have the same batch dims and two matrix dims");
@@ -5012,6 +5150,7 @@ TRNDEF trn_tensor *trn_cross_entropy_ex(trn_model *m, trn_tensor *logits, const 
     trn_tensor *out, *tg;
     trn_op_args args;
     trn__not_null("trn_cross_entropy_ex", m, logits); trn__not_null("trn_cross_entropy_ex", targets, targets);
+    logits = trn__act(m, logits);
     Vp = TRN__LAST(logits);
     N = (int)(logits->size / (size_t)Vp);
     if (n_valid <= 0 || n_valid > Vp) trn_fatal("trn_cross_entropy_ex: n_valid=%d must be in [1,%d]", n_valid, Vp);
@@ -5027,13 +5166,13 @@ TRNDEF trn_tensor *trn_cross_entropy_ex(trn_model *m, trn_tensor *logits, const 
         ids[i] = targets[i];
         counted++;
     }
-    tg = trn_tensor_new(m, "targets", 1, &N); /* a carrier of N ints (same size as floats) */
+    tg = trn_tensor_new_dtype(m, "targets", 1, &N, TRN_F32); /* a carrier of N ints (same size as floats) */
     m->backend->upload(tg->data, ids, sizeof(int) * (size_t)N);
     trn_free(ids);
     memset(&args, 0, sizeof args);
     args.i[0] = N; args.i[1] = n_valid; args.i[2] = Vp; args.i[3] = counted;
     args.f[0] = label_smoothing;
-    out = trn_tensor_new(m, "cross_entropy_ex", 1, &one);
+    out = trn_tensor_new_dtype(m, "cross_entropy_ex", 1, &one, TRN_F32);
     trn_op_apply(m, &trn__xent_ex_op, out, logits, tg, NULL, &args);
     return out;
 }
@@ -5077,11 +5216,13 @@ static const trn_op trn__huber_op = TRN__OP2("huber", trn__huber_fw, trn__huber_
 static trn_tensor *trn__pointwise_loss(trn_model *m, const trn_op *op, trn_tensor *pred, const float *target,
                                        float arg) {
     int one = 1;
-    trn_tensor *tg = trn__loss_target(m, pred, target, op->name), *out;
+    trn_tensor *tg, *out;
     trn_op_args args;
+    pred = trn__act(m, pred);
+    tg = trn__loss_target(m, pred, target, op->name);
     memset(&args, 0, sizeof args);
     args.f[0] = arg;
-    out = trn_tensor_new(m, op->name, 1, &one);
+    out = trn_tensor_new_dtype(m, op->name, 1, &one, TRN_F32);
     trn_op_apply(m, op, out, pred, tg, NULL, &args);
     return out;
 }
@@ -5201,6 +5342,7 @@ TRNDEF int trn_gradcheck(trn_model *m, trn_tensor *(*build)(trn_model *m, void *
     int k, grad_was = m ? m->grad_enabled : 0, one = 1;
     memset(&R, 0, sizeof R);
     if (!m || !build || !m->param_data) trn_fatal("trn_gradcheck: model (allocated) and build() are required");
+    if (m->act_dtype != TRN_F32) trn_fatal("trn_gradcheck: finite differences need fp32 (the model is %s)", trn_dtype_name(m->act_dtype));
     trn_rng_seed(&rng, d.seed);
     /* the analytic gradient of L */
     m->grad_enabled = 1;
@@ -5269,12 +5411,13 @@ TRNDEF trn_result trn_kv_cache_init(trn_kv_cache *c, trn_model *m, int n_layer, 
     if (n_layer <= 0 || batch <= 0 || max_T <= 0 || n_kv_head <= 0 || head_dim <= 0)
         return trn_fail(TRN_ERR_INVALID, "trn_kv_cache_init: L=%d B=%d max_T=%d n_kv_head=%d head_dim=%d (all must be > 0)",
                         n_layer, batch, max_T, n_kv_head, head_dim);
-    n = (size_t)n_layer * batch * max_T * n_kv_head * head_dim;
+    n = (size_t)n_layer * batch * max_T * n_kv_head * head_dim * trn_dtype_size(m->act_dtype); /* bytes */
     c->backend = m->backend;
-    c->k = (float *)m->backend->alloc(n * sizeof(float), TRN_KIND_KV_CACHE);
-    c->v = c->k ? (float *)m->backend->alloc(n * sizeof(float), TRN_KIND_KV_CACHE) : NULL;
+    c->dtype = m->act_dtype;
+    c->k = (float *)m->backend->alloc(n, TRN_KIND_KV_CACHE);
+    c->v = c->k ? (float *)m->backend->alloc(n, TRN_KIND_KV_CACHE) : NULL;
     if (!c->k || !c->v) {
-        trn_result r = trn_fail(TRN_ERR_NOMEM, "trn_kv_cache_init: %zu bytes: %s", 2 * n * sizeof(float), trn_error_reason());
+        trn_result r = trn_fail(TRN_ERR_NOMEM, "trn_kv_cache_init: %zu bytes: %s", 2 * n, trn_error_reason());
         trn_kv_cache_free(c);
         return r;
     }
@@ -5313,8 +5456,9 @@ static trn_tensor *trn__attention_cached(trn_model *m, trn_kv_cache *c, int laye
     if (!m->backend->attention_kv_forward) trn_fatal("%s: backend %s has no cached attention", op, m->backend->name);
     shape[0] = B; shape[1] = T; shape[2] = n_head * hs;
     out = trn_tensor_new(m, "attention_cached", 3, shape);
-    att = (float *)trn_arena_alloc(m, sizeof(float) * (size_t)B * n_head * T * (c->len + T));
-    m->backend->attention_kv_forward(out->data, att, q, qs, k, v, kvs, c->k + off, c->v + off, B, T, c->len, c->max_T,
+    att = (float *)trn_arena_alloc(m, trn_dtype_size(c->dtype) * (size_t)B * n_head * T * (c->len + T));
+    m->backend->attention_kv_forward(out->data, att, q, qs, k, v, kvs, TRN__AT(c->k, off, c->dtype),
+                                     TRN__AT(c->v, off, c->dtype), B, T, c->len, c->max_T,
                                      n_head, c->n_kv_head, hs);
     return out;
 }
@@ -5324,6 +5468,7 @@ TRNDEF trn_tensor *trn_attention_cached(trn_model *m, trn_kv_cache *c, int layer
     int Ckv;
     trn__not_null("trn_attention_cached", m, c); trn__not_null("trn_attention_cached", q, k); trn__not_null("trn_attention_cached", v, v);
     Ckv = c->n_kv_head * c->head_dim;
+    q = trn__act(m, q); k = trn__act(m, k); v = trn__act(m, v);
     trn__need(q->ndim == 3 && TRN__LAST(q) == n_head * c->head_dim, "trn_attention_cached", q, q,
               "q must be (B,T,n_head*head_dim)");
     trn__need(k->ndim == 3 && v->ndim == 3 && TRN__LAST(k) == Ckv && TRN__LAST(v) == Ckv && k->shape[0] == q->shape[0] &&
@@ -5339,8 +5484,9 @@ TRNDEF trn_tensor *trn_attention_cached_qkv(trn_model *m, trn_kv_cache *c, int l
     C = n_head * c->head_dim; Ckv = c->n_kv_head * c->head_dim; W = C + 2 * Ckv;
     trn__need(qkv->ndim == 3 && TRN__LAST(qkv) == W, "trn_attention_cached_qkv", qkv, qkv,
               "qkv must be (B,T,n_head*hs + 2*n_kv_head*hs)");
-    return trn__attention_cached(m, c, layer, "trn_attention_cached_qkv", qkv, qkv->data, W, qkv->data + C,
-                                 qkv->data + C + Ckv, W, qkv->shape[0], qkv->shape[1], n_head, NULL, NULL);
+    qkv = trn__act(m, qkv);
+    return trn__attention_cached(m, c, layer, "trn_attention_cached_qkv", qkv, qkv->data, W, TRN__AT(qkv->data, C, qkv->dtype),
+                                 TRN__AT(qkv->data, C + Ckv, qkv->dtype), W, qkv->shape[0], qkv->shape[1], n_head, NULL, NULL);
 }
 
 /* ========================================================================
@@ -5475,6 +5621,7 @@ TRNDEF trn_result trn_adamw_step(trn_adamw *opt, trn_model *m, float lr) {
             m->backend->adamw_update(m->param_data + a, m->grad_data + a, opt->m + (a - lo), opt->v + (a - lo), b - a,
                                      lr * t->lr_scale, d->beta1, d->beta2, d->eps, wd, (float)bc1, (float)bc2);
     }
+    trn_params_changed(m); /* bf16, per-tensor path: the copy in a second pass */
     return TRN_OK;
 }
 
@@ -7175,6 +7322,7 @@ TRNDEF trn_result trn_safetensors_load(const char *path, trn_model *m, trn_meta 
     trn_safetensors f;
     trn_result r;
     if (!path || !m || !m->param_data) return trn_fail(TRN_ERR_INVALID, "trn_safetensors_load: no path or model not allocated");
+    trn_params_changed(m); /* bf16: the weights' copy follows the loaded master */
     if (m->param_hi) /* >>sharding: FSDP keeps a slice of the weights */
         return trn_fail(TRN_ERR_INVALID, "trn_safetensors_load: this process holds a shard of the weights only (FSDP): "
                                          "use trn_ddp_checkpoint_load_sharded");
@@ -7532,6 +7680,7 @@ TRNDEF trn_result trn_checkpoint_load(const char *path, trn_model *m, trn_adamw 
     float *mm = NULL, *mv = NULL;
     size_t n_mom = 0;
     if (!path || !m || !m->param_data) return trn_fail(TRN_ERR_INVALID, "trn_checkpoint_load: no path or model not allocated");
+    trn_params_changed(m); /* bf16: the weights' copy follows the loaded master */
     if (m->param_hi) /* >>sharding: FSDP keeps a slice of the weights */
         return trn_fail(TRN_ERR_INVALID, "trn_checkpoint_load: this process holds a shard of the weights only (FSDP): "
                                          "use trn_ddp_checkpoint_load_sharded");

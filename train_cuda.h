@@ -1228,9 +1228,10 @@ static __global__ void trn__k_rope(float *y, const float *x, int B, int T, int H
 /* --- bf16: dtype conversions ------------------------------------------------ */
 /* dst = src or dst += src, element i by thread i, any pair of dtypes */
 template <typename D, typename S>
-static __global__ void trn__k_convert(D *dst, const S *src, size_t n, int accumulate) {
+static __global__ void trn__k_convert(D *dst, const S *src, size_t n, int accumulate, float s) {
     TRN__GRID_STRIDE(i, n) {
         float v = trn__ld(src[i]);
+        if (s != 1.0f) v *= s;
         if (accumulate) v += trn__ld(dst[i]);
         dst[i] = trn__to<D>(v);
     }
@@ -1627,15 +1628,15 @@ static void trn__cuda_adamw_flat(float *p, float *g, float *m, float *v, size_t 
     TRN__CUDA_ELEMENTWISE(trn__k_adamw_flat, n, p, g, m, v, n, dseg, n_seg, lr, beta1, beta2, eps, weight_decay,
                           bias_corr1, bias_corr2, clip, (trn__bf16 *)p_bf16);
 }
-static void trn__cuda_convert(void *dst, int dt, const void *src, int st, size_t n, int accumulate) {
+static void trn__cuda_convert(void *dst, int dt, const void *src, int st, size_t n, int accumulate, float s) {
     if (dt == TRN_BF16 && st == TRN_BF16)
-        TRN__CUDA_ELEMENTWISE((trn__k_convert<trn__bf16, trn__bf16>), n, (trn__bf16 *)dst, (const trn__bf16 *)src, n, accumulate);
+        TRN__CUDA_ELEMENTWISE((trn__k_convert<trn__bf16, trn__bf16>), n, (trn__bf16 *)dst, (const trn__bf16 *)src, n, accumulate, s);
     else if (dt == TRN_BF16)
-        TRN__CUDA_ELEMENTWISE((trn__k_convert<trn__bf16, float>), n, (trn__bf16 *)dst, (const float *)src, n, accumulate);
+        TRN__CUDA_ELEMENTWISE((trn__k_convert<trn__bf16, float>), n, (trn__bf16 *)dst, (const float *)src, n, accumulate, s);
     else if (st == TRN_BF16)
-        TRN__CUDA_ELEMENTWISE((trn__k_convert<float, trn__bf16>), n, (float *)dst, (const trn__bf16 *)src, n, accumulate);
+        TRN__CUDA_ELEMENTWISE((trn__k_convert<float, trn__bf16>), n, (float *)dst, (const trn__bf16 *)src, n, accumulate, s);
     else
-        TRN__CUDA_ELEMENTWISE((trn__k_convert<float, float>), n, (float *)dst, (const float *)src, n, accumulate);
+        TRN__CUDA_ELEMENTWISE((trn__k_convert<float, float>), n, (float *)dst, (const float *)src, n, accumulate, s);
 }
 
 /* attention, materialized: the reference (trn_attention runs the fused

@@ -2127,11 +2127,15 @@ TRNDEF trn_result trn_ddp_attach(trn_ddp *ddp, trn_model *m) {
     if (ddp->comm.kind == TRN_COMM_NCCL && m->backend->place != TRN_DEVICE)
         return trn_fail(TRN_ERR_INVALID, "trn_ddp_attach: NCCL needs a CUDA backend (model is on '%s'); "
                                          "use trn_ddp_desc.comm = TRN_COMM_TCP for CPU training", m->backend->name);
+    if (m->param_bf16 && ddp->world > 1 && ddp->desc.shard == TRN_SHARD_FSDP)
+        return trn_fail(TRN_ERR_INVALID, "trn_ddp_attach: FSDP with bf16 precision is not supported yet (its gathered "
+                                         "blocks would need bf16 copies): use --shard none, zero1 or zero2");
     ddp->model = m;
     /* 1. everyone starts from rank 0's weights */
     if ((rc = ddp->comm.broadcast(&ddp->comm, m->param_data, m->n_floats * sizeof(float), 0)) ||
         (rc = ddp->comm.wait(&ddp->comm)))
         return trn__ddp_fail(ddp, rc);
+    trn_params_changed(m); /* bf16: the weights' copy follows rank 0's master */
     trn_comm_shard(m->n_floats, ddp->world, ddp->rank, &ddp->shard_lo, &ddp->shard_hi);
     /* 2. buckets: whole parameters from the last one back, each bucket at
        most bucket_bytes; a larger parameter is cut into pieces of
@@ -2274,6 +2278,7 @@ TRNDEF trn_result trn_ddp_adamw_step(trn_ddp *ddp, trn_adamw *opt, trn_model *m,
     if (ddp->units) return trn__fsdp_regather_roots(ddp) ? trn__ddp_sticky(ddp) : TRN_OK; /* blocks: when used */
     if ((rc = ddp->comm.all_gather(&ddp->comm, m->param_data, m->n_floats)) || (rc = ddp->comm.wait(&ddp->comm)))
         return trn__ddp_fail(ddp, rc);
+    trn_params_changed(m); /* bf16: refreshed before the next forward reads it */
     return TRN_OK;
 }
 
@@ -2678,6 +2683,7 @@ TRNDEF trn_result trn_ddp_checkpoint_load_sharded(trn_ddp *ddp, const char *dir,
     uint64_t step = 0;
     if (!ddp || !dir || !m || m != ddp->model) return trn_fail(TRN_ERR_INVALID, "trn_ddp_checkpoint_load_sharded: not the attached model");
     if (ddp->error) return trn__ddp_sticky(ddp);
+    trn_params_changed(m); /* bf16: the weights' copy follows the loaded master */
     rc = trn__sharded_read_manifest(dir, m, &W0, &N, NULL);
     /* what this rank keeps: FSDP its shard of the weights, the others all;
        ZeRO (and FSDP) its shard of m and v, DDP all of them */
