@@ -2,8 +2,9 @@
 //
 // One run measures it on whatever GPU is there:
 //
-//   ./build.sh && ./bench/gpt2_cuda          GPT-2 124M, B=16, T=1024, TF32 on
-//   ./bench/gpt2_cuda --tf32 0               plain fp32 matmuls (no tensor cores)
+//   ./build.sh && ./bench/gpt2_cuda          GPT-2 124M, B=16, T=1024, TF32 matmuls
+//   ./bench/gpt2_cuda --precision bf16       bf16 mixed precision (fp32 master weights)
+//   ./bench/gpt2_cuda --precision fp32       plain fp32 matmuls (no tensor cores)
 //   ./bench/gpt2_cuda --batch 8              half the activations (40 GB GPUs)
 //   ./bench/gpt2_cuda --peak-tflops 312      MFU against your own peak figure
 //
@@ -24,10 +25,11 @@
 // * tokens (every linear layer, the LM head counted once, no embedding
 // lookups, no biases or LayerNorms) plus attention's two (T,T) products
 // per layer, 3 * L * 4*B*T*T*C (forward + backward; counted as the full
-// square even when causal, where the fused kernels skip the masked blocks). The peak is the TF32
-// tensor-core rate (dense, no sparsity) with --tf32 1, the fp32 (CUDA core)
-// rate with --tf32 0, from a small table of NVIDIA datasheet figures
-// looked up by device name; other devices need --peak-tflops.
+// square even when causal, where the fused kernels skip the masked blocks). The peak is the dense
+// (no sparsity) rate of the precision's matmuls: the bf16 or the TF32
+// tensor-core rate, or the fp32 (CUDA core) rate, from a small table of
+// NVIDIA datasheet figures looked up by device name; other devices need
+// --peak-tflops.
 //
 // Memory: the arena keeps what backward reads (with --recompute only each
 // block's input, and one block's inside during its backward); the fused
@@ -72,35 +74,38 @@ typedef struct mem_estimate {
     double activations; // bytes: arena + act_grads
 } mem_estimate;
 
-static mem_estimate estimate_memory(const gpt2_config *c, int B, int T, int recompute, int materialized) {
+static mem_estimate estimate_memory(const gpt2_config *c, int B, int T, int recompute, int materialized, int bf16) {
     mem_estimate e;
     double C = c->n_embd, L = c->n_layer, NH = c->n_head, Vp = c->padded_vocab, tok = (double)B * T;
+    double A = bf16 ? 2.0 : 4.0;
     e.params = Vp * C + (double)c->block_size * C + L * (12.0 * C * C + 13.0 * C) + 2.0 * C;
-    e.state = 4.0 * 4.0 * e.params;
-    // floats per token: embeddings: 2 id arrays (ints), 2 lookups + add
-    double emb = 3.0 * C + 2.0;
+    e.state = 4.0 * 4.0 * e.params + (bf16 ? 2.0 * e.params : 0.0); // + the bf16 weight copy
+    // per token: embeddings: 2 id arrays (ints), 2 lookups + add
+    double emb = A * 3.0 * C + 4.0 * 2.0;
     // each block: ln_1, qkv (3C), attention out, proj, add, ln_2, fc (4C),
     // gelu (4C), fc proj, add = 18C; two LayerNorms' mean and rstd (4);
     // the fused attention's lse, NH per token (one per head and row: no
-    // (T,T) probabilities, no backward scratch)
-    double block = 18.0 * C + 4.0 + NH;
+    // (T,T) probabilities, no backward scratch).
     // --attention materialized: each layer keeps its (B,NH,T,T) probabilities
-    // instead, and backward borrows one more (B,NH,T,T) from the gradient block
-    if (materialized) block += NH * (double)T - NH;
+    // instead (activations), and backward borrows one more (B,NH,T,T) from
+    // the gradient block
+    // Bytes: A per activation value (4, or 2 in bf16); 4 per statistic
+    // (mean, rstd, lse, loss) and per id, whatever the precision
+    double block = A * 18.0 * C + 4.0 * 4.0 + (materialized ? A * NH * (double)T : 4.0 * NH);
     // ln_f (C + mean/rstd), targets, losses
-    double head = C + 4.0;
+    double head = A * C + 4.0 * 4.0;
     // --recompute: each block keeps its output (= the next one's input),
     // and one block's inside exists again during its backward
-    double blocks = recompute ? L * C + block : L * block;
-    e.attn = 4.0 * tok * (recompute ? 1.0 : L) * NH * (materialized ? (double)T : 1.0);
-    e.arena = 4.0 * tok * (emb + blocks + head);
+    double blocks = recompute ? L * A * C + block : L * block;
+    e.attn = tok * (recompute ? 1.0 : L) * (materialized ? A * NH * (double)T : 4.0 * NH);
+    e.arena = tok * (emb + blocks + head);
     // the classifier's forward, the smaller of: dx (C per token), dW
-    // (Vp,C) and two chunks of R rows of logits; or dlogits and logits
-    // (Vp per token each). Backward, inside the MLP: 9C per token live,
-    // 11C with the first-fit gaps (tests/test_memory.c)
+    // (Vp,C, fp32) and two chunks of R rows of logits; or dlogits and
+    // logits (Vp per token each). Backward, inside the MLP: 9C per token
+    // live, 11C with the first-fit gaps (tests/test_memory.c)
     double R = fmin(tok, floor(8388608.0 / Vp));
-    e.classifier = 4.0 * fmin(tok * C + Vp * C + 2.0 * R * Vp + R, 2.0 * tok * Vp + tok);
-    e.act_grads = fmax(e.classifier, 4.0 * tok * 11.0 * C + (materialized ? 4.0 * tok * NH * T : 0.0));
+    e.classifier = fmin(A * tok * C + 4.0 * Vp * C + A * 2.0 * R * Vp + 4.0 * R, A * 2.0 * tok * Vp + 4.0 * tok);
+    e.act_grads = fmax(e.classifier, A * tok * 11.0 * C + (materialized ? A * tok * NH * T : 0.0));
     e.activations = e.arena + e.act_grads;
     return e;
 }
@@ -110,19 +115,19 @@ static mem_estimate estimate_memory(const gpt2_config *c, int B, int T, int reco
 typedef struct peak_row {
     const char *match; // a substring of cudaDeviceProp.name
     const char *what;
-    double fp32, tf32;
+    double fp32, tf32, bf16;
 } peak_row;
 
 static const peak_row PEAKS[] = {
     // first match wins: the specific names before the general ones
-    {"H100 PCIe", "H100 PCIe", 51.0, 378.0},
-    {"H100 NVL", "H100 NVL", 60.0, 417.5},
-    {"H100", "H100 SXM", 67.0, 494.7},
-    {"H200", "H200 SXM", 67.0, 494.7},
-    {"GH200", "GH200", 67.0, 494.7},
-    {"H800", "H800 SXM", 67.0, 494.7},
-    {"A100", "A100", 19.5, 156.0},
-    {"A800", "A800", 19.5, 156.0},
+    {"H100 PCIe", "H100 PCIe", 51.0, 378.0, 756.0},
+    {"H100 NVL", "H100 NVL", 60.0, 417.5, 835.5},
+    {"H100", "H100 SXM", 67.0, 494.7, 989.4},
+    {"H200", "H200 SXM", 67.0, 494.7, 989.4},
+    {"GH200", "GH200", 67.0, 494.7, 989.4},
+    {"H800", "H800 SXM", 67.0, 494.7, 989.4},
+    {"A100", "A100", 19.5, 156.0, 312.0},
+    {"A800", "A800", 19.5, 156.0, 312.0},
 };
 
 static const peak_row *find_peak(const char *name) {
@@ -132,12 +137,14 @@ static const peak_row *find_peak(const char *name) {
 }
 
 static void usage(void) {
-    printf("usage: bench/gpt2_cuda [--model gpt2] [--batch 16] [--seq 1024] [--steps 10] [--tf32 1]\n"
+    printf("usage: bench/gpt2_cuda [--model gpt2] [--batch 16] [--seq 1024] [--steps 10] [--precision tf32]\n"
            "                       [--recompute] [--attention fused|materialized] [--peak-tflops X]\n"
            "  --model NAME        a preset of examples/gpt2 (mini, tiny, gpt2, gpt2-medium, ...) [gpt2]\n"
            "  --batch B --seq T   the micro-batch [16 x 1024]\n"
            "  --steps N           timed steps after one warm-up step [10]\n"
-           "  --tf32 0|1          TF32 tensor-core matmuls (1) or plain fp32 (0) [1]\n"
+           "  --precision P       fp32 | tf32 (fp32 values, TF32 tensor-core matmuls) | bf16 (mixed\n"
+           "                      precision: bf16 activations and weight copy, fp32 master weights) [tf32]\n"
+           "  --tf32 0|1          the same as --precision tf32 (1) or fp32 (0)\n"
            "  --recompute         each block a recompute region (activation checkpointing)\n"
            "  --attention KIND    fused (flash-style, saves (B,NH,T)) or materialized\n"
            "                      (saves the (B,NH,T,T) probabilities, TF32 cuBLAS products) [fused]\n"
@@ -146,7 +153,8 @@ static void usage(void) {
 
 int main(int argc, char **argv) {
     const char *model = "gpt2";
-    int B = 16, T = 1024, steps = 10, tf32 = 1, recompute = 0, materialized = 0;
+    int B = 16, T = 1024, steps = 10, recompute = 0, materialized = 0;
+    int prec = TRN_CUDA_TF32;
     double peak_arg = 0.0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help")) {
@@ -169,7 +177,10 @@ int main(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--steps")) {
             steps = (int)parse_int("--steps", argv[++i], 1, 10000);
         } else if (!strcmp(argv[i], "--tf32")) {
-            tf32 = (int)parse_int("--tf32", argv[++i], 0, 1);
+            prec = parse_int("--tf32", argv[++i], 0, 1) ? TRN_CUDA_TF32 : TRN_CUDA_FP32;
+        } else if (!strcmp(argv[i], "--precision")) {
+            const char *v = argv[++i];
+            if ((prec = trn_cuda_precision_parse(v)) < 0) die("--precision: fp32, tf32 or bf16, not '%s'", v);
         } else if (!strcmp(argv[i], "--peak-tflops")) {
             peak_arg = parse_float("--peak-tflops", argv[++i], 1e-3, 1e6);
         } else {
@@ -186,17 +197,19 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench/gpt2_cuda: %s\n", trn_error_reason());
         return 2;
     }
-    trn_cuda_set_tf32(tf32);
+    if (trn_cuda_set_precision((trn_cuda_precision)prec) != TRN_OK) die("%s", trn_error_reason());
     const char *dev = trn_cuda_device_name();
     const peak_row *pk = find_peak(dev);
-    double peak = peak_arg > 0.0 ? peak_arg : pk ? (tf32 ? pk->tf32 : pk->fp32) : 0.0;
+    double peak = peak_arg > 0.0 ? peak_arg
+                  : pk ? (prec == TRN_CUDA_BF16 ? pk->bf16 : prec == TRN_CUDA_TF32 ? pk->tf32 : pk->fp32) : 0.0;
 
     double flops = gpt2_step_flops(cfg, B, T);
-    mem_estimate me = estimate_memory(cfg, B, T, recompute, materialized);
-    size_t free_b = 0, total_b = 0;
+    mem_estimate me = estimate_memory(cfg, B, T, recompute, materialized, prec == TRN_CUDA_BF16);
+    size_t free_b = 0, total_b = 0, free_start = 0;
     cudaMemGetInfo(&free_b, &total_b);
-    printf("bench/gpt2_cuda: %s, %.1f GB, TF32 %s; median of %d steps after a warm-up step\n", dev, total_b / 1e9,
-           tf32 ? "on" : "off", steps);
+    free_start = free_b;
+    printf("bench/gpt2_cuda: %s, %.1f GB, precision %s; median of %d steps after a warm-up step\n", dev,
+           total_b / 1e9, trn_cuda_precision_name((trn_cuda_precision)prec), steps);
     printf("%s: L=%d NH=%d C=%d Vp=%d, %.1fM parameters, B=%d T=%d (%d tokens/step): %.1f TFLOP per step\n", model,
            cfg->n_layer, cfg->n_head, cfg->n_embd, cfg->padded_vocab, me.params / 1e6, B, T, B * T, flops / 1e12);
     printf("device memory, estimated: %.1f GB = weights+grads+AdamW %.2f GB + activations %.1f GB + act grads %.2f GB\n"
@@ -280,18 +293,25 @@ int main(int argc, char **argv) {
     if (peak > 0.0)
         printf("MFU %.1f%% of %.1f TFLOP/s (%s)\n", 100.0 * tflops / peak, peak,
                peak_arg > 0.0 ? "--peak-tflops"
-                              : (tf32 ? "TF32 tensor-core peak, dense, NVIDIA datasheet"
-                                      : "fp32 peak, NVIDIA datasheet"));
+               : prec == TRN_CUDA_BF16 ? "bf16 tensor-core peak, dense, NVIDIA datasheet"
+               : prec == TRN_CUDA_TF32 ? "TF32 tensor-core peak, dense, NVIDIA datasheet"
+                                       : "fp32 peak, NVIDIA datasheet");
     else
         printf("MFU: unknown peak for '%s', pass --peak-tflops\n", dev);
     printf("loss %.3f -> %.3f over %d steps (last gradient norm %.3f)\n\n", first_loss, loss, steps + 1, norm);
     // like for like: the estimate leaves out the runtime (context, cuBLAS)
     // and the small reduction scratch
-    double kit = 0.0;
-    trn_kind kinds[5] = {TRN_KIND_WEIGHTS, TRN_KIND_GRADS, TRN_KIND_OPTIM, TRN_KIND_ACTIVATIONS, TRN_KIND_ACT_GRADS};
-    for (int k = 0; k < 5; k++) kit += (double)trn_ledger_peak(TRN_DEVICE, kinds[k]);
-    printf("device memory for weights+grads+AdamW+activations+act grads: estimated %.3f GB, the ledger's peak %.3f GB\n",
-           (me.state + me.activations) / 1e9, kit / 1e9);
+    double kit = 0.0, all = 0.0;
+    trn_kind kinds[6] = {TRN_KIND_WEIGHTS, TRN_KIND_WEIGHTS_BF16, TRN_KIND_GRADS, TRN_KIND_OPTIM, TRN_KIND_ACTIVATIONS,
+                         TRN_KIND_ACT_GRADS};
+    for (int k = 0; k < 6; k++) kit += (double)trn_ledger_peak(TRN_DEVICE, kinds[k]);
+    for (int k = 0; k < TRN_KIND_COUNT; k++) all += (double)trn_ledger_current(TRN_DEVICE, (trn_kind)k);
+    cudaMemGetInfo(&free_b, &total_b);
+    printf("device memory for weights (+bf16 copy)+grads+AdamW+activations+act grads: estimated %.3f GB, "
+           "the ledger's peak %.3f GB (%.2f GiB)\n", (me.state + me.activations) / 1e9, kit / 1e9, kit / 1073741824.0);
+    printf("device memory in use now: the ledger %.3f GB (runtime included), cudaMemGetInfo %.3f GB "
+           "(total - free; %.3f GB before the model)\n", all / 1e9, (total_b - free_b) / 1e9,
+           (total_b - free_start) / 1e9);
     trn_ledger_print("memory (peak = the step's high-water mark)");
     for (int k = 0; k < 4; k++) TRN_CUDA_CHECK(cudaEventDestroy(ev[k]));
     free(t_all);

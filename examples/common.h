@@ -387,6 +387,7 @@ static void write_plot(const char *path, const history *h, const char *title) {
 typedef struct run_args {
     const char *model, *data, *bpe, *out, *resume, *init, *log, *prompt, *dump_logits;
     const char *shard; // --shard (examples/gpt2's data parallelism)
+    const char *precision; // --precision fp32|tf32|bf16 (CUDA builds); not in the checkpoint
     long long steps;
     int batch, seq, warmup, grad_accum, eval_every, eval_batches, ckpt_every, keep, sample, threads, top_k;
     float lr, min_lr, weight_decay, clip, temperature;
@@ -470,6 +471,20 @@ static void args_init(run_args *a, const char *out) {
     a->skip_spikes = -1;      // spike guard z threshold [0: off]
 }
 
+// --precision, before the model is created: the CUDA backend's precision;
+// the CPU backend computes in fp32 only
+static void apply_precision(const char *p) {
+    if (!p) return;
+#ifdef TRN_USE_CUDA
+    int v = trn_cuda_precision_parse(p);
+    if (v < 0) die("--precision: fp32, tf32 or bf16, not '%s'", p);
+    if (trn_cuda_set_precision((trn_cuda_precision)v) != TRN_OK) die("--precision: %s", trn_error_reason());
+#else
+    if (strcmp(p, "fp32")) die("--precision %s: this is the CPU build, which computes in fp32 (bf16 and tf32 are "
+                               "for the CUDA build, e.g. examples/gpt2_cuda)", p);
+#endif
+}
+
 // argv -> a; a bad flag or value exits 2. Returns 1 when --help was asked
 // (the caller prints its usage).
 static int parse_args(run_args *a, int argc, char **argv) {
@@ -487,7 +502,7 @@ static int parse_args(run_args *a, int argc, char **argv) {
                                            "--ckpt-every", "--keep", "--sample", "--top-k", "--threads", "--seed",
                                            "--lr", "--min-lr", "--weight-decay", "--clip", "--temperature",
                                            "--csv", "--tensorboard", "--keep-best", "--patience", "--max-time",
-                                           "--limit-val-batches", "--skip-spikes", "--shard"};
+                                           "--limit-val-batches", "--skip-spikes", "--shard", "--precision"};
         int known = 0;
         for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) known |= !strcmp(f, with_value[k]);
         if (!known) die("unknown %s '%s' (see --help)", strncmp(f, "--", 2) ? "argument" : "flag", f);
@@ -521,6 +536,7 @@ static int parse_args(run_args *a, int argc, char **argv) {
         else if (!strcmp(f, "--clip")) a->clip = parse_float(f, v, 0, 1e9);
         else if (!strcmp(f, "--temperature")) a->temperature = parse_float(f, v, 1e-3, 100);
         else if (!strcmp(f, "--shard")) a->shard = v;
+        else if (!strcmp(f, "--precision")) a->precision = v;
         else if (!strcmp(f, "--csv")) a->csv = v;
         else if (!strcmp(f, "--tensorboard")) a->tensorboard = v;
         else if (!strcmp(f, "--keep-best")) a->keep_best = (int)parse_int(f, v, 0, 1000000);
@@ -562,6 +578,8 @@ static void print_usage(FILE *f, const char *what, const char *models, const cha
             "  --clip X           clip the global gradient norm, 0 = off [1.0]\n"
             "  --seed N           initialization, data order, sampling [1337]\n"
             "  --threads N        OpenMP threads [all cores]\n"
+            "  --precision P      CUDA builds: fp32, tf32 (TF32 matmuls) or bf16 (mixed precision:\n"
+            "                     bf16 activations, fp32 master weights) [tf32]; the CPU is fp32\n"
             "%s"
             "  --overfit          train on one fixed batch (the loss should go to ~0)\n"
             "  --recompute        keep only each block's input; re-run the block in backward\n"

@@ -711,6 +711,7 @@ int main(int argc, char **argv) {
     // this rank's GPU (already done by trn_ddp_init unless it talks TCP)
     if (trn_cuda_init(ddp.local_rank) != TRN_OK) die("%s", trn_error_reason());
 #endif
+    apply_precision(a.precision);
     const int W = ddp.world, main_rank = trn_ddp_is_main(&ddp);
     if (!main_rank && !freopen("/dev/null", "w", stdout)) die("rank %d: /dev/null: %s", ddp.rank, strerror(errno));
     if (W > 1) printf("ddp: %d ranks started by %s, communicator %s\n", W, ddp.env.launcher, ddp.comm.name);

@@ -555,6 +555,7 @@ int main(int argc, char **argv) {
 
     // --- the model and its optimizer
     llama g;
+    apply_precision(a.precision);
     if (llama_create(&g, &cfg, llama_backend()) != TRN_OK) {
         fprintf(stderr, "llama: cannot create the model: %s\n", trn_error_reason());
         return 1;
