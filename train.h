@@ -808,7 +808,10 @@ TRNDEF trn_tensor *trn_huber(trn_model *m, trn_tensor *pred, const float *target
    A trn_op holds the functions for each place: forward/backward run when
    the model's backend is on the host (the CPU backend), cuda_forward /
    cuda_backward when it is on the device (train_cuda.h); NULL there means
-   "not available on CUDA" and stops with a message naming the op.
+   "not available on CUDA" and stops with a message naming the op. Under
+   train_cuda.h's bf16 precision, tensors made by trn_tensor_new hold bf16
+   (t->dtype == TRN_BF16; parameters' data is their bf16 copy, their
+   gradients fp32): an op says it handles that with .bf16 = 1.
    trn_op_apply runs forward and records the op on the tape, the one call
    the kit's own ops use too (see trn_relu). Example: README "Your own op"
    and examples/custom_op.c (Swish with a learnable beta).
@@ -819,6 +822,11 @@ typedef struct trn_op {
     const char *name;                /* shows in errors and on the tape       */
     trn_op_fn forward, backward;     /* host kernels (CPU backend)            */
     trn_op_fn cuda_forward, cuda_backward; /* device kernels; NULL: none      */
+    int bf16;                        /* 1: the kernels also handle bf16
+                                        tensors (bf16 precision: they read
+                                        t->dtype); 0 (a default that leaves
+                                        it out): fp32 only, and trn_op_apply
+                                        stops on a bf16 model              */
 } trn_op;
 
 typedef struct trn_op_args {         /* zero = none; copied into the entry   */
@@ -3515,6 +3523,16 @@ TRNDEF void trn_attention_kv_forward(float *out, float *att, const float *q, int
 static void trn__cpu_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
 static void trn__cpu_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
 static void trn__cpu_sync(void) {}
+/* the CPU's convert: everything is fp32 here; the threaded kernels where
+   they do the same (ZeRO-2 adds gradient buckets with it) */
+static void trn__cpu_convert(void *dst, int dt, const void *src, int st, size_t n, int accumulate, float s) {
+    if (dt == TRN_F32 && st == TRN_F32 && s == 1.0f) {
+        if (accumulate) trn_accumulate((float *)dst, (const float *)src, n);
+        else if (dst != src) memmove(dst, src, n * sizeof(float));
+        return;
+    }
+    trn__convert_host(dst, dt, src, st, n, accumulate, s);
+}
 /* the mean of a loss's rows, summed in double in row order */
 static void trn__cpu_mean(float *out, const float *x, size_t n) {
     double sum = 0.0;
@@ -3602,7 +3620,7 @@ TRNDEF const trn_backend *trn_cpu_backend(void) {
         cpu.download_async = trn__cpu_copy;
         cpu.mean = trn__cpu_mean;
         cpu.act_dtype = TRN_F32;
-        cpu.convert = trn__convert_host;
+        cpu.convert = trn__cpu_convert;
         cpu.grad_norm_clip = NULL;
         cpu.adamw_flat = NULL;
         /* <<sync-free step */
@@ -4327,7 +4345,7 @@ static void trn__relu_bw(trn_model *m, trn_tape_entry *e) {   /* saves nothing: 
     m->backend->relu_backward(trn_grad(m, e->in[0]), e->out->data, trn_grad(m, e->out), e->out->size);
 }
 /* the backend table picks the kernel, so one function serves both places */
-static const trn_op trn__relu_op = {"relu", trn__relu_fw, trn__relu_bw, trn__relu_fw, trn__relu_bw};
+static const trn_op trn__relu_op = {"relu", trn__relu_fw, trn__relu_bw, trn__relu_fw, trn__relu_bw, 1};
 TRNDEF trn_tensor *trn_relu(trn_model *m, trn_tensor *x) {
     trn_tensor *out;
     trn__not_null("trn_relu", m, x);
@@ -4749,7 +4767,7 @@ TRNDEF trn_tensor *trn_mean_pool(trn_model *m, trn_tensor *x) {
 
 /* --- >>ops2 on the tape: each written with the public op API (>>opapi);
    the backend table picks CPU or CUDA kernels, so one trn_op serves both */
-#define TRN__OP2(name, fw, bw) {name, fw, bw, fw, bw}
+#define TRN__OP2(name, fw, bw) {name, fw, bw, fw, bw, 1}
 
 static void trn__mul_fw(trn_model *m, trn_tape_entry *e) {   /* saves nothing: reads a and b */
     trn_tensor *a = e->in[0], *b = e->in[1];
@@ -5255,6 +5273,10 @@ TRNDEF trn_tape_entry *trn_op_apply(trn_model *m, const trn_op *op, trn_tensor *
     bw = dev ? op->cuda_backward : op->backward;
     if (!fw) trn_fatal("op %s: no forward for the %s backend (set trn_op.%s)", name, m->backend->name,
                        dev ? "cuda_forward" : "forward");
+    if (m->act_dtype != TRN_F32 && !op->bf16)
+        trn_fatal("op %s: its kernels are fp32 only (trn_op.bf16 = 0) and the model computes in %s: give them a %s "
+                  "path (read t->dtype) and set .bf16 = 1, or train in fp32/tf32", name, trn_dtype_name(m->act_dtype),
+                  trn_dtype_name(m->act_dtype));
     e = trn__record(m, name, bw, out, a, b, c);
     if (e && !bw) trn_fatal("op %s: an input requires a gradient but the op has no backward for the %s backend "
                             "(set trn_op.%s, or run it under no-grad)", name, m->backend->name,
@@ -5303,7 +5325,7 @@ static void trn__probe_bw(trn_model *m, trn_tape_entry *e) {
     trn_free(r);
     m->backend->accumulate(trn_grad(m, y), dev, y->size);
 }
-static const trn_op trn__probe_op = {"gradcheck_probe", trn__probe_fw, trn__probe_bw, trn__probe_fw, trn__probe_bw};
+static const trn_op trn__probe_op = {"gradcheck_probe", trn__probe_fw, trn__probe_bw, trn__probe_fw, trn__probe_bw, 0};
 
 TRNDEF trn_gradcheck_desc trn_gradcheck_defaults(const trn_gradcheck_desc *desc) {
     trn_gradcheck_desc d;

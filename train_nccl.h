@@ -1828,7 +1828,8 @@ static trn_result trn__zero2_harvest(trn_ddp *d, trn_model *m) {
         trn_ddp_bucket *k = &d->buckets[b];
         size_t a = TRN__DIST_MAX(k->lo, d->shard_lo), e = TRN__DIST_MIN(k->hi, d->shard_hi);
         if (!k->stage || !k->launched) continue;
-        if (a < e) m->backend->accumulate(m->grad_data + a, k->stage + (a - k->lo), e - a);
+        if (a < e) /* fp32 gradients (accumulate is the activations' dtype) */
+            m->backend->convert(m->grad_data + a, TRN_F32, k->stage + (a - k->lo), TRN_F32, e - a, 1, 1.0f);
         for (p = k->p_first; p <= k->p_last; p++) m->params[p]->grad = NULL;
         m->backend->free(k->stage);
         k->stage = NULL;

@@ -108,7 +108,7 @@ static void swish_backward_cuda(trn_model *m, trn_tape_entry *e) {
 #endif
 
 /* the op: its name, the host pair, the device pair */
-static const trn_op SWISH = {"swish", swish_forward, swish_backward, SWISH_CUDA};
+static const trn_op SWISH = {"swish", swish_forward, swish_backward, SWISH_CUDA, 0}; // 0: fp32 kernels only
 
 /* what a model calls: y = swish(x; beta), recorded on the tape */
 static trn_tensor *swish(trn_model *m, trn_tensor *x, trn_tensor *beta) {

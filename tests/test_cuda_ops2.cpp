@@ -233,7 +233,7 @@ static void user_twice_gpu_bw(trn_model *m, trn_tape_entry *e) {
         TRN_CUDA_LAUNCH(user_twice_bw_k, dim3((unsigned)((n + 255) / 256)), dim3(256), 0,
                         (cudaStream_t)trn_cuda_stream(), dx, (const float *)trn_grad(m, e->out), n);
 }
-static const trn_op USER_TWICE = {"twice", NULL, NULL, user_twice_gpu_fw, user_twice_gpu_bw};
+static const trn_op USER_TWICE = {"twice", NULL, NULL, user_twice_gpu_fw, user_twice_gpu_bw, 0};
 static trn_tensor *g_twice(trn_model *m, void *u) {
     trn_tensor *x = (trn_tensor *)u, *y = trn_tensor_new(m, "twice", x->ndim, x->shape);
     trn_op_apply(m, &USER_TWICE, y, x, NULL, NULL, NULL);

@@ -29,8 +29,8 @@ static void sq_bw_wrong(trn_model *m, trn_tape_entry *e) {   /* forgets the 2 */
     size_t i;
     if (dx) for (i = 0; i < e->out->size; i++) dx[i] += dy[i] * e->farg[0] * e->in[0]->data[i];
 }
-static const trn_op SQ = {"scaled_square", sq_fw, sq_bw, NULL, NULL};
-static const trn_op SQ_WRONG = {"scaled_square_wrong", sq_fw, sq_bw_wrong, NULL, NULL};
+static const trn_op SQ = {"scaled_square", sq_fw, sq_bw, NULL, NULL, 0};
+static const trn_op SQ_WRONG = {"scaled_square_wrong", sq_fw, sq_bw_wrong, NULL, NULL, 0};
 
 static trn_tensor *scaled_square(trn_model *m, const trn_op *op, trn_tensor *x, float s) {
     trn_tensor *out = trn_tensor_new(m, "sq", x->ndim, x->shape);
