@@ -1404,7 +1404,7 @@ template <typename A>
 static void trn__cuda_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C,
                                      int OC) {
     if (N <= 0 || OC <= 0) return;
-    if (sizeof(A) == sizeof(trn__bf16)) {
+    if (trn__cuda_dt((const A *)out) == CUDA_R_16BF) {
         trn__cuda_lt_gemm(__FILE__, __LINE__, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, (const trn__bf16 *)w, C,
                           (const trn__bf16 *)inp, C, (trn__bf16 *)out, OC, (const trn__bf16 *)bias);
         return;
