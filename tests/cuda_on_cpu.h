@@ -38,7 +38,12 @@
       device memory                    host memory (posix_memalign), so ASan
                                        sees out-of-bounds kernel accesses
       cuBLAS                           a reference column-major GEMM; TF32
-                                       math rounds the inputs to TF32
+                                       math rounds the inputs to TF32; bf16
+                                       inputs are read exactly, summed in
+                                       fp32, a bf16 result rounded once
+      cuBLASLt                         the same GEMM behind descriptors,
+                                       layouts and a heuristic, with the
+                                       bias epilogue (see its section)
       streams, events                  synchronous host operations (the
                                        calls that would make the host wait
                                        are counted: cuemu::host_syncs())
