@@ -5,7 +5,7 @@
       #include "train.h"
       #define TRAIN_CUDA_IMPLEMENTATION
       #include "train_cuda.h"
-   in *one* .cu file compiled by nvcc (link -lcublas), next to the file that
+   in *one* .cu file compiled by nvcc (link -lcublas -lcublasLt), next to the file that
    has TRAIN_IMPLEMENTATION (it may be the same file). Then:
 
       if (trn_cuda_init(0) != TRN_OK) {               // device 0
@@ -31,7 +31,7 @@
 
    Build (build.sh does this for every *.cu):
       nvcc -O3 -std=c++17 -gencode arch=compute_80,code=sm_80 \
-           -gencode arch=compute_90,code=sm_90 -I. foo.cu -lcublas
+           -gencode arch=compute_90,code=sm_90 -I. foo.cu -lcublas -lcublasLt
 
    A training step waits for the GPU once. Written as
       trn_zero_grad(&model);
@@ -164,6 +164,7 @@ TRNDEF void trn_cuda_profile_clock(trn_profile *p);
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <cublas_v2.h>
+#include <cublasLt.h>
 #define TRN__CUDA_START(kernel, grid, block, shmem, stream, ...) \
     kernel<<<grid, block, shmem, stream>>>(__VA_ARGS__)
 #define TRN_CUDA_DYNAMIC_SHARED(T, name) \
@@ -207,10 +208,11 @@ static struct {
     int bf16;                    /* TRN_CUDA_BF16: activations are bf16      */
     cudaStream_t stream;
     cublasHandle_t cublas;
+    cublasLtHandle_t cublaslt;   /* bf16 matmuls with a bias epilogue        */
     void *workspace;             /* cuBLAS workspace (ours, so it is counted) */
     size_t workspace_bytes;
     size_t context_bytes;        /* driver-reported use at init: the context */
-    size_t cublas_bytes;         /* what cublasCreate took                   */
+    size_t cublas_bytes;         /* what cublasCreate(+Lt) took              */
     double *partials;            /* sum_squares: one double per block        */
     float *tmp;                  /* grows: partial column sums               */
     size_t tmp_bytes;
@@ -449,12 +451,13 @@ static __global__ void trn__k_bias_add(float *out, const float *bias, size_t N, 
    (32,8) owns 32 columns and one chunk of `rows` rows; its 8 thread rows
    stride the chunk, then add their 8 partials in shared memory: part
    (nchunk, C). Pass 2: dst[c] += part[0][c] + part[1][c] + ... in order. */
-static __global__ void trn__k_colsum_part(float *part, const float *x, int N, int C, int rows) {
+template <typename X>
+static __global__ void trn__k_colsum_part(float *part, const X *x, int N, int C, int rows) {
     __shared__ float acc[8][33];
     int c = blockIdx.x * 32 + threadIdx.x, r0 = blockIdx.y * rows, r1 = min(N, r0 + rows);
     float s = 0.0f;
     if (c < C)
-        for (int r = r0 + (int)threadIdx.y; r < r1; r += 8) s += x[(size_t)r * C + c];
+        for (int r = r0 + (int)threadIdx.y; r < r1; r += 8) s += trn__ld(x[(size_t)r * C + c]);
     acc[threadIdx.y][threadIdx.x] = s;
     __syncthreads();
     if (threadIdx.y == 0 && c < C) {
@@ -578,31 +581,34 @@ static __global__ void trn__k_mse_bwd(float *dpred, const float *pred, const flo
 }
 
 /* --- attention: softmax over rows of S (B*NH*T rows of length T), in place.
-   One warp per row; causal rows t see columns 0..t, the rest become 0. --- */
-static __global__ void trn__k_softmax_fwd(float *att, int rows, int T, int causal) {
+   One warp per row; causal rows t see columns 0..t, the rest become 0.
+   Stored as A (float or bf16), max, sum and exp in fp32. --- */
+template <typename A>
+static __global__ void trn__k_softmax_fwd(A *att, int rows, int T, int causal) {
     int lane = threadIdx.x % 32, row = blockIdx.x * 8 + threadIdx.x / 32;
     if (row >= rows) return;
-    float *p = att + (size_t)row * T;
+    A *p = att + (size_t)row * T;
     int last = causal ? row % T : T - 1;
     float mx = -INFINITY;
-    for (int s = lane; s <= last; s += 32) mx = fmaxf(mx, p[s]);
+    for (int s = lane; s <= last; s += 32) mx = fmaxf(mx, trn__ld(p[s]));
     mx = trn__warp_max(mx);
     float sum = 0.0f;
-    for (int s = lane; s <= last; s += 32) sum += expf(p[s] - mx);
+    for (int s = lane; s <= last; s += 32) sum += expf(trn__ld(p[s]) - mx);
     sum = trn__warp_sum(sum);
     float inv = 1.0f / sum;
-    for (int s = lane; s < T; s += 32) p[s] = s <= last ? expf(p[s] - mx) * inv : 0.0f;
+    for (int s = lane; s < T; s += 32) p[s] = trn__to<A>(s <= last ? expf(trn__ld(p[s]) - mx) * inv : 0.0f);
 }
 /* dS = P * (dP - rowsum(dP * P)), in place over dP (masked entries: P = 0) */
-static __global__ void trn__k_softmax_bwd(float *dS, const float *att, int rows, int T) {
+template <typename A>
+static __global__ void trn__k_softmax_bwd(A *dS, const A *att, int rows, int T) {
     int lane = threadIdx.x % 32, row = blockIdx.x * 8 + threadIdx.x / 32;
     if (row >= rows) return;
-    const float *p = att + (size_t)row * T;
-    float *d = dS + (size_t)row * T;
+    const A *p = att + (size_t)row * T;
+    A *d = dS + (size_t)row * T;
     float dot = 0.0f;
-    for (int s = lane; s < T; s += 32) dot += p[s] * d[s];
+    for (int s = lane; s < T; s += 32) dot += trn__ld(p[s]) * trn__ld(d[s]);
     dot = trn__warp_sum(dot);
-    for (int s = lane; s < T; s += 32) d[s] = p[s] * (d[s] - dot);
+    for (int s = lane; s < T; s += 32) d[s] = trn__to<A>(trn__ld(p[s]) * (trn__ld(d[s]) - dot));
 }
 
 /* --- fused attention (flash-style), the kernels of train.h's
@@ -1057,7 +1063,8 @@ static __global__ void trn__k_huber_bwd(float *dpred, const float *pred, const f
    append: the T new keys and values into rows pos.. of the caches;
    softmax over rows of S (rows of length P), row r of a (b,h) block being
    position pos + r % T, so it sees columns 0..pos + r % T. One warp per row. */
-static __global__ void trn__k_kv_append(float *kc, float *vc, const float *k, const float *v, int kvs, int T, int pos,
+template <typename A>
+static __global__ void trn__k_kv_append(A *kc, A *vc, const A *k, const A *v, int kvs, int T, int pos,
                                         int maxT, int Ckv, int B) {
     TRN__GRID_STRIDE(i, (size_t)B * T * Ckv) {
         size_t c = i % Ckv, bt = i / Ckv, b = bt / T, t = bt % T, dst = (b * maxT + pos + t) * Ckv + c;
@@ -1065,19 +1072,20 @@ static __global__ void trn__k_kv_append(float *kc, float *vc, const float *k, co
         vc[dst] = v[bt * kvs + c];
     }
 }
-static __global__ void trn__k_softmax_kv(float *att, int rows, int T, int P, int pos) {
+template <typename A>
+static __global__ void trn__k_softmax_kv(A *att, int rows, int T, int P, int pos) {
     int lane = threadIdx.x % 32, row = blockIdx.x * 8 + threadIdx.x / 32;
     if (row >= rows) return;
-    float *p = att + (size_t)row * P;
+    A *p = att + (size_t)row * P;
     int last = pos + row % T;
     float mx = -INFINITY;
-    for (int s = lane; s <= last; s += 32) mx = fmaxf(mx, p[s]);
+    for (int s = lane; s <= last; s += 32) mx = fmaxf(mx, trn__ld(p[s]));
     mx = trn__warp_max(mx);
     float sum = 0.0f;
-    for (int s = lane; s <= last; s += 32) sum += expf(p[s] - mx);
+    for (int s = lane; s <= last; s += 32) sum += expf(trn__ld(p[s]) - mx);
     sum = trn__warp_sum(sum);
     float inv = 1.0f / sum;
-    for (int s = lane; s < P; s += 32) p[s] = s <= last ? expf(p[s] - mx) * inv : 0.0f;
+    for (int s = lane; s < P; s += 32) p[s] = trn__to<A>(s <= last ? expf(trn__ld(p[s]) - mx) * inv : 0.0f);
 }
 
 /* --- sum of squares: each block sums a fixed grid-stride slice in double -- */
@@ -1315,49 +1323,122 @@ static __global__ void trn__k_adamw_flat(float *p, float *g, float *m, float *v,
    same bytes, transposed. So row-major C = A B is column-major
    C^T = B^T A^T, and every call below swaps the operands.
    ======================================================================== */
+/* cuBLAS's name of a storage type */
+static cudaDataType trn__cuda_dt(const float *) { return CUDA_R_32F; }
+static cudaDataType trn__cuda_dt(const trn__bf16 *) { return CUDA_R_16BF; }
+/* C = alpha op(A) op(B) + beta C (column-major; batch > 1: strided batches).
+   A and B are float or bf16 (T), C float or bf16 (TC). fp32 inputs use TF32
+   tensor cores unless they are off; bf16 inputs always accumulate in fp32
+   (CUBLAS_COMPUTE_32F: a product of two bf16 is exact in fp32), and a bf16
+   C is rounded once, after alpha and beta were applied in fp32. */
+template <typename T, typename TC>
 static void trn__cuda_gemm(const char *file, int line, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                      float alpha, const float *A, int lda, long long sa, const float *B, int ldb, long long sb,
-                      float beta, float *C, int ldc, long long sc, int batch) {
-    cublasComputeType_t ct = trn__cu.tf32_off ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_FAST_TF32;
+                      float alpha, const T *A, int lda, long long sa, const T *B, int ldb, long long sb,
+                      float beta, TC *C, int ldc, long long sc, int batch) {
+    cudaDataType dt = trn__cuda_dt(A), ct_c = trn__cuda_dt(C);
+    cublasComputeType_t ct = trn__cu.tf32_off || dt == CUDA_R_16BF ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_FAST_TF32;
     cublasStatus_t st;
     if (batch == 1)
-        st = cublasGemmEx(trn__cu.cublas, ta, tb, m, n, k, &alpha, A, CUDA_R_32F, lda, B, CUDA_R_32F, ldb, &beta, C,
-                          CUDA_R_32F, ldc, ct, CUBLAS_GEMM_DEFAULT);
+        st = cublasGemmEx(trn__cu.cublas, ta, tb, m, n, k, &alpha, A, dt, lda, B, dt, ldb, &beta, C,
+                          ct_c, ldc, ct, CUBLAS_GEMM_DEFAULT);
     else
-        st = cublasGemmStridedBatchedEx(trn__cu.cublas, ta, tb, m, n, k, &alpha, A, CUDA_R_32F, lda, sa, B,
-                                        CUDA_R_32F, ldb, sb, &beta, C, CUDA_R_32F, ldc, sc, batch, ct,
+        st = cublasGemmStridedBatchedEx(trn__cu.cublas, ta, tb, m, n, k, &alpha, A, dt, lda, sa, B,
+                                        dt, ldb, sb, &beta, C, ct_c, ldc, sc, batch, ct,
                                         CUBLAS_GEMM_DEFAULT);
     trn__cublas_check(st, "cublasGemmEx", file, line);
 }
 #define TRN__CUDA_GEMM(...) trn__cuda_gemm(__FILE__, __LINE__, __VA_ARGS__)
 
+/* bf16: D (m,n) = op(A) op(B) (+ bias, one value per row of D) through
+   cuBLASLt, which adds the bias in the GEMM's epilogue: bias + the fp32
+   accumulator, rounded to bf16 once (no second pass over D). A, B, D and the
+   bias are bf16 (the bias has D's type, as cuBLASLt wants it); the
+   workspace is cuBLAS's (one stream runs both, one call at a time). */
+static void trn__cuda_lt_gemm(const char *file, int line, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                              int k, const trn__bf16 *A, int lda, const trn__bf16 *B, int ldb, trn__bf16 *D, int ldd,
+                              const trn__bf16 *bias) {
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, ld;
+    cublasLtMatmulPreference_t pref;
+    cublasLtMatmulHeuristicResult_t algo;
+    int found = 0;
+    int32_t opa = ta, opb = tb, bias_type = CUDA_R_16BF;
+    uint32_t epilogue = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    uint64_t ws = trn__cu.workspace_bytes;
+    const void *bp = bias;
+    float one = 1.0f, zero = 0.0f;
+    TRN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    TRN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
+    TRN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
+    TRN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
+    if (bias) {
+        TRN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp));
+        TRN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                        sizeof bias_type));
+    }
+    /* a layout is (rows, cols, ld) of the matrix as stored, before op() */
+    TRN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m, lda));
+    TRN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k, ldb));
+    TRN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, m, n, ldd));
+    TRN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    TRN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    TRN_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(trn__cu.cublaslt, op, la, lb, ld, ld, pref, 1, &algo, &found));
+    if (found < 1)
+        trn_fatal("%s:%d: cuBLASLt offers no algorithm for a bf16 matmul (m=%d n=%d k=%d%s)", file, line, m, n, k,
+                  bias ? ", bias epilogue" : "");
+    /* C = D with beta = 0: D is written, never read */
+    trn__cublas_check(cublasLtMatmul(trn__cu.cublaslt, op, &one, A, la, B, lb, &zero, D, ld, D, ld, &algo.algo,
+                                     trn__cu.workspace, trn__cu.workspace_bytes, trn__cu.stream),
+                      "cublasLtMatmul", file, line);
+    TRN_CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+    TRN_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(ld));
+    TRN_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lb));
+    TRN_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(la));
+    TRN_CUBLAS_CHECK(cublasLtMatmulDescDestroy(op));
+}
+
 /* out (N,OC) = inp (N,C) @ w^T (w is (OC,C)) + bias:
-   column-major out^T (OC,N) = w^T^T ... i.e. op(w-as-(C,OC)) = T, inp-as-(C,N) = N */
+   column-major out^T (OC,N) = w^T^T ... i.e. op(w-as-(C,OC)) = T, inp-as-(C,N) = N.
+   fp32: a GEMM, then a kernel adds the bias. bf16: one cuBLASLt call, the
+   bias (OC values, one per row of out^T) added in its epilogue. */
+template <typename A>
 static void trn__cuda_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C,
                                      int OC) {
     if (N <= 0 || OC <= 0) return;
+    if (trn__cuda_dt((const A *)out) == CUDA_R_16BF) {
+        trn__cuda_lt_gemm(__FILE__, __LINE__, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, (const trn__bf16 *)w, C,
+                          (const trn__bf16 *)inp, C, (trn__bf16 *)out, OC, (const trn__bf16 *)bias);
+        return;
+    }
     TRN__CUDA_GEMM(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, 1.0f, w, C, 0, inp, C, 0, 0.0f, out, OC, 0, 1);
     if (bias)
         TRN_CUDA_LAUNCH(trn__k_bias_add, dim3(trn__cuda_grid((size_t)N * OC)), dim3(TRN__CUDA_BLOCK), 0,
                         trn__cu.stream, out, bias, (size_t)N, OC);
 }
 
-/* dst (C) += column sums of x (N,C) */
-static void trn__cuda_colsum(float *dst, const float *x, int N, int C) {
+/* dst (C, fp32) += column sums of x (N,C), x float or bf16 */
+template <typename X>
+static void trn__cuda_colsum(float *dst, const X *x, int N, int C) {
     int nchunk = (N + 63) / 64, rows;
     float *part;
     if (nchunk > 64) nchunk = 64;
     if (nchunk < 1) nchunk = 1;
     rows = (N + nchunk - 1) / nchunk;
     part = trn__cuda_tmp((size_t)nchunk * C);
-    TRN_CUDA_LAUNCH(trn__k_colsum_part, dim3((unsigned)(C + 31) / 32, (unsigned)nchunk), dim3(32, 8), 0,
+    TRN_CUDA_LAUNCH(trn__k_colsum_part<X>, dim3((unsigned)(C + 31) / 32, (unsigned)nchunk), dim3(32, 8), 0,
                     trn__cu.stream, part, x, N, C, rows);
     TRN_CUDA_LAUNCH(trn__k_colsum_final, dim3((unsigned)(C + 255) / 256), dim3(256), 0, trn__cu.stream, dst,
                     (const float *)part, nchunk, C);
 }
 
-static void trn__cuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
-                                      const float *w, int N, int C, int OC) {
+/* bf16: dinp, dout, inp and w are bf16, dinp accumulates in a bf16 C
+   (beta = 1: old value + fp32 sum, rounded once); dw and dbias are fp32
+   and accumulate in fp32 (a bf16 A and B with an fp32 C). */
+template <typename A>
+static void trn__cuda_matmul_backward(float *dinp_, float *dw, float *dbias, const float *dout_, const float *inp_,
+                                      const float *w_, int N, int C, int OC) {
+    A *dinp = (A *)dinp_;
+    const A *dout = (const A *)dout_, *inp = (const A *)inp_, *w = (const A *)w_;
     if (N <= 0 || OC <= 0 || C <= 0) return;
     /* dinp (N,C) += dout (N,OC) @ w (OC,C):  dinp^T = w^T dout^T */
     if (dinp) TRN__CUDA_GEMM(CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, 1.0f, w, C, 0, dout, OC, 0, 1.0f, dinp, C, 0, 1);
@@ -1488,20 +1569,28 @@ static void trn__cuda_sum_backward(float *dinp, const float *dout, int N, size_t
 }
 /* a row-major trn_sgemm (ta, tb, M, N, K, ...) over `batch` matrices at
    strides sa, sb, sc, as one column-major cuBLAS call: operands swapped */
-static void trn__cuda_rowmajor_gemm(int ta, int tb, int M, int N, int K, const float *A, int lda, long long sa,
-                                    const float *B, int ldb, long long sb, float beta, float *C, int ldc, long long sc,
+template <typename T>
+static void trn__cuda_rowmajor_gemm(int ta, int tb, int M, int N, int K, const T *A, int lda, long long sa,
+                                    const T *B, int ldb, long long sb, float beta, T *C, int ldc, long long sc,
                                     int batch) {
     TRN__CUDA_GEMM(tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, 1.0f, B, ldb, sb, A, lda,
                    sa, beta, C, ldc, sc, batch);
 }
-static void trn__cuda_bmm_forward(float *out, const float *a, const float *b, int Bt, int M, int N, int K, int ta,
+/* bmm: everything A (bf16: bf16 in and out, fp32 accumulation) */
+template <typename A>
+static void trn__cuda_bmm_forward(float *out_, const float *a_, const float *b_, int Bt, int M, int N, int K, int ta,
                                   int tb) {
+    A *out = (A *)out_;
+    const A *a = (const A *)a_, *b = (const A *)b_;
     long long sa = (long long)M * K, sb = (long long)K * N, sc = (long long)M * N;
     if (Bt <= 0) return;
     trn__cuda_rowmajor_gemm(ta, tb, M, N, K, a, ta ? M : K, sa, b, tb ? K : N, sb, 0.0f, out, N, sc, Bt);
 }
-static void trn__cuda_bmm_backward(float *da, float *db, const float *dout, const float *a, const float *b, int Bt,
+template <typename A>
+static void trn__cuda_bmm_backward(float *da_, float *db_, const float *dout_, const float *a_, const float *b_, int Bt,
                                    int M, int N, int K, int ta, int tb) {
+    A *da = (A *)da_, *db = (A *)db_;
+    const A *dout = (const A *)dout_, *a = (const A *)a_, *b = (const A *)b_;
     long long sa = (long long)M * K, sb = (long long)K * N, sc = (long long)M * N;
     int lda = ta ? M : K, ldb = tb ? K : N;
     if (Bt <= 0) return; /* as train.h's trn_bmm_backward, one product per case */
@@ -1545,30 +1634,34 @@ static void trn__cuda_huber_backward(float *dpred, const float *pred, const floa
 /* attention over the cache (train.h's trn_attention_kv_forward). Per batch
    row b and per r < grp = NH/NKV, the heads h = g*grp + r (g < NKV) read
    kv head g: their Q blocks sit grp*hs apart, their K/V blocks hs apart,
-   so each is one strided-batched GEMM over the NKV groups. */
-static void trn__cuda_attention_kv_forward(float *out, float *att, const float *q, int q_stride, const float *k,
-                                           const float *v, int kv_stride, float *kcache, float *vcache, int B, int T,
-                                           int pos, int maxT, int NH, int NKV, int hs) {
+   so each is one strided-batched GEMM over the NKV groups. bf16: q, k, v,
+   out, att and both caches are bf16, scores and softmax in fp32. */
+template <typename A>
+static void trn__cuda_attention_kv_forward(float *out_, float *att_, const float *q_, int q_stride, const float *k_,
+                                           const float *v_, int kv_stride, float *kcache_, float *vcache_, int B,
+                                           int T, int pos, int maxT, int NH, int NKV, int hs) {
+    A *out = (A *)out_, *att = (A *)att_, *kcache = (A *)kcache_, *vcache = (A *)vcache_;
+    const A *q = (const A *)q_, *k = (const A *)k_, *v = (const A *)v_;
     int Ckv = NKV * hs, C = NH * hs, P = pos + T, grp = NH / NKV;
     float scale = 1.0f / sqrtf((float)hs);
     long long TP = (long long)T * P;
     if (B <= 0 || T <= 0) return;
-    TRN__CUDA_ELEMENTWISE(trn__k_kv_append, (size_t)B * T * Ckv, kcache, vcache, k, v, kv_stride, T, pos, maxT, Ckv, B);
+    TRN__CUDA_ELEMENTWISE(trn__k_kv_append<A>, (size_t)B * T * Ckv, kcache, vcache, k, v, kv_stride, T, pos, maxT, Ckv, B);
     for (int b = 0; b < B; b++)
         for (int r = 0; r < grp; r++) {
-            const float *qb = q + (size_t)b * T * q_stride + (size_t)r * hs;
-            const float *kb = kcache + (size_t)b * maxT * Ckv;
-            float *Sb = att + ((size_t)b * NH + r) * TP;
+            const A *qb = q + (size_t)b * T * q_stride + (size_t)r * hs;
+            const A *kb = kcache + (size_t)b * maxT * Ckv;
+            A *Sb = att + ((size_t)b * NH + r) * TP;
             /* S (T,P) = Q K^T * scale  (row-major: ta = 0, tb = 1) */
             TRN__CUDA_GEMM(CUBLAS_OP_T, CUBLAS_OP_N, P, T, hs, scale, kb, Ckv, (long long)hs, qb, q_stride,
                            (long long)grp * hs, 0.0f, Sb, P, (long long)grp * TP, NKV);
         }
-    TRN_CUDA_LAUNCH(trn__k_softmax_kv, dim3((unsigned)((B * NH * T + 7) / 8)), dim3(256), 0, trn__cu.stream, att,
+    TRN_CUDA_LAUNCH(trn__k_softmax_kv<A>, dim3((unsigned)((B * NH * T + 7) / 8)), dim3(256), 0, trn__cu.stream, att,
                     B * NH * T, T, P, pos);
     for (int b = 0; b < B; b++)
         for (int r = 0; r < grp; r++) {
-            const float *vb = vcache + (size_t)b * maxT * Ckv;
-            float *Sb = att + ((size_t)b * NH + r) * TP, *ob = out + (size_t)b * T * C + (size_t)r * hs;
+            const A *vb = vcache + (size_t)b * maxT * Ckv;
+            A *Sb = att + ((size_t)b * NH + r) * TP, *ob = out + (size_t)b * T * C + (size_t)r * hs;
             /* O (T,hs) = A V  (row-major: ta = 0, tb = 0) */
             TRN__CUDA_GEMM(CUBLAS_OP_N, CUBLAS_OP_N, hs, T, P, 1.0f, vb, Ckv, (long long)hs, Sb, P, (long long)grp * TP,
                            0.0f, ob, C, (long long)grp * hs, NKV);
@@ -1651,10 +1744,11 @@ static void trn__cuda_convert(void *dst, int dt, const void *src, int st, size_t
    head: we loop over the smaller of B and NKV and batch the larger, and
    over r. Shapes as in train.h's CPU version:
      S = Q K^T * scale;  P = softmax(S, causal mask);  O = P V            */
-typedef struct trn__cuda_bh { const float *p; int ld; long long sb, sh; } trn__cuda_bh;
+template <typename E> struct trn__cuda_bh { const E *p; int ld; long long sb, sh; };
 
+template <typename E>
 static void trn__cuda_gemm_bh(const char *file, int line, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
-                              int k, float alpha, trn__cuda_bh A, trn__cuda_bh Bm, float beta, float *C, int ldc,
+                              int k, float alpha, trn__cuda_bh<E> A, trn__cuda_bh<E> Bm, float beta, E *C, int ldc,
                               long long csb, long long csh, int B, int NH) {
     int i;
     if (B >= NH)
@@ -1669,12 +1763,13 @@ static void trn__cuda_gemm_bh(const char *file, int line, cublasOperation_t ta, 
 #define TRN__CUDA_GEMM_BH(...) trn__cuda_gemm_bh(__FILE__, __LINE__, __VA_ARGS__)
 
 /* the operands of query heads r, R+r, 2R+r, ...: (b, kv head g) -> pointer */
-typedef struct trn__cuda_heads { trn__cuda_bh q, k, v, P, o; } trn__cuda_heads;
-static trn__cuda_heads trn__cuda_heads_of(const float *qkv, const float *att, const float *out, int T, int NH,
-                                          int NKV, int hs, int r) {
+template <typename E> struct trn__cuda_heads { trn__cuda_bh<E> q, k, v, P, o; };
+template <typename E>
+static trn__cuda_heads<E> trn__cuda_heads_of(const E *qkv, const E *att, const E *out, int T, int NH, int NKV,
+                                             int hs, int r) {
     int R = NH / NKV, ld = (NH + 2 * NKV) * hs, C = NH * hs;
     long long TT = (long long)T * T, sq = (long long)T * ld;
-    trn__cuda_heads x = {{qkv + (size_t)r * hs, ld, sq, (long long)R * hs},
+    trn__cuda_heads<E> x = {{qkv + (size_t)r * hs, ld, sq, (long long)R * hs},
                          {qkv + (size_t)NH * hs, ld, sq, hs},
                          {qkv + (size_t)(NH + NKV) * hs, ld, sq, hs},
                          {att + r * TT, T, NH * TT, R * TT},
@@ -1682,55 +1777,63 @@ static trn__cuda_heads trn__cuda_heads_of(const float *qkv, const float *att, co
     return x;
 }
 
-static void trn__cuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int NH, int NKV,
+/* bf16: qkv, out, att, dout, dqkv and scratch are bf16; the GEMMs
+   accumulate in fp32, the softmax kernels compute in fp32 */
+template <typename A>
+static void trn__cuda_attention_forward(float *out_, float *att_, const float *qkv_, int B, int T, int NH, int NKV,
                                         int hs, int causal) {
+    A *out = (A *)out_, *att = (A *)att_;
+    const A *qkv = (const A *)qkv_;
     float scale = 1.0f / sqrtf((float)hs);
     int r;
     if (B <= 0 || T <= 0) return;
     for (r = 0; r < NH / NKV; r++) {
-        trn__cuda_heads x = trn__cuda_heads_of(qkv, att, out, T, NH, NKV, hs, r);
+        trn__cuda_heads<A> x = trn__cuda_heads_of(qkv, att, out, T, NH, NKV, hs, r);
         /* S (T,T) = Q K^T:  S^T = K Q^T, with K-as-(hs,T) transposed and Q-as-(hs,T) */
-        TRN__CUDA_GEMM_BH(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, scale, x.k, x.q, 0.0f, (float *)x.P.p, T, x.P.sb,
+        TRN__CUDA_GEMM_BH(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, scale, x.k, x.q, 0.0f, (A *)x.P.p, T, x.P.sb,
                           x.P.sh, B, NKV);
     }
-    TRN_CUDA_LAUNCH(trn__k_softmax_fwd, dim3((unsigned)((B * NH * T + 7) / 8)), dim3(256), 0, trn__cu.stream, att,
+    TRN_CUDA_LAUNCH(trn__k_softmax_fwd<A>, dim3((unsigned)((B * NH * T + 7) / 8)), dim3(256), 0, trn__cu.stream, att,
                     B * NH * T, T, causal);
     for (r = 0; r < NH / NKV; r++) {
-        trn__cuda_heads x = trn__cuda_heads_of(qkv, att, out, T, NH, NKV, hs, r);
+        trn__cuda_heads<A> x = trn__cuda_heads_of(qkv, att, out, T, NH, NKV, hs, r);
         /* O (T,hs) = P V:  O^T = V^T P^T, with V-as-(hs,T) and P-as-(T,T) = P^T */
-        TRN__CUDA_GEMM_BH(CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, x.v, x.P, 0.0f, (float *)x.o.p, x.o.ld, x.o.sb,
+        TRN__CUDA_GEMM_BH(CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, x.v, x.P, 0.0f, (A *)x.o.p, x.o.ld, x.o.sb,
                           x.o.sh, B, NKV);
     }
 }
 
-static void trn__cuda_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                                         const float *att, int B, int T, int NH, int NKV, int hs, int causal) {
+template <typename A>
+static void trn__cuda_attention_backward(float *dqkv_, float *scratch_, const float *dout_, const float *qkv_,
+                                         const float *att_, int B, int T, int NH, int NKV, int hs, int causal) {
+    A *dqkv = (A *)dqkv_, *scratch = (A *)scratch_;
+    const A *dout = (const A *)dout_, *qkv = (const A *)qkv_, *att = (const A *)att_;
     float scale = 1.0f / sqrtf((float)hs);
     int r;
     (void)causal; /* masked entries have P = 0, so dS = 0 there */
     if (!dqkv || B <= 0 || T <= 0) return;
     for (r = 0; r < NH / NKV; r++) {
         /* the same strides serve dqkv (as qkv), scratch (as att) and dout (as out) */
-        trn__cuda_heads x = trn__cuda_heads_of(qkv, att, dout, T, NH, NKV, hs, r);
-        trn__cuda_heads d = trn__cuda_heads_of(dqkv, scratch, dout, T, NH, NKV, hs, r);
+        trn__cuda_heads<A> x = trn__cuda_heads_of(qkv, att, dout, T, NH, NKV, hs, r);
+        trn__cuda_heads<A> d = trn__cuda_heads_of(dqkv, scratch, dout, T, NH, NKV, hs, r);
         /* dP (T,T) = dO V^T:  dP^T = V dO^T  (into scratch) */
-        TRN__CUDA_GEMM_BH(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, x.v, x.o, 0.0f, (float *)d.P.p, T, d.P.sb, d.P.sh,
+        TRN__CUDA_GEMM_BH(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, x.v, x.o, 0.0f, (A *)d.P.p, T, d.P.sb, d.P.sh,
                           B, NKV);
         /* dV (T,hs) += P^T dO:  dV^T = dO^T P (the R query heads of a kv head add up in turn) */
-        TRN__CUDA_GEMM_BH(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, x.o, x.P, 1.0f, (float *)d.v.p, d.v.ld, d.v.sb,
+        TRN__CUDA_GEMM_BH(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, x.o, x.P, 1.0f, (A *)d.v.p, d.v.ld, d.v.sb,
                           d.v.sh, B, NKV);
     }
     /* dS = P * (dP - rowsum(dP * P)), in place */
-    TRN_CUDA_LAUNCH(trn__k_softmax_bwd, dim3((unsigned)((B * NH * T + 7) / 8)), dim3(256), 0, trn__cu.stream,
+    TRN_CUDA_LAUNCH(trn__k_softmax_bwd<A>, dim3((unsigned)((B * NH * T + 7) / 8)), dim3(256), 0, trn__cu.stream,
                     scratch, att, B * NH * T, T);
     for (r = 0; r < NH / NKV; r++) {
-        trn__cuda_heads x = trn__cuda_heads_of(qkv, att, dout, T, NH, NKV, hs, r);
-        trn__cuda_heads d = trn__cuda_heads_of(dqkv, scratch, dout, T, NH, NKV, hs, r);
+        trn__cuda_heads<A> x = trn__cuda_heads_of(qkv, att, dout, T, NH, NKV, hs, r);
+        trn__cuda_heads<A> d = trn__cuda_heads_of(dqkv, scratch, dout, T, NH, NKV, hs, r);
         /* dQ (T,hs) += scale dS K:  dQ^T = K^T dS^T, with K-as-(hs,T) and dS-as-(T,T) = dS^T */
-        TRN__CUDA_GEMM_BH(CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, scale, x.k, d.P, 1.0f, (float *)d.q.p, d.q.ld, d.q.sb,
+        TRN__CUDA_GEMM_BH(CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, scale, x.k, d.P, 1.0f, (A *)d.q.p, d.q.ld, d.q.sb,
                           d.q.sh, B, NKV);
         /* dK (T,hs) += scale dS^T Q:  dK^T = Q^T dS */
-        TRN__CUDA_GEMM_BH(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, scale, x.q, d.P, 1.0f, (float *)d.k.p, d.k.ld, d.k.sb,
+        TRN__CUDA_GEMM_BH(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, scale, x.q, d.P, 1.0f, (A *)d.k.p, d.k.ld, d.k.sb,
                           d.k.sh, B, NKV);
     }
 }
@@ -1874,6 +1977,7 @@ static void trn__cuda_release(void) {
     if (trn__cu.tmp) { trn__cuda_free(trn__cu.tmp); trn__cu.tmp = NULL; trn__cu.tmp_bytes = 0; }
     if (trn__cu.partials) { trn__cuda_free(trn__cu.partials); trn__cu.partials = NULL; }
     if (trn__cu.cublas) { TRN_CUBLAS_CHECK(cublasDestroy(trn__cu.cublas)); trn__cu.cublas = NULL; }
+    if (trn__cu.cublaslt) { TRN_CUBLAS_CHECK(cublasLtDestroy(trn__cu.cublaslt)); trn__cu.cublaslt = NULL; }
     if (trn__cu.workspace) { trn__cuda_free(trn__cu.workspace); trn__cu.workspace = NULL; }
     if (trn__cu.stream) { TRN_CUDA_CHECK(cudaStreamDestroy(trn__cu.stream)); trn__cu.stream = NULL; }
     trn_ledger_add(TRN_DEVICE, TRN_KIND_RUNTIME, -(long long)(trn__cu.context_bytes + trn__cu.cublas_bytes));
@@ -1944,6 +2048,12 @@ TRNDEF trn_result trn_cuda_init(int device) {
         trn__cuda_release();
         trn__cu.ready = 0;
         return trn_fail(TRN_ERR_BACKEND, "cuBLAS: cublasCreate failed on %s", trn__cu.name);
+    }
+    if (cublasLtCreate(&trn__cu.cublaslt) != CUBLAS_STATUS_SUCCESS) {
+        trn__cu.cublaslt = NULL;
+        trn__cuda_release();
+        trn__cu.ready = 0;
+        return trn_fail(TRN_ERR_BACKEND, "cuBLASLt: cublasLtCreate failed on %s", trn__cu.name);
     }
     TRN_CUDA_CHECK(cudaMemGetInfo(&fr1, &tot));
     trn__cu.cublas_bytes = fr0 > fr1 ? fr0 - fr1 : 0;
@@ -2102,8 +2212,8 @@ static void trn__cuda_fill_table(trn_backend *t, int bf16) {
         t->download = trn__cuda_download;
         t->copy = trn__cuda_copy;
         t->sync = trn__cuda_sync;
-        t->matmul_forward = trn__cuda_matmul_forward;
-        t->matmul_backward = trn__cuda_matmul_backward;
+        t->matmul_forward = TRN__CUDA_PICK(trn__cuda_matmul_forward);
+        t->matmul_backward = TRN__CUDA_PICK(trn__cuda_matmul_backward);
         t->embedding_forward = trn__cuda_embedding_forward;
         t->embedding_backward = trn__cuda_embedding_backward;
         t->layernorm_forward = trn__cuda_layernorm_forward;
@@ -2114,8 +2224,8 @@ static void trn__cuda_fill_table(trn_backend *t, int bf16) {
         t->relu_backward = trn__cuda_relu_backward;
         t->add_forward = trn__cuda_add_forward;
         t->accumulate = trn__cuda_accumulate;
-        t->attention_forward = trn__cuda_attention_forward;
-        t->attention_backward = trn__cuda_attention_backward;
+        t->attention_forward = TRN__CUDA_PICK(trn__cuda_attention_forward);
+        t->attention_backward = TRN__CUDA_PICK(trn__cuda_attention_backward);
         t->crossentropy_forward = trn__cuda_crossentropy_forward;
         t->crossentropy_backward = trn__cuda_crossentropy_backward;
         t->mse_forward = trn__cuda_mse_forward;
@@ -2143,7 +2253,7 @@ static void trn__cuda_fill_table(trn_backend *t, int bf16) {
         t->flash_attention_forward = trn__cuda_flash_attention_forward;
         t->flash_attention_backward = trn__cuda_flash_attention_backward;
         t->sgd_update = trn__cuda_sgd_update;
-        t->attention_kv_forward = trn__cuda_attention_kv_forward;
+        t->attention_kv_forward = TRN__CUDA_PICK(trn__cuda_attention_kv_forward);
         t->dropout_forward = trn__cuda_dropout_forward;
         t->dropout_backward = trn__cuda_dropout_backward;
         t->transpose_forward = trn__cuda_transpose_forward;
@@ -2154,8 +2264,8 @@ static void trn__cuda_fill_table(trn_backend *t, int bf16) {
         t->concat_backward = trn__cuda_concat_backward;
         t->sum_forward = trn__cuda_sum_forward;
         t->sum_backward = trn__cuda_sum_backward;
-        t->bmm_forward = trn__cuda_bmm_forward;
-        t->bmm_backward = trn__cuda_bmm_backward;
+        t->bmm_forward = TRN__CUDA_PICK(trn__cuda_bmm_forward);
+        t->bmm_backward = TRN__CUDA_PICK(trn__cuda_bmm_backward);
         t->crossentropy_ex_forward = trn__cuda_crossentropy_ex_forward;
         t->crossentropy_ex_backward = trn__cuda_crossentropy_ex_backward;
         t->bce_logits_forward = trn__cuda_bce_logits_forward;

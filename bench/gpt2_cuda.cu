@@ -44,8 +44,8 @@
 //
 // Without a GPU it prints the one-line reason and exits with code 2.
 //
-// build: -lcublas
-// requires: test -f train_cuda.h && have_cuda_lib nvidia-cuda-dev cublas_v2.h cublasCreate_v2 -lcublas
+// build: -lcublas -lcublasLt
+// requires: test -f train_cuda.h && have_cuda_lib nvidia-cuda-dev cublas_v2.h cublasCreate_v2 -lcublas && have_cuda_lib nvidia-cuda-dev cublasLt.h cublasLtCreate -lcublasLt
 #define TRN_USE_CUDA
 #define GPT2_NO_MAIN
 #include "examples/gpt2.c"

@@ -4,7 +4,7 @@
 //
 //   examples/gpt2_cuda --model gpt2 --data fineweb_train_000001.bin --bpe gpt2
 //
-// build: -lcublas -lnccl
-// requires: test -f train_cuda.h && have_cuda_lib nvidia-cuda-dev cublas_v2.h cublasCreate_v2 -lcublas && have_cuda_lib libnccl-dev nccl.h ncclCommInitRank -lnccl
+// build: -lcublas -lcublasLt -lnccl
+// requires: test -f train_cuda.h && have_cuda_lib nvidia-cuda-dev cublas_v2.h cublasCreate_v2 -lcublas && have_cuda_lib nvidia-cuda-dev cublasLt.h cublasLtCreate -lcublasLt && have_cuda_lib libnccl-dev nccl.h ncclCommInitRank -lnccl
 #define TRN_USE_CUDA
 #include "gpt2.c"

@@ -7,7 +7,7 @@
 //
 //   examples/linear_memory_cuda [--fused-step] [--width N] [--out DIR]
 //
-// build: -lcublas -lnccl
-// requires: test -f train_cuda.h && test -f train_nccl.h && have_cuda_lib nvidia-cuda-dev cublas_v2.h cublasCreate_v2 -lcublas && have_cuda_lib libnccl-dev nccl.h ncclCommInitRank -lnccl
+// build: -lcublas -lcublasLt -lnccl
+// requires: test -f train_cuda.h && test -f train_nccl.h && have_cuda_lib nvidia-cuda-dev cublas_v2.h cublasCreate_v2 -lcublas && have_cuda_lib nvidia-cuda-dev cublasLt.h cublasLtCreate -lcublasLt && have_cuda_lib libnccl-dev nccl.h ncclCommInitRank -lnccl
 #define TRN_USE_CUDA
 #include "linear_memory.c"

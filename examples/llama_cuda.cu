@@ -4,7 +4,7 @@
 //
 //   examples/llama_cuda --init tinyllama/ --data shard.bin --steps 100
 //
-// build: -lcublas
-// requires: test -f train_cuda.h
+// build: -lcublas -lcublasLt
+// requires: test -f train_cuda.h && have_cuda_lib nvidia-cuda-dev cublas_v2.h cublasCreate_v2 -lcublas && have_cuda_lib nvidia-cuda-dev cublasLt.h cublasLtCreate -lcublasLt
 #define TRN_USE_CUDA
 #include "llama.c"

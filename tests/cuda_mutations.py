@@ -57,6 +57,18 @@ MUTATIONS = [  # (name, original text, broken text, sanitizer: "" | "address" | 
      "cudaMemcpyDeviceToHost, trn__cu.stream));",
      "    TRN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, trn__cu.stream));", "",
      "tests/test_cuda_sync.cpp"),
+    # the bf16 GEMMs (tests/test_cuda_bf16_gemm.cpp checks them)
+    ("dw overwritten instead of accumulated (beta 0)",
+     "inp, C, 0, dout, OC, 0, 1.0f, dw, C, 0, 1);", "inp, C, 0, dout, OC, 0, 0.0f, dw, C, 0, 1);", "",
+     "tests/test_cuda_bf16_gemm.cpp"),
+    ("bf16 matmul without the bias epilogue",
+     "uint32_t epilogue = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;",
+     "uint32_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;", "", "tests/test_cuda_bf16_gemm.cpp"),
+    ("bf16 matmul with an fp32 bias type for a bf16 D",
+     "bias_type = CUDA_R_16BF;", "bias_type = CUDA_R_32F;", "", "tests/test_cuda_bf16_gemm.cpp"),
+    ("bf16 softmax backward with the row sum of dP alone (P dropped)",
+     "for (int s = lane; s < T; s += 32) dot += trn__ld(p[s]) * trn__ld(d[s]);",
+     "for (int s = lane; s < T; s += 32) dot += trn__ld(d[s]);", "", "tests/test_cuda_bf16_gemm.cpp"),
 ]
 
 

@@ -38,7 +38,12 @@
       device memory                    host memory (posix_memalign), so ASan
                                        sees out-of-bounds kernel accesses
       cuBLAS                           a reference column-major GEMM; TF32
-                                       math rounds the inputs to TF32
+                                       math rounds the inputs to TF32; bf16
+                                       inputs are read exactly, summed in
+                                       fp32, a bf16 result rounded once
+      cuBLASLt                         the same GEMM behind descriptors,
+                                       layouts and a heuristic, with the
+                                       bias epilogue (see its section)
       streams, events                  synchronous host operations (the
                                        calls that would make the host wait
                                        are counted: cuemu::host_syncs())
@@ -1167,14 +1172,28 @@ inline float tf32(float x) { /* round to nearest, 10 explicit mantissa bits */
     return x;
 }
 inline long long gemms = 0;
-/* C(m,n) = alpha op(A)(m,k) op(B)(k,n) + beta C, all column-major */
-inline cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
-                           int n, int k, float alpha, const float *A, int lda, const float *B,
-                           int ldb, float beta, float *C, int ldc, int tf, const char *who) {
+/* elements as the GEMMs read and write them: bf16 is read exactly, and a
+   bf16 result is rounded once, to nearest even */
+inline float ld(float x) { return x; }
+inline float ld(__nv_bfloat16 x) { return __bfloat162float(x); }
+inline void st(float *d, float v) { *d = v; }
+inline void st(__nv_bfloat16 *d, float v) { *d = __float2bfloat16(v); }
+/* D(m,n) = alpha op(A)(m,k) op(B)(k,n) + beta C (+ bias[i], cuBLASLt's bias
+   epilogue), all column-major; C and D may be the same matrix. A and B are
+   TI (float or bf16), C and D are TC (float or bf16). The sum is fp32 in
+   order l = 0..k-1, and alpha, beta and the bias are applied in fp32 before
+   the one conversion to TC: what a GPU's fp32-accumulating tensor cores give,
+   up to summation order (a product of two bf16 is exact in fp32). tf: fp32
+   inputs rounded to TF32 first. */
+template <typename TI, typename TC>
+inline cublasStatus_t gemm(const void *h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                           int k, float alpha, const TI *A, int lda, const TI *B, int ldb, float beta,
+                           const TC *C, int ldc, TC *D, int ldd, int tf, const char *who,
+                           const TC *bias = nullptr) {
     if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
     int arow = ta == CUBLAS_OP_N ? m : k, brow = tb == CUBLAS_OP_N ? k : n;
     if (m < 0 || n < 0 || k < 0 || lda < (arow > 1 ? arow : 1) || ldb < (brow > 1 ? brow : 1) ||
-        ldc < (m > 1 ? m : 1)) {
+        ldc < (m > 1 ? m : 1) || ldd < (m > 1 ? m : 1)) {
         error("%s: invalid value (m=%d n=%d k=%d lda=%d ldb=%d ldc=%d)", who, m, n, k, lda, ldb, ldc);
         return CUBLAS_STATUS_INVALID_VALUE;
     }
@@ -1183,19 +1202,47 @@ inline cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperati
     std::vector<float> col((size_t)k);
     for (int j = 0; j < n; j++) {
         for (int l = 0; l < k; l++) {
-            float b = tb == CUBLAS_OP_N ? B[l + (size_t)j * ldb] : B[j + (size_t)l * ldb];
+            float b = ld(tb == CUBLAS_OP_N ? B[l + (size_t)j * ldb] : B[j + (size_t)l * ldb]);
             col[(size_t)l] = tf ? tf32(b) : b;
         }
         for (int i = 0; i < m; i++) {
             float acc = 0.0f;
             for (int l = 0; l < k; l++) {
-                float a = ta == CUBLAS_OP_N ? A[i + (size_t)l * lda] : A[l + (size_t)i * lda];
+                float a = ld(ta == CUBLAS_OP_N ? A[i + (size_t)l * lda] : A[l + (size_t)i * lda]);
                 acc += (tf ? tf32(a) : a) * col[(size_t)l];
             }
-            float *c = &C[i + (size_t)j * ldc];
             /* beta == 0: C is not read (it may hold NaN), as cuBLAS documents */
-            *c = beta == 0.0f ? alpha * acc : alpha * acc + beta * *c;
+            float v = beta == 0.0f ? alpha * acc : alpha * acc + beta * ld(C[i + (size_t)j * ldc]);
+            if (bias) v += ld(bias[i]);
+            st(&D[i + (size_t)j * ldd], v);
         }
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+/* the (A and B, C) types the GEMMs here run, with compute type 32F (or
+   PEDANTIC, or FAST_TF32 for fp32 only), as in cuBLAS's table for
+   cublasGemmEx; everything else (fp16, ...) is not emulated */
+enum gemm_kind { GEMM_UNSUPPORTED, GEMM_F32, GEMM_BF16_BF16, GEMM_BF16_F32 };
+inline gemm_kind gemm_types(cudaDataType ab, cudaDataType b2, cudaDataType c, int compute) {
+    int c32 = compute == CUBLAS_COMPUTE_32F || compute == CUBLAS_COMPUTE_32F_PEDANTIC;
+    if (ab != b2) return GEMM_UNSUPPORTED;
+    if (ab == CUDA_R_32F && c == CUDA_R_32F && (c32 || compute == CUBLAS_COMPUTE_32F_FAST_TF32)) return GEMM_F32;
+    if (ab == CUDA_R_16BF && c == CUDA_R_16BF && c32) return GEMM_BF16_BF16;
+    if (ab == CUDA_R_16BF && c == CUDA_R_32F && c32) return GEMM_BF16_F32;
+    return GEMM_UNSUPPORTED;
+}
+/* `batch` products at element strides sa, sb, sc, for one kind */
+template <typename TI, typename TC>
+inline cublasStatus_t gemm_batched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
+                                   int n, int k, float alpha, const void *A, int lda, long long sa,
+                                   const void *B, int ldb, long long sb, float beta, void *C, int ldc,
+                                   long long sc, int batch, int tf, const char *who) {
+    if (batch < 0) return CUBLAS_STATUS_INVALID_VALUE;
+    for (int i = 0; i < batch; i++) {
+        TC *c = (TC *)C + i * sc;
+        cublasStatus_t st = gemm<TI, TC>(h, ta, tb, m, n, k, alpha, (const TI *)A + i * sa, lda,
+                                         (const TI *)B + i * sb, ldb, beta, c, ldc, c, ldc, tf, who);
+        if (st != CUBLAS_STATUS_SUCCESS) return st;
     }
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -1247,32 +1294,47 @@ static inline cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta,
                                          int m, int n, int k, const float *alpha, const float *A,
                                          int lda, const float *B, int ldb, const float *beta,
                                          float *C, int ldc) {
-    return cuemu::gemm(h, ta, tb, m, n, k, *alpha, A, lda, B, ldb, *beta, C, ldc,
+    return cuemu::gemm(h, ta, tb, m, n, k, *alpha, A, lda, B, ldb, *beta, C, ldc, C, ldc,
                        cuemu::want_tf32(h, CUBLAS_COMPUTE_32F), "cublasSgemm");
 }
 static inline cublasStatus_t cublasSgemmStridedBatched(
     cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
     const float *alpha, const float *A, int lda, long long sa, const float *B, int ldb,
     long long sb, const float *beta, float *C, int ldc, long long sc, int batch) {
-    if (batch < 0) return CUBLAS_STATUS_INVALID_VALUE;
-    for (int i = 0; i < batch; i++) {
-        cublasStatus_t st = cuemu::gemm(h, ta, tb, m, n, k, *alpha, A + i * sa, lda, B + i * sb, ldb,
-                                        *beta, C + i * sc, ldc, cuemu::want_tf32(h, CUBLAS_COMPUTE_32F),
-                                        "cublasSgemmStridedBatched");
-        if (st != CUBLAS_STATUS_SUCCESS) return st;
-    }
-    return CUBLAS_STATUS_SUCCESS;
+    return cuemu::gemm_batched<float, float>(h, ta, tb, m, n, k, *alpha, A, lda, sa, B, ldb, sb, *beta, C,
+                                             ldc, sc, batch, cuemu::want_tf32(h, CUBLAS_COMPUTE_32F),
+                                             "cublasSgemmStridedBatched");
 }
+namespace cuemu {
+/* cublasGemmEx and its strided-batched form: the types pick the kind */
+inline cublasStatus_t gemm_ex(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                              int k, const void *alpha, const void *A, cudaDataType at, int lda,
+                              long long sa, const void *B, cudaDataType bt, int ldb, long long sb,
+                              const void *beta, void *C, cudaDataType ct, int ldc, long long sc, int batch,
+                              cublasComputeType_t compute, const char *who) {
+    float al = *(const float *)alpha, be = *(const float *)beta; /* compute type 32F: float scalars */
+    switch (gemm_types(at, bt, ct, compute)) {
+    case GEMM_F32:
+        return gemm_batched<float, float>(h, ta, tb, m, n, k, al, A, lda, sa, B, ldb, sb, be, C, ldc, sc,
+                                          batch, want_tf32(h, compute), who);
+    case GEMM_BF16_BF16:
+        return gemm_batched<__nv_bfloat16, __nv_bfloat16>(h, ta, tb, m, n, k, al, A, lda, sa, B, ldb, sb,
+                                                          be, C, ldc, sc, batch, 0, who);
+    case GEMM_BF16_F32:
+        return gemm_batched<__nv_bfloat16, float>(h, ta, tb, m, n, k, al, A, lda, sa, B, ldb, sb, be, C,
+                                                  ldc, sc, batch, 0, who);
+    default: return CUBLAS_STATUS_NOT_SUPPORTED; /* as cuBLAS: a status, the caller decides */
+    }
+}
+} /* namespace cuemu */
 static inline cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb,
                                           int m, int n, int k, const void *alpha, const void *A,
                                           cudaDataType at, int lda, const void *B, cudaDataType bt,
                                           int ldb, const void *beta, void *C, cudaDataType ct, int ldc,
                                           cublasComputeType_t compute, cublasGemmAlgo_t algo) {
     (void)algo;
-    if (at != CUDA_R_32F || bt != CUDA_R_32F || ct != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
-    return cuemu::gemm(h, ta, tb, m, n, k, *(const float *)alpha, (const float *)A, lda,
-                       (const float *)B, ldb, *(const float *)beta, (float *)C, ldc,
-                       cuemu::want_tf32(h, compute), "cublasGemmEx");
+    return cuemu::gemm_ex(h, ta, tb, m, n, k, alpha, A, at, lda, 0, B, bt, ldb, 0, beta, C, ct, ldc, 0, 1,
+                          compute, "cublasGemmEx");
 }
 static inline cublasStatus_t cublasGemmStridedBatchedEx(
     cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
@@ -1280,16 +1342,223 @@ static inline cublasStatus_t cublasGemmStridedBatchedEx(
     cudaDataType bt, int ldb, long long sb, const void *beta, void *C, cudaDataType ct, int ldc,
     long long sc, int batch, cublasComputeType_t compute, cublasGemmAlgo_t algo) {
     (void)algo;
-    if (at != CUDA_R_32F || bt != CUDA_R_32F || ct != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
-    if (batch < 0) return CUBLAS_STATUS_INVALID_VALUE;
-    for (int i = 0; i < batch; i++) {
-        cublasStatus_t st = cuemu::gemm(h, ta, tb, m, n, k, *(const float *)alpha,
-                                        (const float *)A + i * sa, lda, (const float *)B + i * sb, ldb,
-                                        *(const float *)beta, (float *)C + i * sc, ldc,
-                                        cuemu::want_tf32(h, compute), "cublasGemmStridedBatchedEx");
-        if (st != CUBLAS_STATUS_SUCCESS) return st;
-    }
+    return cuemu::gemm_ex(h, ta, tb, m, n, k, alpha, A, at, lda, sa, B, bt, ldb, sb, beta, C, ct, ldc, sc,
+                          batch, compute, "cublasGemmStridedBatchedEx");
+}
+
+/* ---- cuBLASLt: the subset train_cuda.h uses --------------------------------
+   D = alpha op(A) op(B) + beta C, then the epilogue: DEFAULT (nothing) or
+   BIAS (bias[i] added to row i of D, in fp32 before D's one rounding). A
+   matmul descriptor holds the compute and scale types and the attributes
+   set on it; a layout holds (type, rows, cols, ld) of a matrix as stored.
+   The checks are the library's: attribute sizes, types (the gemm_types
+   table; the bias has D's type), layouts that fit m, n, k and the
+   transposes, a bias pointer for BIAS, an algorithm that a heuristic
+   returned for this problem, and a workspace at least as large as that
+   algorithm asked for. Bad arguments give CUBLAS_STATUS_INVALID_VALUE (and
+   a harness error, as for cuBLAS), combinations the library would not run
+   CUBLAS_STATUS_NOT_SUPPORTED. Epilogues other than DEFAULT and BIAS,
+   batched layouts, matrix orders other than column-major and C != D
+   layouts are not emulated (NOT_SUPPORTED). */
+struct cublasLtContext { int unused; };
+typedef cublasLtContext *cublasLtHandle_t;
+typedef enum cublasLtMatmulDescAttributes_t {
+    CUBLASLT_MATMUL_DESC_TRANSA = 3, CUBLASLT_MATMUL_DESC_TRANSB = 4, CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
+    CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26
+} cublasLtMatmulDescAttributes_t;
+typedef enum cublasLtEpilogue_t {
+    CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_RELU = 2, CUBLASLT_EPILOGUE_BIAS = 4,
+    CUBLASLT_EPILOGUE_GELU = 32, CUBLASLT_EPILOGUE_GELU_BIAS = 36, CUBLASLT_EPILOGUE_BGRADA = 256,
+    CUBLASLT_EPILOGUE_BGRADB = 512
+} cublasLtEpilogue_t;
+typedef enum cublasLtMatmulPreferenceAttributes_t {
+    CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1
+} cublasLtMatmulPreferenceAttributes_t;
+struct cublasLtMatmulDescOpaque_t {
+    cublasComputeType_t compute; cudaDataType scale;
+    int32_t ta, tb; uint32_t epilogue; const void *bias; int32_t bias_type; /* -1: D's type */
+};
+typedef cublasLtMatmulDescOpaque_t *cublasLtMatmulDesc_t;
+struct cublasLtMatrixLayoutOpaque_t { cudaDataType type; uint64_t rows, cols; int64_t ld; };
+typedef cublasLtMatrixLayoutOpaque_t *cublasLtMatrixLayout_t;
+struct cublasLtMatmulPreferenceOpaque_t { uint64_t max_workspace; };
+typedef cublasLtMatmulPreferenceOpaque_t *cublasLtMatmulPreference_t;
+typedef struct { uint64_t data[8]; } cublasLtMatmulAlgo_t;
+typedef struct {
+    cublasLtMatmulAlgo_t algo; size_t workspaceSize; cublasStatus_t state; float wavesCount; int reserved[4];
+} cublasLtMatmulHeuristicResult_t;
+
+static inline cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) {
+    if (!cuemu::S().context_up && cuemu::S().cfg.device_count <= 0) return CUBLAS_STATUS_NOT_INITIALIZED;
+    *h = new cublasLtContext{0};
     return CUBLAS_STATUS_SUCCESS;
+}
+static inline cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) {
+    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+    delete h;
+    return CUBLAS_STATUS_SUCCESS;
+}
+static inline cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t compute,
+                                                      cudaDataType_t scale) {
+    *d = new cublasLtMatmulDescOpaque_t{compute, scale, CUBLAS_OP_N, CUBLAS_OP_N, CUBLASLT_EPILOGUE_DEFAULT,
+                                        nullptr, -1};
+    return CUBLAS_STATUS_SUCCESS;
+}
+static inline cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) { delete d; return CUBLAS_STATUS_SUCCESS; }
+static inline cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a,
+                                                            const void *buf, size_t bytes) {
+    void *field = nullptr;
+    size_t want = 0;
+    switch (a) {
+    case CUBLASLT_MATMUL_DESC_TRANSA: field = &d->ta; want = sizeof d->ta; break;
+    case CUBLASLT_MATMUL_DESC_TRANSB: field = &d->tb; want = sizeof d->tb; break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE: field = &d->epilogue; want = sizeof d->epilogue; break;
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER: field = &d->bias; want = sizeof d->bias; break;
+    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: field = &d->bias_type; want = sizeof d->bias_type; break;
+    default: return CUBLAS_STATUS_NOT_SUPPORTED; /* an attribute this harness does not emulate */
+    }
+    if (!buf || bytes != want) {
+        cuemu::error("cublasLtMatmulDescSetAttribute(%d): %zu bytes, the attribute has %zu", (int)a, bytes, want);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    memcpy(field, buf, want);
+    return CUBLAS_STATUS_SUCCESS;
+}
+static inline cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType type, uint64_t rows,
+                                                        uint64_t cols, int64_t ld) {
+    *l = new cublasLtMatrixLayoutOpaque_t{type, rows, cols, ld};
+    return CUBLAS_STATUS_SUCCESS;
+}
+static inline cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) { delete l; return CUBLAS_STATUS_SUCCESS; }
+static inline cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p) {
+    *p = new cublasLtMatmulPreferenceOpaque_t{0};
+    return CUBLAS_STATUS_SUCCESS;
+}
+static inline cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) { delete p; return CUBLAS_STATUS_SUCCESS; }
+static inline cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p,
+                                                                  cublasLtMatmulPreferenceAttributes_t a,
+                                                                  const void *buf, size_t bytes) {
+    if (a != CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (!buf || bytes != sizeof p->max_workspace) {
+        cuemu::error("cublasLtMatmulPreferenceSetAttribute: %zu bytes, the attribute has 8", bytes);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    memcpy(&p->max_workspace, buf, bytes);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+namespace cuemu {
+/* the workspace an emulated algorithm asks for: all the preference allows,
+   up to 4 MiB, so a matmul given less than it promised is caught */
+constexpr uint64_t LT_WORKSPACE = (uint64_t)4 << 20;
+constexpr uint64_t LT_ALGO_TAG = 0x4c74416c676f0001ull; /* "LtAlgo", version 1 */
+inline size_t dt_bytes(cudaDataType t) { return t == CUDA_R_32F ? 4 : 2; }
+/* the problem a descriptor and four layouts describe: its kind, m, n, k */
+struct lt_problem { cublasStatus_t status; gemm_kind kind; int m, n, k; };
+inline lt_problem lt_check(cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                           cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t dd, const char *who) {
+    lt_problem p = {CUBLAS_STATUS_SUCCESS, GEMM_UNSUPPORTED, 0, 0, 0};
+    if (!d || !a || !b || !c || !dd) { p.status = CUBLAS_STATUS_INVALID_VALUE; return p; }
+    uint64_t am = d->ta == CUBLAS_OP_N ? a->rows : a->cols, ak = d->ta == CUBLAS_OP_N ? a->cols : a->rows;
+    uint64_t bk = d->tb == CUBLAS_OP_N ? b->rows : b->cols, bn = d->tb == CUBLAS_OP_N ? b->cols : b->rows;
+    int bad_layout = 0;
+    for (cublasLtMatrixLayout_t l : {a, b, c, dd}) bad_layout |= l->ld < (int64_t)(l->rows > 1 ? l->rows : 1);
+    if (bad_layout || ak != bk || am != dd->rows || bn != dd->cols || c->rows != dd->rows || c->cols != dd->cols ||
+        (d->ta != CUBLAS_OP_N && d->ta != CUBLAS_OP_T) || (d->tb != CUBLAS_OP_N && d->tb != CUBLAS_OP_T)) {
+        error("%s: layouts do not fit: A %llux%llu, B %llux%llu, D %llux%llu (ops %d, %d)", who,
+              (unsigned long long)a->rows, (unsigned long long)a->cols, (unsigned long long)b->rows,
+              (unsigned long long)b->cols, (unsigned long long)dd->rows, (unsigned long long)dd->cols, d->ta, d->tb);
+        p.status = CUBLAS_STATUS_INVALID_VALUE;
+        return p;
+    }
+    p.m = (int)am, p.n = (int)bn, p.k = (int)ak;
+    p.kind = d->scale == CUDA_R_32F && c->type == dd->type && c->ld == dd->ld
+                 ? gemm_types(a->type, b->type, dd->type, d->compute) : GEMM_UNSUPPORTED;
+    int bias_ok = d->bias_type == -1 || d->bias_type == (int32_t)dd->type; /* the bias has D's type */
+    if (p.kind == GEMM_UNSUPPORTED || !bias_ok ||
+        (d->epilogue != CUBLASLT_EPILOGUE_DEFAULT && d->epilogue != CUBLASLT_EPILOGUE_BIAS))
+        p.status = CUBLAS_STATUS_NOT_SUPPORTED;
+    return p;
+}
+} /* namespace cuemu */
+
+static inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
+    cublasLtHandle_t h, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+    cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t dd, cublasLtMatmulPreference_t pref, int requested,
+    cublasLtMatmulHeuristicResult_t *results, int *returned) {
+    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (requested <= 0 || !pref || !results || !returned) return CUBLAS_STATUS_INVALID_VALUE;
+    cuemu::lt_problem p = cuemu::lt_check(d, a, b, c, dd, "cublasLtMatmulAlgoGetHeuristic");
+    *returned = 0;
+    if (p.status != CUBLAS_STATUS_SUCCESS) return p.status;
+    cublasLtMatmulHeuristicResult_t r;
+    memset(&r, 0, sizeof r);
+    r.workspaceSize = pref->max_workspace < cuemu::LT_WORKSPACE ? pref->max_workspace : cuemu::LT_WORKSPACE;
+    uint64_t algo[8] = {cuemu::LT_ALGO_TAG, (uint64_t)p.kind, (uint64_t)p.m, (uint64_t)p.n, (uint64_t)p.k,
+                        r.workspaceSize, d->epilogue, 0};
+    memcpy(r.algo.data, algo, sizeof algo);
+    r.state = CUBLAS_STATUS_SUCCESS;
+    r.wavesCount = 1.0f;
+    results[0] = r;
+    *returned = 1;
+    return CUBLAS_STATUS_SUCCESS;
+}
+/* algo NULL: the library runs its own heuristic (no workspace) */
+static inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void *alpha,
+                                            const void *A, cublasLtMatrixLayout_t a, const void *B,
+                                            cublasLtMatrixLayout_t b, const void *beta, const void *C,
+                                            cublasLtMatrixLayout_t c, void *D, cublasLtMatrixLayout_t dd,
+                                            const cublasLtMatmulAlgo_t *algo, void *workspace,
+                                            size_t workspace_bytes, cudaStream_t stream) {
+    const char *who = "cublasLtMatmul";
+    (void)stream;
+    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+    cuemu::lt_problem p = cuemu::lt_check(d, a, b, c, dd, who);
+    if (p.status != CUBLAS_STATUS_SUCCESS) return p.status;
+    uint64_t need = 0;
+    if (algo) {
+        const uint64_t *x = algo->data;
+        if (x[0] != cuemu::LT_ALGO_TAG || x[1] != (uint64_t)p.kind || x[2] != (uint64_t)p.m ||
+            x[3] != (uint64_t)p.n || x[4] != (uint64_t)p.k || x[6] != d->epilogue) {
+            cuemu::error("%s: the algorithm was not returned by a heuristic for this problem", who);
+            return CUBLAS_STATUS_INVALID_VALUE;
+        }
+        need = x[5];
+    }
+    if (workspace_bytes < need || (workspace_bytes && !cuemu::is_device(workspace, workspace_bytes))) {
+        cuemu::error("%s: the algorithm needs %llu bytes of device workspace, given %zu at %p", who,
+                     (unsigned long long)need, workspace_bytes, workspace);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    /* every matrix, and the bias, inside one device allocation */
+    auto inside = [&](const void *ptr, cublasLtMatrixLayout_t l) {
+        size_t n = l->rows && l->cols ? (size_t)((l->cols - 1) * (uint64_t)l->ld + l->rows) : 0;
+        return n == 0 || cuemu::is_device(ptr, n * cuemu::dt_bytes(l->type));
+    };
+    int with_bias = d->epilogue == CUBLASLT_EPILOGUE_BIAS;
+    if (!inside(A, a) || !inside(B, b) || !inside(D, dd) || (*(const float *)beta != 0.0f && !inside(C, c)) ||
+        (with_bias && !cuemu::is_device(d->bias, (size_t)p.m * cuemu::dt_bytes(dd->type)))) {
+        cuemu::error("%s: a matrix%s is not (all) in device memory", who, with_bias ? " or the bias" : "");
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    float al = *(const float *)alpha, be = *(const float *)beta;
+    int lda = (int)a->ld, ldb = (int)b->ld, ldc = (int)c->ld, ldd = (int)dd->ld;
+    cublasOperation_t ta = (cublasOperation_t)d->ta, tb = (cublasOperation_t)d->tb;
+    typedef __nv_bfloat16 bf;
+    switch (p.kind) {
+    case cuemu::GEMM_F32:
+        return cuemu::gemm(h, ta, tb, p.m, p.n, p.k, al, (const float *)A, lda, (const float *)B, ldb, be,
+                           (const float *)C, ldc, (float *)D, ldd, d->compute == CUBLAS_COMPUTE_32F_FAST_TF32,
+                           who, with_bias ? (const float *)d->bias : nullptr);
+    case cuemu::GEMM_BF16_BF16:
+        return cuemu::gemm(h, ta, tb, p.m, p.n, p.k, al, (const bf *)A, lda, (const bf *)B, ldb, be,
+                           (const bf *)C, ldc, (bf *)D, ldd, 0, who, with_bias ? (const bf *)d->bias : nullptr);
+    case cuemu::GEMM_BF16_F32:
+        return cuemu::gemm(h, ta, tb, p.m, p.n, p.k, al, (const bf *)A, lda, (const bf *)B, ldb, be,
+                           (const float *)C, ldc, (float *)D, ldd, 0, who,
+                           with_bias ? (const float *)d->bias : nullptr);
+    default: return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
 }
 
 #endif /* CUDA_ON_CPU_H */

@@ -60,7 +60,7 @@ build() { # build OUT SRC EXTRA...
         && echo "built $out" || { echo "FAILED to build $out"; cat "$out.buildlog"; }
 }
 build tests/bin/test_cuda_on_gpu tests/test_cuda_on_gpu.cu -lcublas -lcublasLt &
-gpu_tests="test_cuda_ops2_gpu test_cuda_ops3_gpu test_cuda_train_gpu test_cuda_sync_on_gpu"
+gpu_tests="test_cuda_ops2_gpu test_cuda_ops3_gpu test_cuda_train_gpu test_cuda_sync_on_gpu test_cuda_bf16_gemm_gpu"
 for t in $gpu_tests; do build tests/bin/$t tests/$t.cu -lcublas -lcublasLt & done
 build bench/gpt2_cuda bench/gpt2_cuda.cu -lcublas -lcublasLt &
 build examples/linear_memory_cuda examples/linear_memory_cuda.cu -lcublas -lcublasLt $nccl_flags &
