@@ -474,60 +474,70 @@ static __global__ void trn__k_colsum_final(float *dst, const float *part, int nc
 }
 
 /* --- embedding ------------------------------------------------------------- */
-static __global__ void trn__k_embed_fwd(float *out, const int *ids, const float *table, int N, int C) {
+/* a copy of table rows: A to A, no rounding */
+template <typename A>
+static __global__ void trn__k_embed_fwd(A *out, const int *ids, const A *table, int N, int C) {
     TRN__GRID_STRIDE(i, (size_t)N * C) out[i] = table[(size_t)ids[i / (size_t)C] * C + i % (size_t)C];
 }
-/* rows with the same id add into the same table row: atomics */
-static __global__ void trn__k_embed_bwd(float *dtable, const float *dout, const int *ids, int N, int C) {
-    TRN__GRID_STRIDE(i, (size_t)N * C) atomicAdd(&dtable[(size_t)ids[i / (size_t)C] * C + i % (size_t)C], dout[i]);
+/* rows with the same id add into the same table row: atomics, into an fp32
+   dtable whatever A is (a parameter gradient) */
+template <typename A>
+static __global__ void trn__k_embed_bwd(float *dtable, const A *dout, const int *ids, int N, int C) {
+    TRN__GRID_STRIDE(i, (size_t)N * C) atomicAdd(&dtable[(size_t)ids[i / (size_t)C] * C + i % (size_t)C], trn__ld(dout[i]));
 }
 
-/* --- layernorm: one warp per row (block of 8 warps = 8 rows) ---------------- */
-static __global__ void trn__k_ln_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w,
-                                     const float *b, int N, int C) {
+/* --- layernorm: one warp per row (block of 8 warps = 8 rows) ----------------
+   x, w, b, out, dout, dinp are A; mean, rstd, the partials of dw and db and
+   dw, db themselves are fp32; every sum is taken in fp32 */
+template <typename A>
+static __global__ void trn__k_ln_fwd(A *out, float *mean, float *rstd, const A *inp, const A *w, const A *b, int N,
+                                     int C) {
     int lane = threadIdx.x % 32, row = blockIdx.x * 8 + threadIdx.x / 32;
     if (row >= N) return; /* the whole warp leaves together */
-    const float *x = inp + (size_t)row * C;
-    float *y = out + (size_t)row * C;
+    const A *x = inp + (size_t)row * C;
+    A *y = out + (size_t)row * C;
     float s = 0.0f;
-    for (int i = lane; i < C; i += 32) s += x[i];
+    for (int i = lane; i < C; i += 32) s += trn__ld(x[i]);
     float m = trn__warp_sum(s) / C;
     float v = 0.0f;
-    for (int i = lane; i < C; i += 32) { float d = x[i] - m; v += d * d; }
+    for (int i = lane; i < C; i += 32) { float d = trn__ld(x[i]) - m; v += d * d; }
     float r = rsqrtf(trn__warp_sum(v) / C + 1e-5f);
-    for (int i = lane; i < C; i += 32) y[i] = (x[i] - m) * r * w[i] + b[i];
+    for (int i = lane; i < C; i += 32) y[i] = trn__to<A>((trn__ld(x[i]) - m) * r * trn__ld(w[i]) + trn__ld(b[i]));
     if (lane == 0) {
         if (mean) mean[row] = m;
         if (rstd) rstd[row] = r;
     }
 }
 /* dx += rstd * (g - mean(g) - xhat * mean(g * xhat)),  g = dout * w */
-static __global__ void trn__k_ln_bwd_dx(float *dinp, const float *dout, const float *inp, const float *w,
-                                        const float *mean, const float *rstd, int N, int C) {
+template <typename A>
+static __global__ void trn__k_ln_bwd_dx(A *dinp, const A *dout, const A *inp, const A *w, const float *mean,
+                                        const float *rstd, int N, int C) {
     int lane = threadIdx.x % 32, row = blockIdx.x * 8 + threadIdx.x / 32;
     if (row >= N) return;
-    const float *x = inp + (size_t)row * C, *g = dout + (size_t)row * C;
-    float *dx = dinp + (size_t)row * C;
+    const A *x = inp + (size_t)row * C, *g = dout + (size_t)row * C;
+    A *dx = dinp + (size_t)row * C;
     float m = mean[row], r = rstd[row], mg = 0.0f, mgx = 0.0f;
     for (int i = lane; i < C; i += 32) {
-        float gi = g[i] * w[i];
+        float gi = trn__ld(g[i]) * trn__ld(w[i]);
         mg += gi;
-        mgx += gi * (x[i] - m) * r;
+        mgx += gi * (trn__ld(x[i]) - m) * r;
     }
     mg = trn__warp_sum(mg) / C;
     mgx = trn__warp_sum(mgx) / C;
-    for (int i = lane; i < C; i += 32) dx[i] += r * (g[i] * w[i] - mg - (x[i] - m) * r * mgx);
+    for (int i = lane; i < C; i += 32)
+        dx[i] = trn__to<A>(trn__ld(dx[i]) + r * (trn__ld(g[i]) * trn__ld(w[i]) - mg - (trn__ld(x[i]) - m) * r * mgx));
 }
 /* dw = sum_n dout * xhat, db = sum_n dout: as trn__k_colsum_part, twice */
-static __global__ void trn__k_ln_bwd_part(float *pw, float *pb, const float *dout, const float *inp,
-                                          const float *mean, const float *rstd, int N, int C, int rows) {
+template <typename A>
+static __global__ void trn__k_ln_bwd_part(float *pw, float *pb, const A *dout, const A *inp, const float *mean,
+                                          const float *rstd, int N, int C, int rows) {
     __shared__ float aw[8][33], ab[8][33];
     int c = blockIdx.x * 32 + threadIdx.x, r0 = blockIdx.y * rows, r1 = min(N, r0 + rows);
     float sw = 0.0f, sb = 0.0f;
     if (c < C)
         for (int r = r0 + (int)threadIdx.y; r < r1; r += 8) {
-            float g = dout[(size_t)r * C + c];
-            sw += g * ((inp[(size_t)r * C + c] - mean[r]) * rstd[r]);
+            float g = trn__ld(dout[(size_t)r * C + c]);
+            sw += g * ((trn__ld(inp[(size_t)r * C + c]) - mean[r]) * rstd[r]);
             sb += g;
         }
     aw[threadIdx.y][threadIdx.x] = sw;
@@ -558,26 +568,34 @@ static __global__ void trn__k_gelu_bwd(A *dinp, const A *inp, const A *dout, siz
         dinp[i] = trn__to<A>(trn__ld(dinp[i]) + trn__ld(dout[i]) * (0.5f * (1.0f + t) + 0.5f * x * dt));
     }
 }
-static __global__ void trn__k_relu_fwd(float *out, const float *inp, size_t n) {
-    TRN__GRID_STRIDE(i, n) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
+template <typename A>
+static __global__ void trn__k_relu_fwd(A *out, const A *inp, size_t n) {
+    TRN__GRID_STRIDE(i, n) { float x = trn__ld(inp[i]); out[i] = trn__to<A>(x > 0.0f ? x : 0.0f); }
 }
-static __global__ void trn__k_relu_bwd(float *dinp, const float *out, const float *dout, size_t n) {
-    TRN__GRID_STRIDE(i, n) if (out[i] > 0.0f) dinp[i] += dout[i];
+template <typename A>
+static __global__ void trn__k_relu_bwd(A *dinp, const A *out, const A *dout, size_t n) {
+    TRN__GRID_STRIDE(i, n) if (trn__ld(out[i]) > 0.0f) dinp[i] = trn__to<A>(trn__ld(dinp[i]) + trn__ld(dout[i]));
 }
-static __global__ void trn__k_add(float *out, const float *a, const float *b, size_t n) {
-    TRN__GRID_STRIDE(i, n) out[i] = a[i] + b[i];
+template <typename A>
+static __global__ void trn__k_add(A *out, const A *a, const A *b, size_t n) {
+    TRN__GRID_STRIDE(i, n) out[i] = trn__to<A>(trn__ld(a[i]) + trn__ld(b[i]));
 }
-static __global__ void trn__k_accumulate(float *dst, const float *src, size_t n) {
-    TRN__GRID_STRIDE(i, n) dst[i] += src[i];
+template <typename A>
+static __global__ void trn__k_accumulate(A *dst, const A *src, size_t n) {
+    TRN__GRID_STRIDE(i, n) dst[i] = trn__to<A>(trn__ld(dst[i]) + trn__ld(src[i]));
 }
 static __global__ void trn__k_scale(float *x, float s, size_t n) {
     TRN__GRID_STRIDE(i, n) x[i] *= s;
 }
-static __global__ void trn__k_mse_fwd(float *losses, const float *pred, const float *target, size_t n) {
-    TRN__GRID_STRIDE(i, n) { float d = pred[i] - target[i]; losses[i] = d * d; }
+/* losses: fp32 per element whatever A is */
+template <typename A>
+static __global__ void trn__k_mse_fwd(float *losses, const A *pred, const A *target, size_t n) {
+    TRN__GRID_STRIDE(i, n) { float d = trn__ld(pred[i]) - trn__ld(target[i]); losses[i] = d * d; }
 }
-static __global__ void trn__k_mse_bwd(float *dpred, const float *pred, const float *target, float dloss, size_t n) {
-    TRN__GRID_STRIDE(i, n) dpred[i] += dloss * 2.0f * (pred[i] - target[i]);
+template <typename A>
+static __global__ void trn__k_mse_bwd(A *dpred, const A *pred, const A *target, float dloss, size_t n) {
+    TRN__GRID_STRIDE(i, n)
+        dpred[i] = trn__to<A>(trn__ld(dpred[i]) + dloss * 2.0f * (trn__ld(pred[i]) - trn__ld(target[i])));
 }
 
 /* --- attention: softmax over rows of S (B*NH*T rows of length T), in place.
@@ -811,14 +829,15 @@ static __device__ __forceinline__ void trn__ms_merge(float *m, float *s, float m
     *s = *s * expf(*m - M) + s2 * expf(m2 - M);
     *m = M;
 }
-static __global__ void trn__k_xent_fwd(float *losses, float *lse, const float *logits, const int *targets,
-                                       int V, int Vp) {
+/* logits and dlogits are A; losses and lse fp32 */
+template <typename A>
+static __global__ void trn__k_xent_fwd(float *losses, float *lse, const A *logits, const int *targets, int V, int Vp) {
     __shared__ float wm[32], wsum[32];
     int n = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
-    const float *l = logits + (size_t)n * Vp;
+    const A *l = logits + (size_t)n * Vp;
     float m = -INFINITY, s = 0.0f;
     for (int v = threadIdx.x; v < V; v += blockDim.x) {
-        float x = l[v];
+        float x = trn__ld(l[v]);
         if (x > m) { s = s * expf(m - x) + 1.0f; m = x; }
         else s += expf(x - m);
     }
@@ -838,35 +857,39 @@ static __global__ void trn__k_xent_fwd(float *losses, float *lse, const float *l
         if (lane == 0) {
             float z = m + logf(s);
             lse[n] = z;
-            losses[n] = z - l[targets[n]];
+            losses[n] = z - trn__ld(l[targets[n]]);
         }
     }
 }
 /* dlogits += dloss * (softmax - onehot) on the V real columns */
-static __global__ void trn__k_xent_bwd(float *dlogits, const float *logits, const float *lse, const int *targets,
-                                       float dloss, int V, int Vp) {
+template <typename A>
+static __global__ void trn__k_xent_bwd(A *dlogits, const A *logits, const float *lse, const int *targets, float dloss,
+                                       int V, int Vp) {
     int n = blockIdx.x, t = targets[n];
-    const float *l = logits + (size_t)n * Vp;
-    float *d = dlogits + (size_t)n * Vp, z = lse[n];
+    const A *l = logits + (size_t)n * Vp;
+    A *d = dlogits + (size_t)n * Vp;
+    float z = lse[n];
     for (int v = threadIdx.x; v < V; v += blockDim.x) {
-        float p = expf(l[v] - z);
-        d[v] += dloss * (v == t ? p - 1.0f : p);
+        float p = expf(trn__ld(l[v]) - z);
+        d[v] = trn__to<A>(trn__ld(d[v]) + dloss * (v == t ? p - 1.0f : p));
     }
 }
 
 /* --- mean pool over T: one thread per (b,c) ---------------------------------- */
-static __global__ void trn__k_meanpool_fwd(float *out, const float *inp, int B, int T, int C) {
+template <typename A>
+static __global__ void trn__k_meanpool_fwd(A *out, const A *inp, int B, int T, int C) {
     TRN__GRID_STRIDE(i, (size_t)B * C) {
         size_t b = i / (size_t)C, c = i % (size_t)C;
         float s = 0.0f;
-        for (int t = 0; t < T; t++) s += inp[(b * T + t) * C + c];
-        out[i] = s / (float)T;
+        for (int t = 0; t < T; t++) s += trn__ld(inp[(b * T + t) * C + c]);
+        out[i] = trn__to<A>(s / (float)T);
     }
 }
-static __global__ void trn__k_meanpool_bwd(float *dinp, const float *dout, int B, int T, int C) {
+template <typename A>
+static __global__ void trn__k_meanpool_bwd(A *dinp, const A *dout, int B, int T, int C) {
     TRN__GRID_STRIDE(i, (size_t)B * T * C) {
         size_t c = i % (size_t)C, b = i / ((size_t)T * C);
-        dinp[i] += dout[b * C + c] / (float)T;
+        dinp[i] = trn__to<A>(trn__ld(dinp[i]) + trn__ld(dout[b * C + c]) / (float)T);
     }
 }
 
@@ -906,15 +929,20 @@ static __device__ __forceinline__ float trn__cuda_dropout_u(uint64_t key, size_t
     z ^= z >> 31;
     return (float)(z >> 40) * (1.0f / 16777216.0f);
 }
-static __global__ void trn__k_dropout_fwd(float *out, const float *inp, size_t n, float p, float scale, uint64_t key) {
-    TRN__GRID_STRIDE(i, n) out[i] = trn__cuda_dropout_u(key, i) >= p ? inp[i] * scale : 0.0f;
+template <typename A>
+static __global__ void trn__k_dropout_fwd(A *out, const A *inp, size_t n, float p, float scale, uint64_t key) {
+    TRN__GRID_STRIDE(i, n) out[i] = trn__to<A>(trn__cuda_dropout_u(key, i) >= p ? trn__ld(inp[i]) * scale : 0.0f);
 }
-static __global__ void trn__k_dropout_bwd(float *dinp, const float *dout, size_t n, float p, float scale, uint64_t key) {
-    TRN__GRID_STRIDE(i, n) if (trn__cuda_dropout_u(key, i) >= p) dinp[i] += dout[i] * scale;
+template <typename A>
+static __global__ void trn__k_dropout_bwd(A *dinp, const A *dout, size_t n, float p, float scale, uint64_t key) {
+    TRN__GRID_STRIDE(i, n)
+        if (trn__cuda_dropout_u(key, i) >= p) dinp[i] = trn__to<A>(trn__ld(dinp[i]) + trn__ld(dout[i]) * scale);
 }
 /* transpose in the 5-D view (A, D0, Bm, D1, C): one thread per element of
-   the written array, so backward's += has one writer per element */
-static __global__ void trn__k_transpose_fwd(float *out, const float *inp, int A, int D0, int Bm, int D1, int C) {
+   the written array, so backward's += has one writer per element. The
+   storage type is T here (A is the view's first dimension). */
+template <typename T>
+static __global__ void trn__k_transpose_fwd(T *out, const T *inp, int A, int D0, int Bm, int D1, int C) {
     size_t n = (size_t)A * D0 * Bm * D1 * C;
     TRN__GRID_STRIDE(o, n) { /* o = (((a*D1 + j)*Bm + b)*D0 + i)*C + c */
         size_t r = o, c = r % C, i, b, j, a;
@@ -922,64 +950,75 @@ static __global__ void trn__k_transpose_fwd(float *out, const float *inp, int A,
         out[o] = inp[(((a * D0 + i) * Bm + b) * D1 + j) * C + c];
     }
 }
-static __global__ void trn__k_transpose_bwd(float *dinp, const float *dout, int A, int D0, int Bm, int D1, int C) {
+template <typename T>
+static __global__ void trn__k_transpose_bwd(T *dinp, const T *dout, int A, int D0, int Bm, int D1, int C) {
     size_t n = (size_t)A * D0 * Bm * D1 * C;
     TRN__GRID_STRIDE(s, n) { /* s = (((a*D0 + i)*Bm + b)*D1 + j)*C + c */
         size_t r = s, c = r % C, i, b, j, a;
         r /= C; j = r % D1; r /= D1; b = r % Bm; r /= Bm; i = r % D0; a = r / D0;
-        dinp[s] += dout[(((a * D1 + j) * Bm + b) * D0 + i) * C + c];
+        dinp[s] = trn__to<T>(trn__ld(dinp[s]) + trn__ld(dout[(((a * D1 + j) * Bm + b) * D0 + i) * C + c]));
     }
 }
 /* slice: one thread per element of out (N,len); concat: of out (N,Ca+Cb) */
-static __global__ void trn__k_slice_fwd(float *out, const float *inp, int N, int C, int start, int len) {
+template <typename A>
+static __global__ void trn__k_slice_fwd(A *out, const A *inp, int N, int C, int start, int len) {
     TRN__GRID_STRIDE(i, (size_t)N * len) out[i] = inp[(i / len) * C + start + i % len];
 }
-static __global__ void trn__k_slice_bwd(float *dinp, const float *dout, int N, int C, int start, int len) {
-    TRN__GRID_STRIDE(i, (size_t)N * len) dinp[(i / len) * C + start + i % len] += dout[i];
+template <typename A>
+static __global__ void trn__k_slice_bwd(A *dinp, const A *dout, int N, int C, int start, int len) {
+    TRN__GRID_STRIDE(i, (size_t)N * len) {
+        A *d = &dinp[(i / len) * C + start + i % len];
+        *d = trn__to<A>(trn__ld(*d) + trn__ld(dout[i]));
+    }
 }
-static __global__ void trn__k_concat_fwd(float *out, const float *a, const float *b, int N, int Ca, int Cb) {
+template <typename A>
+static __global__ void trn__k_concat_fwd(A *out, const A *a, const A *b, int N, int Ca, int Cb) {
     size_t C = (size_t)Ca + Cb;
     TRN__GRID_STRIDE(i, (size_t)N * C) {
         size_t n = i / C, c = i % C;
         out[i] = c < (size_t)Ca ? a[n * Ca + c] : b[n * Cb + (c - Ca)];
     }
 }
-static __global__ void trn__k_concat_bwd(float *da, float *db, const float *dout, int N, int Ca, int Cb) {
+template <typename A>
+static __global__ void trn__k_concat_bwd(A *da, A *db, const A *dout, int N, int Ca, int Cb) {
     size_t C = (size_t)Ca + Cb;
     TRN__GRID_STRIDE(i, (size_t)N * C) {
         size_t n = i / C, c = i % C;
-        if (c < (size_t)Ca) { if (da) da[n * Ca + c] += dout[i]; }
-        else if (db) db[n * Cb + (c - Ca)] += dout[i];
+        A *d = c < (size_t)Ca ? (da ? da + n * Ca + c : NULL) : (db ? db + n * Cb + (c - Ca) : NULL);
+        if (d) *d = trn__to<A>(trn__ld(*d) + trn__ld(dout[i]));
     }
 }
 /* sum over the last dim: one block per row; each thread adds its columns
    in double, then the block adds the 256 partials in a fixed tree */
-static __global__ void trn__k_sum_fwd(float *out, const float *inp, size_t C, float scale) {
+template <typename A>
+static __global__ void trn__k_sum_fwd(A *out, const A *inp, size_t C, float scale) {
     __shared__ double ws[32];
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
-    const float *x = inp + (size_t)blockIdx.x * C;
+    const A *x = inp + (size_t)blockIdx.x * C;
     double s = 0.0;
-    for (size_t c = threadIdx.x; c < C; c += blockDim.x) s += x[c];
+    for (size_t c = threadIdx.x; c < C; c += blockDim.x) s += trn__ld(x[c]);
     s = trn__warp_sum_d(s);
     if (lane == 0) ws[warp] = s;
     __syncthreads();
     if (warp == 0) {
         s = lane < nw ? ws[lane] : 0.0;
         s = trn__warp_sum_d(s);
-        if (lane == 0) out[blockIdx.x] = (float)(s * scale);
+        if (lane == 0) out[blockIdx.x] = trn__to<A>((float)(s * scale));
     }
 }
-static __global__ void trn__k_sum_bwd(float *dinp, const float *dout, int N, size_t C, float scale) {
-    TRN__GRID_STRIDE(i, (size_t)N * C) dinp[i] += scale * dout[i / C];
+template <typename A>
+static __global__ void trn__k_sum_bwd(A *dinp, const A *dout, int N, size_t C, float scale) {
+    TRN__GRID_STRIDE(i, (size_t)N * C) dinp[i] = trn__to<A>(trn__ld(dinp[i]) + scale * trn__ld(dout[i / C]));
 }
 /* cross-entropy with ignore index and label smoothing: one block per row,
    the online max/sum of trn__k_xent_fwd plus the row's plain sum */
-static __global__ void trn__k_xent_ex_fwd(float *losses, float *lse, const float *logits, const int *targets, int V,
-                                          int Vp, float smoothing) {
+template <typename A>
+static __global__ void trn__k_xent_ex_fwd(float *losses, float *lse, const A *logits, const int *targets, int V, int Vp,
+                                          float smoothing) {
     __shared__ float wm[32], wsum[32];
     __shared__ double wl[32];
     int n = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32, t = targets[n];
-    const float *l = logits + (size_t)n * Vp;
+    const A *l = logits + (size_t)n * Vp;
     float m = -INFINITY, s = 0.0f;
     double tot = 0.0;
     if (t < 0) { /* ignored row (the whole block takes this branch) */
@@ -987,7 +1026,7 @@ static __global__ void trn__k_xent_ex_fwd(float *losses, float *lse, const float
         return;
     }
     for (int v = threadIdx.x; v < V; v += blockDim.x) {
-        float x = l[v];
+        float x = trn__ld(l[v]);
         tot += x;
         if (x > m) { s = s * expf(m - x) + 1.0f; m = x; }
         else s += expf(x - m);
@@ -1011,51 +1050,62 @@ static __global__ void trn__k_xent_ex_fwd(float *losses, float *lse, const float
         if (lane == 0) {
             float z = m + logf(s);
             lse[n] = z;
-            losses[n] = (float)((double)z - (1.0 - smoothing) * l[t] - smoothing * tot / V);
+            losses[n] = (float)((double)z - (1.0 - smoothing) * trn__ld(l[t]) - smoothing * tot / V);
         }
     }
 }
-static __global__ void trn__k_xent_ex_bwd(float *dlogits, const float *logits, const float *lse, const int *targets,
+template <typename A>
+static __global__ void trn__k_xent_ex_bwd(A *dlogits, const A *logits, const float *lse, const int *targets,
                                           float dloss, int V, int Vp, float smoothing) {
     int n = blockIdx.x, t = targets[n];
-    const float *l = logits + (size_t)n * Vp;
-    float *d = dlogits + (size_t)n * Vp, z = lse[n], u = smoothing / (float)V;
+    const A *l = logits + (size_t)n * Vp;
+    A *d = dlogits + (size_t)n * Vp;
+    float z = lse[n], u = smoothing / (float)V;
     if (t < 0) return;
     for (int v = threadIdx.x; v < V; v += blockDim.x) {
-        float p = expf(l[v] - z) - u;
-        d[v] += dloss * (v == t ? p - (1.0f - smoothing) : p);
+        float p = expf(trn__ld(l[v]) - z) - u;
+        d[v] = trn__to<A>(trn__ld(d[v]) + dloss * (v == t ? p - (1.0f - smoothing) : p));
     }
 }
-/* BCE with logits, L1, Huber: elementwise */
-static __global__ void trn__k_bce_fwd(float *losses, const float *x, const float *y, size_t n) {
-    TRN__GRID_STRIDE(i, n) losses[i] = fmaxf(x[i], 0.0f) - x[i] * y[i] + log1pf(expf(-fabsf(x[i])));
-}
-static __global__ void trn__k_bce_bwd(float *dx, const float *x, const float *y, float dloss, size_t n) {
+/* BCE with logits, L1, Huber: elementwise; inputs and gradients A,
+   per-element losses fp32 */
+template <typename A>
+static __global__ void trn__k_bce_fwd(float *losses, const A *x, const A *y, size_t n) {
     TRN__GRID_STRIDE(i, n) {
-        float e = expf(-fabsf(x[i])), s = x[i] >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
-        dx[i] += dloss * (s - y[i]);
+        float xi = trn__ld(x[i]);
+        losses[i] = fmaxf(xi, 0.0f) - xi * trn__ld(y[i]) + log1pf(expf(-fabsf(xi)));
     }
 }
-static __global__ void trn__k_l1_fwd(float *losses, const float *pred, const float *target, size_t n) {
-    TRN__GRID_STRIDE(i, n) losses[i] = fabsf(pred[i] - target[i]);
-}
-static __global__ void trn__k_l1_bwd(float *dpred, const float *pred, const float *target, float dloss, size_t n) {
+template <typename A>
+static __global__ void trn__k_bce_bwd(A *dx, const A *x, const A *y, float dloss, size_t n) {
     TRN__GRID_STRIDE(i, n) {
-        float d = pred[i] - target[i];
-        dpred[i] += d > 0.0f ? dloss : d < 0.0f ? -dloss : 0.0f;
+        float xi = trn__ld(x[i]), e = expf(-fabsf(xi)), s = xi >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
+        dx[i] = trn__to<A>(trn__ld(dx[i]) + dloss * (s - trn__ld(y[i])));
     }
 }
-static __global__ void trn__k_huber_fwd(float *losses, const float *pred, const float *target, float delta, size_t n) {
+template <typename A>
+static __global__ void trn__k_l1_fwd(float *losses, const A *pred, const A *target, size_t n) {
+    TRN__GRID_STRIDE(i, n) losses[i] = fabsf(trn__ld(pred[i]) - trn__ld(target[i]));
+}
+template <typename A>
+static __global__ void trn__k_l1_bwd(A *dpred, const A *pred, const A *target, float dloss, size_t n) {
     TRN__GRID_STRIDE(i, n) {
-        float d = pred[i] - target[i], a = fabsf(d);
+        float d = trn__ld(pred[i]) - trn__ld(target[i]);
+        dpred[i] = trn__to<A>(trn__ld(dpred[i]) + (d > 0.0f ? dloss : d < 0.0f ? -dloss : 0.0f));
+    }
+}
+template <typename A>
+static __global__ void trn__k_huber_fwd(float *losses, const A *pred, const A *target, float delta, size_t n) {
+    TRN__GRID_STRIDE(i, n) {
+        float d = trn__ld(pred[i]) - trn__ld(target[i]), a = fabsf(d);
         losses[i] = a < delta ? 0.5f * d * d : delta * (a - 0.5f * delta);
     }
 }
-static __global__ void trn__k_huber_bwd(float *dpred, const float *pred, const float *target, float delta, float dloss,
-                                        size_t n) {
+template <typename A>
+static __global__ void trn__k_huber_bwd(A *dpred, const A *pred, const A *target, float delta, float dloss, size_t n) {
     TRN__GRID_STRIDE(i, n) {
-        float d = pred[i] - target[i];
-        dpred[i] += dloss * (fabsf(d) < delta ? d : d > 0.0f ? delta : -delta);
+        float d = trn__ld(pred[i]) - trn__ld(target[i]);
+        dpred[i] = trn__to<A>(trn__ld(dpred[i]) + dloss * (fabsf(d) < delta ? d : d > 0.0f ? delta : -delta));
     }
 }
 
@@ -1105,20 +1155,25 @@ static __global__ void trn__k_sumsq(double *part, const float *x, size_t n) {
 }
 
 /* --- >>ops2: mul, silu, sigmoid, tanh, softmax, rmsnorm, rope ---------------- */
-/* out[i] = a[i] * b[i % C]  (b: one row broadcast over rows, or a's shape) */
-static __global__ void trn__k_mul_fwd(float *out, const float *a, const float *b, size_t n, size_t C) {
-    TRN__GRID_STRIDE(i, n) out[i] = a[i] * b[i % C];
+/* out[i] = a[i] * b[i % C]  (b: one row broadcast over rows, or a's shape);
+   a, b, out and their gradients are A, db's column partials fp32 */
+template <typename A>
+static __global__ void trn__k_mul_fwd(A *out, const A *a, const A *b, size_t n, size_t C) {
+    TRN__GRID_STRIDE(i, n) out[i] = trn__to<A>(trn__ld(a[i]) * trn__ld(b[i % C]));
 }
-static __global__ void trn__k_mul_bwd_da(float *da, const float *dout, const float *b, size_t n, size_t C) {
-    TRN__GRID_STRIDE(i, n) da[i] += dout[i] * b[i % C];
+template <typename A>
+static __global__ void trn__k_mul_bwd_da(A *da, const A *dout, const A *b, size_t n, size_t C) {
+    TRN__GRID_STRIDE(i, n) da[i] = trn__to<A>(trn__ld(da[i]) + trn__ld(dout[i]) * trn__ld(b[i % C]));
 }
 /* db = column sums of dout * a: as trn__k_colsum_part, on the product */
-static __global__ void trn__k_mul_bwd_part(float *part, const float *dout, const float *a, int N, int C, int rows) {
+template <typename A>
+static __global__ void trn__k_mul_bwd_part(float *part, const A *dout, const A *a, int N, int C, int rows) {
     __shared__ float acc[8][33];
     int c = blockIdx.x * 32 + threadIdx.x, r0 = blockIdx.y * rows, r1 = min(N, r0 + rows);
     float s = 0.0f;
     if (c < C)
-        for (int r = r0 + (int)threadIdx.y; r < r1; r += 8) s += dout[(size_t)r * C + c] * a[(size_t)r * C + c];
+        for (int r = r0 + (int)threadIdx.y; r < r1; r += 8)
+            s += trn__ld(dout[(size_t)r * C + c]) * trn__ld(a[(size_t)r * C + c]);
     acc[threadIdx.y][threadIdx.x] = s;
     __syncthreads();
     if (threadIdx.y == 0 && c < C) {
@@ -1126,83 +1181,116 @@ static __global__ void trn__k_mul_bwd_part(float *part, const float *dout, const
         part[(size_t)blockIdx.y * C + c] = s;
     }
 }
-static __global__ void trn__k_mul_bwd_same(float *db, const float *dout, const float *a, size_t n) {
-    TRN__GRID_STRIDE(i, n) db[i] += dout[i] * a[i];
+template <typename A>
+static __global__ void trn__k_mul_bwd_same(A *db, const A *dout, const A *a, size_t n) {
+    TRN__GRID_STRIDE(i, n) db[i] = trn__to<A>(trn__ld(db[i]) + trn__ld(dout[i]) * trn__ld(a[i]));
+}
+/* db (C, type A) += the partials of trn__k_mul_bwd_part added in order: as
+   trn__k_colsum_final, which writes fp32 parameter gradients */
+template <typename A>
+static __global__ void trn__k_mul_bwd_final(A *db, const float *part, int nchunk, int C) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float s = 0.0f;
+    for (int k = 0; k < nchunk; k++) s += part[(size_t)k * C + c];
+    db[c] = trn__to<A>(trn__ld(db[c]) + s);
 }
 static __device__ __forceinline__ float trn__sigmoid_d(float x) { return 1.0f / (1.0f + expf(-x)); }
-static __global__ void trn__k_silu_fwd(float *out, const float *inp, size_t n) {
-    TRN__GRID_STRIDE(i, n) out[i] = inp[i] * trn__sigmoid_d(inp[i]);
+template <typename A>
+static __global__ void trn__k_silu_fwd(A *out, const A *inp, size_t n) {
+    TRN__GRID_STRIDE(i, n) { float x = trn__ld(inp[i]); out[i] = trn__to<A>(x * trn__sigmoid_d(x)); }
 }
-static __global__ void trn__k_silu_bwd(float *dinp, const float *inp, const float *dout, size_t n) {
+template <typename A>
+static __global__ void trn__k_silu_bwd(A *dinp, const A *inp, const A *dout, size_t n) {
     TRN__GRID_STRIDE(i, n) {
-        float x = inp[i], s = trn__sigmoid_d(x);
-        dinp[i] += dout[i] * (s + x * s * (1.0f - s));
+        float x = trn__ld(inp[i]), s = trn__sigmoid_d(x);
+        dinp[i] = trn__to<A>(trn__ld(dinp[i]) + trn__ld(dout[i]) * (s + x * s * (1.0f - s)));
     }
 }
-static __global__ void trn__k_sigmoid_fwd(float *out, const float *inp, size_t n) {
-    TRN__GRID_STRIDE(i, n) out[i] = trn__sigmoid_d(inp[i]);
+template <typename A>
+static __global__ void trn__k_sigmoid_fwd(A *out, const A *inp, size_t n) {
+    TRN__GRID_STRIDE(i, n) out[i] = trn__to<A>(trn__sigmoid_d(trn__ld(inp[i])));
 }
-static __global__ void trn__k_sigmoid_bwd(float *dinp, const float *out, const float *dout, size_t n) {
-    TRN__GRID_STRIDE(i, n) dinp[i] += dout[i] * out[i] * (1.0f - out[i]);
+template <typename A>
+static __global__ void trn__k_sigmoid_bwd(A *dinp, const A *out, const A *dout, size_t n) {
+    TRN__GRID_STRIDE(i, n) {
+        float y = trn__ld(out[i]);
+        dinp[i] = trn__to<A>(trn__ld(dinp[i]) + trn__ld(dout[i]) * y * (1.0f - y));
+    }
 }
-static __global__ void trn__k_tanh_fwd(float *out, const float *inp, size_t n) {
-    TRN__GRID_STRIDE(i, n) out[i] = tanhf(inp[i]);
+template <typename A>
+static __global__ void trn__k_tanh_fwd(A *out, const A *inp, size_t n) {
+    TRN__GRID_STRIDE(i, n) out[i] = trn__to<A>(tanhf(trn__ld(inp[i])));
 }
-static __global__ void trn__k_tanh_bwd(float *dinp, const float *out, const float *dout, size_t n) {
-    TRN__GRID_STRIDE(i, n) dinp[i] += dout[i] * (1.0f - out[i] * out[i]);
+template <typename A>
+static __global__ void trn__k_tanh_bwd(A *dinp, const A *out, const A *dout, size_t n) {
+    TRN__GRID_STRIDE(i, n) {
+        float y = trn__ld(out[i]);
+        dinp[i] = trn__to<A>(trn__ld(dinp[i]) + trn__ld(dout[i]) * (1.0f - y * y));
+    }
 }
-/* softmax over rows of C: one warp per row (8 rows per block) */
-static __global__ void trn__k_softmax_rows_fwd(float *out, const float *inp, int N, int C) {
+/* softmax over rows of C: one warp per row (8 rows per block); max, sum
+   and dot in fp32 */
+template <typename A>
+static __global__ void trn__k_softmax_rows_fwd(A *out, const A *inp, int N, int C) {
     int lane = threadIdx.x % 32, row = blockIdx.x * 8 + threadIdx.x / 32;
     if (row >= N) return;
-    const float *x = inp + (size_t)row * C;
-    float *y = out + (size_t)row * C;
+    const A *x = inp + (size_t)row * C;
+    A *y = out + (size_t)row * C;
     float mx = -INFINITY, sum = 0.0f;
-    for (int i = lane; i < C; i += 32) mx = fmaxf(mx, x[i]);
+    for (int i = lane; i < C; i += 32) mx = fmaxf(mx, trn__ld(x[i]));
     mx = trn__warp_max(mx);
-    for (int i = lane; i < C; i += 32) sum += expf(x[i] - mx);
+    for (int i = lane; i < C; i += 32) sum += expf(trn__ld(x[i]) - mx);
     float inv = 1.0f / trn__warp_sum(sum);
-    for (int i = lane; i < C; i += 32) y[i] = expf(x[i] - mx) * inv;
+    for (int i = lane; i < C; i += 32) y[i] = trn__to<A>(expf(trn__ld(x[i]) - mx) * inv);
 }
-static __global__ void trn__k_softmax_rows_bwd(float *dinp, const float *out, const float *dout, int N, int C) {
+template <typename A>
+static __global__ void trn__k_softmax_rows_bwd(A *dinp, const A *out, const A *dout, int N, int C) {
     int lane = threadIdx.x % 32, row = blockIdx.x * 8 + threadIdx.x / 32;
     if (row >= N) return;
-    const float *y = out + (size_t)row * C, *g = dout + (size_t)row * C;
-    float *dx = dinp + (size_t)row * C, dot = 0.0f;
-    for (int i = lane; i < C; i += 32) dot += g[i] * y[i];
+    const A *y = out + (size_t)row * C, *g = dout + (size_t)row * C;
+    A *dx = dinp + (size_t)row * C;
+    float dot = 0.0f;
+    for (int i = lane; i < C; i += 32) dot += trn__ld(g[i]) * trn__ld(y[i]);
     dot = trn__warp_sum(dot);
-    for (int i = lane; i < C; i += 32) dx[i] += y[i] * (g[i] - dot);
+    for (int i = lane; i < C; i += 32) dx[i] = trn__to<A>(trn__ld(dx[i]) + trn__ld(y[i]) * (trn__ld(g[i]) - dot));
 }
-/* RMSNorm: one warp per row; dw as trn__k_colsum_part on dout * x * rstd */
-static __global__ void trn__k_rms_fwd(float *out, float *rstd, const float *inp, const float *w, int N, int C,
-                                      float eps) {
+/* RMSNorm: one warp per row; dw as trn__k_colsum_part on dout * x * rstd.
+   x, w, out, dout, dinp are A; rstd, dw and its partials fp32 */
+template <typename A>
+static __global__ void trn__k_rms_fwd(A *out, float *rstd, const A *inp, const A *w, int N, int C, float eps) {
     int lane = threadIdx.x % 32, row = blockIdx.x * 8 + threadIdx.x / 32;
     if (row >= N) return;
-    const float *x = inp + (size_t)row * C;
-    float *y = out + (size_t)row * C;
+    const A *x = inp + (size_t)row * C;
+    A *y = out + (size_t)row * C;
     float ss = 0.0f;
-    for (int i = lane; i < C; i += 32) ss += x[i] * x[i];
+    for (int i = lane; i < C; i += 32) { float xi = trn__ld(x[i]); ss += xi * xi; }
     float r = rsqrtf(trn__warp_sum(ss) / C + eps);
-    for (int i = lane; i < C; i += 32) y[i] = (x[i] * r) * w[i];
+    for (int i = lane; i < C; i += 32) y[i] = trn__to<A>((trn__ld(x[i]) * r) * trn__ld(w[i]));
     if (lane == 0) rstd[row] = r;
 }
-static __global__ void trn__k_rms_bwd_dx(float *dinp, const float *dout, const float *inp, const float *w,
-                                         const float *rstd, int N, int C) {
+template <typename A>
+static __global__ void trn__k_rms_bwd_dx(A *dinp, const A *dout, const A *inp, const A *w, const float *rstd, int N,
+                                         int C) {
     int lane = threadIdx.x % 32, row = blockIdx.x * 8 + threadIdx.x / 32;
     if (row >= N) return;
-    const float *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
-    float *dx = dinp + (size_t)row * C, r = rstd[row], mgx = 0.0f;
-    for (int i = lane; i < C; i += 32) mgx += dy[i] * w[i] * x[i];
+    const A *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
+    A *dx = dinp + (size_t)row * C;
+    float r = rstd[row], mgx = 0.0f;
+    for (int i = lane; i < C; i += 32) mgx += trn__ld(dy[i]) * trn__ld(w[i]) * trn__ld(x[i]);
     mgx = trn__warp_sum(mgx) / C * r * r * r;
-    for (int i = lane; i < C; i += 32) dx[i] += r * dy[i] * w[i] - x[i] * mgx;
+    for (int i = lane; i < C; i += 32)
+        dx[i] = trn__to<A>(trn__ld(dx[i]) + (r * trn__ld(dy[i]) * trn__ld(w[i]) - trn__ld(x[i]) * mgx));
 }
-static __global__ void trn__k_rms_bwd_part(float *part, const float *dout, const float *inp, const float *rstd,
-                                           int N, int C, int rows) {
+template <typename A>
+static __global__ void trn__k_rms_bwd_part(float *part, const A *dout, const A *inp, const float *rstd, int N, int C,
+                                           int rows) {
     __shared__ float acc[8][33];
     int c = blockIdx.x * 32 + threadIdx.x, r0 = blockIdx.y * rows, r1 = min(N, r0 + rows);
     float s = 0.0f;
     if (c < C)
-        for (int r = r0 + (int)threadIdx.y; r < r1; r += 8) s += dout[(size_t)r * C + c] * (inp[(size_t)r * C + c] * rstd[r]);
+        for (int r = r0 + (int)threadIdx.y; r < r1; r += 8)
+            s += trn__ld(dout[(size_t)r * C + c]) * (trn__ld(inp[(size_t)r * C + c]) * rstd[r]);
     acc[threadIdx.y][threadIdx.x] = s;
     __syncthreads();
     if (threadIdx.y == 0 && c < C) {
@@ -1213,23 +1301,23 @@ static __global__ void trn__k_rms_bwd_part(float *part, const float *dout, const
 /* RoPE, rotate-half: one thread per output channel. Channel d of a rotated
    head pairs with d +- hs/2; sign = -1 turns backward (the transpose).
    Angles in double, as on the CPU. */
-static __global__ void trn__k_rope(float *y, const float *x, int B, int T, int H, int R, int hs, int pos0,
-                                   float theta, float sign, int accumulate) {
+template <typename A>
+static __global__ void trn__k_rope(A *y, const A *x, int B, int T, int H, int R, int hs, int pos0, float theta,
+                                   float sign, int accumulate) {
     size_t n = (size_t)B * T * H * hs;
     int half = hs / 2;
     TRN__GRID_STRIDE(k, n) {
         int d = (int)(k % (size_t)hs), h = (int)((k / (size_t)hs) % (size_t)H);
         int t = (int)((k / ((size_t)hs * H)) % (size_t)T);
         float v;
-        if (h >= R) v = x[k];
+        if (h >= R) v = trn__ld(x[k]);
         else {
             int i = d < half ? d : d - half;
             double a = (double)(pos0 + t) * pow((double)theta, -2.0 * i / hs);
             float c = (float)cos(a), s = sign * (float)sin(a);
-            v = d < half ? x[k] * c - x[k + half] * s : x[k] * c + x[k - half] * s;
+            v = d < half ? trn__ld(x[k]) * c - trn__ld(x[k + half]) * s : trn__ld(x[k]) * c + trn__ld(x[k - half]) * s;
         }
-        if (accumulate) y[k] += v;
-        else y[k] = v;
+        y[k] = trn__to<A>(accumulate ? trn__ld(y[k]) + v : v);
     }
 }
 
@@ -1447,29 +1535,33 @@ static void trn__cuda_matmul_backward(float *dinp_, float *dw, float *dbias, con
     if (dbias) trn__cuda_colsum(dbias, dout, N, OC);
 }
 
+template <typename A>
 static void trn__cuda_embedding_forward(float *out, const int *ids, const float *table, int N, int C) {
     if ((size_t)N * C == 0) return;
-    TRN_CUDA_LAUNCH(trn__k_embed_fwd, dim3(trn__cuda_grid((size_t)N * C)), dim3(TRN__CUDA_BLOCK), 0, trn__cu.stream,
-                    out, ids, table, N, C);
+    TRN_CUDA_LAUNCH(trn__k_embed_fwd<A>, dim3(trn__cuda_grid((size_t)N * C)), dim3(TRN__CUDA_BLOCK), 0, trn__cu.stream,
+                    (A *)out, ids, (const A *)table, N, C);
 }
+template <typename A>
 static void trn__cuda_embedding_backward(float *dtable, const float *dout, const int *ids, int N, int C) {
     if (!dtable || (size_t)N * C == 0) return;
-    TRN_CUDA_LAUNCH(trn__k_embed_bwd, dim3(trn__cuda_grid((size_t)N * C)), dim3(TRN__CUDA_BLOCK), 0, trn__cu.stream,
-                    dtable, dout, ids, N, C);
+    TRN_CUDA_LAUNCH(trn__k_embed_bwd<A>, dim3(trn__cuda_grid((size_t)N * C)), dim3(TRN__CUDA_BLOCK), 0, trn__cu.stream,
+                    dtable, (const A *)dout, ids, N, C);
 }
 
+template <typename A>
 static void trn__cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
                                         const float *b, int N, int C) {
     if (N <= 0) return;
-    TRN_CUDA_LAUNCH(trn__k_ln_fwd, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, out, mean, rstd, inp,
-                    w, b, N, C);
+    TRN_CUDA_LAUNCH(trn__k_ln_fwd<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, (A *)out, mean,
+                    rstd, (const A *)inp, (const A *)w, (const A *)b, N, C);
 }
+template <typename A>
 static void trn__cuda_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                                          const float *w, const float *mean, const float *rstd, int N, int C) {
     if (N <= 0) return;
     if (dinp)
-        TRN_CUDA_LAUNCH(trn__k_ln_bwd_dx, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, dinp, dout,
-                        inp, w, mean, rstd, N, C);
+        TRN_CUDA_LAUNCH(trn__k_ln_bwd_dx<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, (A *)dinp,
+                        (const A *)dout, (const A *)inp, (const A *)w, mean, rstd, N, C);
     if (dw || db) {
         int nchunk = (N + 63) / 64, rows;
         float *pw, *pb;
@@ -1477,8 +1569,8 @@ static void trn__cuda_layernorm_backward(float *dinp, float *dw, float *db, cons
         rows = (N + nchunk - 1) / nchunk;
         pw = trn__cuda_tmp(2 * (size_t)nchunk * C);
         pb = pw + (size_t)nchunk * C;
-        TRN_CUDA_LAUNCH(trn__k_ln_bwd_part, dim3((unsigned)(C + 31) / 32, (unsigned)nchunk), dim3(32, 8), 0,
-                        trn__cu.stream, pw, pb, dout, inp, mean, rstd, N, C, rows);
+        TRN_CUDA_LAUNCH(trn__k_ln_bwd_part<A>, dim3((unsigned)(C + 31) / 32, (unsigned)nchunk), dim3(32, 8), 0,
+                        trn__cu.stream, pw, pb, (const A *)dout, (const A *)inp, mean, rstd, N, C, rows);
         if (dw)
             TRN_CUDA_LAUNCH(trn__k_colsum_final, dim3((unsigned)(C + 255) / 256), dim3(256), 0, trn__cu.stream, dw,
                             (const float *)pw, nchunk, C);
@@ -1506,26 +1598,38 @@ template <typename A>
 static void trn__cuda_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
     if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_gelu_bwd<A>, n, TRN__A(dinp), TRN__CA(inp), TRN__CA(dout), n);
 }
-static void trn__cuda_relu_forward(float *out, const float *inp, size_t n) { TRN__CUDA_ELEMENTWISE(trn__k_relu_fwd, n, out, inp, n); }
-static void trn__cuda_relu_backward(float *dinp, const float *out, const float *dout, size_t n) {
-    if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_relu_bwd, n, dinp, out, dout, n);
+template <typename A>
+static void trn__cuda_relu_forward(float *out, const float *inp, size_t n) {
+    TRN__CUDA_ELEMENTWISE(trn__k_relu_fwd<A>, n, TRN__A(out), TRN__CA(inp), n);
 }
-static void trn__cuda_add_forward(float *out, const float *a, const float *b, size_t n) { TRN__CUDA_ELEMENTWISE(trn__k_add, n, out, a, b, n); }
+template <typename A>
+static void trn__cuda_relu_backward(float *dinp, const float *out, const float *dout, size_t n) {
+    if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_relu_bwd<A>, n, TRN__A(dinp), TRN__CA(out), TRN__CA(dout), n);
+}
+template <typename A>
+static void trn__cuda_add_forward(float *out, const float *a, const float *b, size_t n) {
+    TRN__CUDA_ELEMENTWISE(trn__k_add<A>, n, TRN__A(out), TRN__CA(a), TRN__CA(b), n);
+}
+template <typename A>
 static void trn__cuda_accumulate(float *dst, const float *src, size_t n) {
-    if (dst) TRN__CUDA_ELEMENTWISE(trn__k_accumulate, n, dst, src, n);
+    if (dst) TRN__CUDA_ELEMENTWISE(trn__k_accumulate<A>, n, TRN__A(dst), TRN__CA(src), n);
 }
 static void trn__cuda_scale(float *x, float s, size_t n) { TRN__CUDA_ELEMENTWISE(trn__k_scale, n, x, s, n); }
+template <typename A>
 static void trn__cuda_mse_forward(float *losses, const float *pred, const float *target, size_t n) {
-    TRN__CUDA_ELEMENTWISE(trn__k_mse_fwd, n, losses, pred, target, n);
+    TRN__CUDA_ELEMENTWISE(trn__k_mse_fwd<A>, n, losses, TRN__CA(pred), TRN__CA(target), n);
 }
+template <typename A>
 static void trn__cuda_mse_backward(float *dpred, const float *pred, const float *target, float dloss, size_t n) {
-    if (dpred) TRN__CUDA_ELEMENTWISE(trn__k_mse_bwd, n, dpred, pred, target, dloss, n);
+    if (dpred) TRN__CUDA_ELEMENTWISE(trn__k_mse_bwd<A>, n, TRN__A(dpred), TRN__CA(pred), TRN__CA(target), dloss, n);
 }
+template <typename A>
 static void trn__cuda_meanpool_forward(float *out, const float *inp, int B, int T, int C) {
-    TRN__CUDA_ELEMENTWISE(trn__k_meanpool_fwd, (size_t)B * C, out, inp, B, T, C);
+    TRN__CUDA_ELEMENTWISE(trn__k_meanpool_fwd<A>, (size_t)B * C, TRN__A(out), TRN__CA(inp), B, T, C);
 }
+template <typename A>
 static void trn__cuda_meanpool_backward(float *dinp, const float *dout, int B, int T, int C) {
-    if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_meanpool_bwd, (size_t)B * T * C, dinp, dout, B, T, C);
+    if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_meanpool_bwd<A>, (size_t)B * T * C, TRN__A(dinp), TRN__CA(dout), B, T, C);
 }
 static void trn__cuda_adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
                                    float beta2, float eps, float weight_decay, float bias_corr1, float bias_corr2) {
@@ -1537,35 +1641,56 @@ static void trn__cuda_sgd_update(float *p, const float *g, float *buf, size_t n,
 }
 
 /* --- >>ops3 (host side): the same signatures as train.h's CPU functions -- */
+template <typename A>
 static void trn__cuda_dropout_forward(float *out, const float *inp, size_t n, float p, uint64_t key) {
-    TRN__CUDA_ELEMENTWISE(trn__k_dropout_fwd, n, out, inp, n, p, p < 1.0f ? 1.0f / (1.0f - p) : 0.0f, key);
+    TRN__CUDA_ELEMENTWISE(trn__k_dropout_fwd<A>, n, TRN__A(out), TRN__CA(inp), n, p, p < 1.0f ? 1.0f / (1.0f - p) : 0.0f,
+                          key);
 }
+template <typename A>
 static void trn__cuda_dropout_backward(float *dinp, const float *dout, size_t n, float p, uint64_t key) {
-    if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_dropout_bwd, n, dinp, dout, n, p, p < 1.0f ? 1.0f / (1.0f - p) : 0.0f, key);
+    if (dinp)
+        TRN__CUDA_ELEMENTWISE(trn__k_dropout_bwd<A>, n, TRN__A(dinp), TRN__CA(dout), n, p,
+                              p < 1.0f ? 1.0f / (1.0f - p) : 0.0f, key);
 }
+/* (the storage type is T: A names the view's first dimension here) */
+template <typename T>
 static void trn__cuda_transpose_forward(float *out, const float *inp, int A, int D0, int Bm, int D1, int C) {
-    TRN__CUDA_ELEMENTWISE(trn__k_transpose_fwd, (size_t)A * D0 * Bm * D1 * C, out, inp, A, D0, Bm, D1, C);
+    TRN__CUDA_ELEMENTWISE(trn__k_transpose_fwd<T>, (size_t)A * D0 * Bm * D1 * C, (T *)out, (const T *)inp, A, D0, Bm,
+                          D1, C);
 }
+template <typename T>
 static void trn__cuda_transpose_backward(float *dinp, const float *dout, int A, int D0, int Bm, int D1, int C) {
-    if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_transpose_bwd, (size_t)A * D0 * Bm * D1 * C, dinp, dout, A, D0, Bm, D1, C);
+    if (dinp)
+        TRN__CUDA_ELEMENTWISE(trn__k_transpose_bwd<T>, (size_t)A * D0 * Bm * D1 * C, (T *)dinp, (const T *)dout, A, D0,
+                              Bm, D1, C);
 }
+template <typename A>
 static void trn__cuda_slice_forward(float *out, const float *inp, int N, int C, int start, int len) {
-    TRN__CUDA_ELEMENTWISE(trn__k_slice_fwd, (size_t)N * len, out, inp, N, C, start, len);
+    TRN__CUDA_ELEMENTWISE(trn__k_slice_fwd<A>, (size_t)N * len, TRN__A(out), TRN__CA(inp), N, C, start, len);
 }
+template <typename A>
 static void trn__cuda_slice_backward(float *dinp, const float *dout, int N, int C, int start, int len) {
-    if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_slice_bwd, (size_t)N * len, dinp, dout, N, C, start, len);
+    if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_slice_bwd<A>, (size_t)N * len, TRN__A(dinp), TRN__CA(dout), N, C, start, len);
 }
+template <typename A>
 static void trn__cuda_concat_forward(float *out, const float *a, const float *b, int N, int Ca, int Cb) {
-    TRN__CUDA_ELEMENTWISE(trn__k_concat_fwd, (size_t)N * (Ca + Cb), out, a, b, N, Ca, Cb);
+    TRN__CUDA_ELEMENTWISE(trn__k_concat_fwd<A>, (size_t)N * (Ca + Cb), TRN__A(out), TRN__CA(a), TRN__CA(b), N, Ca, Cb);
 }
+template <typename A>
 static void trn__cuda_concat_backward(float *da, float *db, const float *dout, int N, int Ca, int Cb) {
-    if (da || db) TRN__CUDA_ELEMENTWISE(trn__k_concat_bwd, (size_t)N * (Ca + Cb), da, db, dout, N, Ca, Cb);
+    if (da || db)
+        TRN__CUDA_ELEMENTWISE(trn__k_concat_bwd<A>, (size_t)N * (Ca + Cb), TRN__A(da), TRN__A(db), TRN__CA(dout), N, Ca,
+                              Cb);
 }
+template <typename A>
 static void trn__cuda_sum_forward(float *out, const float *inp, int N, size_t C, float scale) {
-    if (N > 0) TRN_CUDA_LAUNCH(trn__k_sum_fwd, dim3((unsigned)N), dim3(256), 0, trn__cu.stream, out, inp, C, scale);
+    if (N > 0)
+        TRN_CUDA_LAUNCH(trn__k_sum_fwd<A>, dim3((unsigned)N), dim3(256), 0, trn__cu.stream, TRN__A(out), TRN__CA(inp), C,
+                        scale);
 }
+template <typename A>
 static void trn__cuda_sum_backward(float *dinp, const float *dout, int N, size_t C, float scale) {
-    if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_sum_bwd, (size_t)N * C, dinp, dout, N, C, scale);
+    if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_sum_bwd<A>, (size_t)N * C, TRN__A(dinp), TRN__CA(dout), N, C, scale);
 }
 /* a row-major trn_sgemm (ta, tb, M, N, K, ...) over `batch` matrices at
    strides sa, sb, sc, as one column-major cuBLAS call: operands swapped */
@@ -1599,36 +1724,45 @@ static void trn__cuda_bmm_backward(float *da_, float *db_, const float *dout_, c
     if (db && !tb) trn__cuda_rowmajor_gemm(!ta, 0, K, N, M, a, lda, sa, dout, N, sc, 1.0f, db, N, sb, Bt);
     if (db && tb) trn__cuda_rowmajor_gemm(1, ta, N, K, M, dout, N, sc, a, lda, sa, 1.0f, db, K, sb, Bt);
 }
+template <typename A>
 static void trn__cuda_crossentropy_ex_forward(float *losses, float *lse, const float *logits, const int *targets,
                                               int N, int V, int Vp, float smoothing) {
     if (N > 0)
-        TRN_CUDA_LAUNCH(trn__k_xent_ex_fwd, dim3((unsigned)N), dim3(256), 0, trn__cu.stream, losses, lse, logits,
-                        targets, V, Vp, smoothing);
+        TRN_CUDA_LAUNCH(trn__k_xent_ex_fwd<A>, dim3((unsigned)N), dim3(256), 0, trn__cu.stream, losses, lse,
+                        TRN__CA(logits), targets, V, Vp, smoothing);
 }
+template <typename A>
 static void trn__cuda_crossentropy_ex_backward(float *dlogits, const float *logits, const float *lse,
                                                const int *targets, float dloss, int N, int V, int Vp, float smoothing) {
     if (dlogits && N > 0)
-        TRN_CUDA_LAUNCH(trn__k_xent_ex_bwd, dim3((unsigned)N), dim3(256), 0, trn__cu.stream, dlogits, logits, lse,
-                        targets, dloss, V, Vp, smoothing);
+        TRN_CUDA_LAUNCH(trn__k_xent_ex_bwd<A>, dim3((unsigned)N), dim3(256), 0, trn__cu.stream, TRN__A(dlogits),
+                        TRN__CA(logits), lse, targets, dloss, V, Vp, smoothing);
 }
+template <typename A>
 static void trn__cuda_bce_logits_forward(float *losses, const float *x, const float *y, size_t n) {
-    TRN__CUDA_ELEMENTWISE(trn__k_bce_fwd, n, losses, x, y, n);
+    TRN__CUDA_ELEMENTWISE(trn__k_bce_fwd<A>, n, losses, TRN__CA(x), TRN__CA(y), n);
 }
+template <typename A>
 static void trn__cuda_bce_logits_backward(float *dx, const float *x, const float *y, float dloss, size_t n) {
-    if (dx) TRN__CUDA_ELEMENTWISE(trn__k_bce_bwd, n, dx, x, y, dloss, n);
+    if (dx) TRN__CUDA_ELEMENTWISE(trn__k_bce_bwd<A>, n, TRN__A(dx), TRN__CA(x), TRN__CA(y), dloss, n);
 }
+template <typename A>
 static void trn__cuda_l1_forward(float *losses, const float *pred, const float *target, size_t n) {
-    TRN__CUDA_ELEMENTWISE(trn__k_l1_fwd, n, losses, pred, target, n);
+    TRN__CUDA_ELEMENTWISE(trn__k_l1_fwd<A>, n, losses, TRN__CA(pred), TRN__CA(target), n);
 }
+template <typename A>
 static void trn__cuda_l1_backward(float *dpred, const float *pred, const float *target, float dloss, size_t n) {
-    if (dpred) TRN__CUDA_ELEMENTWISE(trn__k_l1_bwd, n, dpred, pred, target, dloss, n);
+    if (dpred) TRN__CUDA_ELEMENTWISE(trn__k_l1_bwd<A>, n, TRN__A(dpred), TRN__CA(pred), TRN__CA(target), dloss, n);
 }
+template <typename A>
 static void trn__cuda_huber_forward(float *losses, const float *pred, const float *target, float delta, size_t n) {
-    TRN__CUDA_ELEMENTWISE(trn__k_huber_fwd, n, losses, pred, target, delta, n);
+    TRN__CUDA_ELEMENTWISE(trn__k_huber_fwd<A>, n, losses, TRN__CA(pred), TRN__CA(target), delta, n);
 }
+template <typename A>
 static void trn__cuda_huber_backward(float *dpred, const float *pred, const float *target, float delta, float dloss,
                                      size_t n) {
-    if (dpred) TRN__CUDA_ELEMENTWISE(trn__k_huber_bwd, n, dpred, pred, target, delta, dloss, n);
+    if (dpred)
+        TRN__CUDA_ELEMENTWISE(trn__k_huber_bwd<A>, n, TRN__A(dpred), TRN__CA(pred), TRN__CA(target), delta, dloss, n);
 }
 
 /* attention over the cache (train.h's trn_attention_kv_forward). Per batch
@@ -1876,88 +2010,114 @@ static void trn__cuda_flash_attention_backward(float *dqkv, const float *dout, c
                     causal, t, scale);
 }
 
+template <typename A>
 static void trn__cuda_crossentropy_forward(float *losses, float *lse, const float *logits, const int *targets, int N,
                                            int V, int Vp) {
     if (N <= 0) return;
-    TRN_CUDA_LAUNCH(trn__k_xent_fwd, dim3((unsigned)N), dim3(256), 0, trn__cu.stream, losses, lse, logits, targets, V,
-                    Vp);
+    TRN_CUDA_LAUNCH(trn__k_xent_fwd<A>, dim3((unsigned)N), dim3(256), 0, trn__cu.stream, losses, lse, TRN__CA(logits),
+                    targets, V, Vp);
 }
+template <typename A>
 static void trn__cuda_crossentropy_backward(float *dlogits, const float *logits, const float *lse, const int *targets,
                                             float dloss, int N, int V, int Vp) {
     if (!dlogits || N <= 0) return;
-    TRN_CUDA_LAUNCH(trn__k_xent_bwd, dim3((unsigned)N), dim3(256), 0, trn__cu.stream, dlogits, logits, lse, targets,
-                    dloss, V, Vp);
+    TRN_CUDA_LAUNCH(trn__k_xent_bwd<A>, dim3((unsigned)N), dim3(256), 0, trn__cu.stream, TRN__A(dlogits),
+                    TRN__CA(logits), lse, targets, dloss, V, Vp);
 }
 
 /* >>ops2 */
+template <typename A>
 static void trn__cuda_mul_forward(float *out, const float *a, const float *b, size_t N, size_t C) {
-    TRN__CUDA_ELEMENTWISE(trn__k_mul_fwd, N * C, out, a, b, N * C, C);
+    TRN__CUDA_ELEMENTWISE(trn__k_mul_fwd<A>, N * C, TRN__A(out), TRN__CA(a), TRN__CA(b), N * C, C);
 }
+template <typename A>
 static void trn__cuda_mul_backward(float *da, float *db, const float *dout, const float *a, const float *b, size_t N,
                                    size_t C) {
-    if (da) TRN__CUDA_ELEMENTWISE(trn__k_mul_bwd_da, N * C, da, dout, b, N * C, C);
+    if (da) TRN__CUDA_ELEMENTWISE(trn__k_mul_bwd_da<A>, N * C, TRN__A(da), TRN__CA(dout), TRN__CA(b), N * C, C);
     if (!db || N * C == 0) return;
-    if (N == 1) { TRN__CUDA_ELEMENTWISE(trn__k_mul_bwd_same, C, db, dout, a, C); return; }
+    if (N == 1) { TRN__CUDA_ELEMENTWISE(trn__k_mul_bwd_same<A>, C, TRN__A(db), TRN__CA(dout), TRN__CA(a), C); return; }
     int nchunk = (int)((N + 63) / 64), rows;
     if (nchunk > 64) nchunk = 64;
     rows = (int)((N + (size_t)nchunk - 1) / (size_t)nchunk);
     float *part = trn__cuda_tmp((size_t)nchunk * C);
-    TRN_CUDA_LAUNCH(trn__k_mul_bwd_part, dim3((unsigned)(C + 31) / 32, (unsigned)nchunk), dim3(32, 8), 0,
-                    trn__cu.stream, part, dout, a, (int)N, (int)C, rows);
-    TRN_CUDA_LAUNCH(trn__k_colsum_final, dim3((unsigned)(C + 255) / 256), dim3(256), 0, trn__cu.stream, db,
+    TRN_CUDA_LAUNCH(trn__k_mul_bwd_part<A>, dim3((unsigned)(C + 31) / 32, (unsigned)nchunk), dim3(32, 8), 0,
+                    trn__cu.stream, part, TRN__CA(dout), TRN__CA(a), (int)N, (int)C, rows);
+    TRN_CUDA_LAUNCH(trn__k_mul_bwd_final<A>, dim3((unsigned)(C + 255) / 256), dim3(256), 0, trn__cu.stream, TRN__A(db),
                     (const float *)part, nchunk, (int)C);
 }
-static void trn__cuda_silu_forward(float *out, const float *inp, size_t n) { TRN__CUDA_ELEMENTWISE(trn__k_silu_fwd, n, out, inp, n); }
+template <typename A>
+static void trn__cuda_silu_forward(float *out, const float *inp, size_t n) {
+    TRN__CUDA_ELEMENTWISE(trn__k_silu_fwd<A>, n, TRN__A(out), TRN__CA(inp), n);
+}
+template <typename A>
 static void trn__cuda_silu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
-    if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_silu_bwd, n, dinp, inp, dout, n);
+    if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_silu_bwd<A>, n, TRN__A(dinp), TRN__CA(inp), TRN__CA(dout), n);
 }
-static void trn__cuda_sigmoid_forward(float *out, const float *inp, size_t n) { TRN__CUDA_ELEMENTWISE(trn__k_sigmoid_fwd, n, out, inp, n); }
+template <typename A>
+static void trn__cuda_sigmoid_forward(float *out, const float *inp, size_t n) {
+    TRN__CUDA_ELEMENTWISE(trn__k_sigmoid_fwd<A>, n, TRN__A(out), TRN__CA(inp), n);
+}
+template <typename A>
 static void trn__cuda_sigmoid_backward(float *dinp, const float *out, const float *dout, size_t n) {
-    if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_sigmoid_bwd, n, dinp, out, dout, n);
+    if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_sigmoid_bwd<A>, n, TRN__A(dinp), TRN__CA(out), TRN__CA(dout), n);
 }
-static void trn__cuda_tanh_forward(float *out, const float *inp, size_t n) { TRN__CUDA_ELEMENTWISE(trn__k_tanh_fwd, n, out, inp, n); }
+template <typename A>
+static void trn__cuda_tanh_forward(float *out, const float *inp, size_t n) {
+    TRN__CUDA_ELEMENTWISE(trn__k_tanh_fwd<A>, n, TRN__A(out), TRN__CA(inp), n);
+}
+template <typename A>
 static void trn__cuda_tanh_backward(float *dinp, const float *out, const float *dout, size_t n) {
-    if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_tanh_bwd, n, dinp, out, dout, n);
+    if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_tanh_bwd<A>, n, TRN__A(dinp), TRN__CA(out), TRN__CA(dout), n);
 }
+template <typename A>
 static void trn__cuda_softmax_forward(float *out, const float *inp, int N, int C) {
     if (N <= 0) return;
-    TRN_CUDA_LAUNCH(trn__k_softmax_rows_fwd, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, out, inp, N, C);
+    TRN_CUDA_LAUNCH(trn__k_softmax_rows_fwd<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, TRN__A(out),
+                    TRN__CA(inp), N, C);
 }
+template <typename A>
 static void trn__cuda_softmax_backward(float *dinp, const float *out, const float *dout, int N, int C) {
     if (!dinp || N <= 0) return;
-    TRN_CUDA_LAUNCH(trn__k_softmax_rows_bwd, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, dinp, out,
-                    dout, N, C);
+    TRN_CUDA_LAUNCH(trn__k_softmax_rows_bwd<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream,
+                    TRN__A(dinp), TRN__CA(out), TRN__CA(dout), N, C);
 }
+template <typename A>
 static void trn__cuda_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C,
                                       float eps) {
     if (N <= 0) return;
-    TRN_CUDA_LAUNCH(trn__k_rms_fwd, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, out, rstd, inp, w, N, C,
-                    eps);
+    TRN_CUDA_LAUNCH(trn__k_rms_fwd<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, TRN__A(out), rstd,
+                    TRN__CA(inp), TRN__CA(w), N, C, eps);
 }
+template <typename A>
 static void trn__cuda_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
                                        const float *rstd, int N, int C) {
     if (N <= 0) return;
     if (dinp)
-        TRN_CUDA_LAUNCH(trn__k_rms_bwd_dx, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, dinp, dout, inp,
-                        w, rstd, N, C);
+        TRN_CUDA_LAUNCH(trn__k_rms_bwd_dx<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, TRN__A(dinp),
+                        TRN__CA(dout), TRN__CA(inp), TRN__CA(w), rstd, N, C);
     if (dw) {
         int nchunk = (N + 63) / 64, rows;
         if (nchunk > 64) nchunk = 64;
         rows = (N + nchunk - 1) / nchunk;
         float *part = trn__cuda_tmp((size_t)nchunk * C);
-        TRN_CUDA_LAUNCH(trn__k_rms_bwd_part, dim3((unsigned)(C + 31) / 32, (unsigned)nchunk), dim3(32, 8), 0,
-                        trn__cu.stream, part, dout, inp, rstd, N, C, rows);
+        TRN_CUDA_LAUNCH(trn__k_rms_bwd_part<A>, dim3((unsigned)(C + 31) / 32, (unsigned)nchunk), dim3(32, 8), 0,
+                        trn__cu.stream, part, TRN__CA(dout), TRN__CA(inp), rstd, N, C, rows);
         TRN_CUDA_LAUNCH(trn__k_colsum_final, dim3((unsigned)(C + 255) / 256), dim3(256), 0, trn__cu.stream, dw,
                         (const float *)part, nchunk, C);
     }
 }
+template <typename A>
 static void trn__cuda_rope_forward(float *out, const float *inp, int B, int T, int H, int R, int hs, int pos0,
                                    float theta) {
-    TRN__CUDA_ELEMENTWISE(trn__k_rope, (size_t)B * T * H * hs, out, inp, B, T, H, R, hs, pos0, theta, 1.0f, 0);
+    TRN__CUDA_ELEMENTWISE(trn__k_rope<A>, (size_t)B * T * H * hs, TRN__A(out), TRN__CA(inp), B, T, H, R, hs, pos0, theta,
+                          1.0f, 0);
 }
+template <typename A>
 static void trn__cuda_rope_backward(float *dinp, const float *dout, int B, int T, int H, int R, int hs, int pos0,
                                     float theta) {
-    if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_rope, (size_t)B * T * H * hs, dinp, dout, B, T, H, R, hs, pos0, theta, -1.0f, 1);
+    if (dinp)
+        TRN__CUDA_ELEMENTWISE(trn__k_rope<A>, (size_t)B * T * H * hs, TRN__A(dinp), TRN__CA(dout), B, T, H, R, hs, pos0,
+                              theta, -1.0f, 1);
 }
 
 /* ========================================================================
@@ -2214,66 +2374,66 @@ static void trn__cuda_fill_table(trn_backend *t, int bf16) {
         t->sync = trn__cuda_sync;
         t->matmul_forward = TRN__CUDA_PICK(trn__cuda_matmul_forward);
         t->matmul_backward = TRN__CUDA_PICK(trn__cuda_matmul_backward);
-        t->embedding_forward = trn__cuda_embedding_forward;
-        t->embedding_backward = trn__cuda_embedding_backward;
-        t->layernorm_forward = trn__cuda_layernorm_forward;
-        t->layernorm_backward = trn__cuda_layernorm_backward;
+        t->embedding_forward = TRN__CUDA_PICK(trn__cuda_embedding_forward);
+        t->embedding_backward = TRN__CUDA_PICK(trn__cuda_embedding_backward);
+        t->layernorm_forward = TRN__CUDA_PICK(trn__cuda_layernorm_forward);
+        t->layernorm_backward = TRN__CUDA_PICK(trn__cuda_layernorm_backward);
         t->gelu_forward = TRN__CUDA_PICK(trn__cuda_gelu_forward);
         t->gelu_backward = TRN__CUDA_PICK(trn__cuda_gelu_backward);
-        t->relu_forward = trn__cuda_relu_forward;
-        t->relu_backward = trn__cuda_relu_backward;
-        t->add_forward = trn__cuda_add_forward;
-        t->accumulate = trn__cuda_accumulate;
+        t->relu_forward = TRN__CUDA_PICK(trn__cuda_relu_forward);
+        t->relu_backward = TRN__CUDA_PICK(trn__cuda_relu_backward);
+        t->add_forward = TRN__CUDA_PICK(trn__cuda_add_forward);
+        t->accumulate = TRN__CUDA_PICK(trn__cuda_accumulate);
         t->attention_forward = TRN__CUDA_PICK(trn__cuda_attention_forward);
         t->attention_backward = TRN__CUDA_PICK(trn__cuda_attention_backward);
-        t->crossentropy_forward = trn__cuda_crossentropy_forward;
-        t->crossentropy_backward = trn__cuda_crossentropy_backward;
-        t->mse_forward = trn__cuda_mse_forward;
-        t->mse_backward = trn__cuda_mse_backward;
-        t->meanpool_forward = trn__cuda_meanpool_forward;
-        t->meanpool_backward = trn__cuda_meanpool_backward;
+        t->crossentropy_forward = TRN__CUDA_PICK(trn__cuda_crossentropy_forward);
+        t->crossentropy_backward = TRN__CUDA_PICK(trn__cuda_crossentropy_backward);
+        t->mse_forward = TRN__CUDA_PICK(trn__cuda_mse_forward);
+        t->mse_backward = TRN__CUDA_PICK(trn__cuda_mse_backward);
+        t->meanpool_forward = TRN__CUDA_PICK(trn__cuda_meanpool_forward);
+        t->meanpool_backward = TRN__CUDA_PICK(trn__cuda_meanpool_backward);
         t->adamw_update = trn__cuda_adamw_update;
         t->sum_squares = trn__cuda_sum_squares;
         t->scale = trn__cuda_scale;
-        t->mul_forward = trn__cuda_mul_forward;
-        t->mul_backward = trn__cuda_mul_backward;
-        t->silu_forward = trn__cuda_silu_forward;
-        t->silu_backward = trn__cuda_silu_backward;
-        t->sigmoid_forward = trn__cuda_sigmoid_forward;
-        t->sigmoid_backward = trn__cuda_sigmoid_backward;
-        t->tanh_forward = trn__cuda_tanh_forward;
-        t->tanh_backward = trn__cuda_tanh_backward;
-        t->softmax_forward = trn__cuda_softmax_forward;
-        t->softmax_backward = trn__cuda_softmax_backward;
-        t->rmsnorm_forward = trn__cuda_rmsnorm_forward;
-        t->rmsnorm_backward = trn__cuda_rmsnorm_backward;
-        t->rope_forward = trn__cuda_rope_forward;
-        t->rope_backward = trn__cuda_rope_backward;
+        t->mul_forward = TRN__CUDA_PICK(trn__cuda_mul_forward);
+        t->mul_backward = TRN__CUDA_PICK(trn__cuda_mul_backward);
+        t->silu_forward = TRN__CUDA_PICK(trn__cuda_silu_forward);
+        t->silu_backward = TRN__CUDA_PICK(trn__cuda_silu_backward);
+        t->sigmoid_forward = TRN__CUDA_PICK(trn__cuda_sigmoid_forward);
+        t->sigmoid_backward = TRN__CUDA_PICK(trn__cuda_sigmoid_backward);
+        t->tanh_forward = TRN__CUDA_PICK(trn__cuda_tanh_forward);
+        t->tanh_backward = TRN__CUDA_PICK(trn__cuda_tanh_backward);
+        t->softmax_forward = TRN__CUDA_PICK(trn__cuda_softmax_forward);
+        t->softmax_backward = TRN__CUDA_PICK(trn__cuda_softmax_backward);
+        t->rmsnorm_forward = TRN__CUDA_PICK(trn__cuda_rmsnorm_forward);
+        t->rmsnorm_backward = TRN__CUDA_PICK(trn__cuda_rmsnorm_backward);
+        t->rope_forward = TRN__CUDA_PICK(trn__cuda_rope_forward);
+        t->rope_backward = TRN__CUDA_PICK(trn__cuda_rope_backward);
         /* fused attention (flash-style) */
         t->flash_attention_forward = trn__cuda_flash_attention_forward;
         t->flash_attention_backward = trn__cuda_flash_attention_backward;
         t->sgd_update = trn__cuda_sgd_update;
         t->attention_kv_forward = TRN__CUDA_PICK(trn__cuda_attention_kv_forward);
-        t->dropout_forward = trn__cuda_dropout_forward;
-        t->dropout_backward = trn__cuda_dropout_backward;
-        t->transpose_forward = trn__cuda_transpose_forward;
-        t->transpose_backward = trn__cuda_transpose_backward;
-        t->slice_forward = trn__cuda_slice_forward;
-        t->slice_backward = trn__cuda_slice_backward;
-        t->concat_forward = trn__cuda_concat_forward;
-        t->concat_backward = trn__cuda_concat_backward;
-        t->sum_forward = trn__cuda_sum_forward;
-        t->sum_backward = trn__cuda_sum_backward;
+        t->dropout_forward = TRN__CUDA_PICK(trn__cuda_dropout_forward);
+        t->dropout_backward = TRN__CUDA_PICK(trn__cuda_dropout_backward);
+        t->transpose_forward = TRN__CUDA_PICK(trn__cuda_transpose_forward);
+        t->transpose_backward = TRN__CUDA_PICK(trn__cuda_transpose_backward);
+        t->slice_forward = TRN__CUDA_PICK(trn__cuda_slice_forward);
+        t->slice_backward = TRN__CUDA_PICK(trn__cuda_slice_backward);
+        t->concat_forward = TRN__CUDA_PICK(trn__cuda_concat_forward);
+        t->concat_backward = TRN__CUDA_PICK(trn__cuda_concat_backward);
+        t->sum_forward = TRN__CUDA_PICK(trn__cuda_sum_forward);
+        t->sum_backward = TRN__CUDA_PICK(trn__cuda_sum_backward);
         t->bmm_forward = TRN__CUDA_PICK(trn__cuda_bmm_forward);
         t->bmm_backward = TRN__CUDA_PICK(trn__cuda_bmm_backward);
-        t->crossentropy_ex_forward = trn__cuda_crossentropy_ex_forward;
-        t->crossentropy_ex_backward = trn__cuda_crossentropy_ex_backward;
-        t->bce_logits_forward = trn__cuda_bce_logits_forward;
-        t->bce_logits_backward = trn__cuda_bce_logits_backward;
-        t->l1_forward = trn__cuda_l1_forward;
-        t->l1_backward = trn__cuda_l1_backward;
-        t->huber_forward = trn__cuda_huber_forward;
-        t->huber_backward = trn__cuda_huber_backward;
+        t->crossentropy_ex_forward = TRN__CUDA_PICK(trn__cuda_crossentropy_ex_forward);
+        t->crossentropy_ex_backward = TRN__CUDA_PICK(trn__cuda_crossentropy_ex_backward);
+        t->bce_logits_forward = TRN__CUDA_PICK(trn__cuda_bce_logits_forward);
+        t->bce_logits_backward = TRN__CUDA_PICK(trn__cuda_bce_logits_backward);
+        t->l1_forward = TRN__CUDA_PICK(trn__cuda_l1_forward);
+        t->l1_backward = TRN__CUDA_PICK(trn__cuda_l1_backward);
+        t->huber_forward = TRN__CUDA_PICK(trn__cuda_huber_forward);
+        t->huber_backward = TRN__CUDA_PICK(trn__cuda_huber_backward);
         /* >>sync-free step */
         t->download_async = trn__cuda_download_async;
         t->mean = trn__cuda_mean;

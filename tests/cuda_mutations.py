@@ -39,8 +39,18 @@ MUTATIONS = [  # (name, original text, broken text, sanitizer: "" | "address" | 
      "    TRN_CUBLAS_CHECK(cublasSetWorkspace(trn__cu.cublas, trn__cu.workspace, trn__cu.workspace_bytes));",
      "    TRN_CUBLAS_CHECK(cublasSetWorkspace(trn__cu.cublas, trn__cu.workspace, trn__cu.workspace_bytes));\n"
      "    TRN_CUBLAS_CHECK(cublasSetStream(trn__cu.cublas, trn__cu.stream));", ""),
-    ("embedding backward without atomics", "atomicAdd(&dtable[(size_t)ids[i / (size_t)C] * C + i % (size_t)C], dout[i]);",
-     "dtable[(size_t)ids[i / (size_t)C] * C + i % (size_t)C] += dout[i];", "thread"),
+    ("embedding backward without atomics",
+     "atomicAdd(&dtable[(size_t)ids[i / (size_t)C] * C + i % (size_t)C], trn__ld(dout[i]));",
+     "dtable[(size_t)ids[i / (size_t)C] * C + i % (size_t)C] += trn__ld(dout[i]);", "thread"),
+    # bf16 activations (tests/test_cuda_bf16_ops.cpp checks them against fp32)
+    ("bf16 store truncates instead of rounding to nearest even",
+     "trn__to<trn__bf16>(float v) { return __float2bfloat16(v); }",
+     "trn__to<trn__bf16>(float v) { trn__bf16 r; r.x = (unsigned short)(__float_as_uint(v) >> 16); return r; }", "",
+     "tests/test_cuda_bf16_ops.cpp"),
+    ("layernorm sums its mean in bf16", "for (int i = lane; i < C; i += 32) s += trn__ld(x[i]);",
+     "for (int i = lane; i < C; i += 32) s = trn__ld(trn__to<A>(s + trn__ld(x[i])));", "", "tests/test_cuda_bf16_ops.cpp"),
+    ("mul's broadcast db overwritten instead of accumulated", "db[c] = trn__to<A>(trn__ld(db[c]) + s);",
+     "db[c] = trn__to<A>(s);", "", "tests/test_cuda_bf16_ops.cpp"),
     # the sync-free step's kernels (tests/test_cuda_sync.cpp checks them)
     ("no barrier in the loss mean", "    if (lane == 0) ws[warp] = s;\n    __syncthreads();\n    if (warp == 0) {\n"
      "        s = lane < nw ? ws[lane] : 0.0;\n        s = trn__warp_sum_d(s);\n        if (lane == 0) out[0]",
