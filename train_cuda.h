@@ -57,8 +57,12 @@
    (they are on by default: 10-bit mantissa inputs, fp32 accumulation).
 
    What it does NOT do: no fp16/bf16 (everything is fp32, with TF32 inside
-   cuBLAS), no tensor cores in the fused attention kernels (fp32 FMAs
-   on shared-memory tiles), no CUDA graphs (the step takes lr and the bias
+   cuBLAS), no tensor cores in the fp32/tf32 fused attention kernels
+   (fp32 FMAs on shared-memory tiles; the bf16 ones use WMMA tensor-core
+   tiles, for head sizes 32, 64 and 128 only, with tiles sized for 48 KiB
+   of shared memory and no asynchronous copies, wgmma or warp
+   specialization as in FlashAttention-2/3), no CUDA graphs
+   (the step takes lr and the bias
    corrections as launch arguments and its inputs through fresh staging
    offsets, so a captured graph would replay stale values), no multi-GPU
    (that is train_nccl.h). Embedding backward adds with atomics, so its
