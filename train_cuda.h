@@ -633,13 +633,17 @@ static __global__ void trn__k_softmax_bwd(float *dS, const float *att, int rows,
 #define TRN__FLASH_THREADS 256 /* 8 warps */
 #define TRN__FLASH_WARPS (TRN__FLASH_THREADS / 32)
 
-/* copy rows [r0, r0+n) of one head (hs floats at stride ld) into a tile of
-   t rows at stride hs+1; rows past n become 0 */
-static __device__ __forceinline__ void trn__flash_load(float *tile, const float *src, size_t ld, int r0, int n,
+/* copy rows [r0, r0+n) of one head (hs values at stride ld) into a tile of
+   t rows of floats at stride hs+1; rows past n become 0. These kernels are
+   templates on the storage type A of qkv, out, dout, dqkv (float; bf16 for
+   head sizes the tensor-core kernels below do not cover): tiles and math
+   are fp32 either way, and the float instantiation is the fp32 kernel. */
+template <typename A>
+static __device__ __forceinline__ void trn__flash_load(float *tile, const A *src, size_t ld, int r0, int n,
                                                        int t, int hs) {
     for (int idx = threadIdx.x; idx < t * hs; idx += blockDim.x) {
         int r = idx / hs, d = idx % hs;
-        tile[r * (hs + 1) + d] = r < n ? src[(size_t)(r0 + r) * ld + d] : 0.0f;
+        tile[r * (hs + 1) + d] = r < n ? trn__ld(src[(size_t)(r0 + r) * ld + d]) : 0.0f;
     }
 }
 
@@ -651,14 +655,15 @@ static __device__ __forceinline__ float trn__flash_dot(const float *a, const flo
 }
 
 /* grid (B*NH, query tiles). Shared: Q, O (t rows each), K, V tile, P (t x t) */
-static __global__ void trn__k_flash_fwd(float *out, float *lse, const float *qkv, int T, int NH, int NKV, int hs,
+template <typename A>
+static __global__ void trn__k_flash_fwd(A *out, float *lse, const A *qkv, int T, int NH, int NKV, int hs,
                                         int causal, int t, float scale) {
     TRN_CUDA_DYNAMIC_SHARED(float, sm);
     int hp = hs + 1, bh = blockIdx.x, b = bh / NH, h = bh % NH, g = h / (NH / NKV);
     int i0 = blockIdx.y * t, nq = min(t, T - i0), lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     int kend = causal ? i0 + nq : T, C = NH * hs;
     size_t ld = (size_t)(NH + 2 * NKV) * hs;
-    const float *x = qkv + (size_t)b * T * ld;
+    const A *x = qkv + (size_t)b * T * ld;
     float *Qs = sm, *Os = Qs + t * hp, *Ks = Os + t * hp, *Vs = Ks + t * hp, *Ps = Vs + t * hp;
     float m[32 / TRN__FLASH_WARPS], l[32 / TRN__FLASH_WARPS];
     for (int k = 0; k < 32 / TRN__FLASH_WARPS; k++) { m[k] = -INFINITY; l[k] = 0.0f; }
@@ -691,20 +696,22 @@ static __global__ void trn__k_flash_fwd(float *out, float *lse, const float *qkv
     }
     for (int k = 0, r = warp; r < nq; k++, r += TRN__FLASH_WARPS) {
         float inv = 1.0f / l[k];
-        for (int d = lane; d < hs; d += 32) out[((size_t)b * T + i0 + r) * C + (size_t)h * hs + d] = Os[r * hp + d] * inv;
+        for (int d = lane; d < hs; d += 32)
+            out[((size_t)b * T + i0 + r) * C + (size_t)h * hs + d] = trn__to<A>(Os[r * hp + d] * inv);
         if (lane == 0) lse[(size_t)bh * T + i0 + r] = m[k] + logf(l[k]);
     }
 }
 
 /* D[r] = rowsum(dO * O) and L[r] = lse for the query rows of a tile */
-static __device__ __forceinline__ void trn__flash_rows(float *Ds, float *Ls, const float *dO, const float *out,
+template <typename A>
+static __device__ __forceinline__ void trn__flash_rows(float *Ds, float *Ls, const A *dO, const A *out,
                                                        const float *lse, int b, int h, int i0, int nq, int T, int NH,
                                                        int hs) {
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, C = NH * hs;
     for (int r = warp; r < nq; r += TRN__FLASH_WARPS) {
         size_t o = ((size_t)b * T + i0 + r) * C + (size_t)h * hs;
         float s = 0.0f;
-        for (int d = lane; d < hs; d += 32) s += dO[o + d] * out[o + d];
+        for (int d = lane; d < hs; d += 32) s += trn__ld(dO[o + d]) * trn__ld(out[o + d]);
         s = trn__warp_sum(s);
         if (lane == 0) { Ds[r] = s; Ls[r] = lse[((size_t)b * NH + h) * T + i0 + r]; }
     }
@@ -713,7 +720,8 @@ static __device__ __forceinline__ void trn__flash_rows(float *Ds, float *Ls, con
 /* dK, dV for one key tile: grid (B*NKV, key tiles). Shared: K, V, dK, dV,
    Q, dO (t rows each), P and dS (t x t: row c = key c, column r = query r),
    D and lse (t) */
-static __global__ void trn__k_flash_bwd_kv(float *dqkv, const float *dout, const float *qkv, const float *out,
+template <typename A>
+static __global__ void trn__k_flash_bwd_kv(A *dqkv, const A *dout, const A *qkv, const A *out,
                                            const float *lse, int T, int NH, int NKV, int hs, int causal, int t,
                                            float scale) {
     TRN_CUDA_DYNAMIC_SHARED(float, sm);
@@ -756,14 +764,16 @@ static __global__ void trn__k_flash_bwd_kv(float *dqkv, const float *dout, const
     __syncthreads();
     for (int idx = threadIdx.x; idx < nk * hs; idx += blockDim.x) {
         int c = idx / hs, d = idx % hs;
-        dqkv[x + (size_t)(j0 + c) * ld + (size_t)(NH + g) * hs + d] += dKs[c * hp + d];
-        dqkv[x + (size_t)(j0 + c) * ld + (size_t)(NH + NKV + g) * hs + d] += dVs[c * hp + d];
+        A *pk = dqkv + x + (size_t)(j0 + c) * ld + (size_t)(NH + g) * hs + d, *pv = pk + (size_t)NKV * hs;
+        *pk = trn__to<A>(trn__ld(*pk) + dKs[c * hp + d]);
+        *pv = trn__to<A>(trn__ld(*pv) + dVs[c * hp + d]);
     }
 }
 
 /* dQ for one query tile: grid (B*NH, query tiles). Shared: Q, dO, dQ, K, V
    (t rows each), dS (t x t: row r = query r, column j = key j), D, lse */
-static __global__ void trn__k_flash_bwd_q(float *dqkv, const float *dout, const float *qkv, const float *out,
+template <typename A>
+static __global__ void trn__k_flash_bwd_q(A *dqkv, const A *dout, const A *qkv, const A *out,
                                           const float *lse, int T, int NH, int NKV, int hs, int causal, int t,
                                           float scale) {
     TRN_CUDA_DYNAMIC_SHARED(float, sm);
@@ -802,7 +812,8 @@ static __global__ void trn__k_flash_bwd_q(float *dqkv, const float *dout, const 
     __syncthreads();
     for (int idx = threadIdx.x; idx < nq * hs; idx += blockDim.x) {
         int r = idx / hs, d = idx % hs;
-        dqkv[x + (size_t)(i0 + r) * ld + (size_t)h * hs + d] += dQs[r * hp + d];
+        A *p = dqkv + x + (size_t)(i0 + r) * ld + (size_t)h * hs + d;
+        *p = trn__to<A>(trn__ld(*p) + dQs[r * hp + d]);
     }
 }
 
@@ -2076,16 +2087,18 @@ static int trn__cuda_flash_tile(int hs, int backward) {
     }
 }
 
+template <typename A>
 static void trn__cuda_flash_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int NH,
                                               int NKV, int hs, int causal) {
     int t = trn__cuda_flash_tile(hs, 0);
     size_t shmem = sizeof(float) * ((size_t)4 * t * (hs + 1) + (size_t)t * t);
     if (B <= 0 || T <= 0) return;
-    TRN_CUDA_LAUNCH(trn__k_flash_fwd, dim3((unsigned)(B * NH), (unsigned)((T + t - 1) / t)),
-                    dim3(TRN__FLASH_THREADS), shmem, trn__cu.stream, out, lse, qkv, T, NH, NKV, hs, causal, t,
-                    1.0f / sqrtf((float)hs));
+    TRN_CUDA_LAUNCH(trn__k_flash_fwd<A>, dim3((unsigned)(B * NH), (unsigned)((T + t - 1) / t)),
+                    dim3(TRN__FLASH_THREADS), shmem, trn__cu.stream, TRN__A(out), lse, TRN__CA(qkv), T, NH, NKV, hs,
+                    causal, t, 1.0f / sqrtf((float)hs));
 }
 
+template <typename A>
 static void trn__cuda_flash_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
                                                const float *lse, int B, int T, int NH, int NKV, int hs,
                                                int causal) {
@@ -2093,16 +2106,18 @@ static void trn__cuda_flash_attention_backward(float *dqkv, const float *dout, c
     size_t shmem = sizeof(float) * ((size_t)6 * t * (hs + 1) + 2 * (size_t)t * t + 2 * t);
     float scale = 1.0f / sqrtf((float)hs);
     if (!dqkv || B <= 0 || T <= 0) return;
-    TRN_CUDA_LAUNCH(trn__k_flash_bwd_kv, dim3((unsigned)(B * NKV), (unsigned)((T + t - 1) / t)),
-                    dim3(TRN__FLASH_THREADS), shmem, trn__cu.stream, dqkv, dout, qkv, out, lse, T, NH, NKV, hs,
-                    causal, t, scale);
-    TRN_CUDA_LAUNCH(trn__k_flash_bwd_q, dim3((unsigned)(B * NH), (unsigned)((T + t - 1) / t)),
-                    dim3(TRN__FLASH_THREADS), shmem, trn__cu.stream, dqkv, dout, qkv, out, lse, T, NH, NKV, hs,
-                    causal, t, scale);
+    TRN_CUDA_LAUNCH(trn__k_flash_bwd_kv<A>, dim3((unsigned)(B * NKV), (unsigned)((T + t - 1) / t)),
+                    dim3(TRN__FLASH_THREADS), shmem, trn__cu.stream, TRN__A(dqkv), TRN__CA(dout), TRN__CA(qkv),
+                    TRN__CA(out), lse, T, NH, NKV, hs, causal, t, scale);
+    TRN_CUDA_LAUNCH(trn__k_flash_bwd_q<A>, dim3((unsigned)(B * NH), (unsigned)((T + t - 1) / t)),
+                    dim3(TRN__FLASH_THREADS), shmem, trn__cu.stream, TRN__A(dqkv), TRN__CA(dout), TRN__CA(qkv),
+                    TRN__CA(out), lse, T, NH, NKV, hs, causal, t, scale);
 }
 
 /* bf16 fused attention (TRN_CUDA_BF16): qkv, out, dout, dqkv are bf16,
-   lse fp32; the tensor-core kernels are built for head sizes 32, 64, 128 */
+   lse fp32. Head sizes that are multiples of 16 up to 128 run on the
+   tensor-core kernels (one instantiation each); any other head size runs
+   the fp32-FMA kernels above on bf16 storage (correct, not fast). */
 template <int HS> static size_t trn__cuda_flash_bf16_shmem(int kernel) {
     enum { R = trn__fa<HS>::R, N = trn__fa<HS>::N, SW = trn__fa<HS>::SW };
     if (kernel == 0) return 2 * ((size_t)R * HS + 2 * (size_t)N * HS + (size_t)R * N) + 4 * (size_t)R * SW;
@@ -2131,27 +2146,25 @@ static void trn__cuda_flash_bwd_bf16(float *dqkv, const float *dout, const float
                     (const trn__bf16 *)dout, (const trn__bf16 *)qkv, (const trn__bf16 *)out, lse, T, NH, NKV, causal,
                     scale);
 }
-static void trn__cuda_flash_bf16_hs(int hs) {
-    if (hs != 32 && hs != 64 && hs != 128)
-        trn_fatal("flash attention (cuda, bf16): head size %d: the tensor-core kernels are built for head sizes 32, 64 "
-                  "and 128 (use fp32/tf32 precision, or the materialized attention)", hs);
-}
+#define TRN__FLASH_BF16_HS(X) X(16) X(32) X(48) X(64) X(80) X(96) X(112) X(128)
 static void trn__cuda_flash_attention_forward_bf16(float *out, float *lse, const float *qkv, int B, int T, int NH,
                                                    int NKV, int hs, int causal) {
-    trn__cuda_flash_bf16_hs(hs);
     if (B <= 0 || T <= 0) return;
-    if (hs == 32) trn__cuda_flash_fwd_bf16<32>(out, lse, qkv, B, T, NH, NKV, causal);
-    if (hs == 64) trn__cuda_flash_fwd_bf16<64>(out, lse, qkv, B, T, NH, NKV, causal);
-    if (hs == 128) trn__cuda_flash_fwd_bf16<128>(out, lse, qkv, B, T, NH, NKV, causal);
+#define TRN__FLASH_FWD(HS) \
+    if (hs == HS) return trn__cuda_flash_fwd_bf16<HS>(out, lse, qkv, B, T, NH, NKV, causal);
+    TRN__FLASH_BF16_HS(TRN__FLASH_FWD)
+#undef TRN__FLASH_FWD
+    trn__cuda_flash_attention_forward<trn__bf16>(out, lse, qkv, B, T, NH, NKV, hs, causal);
 }
 static void trn__cuda_flash_attention_backward_bf16(float *dqkv, const float *dout, const float *qkv, const float *out,
                                                     const float *lse, int B, int T, int NH, int NKV, int hs,
                                                     int causal) {
-    trn__cuda_flash_bf16_hs(hs);
     if (!dqkv || B <= 0 || T <= 0) return;
-    if (hs == 32) trn__cuda_flash_bwd_bf16<32>(dqkv, dout, qkv, out, lse, B, T, NH, NKV, causal);
-    if (hs == 64) trn__cuda_flash_bwd_bf16<64>(dqkv, dout, qkv, out, lse, B, T, NH, NKV, causal);
-    if (hs == 128) trn__cuda_flash_bwd_bf16<128>(dqkv, dout, qkv, out, lse, B, T, NH, NKV, causal);
+#define TRN__FLASH_BWD(HS) \
+    if (hs == HS) return trn__cuda_flash_bwd_bf16<HS>(dqkv, dout, qkv, out, lse, B, T, NH, NKV, causal);
+    TRN__FLASH_BF16_HS(TRN__FLASH_BWD)
+#undef TRN__FLASH_BWD
+    trn__cuda_flash_attention_backward<trn__bf16>(dqkv, dout, qkv, out, lse, B, T, NH, NKV, hs, causal);
 }
 
 static void trn__cuda_crossentropy_forward(float *losses, float *lse, const float *logits, const int *targets, int N,
@@ -2521,8 +2534,10 @@ static void trn__cuda_fill_table(trn_backend *t, int bf16) {
         t->rope_forward = trn__cuda_rope_forward;
         t->rope_backward = trn__cuda_rope_backward;
         /* fused attention (flash-style) */
-        t->flash_attention_forward = bf16 ? trn__cuda_flash_attention_forward_bf16 : trn__cuda_flash_attention_forward;
-        t->flash_attention_backward = bf16 ? trn__cuda_flash_attention_backward_bf16 : trn__cuda_flash_attention_backward;
+        t->flash_attention_forward =
+            bf16 ? trn__cuda_flash_attention_forward_bf16 : trn__cuda_flash_attention_forward<float>;
+        t->flash_attention_backward =
+            bf16 ? trn__cuda_flash_attention_backward_bf16 : trn__cuda_flash_attention_backward<float>;
         t->sgd_update = trn__cuda_sgd_update;
         t->attention_kv_forward = trn__cuda_attention_kv_forward;
         t->dropout_forward = trn__cuda_dropout_forward;
