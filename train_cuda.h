@@ -57,8 +57,12 @@
    (they are on by default: 10-bit mantissa inputs, fp32 accumulation).
 
    What it does NOT do: no fp16/bf16 (everything is fp32, with TF32 inside
-   cuBLAS), no tensor cores in the fused attention kernels (fp32 FMAs
-   on shared-memory tiles), no CUDA graphs (the step takes lr and the bias
+   cuBLAS), no tensor cores in the fp32/tf32 fused attention kernels
+   (fp32 FMAs on shared-memory tiles; the bf16 ones use WMMA tensor-core
+   tiles, for head sizes 32, 64 and 128 only, with tiles sized for 48 KiB
+   of shared memory and no asynchronous copies, wgmma or warp
+   specialization as in FlashAttention-2/3), no CUDA graphs
+   (the step takes lr and the bias
    corrections as launch arguments and its inputs through fresh staging
    offsets, so a captured graph would replay stale values), no multi-GPU
    (that is train_nccl.h). Embedding backward adds with atomics, so its
@@ -169,7 +173,14 @@ TRNDEF void trn_cuda_profile_clock(trn_profile *p);
     kernel<<<grid, block, shmem, stream>>>(__VA_ARGS__)
 #define TRN_CUDA_DYNAMIC_SHARED(T, name) \
     extern __shared__ __align__(16) unsigned char trn__dyn_smem[]; T *name = (T *)trn__dyn_smem
+/* the same, 128-byte aligned (wmma tiles need 32) */
+#define TRN__CUDA_SHARED_128(T, name) \
+    extern __shared__ __align__(128) unsigned char trn__dyn_smem128[]; T *name = (T *)trn__dyn_smem128
+#include <mma.h>
+#define TRN__UNROLL _Pragma("unroll")
 #else
+#define TRN__UNROLL
+#define TRN__CUDA_SHARED_128(T, name) TRN_CUDA_DYNAMIC_SHARED(T, name) /* the harness aligns it to 128 */
 #define TRN__CUDA_START(kernel, grid, block, shmem, stream, ...) \
     cuemu::launch(#kernel, __FILE__, __LINE__, grid, block, shmem, stream, kernel, __VA_ARGS__)
 #endif
@@ -646,13 +657,17 @@ static __global__ void trn__k_softmax_bwd(A *dS, const A *att, int rows, int T) 
 #define TRN__FLASH_THREADS 256 /* 8 warps */
 #define TRN__FLASH_WARPS (TRN__FLASH_THREADS / 32)
 
-/* copy rows [r0, r0+n) of one head (hs floats at stride ld) into a tile of
-   t rows at stride hs+1; rows past n become 0 */
-static __device__ __forceinline__ void trn__flash_load(float *tile, const float *src, size_t ld, int r0, int n,
+/* copy rows [r0, r0+n) of one head (hs values at stride ld) into a tile of
+   t rows of floats at stride hs+1; rows past n become 0. These kernels are
+   templates on the storage type A of qkv, out, dout, dqkv (float; bf16 for
+   head sizes the tensor-core kernels below do not cover): tiles and math
+   are fp32 either way, and the float instantiation is the fp32 kernel. */
+template <typename A>
+static __device__ __forceinline__ void trn__flash_load(float *tile, const A *src, size_t ld, int r0, int n,
                                                        int t, int hs) {
     for (int idx = threadIdx.x; idx < t * hs; idx += blockDim.x) {
         int r = idx / hs, d = idx % hs;
-        tile[r * (hs + 1) + d] = r < n ? src[(size_t)(r0 + r) * ld + d] : 0.0f;
+        tile[r * (hs + 1) + d] = r < n ? trn__ld(src[(size_t)(r0 + r) * ld + d]) : 0.0f;
     }
 }
 
@@ -664,14 +679,15 @@ static __device__ __forceinline__ float trn__flash_dot(const float *a, const flo
 }
 
 /* grid (B*NH, query tiles). Shared: Q, O (t rows each), K, V tile, P (t x t) */
-static __global__ void trn__k_flash_fwd(float *out, float *lse, const float *qkv, int T, int NH, int NKV, int hs,
+template <typename A>
+static __global__ void trn__k_flash_fwd(A *out, float *lse, const A *qkv, int T, int NH, int NKV, int hs,
                                         int causal, int t, float scale) {
     TRN_CUDA_DYNAMIC_SHARED(float, sm);
     int hp = hs + 1, bh = blockIdx.x, b = bh / NH, h = bh % NH, g = h / (NH / NKV);
     int i0 = blockIdx.y * t, nq = min(t, T - i0), lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     int kend = causal ? i0 + nq : T, C = NH * hs;
     size_t ld = (size_t)(NH + 2 * NKV) * hs;
-    const float *x = qkv + (size_t)b * T * ld;
+    const A *x = qkv + (size_t)b * T * ld;
     float *Qs = sm, *Os = Qs + t * hp, *Ks = Os + t * hp, *Vs = Ks + t * hp, *Ps = Vs + t * hp;
     float m[32 / TRN__FLASH_WARPS], l[32 / TRN__FLASH_WARPS];
     for (int k = 0; k < 32 / TRN__FLASH_WARPS; k++) { m[k] = -INFINITY; l[k] = 0.0f; }
@@ -704,20 +720,22 @@ static __global__ void trn__k_flash_fwd(float *out, float *lse, const float *qkv
     }
     for (int k = 0, r = warp; r < nq; k++, r += TRN__FLASH_WARPS) {
         float inv = 1.0f / l[k];
-        for (int d = lane; d < hs; d += 32) out[((size_t)b * T + i0 + r) * C + (size_t)h * hs + d] = Os[r * hp + d] * inv;
+        for (int d = lane; d < hs; d += 32)
+            out[((size_t)b * T + i0 + r) * C + (size_t)h * hs + d] = trn__to<A>(Os[r * hp + d] * inv);
         if (lane == 0) lse[(size_t)bh * T + i0 + r] = m[k] + logf(l[k]);
     }
 }
 
 /* D[r] = rowsum(dO * O) and L[r] = lse for the query rows of a tile */
-static __device__ __forceinline__ void trn__flash_rows(float *Ds, float *Ls, const float *dO, const float *out,
+template <typename A>
+static __device__ __forceinline__ void trn__flash_rows(float *Ds, float *Ls, const A *dO, const A *out,
                                                        const float *lse, int b, int h, int i0, int nq, int T, int NH,
                                                        int hs) {
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, C = NH * hs;
     for (int r = warp; r < nq; r += TRN__FLASH_WARPS) {
         size_t o = ((size_t)b * T + i0 + r) * C + (size_t)h * hs;
         float s = 0.0f;
-        for (int d = lane; d < hs; d += 32) s += dO[o + d] * out[o + d];
+        for (int d = lane; d < hs; d += 32) s += trn__ld(dO[o + d]) * trn__ld(out[o + d]);
         s = trn__warp_sum(s);
         if (lane == 0) { Ds[r] = s; Ls[r] = lse[((size_t)b * NH + h) * T + i0 + r]; }
     }
@@ -726,7 +744,8 @@ static __device__ __forceinline__ void trn__flash_rows(float *Ds, float *Ls, con
 /* dK, dV for one key tile: grid (B*NKV, key tiles). Shared: K, V, dK, dV,
    Q, dO (t rows each), P and dS (t x t: row c = key c, column r = query r),
    D and lse (t) */
-static __global__ void trn__k_flash_bwd_kv(float *dqkv, const float *dout, const float *qkv, const float *out,
+template <typename A>
+static __global__ void trn__k_flash_bwd_kv(A *dqkv, const A *dout, const A *qkv, const A *out,
                                            const float *lse, int T, int NH, int NKV, int hs, int causal, int t,
                                            float scale) {
     TRN_CUDA_DYNAMIC_SHARED(float, sm);
@@ -769,14 +788,16 @@ static __global__ void trn__k_flash_bwd_kv(float *dqkv, const float *dout, const
     __syncthreads();
     for (int idx = threadIdx.x; idx < nk * hs; idx += blockDim.x) {
         int c = idx / hs, d = idx % hs;
-        dqkv[x + (size_t)(j0 + c) * ld + (size_t)(NH + g) * hs + d] += dKs[c * hp + d];
-        dqkv[x + (size_t)(j0 + c) * ld + (size_t)(NH + NKV + g) * hs + d] += dVs[c * hp + d];
+        A *pk = dqkv + x + (size_t)(j0 + c) * ld + (size_t)(NH + g) * hs + d, *pv = pk + (size_t)NKV * hs;
+        *pk = trn__to<A>(trn__ld(*pk) + dKs[c * hp + d]);
+        *pv = trn__to<A>(trn__ld(*pv) + dVs[c * hp + d]);
     }
 }
 
 /* dQ for one query tile: grid (B*NH, query tiles). Shared: Q, dO, dQ, K, V
    (t rows each), dS (t x t: row r = query r, column j = key j), D, lse */
-static __global__ void trn__k_flash_bwd_q(float *dqkv, const float *dout, const float *qkv, const float *out,
+template <typename A>
+static __global__ void trn__k_flash_bwd_q(A *dqkv, const A *dout, const A *qkv, const A *out,
                                           const float *lse, int T, int NH, int NKV, int hs, int causal, int t,
                                           float scale) {
     TRN_CUDA_DYNAMIC_SHARED(float, sm);
@@ -815,7 +836,326 @@ static __global__ void trn__k_flash_bwd_q(float *dqkv, const float *dout, const 
     __syncthreads();
     for (int idx = threadIdx.x; idx < nq * hs; idx += blockDim.x) {
         int r = idx / hs, d = idx % hs;
-        dqkv[x + (size_t)(i0 + r) * ld + (size_t)h * hs + d] += dQs[r * hp + d];
+        A *p = dqkv + x + (size_t)(i0 + r) * ld + (size_t)h * hs + d;
+        *p = trn__to<A>(trn__ld(*p) + dQs[r * hp + d]);
+    }
+}
+
+/* --- fused attention in bf16 on tensor cores (TRN_CUDA_BF16): the same
+   math as the fp32 kernels above, with qkv, out, dout and dqkv in bf16 and
+   the matrix products on tensor cores through WMMA (nvcuda::wmma, tiles of
+   16x16x16, bf16 inputs, fp32 accumulators; sm_80 and newer). lse, the
+   softmax statistics (running max m and sum l) and every exp/log are fp32.
+   Tiles live in shared memory; a block has W warps and owns R = 16 W rows
+   (queries in forward and dQ, keys in dK/dV), warp w rows [16w, 16w+16);
+   the other side streams through in tiles of N = 32 rows. A matrix
+   product tile is a warp-collective call, so every lane of a warp runs
+   the same products (rows past T are zero and masked out); scalar work
+   (softmax, masks, D) goes to lane pairs: lanes 2r and 2r+1 share row r
+   of the warp's 16, each with half of the columns.
+   Rounding (what differs from fp32): Q, K, V, dO are bf16 on input, their
+   products are exact in fp32 and summed in fp32; P is rounded to bf16
+   before P V and P^T dO, dS before dS K and dS^T Q; out and dqkv are
+   rounded once per store (dqkv += in fp32, then one rounding).
+   Deterministic: no atomics (dK, dV per key tile over all queries of the
+   group's heads, dQ per query tile over the keys, as in fp32).
+   Head sizes 32, 64 and 128 are instantiated (HS is a template argument,
+   so the per-row output accumulators are registers); shared memory stays
+   under 48 KiB: W = 4 up to HS = 64, W = 2 at 128. ----------------------- */
+template <int HS> struct trn__fa {
+    enum {
+        W = HS > 64 ? 2 : 4, /* warps per block                          */
+        R = 16 * W,          /* rows a block owns                        */
+        N = 32,              /* rows of a streamed tile                  */
+        SW = N > HS ? N : HS /* row width of the forward's float scratch */
+    };
+    static_assert(HS % 16 == 0 && R % N == 0, "tile sizes");
+};
+
+/* rows [r0, r0+n) of one head (HS bf16 at stride ld) into a tile of `rows`
+   rows at stride HS; rows past n become 0 */
+template <int HS>
+static __device__ __forceinline__ void trn__fa_load(trn__bf16 *tile, const trn__bf16 *src, size_t ld, int r0, int n,
+                                                    int rows) {
+    const trn__bf16 zero = __float2bfloat16(0.0f);
+    for (int idx = threadIdx.x; idx < rows * HS; idx += blockDim.x) {
+        int r = idx / HS, d = idx % HS;
+        tile[idx] = r < n ? src[(size_t)(r0 + r) * ld + d] : zero;
+    }
+}
+
+/* D[r] = rowsum(dO * O) (fp32 from bf16) and L[r] = lse for `rows` query
+   rows from i0; rows past T get 0 (their P is masked to 0 anyway) */
+template <int HS>
+static __device__ __forceinline__ void trn__fa_rows(float *Ds, float *Ls, const trn__bf16 *dO, const trn__bf16 *out,
+                                                    const float *lse, int b, int h, int i0, int rows, int T, int NH) {
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
+    for (int r = warp; r < rows; r += nw) {
+        float s = 0.0f;
+        if (i0 + r < T) {
+            size_t o = ((size_t)b * T + i0 + r) * NH * HS + (size_t)h * HS;
+            for (int d = lane; d < HS; d += 32) s += trn__ld(dO[o + d]) * trn__ld(out[o + d]);
+        }
+        s = trn__warp_sum(s);
+        if (lane == 0) {
+            Ds[r] = s;
+            Ls[r] = i0 + r < T ? lse[((size_t)b * NH + h) * T + i0 + r] : 0.0f;
+        }
+    }
+}
+
+/* C (16 x 16 per n, N/16 or HS/16 of them, fp32) = A B for one warp:
+   a 16 x (16 KT) strip of A times a (16 KT) x 16 column block of B;
+   the layouts of A and B are template arguments, ldm in elements */
+template <typename LA, typename LB, int KT>
+static __device__ __forceinline__ void trn__fa_mma(nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> &c,
+                                                   const trn__bf16 *a, int a_step, unsigned lda, const trn__bf16 *b,
+                                                   int b_step, unsigned ldb) {
+    for (int k = 0; k < KT; k++) {
+        nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, trn__bf16, LA> fa;
+        nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, trn__bf16, LB> fb;
+        nvcuda::wmma::load_matrix_sync(fa, a + k * a_step, lda);
+        nvcuda::wmma::load_matrix_sync(fb, b + k * b_step, ldb);
+        nvcuda::wmma::mma_sync(c, fa, fb, c);
+    }
+}
+
+/* grid (B*NH, query tiles of R). Shared: Q (R x HS), K, V (N x HS), P
+   (R x N) bf16; a float scratch (R x SW) that holds S, then P V. The
+   output row lives in registers of its lane pair (o[], HS/2 each). */
+template <int HS>
+static __global__ void trn__k_flash_fwd_bf16(trn__bf16 *out, float *lse, const trn__bf16 *qkv, int T, int NH, int NKV,
+                                             int causal, float scale) {
+    namespace wm = nvcuda::wmma;
+    enum { R = trn__fa<HS>::R, N = trn__fa<HS>::N, SW = trn__fa<HS>::SW };
+    TRN__CUDA_SHARED_128(unsigned char, sm);
+    trn__bf16 *Qs = (trn__bf16 *)sm, *Ks = Qs + R * HS, *Vs = Ks + N * HS, *Ps = Vs + N * HS;
+    float *Ss = (float *)(Ps + R * N);
+    int bh = blockIdx.x, b = bh / NH, h = bh % NH, g = h / (NH / NKV);
+    int i0 = blockIdx.y * R, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    int kend = causal ? min(T, i0 + R) : T;
+    int rr = lane / 2, half = lane % 2, i = i0 + warp * 16 + rr; /* this lane pair's query row */
+    size_t ld = (size_t)(NH + 2 * NKV) * HS;
+    const trn__bf16 *x = qkv + (size_t)b * T * ld;
+    trn__bf16 *Pw = Ps + warp * 16 * N; /* the warp's 16 rows */
+    float *Sw = Ss + warp * 16 * SW;
+    float m = -INFINITY, l = 0.0f, o[HS / 2];
+TRN__UNROLL
+    for (int d = 0; d < HS / 2; d++) o[d] = 0.0f;
+    trn__fa_load<HS>(Qs, x + (size_t)h * HS, ld, i0, min(R, T - i0), R);
+    for (int j0 = 0; j0 < kend; j0 += N) {
+        __syncthreads(); /* everyone is done with the previous K, V tile */
+        trn__fa_load<HS>(Ks, x + (size_t)(NH + g) * HS, ld, j0, min(N, kend - j0), N);
+        trn__fa_load<HS>(Vs, x + (size_t)(NH + NKV + g) * HS, ld, j0, min(N, kend - j0), N);
+        __syncthreads(); /* the K, V tile is complete */
+        /* S = Q K^T: 16 rows x N keys, K^T read as a col-major B */
+        for (int n = 0; n < N / 16; n++) {
+            wm::fragment<wm::accumulator, 16, 16, 16, float> s;
+            wm::fill_fragment(s, 0.0f);
+            trn__fa_mma<wm::row_major, wm::col_major, HS / 16>(s, Qs + warp * 16 * HS, 16, HS, Ks + n * 16 * HS, 16, HS);
+            wm::store_matrix_sync(Sw + n * 16, s, SW, wm::mem_row_major);
+        }
+        __syncwarp();
+        /* online softmax of row rr over this tile (fp32) */
+        float sv[N / 2], mx = -INFINITY, sum = 0.0f, corr;
+TRN__UNROLL
+        for (int c = 0; c < N / 2; c++) {
+            int j = j0 + half * (N / 2) + c;
+            sv[c] = j < kend && (!causal || j <= i) ? scale * Sw[rr * SW + half * (N / 2) + c] : -INFINITY;
+            mx = fmaxf(mx, sv[c]);
+        }
+        mx = fmaxf(m, fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1))); /* finite: key 0 is in every row's first tile */
+        corr = expf(m - mx);                                             /* 0 on the first tile */
+TRN__UNROLL
+        for (int c = 0; c < N / 2; c++) {
+            float p = sv[c] == -INFINITY ? 0.0f : expf(sv[c] - mx);
+            sum += p; /* l sums the fp32 p; P V uses p rounded to bf16 */
+            Pw[rr * N + half * (N / 2) + c] = __float2bfloat16(p);
+        }
+        l = l * corr + sum + __shfl_xor_sync(0xffffffffu, sum, 1);
+        m = mx;
+        __syncwarp(); /* P is complete and every lane has read S */
+        /* P V: 16 rows x HS, into the scratch where S was */
+        for (int n = 0; n < HS / 16; n++) {
+            wm::fragment<wm::accumulator, 16, 16, 16, float> pv;
+            wm::fill_fragment(pv, 0.0f);
+            trn__fa_mma<wm::row_major, wm::row_major, N / 16>(pv, Pw, 16, N, Vs + n * 16, 16 * HS, HS);
+            wm::store_matrix_sync(Sw + n * 16, pv, SW, wm::mem_row_major);
+        }
+        __syncwarp();
+TRN__UNROLL
+        for (int d = 0; d < HS / 2; d++) o[d] = o[d] * corr + Sw[rr * SW + half * (HS / 2) + d];
+    }
+    if (i < T) {
+        float inv = 1.0f / l;
+        trn__bf16 *dst = out + ((size_t)b * T + i) * NH * HS + (size_t)h * HS + half * (HS / 2);
+TRN__UNROLL
+        for (int d = 0; d < HS / 2; d++) dst[d] = __float2bfloat16(o[d] * inv);
+        if (half == 0) lse[(size_t)bh * T + i] = m + logf(l);
+    }
+}
+
+/* dK, dV for one key tile: grid (B*NKV, key tiles of R). Shared: K, V
+   (R x HS), Q, dO (N x HS) bf16; S^T and dP^T (R x N floats each; then P^T
+   and dS^T as bf16 over their first half); D, lse (N). dK and dV of the
+   warp's 16 keys accumulate in fragments over every query of every head of
+   the group; scale is applied to dK once, at the end. */
+template <int HS>
+static __global__ void trn__k_flash_bwd_kv_bf16(trn__bf16 *dqkv, const trn__bf16 *dout, const trn__bf16 *qkv,
+                                                const trn__bf16 *out, const float *lse, int T, int NH, int NKV,
+                                                int causal, float scale) {
+    namespace wm = nvcuda::wmma;
+    enum { R = trn__fa<HS>::R, N = trn__fa<HS>::N, F = HS / 16 };
+    TRN__CUDA_SHARED_128(unsigned char, sm);
+    trn__bf16 *Ks = (trn__bf16 *)sm, *Vs = Ks + R * HS, *Qs = Vs + R * HS, *dOs = Qs + N * HS;
+    float *Ss = (float *)(dOs + N * HS), *dPs = Ss + R * N, *Ds = dPs + R * N, *Ls = Ds + N;
+    int bg = blockIdx.x, b = bg / NKV, g = bg % NKV, G = NH / NKV;
+    int j0 = blockIdx.y * R, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    int rr = lane / 2, half = lane % 2, j = j0 + warp * 16 + rr; /* this lane pair's key */
+    size_t ld = (size_t)(NH + 2 * NKV) * HS, x = (size_t)b * T * ld;
+    float *Sw = Ss + warp * 16 * N, *dPw = dPs + warp * 16 * N;
+    trn__bf16 *Pw = (trn__bf16 *)Sw, *dSw = (trn__bf16 *)dPw; /* over the floats, once they are read */
+    wm::fragment<wm::accumulator, 16, 16, 16, float> dk[F], dv[F];
+TRN__UNROLL
+    for (int n = 0; n < F; n++) { wm::fill_fragment(dk[n], 0.0f); wm::fill_fragment(dv[n], 0.0f); }
+    trn__fa_load<HS>(Ks, qkv + x + (size_t)(NH + g) * HS, ld, j0, min(R, T - j0), R);
+    trn__fa_load<HS>(Vs, qkv + x + (size_t)(NH + NKV + g) * HS, ld, j0, min(R, T - j0), R);
+    for (int h = g * G; h < (g + 1) * G; h++)
+        for (int i0 = causal ? j0 : 0; i0 < T; i0 += N) { /* causal: queries before j0 see none of it */
+            __syncthreads(); /* done with the previous Q, dO, D, lse, P^T, dS^T */
+            trn__fa_load<HS>(Qs, qkv + x + (size_t)h * HS, ld, i0, min(N, T - i0), N);
+            trn__fa_load<HS>(dOs, dout + (size_t)b * T * NH * HS + (size_t)h * HS, (size_t)NH * HS, i0,
+                             min(N, T - i0), N);
+            trn__fa_rows<HS>(Ds, Ls, dout, out, lse, b, h, i0, N, T, NH);
+            __syncthreads(); /* the Q, dO tiles are complete */
+            /* S^T = K Q^T and dP^T = V dO^T: 16 keys x N queries */
+            for (int n = 0; n < N / 16; n++) {
+                wm::fragment<wm::accumulator, 16, 16, 16, float> s, dp;
+                wm::fill_fragment(s, 0.0f);
+                wm::fill_fragment(dp, 0.0f);
+                trn__fa_mma<wm::row_major, wm::col_major, F>(s, Ks + warp * 16 * HS, 16, HS, Qs + n * 16 * HS, 16, HS);
+                trn__fa_mma<wm::row_major, wm::col_major, F>(dp, Vs + warp * 16 * HS, 16, HS, dOs + n * 16 * HS, 16, HS);
+                wm::store_matrix_sync(Sw + n * 16, s, N, wm::mem_row_major);
+                wm::store_matrix_sync(dPw + n * 16, dp, N, wm::mem_row_major);
+            }
+            __syncwarp();
+            /* P = exp(scale S - lse), dS = P (dP - D), masked; fp32 */
+            float pv[N / 2], dsv[N / 2];
+TRN__UNROLL
+            for (int c = 0; c < N / 2; c++) {
+                int r = half * (N / 2) + c, i = i0 + r;
+                float p = 0.0f, ds = 0.0f;
+                if (i < T && j < T && (!causal || j <= i)) {
+                    p = expf(scale * Sw[rr * N + r] - Ls[r]);
+                    ds = p * (dPw[rr * N + r] - Ds[r]);
+                }
+                pv[c] = p;
+                dsv[c] = ds;
+            }
+            __syncwarp(); /* every lane has read its S and dP: overwrite them */
+TRN__UNROLL
+            for (int c = 0; c < N / 2; c++) {
+                Pw[rr * N + half * (N / 2) + c] = __float2bfloat16(pv[c]);
+                dSw[rr * N + half * (N / 2) + c] = __float2bfloat16(dsv[c]);
+            }
+            __syncwarp();
+            /* dV += P^T dO, dK += dS^T Q: 16 keys x HS, sums over N queries */
+TRN__UNROLL
+            for (int n = 0; n < F; n++) {
+                trn__fa_mma<wm::row_major, wm::row_major, N / 16>(dv[n], Pw, 16, N, dOs + n * 16, 16 * HS, HS);
+                trn__fa_mma<wm::row_major, wm::row_major, N / 16>(dk[n], dSw, 16, N, Qs + n * 16, 16 * HS, HS);
+            }
+        }
+    /* dqkv += (bf16: add in fp32, round once), 16 x 16 at a time through
+       the warp's scratch */
+TRN__UNROLL
+    for (int n = 0; n < 2 * F; n++) {
+        __syncwarp(); /* the scratch is free */
+        wm::store_matrix_sync(Sw, n < F ? dv[n] : dk[n - F], 16, wm::mem_row_major);
+        __syncwarp();
+        for (int e = lane; e < 256; e += 32) {
+            int key = j0 + warp * 16 + e / 16;
+            size_t col = n < F ? (size_t)(NH + NKV + g) * HS + n * 16 : (size_t)(NH + g) * HS + (n - F) * 16;
+            if (key < T) {
+                trn__bf16 *p = dqkv + x + (size_t)key * ld + col + e % 16;
+                *p = __float2bfloat16(trn__ld(*p) + (n < F ? Sw[e] : scale * Sw[e]));
+            }
+        }
+    }
+}
+
+/* dQ for one query tile: grid (B*NH, query tiles of R). Shared: Q, dO
+   (R x HS), K, V (N x HS) bf16; S and dP (R x N floats each; then dS as
+   bf16 over S); D, lse (R). dQ of the warp's 16 rows accumulates in
+   fragments over the keys; scale is applied once, at the end. */
+template <int HS>
+static __global__ void trn__k_flash_bwd_q_bf16(trn__bf16 *dqkv, const trn__bf16 *dout, const trn__bf16 *qkv,
+                                               const trn__bf16 *out, const float *lse, int T, int NH, int NKV,
+                                               int causal, float scale) {
+    namespace wm = nvcuda::wmma;
+    enum { R = trn__fa<HS>::R, N = trn__fa<HS>::N, F = HS / 16 };
+    TRN__CUDA_SHARED_128(unsigned char, sm);
+    trn__bf16 *Qs = (trn__bf16 *)sm, *dOs = Qs + R * HS, *Ks = dOs + R * HS, *Vs = Ks + N * HS;
+    float *Ss = (float *)(Vs + N * HS), *dPs = Ss + R * N, *Ds = dPs + R * N, *Ls = Ds + R;
+    int bh = blockIdx.x, b = bh / NH, h = bh % NH, g = h / (NH / NKV);
+    int i0 = blockIdx.y * R, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    int kend = causal ? min(T, i0 + R) : T;
+    int rr = lane / 2, half = lane % 2, r = warp * 16 + rr, i = i0 + r; /* this lane pair's query row */
+    size_t ld = (size_t)(NH + 2 * NKV) * HS, x = (size_t)b * T * ld;
+    float *Sw = Ss + warp * 16 * N, *dPw = dPs + warp * 16 * N;
+    trn__bf16 *dSw = (trn__bf16 *)Sw;
+    wm::fragment<wm::accumulator, 16, 16, 16, float> dq[F];
+TRN__UNROLL
+    for (int n = 0; n < F; n++) wm::fill_fragment(dq[n], 0.0f);
+    trn__fa_load<HS>(Qs, qkv + x + (size_t)h * HS, ld, i0, min(R, T - i0), R);
+    trn__fa_load<HS>(dOs, dout + (size_t)b * T * NH * HS + (size_t)h * HS, (size_t)NH * HS, i0, min(R, T - i0), R);
+    trn__fa_rows<HS>(Ds, Ls, dout, out, lse, b, h, i0, R, T, NH);
+    for (int j0 = 0; j0 < kend; j0 += N) {
+        __syncthreads(); /* done with the previous K, V tile (and Q, dO, D, lse are complete) */
+        trn__fa_load<HS>(Ks, qkv + x + (size_t)(NH + g) * HS, ld, j0, min(N, kend - j0), N);
+        trn__fa_load<HS>(Vs, qkv + x + (size_t)(NH + NKV + g) * HS, ld, j0, min(N, kend - j0), N);
+        __syncthreads(); /* the K, V tile is complete */
+        /* S = Q K^T and dP = dO V^T: 16 rows x N keys */
+        for (int n = 0; n < N / 16; n++) {
+            wm::fragment<wm::accumulator, 16, 16, 16, float> s, dp;
+            wm::fill_fragment(s, 0.0f);
+            wm::fill_fragment(dp, 0.0f);
+            trn__fa_mma<wm::row_major, wm::col_major, F>(s, Qs + warp * 16 * HS, 16, HS, Ks + n * 16 * HS, 16, HS);
+            trn__fa_mma<wm::row_major, wm::col_major, F>(dp, dOs + warp * 16 * HS, 16, HS, Vs + n * 16 * HS, 16, HS);
+            wm::store_matrix_sync(Sw + n * 16, s, N, wm::mem_row_major);
+            wm::store_matrix_sync(dPw + n * 16, dp, N, wm::mem_row_major);
+        }
+        __syncwarp();
+        float dsv[N / 2];
+TRN__UNROLL
+        for (int c = 0; c < N / 2; c++) {
+            int jj = half * (N / 2) + c, j = j0 + jj;
+            float ds = 0.0f;
+            if (i < T && j < kend && (!causal || j <= i))
+                ds = expf(scale * Sw[rr * N + jj] - Ls[r]) * (dPw[rr * N + jj] - Ds[r]);
+            dsv[c] = ds;
+        }
+        __syncwarp(); /* every lane has read its S: overwrite it with dS */
+TRN__UNROLL
+        for (int c = 0; c < N / 2; c++) dSw[rr * N + half * (N / 2) + c] = __float2bfloat16(dsv[c]);
+        __syncwarp();
+        /* dQ += dS K: 16 rows x HS, sums over N keys */
+TRN__UNROLL
+        for (int n = 0; n < F; n++)
+            trn__fa_mma<wm::row_major, wm::row_major, N / 16>(dq[n], dSw, 16, N, Ks + n * 16, 16 * HS, HS);
+    }
+TRN__UNROLL
+    for (int n = 0; n < F; n++) {
+        __syncwarp(); /* the scratch is free */
+        wm::store_matrix_sync(Sw, dq[n], 16, wm::mem_row_major);
+        __syncwarp();
+        for (int e = lane; e < 256; e += 32) {
+            int q = i0 + warp * 16 + e / 16;
+            if (q < T) {
+                trn__bf16 *p = dqkv + x + (size_t)q * ld + (size_t)h * HS + n * 16 + e % 16;
+                *p = __float2bfloat16(trn__ld(*p) + scale * Sw[e]);
+            }
+        }
     }
 }
 
@@ -1985,16 +2325,18 @@ static int trn__cuda_flash_tile(int hs, int backward) {
     }
 }
 
+template <typename A>
 static void trn__cuda_flash_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int NH,
                                               int NKV, int hs, int causal) {
     int t = trn__cuda_flash_tile(hs, 0);
     size_t shmem = sizeof(float) * ((size_t)4 * t * (hs + 1) + (size_t)t * t);
     if (B <= 0 || T <= 0) return;
-    TRN_CUDA_LAUNCH(trn__k_flash_fwd, dim3((unsigned)(B * NH), (unsigned)((T + t - 1) / t)),
-                    dim3(TRN__FLASH_THREADS), shmem, trn__cu.stream, out, lse, qkv, T, NH, NKV, hs, causal, t,
-                    1.0f / sqrtf((float)hs));
+    TRN_CUDA_LAUNCH(trn__k_flash_fwd<A>, dim3((unsigned)(B * NH), (unsigned)((T + t - 1) / t)),
+                    dim3(TRN__FLASH_THREADS), shmem, trn__cu.stream, TRN__A(out), lse, TRN__CA(qkv), T, NH, NKV, hs,
+                    causal, t, 1.0f / sqrtf((float)hs));
 }
 
+template <typename A>
 static void trn__cuda_flash_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
                                                const float *lse, int B, int T, int NH, int NKV, int hs,
                                                int causal) {
@@ -2002,12 +2344,65 @@ static void trn__cuda_flash_attention_backward(float *dqkv, const float *dout, c
     size_t shmem = sizeof(float) * ((size_t)6 * t * (hs + 1) + 2 * (size_t)t * t + 2 * t);
     float scale = 1.0f / sqrtf((float)hs);
     if (!dqkv || B <= 0 || T <= 0) return;
-    TRN_CUDA_LAUNCH(trn__k_flash_bwd_kv, dim3((unsigned)(B * NKV), (unsigned)((T + t - 1) / t)),
-                    dim3(TRN__FLASH_THREADS), shmem, trn__cu.stream, dqkv, dout, qkv, out, lse, T, NH, NKV, hs,
-                    causal, t, scale);
-    TRN_CUDA_LAUNCH(trn__k_flash_bwd_q, dim3((unsigned)(B * NH), (unsigned)((T + t - 1) / t)),
-                    dim3(TRN__FLASH_THREADS), shmem, trn__cu.stream, dqkv, dout, qkv, out, lse, T, NH, NKV, hs,
-                    causal, t, scale);
+    TRN_CUDA_LAUNCH(trn__k_flash_bwd_kv<A>, dim3((unsigned)(B * NKV), (unsigned)((T + t - 1) / t)),
+                    dim3(TRN__FLASH_THREADS), shmem, trn__cu.stream, TRN__A(dqkv), TRN__CA(dout), TRN__CA(qkv),
+                    TRN__CA(out), lse, T, NH, NKV, hs, causal, t, scale);
+    TRN_CUDA_LAUNCH(trn__k_flash_bwd_q<A>, dim3((unsigned)(B * NH), (unsigned)((T + t - 1) / t)),
+                    dim3(TRN__FLASH_THREADS), shmem, trn__cu.stream, TRN__A(dqkv), TRN__CA(dout), TRN__CA(qkv),
+                    TRN__CA(out), lse, T, NH, NKV, hs, causal, t, scale);
+}
+
+/* bf16 fused attention (TRN_CUDA_BF16): qkv, out, dout, dqkv are bf16,
+   lse fp32. Head sizes that are multiples of 16 up to 128 run on the
+   tensor-core kernels (one instantiation each); any other head size runs
+   the fp32-FMA kernels above on bf16 storage (correct, not fast). */
+template <int HS> static size_t trn__cuda_flash_bf16_shmem(int kernel) {
+    enum { R = trn__fa<HS>::R, N = trn__fa<HS>::N, SW = trn__fa<HS>::SW };
+    if (kernel == 0) return 2 * ((size_t)R * HS + 2 * (size_t)N * HS + (size_t)R * N) + 4 * (size_t)R * SW;
+    if (kernel == 1) return 2 * (2 * (size_t)R * HS + 2 * (size_t)N * HS) + 4 * (2 * (size_t)R * N + 2 * N);
+    return 2 * (2 * (size_t)R * HS + 2 * (size_t)N * HS) + 4 * (2 * (size_t)R * N + 2 * R);
+}
+template <int HS>
+static void trn__cuda_flash_fwd_bf16(float *out, float *lse, const float *qkv, int B, int T, int NH, int NKV,
+                                     int causal) {
+    enum { R = trn__fa<HS>::R };
+    TRN_CUDA_LAUNCH(trn__k_flash_fwd_bf16<HS>, dim3((unsigned)(B * NH), (unsigned)((T + R - 1) / R)),
+                    dim3(32 * trn__fa<HS>::W), trn__cuda_flash_bf16_shmem<HS>(0), trn__cu.stream, (trn__bf16 *)out,
+                    lse, (const trn__bf16 *)qkv, T, NH, NKV, causal, 1.0f / sqrtf((float)HS));
+}
+template <int HS>
+static void trn__cuda_flash_bwd_bf16(float *dqkv, const float *dout, const float *qkv, const float *out,
+                                     const float *lse, int B, int T, int NH, int NKV, int causal) {
+    enum { R = trn__fa<HS>::R };
+    float scale = 1.0f / sqrtf((float)HS);
+    TRN_CUDA_LAUNCH(trn__k_flash_bwd_kv_bf16<HS>, dim3((unsigned)(B * NKV), (unsigned)((T + R - 1) / R)),
+                    dim3(32 * trn__fa<HS>::W), trn__cuda_flash_bf16_shmem<HS>(1), trn__cu.stream, (trn__bf16 *)dqkv,
+                    (const trn__bf16 *)dout, (const trn__bf16 *)qkv, (const trn__bf16 *)out, lse, T, NH, NKV, causal,
+                    scale);
+    TRN_CUDA_LAUNCH(trn__k_flash_bwd_q_bf16<HS>, dim3((unsigned)(B * NH), (unsigned)((T + R - 1) / R)),
+                    dim3(32 * trn__fa<HS>::W), trn__cuda_flash_bf16_shmem<HS>(2), trn__cu.stream, (trn__bf16 *)dqkv,
+                    (const trn__bf16 *)dout, (const trn__bf16 *)qkv, (const trn__bf16 *)out, lse, T, NH, NKV, causal,
+                    scale);
+}
+#define TRN__FLASH_BF16_HS(X) X(16) X(32) X(48) X(64) X(80) X(96) X(112) X(128)
+static void trn__cuda_flash_attention_forward_bf16(float *out, float *lse, const float *qkv, int B, int T, int NH,
+                                                   int NKV, int hs, int causal) {
+    if (B <= 0 || T <= 0) return;
+#define TRN__FLASH_FWD(HS) \
+    if (hs == HS) return trn__cuda_flash_fwd_bf16<HS>(out, lse, qkv, B, T, NH, NKV, causal);
+    TRN__FLASH_BF16_HS(TRN__FLASH_FWD)
+#undef TRN__FLASH_FWD
+    trn__cuda_flash_attention_forward<trn__bf16>(out, lse, qkv, B, T, NH, NKV, hs, causal);
+}
+static void trn__cuda_flash_attention_backward_bf16(float *dqkv, const float *dout, const float *qkv, const float *out,
+                                                    const float *lse, int B, int T, int NH, int NKV, int hs,
+                                                    int causal) {
+    if (!dqkv || B <= 0 || T <= 0) return;
+#define TRN__FLASH_BWD(HS) \
+    if (hs == HS) return trn__cuda_flash_bwd_bf16<HS>(dqkv, dout, qkv, out, lse, B, T, NH, NKV, causal);
+    TRN__FLASH_BF16_HS(TRN__FLASH_BWD)
+#undef TRN__FLASH_BWD
+    trn__cuda_flash_attention_backward<trn__bf16>(dqkv, dout, qkv, out, lse, B, T, NH, NKV, hs, causal);
 }
 
 template <typename A>
@@ -2410,8 +2805,10 @@ static void trn__cuda_fill_table(trn_backend *t, int bf16) {
         t->rope_forward = TRN__CUDA_PICK(trn__cuda_rope_forward);
         t->rope_backward = TRN__CUDA_PICK(trn__cuda_rope_backward);
         /* fused attention (flash-style) */
-        t->flash_attention_forward = trn__cuda_flash_attention_forward;
-        t->flash_attention_backward = trn__cuda_flash_attention_backward;
+        t->flash_attention_forward =
+            bf16 ? trn__cuda_flash_attention_forward_bf16 : trn__cuda_flash_attention_forward<float>;
+        t->flash_attention_backward =
+            bf16 ? trn__cuda_flash_attention_backward_bf16 : trn__cuda_flash_attention_backward<float>;
         t->sgd_update = trn__cuda_sgd_update;
         t->attention_kv_forward = TRN__CUDA_PICK(trn__cuda_attention_kv_forward);
         t->dropout_forward = TRN__CUDA_PICK(trn__cuda_dropout_forward);

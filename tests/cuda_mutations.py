@@ -79,6 +79,17 @@ MUTATIONS = [  # (name, original text, broken text, sanitizer: "" | "address" | 
     ("bf16 softmax backward with the row sum of dP alone (P dropped)",
      "for (int s = lane; s < T; s += 32) dot += trn__ld(p[s]) * trn__ld(d[s]);",
      "for (int s = lane; s < T; s += 32) dot += trn__ld(d[s]);", "", "tests/test_cuda_bf16_gemm.cpp"),
+    # the bf16 fused attention on tensor cores (tests/test_cuda_flash_bf16.cpp checks it)
+    ("bf16 flash forward: causal mask off by one", "sv[c] = j < kend && (!causal || j <= i) ? scale",
+     "sv[c] = j < kend && (!causal || j <= i + 1) ? scale", "", "tests/test_cuda_flash_bf16.cpp"),
+    ("bf16 flash forward: no barrier between the K, V tile loads and the products",
+     "        __syncthreads(); /* the K, V tile is complete */\n        /* S = Q K^T: 16 rows x N keys",
+     "        /* S = Q K^T: 16 rows x N keys", "", "tests/test_cuda_flash_bf16.cpp"),
+    ("bf16 flash dK/dV: P^T written over S^T before every lane has read it",
+     "            __syncwarp(); /* every lane has read its S and dP: overwrite them */", "", "",
+     "tests/test_cuda_flash_bf16.cpp"),
+    ("bf16 flash dQ overwritten instead of accumulated", "*p = __float2bfloat16(trn__ld(*p) + scale * Sw[e]);",
+     "*p = __float2bfloat16(scale * Sw[e]);", "", "tests/test_cuda_flash_bf16.cpp"),
 ]
 
 

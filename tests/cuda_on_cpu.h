@@ -257,8 +257,9 @@ struct WarpState {
     unsigned exist;        /* lanes that exist in this warp            */
     int arrived[2];        /* double-buffered by each lane's gen & 1   */
     unsigned mask[2];
-    const char *file[2];
+    const char *file[2];       /* the collective's name */
     int line[2];
+    int mixed[2];              /* lanes met at different wmma calls */
     uint64_t val[2][32];
 };
 struct Launch {
@@ -538,7 +539,7 @@ inline void preempt() {
 
 /* ---- warp collectives: the lanes in mask meet, deposit, then read -------- */
 inline const uint64_t *warp_meet(unsigned mask, uint64_t v, const char *op, int *lane_out,
-                                 unsigned *exist_out) {
+                                 unsigned *exist_out, int *mixed_out = nullptr) {
     CUEMU_HARNESS_CODE;
     State &s = S();
     Fiber &f = s.fib[s.cur];
@@ -555,8 +556,12 @@ inline const uint64_t *warp_meet(unsigned mask, uint64_t v, const char *op, int 
     if (W.arrived[g] == 0) {
         W.mask[g] = mask;
         W.file[g] = op;
+        W.mixed[g] = 0;
     } else if (W.mask[g] != mask) {
         error("%s: lanes of one warp disagree on the mask (0x%08x vs 0x%08x)", op, mask, W.mask[g]);
+    } else if (strcmp(W.file[g], op) != 0 && (!strncmp(op, "wmma::", 6) || !strncmp(W.file[g], "wmma::", 6))) {
+        if (!W.mixed[g]) error("%s: other lanes of this warp are at %s (a wmma call is for the whole warp)", op, W.file[g]);
+        W.mixed[g] = 1;
     }
     W.val[g][lane] = v;
     int need = __builtin_popcount((W.mask[g] & W.exist) | (1u << lane));
@@ -575,6 +580,7 @@ inline const uint64_t *warp_meet(unsigned mask, uint64_t v, const char *op, int 
     yield();
     tsan_acquire(4 + 2 * (lin / 32) + (size_t)g);
     f.warp_gen++;
+    if (mixed_out) *mixed_out = W.mixed[g];
     return W.val[g];
 }
 
@@ -649,7 +655,8 @@ inline void run_block(const Launch &L, uint3 b) {
     s.bar_arrived = 0;
     s.bar_diverged = 0;
     if (L.shmem) {
-        s.dyn = (unsigned char *)malloc(L.shmem);
+        /* 128-byte aligned, as a GPU's dynamic shared memory (wmma needs 32) */
+        if (posix_memalign((void **)&s.dyn, 128, L.shmem)) { fprintf(stderr, "cuda_on_cpu: out of memory\n"); abort(); }
         memset(s.dyn, 0xff, L.shmem); /* uninitialized shared memory reads as NaN */
     }
     s.runq.clear();
@@ -877,6 +884,137 @@ static inline int __all_sync(unsigned mask, int pred) {
     unsigned ex = cuemu::S().warps[cuemu::linear_tid(threadIdx) / 32].exist;
     return __ballot_sync(mask, pred) == (mask & ex);
 }
+
+/* ---- nvcuda::wmma (mma.h): the subset train_cuda.h uses ------------------
+   Tensor-core tiles m16n16k16: matrix_a and matrix_b fragments of bf16
+   (row_major or col_major), accumulator fragments of float. As on a GPU
+   a fragment is spread over the 32 lanes of a warp, 8 elements per lane,
+   in a layout that code must not rely on (here element e of lane L is
+   element L*8+e of the tile in row-major order; the GPU's is different):
+   num_elements and x[] exist, so a kernel may apply the SAME operation to
+   every element (scale an accumulator), nothing that needs positions.
+   load_matrix_sync, mma_sync and store_matrix_sync are warp-collective:
+   all 32 lanes call them together, with the same pointer, ldm and layout
+   (checked: a missing lane shows up as a deadlock, a differing one as an
+   error), and each waits for the others before it touches memory, so
+   values a lane wrote before the call are visible to the whole warp.
+   The CUDA C++ Programming Guide ("Warp matrix functions") asks for a
+   256-bit (32-byte) aligned pointer and ldm a multiple of 16 bytes (8
+   elements of a 16-bit type, 4 of float); violations are reported.
+   mma_sync computes d = a b + c with exact products of bf16 values summed
+   in fp32 (the order of the sum is the emulation's; a GPU's differs in
+   the last bits). fill_fragment is per lane, as on a GPU. */
+namespace nvcuda {
+namespace wmma {
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+enum layout_t { mem_row_major, mem_col_major };
+template <class Use, int M, int N, int K, class T, class Layout = void> struct fragment {
+    static_assert(M == 16 && N == 16 && K == 16, "cuda_on_cpu: only m16n16k16 wmma fragments are emulated");
+    static_assert(std::is_same<Use, accumulator>::value ? std::is_same<T, float>::value && std::is_same<Layout, void>::value
+                                                        : std::is_same<T, __nv_bfloat16>::value &&
+                                                              (std::is_same<Layout, row_major>::value ||
+                                                               std::is_same<Layout, col_major>::value),
+                  "cuda_on_cpu: emulated wmma fragments: matrix_a/matrix_b of __nv_bfloat16 with row_major or "
+                  "col_major, accumulator of float");
+    enum { num_elements = 8 };
+    T x[8];
+};
+} /* namespace wmma */
+} /* namespace nvcuda */
+
+namespace cuemu {
+/* the collective part of a wmma call: all 32 lanes meet; each deposits
+   (pointer, ldm, layout) and is told if another lane passed different ones */
+inline int wmma_meet(const void *p, unsigned ldm, int layout, size_t esize, const char *op, int *lane) {
+    CUEMU_HARNESS_CODE;
+    unsigned ex;
+    uint64_t v = ((uint64_t)(uintptr_t)p & 0x0000ffffffffffffull) ^ ((uint64_t)(ldm & 0x7fffu) << 48) ^
+                 ((uint64_t)(layout & 1) << 63);
+    if ((uintptr_t)p % 32)
+        error("%s: pointer %p is not 256-bit (32-byte) aligned", op, p);
+    if (ldm * esize % 16) error("%s: ldm %u is not a multiple of %zu elements (16 bytes)", op, ldm, 16 / esize);
+    int mixed;
+    const uint64_t *vals = warp_meet(0xffffffffu, v, op, lane, &ex, &mixed);
+    if (mixed) return 0;
+    for (int l = 0; l < 32; l++)
+        if (vals[l] != v) {
+            error("%s: lane %d and lane %d pass a different pointer, ldm or layout (they must be the same in the "
+                  "whole warp)", op, *lane, l);
+            return 0;
+        }
+    return 1;
+}
+/* element (r, c) of a 16x16 tile at p: row major p[r*ldm+c], else p[c*ldm+r] */
+template <class T> inline T &wmma_at(T *p, unsigned ldm, int col, int r, int c) {
+    return col ? p[(size_t)c * ldm + r] : p[(size_t)r * ldm + c];
+}
+} /* namespace cuemu */
+
+namespace nvcuda {
+namespace wmma {
+template <class Use, class Layout>
+inline void load_matrix_sync(fragment<Use, 16, 16, 16, __nv_bfloat16, Layout> &f, const __nv_bfloat16 *p,
+                             unsigned ldm) {
+    int lane, col = std::is_same<Layout, col_major>::value;
+    if (!cuemu::wmma_meet(p, ldm, col, 2, "wmma::load_matrix_sync", &lane)) return;
+    for (int e = 0; e < 8; e++) f.x[e] = cuemu::wmma_at(p, ldm, col, lane / 2, lane % 2 * 8 + e);
+}
+inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float> &f, const float *p, unsigned ldm,
+                             layout_t layout) {
+    int lane, col = layout == mem_col_major;
+    if (!cuemu::wmma_meet(p, ldm, col, 4, "wmma::load_matrix_sync", &lane)) return;
+    for (int e = 0; e < 8; e++) f.x[e] = cuemu::wmma_at(p, ldm, col, lane / 2, lane % 2 * 8 + e);
+}
+inline void store_matrix_sync(float *p, const fragment<accumulator, 16, 16, 16, float> &f, unsigned ldm,
+                              layout_t layout) {
+    int lane, col = layout == mem_col_major;
+    if (!cuemu::wmma_meet(p, ldm, col, 4, "wmma::store_matrix_sync", &lane)) return;
+    for (int e = 0; e < 8; e++) cuemu::wmma_at(p, ldm, col, lane / 2, lane % 2 * 8 + e) = f.x[e];
+}
+template <class Use, class T, class Layout>
+inline void fill_fragment(fragment<Use, 16, 16, 16, T, Layout> &f, const T &v) {
+    for (int e = 0; e < 8; e++) f.x[e] = v;
+}
+template <class LA, class LB>
+inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
+                     const fragment<matrix_a, 16, 16, 16, __nv_bfloat16, LA> &a,
+                     const fragment<matrix_b, 16, 16, 16, __nv_bfloat16, LB> &b,
+                     const fragment<accumulator, 16, 16, 16, float> &c) {
+    CUEMU_HARNESS_CODE;
+    /* meet 1: every lane publishes where its parts of a, b, c are; each
+       computes its 8 elements of d from all lanes' parts; meet 2: nobody
+       writes d (which may be c) before every lane has read */
+    struct Parts { const void *a, *b, *c; } mine = {&a, &b, &c};
+    typedef fragment<matrix_a, 16, 16, 16, __nv_bfloat16, LA> FA;
+    typedef fragment<matrix_b, 16, 16, 16, __nv_bfloat16, LB> FB;
+    typedef fragment<accumulator, 16, 16, 16, float> FC;
+    int lane, mixed;
+    unsigned ex;
+    const uint64_t *v = cuemu::warp_meet(0xffffffffu, (uint64_t)(uintptr_t)&mine, "wmma::mma_sync", &lane, &ex, &mixed);
+    if (mixed) return; /* reported; other lanes' values are not fragments */
+    const Parts *parts[32];
+    for (int l = 0; l < 32; l++) parts[l] = (const Parts *)(uintptr_t)v[l];
+    float out[8];
+    int r = lane / 2;
+    for (int e = 0; e < 8; e++) {
+        int cc = lane % 2 * 8 + e, t = r * 16 + cc;
+        float s = ((const FC *)parts[t / 8]->c)->x[t % 8];
+        for (int k = 0; k < 16; k++) {
+            int ia = r * 16 + k, ib = k * 16 + cc;
+            s += __bfloat162float(((const FA *)parts[ia / 8]->a)->x[ia % 8]) *
+                 __bfloat162float(((const FB *)parts[ib / 8]->b)->x[ib % 8]);
+        }
+        out[e] = s;
+    }
+    cuemu::warp_meet(0xffffffffu, 0, "wmma::mma_sync", &lane, &ex);
+    for (int e = 0; e < 8; e++) d.x[e] = out[e];
+}
+} /* namespace wmma */
+} /* namespace nvcuda */
 
 /* ---- atomics (each is also a preemption point) ---------------------------
    Fibers are never interrupted inside one, so a plain read-modify-write is
