@@ -32,7 +32,8 @@
    test fail.
 
    Shapes are odd on purpose (37 rows, 53 or 777 channels, 1037 elements):
-   nothing is a multiple of a warp or a block.
+   nothing is a multiple of a warp or a block. tests/test_cuda_bf16_ops_gpu.cu
+   is the same file for a real GPU.
    Run:  tests/bin/test_cuda_bf16_ops [seed] */
 #define TRAIN_IMPLEMENTATION
 #include "train.h"
@@ -83,7 +84,13 @@ static uint32_t ref_f2bf(float f) {
     if (x - a > b - x) return hi;
     return (lo & 1) ? hi : lo; /* a tie: the even one */
 }
-static uint32_t harness_f2bf(float f) { return __float2bfloat16(f).x; }
+/* the bits of a bf16 through memcpy (cuda_bf16.h keeps its member private) */
+static uint32_t harness_f2bf(float f) {
+    __nv_bfloat16 b = __float2bfloat16(f);
+    uint16_t h;
+    memcpy(&h, &b, 2);
+    return h;
+}
 static int is_bf16_nan(uint32_t h) { return (h & 0x7f80u) == 0x7f80u && (h & 0x7fu) != 0; }
 
 static void test_conversions(void) {
@@ -92,7 +99,8 @@ static void test_conversions(void) {
     long bad_up = 0, bad_back = 0;
     for (uint32_t h = 0; h < 0x10000u; h++) {
         __nv_bfloat16 b;
-        b.x = (unsigned short)h;
+        uint16_t h16 = (uint16_t)h;
+        memcpy(&b, &h16, 2);
         float f = __bfloat162float(b);
         if (is_bf16_nan(h)) {
             bad_up += f == f;

@@ -1,0 +1,6 @@
+// build: -lcublas
+/* tests/test_cuda_bf16_ops_gpu.cu - tests/test_cuda_bf16_ops.cpp compiled by
+   nvcc: the bf16 kernels against their fp32 instantiations on a real GPU
+   (the conversions are checked on the host). Without a GPU it checks the
+   conversions and says "nothing more to test" (the nvcc build check). */
+#include "test_cuda_bf16_ops.cpp"
