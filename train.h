@@ -709,6 +709,10 @@ TRNDEF float trn_item(trn_model *m, const trn_tensor *t);        /* t->data[0] *
 TRNDEF void trn_read(trn_model *m, const trn_tensor *t, float *host);
 TRNDEF void trn_write(trn_model *m, trn_tensor *t, const float *host);
 TRNDEF void trn_read_grad(trn_model *m, const trn_tensor *t, float *host);
+/* elements [offset, offset+n) of t only (a row of logits, the padding rows
+   of an embedding), converting as trn_read/trn_write do */
+TRNDEF void trn_read_range(trn_model *m, const trn_tensor *t, size_t offset, float *host, size_t n);
+TRNDEF void trn_write_range(trn_model *m, trn_tensor *t, size_t offset, const float *host, size_t n);
 TRNDEF void trn_init_normal(trn_model *m, trn_tensor *t, float mean, float std, trn_rng *rng);
 TRNDEF void trn_init_const(trn_model *m, trn_tensor *t, float value);
 
@@ -1646,6 +1650,8 @@ TRNDEF void trn_profile_free(trn_profile *p); /* detaches it from the model */
 #endif
 
 #define TRN__MIN(a, b) ((a) < (b) ? (a) : (b))
+/* element i of backend memory p holding dtype dt (bf16 elements are 2 bytes) */
+#define TRN__AT(p, i, dt) ((float *)((char *)(p) + (size_t)(i) * trn_dtype_size(dt)))
 #define TRN__MAX(a, b) ((a) > (b) ? (a) : (b))
 
 /* ========================================================================
@@ -3806,6 +3812,7 @@ TRNDEF void trn_model_free(trn_model *m) {
     free(m->tblocks);
     if (m->param_data) m->backend->free(m->param_data + m->param_lo); /* (sharding: its slice) */
     if (m->grad_data) m->backend->free(m->grad_data + m->grad_lo);
+    if (m->param_bf16) m->backend->free(m->param_bf16);
     for (i = 0; i < m->n_params; i++) trn_free(m->params[i]);
     trn_free(m->params);
     trn_free(m->tape);
@@ -4164,6 +4171,21 @@ TRNDEF void trn_write(trn_model *m, trn_tensor *t, const float *host) {
     if (t->is_param) trn__need_alloc(m, "trn_write", t->name);
     trn__put(m, t, 0, host, t->size);
 }
+static void trn__range(const char *call, const trn_tensor *t, const void *host, size_t offset, size_t n) {
+    if (!t || !host) trn_fatal("%s: tensor or host buffer is NULL", call);
+    if (offset > t->size || n > t->size - offset)
+        trn_fatal("%s %s: elements [%zu,%zu) of %zu", call, t->name, offset, offset + n, t->size);
+}
+TRNDEF void trn_read_range(trn_model *m, const trn_tensor *t, size_t offset, float *host, size_t n) {
+    int dt;
+    trn__range("trn_read_range", t, host, offset, n);
+    dt = t->is_param ? TRN_F32 : t->dtype;
+    trn__get(m, TRN__AT(trn__master(m, t), offset, dt), dt, host, n);
+}
+TRNDEF void trn_write_range(trn_model *m, trn_tensor *t, size_t offset, const float *host, size_t n) {
+    trn__range("trn_write_range", t, host, offset, n);
+    trn__put(m, t, offset, host, n);
+}
 TRNDEF void trn_read_grad(trn_model *m, const trn_tensor *t, float *host) {
     if (t->grad) trn__get(m, t->grad, trn__grad_dtype(t), host, t->size);
     else memset(host, 0, t->size * sizeof(float));
@@ -4204,8 +4226,6 @@ static void trn__not_null(const char *op, const void *a, const void *b) {
     if (!a || !b) trn_fatal("%s: NULL argument", op);
 }
 #define TRN__LAST(t) ((t)->shape[(t)->ndim - 1])
-/* element i of backend memory p holding dtype dt (bf16 elements are 2 bytes) */
-#define TRN__AT(p, i, dt) ((float *)((char *)(p) + (size_t)(i) * trn_dtype_size(dt)))
 
 /* --- bf16 precision: what goes into a kernel's slots ----------------------
    Kernels read activations in the model's dtype and write their gradients

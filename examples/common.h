@@ -222,11 +222,11 @@ static void sample_text(trn_model *m, logits_fn forward, void *model, int V, int
                 fed = i - keep;
             }
             trn_tensor *lg = cached(model, kv, ctx + fed, 1, i - fed);
-            m->backend->download(logits, lg->data, sizeof(float) * (size_t)Vp);
+            trn_read_range(m, lg, 0, logits, (size_t)Vp);
             fed = i;
         } else {
             trn_tensor *lg = forward(model, ctx + start, 1, T);
-            m->backend->download(logits, lg->data + (size_t)(T - 1) * Vp, sizeof(float) * (size_t)Vp);
+            trn_read_range(m, lg, (size_t)(T - 1) * Vp, logits, (size_t)Vp);
         }
         // top-k by partial selection sort (k is small), then softmax over them
         for (int v = 0; v < V; v++) idx[v] = v;

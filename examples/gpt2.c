@@ -211,7 +211,7 @@ static void gpt2_init_weights(gpt2 *g, uint64_t seed) {
     if (Vp > V) { // zero the padding rows: a host row of zeros, uploaded per row
         float *zeros = (float *)calloc((size_t)C, sizeof(float));
         if (!zeros) trn_fatal("gpt2_init_weights: out of memory");
-        for (int v = V; v < Vp; v++) m->backend->upload(g->wte->data + (size_t)v * C, zeros, sizeof(float) * (size_t)C);
+        for (int v = V; v < Vp; v++) trn_write_range(m, g->wte, (size_t)v * C, zeros, (size_t)C);
         free(zeros);
     }
     trn_init_normal(m, g->wpe, 0.0f, std, &rng);
@@ -299,8 +299,10 @@ static trn_tensor *gpt2_forward_cached(gpt2 *g, trn_kv_cache *kv, const int *ids
     }
     trn_kv_cache_advance(kv, T);
     trn_tensor *last = trn_tensor_new(m, "last", 3, last_shape); // x[:, T-1, :]
+    size_t es = trn_dtype_size(x->dtype);                        // bytes per value: 4, or 2 in bf16
     for (int b = 0; b < B; b++)
-        m->backend->copy(last->data + (size_t)b * C, x->data + ((size_t)b * T + T - 1) * C, sizeof(float) * (size_t)C);
+        m->backend->copy((char *)last->data + (size_t)b * C * es, (char *)x->data + ((size_t)b * T + T - 1) * C * es,
+                         es * (size_t)C);
     last = trn_layernorm(m, last, g->lnf_w, g->lnf_b);
     return trn_linear(m, last, g->wte, NULL);                         // (B,1,Vp)
 }

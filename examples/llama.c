@@ -190,8 +190,8 @@ static void llama_init_weights(llama *g, uint64_t seed) {
     if (Vp > V) {
         float *zeros = (float *)calloc((size_t)(Vp - V) * C, sizeof(float));
         if (!zeros) trn_fatal("llama_init_weights: out of memory");
-        m->backend->upload(g->embed->data + (size_t)V * C, zeros, sizeof(float) * (size_t)(Vp - V) * C);
-        m->backend->upload(g->head->data + (size_t)V * C, zeros, sizeof(float) * (size_t)(Vp - V) * C);
+        trn_write_range(m, g->embed, (size_t)V * C, zeros, (size_t)(Vp - V) * C);
+        trn_write_range(m, g->head, (size_t)V * C, zeros, (size_t)(Vp - V) * C);
         free(zeros);
     }
 }
@@ -252,8 +252,10 @@ static trn_tensor *llama_forward_cached(llama *g, trn_kv_cache *kv, const int *i
     }
     trn_kv_cache_advance(kv, T);
     trn_tensor *last = trn_tensor_new(m, "last", 3, last_shape); // x[:, T-1, :]
+    size_t es = trn_dtype_size(x->dtype);                        // bytes per value: 4, or 2 in bf16
     for (int b = 0; b < B; b++)
-        m->backend->copy(last->data + (size_t)b * C, x->data + ((size_t)b * T + T - 1) * C, sizeof(float) * (size_t)C);
+        m->backend->copy((char *)last->data + (size_t)b * C * es, (char *)x->data + ((size_t)b * T + T - 1) * C * es,
+                         es * (size_t)C);
     last = trn_rmsnorm(m, last, g->norm, c->norm_eps);
     return trn_linear(m, last, g->head, NULL);                                 // (B,1,Vp)
 }

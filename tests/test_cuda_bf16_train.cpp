@@ -60,7 +60,6 @@ static run train(trn_cuda_precision prec, const char *ckpt) {
     const gpt2_config cfg = find_preset("mini")->cfg;
     CHECK(trn_cuda_set_precision(prec) == TRN_OK, "set precision %s: %s\n", trn_cuda_precision_name(prec),
           trn_error_reason());
-    size_t act0 = trn_ledger_peak(TRN_DEVICE, TRN_KIND_ACTIVATIONS);
     gpt2 g;
     CHECK(gpt2_create(&g, &cfg, trn_cuda_backend()) == TRN_OK, "gpt2_create: %s\n", trn_error_reason());
     gpt2_init_weights(&g, 42);
@@ -101,7 +100,7 @@ static run train(trn_cuda_precision prec, const char *ckpt) {
         R.syncs_last_step = cuemu::host_syncs() - s0;
         R.losses.push_back(loss);
     }
-    R.arena_peak = trn_ledger_peak(TRN_DEVICE, TRN_KIND_ACTIVATIONS) - act0;
+    R.arena_peak = g.m.arena.high; /* the most one step used */
     R.master.resize(g.m.n_floats);
     trn_cuda_backend()->download(R.master.data(), g.m.param_data, g.m.n_floats * 4);
     if (prec == TRN_CUDA_BF16) { /* 4. the copy is the master, rounded */
