@@ -34,7 +34,8 @@ has() { grep -qF -- "$2" "$1"; }
 ok 'has bench/gpt2_cuda.cu "\"\\nstep %.1f ms median"' "bench/gpt2_cuda prints 'step X ms median'"
 ok 'has bench/gpt2_cuda.cu "\"%.0f tokens/s "' "bench/gpt2_cuda prints 'N tokens/s'"
 ok 'has bench/gpt2_cuda.cu "\"MFU %.1f%% of"' "bench/gpt2_cuda prints 'MFU X% of'"
-ok 'has bench/gpt2_cuda.cu "the ledger'"'"'s peak %.3f GB"' "bench/gpt2_cuda prints the ledger's peak in GB"
+ok 'has bench/gpt2_cuda.cu "the ledger'"'"'s peak %.3f GB (%.2f GiB)"' "bench/gpt2_cuda prints the ledger's peak in GB and GiB"
+ok 'has bench/gpt2_cuda.cu "\"bench/gpt2_cuda: %s, %.1f GB"' "bench/gpt2_cuda's first line names the device"
 ok 'has bench/gpt2_cuda.cu "cudaMemGetInfo %.3f GB \"" && has bench/gpt2_cuda.cu "\"(total - free"' \
     "bench/gpt2_cuda prints cudaMemGetInfo X GB (total - free"
 ok 'has examples/linear_memory.c "\"kit total\""' "examples/linear_memory prints its 'kit total' peak"
@@ -48,6 +49,7 @@ ok 'has tests/gpu/lightning_linear.py "max_memory_allocated %.4f GiB"' "lightnin
 
 # logs in those formats (the numbers made up), and one run that left no log
 cat >"$tmp/kit.log" <<'EOF'
+bench/gpt2_cuda: NVIDIA H100 80GB HBM3, 85.0 GB, precision bf16; median of 10 steps after a warm-up step
 warm-up step: 812 ms, loss 11.010 (ln V = 10.825)
 
 step 41.2 ms median, 41.9 ms mean  (on the GPU: forward+loss 12.0, backward 25.0, clip+AdamW 3.1; one host wait per step)
@@ -84,6 +86,12 @@ ok 'echo "$sum" | grep -qxF "| kit fp32 | - | - | - | - | - | - |"' "a run witho
 ok 'echo "$sum" | grep -q "^| kit: examples/linear_memory_cuda.* | 11.9250 |$"' "linear experiment: the kit's peak"
 ok 'echo "$sum" | grep -q "^| Lightning on this GPU.* | 17.8811 |$"' "linear experiment: Lightning's peak"
 ok 'echo "$sum" | grep -q "^| seed: .* | 18.79 |$"' "linear experiment: the seed's figure"
+sum=$(bash tests/gpu/summary.sh --targets "$tmp/kit.log")
+ok 'echo "$sum" | grep -q "this GPU: NVIDIA H100 80GB HBM3"' "targets: the device named"
+ok 'echo "$sum" | grep -qF "tokens/s 397672 >= 400000: FAIL; MFU 31.4% >= 40%: FAIL; the ledger'"'"'s peak 6.98 GiB <= 8 GiB: PASS"' \
+    "targets judged: $(echo "$sum" | tail -1)"
+sum=$(bash tests/gpu/summary.sh --targets "$tmp/none.log")
+ok 'echo "$sum" | tail -1 | grep -q "tokens/s - >= 400000: no figure"' "targets without a log: no figure"
 bash tests/gpu/summary.sh --kit "only a label" >/dev/null 2>&1; rc=$?
 ok '[ $rc = 2 ]' "summary.sh: --kit without a log exits 2 (got $rc)"
 

@@ -130,6 +130,7 @@ fi
 # --- the summary: the kit's rows and PyTorch's, parsed from their logs ------
 section "Summary: GPT-2 124M, B=16, T=1024; the 20000x20000 experiment"
 bash tests/gpu/summary.sh ${summary_args[@]+"${summary_args[@]}"} --linear-kit "$(log_of linear_memory_cuda)" \
+    --targets "$(log_of "bench/gpt2_cuda --precision bf16")" \
     --linear-lightning "$(log_of "lightning_linear --width 20000")" | tee -a "$report"
 
 printf '\n%d passed, %d failed\n' "$passed" "$failed" | tee -a "$report"

@@ -44,7 +44,6 @@ from the driver), beside the driver's view (total - free).
 
 import argparse
 import math
-import os
 import resource
 import statistics
 import sys
@@ -174,15 +173,16 @@ def matmul_params(cfg):
 
 
 def step_flops(cfg, B, T):
-    L, NH, C = cfg[0], cfg[1], cfg[2]
+    L, C = cfg[0], cfg[2]
     return 6.0 * matmul_params(cfg) * B * T + 3.0 * L * (2.0 * 2.0 * B * T * T * C)
 
 
 def find_peak(name):
+    """{precision: TFLOP/s} of the first row whose substring is in the name, or None."""
     for match, what, fp32, tf32, bf16 in PEAKS:
         if match in name:
-            return what, {"fp32": fp32, "tf32": tf32, "bf16": bf16}
-    return None, None
+            return {"fp32": fp32, "tf32": tf32, "bf16": bf16}
+    return None
 
 
 def make_adamw(model, lr, device):
@@ -263,7 +263,7 @@ def main():
     else:
         dev_name = "cpu"
         dev_line = "CPU, %d threads" % torch.get_num_threads()
-    peak_what, peaks = find_peak(dev_name) if cuda else (None, None)
+    peaks = find_peak(dev_name) if cuda else None
     peak = a.peak_tflops if a.peak_tflops > 0 else (peaks[a.precision] if peaks else 0.0)
 
     torch.manual_seed(1)
