@@ -44,7 +44,8 @@ if ! echo 'int main(){return 0;}' | "$NVCC" -x cu - -o /tmp/nccl_probe -lnccl >/
 fi
 
 passed=0; failed=0
-summary_args=() # --kit|--torch LABEL LOG for each run in the summary table
+summary_args=() # --kit|--torch LABEL LOG for each run in the summary table (only runs
+                # of this invocation: a log left from an earlier one is never read)
 section() { printf '\n## %s\n\n' "$1" >>"$report"; }
 log_of() { echo "$log_dir/$(echo "$1" | tr -c 'a-zA-Z0-9_\n-' _).log"; } # a step's log
 run_step() { # run_step NAME LIMIT_S COMMAND... : runs, logs, notes pass/fail
@@ -98,16 +99,19 @@ for p in ${PRECISIONS:-fp32 tf32 bf16}; do
     if [ "$p" = bf16 ] && ! bench/gpt2_cuda --help 2>&1 | grep -q -- --precision; then continue; fi
     run_step "bench/gpt2_cuda $args" 300 bench/gpt2_cuda $args --steps ${BENCH_STEPS:-10}
     summary_args+=(--kit "kit $p" "$(log_of "bench/gpt2_cuda $args")")
+    [ "$p" = bf16 ] && summary_args+=(--targets "$(log_of "bench/gpt2_cuda $args")")
 done
 run_step "bench/gpt2_cuda --tf32 1 --recompute" 300 bench/gpt2_cuda --tf32 1 --recompute --steps ${BENCH_STEPS:-10}
 
 section "examples/linear_memory_cuda --width 20000 (seed's Lightning figure: 18.79 GiB)"
 run_step "linear_memory_cuda" 300 examples/linear_memory_cuda --width 20000 --steps 3 --out /tmp/lm_cuda
+summary_args+=(--linear-kit "$(log_of linear_memory_cuda)")
 # the seed's experiment itself, on the same GPU, in its own process (nothing of it stays allocated)
 if python3 -c 'import torch; assert torch.cuda.is_available()
 try: import lightning
 except ImportError: import pytorch_lightning' 2>/dev/null; then
     run_step "lightning_linear --width 20000" 300 python3 tests/gpu/lightning_linear.py --width 20000 --steps 3
+    summary_args+=(--linear-lightning "$(log_of "lightning_linear --width 20000")")
 else
     printf 'Lightning run skipped: `import torch, lightning` with CUDA does not work here (pip install lightning).\n\n' >>"$report"
 fi
@@ -129,9 +133,7 @@ fi
 
 # --- the summary: the kit's rows and PyTorch's, parsed from their logs ------
 section "Summary: GPT-2 124M, B=16, T=1024; the 20000x20000 experiment"
-bash tests/gpu/summary.sh ${summary_args[@]+"${summary_args[@]}"} --linear-kit "$(log_of linear_memory_cuda)" \
-    --targets "$(log_of "bench/gpt2_cuda --precision bf16")" \
-    --linear-lightning "$(log_of "lightning_linear --width 20000")" | tee -a "$report"
+bash tests/gpu/summary.sh ${summary_args[@]+"${summary_args[@]}"} | tee -a "$report"
 
 printf '\n%d passed, %d failed\n' "$passed" "$failed" | tee -a "$report"
 [ "$failed" = 0 ]
