@@ -11,9 +11,16 @@
 #      sync-free step (async copies on a real, truly asynchronous GPU)
 #   2. compute-sanitizer memcheck / racecheck / synccheck over the kernel test
 #   3. bench/gpt2_cuda                 GPT-2 124M, B=16, T=1024, each precision
-#   4. examples/linear_memory_cuda     the 20000x20000 experiment on the GPU
-#   5. PyTorch's GPT-2 step, where `import torch` works (the yardstick)
-# and writes one markdown report (default: gpu_report.md, or $OUT/ when set).
+#   4. examples/linear_memory_cuda     the 20000x20000 experiment on the GPU,
+#      and beside it the seed's Lightning run itself (tests/gpu/lightning_linear.py)
+#      where `import torch, lightning` works
+#   5. PyTorch's GPT-2 step, where `import torch` works (the yardstick:
+#      tests/gpu/torch_gpt2.py, bf16 autocast eager and with torch.compile)
+# and writes one markdown report (default: gpu_report.md, or $OUT/ when set),
+# which ends with a table of the kit's and PyTorch's tokens/s, MFU and memory.
+#
+# Knobs: PRECISIONS (kit, "fp32 tf32 bf16"), BENCH_STEPS (10),
+# TORCH_PRECISIONS (bf16), TORCH_COMPILE (1; 0 skips the compiled run).
 set -u
 cd "$(dirname "$0")/../.."
 report=${1:-${OUT:+$OUT/}gpu_report.md}
@@ -37,10 +44,13 @@ if ! echo 'int main(){return 0;}' | "$NVCC" -x cu - -o /tmp/nccl_probe -lnccl >/
 fi
 
 passed=0; failed=0
+summary_args=() # --kit|--torch LABEL LOG for each run in the summary table (only runs
+                # of this invocation: a log left from an earlier one is never read)
 section() { printf '\n## %s\n\n' "$1" >>"$report"; }
+log_of() { echo "$log_dir/$(echo "$1" | tr -c 'a-zA-Z0-9_\n-' _).log"; } # a step's log
 run_step() { # run_step NAME LIMIT_S COMMAND... : runs, logs, notes pass/fail
     local name=$1 limit=$2; shift 2
-    local log="$log_dir/$(echo "$name" | tr -c 'a-zA-Z0-9_\n-' _).log" t0=$(date +%s) rc
+    local log="$(log_of "$name")" t0=$(date +%s) rc
     echo "== $name"
     timeout "$limit" "$@" >"$log" 2>&1; rc=$?
     printf '### %s (exit %d, %ds)\n\n```\n' "$name" "$rc" $(( $(date +%s) - t0 )) >>"$report"
@@ -60,7 +70,12 @@ build() { # build OUT SRC EXTRA...
         && echo "built $out" || { echo "FAILED to build $out"; cat "$out.buildlog"; }
 }
 build tests/bin/test_cuda_on_gpu tests/test_cuda_on_gpu.cu -lcublas -lcublasLt &
-gpu_tests="test_cuda_ops2_gpu test_cuda_ops3_gpu test_cuda_train_gpu test_cuda_sync_on_gpu test_cuda_bf16_gemm_gpu"
+gpu_tests="test_cuda_ops2_gpu test_cuda_ops3_gpu test_cuda_train_gpu test_cuda_sync_on_gpu"
+for f in tests/*_gpu.cu; do # new tests/*_gpu.cu files join by themselves
+    t=$(basename "$f" .cu)
+    [ -f "$f" ] && [ "$t" != test_cuda_on_gpu ] || continue # that one is built and run above
+    case " $gpu_tests " in *" $t "*) ;; *) gpu_tests="$gpu_tests $t" ;; esac
+done
 for t in $gpu_tests; do build tests/bin/$t tests/$t.cu -lcublas -lcublasLt & done
 build bench/gpt2_cuda bench/gpt2_cuda.cu -lcublas -lcublasLt &
 build examples/linear_memory_cuda examples/linear_memory_cuda.cu -lcublas -lcublasLt $nccl_flags &
@@ -83,16 +98,42 @@ for p in ${PRECISIONS:-fp32 tf32 bf16}; do
     esac
     if [ "$p" = bf16 ] && ! bench/gpt2_cuda --help 2>&1 | grep -q -- --precision; then continue; fi
     run_step "bench/gpt2_cuda $args" 300 bench/gpt2_cuda $args --steps ${BENCH_STEPS:-10}
+    summary_args+=(--kit "kit $p" "$(log_of "bench/gpt2_cuda $args")")
+    [ "$p" = bf16 ] && summary_args+=(--targets "$(log_of "bench/gpt2_cuda $args")")
 done
 run_step "bench/gpt2_cuda --tf32 1 --recompute" 300 bench/gpt2_cuda --tf32 1 --recompute --steps ${BENCH_STEPS:-10}
 
 section "examples/linear_memory_cuda --width 20000 (seed's Lightning figure: 18.79 GiB)"
 run_step "linear_memory_cuda" 300 examples/linear_memory_cuda --width 20000 --steps 3 --out /tmp/lm_cuda
+summary_args+=(--linear-kit "$(log_of linear_memory_cuda)")
+# the seed's experiment itself, on the same GPU, in its own process (nothing of it stays allocated)
+if python3 -c 'import torch; assert torch.cuda.is_available()
+try: import lightning
+except ImportError: import pytorch_lightning' 2>/dev/null; then
+    run_step "lightning_linear --width 20000" 300 python3 tests/gpu/lightning_linear.py --width 20000 --steps 3
+    summary_args+=(--linear-lightning "$(log_of "lightning_linear --width 20000")")
+else
+    printf 'Lightning run skipped: `import torch, lightning` with CUDA does not work here (pip install lightning).\n\n' >>"$report"
+fi
 
 if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null && [ -f tests/gpu/torch_gpt2.py ]; then
     section "PyTorch yardstick (same GPU)"
-    run_step "torch GPT-2 124M bf16" 300 python3 tests/gpu/torch_gpt2.py
+    for p in ${TORCH_PRECISIONS:-bf16}; do
+        run_step "torch GPT-2 124M $p" 300 python3 tests/gpu/torch_gpt2.py --precision $p --steps ${BENCH_STEPS:-10}
+        summary_args+=(--torch "torch $p" "$(log_of "torch GPT-2 124M $p")")
+    done
+    if [ "${TORCH_COMPILE:-1}" != 0 ]; then
+        run_step "torch GPT-2 124M bf16 --compile" 420 python3 tests/gpu/torch_gpt2.py --compile --steps ${BENCH_STEPS:-10}
+        summary_args+=(--torch "torch bf16, torch.compile" "$(log_of "torch GPT-2 124M bf16 --compile")")
+    fi
+else
+    section "PyTorch yardstick (same GPU)"
+    printf 'Skipped: `import torch` with CUDA does not work here (pip install torch).\n\n' >>"$report"
 fi
+
+# --- the summary: the kit's rows and PyTorch's, parsed from their logs ------
+section "Summary: GPT-2 124M, B=16, T=1024; the 20000x20000 experiment"
+bash tests/gpu/summary.sh ${summary_args[@]+"${summary_args[@]}"} | tee -a "$report"
 
 printf '\n%d passed, %d failed\n' "$passed" "$failed" | tee -a "$report"
 [ "$failed" = 0 ]
