@@ -918,7 +918,9 @@ static __global__ void trn__k_flash_fwd_bf16(trn__bf16 *out, float *lse, const t
     trn__bf16 *Qs = (trn__bf16 *)sm, *Ks = Qs + R * LD, *Vs = Ks + N * LD, *Ps = Vs + N * LD;
     float *Ss = (float *)(Ps + R * LP);
     int bh = blockIdx.x, b = bh / NH, h = bh % NH, g = h / (NH / NKV);
-    int i0 = blockIdx.y * R, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    /* query tiles in reverse: under a causal mask the last tiles have the
+       most keys, and starting them first keeps them out of the tail */
+    int i0 = (gridDim.y - 1 - blockIdx.y) * R, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     int kend = causal ? min(T, i0 + R) : T;
     int rr = lane / 2, half = lane % 2, i = i0 + warp * 16 + rr; /* this lane pair's query row */
     size_t ld = (size_t)(NH + 2 * NKV) * HS;
@@ -929,6 +931,10 @@ static __global__ void trn__k_flash_fwd_bf16(trn__bf16 *out, float *lse, const t
 TRN__UNROLL
     for (int d = 0; d < HS / 2; d++) o[d] = 0.0f;
     trn__fa_load<HS>(Qs, x + (size_t)h * HS, ld, i0, min(R, T - i0), R);
+    __syncthreads(); /* the Q tile is complete: each warp keeps its 16 rows as fragments */
+    wm::fragment<wm::matrix_a, 16, 16, 16, trn__bf16, wm::row_major> qf[HS / 16];
+TRN__UNROLL
+    for (int k = 0; k < HS / 16; k++) wm::load_matrix_sync(qf[k], Qs + warp * 16 * LD + k * 16, LD);
     for (int j0 = 0; j0 < kend; j0 += N) {
         __syncthreads(); /* everyone is done with the previous K, V tile */
         trn__fa_load<HS>(Ks, x + (size_t)(NH + g) * HS, ld, j0, min(N, kend - j0), N);
@@ -938,7 +944,12 @@ TRN__UNROLL
         for (int n = 0; n < N / 16; n++) {
             wm::fragment<wm::accumulator, 16, 16, 16, float> s;
             wm::fill_fragment(s, 0.0f);
-            trn__fa_mma<wm::row_major, wm::col_major, HS / 16>(s, Qs + warp * 16 * LD, 16, LD, Ks + n * 16 * LD, 16, LD);
+TRN__UNROLL
+            for (int k = 0; k < HS / 16; k++) {
+                wm::fragment<wm::matrix_b, 16, 16, 16, trn__bf16, wm::col_major> kf;
+                wm::load_matrix_sync(kf, Ks + n * 16 * LD + k * 16, LD);
+                wm::mma_sync(s, qf[k], kf, s);
+            }
             wm::store_matrix_sync(Sw + n * 16, s, LS, wm::mem_row_major);
         }
         __syncwarp();
@@ -1084,7 +1095,7 @@ static __global__ void trn__k_flash_bwd_q_bf16(trn__bf16 *dqkv, const trn__bf16 
     trn__bf16 *Qs = (trn__bf16 *)sm, *dOs = Qs + R * LD, *Ks = dOs + R * LD, *Vs = Ks + N * LD;
     float *Ss = (float *)(Vs + N * LD), *dPs = Ss + R * LN, *Ds = dPs + R * LN, *Ls = Ds + R;
     int bh = blockIdx.x, b = bh / NH, h = bh % NH, g = h / (NH / NKV);
-    int i0 = blockIdx.y * R, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    int i0 = (gridDim.y - 1 - blockIdx.y) * R, lane = threadIdx.x % 32, warp = threadIdx.x / 32; /* as forward */
     int kend = causal ? min(T, i0 + R) : T;
     int rr = lane / 2, half = lane % 2, r = warp * 16 + rr, i = i0 + r; /* this lane pair's query row */
     size_t ld = (size_t)(NH + 2 * NKV) * HS, x = (size_t)b * T * ld;
