@@ -84,7 +84,9 @@
    for out-of-bounds, TSan as a race detector); tests/test_cuda_kernels
    compares every kernel with the CPU backend, tests/test_cuda_gpt2 trains
    examples/gpt2.c's model 10 steps on both, tests/test_cuda_on_gpu.cu is
-   the same kernel test for a real GPU (and the nvcc build check).
+   the same kernel test for a real GPU (and the nvcc build check);
+   tests/test_cuda_flash_bf16 checks the bf16 tensor-core attention (the
+   harness emulates nvcuda::wmma as warp collectives).
 
    Contents:  >>cuda-api (declarations)  >>cuda-errors  >>cuda-memory
               >>cuda-kernels  >>cuda-ops  >>cuda-init
