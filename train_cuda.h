@@ -59,9 +59,10 @@
    What it does NOT do: no fp16/bf16 (everything is fp32, with TF32 inside
    cuBLAS), no tensor cores in the fp32/tf32 fused attention kernels
    (fp32 FMAs on shared-memory tiles; the bf16 ones use WMMA tensor-core
-   tiles, for head sizes 32, 64 and 128 only, with tiles sized for 48 KiB
-   of shared memory and no asynchronous copies, wgmma or warp
-   specialization as in FlashAttention-2/3), no CUDA graphs
+   tiles for head sizes that are multiples of 16 up to 128, others run the
+   FMA kernels on bf16, with tiles sized for 48 KiB of shared memory and
+   no asynchronous copies, wgmma or warp specialization as in
+   FlashAttention-2/3), no CUDA graphs
    (the step takes lr and the bias
    corrections as launch arguments and its inputs through fresh staging
    offsets, so a captured graph would replay stale values), no multi-GPU
@@ -83,7 +84,9 @@
    for out-of-bounds, TSan as a race detector); tests/test_cuda_kernels
    compares every kernel with the CPU backend, tests/test_cuda_gpt2 trains
    examples/gpt2.c's model 10 steps on both, tests/test_cuda_on_gpu.cu is
-   the same kernel test for a real GPU (and the nvcc build check).
+   the same kernel test for a real GPU (and the nvcc build check);
+   tests/test_cuda_flash_bf16 checks the bf16 tensor-core attention (the
+   harness emulates nvcuda::wmma as warp collectives).
 
    Contents:  >>cuda-api (declarations)  >>cuda-errors  >>cuda-memory
               >>cuda-kernels  >>cuda-ops  >>cuda-init
@@ -859,28 +862,36 @@ static __global__ void trn__k_flash_bwd_q(A *dqkv, const A *dout, const A *qkv, 
    rounded once per store (dqkv += in fp32, then one rounding).
    Deterministic: no atomics (dK, dV per key tile over all queries of the
    group's heads, dQ per query tile over the keys, as in fp32).
-   Head sizes 32, 64 and 128 are instantiated (HS is a template argument,
-   so the per-row output accumulators are registers); shared memory stays
-   under 48 KiB: W = 4 up to HS = 64, W = 2 at 128. ----------------------- */
+   HS, the head size, is a template argument (so the per-row output
+   accumulators are registers), instantiated for the multiples of 16 up to
+   128 (TRN__FLASH_BF16_HS); shared memory stays under 48 KiB: W = 4 up to
+   HS = 64, W = 2 above. ---------------------------------------------------- */
 template <int HS> struct trn__fa {
     enum {
         W = HS > 64 ? 2 : 4, /* warps per block                          */
         R = 16 * W,          /* rows a block owns                        */
         N = 32,              /* rows of a streamed tile                  */
-        SW = N > HS ? N : HS /* row width of the forward's float scratch */
+        SW = N > HS ? N : HS, /* row width of the forward's float scratch */
+        /* row strides in shared memory, padded by 16 bytes so that the 8
+           rows a tensor-core load reads at once fall in different banks
+           (a 16-row step stays a multiple of 32 bytes, as wmma needs) */
+        LD = HS + 8, /* bf16 tiles of HS columns       */
+        LP = N + 8,  /* bf16 tiles of N columns (P)    */
+        LS = SW + 4, /* float scratch of SW columns    */
+        LN = N + 4   /* float scratch of N columns; as bf16: 2 LN */
     };
     static_assert(HS % 16 == 0 && R % N == 0, "tile sizes");
 };
 
 /* rows [r0, r0+n) of one head (HS bf16 at stride ld) into a tile of `rows`
-   rows at stride HS; rows past n become 0 */
+   rows at stride LD; rows past n become 0 */
 template <int HS>
 static __device__ __forceinline__ void trn__fa_load(trn__bf16 *tile, const trn__bf16 *src, size_t ld, int r0, int n,
                                                     int rows) {
     const trn__bf16 zero = __float2bfloat16(0.0f);
     for (int idx = threadIdx.x; idx < rows * HS; idx += blockDim.x) {
         int r = idx / HS, d = idx % HS;
-        tile[idx] = r < n ? src[(size_t)(r0 + r) * ld + d] : zero;
+        tile[r * trn__fa<HS>::LD + d] = r < n ? src[(size_t)(r0 + r) * ld + d] : zero;
     }
 }
 
@@ -920,29 +931,36 @@ static __device__ __forceinline__ void trn__fa_mma(nvcuda::wmma::fragment<nvcuda
     }
 }
 
-/* grid (B*NH, query tiles of R). Shared: Q (R x HS), K, V (N x HS), P
-   (R x N) bf16; a float scratch (R x SW) that holds S, then P V. The
+/* grid (B*NH, query tiles of R). Shared (rows padded, see LD): Q (R x HS),
+   K, V (N x HS), P (R x N) bf16; a float scratch (R x SW) that holds S,
+   then P V. The
    output row lives in registers of its lane pair (o[], HS/2 each). */
 template <int HS>
 static __global__ void trn__k_flash_fwd_bf16(trn__bf16 *out, float *lse, const trn__bf16 *qkv, int T, int NH, int NKV,
                                              int causal, float scale) {
     namespace wm = nvcuda::wmma;
-    enum { R = trn__fa<HS>::R, N = trn__fa<HS>::N, SW = trn__fa<HS>::SW };
+    enum { R = trn__fa<HS>::R, N = trn__fa<HS>::N, LD = trn__fa<HS>::LD, LP = trn__fa<HS>::LP, LS = trn__fa<HS>::LS };
     TRN__CUDA_SHARED_128(unsigned char, sm);
-    trn__bf16 *Qs = (trn__bf16 *)sm, *Ks = Qs + R * HS, *Vs = Ks + N * HS, *Ps = Vs + N * HS;
-    float *Ss = (float *)(Ps + R * N);
+    trn__bf16 *Qs = (trn__bf16 *)sm, *Ks = Qs + R * LD, *Vs = Ks + N * LD, *Ps = Vs + N * LD;
+    float *Ss = (float *)(Ps + R * LP);
     int bh = blockIdx.x, b = bh / NH, h = bh % NH, g = h / (NH / NKV);
-    int i0 = blockIdx.y * R, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    /* query tiles in reverse: under a causal mask the last tiles have the
+       most keys, and starting them first keeps them out of the tail */
+    int i0 = (gridDim.y - 1 - blockIdx.y) * R, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     int kend = causal ? min(T, i0 + R) : T;
     int rr = lane / 2, half = lane % 2, i = i0 + warp * 16 + rr; /* this lane pair's query row */
     size_t ld = (size_t)(NH + 2 * NKV) * HS;
     const trn__bf16 *x = qkv + (size_t)b * T * ld;
-    trn__bf16 *Pw = Ps + warp * 16 * N; /* the warp's 16 rows */
-    float *Sw = Ss + warp * 16 * SW;
+    trn__bf16 *Pw = Ps + warp * 16 * LP; /* the warp's 16 rows */
+    float *Sw = Ss + warp * 16 * LS;
     float m = -INFINITY, l = 0.0f, o[HS / 2];
 TRN__UNROLL
     for (int d = 0; d < HS / 2; d++) o[d] = 0.0f;
     trn__fa_load<HS>(Qs, x + (size_t)h * HS, ld, i0, min(R, T - i0), R);
+    __syncthreads(); /* the Q tile is complete: each warp keeps its 16 rows as fragments */
+    wm::fragment<wm::matrix_a, 16, 16, 16, trn__bf16, wm::row_major> qf[HS / 16];
+TRN__UNROLL
+    for (int k = 0; k < HS / 16; k++) wm::load_matrix_sync(qf[k], Qs + warp * 16 * LD + k * 16, LD);
     for (int j0 = 0; j0 < kend; j0 += N) {
         __syncthreads(); /* everyone is done with the previous K, V tile */
         trn__fa_load<HS>(Ks, x + (size_t)(NH + g) * HS, ld, j0, min(N, kend - j0), N);
@@ -952,8 +970,13 @@ TRN__UNROLL
         for (int n = 0; n < N / 16; n++) {
             wm::fragment<wm::accumulator, 16, 16, 16, float> s;
             wm::fill_fragment(s, 0.0f);
-            trn__fa_mma<wm::row_major, wm::col_major, HS / 16>(s, Qs + warp * 16 * HS, 16, HS, Ks + n * 16 * HS, 16, HS);
-            wm::store_matrix_sync(Sw + n * 16, s, SW, wm::mem_row_major);
+TRN__UNROLL
+            for (int k = 0; k < HS / 16; k++) {
+                wm::fragment<wm::matrix_b, 16, 16, 16, trn__bf16, wm::col_major> kf;
+                wm::load_matrix_sync(kf, Ks + n * 16 * LD + k * 16, LD);
+                wm::mma_sync(s, qf[k], kf, s);
+            }
+            wm::store_matrix_sync(Sw + n * 16, s, LS, wm::mem_row_major);
         }
         __syncwarp();
         /* online softmax of row rr over this tile (fp32) */
@@ -961,7 +984,7 @@ TRN__UNROLL
 TRN__UNROLL
         for (int c = 0; c < N / 2; c++) {
             int j = j0 + half * (N / 2) + c;
-            sv[c] = j < kend && (!causal || j <= i) ? scale * Sw[rr * SW + half * (N / 2) + c] : -INFINITY;
+            sv[c] = j < kend && (!causal || j <= i) ? scale * Sw[rr * LS + half * (N / 2) + c] : -INFINITY;
             mx = fmaxf(mx, sv[c]);
         }
         mx = fmaxf(m, fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1))); /* finite: key 0 is in every row's first tile */
@@ -970,7 +993,7 @@ TRN__UNROLL
         for (int c = 0; c < N / 2; c++) {
             float p = sv[c] == -INFINITY ? 0.0f : expf(sv[c] - mx);
             sum += p; /* l sums the fp32 p; P V uses p rounded to bf16 */
-            Pw[rr * N + half * (N / 2) + c] = __float2bfloat16(p);
+            Pw[rr * LP + half * (N / 2) + c] = __float2bfloat16(p);
         }
         l = l * corr + sum + __shfl_xor_sync(0xffffffffu, sum, 1);
         m = mx;
@@ -979,12 +1002,12 @@ TRN__UNROLL
         for (int n = 0; n < HS / 16; n++) {
             wm::fragment<wm::accumulator, 16, 16, 16, float> pv;
             wm::fill_fragment(pv, 0.0f);
-            trn__fa_mma<wm::row_major, wm::row_major, N / 16>(pv, Pw, 16, N, Vs + n * 16, 16 * HS, HS);
-            wm::store_matrix_sync(Sw + n * 16, pv, SW, wm::mem_row_major);
+            trn__fa_mma<wm::row_major, wm::row_major, N / 16>(pv, Pw, 16, LP, Vs + n * 16, 16 * LD, LD);
+            wm::store_matrix_sync(Sw + n * 16, pv, LS, wm::mem_row_major);
         }
         __syncwarp();
 TRN__UNROLL
-        for (int d = 0; d < HS / 2; d++) o[d] = o[d] * corr + Sw[rr * SW + half * (HS / 2) + d];
+        for (int d = 0; d < HS / 2; d++) o[d] = o[d] * corr + Sw[rr * LS + half * (HS / 2) + d];
     }
     if (i < T) {
         float inv = 1.0f / l;
@@ -1005,16 +1028,16 @@ static __global__ void trn__k_flash_bwd_kv_bf16(trn__bf16 *dqkv, const trn__bf16
                                                 const trn__bf16 *out, const float *lse, int T, int NH, int NKV,
                                                 int causal, float scale) {
     namespace wm = nvcuda::wmma;
-    enum { R = trn__fa<HS>::R, N = trn__fa<HS>::N, F = HS / 16 };
+    enum { R = trn__fa<HS>::R, N = trn__fa<HS>::N, F = HS / 16, LD = trn__fa<HS>::LD, LN = trn__fa<HS>::LN };
     TRN__CUDA_SHARED_128(unsigned char, sm);
-    trn__bf16 *Ks = (trn__bf16 *)sm, *Vs = Ks + R * HS, *Qs = Vs + R * HS, *dOs = Qs + N * HS;
-    float *Ss = (float *)(dOs + N * HS), *dPs = Ss + R * N, *Ds = dPs + R * N, *Ls = Ds + N;
+    trn__bf16 *Ks = (trn__bf16 *)sm, *Vs = Ks + R * LD, *Qs = Vs + R * LD, *dOs = Qs + N * LD;
+    float *Ss = (float *)(dOs + N * LD), *dPs = Ss + R * LN, *Ds = dPs + R * LN, *Ls = Ds + N;
     int bg = blockIdx.x, b = bg / NKV, g = bg % NKV, G = NH / NKV;
     int j0 = blockIdx.y * R, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     int rr = lane / 2, half = lane % 2, j = j0 + warp * 16 + rr; /* this lane pair's key */
     size_t ld = (size_t)(NH + 2 * NKV) * HS, x = (size_t)b * T * ld;
-    float *Sw = Ss + warp * 16 * N, *dPw = dPs + warp * 16 * N;
-    trn__bf16 *Pw = (trn__bf16 *)Sw, *dSw = (trn__bf16 *)dPw; /* over the floats, once they are read */
+    float *Sw = Ss + warp * 16 * LN, *dPw = dPs + warp * 16 * LN;
+    trn__bf16 *Pw = (trn__bf16 *)Sw, *dSw = (trn__bf16 *)dPw; /* over the floats, once read: stride 2 LN */
     wm::fragment<wm::accumulator, 16, 16, 16, float> dk[F], dv[F];
 TRN__UNROLL
     for (int n = 0; n < F; n++) { wm::fill_fragment(dk[n], 0.0f); wm::fill_fragment(dv[n], 0.0f); }
@@ -1033,10 +1056,10 @@ TRN__UNROLL
                 wm::fragment<wm::accumulator, 16, 16, 16, float> s, dp;
                 wm::fill_fragment(s, 0.0f);
                 wm::fill_fragment(dp, 0.0f);
-                trn__fa_mma<wm::row_major, wm::col_major, F>(s, Ks + warp * 16 * HS, 16, HS, Qs + n * 16 * HS, 16, HS);
-                trn__fa_mma<wm::row_major, wm::col_major, F>(dp, Vs + warp * 16 * HS, 16, HS, dOs + n * 16 * HS, 16, HS);
-                wm::store_matrix_sync(Sw + n * 16, s, N, wm::mem_row_major);
-                wm::store_matrix_sync(dPw + n * 16, dp, N, wm::mem_row_major);
+                trn__fa_mma<wm::row_major, wm::col_major, F>(s, Ks + warp * 16 * LD, 16, LD, Qs + n * 16 * LD, 16, LD);
+                trn__fa_mma<wm::row_major, wm::col_major, F>(dp, Vs + warp * 16 * LD, 16, LD, dOs + n * 16 * LD, 16, LD);
+                wm::store_matrix_sync(Sw + n * 16, s, LN, wm::mem_row_major);
+                wm::store_matrix_sync(dPw + n * 16, dp, LN, wm::mem_row_major);
             }
             __syncwarp();
             /* P = exp(scale S - lse), dS = P (dP - D), masked; fp32 */
@@ -1046,8 +1069,8 @@ TRN__UNROLL
                 int r = half * (N / 2) + c, i = i0 + r;
                 float p = 0.0f, ds = 0.0f;
                 if (i < T && j < T && (!causal || j <= i)) {
-                    p = expf(scale * Sw[rr * N + r] - Ls[r]);
-                    ds = p * (dPw[rr * N + r] - Ds[r]);
+                    p = expf(scale * Sw[rr * LN + r] - Ls[r]);
+                    ds = p * (dPw[rr * LN + r] - Ds[r]);
                 }
                 pv[c] = p;
                 dsv[c] = ds;
@@ -1055,15 +1078,15 @@ TRN__UNROLL
             __syncwarp(); /* every lane has read its S and dP: overwrite them */
 TRN__UNROLL
             for (int c = 0; c < N / 2; c++) {
-                Pw[rr * N + half * (N / 2) + c] = __float2bfloat16(pv[c]);
-                dSw[rr * N + half * (N / 2) + c] = __float2bfloat16(dsv[c]);
+                Pw[rr * 2 * LN + half * (N / 2) + c] = __float2bfloat16(pv[c]);
+                dSw[rr * 2 * LN + half * (N / 2) + c] = __float2bfloat16(dsv[c]);
             }
             __syncwarp();
             /* dV += P^T dO, dK += dS^T Q: 16 keys x HS, sums over N queries */
 TRN__UNROLL
             for (int n = 0; n < F; n++) {
-                trn__fa_mma<wm::row_major, wm::row_major, N / 16>(dv[n], Pw, 16, N, dOs + n * 16, 16 * HS, HS);
-                trn__fa_mma<wm::row_major, wm::row_major, N / 16>(dk[n], dSw, 16, N, Qs + n * 16, 16 * HS, HS);
+                trn__fa_mma<wm::row_major, wm::row_major, N / 16>(dv[n], Pw, 16, 2 * LN, dOs + n * 16, 16 * LD, LD);
+                trn__fa_mma<wm::row_major, wm::row_major, N / 16>(dk[n], dSw, 16, 2 * LN, Qs + n * 16, 16 * LD, LD);
             }
         }
     /* dqkv += (bf16: add in fp32, round once), 16 x 16 at a time through
@@ -1093,17 +1116,17 @@ static __global__ void trn__k_flash_bwd_q_bf16(trn__bf16 *dqkv, const trn__bf16 
                                                const trn__bf16 *out, const float *lse, int T, int NH, int NKV,
                                                int causal, float scale) {
     namespace wm = nvcuda::wmma;
-    enum { R = trn__fa<HS>::R, N = trn__fa<HS>::N, F = HS / 16 };
+    enum { R = trn__fa<HS>::R, N = trn__fa<HS>::N, F = HS / 16, LD = trn__fa<HS>::LD, LN = trn__fa<HS>::LN };
     TRN__CUDA_SHARED_128(unsigned char, sm);
-    trn__bf16 *Qs = (trn__bf16 *)sm, *dOs = Qs + R * HS, *Ks = dOs + R * HS, *Vs = Ks + N * HS;
-    float *Ss = (float *)(Vs + N * HS), *dPs = Ss + R * N, *Ds = dPs + R * N, *Ls = Ds + R;
+    trn__bf16 *Qs = (trn__bf16 *)sm, *dOs = Qs + R * LD, *Ks = dOs + R * LD, *Vs = Ks + N * LD;
+    float *Ss = (float *)(Vs + N * LD), *dPs = Ss + R * LN, *Ds = dPs + R * LN, *Ls = Ds + R;
     int bh = blockIdx.x, b = bh / NH, h = bh % NH, g = h / (NH / NKV);
-    int i0 = blockIdx.y * R, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    int i0 = (gridDim.y - 1 - blockIdx.y) * R, lane = threadIdx.x % 32, warp = threadIdx.x / 32; /* as forward */
     int kend = causal ? min(T, i0 + R) : T;
     int rr = lane / 2, half = lane % 2, r = warp * 16 + rr, i = i0 + r; /* this lane pair's query row */
     size_t ld = (size_t)(NH + 2 * NKV) * HS, x = (size_t)b * T * ld;
-    float *Sw = Ss + warp * 16 * N, *dPw = dPs + warp * 16 * N;
-    trn__bf16 *dSw = (trn__bf16 *)Sw;
+    float *Sw = Ss + warp * 16 * LN, *dPw = dPs + warp * 16 * LN;
+    trn__bf16 *dSw = (trn__bf16 *)Sw; /* over S, once read: stride 2 LN */
     wm::fragment<wm::accumulator, 16, 16, 16, float> dq[F];
 TRN__UNROLL
     for (int n = 0; n < F; n++) wm::fill_fragment(dq[n], 0.0f);
@@ -1120,10 +1143,10 @@ TRN__UNROLL
             wm::fragment<wm::accumulator, 16, 16, 16, float> s, dp;
             wm::fill_fragment(s, 0.0f);
             wm::fill_fragment(dp, 0.0f);
-            trn__fa_mma<wm::row_major, wm::col_major, F>(s, Qs + warp * 16 * HS, 16, HS, Ks + n * 16 * HS, 16, HS);
-            trn__fa_mma<wm::row_major, wm::col_major, F>(dp, dOs + warp * 16 * HS, 16, HS, Vs + n * 16 * HS, 16, HS);
-            wm::store_matrix_sync(Sw + n * 16, s, N, wm::mem_row_major);
-            wm::store_matrix_sync(dPw + n * 16, dp, N, wm::mem_row_major);
+            trn__fa_mma<wm::row_major, wm::col_major, F>(s, Qs + warp * 16 * LD, 16, LD, Ks + n * 16 * LD, 16, LD);
+            trn__fa_mma<wm::row_major, wm::col_major, F>(dp, dOs + warp * 16 * LD, 16, LD, Vs + n * 16 * LD, 16, LD);
+            wm::store_matrix_sync(Sw + n * 16, s, LN, wm::mem_row_major);
+            wm::store_matrix_sync(dPw + n * 16, dp, LN, wm::mem_row_major);
         }
         __syncwarp();
         float dsv[N / 2];
@@ -1132,17 +1155,17 @@ TRN__UNROLL
             int jj = half * (N / 2) + c, j = j0 + jj;
             float ds = 0.0f;
             if (i < T && j < kend && (!causal || j <= i))
-                ds = expf(scale * Sw[rr * N + jj] - Ls[r]) * (dPw[rr * N + jj] - Ds[r]);
+                ds = expf(scale * Sw[rr * LN + jj] - Ls[r]) * (dPw[rr * LN + jj] - Ds[r]);
             dsv[c] = ds;
         }
         __syncwarp(); /* every lane has read its S: overwrite it with dS */
 TRN__UNROLL
-        for (int c = 0; c < N / 2; c++) dSw[rr * N + half * (N / 2) + c] = __float2bfloat16(dsv[c]);
+        for (int c = 0; c < N / 2; c++) dSw[rr * 2 * LN + half * (N / 2) + c] = __float2bfloat16(dsv[c]);
         __syncwarp();
         /* dQ += dS K: 16 rows x HS, sums over N keys */
 TRN__UNROLL
         for (int n = 0; n < F; n++)
-            trn__fa_mma<wm::row_major, wm::row_major, N / 16>(dq[n], dSw, 16, N, Ks + n * 16, 16 * HS, HS);
+            trn__fa_mma<wm::row_major, wm::row_major, N / 16>(dq[n], dSw, 16, 2 * LN, Ks + n * 16, 16 * LD, LD);
     }
 TRN__UNROLL
     for (int n = 0; n < F; n++) {
@@ -2357,10 +2380,11 @@ static void trn__cuda_flash_attention_backward(float *dqkv, const float *dout, c
    tensor-core kernels (one instantiation each); any other head size runs
    the fp32-FMA kernels above on bf16 storage (correct, not fast). */
 template <int HS> static size_t trn__cuda_flash_bf16_shmem(int kernel) {
-    enum { R = trn__fa<HS>::R, N = trn__fa<HS>::N, SW = trn__fa<HS>::SW };
-    if (kernel == 0) return 2 * ((size_t)R * HS + 2 * (size_t)N * HS + (size_t)R * N) + 4 * (size_t)R * SW;
-    if (kernel == 1) return 2 * (2 * (size_t)R * HS + 2 * (size_t)N * HS) + 4 * (2 * (size_t)R * N + 2 * N);
-    return 2 * (2 * (size_t)R * HS + 2 * (size_t)N * HS) + 4 * (2 * (size_t)R * N + 2 * R);
+    enum { R = trn__fa<HS>::R, N = trn__fa<HS>::N, LD = trn__fa<HS>::LD, LP = trn__fa<HS>::LP,
+           LS = trn__fa<HS>::LS, LN = trn__fa<HS>::LN };
+    if (kernel == 0) return 2 * ((size_t)R * LD + 2 * (size_t)N * LD + (size_t)R * LP) + 4 * (size_t)R * LS;
+    if (kernel == 1) return 2 * (2 * (size_t)R * LD + 2 * (size_t)N * LD) + 4 * (2 * (size_t)R * LN + 2 * N);
+    return 2 * (2 * (size_t)R * LD + 2 * (size_t)N * LD) + 4 * (2 * (size_t)R * LN + 2 * R);
 }
 template <int HS>
 static void trn__cuda_flash_fwd_bf16(float *out, float *lse, const float *qkv, int B, int T, int NH, int NKV,
