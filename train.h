@@ -723,6 +723,12 @@ TRNDEF trn_tensor *trn_layernorm(trn_model *m, trn_tensor *x, trn_tensor *w, trn
 TRNDEF trn_tensor *trn_gelu(trn_model *m, trn_tensor *x);
 TRNDEF trn_tensor *trn_relu(trn_model *m, trn_tensor *x);
 TRNDEF trn_tensor *trn_add(trn_model *m, trn_tensor *a, trn_tensor *b);
+/* a + b written over b's memory (the residual add: x = x + proj(h)), one
+   activation fewer kept for the step. b must be an activation that no
+   backward reads: its producer is linear, layernorm, gelu, embedding or
+   add, no op has used it yet (checked), and nothing uses it afterwards
+   (your part: its values are gone) */
+TRNDEF trn_tensor *trn_add_inplace(trn_model *m, trn_tensor *a, trn_tensor *b);
 TRNDEF trn_tensor *trn_attention(trn_model *m, trn_tensor *qkv, int n_head, int causal);
 /* grouped-query attention: qkv (B,T,(n_head+2*n_kv_head)*hs), n_kv_head
    divides n_head; trn_attention is this with n_kv_head = n_head */
@@ -4394,6 +4400,38 @@ TRNDEF trn_tensor *trn_add(trn_model *m, trn_tensor *a, trn_tensor *b) {
               "shapes must be equal");
     out = trn_tensor_new(m, "add", a->ndim, a->shape);
     m->backend->add_forward(out->data, a->data, b->data, a->size);
+    trn__record(m, "add", trn__add_bw, out, a, b, NULL);
+    return out;
+}
+
+/* In place: the output's memory is b's, so the arena keeps one (B,T,C)
+   fewer per call; a GPT-2 block keeps 16 of its 18 per token. Safe when no
+   backward reads b's values: not its producer's (the ops whose backward
+   reads only their inputs are allowed), not any op's that took b as an
+   input (none may have). */
+TRNDEF trn_tensor *trn_add_inplace(trn_model *m, trn_tensor *a, trn_tensor *b) {
+    trn_tensor *out;
+    int i, k;
+    trn__not_null("trn_add_inplace", a, b);
+    a = trn__act(m, a);
+    trn__need(a->ndim == b->ndim && memcmp(a->shape, b->shape, sizeof(int) * (size_t)a->ndim) == 0, "trn_add_inplace",
+              a, b, "shapes must be equal");
+    if (b->is_param || b->dtype != m->act_dtype || b == a)
+        trn_fatal("trn_add_inplace: b (%s) must be an activation of the model's dtype, other than a: its memory "
+                  "takes the sum", b->name);
+    for (i = 0; i < m->tape_len; i++) {
+        const trn_tape_entry *e = &m->tape[i];
+        for (k = 0; k < 3; k++)
+            if (e->in[k] == b) trn_fatal("trn_add_inplace: %s was already used by %s, whose backward may read it", b->name, e->op);
+        if (e->out == b && e->backward != trn__linear_bw && e->backward != trn__layernorm_bw &&
+            e->backward != trn__gelu_bw && e->backward != trn__embedding_bw && e->backward != trn__add_bw)
+            trn_fatal("trn_add_inplace: %s comes from %s, whose backward reads its output: use trn_add", b->name, e->op);
+    }
+    out = trn__header(m);
+    trn__fill_header(out, "add", b->ndim, b->shape);
+    out->dtype = b->dtype;
+    out->data = b->data;
+    m->backend->add_forward(out->data, a->data, b->data, a->size); /* elementwise: out may be b */
     trn__record(m, "add", trn__add_bw, out, a, b, NULL);
     return out;
 }

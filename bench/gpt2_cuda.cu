@@ -82,8 +82,9 @@ static mem_estimate estimate_memory(const gpt2_config *c, int B, int T, int reco
     e.state = 4.0 * 4.0 * e.params + (bf16 ? 2.0 * e.params : 0.0); // + the bf16 weight copy
     // per token: embeddings: 2 id arrays (ints), 2 lookups + add
     double emb = A * 3.0 * C + 4.0 * 2.0;
-    // each block: ln_1, qkv (3C), attention out, proj, add, ln_2, fc (4C),
-    // gelu (4C), fc proj, add = 18C; two LayerNorms' mean and rstd (4);
+    // each block: ln_1, qkv (3C), attention out, proj (the residual add
+    // writes over it), ln_2, fc (4C), gelu (4C), fc proj (the same) = 16C;
+    // two LayerNorms' mean and rstd (4);
     // the fused attention's lse, NH per token (one per head and row: no
     // (T,T) probabilities, no backward scratch).
     // --attention materialized: each layer keeps its (B,NH,T,T) probabilities
@@ -91,7 +92,7 @@ static mem_estimate estimate_memory(const gpt2_config *c, int B, int T, int reco
     // the gradient block
     // Bytes: A per activation value (4, or 2 in bf16); 4 per statistic
     // (mean, rstd, lse, loss) and per id, whatever the precision
-    double block = A * 18.0 * C + 4.0 * 4.0 + (materialized ? A * NH * (double)T : 4.0 * NH);
+    double block = A * 16.0 * C + 4.0 * 4.0 + (materialized ? A * NH * (double)T : 4.0 * NH);
     // ln_f (C + mean/rstd), targets, losses
     double head = A * C + 4.0 * 4.0;
     // --recompute: each block keeps its output (= the next one's input),

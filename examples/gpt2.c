@@ -236,12 +236,12 @@ static trn_tensor *gpt2_block_forward(trn_model *m, trn_tensor *x, void *user) {
     h = trn_linear(m, h, b->qkv_w, b->qkv_b);                      // (B,T,3C)
     h = trn_attention(m, h, b->n_head, 1);                         // (B,T,C) causal
     h = trn_linear(m, h, b->proj_w, b->proj_b);                    // (B,T,C)
-    x = trn_add(m, x, h);
+    x = trn_add_inplace(m, x, h);                                  // (into h: nothing reads it)
     // x = x + mlp(ln_2(x)), the MLP 4C wide with GELU
     h = trn_layernorm(m, x, b->ln2_w, b->ln2_b);                   // (B,T,C)
     h = trn_gelu(m, trn_linear(m, h, b->fc_w, b->fc_b));           // (B,T,4C)
     h = trn_linear(m, h, b->fcp_w, b->fcp_b);                      // (B,T,C)
-    return trn_add(m, x, h);
+    return trn_add_inplace(m, x, h);
 }
 
 // The forward pass up to the LM head: ids (B,T) -> ln_f output (B,T,C).

@@ -205,12 +205,12 @@ static trn_tensor *llama_block_forward(trn_model *m, trn_tensor *x, void *user) 
     h = trn_linear(m, h, b->wqkv, NULL);                                   // (B,T,(NH+2NKV)hs)
     h = trn_rope(m, h, b->n_head, b->n_kv_head, b->rope_theta, 0);         // q, k turned by position
     h = trn_attention_gqa(m, h, b->n_head, b->n_kv_head, 1);               // (B,T,NH*hs) causal
-    x = trn_add(m, x, trn_linear(m, h, b->wo, NULL));                      // (B,T,C)
+    x = trn_add_inplace(m, x, trn_linear(m, h, b->wo, NULL));              // (B,T,C)
     // x = x + down(silu(gate(h)) * up(h)),  h = rmsnorm(x)
     h = trn_rmsnorm(m, x, b->mlp_norm, b->eps);                            // (B,T,C)
     trn_tensor *gate = trn_silu(m, trn_linear(m, h, b->w_gate, NULL));    // (B,T,F)
     h = trn_mul(m, gate, trn_linear(m, h, b->w_up, NULL));                 // (B,T,F)
-    return trn_add(m, x, trn_linear(m, h, b->w_down, NULL));               // (B,T,C)
+    return trn_add_inplace(m, x, trn_linear(m, h, b->w_down, NULL));       // (B,T,C)
 }
 
 // ids (B,T) -> logits (B,T,Vp); every op records itself on the tape (when

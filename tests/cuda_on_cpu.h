@@ -239,6 +239,10 @@ struct Config {
     size_t context_bytes = (size_t)300 << 20; /* "used" before any cudaMalloc */
     size_t cublas_bytes = (size_t)4 << 20;    /* what cublasCreate "takes"    */
     int preempt_atomics = 1;           /* atomics are preemption points       */
+    int dry_run = 0; /* 1: kernel launches and GEMMs are checked and counted
+                        but not run: the memory plan of a model too big to
+                        compute here (every allocation happens, the ledger
+                        is exact; the values are garbage) */
     int order = 0;   /* 0: random; 1: lowest thread first; 2: highest first
                         (fixed orders, for debugging and for showing that
                         a race can hide under one order)                   */
@@ -723,6 +727,7 @@ inline cudaError_t launch_impl(const Launch &L) {
     if (L.shmem > 48 * 1024)
         return launch_fail(cudaErrorInvalidConfiguration, L.name, L.file, L.line,
                            "more than 48 KiB of dynamic shared memory");
+    if (s.cfg.dry_run) { s.launches++; return cudaSuccess; }
     ensure_stacks((int)nt);
     s.tsan_sync.assign(4 + 2 * ((size_t)nt + 31) / 32, 0);
     s.nthreads = (int)nt;
@@ -1336,7 +1341,7 @@ inline cublasStatus_t gemm(const void *h, cublasOperation_t ta, cublasOperation_
         return CUBLAS_STATUS_INVALID_VALUE;
     }
     gemms++;
-    if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+    if (m == 0 || n == 0 || S().cfg.dry_run) return CUBLAS_STATUS_SUCCESS;
     std::vector<float> col((size_t)k);
     for (int j = 0; j < n; j++) {
         for (int l = 0; l < k; l++) {
