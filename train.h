@@ -40,8 +40,9 @@
       trn_checkpoint_save(...);         // safetensors, atomic, resumable
 
    What it does NOT do: no dynamic shapes beyond 4 dims, no dtype other than
-   float32 (ids are int), no automatic broadcasting, no graph optimizer, no
-   Python. Every op is written out; read it.
+   float32 on the CPU (ids are int; bf16 activations are train_cuda.h's
+   mixed precision, see trn_dtype), no automatic broadcasting, no graph
+   optimizer, no Python. Every op is written out; read it.
 
    Contents (grep for the anchors, e.g. ">>ledger"):
       >>errors      result codes, reasons, fatal programmer errors

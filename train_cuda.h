@@ -53,16 +53,38 @@
    trn_item, trn_grad_norm and trn_clip_grad_norm still work and wait,
    as they must to return a host value.
 
-   Configuration: trn_cuda_set_tf32(0) turns TF32 tensor-core matmuls off
-   (they are on by default: 10-bit mantissa inputs, fp32 accumulation).
+   Precision, chosen at run time before the model is created (see
+   trn_cuda_set_precision; the examples' --precision):
+     tf32 (default)  fp32 values; cuBLAS on TF32 tensor cores (10-bit
+                     mantissa inputs, fp32 accumulation)
+     fp32            fp32 values and matmuls (trn_cuda_set_tf32(0))
+     bf16            mixed precision, as llm.c and PyTorch's autocast:
+       weights    fp32 master (WEIGHTS) + a bf16 copy (WEIGHTS_BF16) that
+                  kernels read; the flat AdamW launch rewrites the copy
+                  from the new master in the same pass
+       gradients  of parameters fp32 (kernels accumulate dW, db in fp32);
+                  of activations bf16
+       AdamW      m, v fp32; the gradient norm and clip in fp32 (double sum)
+       activations bf16 (half the arena); layernorm/rmsnorm mean and rstd,
+                  attention's log-sum-exp, the losses: fp32
+       kernels    templates on the storage type: load bf16, compute fp32,
+                  round once per store (to nearest even); matmuls bf16 in,
+                  fp32 accumulate (cuBLASLt with the bias epilogue in
+                  forward; cublasGemmEx with an fp32 C for dW); attention on
+                  WMMA tensor cores
+     Parameters used where activations go (a learned table added to x) are
+     cast by train.h (its fp32 gradient gets the bf16 one added); an op of
+     your own says it handles bf16 with trn_op.bf16.
 
-   What it does NOT do: no fp16/bf16 (everything is fp32, with TF32 inside
-   cuBLAS), no tensor cores in the fp32/tf32 fused attention kernels
+   What it does NOT do: no fp16, no stochastic rounding, no tensor cores in
+   the fp32/tf32 fused attention kernels
    (fp32 FMAs on shared-memory tiles; the bf16 ones use WMMA tensor-core
    tiles for head sizes that are multiples of 16 up to 128, others run the
    FMA kernels on bf16, with tiles sized for 48 KiB of shared memory and
    no asynchronous copies, wgmma or warp specialization as in
-   FlashAttention-2/3), no CUDA graphs
+   FlashAttention-2/3), no GELU epilogue (cuBLASLt offers one; the kit's
+   GELU is its own op on the tape), no FSDP in bf16 (ZeRO-1/2 and DDP
+   are), no CUDA graphs
    (the step takes lr and the bias
    corrections as launch arguments and its inputs through fresh staging
    offsets, so a captured graph would replay stale values), no multi-GPU
@@ -86,7 +108,11 @@
    examples/gpt2.c's model 10 steps on both, tests/test_cuda_on_gpu.cu is
    the same kernel test for a real GPU (and the nvcc build check);
    tests/test_cuda_flash_bf16 checks the bf16 tensor-core attention (the
-   harness emulates nvcuda::wmma as warp collectives).
+   harness emulates nvcuda::wmma as warp collectives), test_cuda_bf16_ops
+   and test_cuda_bf16_gemm every other bf16 kernel against fp32,
+   test_cuda_bf16_train trains 200 steps in both precisions, and
+   test_cuda_memory_plan measures GPT-2 124M's device memory in both (the
+   harness's dry run: allocations real, kernels skipped).
 
    Contents:  >>cuda-api (declarations)  >>cuda-errors  >>cuda-memory
               >>cuda-kernels  >>cuda-ops  >>cuda-init

@@ -1342,18 +1342,28 @@ inline cublasStatus_t gemm(const void *h, cublasOperation_t ta, cublasOperation_
     }
     gemms++;
     if (m == 0 || n == 0 || S().cfg.dry_run) return CUBLAS_STATUS_SUCCESS;
-    std::vector<float> col((size_t)k);
+    /* op(A)'s rows, converted (and TF32-rounded) once, each contiguous: the
+       same products summed in the same order, without a strided walk */
+    std::vector<float> col((size_t)k), rows((size_t)m * k);
+    for (int i = 0; i < m; i++)
+        for (int l = 0; l < k; l++) {
+            float a = ld(ta == CUBLAS_OP_N ? A[i + (size_t)l * lda] : A[l + (size_t)i * lda]);
+            rows[(size_t)i * k + l] = tf ? tf32(a) : a;
+        }
+    /* columns on OpenMP's threads when there are some (each column is one
+       thread's, summed in the same order: the same bits) */
+#if defined(_OPENMP) && !defined(CUEMU_TSAN)
+#pragma omp parallel for firstprivate(col) schedule(static) if ((double)m * n * k > 1e6)
+#endif
     for (int j = 0; j < n; j++) {
         for (int l = 0; l < k; l++) {
             float b = ld(tb == CUBLAS_OP_N ? B[l + (size_t)j * ldb] : B[j + (size_t)l * ldb]);
             col[(size_t)l] = tf ? tf32(b) : b;
         }
         for (int i = 0; i < m; i++) {
+            const float *ar = &rows[(size_t)i * k];
             float acc = 0.0f;
-            for (int l = 0; l < k; l++) {
-                float a = ld(ta == CUBLAS_OP_N ? A[i + (size_t)l * lda] : A[l + (size_t)i * lda]);
-                acc += (tf ? tf32(a) : a) * col[(size_t)l];
-            }
+            for (int l = 0; l < k; l++) acc += ar[l] * col[(size_t)l];
             /* beta == 0: C is not read (it may hold NaN), as cuBLAS documents */
             float v = beta == 0.0f ? alpha * acc : alpha * acc + beta * ld(C[i + (size_t)j * ldc]);
             if (bias) v += ld(bias[i]);
