@@ -46,14 +46,6 @@ static trn_rng RNG;
 static const double U = 1.0 / 256;          /* bf16: 2^-8 per rounding        */
 static const double SUM = 2.0 / 16777216.0; /* fp32: 2^-23 per term of a sum  */
 
-static long harness_errors(void) {
-#ifdef TRN_CUDA_ON_CPU
-    return cuemu::errors();
-#else
-    return 0;
-#endif
-}
-
 static float bf(float x) { return __bfloat162float(__float2bfloat16(x)); }
 /* normal values, already bf16 (what the GPU reads is what the CPU reads) */
 static vec randbf(size_t n, float scale = 1.0f) {

@@ -53,14 +53,6 @@ static trn_backend F32T, BF16T;                   /* the table in each precision
 static const trn_backend *F = &F32T, *H = &BF16T; /* F: fp32, H: bf16 */
 static trn_rng RNG;
 
-static long harness_errors(void) {
-#ifdef TRN_CUDA_ON_CPU
-    return cuemu::errors();
-#else
-    return 0;
-#endif
-}
-
 /* ---- conversions: the harness against a reference in double ------------- */
 static uint32_t bits_of(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static float float_of(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }

@@ -13,8 +13,8 @@
      1. at init, the logits of the two precisions agree to bf16 precision
         (max |diff| <= 3% of max |logit|: a dozen bf16 roundings of ~0.4%
         each along the way, not 1 ulp) and the first losses within 1%;
-     2. after 200 steps the bf16 loss (mean of the last 20 steps) is within
-        2% of the fp32 one, and both learned (issue 14's target);
+     2. after 200 steps the bf16 model's loss on 16 held-out batches is
+        within 2% of the fp32 model's, and both learned (issue 14's target);
      3. the ledger shows the bf16 copy of the weights (2 bytes per
         parameter, its own line), the fp32 master (4 bytes), and an
         activation arena about half the fp32 one;
@@ -40,18 +40,18 @@ static const int B = 4, T = 32;
 typedef struct run {
     std::vector<float> losses, master, logits0;
     size_t arena_peak, bf16_bytes, weights_bytes;
+    double eval;
     long syncs_last_step;
 } run;
 
 /* 16 KB of words drawn at random from a small list: the model learns the
-   words (the loss falls from ln 256 to about 2) but cannot memorize the
+   words (the loss falls from ln 256 towards the words' entropy) but cannot memorize the
    sequence, so the two precisions are compared on a loss that still
    measures learning, not on noise around zero */
 static const char *corpus(void) {
     static char text[16384];
-    static const char *words[] = {"the", "kit", "trains", "on", "cpu", "and", "cuda", "with", "same", "code",
-                                  "bf16", "keeps", "half", "bytes", "of", "every", "activation", "master", "weights",
-                                  "stay", "fp32", "adamw", "writes", "copy", "in", "one", "pass", "loss", "falls"};
+    static const char *words[] = {"the", "kit", "trains", "on", "cuda", "bf16", "keeps", "half", "the", "bytes",
+                                  "master", "weights", "stay", "fp32"};
     if (!text[0]) {
         trn_rng r;
         trn_rng_seed(&r, 2026);
@@ -125,6 +125,15 @@ static run train(trn_cuda_precision prec, const char *ckpt) {
         R.losses.push_back(loss);
     }
     R.arena_peak = g.m.arena.high; /* the most one step used */
+    /* the trained model on 16 held-out batches (the same for both runs) */
+    trn_rng_seed(&r, 99);
+    trn_no_grad(&g.m);
+    R.eval = 0;
+    for (int k = 0; k < 16; k++) {
+        batch(&r, x.data(), y.data());
+        trn_reset(&g.m);
+        R.eval += trn_item(&g.m, gpt2_loss(&g, x.data(), y.data(), B, T)) / 16.0;
+    }
     R.master.resize(g.m.n_floats);
     trn_cuda_backend()->download(R.master.data(), g.m.param_data, g.m.n_floats * 4);
     if (prec == TRN_CUDA_BF16) { /* 4. the copy is the master, rounded */
@@ -200,9 +209,12 @@ int main(void) {
     double lf = tail_mean(f.losses, 20), lh = tail_mean(h.losses, 20);
     for (int s = 0; s < STEPS; s += 40) printf("  step %3d  loss fp32 %.4f  bf16 %.4f\n", s, f.losses[s], h.losses[s]);
     printf("last 20 steps: fp32 %.4f, bf16 %.4f (%+.2f%%); first %.4f\n", lf, lh, 100 * (lh - lf) / lf, f.losses[0]);
-    CHECK(fabs(lh - lf) <= 0.02 * lf, "bf16 ends %.2f%% away from fp32 (target: 2%%)\n", 100 * fabs(lh - lf) / lf);
-    CHECK(lf < 0.6 * f.losses[0] && lh < 0.6 * h.losses[0], "did not learn: fp32 %.3f -> %.3f, bf16 %.3f -> %.3f\n",
-          f.losses[0], lf, h.losses[0], lh);
+    printf("held-out loss after %d steps: fp32 %.4f, bf16 %.4f (%+.2f%%)\n", STEPS, f.eval, h.eval,
+           100 * (h.eval - f.eval) / f.eval);
+    CHECK(fabs(h.eval - f.eval) <= 0.02 * f.eval, "bf16 ends %.2f%% away from fp32 (target: 2%%)\n",
+          100 * fabs(h.eval - f.eval) / f.eval);
+    CHECK(f.eval < 0.5 * f.losses[0] && h.eval < 0.5 * h.losses[0], "did not learn: fp32 %.3f -> %.3f, bf16 %.3f -> %.3f\n",
+          f.losses[0], f.eval, h.losses[0], h.eval);
     /* 3 */
     size_t P = f.master.size();
     printf("ledger: weights %zu B (fp32 master), weights bf16 %zu B; activation arena fp32 %zu B, bf16 %zu B (%.2f)\n",

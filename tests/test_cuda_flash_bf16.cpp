@@ -60,14 +60,6 @@ static const trn_backend *GPU;
 static trn_rng RNG;
 static const double U = 1.0 / 256; /* bf16 unit roundoff */
 
-static long harness_errors(void) {
-#ifdef TRN_CUDA_ON_CPU
-    return cuemu::errors();
-#else
-    return 0;
-#endif
-}
-
 static float bf(float x) { return __bfloat162float(__float2bfloat16(x)); }
 /* n normal values, rounded to bf16 (so CPU and GPU see the same numbers) */
 static vec randn_bf(size_t n) {

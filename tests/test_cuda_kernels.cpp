@@ -38,14 +38,6 @@ typedef std::vector<float> vec;
 static const trn_backend *GPU, *CPU;
 static trn_rng RNG;
 
-static long harness_errors(void) {
-#ifdef TRN_CUDA_ON_CPU
-    return cuemu::errors();
-#else
-    return 0;
-#endif
-}
-
 static vec randn(size_t n, float scale = 1.0f) {
     vec v(n);
     for (size_t i = 0; i < n; i++) v[i] = scale * trn_rng_normal(&RNG);

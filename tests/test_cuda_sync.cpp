@@ -48,7 +48,6 @@ static long host_waits(long *by_kind) {
     return cuemu::host_syncs();
 }
 static const char *wait_kind(int k) { return cuemu::sync_kind_name(k); }
-static long harness_errors(void) { return cuemu::errors(); }
 #else
 enum { N_SYNC_KINDS = 1 };
 static long host_waits(long *by_kind) {
@@ -56,7 +55,6 @@ static long host_waits(long *by_kind) {
     return -1;
 }
 static const char *wait_kind(int k) { return "?"; }
-static long harness_errors(void) { return 0; }
 #endif
 
 typedef std::vector<float> vec;
