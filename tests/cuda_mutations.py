@@ -33,7 +33,7 @@ MUTATIONS = [  # (name, original text, broken text, sanitizer: "" | "address" | 
      "r1 = min(N + 1, r0 + rows + 1);\n    float s = 0.0f;", "address"),
     ("causal mask off by one", "int last = causal ? row % T : T - 1;",
      "int last = causal ? min(row % T + 1, T - 1) : T - 1;", ""),
-    ("attention dV overwritten instead of accumulated", "P, 1.0f, dqkv + 2 * C,", "P, 0.0f, dqkv + 2 * C,", ""),
+    ("attention dV overwritten instead of accumulated", "x.o, x.P, 1.0f, (A *)d.v.p,", "x.o, x.P, 0.0f, (A *)d.v.p,", ""),
     ("cublasSetStream after cublasSetWorkspace (the workspace is dropped)",
      "    TRN_CUBLAS_CHECK(cublasSetStream(trn__cu.cublas, trn__cu.stream));\n"
      "    TRN_CUBLAS_CHECK(cublasSetWorkspace(trn__cu.cublas, trn__cu.workspace, trn__cu.workspace_bytes));",
