@@ -4615,7 +4615,8 @@ static void trn__linear_xent_bw(trn_model *m, trn_tape_entry *e) {
         if (!saved) continue;
         dt = trn__grad_dtype(t); /* saved in the gradient's dtype */
         g = trn__grad(m, t, &fresh);
-        if (dt != TRN_F32) m->backend->convert(g, dt, saved, dt, t->size, !fresh, dloss); /* bf16 dx */
+        if (m->act_dtype != TRN_F32) /* bf16: dx is bf16, dW and db fp32; accumulate is bf16-only */
+            m->backend->convert(g, dt, saved, dt, t->size, !fresh, dloss);
         else {
             if (dloss != 1.0f) m->backend->scale(saved, dloss, t->size);
             if (fresh) m->backend->copy(g, saved, t->size * sizeof(float));

@@ -6,12 +6,20 @@
    CPU backend in fp32, from the same weights on the same batches:
      1. 30 AdamW steps: every step's loss within 3% of fp32's (the two
         trajectories part slowly: bf16 rounds every activation), and bf16
-        learns;
+        learns (every other step's backward starts from 0.5, as gradient
+        accumulation's trn_backward_scaled does);
      2. generation with the key/value cache in bf16 (2-byte cache rows,
         the last position copied out in the tensor's dtype): the logits of
         a cached prefill + one-token step equal, to bf16 precision, those
-        of the full forward over the same tokens. */
+        of the full forward over the same tokens;
+     3. the fused classifier (trn_linear_cross_entropy) in its chunked way:
+        x (300,16) (a parameter, so a cast puts it in an activation slot),
+        W (64,16), b (64), chunks of 20 rows, backward from 0.5: the saved
+        bf16 dx is scaled into x's gradient, dW and db stay fp32; loss and
+        the three gradients match fp32 to bf16 precision. */
 #include "tests/cuda_on_cpu.h"
+/* the fused classifier in chunks of 20 rows of 64 logits (part 3) */
+#define TRN__XENT_CHUNK_FLOATS (20 * 64)
 #define TRN_USE_CUDA
 #define TRAIN_CUDA_IMPLEMENTATION
 #define LLAMA_NO_MAIN
@@ -68,7 +76,7 @@ int main(void) {
             trn_reset(m);
             trn_tensor *l = llama_loss(gs[k], x.data(), y.data(), B, T);
             loss[k] = trn_item(m, l);
-            trn_backward(m, l);
+            trn_backward_scaled(m, l, s % 2 ? 0.5f : 1.0f);
             trn_clip_grad_norm(m, 1.0f);
             CHECK(trn_adamw_step(os[k], m, lr) == TRN_OK, "adamw: %s\n", trn_error_reason());
         }
@@ -108,6 +116,55 @@ int main(void) {
     printf("cached vs full forward, last position: max|logit| %.4f, max|diff| %.4f\n", mx, dmax);
     CHECK(dmax <= 0.03 * mx && mx > 0, "cached bf16 logits differ by %.3g (max |logit| %.3g)\n", dmax, mx);
     trn_kv_cache_free(&kv);
+
+    /* 3 */
+    {
+        const int N = 300, C = 16, Vp = 64, Vn = 60;
+        trn_model mc, mg;
+        trn_tensor *X[2], *W[2], *Bb[2];
+        trn_model *ms[2] = {&mc, &mg};
+        std::vector<int> tg(N);
+        for (int i = 0; i < N; i++) tg[(size_t)i] = (i * 37 + 5) % Vn;
+        float loss[2];
+        std::vector<float> g[2][3];
+        for (int k = 0; k < 2; k++) {
+            trn_model *m = ms[k];
+            trn_model_init(m, k ? trn_cuda_backend() : NULL);
+            X[k] = trn_param2(m, "x", N, C);
+            W[k] = trn_param2(m, "w", Vp, C);
+            Bb[k] = trn_param1(m, "b", Vp);
+            CHECK(trn_model_alloc(m) == TRN_OK, "alloc: %s\n", trn_error_reason());
+            trn_rng rr;
+            trn_rng_seed(&rr, 5);
+            trn_init_normal(m, X[k], 0.0f, 1.0f, &rr);
+            trn_init_normal(m, W[k], 0.0f, 0.5f, &rr);
+            trn_init_normal(m, Bb[k], 0.0f, 0.1f, &rr);
+            trn_zero_grad(m);
+            trn_reset(m);
+            trn_tensor *l = trn_linear_cross_entropy(m, X[k], W[k], Bb[k], tg.data(), Vn);
+            loss[k] = trn_item(m, l);
+            trn_backward_scaled(m, l, 0.5f);
+            trn_tensor *ts[3] = {X[k], W[k], Bb[k]};
+            for (int j = 0; j < 3; j++) {
+                g[k][j].resize(ts[j]->size);
+                trn_read_grad(m, ts[j], g[k][j].data());
+            }
+        }
+        printf("classifier in chunks: loss fp32 %.6f bf16 %.6f\n", loss[0], loss[1]);
+        CHECK(fabs(loss[1] - loss[0]) <= 0.01 * loss[0], "classifier loss fp32 %.6f bf16 %.6f\n", loss[0], loss[1]);
+        const char *names[3] = {"dx", "dW", "db"};
+        for (int j = 0; j < 3; j++) {
+            double mx = 0, d = 0;
+            for (size_t i = 0; i < g[0][j].size(); i++) {
+                mx = fmax(mx, fabs(g[0][j][i]));
+                d = fmax(d, fabs((double)g[0][j][i] - g[1][j][i]));
+            }
+            printf("  %s: max|fp32| %.4g, max|bf16 - fp32| %.4g (%.2f%%)\n", names[j], mx, d, 100 * d / mx);
+            CHECK(mx > 0 && d <= 0.03 * mx, "classifier %s differs by %.3g (max %.3g)\n", names[j], d, mx);
+        }
+        trn_model_free(&mc);
+        trn_model_free(&mg);
+    }
     CHECK(cuemu::errors() == 0, "the harness reported %ld errors\n", cuemu::errors());
     trn_adamw_free(&oc);
     trn_adamw_free(&og);
