@@ -3723,6 +3723,7 @@ TRNDEF trn_result trn_model_alloc(trn_model *m) {
     int i;
     if (!m || m->n_params == 0) return trn_fail(TRN_ERR_INVALID, "trn_model_alloc: no parameters declared");
     if (m->param_data) return TRN_OK;
+    m->act_dtype = m->backend->act_dtype; /* (a precision set after trn_model_init still counts) */
     m->param_data = (float *)m->backend->alloc(m->n_floats * sizeof(float), TRN_KIND_WEIGHTS);
     if (!m->param_data) return trn_fail(TRN_ERR_NOMEM, "trn_model_alloc: %s", trn_error_reason());
     m->backend->zero(m->param_data, m->n_floats * sizeof(float));
