@@ -370,6 +370,13 @@ typedef struct trn_backend {
     void (*huber_forward)(float *losses, const float *pred, const float *target, float delta, size_t n);
     void (*huber_backward)(float *dpred, const float *pred, const float *target, float delta, float dloss,
                            size_t n);
+    /* >>mlp: GPT-2's feed-forward fused (trn_mlp). NULL: train.h runs
+       matmul_forward + gelu_forward, and matmul_backward into a scratch +
+       gelu_backward, which is the same math */
+    void (*matmul_gelu_forward)(float *out, float *pre, const float *inp, const float *w, const float *bias,
+                                int N, int C, int OC);      /* pre (N,OC) = inp (N,C) w^T + bias; out = gelu(pre) */
+    void (*matmul_dgelu_backward)(float *dpre, const float *dout, const float *w, const float *pre, int N, int C,
+                                  int OC);                  /* dpre (N,C) = (dout (N,OC) @ w (OC,C)) * gelu'(pre): written, not accumulated */
 
     /* >>sync-free step: entries that let a device backend run a training
        step with a single host wait (trn_sync). NULL where a backend has no
@@ -437,6 +444,8 @@ TRNDEF void trn_layernorm_backward(float *dinp, float *dw, float *db, const floa
                                    const float *rstd, int N, int C);
 TRNDEF void trn_gelu_forward(float *out, const float *inp, size_t n);
 TRNDEF void trn_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+TRNDEF void trn_matmul_dgelu_backward(float *dpre, const float *dout, const float *w, const float *pre, int N, int C,
+                                      int OC);
 TRNDEF void trn_relu_forward(float *out, const float *inp, size_t n);
 TRNDEF void trn_relu_backward(float *dinp, const float *out, const float *dout, size_t n);
 TRNDEF void trn_add_forward(float *out, const float *a, const float *b, size_t n);
@@ -722,12 +731,19 @@ TRNDEF trn_tensor *trn_linear(trn_model *m, trn_tensor *x, trn_tensor *w, trn_te
 TRNDEF trn_tensor *trn_embedding(trn_model *m, trn_tensor *table, const int *ids, int B, int T);
 TRNDEF trn_tensor *trn_layernorm(trn_model *m, trn_tensor *x, trn_tensor *w, trn_tensor *b);
 TRNDEF trn_tensor *trn_gelu(trn_model *m, trn_tensor *x);
+/* GPT-2's feed-forward in one call: linear(gelu(linear(x, fc_w, fc_b)),
+   proj_w, proj_b), x (...,C), fc_w (H,C), proj_w (OC,H), biases or NULL.
+   The same math as the three calls, in a form a device can fuse: GELU in
+   the first GEMM's epilogue, its backward in the epilogue of the GEMM that
+   makes d(gelu) (see >>mlp) */
+TRNDEF trn_tensor *trn_mlp(trn_model *m, trn_tensor *x, trn_tensor *fc_w, trn_tensor *fc_b, trn_tensor *proj_w,
+                           trn_tensor *proj_b);
 TRNDEF trn_tensor *trn_relu(trn_model *m, trn_tensor *x);
 TRNDEF trn_tensor *trn_add(trn_model *m, trn_tensor *a, trn_tensor *b);
 /* a + b written over b's memory (the residual add: x = x + proj(h)), one
    activation fewer kept for the step. b must be an activation that no
-   backward reads: its producer is linear, layernorm, gelu, embedding or
-   add, no op has used it yet (checked), and nothing uses it afterwards
+   backward reads: its producer is linear, layernorm, gelu, embedding,
+   add or trn_mlp, no op has used it yet (checked), and nothing uses it afterwards
    (your part: its values are gone) */
 TRNDEF trn_tensor *trn_add_inplace(trn_model *m, trn_tensor *a, trn_tensor *b);
 TRNDEF trn_tensor *trn_attention(trn_model *m, trn_tensor *qkv, int n_head, int causal);
@@ -2312,16 +2328,31 @@ TRNDEF void trn_gelu_forward(float *out, const float *inp, size_t n) {
     for (i = 0; i < (ptrdiff_t)n; i++) out[i] = inp[i] * trn__gelu_s(inp[i]);
 }
 
+static inline float trn__gelu_grad(float x) { /* dy/dx */
+    float s = trn__gelu_s(x);
+    float ds = 2.0f * s * (1.0f - s) * TRN__GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+    return s + x * ds;
+}
 TRNDEF void trn_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
     ptrdiff_t i;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static)
 #endif
-    for (i = 0; i < (ptrdiff_t)n; i++) {
-        float x = inp[i], s = trn__gelu_s(x);
-        float ds = 2.0f * s * (1.0f - s) * TRN__GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] += dout[i] * (s + x * ds);
-    }
+    for (i = 0; i < (ptrdiff_t)n; i++) dinp[i] += dout[i] * trn__gelu_grad(inp[i]);
+}
+
+/* trn_mlp's backward through GELU (>>mlp): dpre (N,C) = (dout (N,OC) @ w
+   (OC,C)) * gelu'(pre), WRITTEN: the product straight into dpre, then
+   GELU's backward in place. The same numbers as trn_matmul_backward into a
+   zeroed scratch followed by trn_gelu_backward, without the scratch. */
+TRNDEF void trn_matmul_dgelu_backward(float *dpre, const float *dout, const float *w, const float *pre, int N, int C,
+                                      int OC) {
+    ptrdiff_t i, n = (ptrdiff_t)N * C;
+    trn_sgemm(0, 0, N, C, OC, 1.0f, dout, OC, w, C, 0.0f, dpre, C);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (i = 0; i < n; i++) dpre[i] *= trn__gelu_grad(pre[i]);
 }
 
 /* --- ReLU: y = max(x, 0). Saved: the output (y > 0 <=> x > 0). ---------- */
@@ -3573,6 +3604,7 @@ TRNDEF const trn_backend *trn_cpu_backend(void) {
         cpu.layernorm_backward = trn_layernorm_backward;
         cpu.gelu_forward = trn_gelu_forward;
         cpu.gelu_backward = trn_gelu_backward;
+        cpu.matmul_dgelu_backward = trn_matmul_dgelu_backward; /* (matmul_gelu_forward: the plain pair) */
         cpu.relu_forward = trn_relu_forward;
         cpu.relu_backward = trn_relu_backward;
         cpu.add_forward = trn_add_forward;
@@ -4364,6 +4396,81 @@ TRNDEF trn_tensor *trn_gelu(trn_model *m, trn_tensor *x) {
     return out;
 }
 
+/* >>mlp: y = proj(gelu(fc(x))) as two tape entries:
+     "linear"       x -> pre (N,H)          trn_linear's backward, unchanged
+     "gelu_linear"  pre -> y (N,OC)         saves g = gelu(pre) (N,H)
+   Saved for backward: pre and g, as trn_linear + trn_gelu + trn_linear
+   keep. What the pairing buys on a device (train_cuda.h in bf16):
+     forward   one GEMM writes pre and g: GELU runs in its epilogue, on the
+               accumulator still in registers, not as a pass over (N,H);
+     backward  the GEMM that makes d(g) = dy W multiplies by gelu'(pre) in
+               its epilogue and writes d(pre): d(g) never exists, and GELU's
+               backward costs no pass of its own.
+   A backend without them runs the plain kernels: the same calls, in the
+   same order, as the three separate ops. The CPU has the backward one
+   (trn_matmul_dgelu_backward: no (N,H) scratch), the same numbers. */
+static void trn__gelu_linear_bw(trn_model *m, trn_tape_entry *e) {
+    trn_tensor *pre = e->in[0], *w = e->in[1], *b = e->in[2];
+    const float *g = (const float *)e->saved[0], *dy = e->out->grad;
+    int N = e->iarg[0], H = e->iarg[1], OC = e->iarg[2], fresh = 0;
+    int fused = m->backend->matmul_dgelu_backward != NULL;
+    float *dpre, *dg;
+    size_t bytes = (size_t)N * H * trn_dtype_size(m->act_dtype);
+    if (!pre->requires_grad) {
+        m->backend->matmul_backward(NULL, trn__want(m, w, NULL), trn__want(m, b, NULL), dy, g, w->data, N, H, OC);
+        return;
+    }
+    dpre = trn__grad(m, pre, fused ? &fresh : NULL);
+    if (fused && fresh) { /* the fused way writes d(pre): only into a new buffer */
+        m->backend->matmul_backward(NULL, trn__want(m, w, NULL), trn__want(m, b, NULL), dy, g, w->data, N, H, OC);
+        m->backend->matmul_dgelu_backward(dpre, dy, w->data, pre->data, N, H, OC);
+        return;
+    }
+    /* plain: d(g) = dy W into a scratch (N,H), then d(pre) += gelu'(pre) d(g) */
+    dg = (float *)trn__grads_alloc(m, bytes);
+    m->backend->zero(dg, bytes);
+    m->backend->matmul_backward(dg, trn__want(m, w, NULL), trn__want(m, b, NULL), dy, g, w->data, N, H, OC);
+    m->backend->gelu_backward(dpre, pre->data, dg, (size_t)N * H);
+    trn__grads_free(m, dg);
+}
+TRNDEF trn_tensor *trn_mlp(trn_model *m, trn_tensor *x, trn_tensor *fc_w, trn_tensor *fc_b, trn_tensor *proj_w,
+                           trn_tensor *proj_b) {
+    int C, H, OC, N, shape[TRN_MAX_DIMS];
+    float *g;
+    trn_tensor *pre, *out;
+    trn_tape_entry *e;
+    trn__not_null("trn_mlp", m, x); trn__not_null("trn_mlp", fc_w, proj_w);
+    x = trn__act(m, x);
+    trn__weight(m, fc_w, "trn_mlp"); trn__weight(m, fc_b, "trn_mlp");
+    trn__weight(m, proj_w, "trn_mlp"); trn__weight(m, proj_b, "trn_mlp");
+    C = TRN__LAST(x);
+    trn__need(fc_w->ndim == 2 && fc_w->shape[1] == C, "trn_mlp", x, fc_w, "input channels must match fc weight (H,C)");
+    H = fc_w->shape[0];
+    trn__need(proj_w->ndim == 2 && proj_w->shape[1] == H, "trn_mlp", fc_w, proj_w, "proj weight must be (OC,H)");
+    OC = proj_w->shape[0];
+    if (fc_b) trn__need(fc_b->size == (size_t)H, "trn_mlp", fc_w, fc_b, "fc bias must have H elements");
+    if (proj_b) trn__need(proj_b->size == (size_t)OC, "trn_mlp", proj_w, proj_b, "proj bias must have OC elements");
+    N = (int)(x->size / (size_t)C);
+    memcpy(shape, x->shape, sizeof shape);
+    shape[x->ndim - 1] = H;
+    pre = trn_tensor_new(m, "linear", x->ndim, shape);                         /* (N,H) */
+    g = (float *)trn_arena_alloc(m, (size_t)N * H * trn_dtype_size(m->act_dtype)); /* (N,H) */
+    if (m->backend->matmul_gelu_forward) {
+        m->backend->matmul_gelu_forward(g, pre->data, x->data, fc_w->data, fc_b ? fc_b->data : NULL, N, C, H);
+    } else {
+        m->backend->matmul_forward(pre->data, x->data, fc_w->data, fc_b ? fc_b->data : NULL, N, C, H);
+        m->backend->gelu_forward(g, pre->data, (size_t)N * H);
+    }
+    e = trn__record(m, "linear", trn__linear_bw, pre, x, fc_w, fc_b);
+    if (e) { e->iarg[0] = N; e->iarg[1] = C; e->iarg[2] = H; }
+    shape[x->ndim - 1] = OC;
+    out = trn_tensor_new(m, "gelu_linear", x->ndim, shape);                    /* (N,OC) */
+    m->backend->matmul_forward(out->data, g, proj_w->data, proj_b ? proj_b->data : NULL, N, H, OC);
+    e = trn__record(m, "gelu_linear", trn__gelu_linear_bw, out, pre, proj_w, proj_b);
+    if (e) { e->saved[0] = g; e->iarg[0] = N; e->iarg[1] = H; e->iarg[2] = OC; }
+    return out;
+}
+
 /* relu is written with the public op API (>>opapi), the way a user writes
    an op: the kit's other ops call trn__record directly, which is the same */
 static void trn__relu_fw(trn_model *m, trn_tape_entry *e) {
@@ -4426,7 +4533,8 @@ TRNDEF trn_tensor *trn_add_inplace(trn_model *m, trn_tensor *a, trn_tensor *b) {
         for (k = 0; k < 3; k++)
             if (e->in[k] == b) trn_fatal("trn_add_inplace: %s was already used by %s, whose backward may read it", b->name, e->op);
         if (e->out == b && e->backward != trn__linear_bw && e->backward != trn__layernorm_bw &&
-            e->backward != trn__gelu_bw && e->backward != trn__embedding_bw && e->backward != trn__add_bw)
+            e->backward != trn__gelu_bw && e->backward != trn__embedding_bw && e->backward != trn__add_bw &&
+            e->backward != trn__gelu_linear_bw)
             trn_fatal("trn_add_inplace: %s comes from %s, whose backward reads its output: use trn_add", b->name, e->op);
     }
     out = trn__header(m);

@@ -237,10 +237,10 @@ static trn_tensor *gpt2_block_forward(trn_model *m, trn_tensor *x, void *user) {
     h = trn_attention(m, h, b->n_head, 1);                         // (B,T,C) causal
     h = trn_linear(m, h, b->proj_w, b->proj_b);                    // (B,T,C)
     x = trn_add_inplace(m, x, h);                                  // (into h: nothing reads it)
-    // x = x + mlp(ln_2(x)), the MLP 4C wide with GELU
+    // x = x + mlp(ln_2(x)), the MLP 4C wide with GELU: fcp(gelu(fc(h))),
+    // one call so that a GPU runs GELU inside the GEMMs (train.h's >>mlp)
     h = trn_layernorm(m, x, b->ln2_w, b->ln2_b);                   // (B,T,C)
-    h = trn_gelu(m, trn_linear(m, h, b->fc_w, b->fc_b));           // (B,T,4C)
-    h = trn_linear(m, h, b->fcp_w, b->fcp_b);                      // (B,T,C)
+    h = trn_mlp(m, h, b->fc_w, b->fc_b, b->fcp_w, b->fcp_b);       // (B,T,C), 4C inside
     return trn_add_inplace(m, x, h);
 }
 
@@ -294,8 +294,7 @@ static trn_tensor *gpt2_forward_cached(gpt2 *g, trn_kv_cache *kv, const int *ids
         h = trn_attention_cached_qkv(m, kv, l, h, g->cfg.n_head);     // (B,T,C)
         x = trn_add(m, x, trn_linear(m, h, b->proj_w, b->proj_b));
         h = trn_layernorm(m, x, b->ln2_w, b->ln2_b);
-        h = trn_gelu(m, trn_linear(m, h, b->fc_w, b->fc_b));
-        x = trn_add(m, x, trn_linear(m, h, b->fcp_w, b->fcp_b));
+        x = trn_add(m, x, trn_mlp(m, h, b->fc_w, b->fc_b, b->fcp_w, b->fcp_b));
     }
     trn_kv_cache_advance(kv, T);
     trn_tensor *last = trn_tensor_new(m, "last", 3, last_shape); // x[:, T-1, :]

@@ -17,7 +17,7 @@
 typedef trn_tensor *(*build_fn)(trn_model *m, trn_tensor **p);
 
 static trn_model M;
-static trn_tensor *P[4];
+static trn_tensor *P[5];
 static int NP;
 static float *R;        /* target of the probe loss */
 static size_t R_N;
@@ -121,6 +121,56 @@ static trn_tensor *g_mse(trn_model *m, trn_tensor **p) {
     static float target[12] = {0.3f, -1.2f, 0.8f, 0.0f, 2.0f, -0.5f, 0.1f, 0.9f, -0.7f, 1.5f, -2.0f, 0.25f};
     return trn_mse(m, p[0], target);
 }
+/* GPT-2's feed-forward as one op: x (2,3,4), fc (6,4)+(6), proj (5,6)+(5) */
+static trn_tensor *g_mlp(trn_model *m, trn_tensor **p) { return trn_mlp(m, p[0], p[1], p[2], p[3], p[4]); }
+static trn_tensor *g_mlp_nobias(trn_model *m, trn_tensor **p) { return trn_mlp(m, p[0], p[1], NULL, p[2], NULL); }
+
+/* trn_mlp is the three ops it replaces, to the bit: the output and the
+   five gradients. Runs: 0 the three ops, 1 trn_mlp (the CPU's
+   trn_matmul_dgelu_backward), 2 trn_mlp on a table without it (the plain
+   kernels into a scratch, what a backend without the entry gets) */
+static void mlp_equals_three_ops(void) {
+    const int shapes[5][3] = {{2, 3, 4}, {6, 4}, {6}, {5, 6}, {5}}, nd[5] = {3, 2, 1, 2, 1};
+    float *got[3][6], target[30];
+    int run, k, same = 1;
+    size_t j, n[6];
+    trn_rng rng;
+    trn_backend plain = *trn_cpu_backend();
+    plain.matmul_dgelu_backward = NULL;
+    for (run = 0; run < 3; run++) {
+        trn_tensor *out;
+        trn_model_init(&M, run == 2 ? &plain : NULL);
+        for (k = 0; k < 5; k++) {
+            char name[8];
+            snprintf(name, sizeof name, "p%d", k);
+            P[k] = trn_param(&M, name, nd[k], shapes[k]);
+        }
+        CHECK(trn_model_alloc(&M) == TRN_OK, "mlp: alloc\n");
+        trn_rng_seed(&rng, 99);
+        for (k = 0; k < 5; k++) trn_init_normal(&M, P[k], 0.0f, 1.0f, &rng);
+        for (k = 0; k < 30; k++) target[k] = trn_rng_normal(&rng);
+        trn_reset(&M);
+        out = run ? trn_mlp(&M, P[0], P[1], P[2], P[3], P[4])
+                  : trn_linear(&M, trn_gelu(&M, trn_linear(&M, P[0], P[1], P[2])), P[3], P[4]);
+        trn_zero_grad(&M);
+        trn_backward(&M, trn_mse(&M, out, target));
+        for (k = 0; k < 6; k++) { /* 0..4: the gradients, 5: the output */
+            n[k] = k < 5 ? P[k]->size : out->size;
+            got[run][k] = (float *)malloc(sizeof(float) * n[k]);
+            memcpy(got[run][k], k < 5 ? P[k]->grad : out->data, sizeof(float) * n[k]);
+        }
+        trn_model_free(&M);
+    }
+    for (k = 0; k < 6; k++) {
+        for (run = 1; run < 3; run++) same &= memcmp(got[0][k], got[run][k], sizeof(float) * n[k]) == 0;
+        for (j = 0; j < n[k] && got[0][k][j] == 0.0f; j++) {}
+        CHECK(j < n[k], "mlp: %s %d is all zeros: the comparison would prove nothing\n", k < 5 ? "gradient" : "output", k);
+        for (run = 0; run < 3; run++) free(got[run][k]);
+    }
+    CHECK(same, "trn_mlp differs from trn_linear + trn_gelu + trn_linear\n");
+    printf("ok - trn_mlp = linear, gelu, linear (fused backward and plain): output and 5 gradients bit-identical\n");
+}
+
 /* a whole pre-LN transformer block, to check the ops compose */
 static trn_tensor *g_block(trn_model *m, trn_tensor **p) {
     trn_tensor *x = p[0], *w = p[1], *ln = p[2], *wo = p[3];
@@ -178,5 +228,10 @@ int main(void) {
     { const int s[4][4] = {{2, 4, 6}, {18, 6}, {6}, {6, 6}}; const int d[4] = {3, 2, 1, 2};
       gradcheck("transformer block", g_block, 4, s, d, 1e-2, 2e-3, 1e-2, -1, 1);
       gradcheck("block in trn_recompute", g_block_recompute, 4, s, d, 1e-2, 2e-3, 1e-2, -1, 1); }
+    { const int s[5][4] = {{2, 3, 4}, {6, 4}, {6}, {5, 6}, {5}}; const int d[5] = {3, 2, 1, 2, 1};
+      gradcheck("mlp", g_mlp, 5, s, d, 1e-2, 1e-3, 5e-3, -1, 1); }
+    { const int s[3][4] = {{2, 3, 4}, {6, 4}, {5, 6}}; const int d[3] = {3, 2, 2};
+      gradcheck("mlp (no biases)", g_mlp_nobias, 3, s, d, 1e-2, 1e-3, 5e-3, -1, 1); }
+    mlp_equals_three_ops();
     return check_summary();
 }
