@@ -4492,13 +4492,27 @@ TRNDEF trn_tensor *trn_relu(trn_model *m, trn_tensor *x) {
 
 /* d(a+b)/da = d(a+b)/db = 1: each input's gradient is the output's, copied
    when the input's gradient is new (the usual case), added otherwise */
+/* d(a) += d(out), d(b) += d(out). d(out) is read here for the last time
+   (trn_backward frees it after), so an input with no gradient yet (the
+   residual stream's usual case) takes that buffer itself, no copy; the
+   other gets a copy, or adds it to what it has. */
 static void trn__add_bw(trn_model *m, trn_tape_entry *e) {
-    int k, fresh;
+    trn_tensor *out = e->out;
+    int k, taken = -1;
+    for (k = 0; k < 2 && taken < 0; k++) {
+        trn_tensor *x = e->in[k];
+        if (x->requires_grad && !x->grad && !x->is_param && trn__grad_dtype(x) == out->dtype && x != e->in[1 - k]) {
+            x->grad = out->grad; /* (a span of the gradient block: freed with x's producer) */
+            out->grad = NULL;
+            taken = k;
+        }
+    }
     for (k = 0; k < 2; k++) {
-        float *g = trn__want(m, e->in[k], &fresh);
-        if (!g) continue;
-        if (fresh) m->backend->copy(g, e->out->grad, e->out->size * trn_dtype_size(e->out->dtype));
-        else m->backend->accumulate(g, e->out->grad, e->out->size);
+        float *g, *dout = taken >= 0 ? e->in[taken]->grad : out->grad;
+        int fresh;
+        if (k == taken || !(g = trn__want(m, e->in[k], &fresh))) continue;
+        if (fresh) m->backend->copy(g, dout, e->in[k]->size * trn_dtype_size(trn__grad_dtype(e->in[k])));
+        else m->backend->accumulate(g, dout, e->in[k]->size);
     }
 }
 TRNDEF trn_tensor *trn_add(trn_model *m, trn_tensor *a, trn_tensor *b) {
