@@ -370,6 +370,13 @@ typedef struct trn_backend {
     void (*huber_forward)(float *losses, const float *pred, const float *target, float delta, size_t n);
     void (*huber_backward)(float *dpred, const float *pred, const float *target, float delta, float dloss,
                            size_t n);
+    /* >>mlp: GPT-2's feed-forward fused (trn_mlp). NULL: train.h runs
+       matmul_forward + gelu_forward, and matmul_backward into a scratch +
+       gelu_backward, which is the same math */
+    void (*matmul_gelu_forward)(float *out, float *pre, const float *inp, const float *w, const float *bias,
+                                int N, int C, int OC);      /* pre (N,OC) = inp (N,C) w^T + bias; out = gelu(pre) */
+    void (*matmul_dgelu_backward)(float *dpre, const float *dout, const float *w, const float *pre, int N, int C,
+                                  int OC);                  /* dpre (N,C) = (dout (N,OC) @ w (OC,C)) * gelu'(pre): written, not accumulated */
 
     /* >>sync-free step: entries that let a device backend run a training
        step with a single host wait (trn_sync). NULL where a backend has no
