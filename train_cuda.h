@@ -69,8 +69,9 @@
                   attention's log-sum-exp, the losses: fp32
        kernels    templates on the storage type: load bf16, compute fp32,
                   round once per store (to nearest even); matmuls bf16 in,
-                  fp32 accumulate (cuBLASLt with the bias epilogue in
-                  forward; cublasGemmEx with an fp32 C for dW); attention on
+                  fp32 accumulate, all through cuBLASLt (bias, GELU and
+                  GELU' in its epilogues; dW into an fp32 D); batched
+                  products on cublasGemmStridedBatchedEx; attention on
                   WMMA tensor cores
      Parameters used where activations go (a learned table added to x) are
      cast by train.h (its fp32 gradient gets the bf16 one added); an op of
@@ -82,8 +83,7 @@
    tiles for head sizes that are multiples of 16 up to 128, others run the
    FMA kernels on bf16, with tiles sized for 48 KiB of shared memory and
    no asynchronous copies, wgmma or warp specialization as in
-   FlashAttention-2/3), no GELU epilogue (cuBLASLt offers one; the kit's
-   GELU is its own op on the tape), no FSDP in bf16 (ZeRO-1/2 and DDP
+   FlashAttention-2/3), no FSDP in bf16 (ZeRO-1/2 and DDP
    are), no CUDA graphs
    (the step takes lr and the bias
    corrections as launch arguments and its inputs through fresh staging
@@ -248,7 +248,7 @@ static struct {
     int bf16;                    /* TRN_CUDA_BF16: activations are bf16      */
     cudaStream_t stream;
     cublasHandle_t cublas;
-    cublasLtHandle_t cublaslt;   /* bf16 matmuls with a bias epilogue        */
+    cublasLtHandle_t cublaslt;   /* bf16 matmuls, with their epilogues       */
     void *workspace;             /* cuBLAS workspace (ours, so it is counted) */
     size_t workspace_bytes;
     size_t context_bytes;        /* driver-reported use at init: the context */

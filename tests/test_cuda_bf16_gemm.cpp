@@ -1,12 +1,15 @@
 // build: -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined -Wno-maybe-uninitialized
 /* tests/test_cuda_bf16_gemm.cpp - the GEMMs of train_cuda.h in bf16
-   (TRN_CUDA_BF16): matmul (forward through cuBLASLt with the bias in its
-   epilogue; backward with dinp in bf16 and dw, dbias in fp32), bmm, the
-   materialized attention and attention over the KV cache. Each runs in bf16
+   (TRN_CUDA_BF16): matmul (through cuBLASLt: forward with the bias in its
+   epilogue; backward with dinp in bf16 and dw, dbias in fp32), the fused
+   MLP pair (matmul_gelu_forward, matmul_dgelu_backward: cuBLASLt's
+   GELU_AUX_BIAS and DGELU epilogues, the unfused fallback, fp32 and tf32),
+   bmm, the materialized attention and attention over the KV cache. Each runs in bf16
    and is compared with the CPU backend's fp32 result on the SAME inputs,
    rounded to bf16 first, so that only the GPU path's own roundings differ.
    Then the harness's side (tests/cuda_on_cpu.h): cublasGemmEx's bf16
-   rounding and the argument checks of the cuBLASLt emulation.
+   rounding, the argument checks of the cuBLASLt emulation and its GELU
+   epilogues bit for bit.
 
    Tolerances, element by element, from two facts:
    - bf16 keeps 8 significant bits, so one rounding to nearest moves x by
