@@ -69,8 +69,9 @@
                   attention's log-sum-exp, the losses: fp32
        kernels    templates on the storage type: load bf16, compute fp32,
                   round once per store (to nearest even); matmuls bf16 in,
-                  fp32 accumulate (cuBLASLt with the bias epilogue in
-                  forward; cublasGemmEx with an fp32 C for dW); attention on
+                  fp32 accumulate, all through cuBLASLt (bias, GELU and
+                  GELU' in its epilogues; dW into an fp32 D); batched
+                  products on cublasGemmStridedBatchedEx; attention on
                   WMMA tensor cores
      Parameters used where activations go (a learned table added to x) are
      cast by train.h (its fp32 gradient gets the bf16 one added); an op of
@@ -82,8 +83,7 @@
    tiles for head sizes that are multiples of 16 up to 128, others run the
    FMA kernels on bf16, with tiles sized for 48 KiB of shared memory and
    no asynchronous copies, wgmma or warp specialization as in
-   FlashAttention-2/3), no GELU epilogue (cuBLASLt offers one; the kit's
-   GELU is its own op on the tape), no FSDP in bf16 (ZeRO-1/2 and DDP
+   FlashAttention-2/3), no FSDP in bf16 (ZeRO-1/2 and DDP
    are), no CUDA graphs
    (the step takes lr and the bias
    corrections as launch arguments and its inputs through fresh staging
@@ -248,7 +248,7 @@ static struct {
     int bf16;                    /* TRN_CUDA_BF16: activations are bf16      */
     cudaStream_t stream;
     cublasHandle_t cublas;
-    cublasLtHandle_t cublaslt;   /* bf16 matmuls with a bias epilogue        */
+    cublasLtHandle_t cublaslt;   /* bf16 matmuls, with their epilogues       */
     void *workspace;             /* cuBLAS workspace (ours, so it is counted) */
     size_t workspace_bytes;
     size_t context_bytes;        /* driver-reported use at init: the context */
@@ -592,21 +592,45 @@ static __global__ void trn__k_ln_bwd_part(float *pw, float *pb, const A *dout, c
 
 /* --- elementwise ------------------------------------------------------------ */
 #define TRN__CUDA_GELU_K 0.7978845608028654f /* sqrt(2/pi), as train.h */
+/* GELU in GPT-2's tanh form, gelu(x) = x/2 (1 + tanh(k (x + 0.044715 x^3))),
+   and its derivative d gelu / dx: one definition for the GELU kernels and
+   the unfused matmul + GELU pair below */
+static __device__ __forceinline__ float trn__gelu(float x) {
+    return 0.5f * x * (1.0f + tanhf(TRN__CUDA_GELU_K * (x + 0.044715f * x * x * x)));
+}
+static __device__ __forceinline__ float trn__gelu_grad(float x) {
+    float t = tanhf(TRN__CUDA_GELU_K * (x + 0.044715f * x * x * x));
+    float dt = (1.0f - t * t) * TRN__CUDA_GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+    return 0.5f * (1.0f + t) + 0.5f * x * dt;
+}
 template <typename A>
 static __global__ void trn__k_gelu_fwd(A *out, const A *inp, size_t n) {
-    TRN__GRID_STRIDE(i, n) {
-        float x = trn__ld(inp[i]);
-        out[i] = trn__to<A>(0.5f * x * (1.0f + tanhf(TRN__CUDA_GELU_K * (x + 0.044715f * x * x * x))));
-    }
+    TRN__GRID_STRIDE(i, n) out[i] = trn__to<A>(trn__gelu(trn__ld(inp[i])));
 }
 template <typename A>
 static __global__ void trn__k_gelu_bwd(A *dinp, const A *inp, const A *dout, size_t n) {
-    TRN__GRID_STRIDE(i, n) {
-        float x = trn__ld(inp[i]);
-        float t = tanhf(TRN__CUDA_GELU_K * (x + 0.044715f * x * x * x));
-        float dt = (1.0f - t * t) * TRN__CUDA_GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] = trn__to<A>(trn__ld(dinp[i]) + trn__ld(dout[i]) * (0.5f * (1.0f + t) + 0.5f * x * dt));
+    TRN__GRID_STRIDE(i, n) dinp[i] = trn__to<A>(trn__ld(dinp[i]) + trn__ld(dout[i]) * trn__gelu_grad(trn__ld(inp[i])));
+}
+/* matmul + GELU where cuBLASLt's epilogue does not do it (fp32, tf32, and
+   bf16 shapes the epilogue cannot take): the GEMM wrote its product into
+   pre (N,OC); this one pass adds the bias (NULL: none, or the GEMM added
+   it), keeps the sum in pre (what backward reads) and writes gelu of it. */
+template <typename A>
+static __global__ void trn__k_bias_gelu(A *out, A *pre, const A *bias, size_t N, int OC) {
+    TRN__GRID_STRIDE(i, N * (size_t)OC) {
+        float v = trn__ld(pre[i]);
+        if (bias) {
+            v += trn__ld(bias[i % (size_t)OC]);
+            pre[i] = trn__to<A>(v);
+        }
+        out[i] = trn__to<A>(trn__gelu(v));
     }
+}
+/* d = d * gelu'(pre), in place: the GEMM wrote dloss/d(gelu's output) into
+   d; this turns it into dloss/dpre */
+template <typename A>
+static __global__ void trn__k_dgelu_mul(A *d, const A *pre, size_t n) {
+    TRN__GRID_STRIDE(i, n) d[i] = trn__to<A>(trn__ld(d[i]) * trn__gelu_grad(trn__ld(pre[i])));
 }
 template <typename A>
 static __global__ void trn__k_relu_fwd(A *out, const A *inp, size_t n) {
@@ -1826,24 +1850,61 @@ static void trn__cuda_gemm(const char *file, int line, cublasOperation_t ta, cub
 }
 #define TRN__CUDA_GEMM(...) trn__cuda_gemm(__FILE__, __LINE__, __VA_ARGS__)
 
-/* bf16: D (m,n) = op(A) op(B) (+ bias, one value per row of D) through
-   cuBLASLt, which adds the bias in the GEMM's epilogue: bias + the fp32
-   accumulator, rounded to bf16 once (no second pass over D). A, B, D and the
-   bias are bf16 (the bias has D's type, as cuBLASLt wants it); the
-   workspace is cuBLAS's (one stream runs both, one call at a time). */
+/* >>cublaslt: every bf16 matmul (bmm and attention aside, see there) runs
+   through cuBLASLt, whose GEMMs can fuse work into their epilogue, the step
+   between the fp32 accumulator and the store of D, where it costs no extra
+   pass over memory:
+     D (m,n) = op(A) op(B) [+ D, beta = 1], then by `act`:
+       TRN__LT_NONE   D = acc + bias                  (DEFAULT; BIAS with a bias)
+       TRN__LT_GELU   v = acc + bias, aux = v, D = gelu(v)   (GELU_AUX[_BIAS])
+       TRN__LT_DGELU  D = acc * gelu'(aux)            (DGELU; beta 0, no bias)
+   bias: one value per row of D (per output feature), or NULL. aux: the
+   pre-activation, a matrix with D's layout: written by GELU (forward saves
+   it for backward), read by DGELU (backward). A and B are bf16; D (= C) is
+   bf16 or fp32 (TD), accumulated in fp32 and rounded once after the
+   epilogue; the bias and aux have D's type, cuBLASLt's default for both (so
+   neither BIAS_DATA_TYPE nor AUX_DATA_TYPE needs more than that). beta 1
+   with DGELU is refused: the kit's DGELU writes dpre, and whether the
+   library multiplies beta C by gelu' too is not documented.
+   GELU's form: cuBLASLt documents its epilogue only as "GELU"; PyTorch's
+   _addmm_activation calls the same epilogue the tanh approximation
+   (pytorch/pytorch#104061: "cuBLASLt-based fused GELU epilogue ... uses
+   tanh approximation"), train.h's (and GPT-2's) form. On a GPU,
+   tests/test_cuda_bf16_gemm_gpu.cu tells it from the erf form on exact
+   inputs. Rules for aux (cublasLt.h, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD):
+   its leading dimension (here D's) a multiple of 8 and at least D's rows;
+   the heuristic reads the aux pointer's alignment to pick kernels, and the
+   kit asks for 16 bytes (one vector access), what cudaMalloc gives.
+   trn__cuda_lt_aux_ok says whether a shape qualifies; callers that get 0
+   take the unfused path (GEMM, then a kernel). */
+enum { TRN__LT_NONE, TRN__LT_GELU, TRN__LT_DGELU };
+static int trn__cuda_lt_aux_ok(const void *aux, int ld) { return ld % 8 == 0 && (uintptr_t)aux % 16 == 0; }
+template <typename TD>
 static void trn__cuda_lt_gemm(const char *file, int line, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
-                              int k, const trn__bf16 *A, int lda, const trn__bf16 *B, int ldb, trn__bf16 *D, int ldd,
-                              const trn__bf16 *bias) {
+                              int k, const trn__bf16 *A, int lda, const trn__bf16 *B, int ldb, float beta, TD *D,
+                              int ldd, int act, const TD *bias, TD *aux) {
+    static const char *names[] = {"", "+GELU", "+DGELU"};
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t la, lb, ld;
     cublasLtMatmulPreference_t pref;
     cublasLtMatmulHeuristicResult_t algo;
     int found = 0;
-    int32_t opa = ta, opb = tb, bias_type = CUDA_R_16BF;
-    uint32_t epilogue = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    int32_t opa = ta, opb = tb, dtype = trn__cuda_dt(D), bias_type = dtype; /* the bias has D's type */
+    int64_t aux_ld = ldd;
+    uint32_t epilogue = act == TRN__LT_GELU    ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
+                        : act == TRN__LT_DGELU ? CUBLASLT_EPILOGUE_DGELU
+                        : bias                 ? CUBLASLT_EPILOGUE_BIAS
+                                               : CUBLASLT_EPILOGUE_DEFAULT;
     uint64_t ws = trn__cu.workspace_bytes;
-    const void *bp = bias;
-    float one = 1.0f, zero = 0.0f;
+    const void *bp = bias, *ap = aux;
+    float one = 1.0f;
+    if (act == TRN__LT_DGELU && (beta != 0.0f || bias))
+        trn_fatal("%s:%d: cuBLASLt DGELU epilogue: the kit uses it with beta 0 and no bias only (beta %g, bias %p)",
+                  file, line, beta, (const void *)bias);
+    if (act != TRN__LT_NONE && !trn__cuda_lt_aux_ok(aux, ldd))
+        trn_fatal("%s:%d: cuBLASLt GELU epilogue: the pre-activation (aux) needs a leading dimension that is a "
+                  "multiple of 8 and a 16-byte aligned address, got ld %d at %p (m=%d n=%d k=%d); the caller should "
+                  "have taken the unfused path (trn__cuda_lt_aux_ok)", file, line, ldd, (void *)aux, m, n, k);
     TRN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     TRN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
     TRN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
@@ -1853,18 +1914,22 @@ static void trn__cuda_lt_gemm(const char *file, int line, cublasOperation_t ta, 
         TRN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
                                                         sizeof bias_type));
     }
+    if (act != TRN__LT_NONE) {
+        TRN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &ap, sizeof ap));
+        TRN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld));
+    }
     /* a layout is (rows, cols, ld) of the matrix as stored, before op() */
     TRN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m, lda));
     TRN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k, ldb));
-    TRN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, m, n, ldd));
+    TRN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, (cudaDataType)dtype, m, n, ldd));
     TRN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     TRN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
     TRN_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(trn__cu.cublaslt, op, la, lb, ld, ld, pref, 1, &algo, &found));
     if (found < 1)
-        trn_fatal("%s:%d: cuBLASLt offers no algorithm for a bf16 matmul (m=%d n=%d k=%d%s)", file, line, m, n, k,
-                  bias ? ", bias epilogue" : "");
-    /* C = D with beta = 0: D is written, never read */
-    trn__cublas_check(cublasLtMatmul(trn__cu.cublaslt, op, &one, A, la, B, lb, &zero, D, ld, D, ld, &algo.algo,
+        trn_fatal("%s:%d: cuBLASLt offers no algorithm for a bf16 matmul (m=%d n=%d k=%d, %s D%s%s)", file, line, m,
+                  n, k, dtype == CUDA_R_16BF ? "bf16" : "fp32", bias ? ", bias" : "", names[act]);
+    /* C = D: beta 0 writes D (never reads it), beta 1 adds to it */
+    trn__cublas_check(cublasLtMatmul(trn__cu.cublaslt, op, &one, A, la, B, lb, &beta, D, ld, D, ld, &algo.algo,
                                      trn__cu.workspace, trn__cu.workspace_bytes, trn__cu.stream),
                       "cublasLtMatmul", file, line);
     TRN_CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
@@ -1883,8 +1948,9 @@ static void trn__cuda_matmul_forward(float *out, const float *inp, const float *
                                      int OC) {
     if (N <= 0 || OC <= 0) return;
     if (trn__cuda_dt((const A *)out) == CUDA_R_16BF) {
-        trn__cuda_lt_gemm(__FILE__, __LINE__, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, (const trn__bf16 *)w, C,
-                          (const trn__bf16 *)inp, C, (trn__bf16 *)out, OC, (const trn__bf16 *)bias);
+        trn__cuda_lt_gemm<trn__bf16>(__FILE__, __LINE__, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, (const trn__bf16 *)w, C,
+                                     (const trn__bf16 *)inp, C, 0.0f, (trn__bf16 *)out, OC, TRN__LT_NONE,
+                                     (const trn__bf16 *)bias, NULL);
         return;
     }
     TRN__CUDA_GEMM(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, 1.0f, w, C, 0, inp, C, 0, 0.0f, out, OC, 0, 1);
@@ -1908,19 +1974,36 @@ static void trn__cuda_colsum(float *dst, const X *x, int N, int C) {
                     (const float *)part, nchunk, C);
 }
 
-/* bf16: dinp, dout, inp and w are bf16, dinp accumulates in a bf16 C
-   (beta = 1: old value + fp32 sum, rounded once); dw and dbias are fp32
-   and accumulate in fp32 (a bf16 A and B with an fp32 C). */
+/* dinp (N,C) += dout (N,OC) @ w;  dw (OC,C) += dout^T @ inp;  dbias += column sums of dout.
+   bf16: dinp, dout, inp and w are bf16; two cuBLASLt GEMMs with beta = 1:
+   dinp accumulates in its bf16 D (old value + fp32 sum, rounded once), dw
+   in an fp32 D (bf16 A and B). dbias (fp32) comes from the kit's column
+   sums, not from cuBLASLt's BGRADB epilogue: that epilogue overwrites its
+   bias gradient (in D's type), where the kit's backward adds to dbias, as
+   to every gradient (several uses of a weight, several micro-batches).
+   fp32/tf32: the same two products through cublasGemmEx. */
 template <typename A>
 static void trn__cuda_matmul_backward(float *dinp_, float *dw, float *dbias, const float *dout_, const float *inp_,
                                       const float *w_, int N, int C, int OC) {
     A *dinp = (A *)dinp_;
     const A *dout = (const A *)dout_, *inp = (const A *)inp_, *w = (const A *)w_;
     if (N <= 0 || OC <= 0 || C <= 0) return;
-    /* dinp (N,C) += dout (N,OC) @ w (OC,C):  dinp^T = w^T dout^T */
-    if (dinp) TRN__CUDA_GEMM(CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, 1.0f, w, C, 0, dout, OC, 0, 1.0f, dinp, C, 0, 1);
-    /* dw (OC,C) += dout^T (OC,N) @ inp (N,C):  dw^T = inp^T dout */
-    if (dw) TRN__CUDA_GEMM(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, 1.0f, inp, C, 0, dout, OC, 0, 1.0f, dw, C, 0, 1);
+    if (trn__cuda_dt(dout) == CUDA_R_16BF) {
+        const trn__bf16 *g = (const trn__bf16 *)dout;
+        /* dinp^T (C,N) += w^T (C,OC) dout^T (OC,N) */
+        if (dinp)
+            trn__cuda_lt_gemm<trn__bf16>(__FILE__, __LINE__, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, (const trn__bf16 *)w,
+                                         C, g, OC, 1.0f, (trn__bf16 *)dinp, C, TRN__LT_NONE, NULL, NULL);
+        /* dw^T (C,OC) += inp^T (C,N) dout (N,OC) */
+        if (dw)
+            trn__cuda_lt_gemm<float>(__FILE__, __LINE__, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, (const trn__bf16 *)inp,
+                                     C, g, OC, 1.0f, dw, C, TRN__LT_NONE, NULL, NULL);
+    } else {
+        /* dinp^T = w^T dout^T */
+        if (dinp) TRN__CUDA_GEMM(CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, 1.0f, w, C, 0, dout, OC, 0, 1.0f, dinp, C, 0, 1);
+        /* dw^T = inp^T dout */
+        if (dw) TRN__CUDA_GEMM(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, 1.0f, inp, C, 0, dout, OC, 0, 1.0f, dw, C, 0, 1);
+    }
     if (dbias) trn__cuda_colsum(dbias, dout, N, OC);
 }
 
@@ -1986,6 +2069,55 @@ static void trn__cuda_gelu_forward(float *out, const float *inp, size_t n) {
 template <typename A>
 static void trn__cuda_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
     if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_gelu_bwd<A>, n, TRN__A(dinp), TRN__CA(inp), TRN__CA(dout), n);
+}
+/* >>mlp: GPT-2's feed-forward pair fused (train.h's trn_mlp).
+   Forward: pre (N,OC) = inp (N,C) w^T + bias, out = gelu(pre); pre is saved
+   for backward. bf16: ONE cuBLASLt GEMM, whose GELU_AUX_BIAS epilogue takes
+   the fp32 sum v = acc + bias and stores round(v) into pre (the aux matrix)
+   and round(gelu(v)) into out: pre is what matmul_forward would write, and
+   out skips a round trip through memory (and one rounding) of the unfused
+   pair. fp32/tf32, and bf16 when pre breaks cuBLASLt's aux rules (OC not a
+   multiple of 8, an unaligned pre): the GEMM into pre (bf16 with the bias
+   in its epilogue), then one kernel (bias, GELU). */
+template <typename A>
+static void trn__cuda_matmul_gelu_forward(float *out, float *pre, const float *inp, const float *w, const float *bias,
+                                          int N, int C, int OC) {
+    int bf16 = trn__cuda_dt((const A *)out) == CUDA_R_16BF;
+    if (N <= 0 || OC <= 0) return;
+    if (bf16 && trn__cuda_lt_aux_ok(pre, OC)) {
+        trn__cuda_lt_gemm<trn__bf16>(__FILE__, __LINE__, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, (const trn__bf16 *)w, C,
+                                     (const trn__bf16 *)inp, C, 0.0f, (trn__bf16 *)out, OC, TRN__LT_GELU,
+                                     (const trn__bf16 *)bias, (trn__bf16 *)pre);
+        return;
+    }
+    trn__cuda_matmul_forward<A>(pre, inp, w, bf16 ? bias : NULL, N, C, OC);
+    TRN_CUDA_LAUNCH(trn__k_bias_gelu<A>, dim3(trn__cuda_grid((size_t)N * OC)), dim3(TRN__CUDA_BLOCK), 0,
+                    trn__cu.stream, TRN__A(out), TRN__A(pre), bf16 ? NULL : TRN__CA(bias), (size_t)N, OC);
+}
+/* Backward of the GELU into the next matmul (GPT-2's c_proj, whose input is
+   gelu(pre)): dpre (N,C) = (dout (N,OC) @ w (OC,C)) * gelu'(pre), WRITTEN
+   (the scratch gradient of the unfused path never exists). bf16: ONE
+   cuBLASLt GEMM with the DGELU epilogue (aux = pre, beta 0): the fp32
+   product times gelu'(pre), rounded once. Otherwise: the GEMM with beta 0
+   into dpre, then one in-place kernel multiplies by gelu'(pre). The
+   matmul's dw and dbias are matmul_backward's (train.h calls it with
+   dinp NULL). */
+template <typename A>
+static void trn__cuda_matmul_dgelu_backward(float *dpre, const float *dout, const float *w, const float *pre, int N,
+                                            int C, int OC) {
+    int bf16 = trn__cuda_dt((const A *)dpre) == CUDA_R_16BF, fused = bf16 && trn__cuda_lt_aux_ok(pre, C);
+    if (N <= 0 || C <= 0) return;
+    /* dpre^T (C,N) = w^T (C,OC) dout^T (OC,N) (then the epilogue) */
+    if (bf16)
+        trn__cuda_lt_gemm<trn__bf16>(__FILE__, __LINE__, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, (const trn__bf16 *)w, C,
+                                     (const trn__bf16 *)dout, OC, 0.0f, (trn__bf16 *)dpre, C,
+                                     fused ? TRN__LT_DGELU : TRN__LT_NONE, NULL,
+                                     fused ? (trn__bf16 *)pre : NULL); /* DGELU only reads aux */
+    else
+        TRN__CUDA_GEMM(CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, 1.0f, TRN__CA(w), C, 0, TRN__CA(dout), OC, 0, 0.0f,
+                       TRN__A(dpre), C, 0, 1);
+    if (!fused)
+        TRN__CUDA_ELEMENTWISE(trn__k_dgelu_mul<A>, (size_t)N * C, TRN__A(dpre), TRN__CA(pre), (size_t)N * C);
 }
 template <typename A>
 static void trn__cuda_relu_forward(float *out, const float *inp, size_t n) {
@@ -2090,7 +2222,10 @@ static void trn__cuda_rowmajor_gemm(int ta, int tb, int M, int N, int K, const T
     TRN__CUDA_GEMM(tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, 1.0f, B, ldb, sb, A, lda,
                    sa, beta, C, ldc, sc, batch);
 }
-/* bmm: everything A (bf16: bf16 in and out, fp32 accumulation) */
+/* bmm: everything A (bf16: bf16 in and out, fp32 accumulation). Batched
+   products (bmm, and the attention GEMMs below) stay on
+   cublasGemmStridedBatchedEx in bf16 too: they have no epilogue to fuse,
+   and the CUDA-on-CPU harness emulates cuBLASLt without batched layouts. */
 template <typename A>
 static void trn__cuda_bmm_forward(float *out_, const float *a_, const float *b_, int Bt, int M, int N, int K, int ta,
                                   int tb) {
@@ -2881,6 +3016,9 @@ static void trn__cuda_fill_table(trn_backend *t, int bf16) {
         t->l1_backward = TRN__CUDA_PICK(trn__cuda_l1_backward);
         t->huber_forward = TRN__CUDA_PICK(trn__cuda_huber_forward);
         t->huber_backward = TRN__CUDA_PICK(trn__cuda_huber_backward);
+        /* >>mlp */
+        t->matmul_gelu_forward = TRN__CUDA_PICK(trn__cuda_matmul_gelu_forward);
+        t->matmul_dgelu_backward = TRN__CUDA_PICK(trn__cuda_matmul_dgelu_backward);
         /* >>sync-free step */
         t->download_async = trn__cuda_download_async;
         t->mean = trn__cuda_mean;

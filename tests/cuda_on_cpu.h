@@ -1500,29 +1500,45 @@ static inline cublasStatus_t cublasGemmStridedBatchedEx(
 }
 
 /* ---- cuBLASLt: the subset train_cuda.h uses --------------------------------
-   D = alpha op(A) op(B) + beta C, then the epilogue: DEFAULT (nothing) or
-   BIAS (bias[i] added to row i of D, in fp32 before D's one rounding). A
+   v = alpha op(A) op(B) + beta C in fp32 (element (i,j)), then the
+   epilogue, then D's one rounding:
+     DEFAULT        D = v
+     BIAS           D = v + bias[i]
+     GELU_AUX       aux = v, D = gelu(v)
+     GELU_AUX_BIAS  w = v + bias[i], aux = w, D = gelu(w)
+     DGELU          D = v * gelu'(aux)          (beta 0 only, see below)
+   aux and D are each rounded once to their type, from the same fp32 value:
+   aux is bit-equal to what BIAS would have stored in D. gelu is the tanh
+   form in fp32 (cuemu::gelu_tanh, the kit's formula; what the library
+   computes is checked on a GPU by tests/test_cuda_bf16_gemm_gpu.cu). A
    matmul descriptor holds the compute and scale types and the attributes
    set on it; a layout holds (type, rows, cols, ld) of a matrix as stored.
    The checks are the library's: attribute sizes, types (the gemm_types
-   table; the bias has D's type), layouts that fit m, n, k and the
-   transposes, a bias pointer for BIAS, an algorithm that a heuristic
-   returned for this problem, and a workspace at least as large as that
-   algorithm asked for. Bad arguments give CUBLAS_STATUS_INVALID_VALUE (and
-   a harness error, as for cuBLAS), combinations the library would not run
-   CUBLAS_STATUS_NOT_SUPPORTED. Epilogues other than DEFAULT and BIAS,
-   batched layouts, matrix orders other than column-major and C != D
-   layouts are not emulated (NOT_SUPPORTED). */
+   table; the bias and aux have D's type), layouts that fit m, n, k and the
+   transposes, a bias pointer for BIAS, for the GELU epilogues an aux
+   pointer in device memory with an aux ld that is a multiple of 8 and at
+   least D's rows (cublasLt.h, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD), an
+   algorithm that a heuristic returned for this problem, and a workspace at
+   least as large as that algorithm asked for. Bad arguments give
+   CUBLAS_STATUS_INVALID_VALUE (and a harness error, as for cuBLAS),
+   combinations the library would not run CUBLAS_STATUS_NOT_SUPPORTED.
+   Other epilogues (RELU*, GELU and GELU_BIAS without aux, *_BGRAD*),
+   DGELU with beta != 0 (whether gelu' scales beta C too is not
+   documented), batched layouts, matrix orders other than column-major and
+   C != D layouts are not emulated (NOT_SUPPORTED). */
 struct cublasLtContext { int unused; };
 typedef cublasLtContext *cublasLtHandle_t;
 typedef enum cublasLtMatmulDescAttributes_t {
     CUBLASLT_MATMUL_DESC_TRANSA = 3, CUBLASLT_MATMUL_DESC_TRANSB = 4, CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
-    CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26
+    CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11,
+    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE = 22,
+    CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26
 } cublasLtMatmulDescAttributes_t;
 typedef enum cublasLtEpilogue_t {
     CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_RELU = 2, CUBLASLT_EPILOGUE_BIAS = 4,
-    CUBLASLT_EPILOGUE_GELU = 32, CUBLASLT_EPILOGUE_GELU_BIAS = 36, CUBLASLT_EPILOGUE_BGRADA = 256,
-    CUBLASLT_EPILOGUE_BGRADB = 512
+    CUBLASLT_EPILOGUE_GELU = 32, CUBLASLT_EPILOGUE_GELU_BIAS = 36, CUBLASLT_EPILOGUE_GELU_AUX = 160,
+    CUBLASLT_EPILOGUE_GELU_AUX_BIAS = 164, CUBLASLT_EPILOGUE_DGELU = 192, CUBLASLT_EPILOGUE_DGELU_BGRAD = 208,
+    CUBLASLT_EPILOGUE_BGRADA = 256, CUBLASLT_EPILOGUE_BGRADB = 512
 } cublasLtEpilogue_t;
 typedef enum cublasLtMatmulPreferenceAttributes_t {
     CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1
@@ -1530,6 +1546,7 @@ typedef enum cublasLtMatmulPreferenceAttributes_t {
 struct cublasLtMatmulDescOpaque_t {
     cublasComputeType_t compute; cudaDataType scale;
     int32_t ta, tb; uint32_t epilogue; const void *bias; int32_t bias_type; /* -1: D's type */
+    const void *aux; int64_t aux_ld; int32_t aux_type;                      /* -1: D's type */
 };
 typedef cublasLtMatmulDescOpaque_t *cublasLtMatmulDesc_t;
 struct cublasLtMatrixLayoutOpaque_t { cudaDataType type; uint64_t rows, cols; int64_t ld; };
@@ -1554,7 +1571,7 @@ static inline cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) {
 static inline cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t compute,
                                                       cudaDataType_t scale) {
     *d = new cublasLtMatmulDescOpaque_t{compute, scale, CUBLAS_OP_N, CUBLAS_OP_N, CUBLASLT_EPILOGUE_DEFAULT,
-                                        nullptr, -1};
+                                        nullptr, -1, nullptr, 0, -1};
     return CUBLAS_STATUS_SUCCESS;
 }
 static inline cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) { delete d; return CUBLAS_STATUS_SUCCESS; }
@@ -1568,6 +1585,9 @@ static inline cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t
     case CUBLASLT_MATMUL_DESC_EPILOGUE: field = &d->epilogue; want = sizeof d->epilogue; break;
     case CUBLASLT_MATMUL_DESC_BIAS_POINTER: field = &d->bias; want = sizeof d->bias; break;
     case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: field = &d->bias_type; want = sizeof d->bias_type; break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: field = &d->aux; want = sizeof d->aux; break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: field = &d->aux_ld; want = sizeof d->aux_ld; break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE: field = &d->aux_type; want = sizeof d->aux_type; break;
     default: return CUBLAS_STATUS_NOT_SUPPORTED; /* an attribute this harness does not emulate */
     }
     if (!buf || bytes != want) {
@@ -1606,6 +1626,48 @@ namespace cuemu {
 constexpr uint64_t LT_WORKSPACE = (uint64_t)4 << 20;
 constexpr uint64_t LT_ALGO_TAG = 0x4c74416c676f0001ull; /* "LtAlgo", version 1 */
 inline size_t dt_bytes(cudaDataType t) { return t == CUDA_R_32F ? 4 : 2; }
+/* the epilogues emulated, by what they do after the sum */
+enum lt_epilogue { LT_UNSUPPORTED, LT_PLAIN, LT_GELU, LT_DGELU };
+inline lt_epilogue lt_epilogue_kind(uint32_t e) {
+    switch (e) {
+    case CUBLASLT_EPILOGUE_DEFAULT: case CUBLASLT_EPILOGUE_BIAS: return LT_PLAIN;
+    case CUBLASLT_EPILOGUE_GELU_AUX: case CUBLASLT_EPILOGUE_GELU_AUX_BIAS: return LT_GELU;
+    case CUBLASLT_EPILOGUE_DGELU: return LT_DGELU;
+    default: return LT_UNSUPPORTED;
+    }
+}
+inline int lt_has_bias(uint32_t e) { return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS; }
+/* GELU, tanh form, and its derivative: the formula train.h and
+   train_cuda.h use, in fp32 */
+inline float gelu_tanh(float x) {
+    return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+inline float gelu_tanh_grad(float x) {
+    float t = tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x));
+    float dt = (1.0f - t * t) * 0.7978845608028654f * (1.0f + 3.0f * 0.044715f * x * x);
+    return 0.5f * (1.0f + t) + 0.5f * x * dt;
+}
+/* the GELU epilogues: the fp32 sum (alpha op(A) op(B), one column-major
+   (m,n) matrix from gemm<TI, float>, so the GEMM itself stays one
+   function), then beta C, the bias, aux and D element by element, as the
+   comment on cublasLtMatmul says */
+template <typename TC>
+inline void lt_gelu_epilogue(lt_epilogue kind, int m, int n, const float *sum, float beta, const TC *C, int ldc,
+                             TC *D, int ldd, const TC *bias, TC *aux, int64_t aux_ld) {
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < m; i++) {
+            float v = sum[i + (size_t)j * m];
+            if (beta != 0.0f) v += beta * ld(C[i + (size_t)j * ldc]);
+            if (bias) v += ld(bias[i]);
+            TC *a = &aux[i + (size_t)j * (size_t)aux_ld];
+            if (kind == LT_GELU) {
+                st(a, v);
+                st(&D[i + (size_t)j * ldd], gelu_tanh(v));
+            } else
+                st(&D[i + (size_t)j * ldd], v * gelu_tanh_grad(ld(*a)));
+        }
+}
+inline long long lt_matmuls = 0; /* cublasLtMatmul calls that ran */
 /* the problem a descriptor and four layouts describe: its kind, m, n, k */
 struct lt_problem { cublasStatus_t status; gemm_kind kind; int m, n, k; };
 inline lt_problem lt_check(cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
@@ -1628,9 +1690,16 @@ inline lt_problem lt_check(cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a, cub
     p.kind = d->scale == CUDA_R_32F && c->type == dd->type && c->ld == dd->ld
                  ? gemm_types(a->type, b->type, dd->type, d->compute) : GEMM_UNSUPPORTED;
     int bias_ok = d->bias_type == -1 || d->bias_type == (int32_t)dd->type; /* the bias has D's type */
-    if (p.kind == GEMM_UNSUPPORTED || !bias_ok ||
-        (d->epilogue != CUBLASLT_EPILOGUE_DEFAULT && d->epilogue != CUBLASLT_EPILOGUE_BIAS))
+    int aux_ok = d->aux_type == -1 || d->aux_type == (int32_t)dd->type;   /* GELU's input too */
+    if (p.kind == GEMM_UNSUPPORTED || !bias_ok || !aux_ok || lt_epilogue_kind(d->epilogue) == LT_UNSUPPORTED) {
         p.status = CUBLAS_STATUS_NOT_SUPPORTED;
+        return p;
+    }
+    if (lt_epilogue_kind(d->epilogue) != LT_PLAIN && (d->aux_ld % 8 != 0 || d->aux_ld < (int64_t)dd->rows)) {
+        error("%s: the epilogue's aux ld is %lld: it must be a multiple of 8 and at least D's %llu rows", who,
+              (long long)d->aux_ld, (unsigned long long)dd->rows);
+        p.status = CUBLAS_STATUS_INVALID_VALUE;
+    }
     return p;
 }
 } /* namespace cuemu */
@@ -1688,16 +1757,42 @@ static inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDe
         size_t n = l->rows && l->cols ? (size_t)((l->cols - 1) * (uint64_t)l->ld + l->rows) : 0;
         return n == 0 || cuemu::is_device(ptr, n * cuemu::dt_bytes(l->type));
     };
-    int with_bias = d->epilogue == CUBLASLT_EPILOGUE_BIAS;
+    int with_bias = cuemu::lt_has_bias(d->epilogue);
+    cuemu::lt_epilogue kind = cuemu::lt_epilogue_kind(d->epilogue);
+    size_t aux_n = dd->rows && dd->cols ? (size_t)((dd->cols - 1) * (uint64_t)d->aux_ld + dd->rows) : 0;
     if (!inside(A, a) || !inside(B, b) || !inside(D, dd) || (*(const float *)beta != 0.0f && !inside(C, c)) ||
-        (with_bias && !cuemu::is_device(d->bias, (size_t)p.m * cuemu::dt_bytes(dd->type)))) {
-        cuemu::error("%s: a matrix%s is not (all) in device memory", who, with_bias ? " or the bias" : "");
+        (with_bias && !cuemu::is_device(d->bias, (size_t)p.m * cuemu::dt_bytes(dd->type))) ||
+        (kind != cuemu::LT_PLAIN && aux_n && !cuemu::is_device(d->aux, aux_n * cuemu::dt_bytes(dd->type)))) {
+        cuemu::error("%s: a matrix%s is not (all) in device memory", who,
+                     kind != cuemu::LT_PLAIN ? ", the bias or the epilogue's aux" : with_bias ? " or the bias" : "");
         return CUBLAS_STATUS_INVALID_VALUE;
     }
     float al = *(const float *)alpha, be = *(const float *)beta;
+    if (kind == cuemu::LT_DGELU && be != 0.0f) return CUBLAS_STATUS_NOT_SUPPORTED;
     int lda = (int)a->ld, ldb = (int)b->ld, ldc = (int)c->ld, ldd = (int)dd->ld;
     cublasOperation_t ta = (cublasOperation_t)d->ta, tb = (cublasOperation_t)d->tb;
     typedef __nv_bfloat16 bf;
+    cuemu::lt_matmuls++;
+    if (kind != cuemu::LT_PLAIN) { /* GELU_AUX[_BIAS], DGELU: the fp32 sum, then the epilogue */
+        int dry = cuemu::S().cfg.dry_run; /* checked and counted, nothing computed */
+        std::vector<float> sum(dry ? 0 : (size_t)p.m * p.n);
+        cublasStatus_t st;
+        if (p.kind == cuemu::GEMM_F32)
+            st = cuemu::gemm(h, ta, tb, p.m, p.n, p.k, al, (const float *)A, lda, (const float *)B, ldb, 0.0f,
+                             (const float *)nullptr, p.m, sum.data(), p.m, d->compute == CUBLAS_COMPUTE_32F_FAST_TF32,
+                             who);
+        else
+            st = cuemu::gemm(h, ta, tb, p.m, p.n, p.k, al, (const bf *)A, lda, (const bf *)B, ldb, 0.0f,
+                             (const float *)nullptr, p.m, sum.data(), p.m, 0, who);
+        if (st != CUBLAS_STATUS_SUCCESS || dry) return st;
+        if (dd->type == CUDA_R_16BF)
+            cuemu::lt_gelu_epilogue(kind, p.m, p.n, sum.data(), be, (const bf *)C, ldc, (bf *)D, ldd,
+                                    with_bias ? (const bf *)d->bias : nullptr, (bf *)d->aux, d->aux_ld);
+        else
+            cuemu::lt_gelu_epilogue(kind, p.m, p.n, sum.data(), be, (const float *)C, ldc, (float *)D, ldd,
+                                    with_bias ? (const float *)d->bias : nullptr, (float *)d->aux, d->aux_ld);
+        return CUBLAS_STATUS_SUCCESS;
+    }
     switch (p.kind) {
     case cuemu::GEMM_F32:
         return cuemu::gemm(h, ta, tb, p.m, p.n, p.k, al, (const float *)A, lda, (const float *)B, ldb, be,

@@ -1,12 +1,15 @@
 // build: -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined -Wno-maybe-uninitialized
 /* tests/test_cuda_bf16_gemm.cpp - the GEMMs of train_cuda.h in bf16
-   (TRN_CUDA_BF16): matmul (forward through cuBLASLt with the bias in its
-   epilogue; backward with dinp in bf16 and dw, dbias in fp32), bmm, the
-   materialized attention and attention over the KV cache. Each runs in bf16
+   (TRN_CUDA_BF16): matmul (through cuBLASLt: forward with the bias in its
+   epilogue; backward with dinp in bf16 and dw, dbias in fp32), the fused
+   MLP pair (matmul_gelu_forward, matmul_dgelu_backward: cuBLASLt's
+   GELU_AUX_BIAS and DGELU epilogues, the unfused fallback, fp32 and tf32),
+   bmm, the materialized attention and attention over the KV cache. Each runs in bf16
    and is compared with the CPU backend's fp32 result on the SAME inputs,
    rounded to bf16 first, so that only the GPU path's own roundings differ.
    Then the harness's side (tests/cuda_on_cpu.h): cublasGemmEx's bf16
-   rounding and the argument checks of the cuBLASLt emulation.
+   rounding, the argument checks of the cuBLASLt emulation and its GELU
+   epilogues bit for bit.
 
    Tolerances, element by element, from two facts:
    - bf16 keeps 8 significant bits, so one rounding to nearest moves x by
@@ -38,7 +41,12 @@
 #include "tests/check.h"
 
 #include <string.h>
+#include <algorithm>
 #include <vector>
+#ifdef TRN_CUDA_ON_CPU
+#include <sys/wait.h>
+#include <unistd.h>
+#endif
 
 typedef std::vector<float> vec;
 static const trn_backend *GPU; /* the bf16 table */
@@ -372,6 +380,191 @@ static void test_attention_kv(int B, int T, int pos, int maxT, int NH, int NKV, 
     expect(name, dout.get(), out, tol_pv(out, A, M, P), pos ? &wout : NULL, e0);
 }
 
+/* ------------------------------------------------------- >>mlp: matmul + GELU
+   GPT-2's feed-forward: pre (N,H) = inp (N,Cm) w1^T + b1, out = gelu(pre)
+   (matmul_gelu_forward), and backward through the GELU into c_proj:
+   dpre (N,H) = (dout (N,Cm) @ w2 (Cm,H)) * gelu'(pre) (matmul_dgelu_backward).
+   bf16 against the CPU's fp32 pair (matmul + gelu) on the same inputs.
+   Tolerances: the GEMM's sum is off by at most K 2^-23 S (as above) and
+   |gelu'| <= G = 1.13 (its maximum, near x = 2.4) carries that into out; out
+   is rounded once (u |out|); where the epilogue cannot be used (H not a
+   multiple of 8, pre not 16-byte aligned) out = gelu(pre) is computed from
+   the ROUNDED pre, one more u |pre| through gelu' (the same for dgelu:
+   round(acc), then the product rounded). 2^-20 |x| covers fp32 gelu
+   evaluated in two ways (sigmoid form on the CPU, tanh form here).
+   pre must be bit-equal to matmul_forward's output on the harness (aux and
+   the BIAS epilogue's D are the same rounding of the same fp32 value), within
+   one bf16 ulp on a GPU (another kernel may sum in another order). */
+static const double G = 1.13;
+static int bf16_ulps(float a, float b) { /* distance in bf16 steps */
+    auto key = [](float x) {
+        __nv_bfloat16 h = __float2bfloat16(x);
+        unsigned short u;
+        memcpy(&u, &h, 2); /* the bits (the GPU's type has no public field) */
+        return u & 0x8000u ? -(int)(u & 0x7fffu) : (int)u;
+    };
+    return abs(key(a) - key(b));
+}
+static void test_mlp(int N, int Cm, int H, int with_bias, int misalign) {
+    long e0 = harness_errors();
+    char name[96], shape[48];
+    int fused = H % 8 == 0 && !misalign;
+    snprintf(shape, sizeof shape, "%dx%d->%d%s%s", N, Cm, H, with_bias ? " +bias" : "",
+             fused ? " (epilogue)" : misalign ? " (unaligned pre: unfused)" : " (unfused)");
+    vec inp = randbf((size_t)N * Cm), w1 = randbf((size_t)H * Cm, 0.3f), b1 = randbf((size_t)H);
+    const float *b = with_bias ? b1.data() : NULL;
+    size_t n = (size_t)N * H;
+    vec pre(n), S(n), out(n, 0.0f), wrong(n);
+    trn_matmul_forward(pre.data(), inp.data(), w1.data(), b, N, Cm, H);
+    trn_matmul_forward(S.data(), absv(inp).data(), absv(w1).data(), with_bias ? absv(b1).data() : NULL, N, Cm, H);
+    trn_gelu_forward(out.data(), pre.data(), n);
+    vec tol(n);
+    for (size_t i = 0; i < n; i++)
+        tol[i] = (float)(U * fabs(out[i]) + G * (Cm * SUM * S[i] + (fused ? 0 : U * fabs(pre[i]))) +
+                         fabs(pre[i]) / 1048576.0);
+    dbuf di(inp, BF16), dw1(w1, BF16), db1(b1, BF16), dout(n, BF16), dpre(n + 8, BF16), plain(n, BF16);
+    float *pre_p = (float *)((trn__bf16 *)dpre.p + (misalign ? 1 : 0));
+    GPU->matmul_forward(plain.f(), di.f(), dw1.f(), with_bias ? db1.f() : NULL, N, Cm, H);
+#ifdef TRN_CUDA_ON_CPU
+    long launches0 = cuemu::S().launches;
+    long long lt0 = cuemu::lt_matmuls;
+#endif
+    GPU->matmul_gelu_forward(dout.f(), pre_p, di.f(), dw1.f(), with_bias ? db1.f() : NULL, N, Cm, H);
+#ifdef TRN_CUDA_ON_CPU
+    /* fused: one cuBLASLt GEMM and no kernel; unfused: the GEMM and one kernel */
+    CHECK(cuemu::lt_matmuls == lt0 + 1 && cuemu::S().launches == launches0 + (fused ? 0 : 1),
+          "matmul_gelu_forward %s: %lld cuBLASLt matmuls, %ld launches\n", shape, cuemu::lt_matmuls - lt0,
+          cuemu::S().launches - launches0);
+#endif
+    vec got_pre(n), all = dpre.get(), ref_plain = plain.get();
+    for (size_t i = 0; i < n; i++) got_pre[i] = all[i + (misalign ? 1 : 0)];
+    int ulps = 0;
+    for (size_t i = 0; i < n; i++) ulps = std::max(ulps, bf16_ulps(got_pre[i], ref_plain[i]));
+#ifdef TRN_CUDA_ON_CPU
+    const int max_ulps = 0;
+#else
+    const int max_ulps = 1;
+#endif
+    printf("matmul_gelu_forward pre vs matmul_forward: %d bf16 ulps apart (at most %d)\n", ulps, max_ulps);
+    CHECK(ulps <= max_ulps, "matmul_gelu_forward %s: pre is %d ulps from matmul_forward's output\n", shape, ulps);
+    /* wrong: no GELU (out = pre), or the bias forgotten */
+    snprintf(name, sizeof name, "matmul_gelu_forward out %s", shape);
+    expect(name, dout.get(), out, tol, &pre, e0);
+    if (with_bias) {
+        vec nb(n);
+        trn_matmul_forward(nb.data(), inp.data(), w1.data(), NULL, N, Cm, H);
+        trn_gelu_forward(wrong.data(), nb.data(), n);
+        CHECK(worst(dout.get(), wrong, tol) > 1.0, "matmul_gelu_forward %s: cannot tell a forgotten bias\n", shape);
+    }
+
+    /* backward: dpre (N,H) = (g (N,Cm) @ w2 (Cm,H)) * gelu'(pre), over a
+       nonzero dpre (written, not accumulated), pre as the GPU saved it */
+    vec g = randbf((size_t)N * Cm), w2 = randbf((size_t)Cm * H, 0.3f), d0 = randbf(n), dummy((size_t)N * H);
+    vec acc(n, 0.0f), Sacc(n, 0.0f), ref(n, 0.0f);
+    trn_matmul_backward(acc.data(), NULL, NULL, g.data(), dummy.data(), w2.data(), N, H, Cm);
+    trn_matmul_backward(Sacc.data(), NULL, NULL, absv(g).data(), dummy.data(), absv(w2).data(), N, H, Cm);
+    trn_gelu_backward(ref.data(), got_pre.data(), acc.data(), n);
+    for (size_t i = 0; i < n; i++)
+        tol[i] = (float)(U * fabs(ref[i]) + G * (Cm * SUM * Sacc[i] + (fused ? 0 : U * fabs(acc[i]))) +
+                         fabs(acc[i]) * (1 + fabs(got_pre[i])) / 1048576.0);
+    dbuf dg(g, BF16), dw2(w2, BF16), ddpre(d0, BF16);
+#ifdef TRN_CUDA_ON_CPU
+    launches0 = cuemu::S().launches;
+    lt0 = cuemu::lt_matmuls;
+#endif
+    GPU->matmul_dgelu_backward(ddpre.f(), dg.f(), dw2.f(), pre_p, N, H, Cm);
+#ifdef TRN_CUDA_ON_CPU
+    CHECK(cuemu::lt_matmuls == lt0 + 1 && cuemu::S().launches == launches0 + (fused ? 0 : 1),
+          "matmul_dgelu_backward %s: %lld cuBLASLt matmuls, %ld launches\n", shape, cuemu::lt_matmuls - lt0,
+          cuemu::S().launches - launches0);
+#endif
+    vec acc_ = ref;
+    for (size_t i = 0; i < n; i++) acc_[i] = ref[i] + d0[i]; /* wrong: accumulated into dpre */
+    snprintf(name, sizeof name, "matmul_dgelu_backward dpre %s", shape);
+    expect(name, ddpre.get(), ref, tol, &acc_, e0);
+    CHECK(worst(ddpre.get(), acc, tol) > 1.0, "matmul_dgelu_backward %s: cannot tell a missing gelu'\n", shape);
+}
+
+/* The epilogue's GELU itself, on inputs that make every other step exact:
+   w = the 8x8 identity, no bias, so pre = inp exactly (bf16 values spread
+   over [-5, 5]) and out = round(gelu(x)); backward with dout = 1 gives
+   dpre = round(gelu'(x)). Compared with the tanh form in double: u |ref|
+   (the rounding) + 2^-21 (1 + |x|^3) (fp32 evaluation: tanh near +-1
+   loses bits to the cancellation in 1 + t and 1 - t^2). The erf form
+   (PyTorch's default GELU) must NOT fit: that is what this test tells on a
+   GPU about cuBLASLt's GELU epilogue. */
+static double gelu_tanh_d(double x) { return 0.5 * x * (1 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))); }
+static double gelu_tanh_grad_d(double x) {
+    double t = tanh(0.7978845608028654 * (x + 0.044715 * x * x * x));
+    return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * 0.7978845608028654 * (1 + 3 * 0.044715 * x * x);
+}
+static double gelu_erf_d(double x) { return 0.5 * x * (1 + erf(x / sqrt(2.0))); }
+static double gelu_erf_grad_d(double x) { return 0.5 * (1 + erf(x / sqrt(2.0))) + x * exp(-0.5 * x * x) / 2.5066282746310002; }
+static void test_gelu_formula(void) {
+    long e0 = harness_errors();
+    const int N = 160, C = 8;
+    size_t n = (size_t)N * C;
+    vec x(n), eye((size_t)C * C, 0.0f), ones(n, 1.0f), want(n), erfw(n), tol(n), dwant(n), derf(n), dtol(n);
+    for (size_t i = 0; i < n; i++) x[i] = bf(-5.0f + 10.0f * (float)i / (float)(n - 1));
+    for (int c = 0; c < C; c++) eye[(size_t)c * C + c] = 1.0f;
+    for (size_t i = 0; i < n; i++) {
+        double xi = x[i], slack = (1 + fabs(xi) * xi * xi) / 2097152.0;
+        want[i] = bf((float)gelu_tanh_d(xi));
+        erfw[i] = bf((float)gelu_erf_d(xi));
+        tol[i] = (float)(U * fabs(want[i]) + slack);
+        dwant[i] = bf((float)gelu_tanh_grad_d(xi));
+        derf[i] = bf((float)gelu_erf_grad_d(xi));
+        dtol[i] = (float)(U * fabs(dwant[i]) + slack);
+    }
+    dbuf dx(x, BF16), dI(eye, BF16), dout(n, BF16), dpre(n, BF16), dg(ones, BF16), dd(n, BF16);
+    GPU->matmul_gelu_forward(dout.f(), dpre.f(), dx.f(), dI.f(), NULL, N, C, C);
+    CHECK(maxdiff(dpre.get(), x) == 0, "gelu formula: pre is not the exact input\n");
+    expect("epilogue GELU vs tanh form (erf form: wrong)", dout.get(), want, tol, &erfw, e0);
+    GPU->matmul_dgelu_backward(dd.f(), dg.f(), dI.f(), dpre.f(), N, C, C);
+    expect("epilogue DGELU vs tanh form (erf form: wrong)", dd.get(), dwant, dtol, &derf, e0);
+}
+
+/* fp32 and tf32: the same entries are the GEMM and one kernel, which must
+   give the bits of the unfused table entries (matmul_forward then
+   gelu_forward; matmul_backward into zeros then gelu_backward into zeros) */
+static void test_mlp_fp32(trn_cuda_precision prec, int N, int Cm, int H) {
+    long e0 = harness_errors();
+    CHECK(trn_cuda_set_precision(prec) == TRN_OK, "set_precision: %s\n", trn_error_reason());
+    CHECK(GPU->act_dtype == TRN_F32, "the table did not switch to fp32\n");
+    size_t n = (size_t)N * H;
+    vec inp = randbf((size_t)N * Cm), w1 = randbf((size_t)H * Cm, 0.3f), b1 = randbf((size_t)H);
+    vec g = randbf((size_t)N * Cm), w2 = randbf((size_t)Cm * H, 0.3f), d0 = randbf(n), zeros(n, 0.0f);
+    dbuf di(inp, F32), dw1(w1, F32), db1(b1, F32), out(n, F32), pre(n, F32), out2(n, F32), pre2(n, F32);
+    GPU->matmul_gelu_forward(out.f(), pre.f(), di.f(), dw1.f(), db1.f(), N, Cm, H);
+    GPU->matmul_forward(pre2.f(), di.f(), dw1.f(), db1.f(), N, Cm, H);
+    GPU->gelu_forward(out2.f(), pre2.f(), n);
+    CHECK(maxdiff(pre.get(), pre2.get()) == 0 && maxdiff(out.get(), out2.get()) == 0,
+          "%s matmul_gelu_forward: differs from matmul_forward + gelu_forward (pre %g, out %g)\n",
+          trn_cuda_precision_name(prec), maxdiff(pre.get(), pre2.get()), maxdiff(out.get(), out2.get()));
+    dbuf dg(g, F32), dw2(w2, F32), dpre(d0, F32), scratch(zeros, F32), dpre2(zeros, F32);
+    GPU->matmul_dgelu_backward(dpre.f(), dg.f(), dw2.f(), pre.f(), N, H, Cm);
+    GPU->matmul_backward(scratch.f(), NULL, NULL, dg.f(), pre.f(), dw2.f(), N, H, Cm);
+    GPU->gelu_backward(dpre2.f(), pre.f(), scratch.f(), n);
+    vec a = dpre.get(), bb = dpre2.get();
+    CHECK(maxdiff(a, bb) == 0, "%s matmul_dgelu_backward: differs from matmul_backward + gelu_backward by %g\n",
+          trn_cuda_precision_name(prec), maxdiff(a, bb));
+    CHECK(maxdiff(a, scratch.get()) > 0.01, "%s matmul_dgelu_backward: gelu' not applied?\n",
+          trn_cuda_precision_name(prec));
+    /* and the CPU's fp32 pair, within the sums' reordering */
+    vec rpre(n), rout(n), rS(n);
+    trn_matmul_forward(rpre.data(), inp.data(), w1.data(), b1.data(), N, Cm, H);
+    trn_matmul_forward(rS.data(), absv(inp).data(), absv(w1).data(), absv(b1).data(), N, Cm, H);
+    trn_gelu_forward(rout.data(), rpre.data(), n);
+    vec tol(n);
+    /* tf32 rounds both inputs to 11 significant bits: a product within 2^-10 of exact */
+    double tf = prec == TRN_CUDA_TF32 ? 1.0 / 1024 : 0;
+    for (size_t i = 0; i < n; i++) tol[i] = (float)(G * (Cm * SUM + tf) * rS[i] + fabs(rpre[i]) / 1048576.0);
+    printf("%s ", trn_cuda_precision_name(prec));
+    expect("matmul_gelu_forward out vs CPU", out.get(), rout, tol, &rpre, e0);
+    CHECK(harness_errors() == e0, "fp32 mlp: harness errors\n");
+    CHECK(trn_cuda_set_precision(TRN_CUDA_BF16) == TRN_OK, "set_precision: %s\n", trn_error_reason());
+}
+
 #ifdef TRN_CUDA_ON_CPU
 /* ------------------------------------------------ the harness's bf16 GEMMs */
 static void test_harness(void) {
@@ -473,6 +666,114 @@ static void test_harness(void) {
 }
 #endif
 
+#ifdef TRN_CUDA_ON_CPU
+/* the harness's GELU epilogues, one call each through the same steps as
+   train_cuda.h, against the formula written out here in fp32 (what the kit
+   expects: aux = round(v), D = round(gelu(v)); DGELU D = round(acc gelu'(aux))),
+   bit for bit; then the library's checks on aux */
+static float gelu_f(float x) { return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x))); }
+static float gelu_grad_f(float x) {
+    float t = tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x));
+    return 0.5f * (1.0f + t) + 0.5f * x * ((1.0f - t * t) * 0.7978845608028654f * (1.0f + 3.0f * 0.044715f * x * x));
+}
+static cublasStatus_t lt_call(cublasLtHandle_t lt, uint32_t epi, const dbuf &A, const dbuf &B, dbuf &D, int m, int n,
+                              int k, const void *bias, const void *aux, int64_t aux_ld, float beta) {
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, ld;
+    cublasLtMatmulPreference_t pref;
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0;
+    uint64_t max_ws = 4 << 20;
+    float one = 1.0f;
+    dbuf ws(1 << 20, F32);
+    cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+    if (bias) cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux);
+    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld);
+    cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, m, k, m);
+    cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, k, n, k);
+    cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, m, n, m);
+    cublasLtMatmulPreferenceCreate(&pref);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws, sizeof max_ws);
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ld, ld, pref, 1, &res, &found);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmul(lt, op, &one, A.p, la, B.p, lb, &beta, D.p, ld, D.p, ld, &res.algo, ws.p, ws.bytes(), NULL);
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatrixLayoutDestroy(ld);
+    cublasLtMatrixLayoutDestroy(lb);
+    cublasLtMatrixLayoutDestroy(la);
+    cublasLtMatmulDescDestroy(op);
+    return st;
+}
+static void test_harness_gelu(void) {
+    long e0 = harness_errors();
+    const int m = 8, n = 3, k = 5;
+    cublasLtHandle_t lt;
+    CHECK(cublasLtCreate(&lt) == CUBLAS_STATUS_SUCCESS, "cublasLtCreate\n");
+    vec A = randbf((size_t)m * k), B = randbf((size_t)k * n), bias = randbf(m), g = randbf((size_t)m * n);
+    vec v((size_t)m * n), want_aux(v.size()), want_d(v.size()), want_dg(v.size());
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < m; i++) {
+            float s = 0;
+            for (int l = 0; l < k; l++) s += A[i + l * m] * B[l + j * k];
+            size_t e = i + (size_t)j * m;
+            v[e] = s + bias[i];
+            want_aux[e] = bf(v[e]);
+            want_d[e] = bf(gelu_f(v[e]));
+            want_dg[e] = bf(s * gelu_grad_f(g[e])); /* DGELU: acc (no bias) times gelu'(aux = g) */
+        }
+    dbuf dA(A, BF16), dB(B, BF16), dbias(bias, BF16), dD(v.size(), BF16), daux(v.size(), BF16), dg(g, BF16);
+    CHECK(lt_call(lt, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, dA, dB, dD, m, n, k, dbias.p, daux.p, m, 0.0f) ==
+              CUBLAS_STATUS_SUCCESS, "GELU_AUX_BIAS\n");
+    CHECK(maxdiff(daux.get(), want_aux) == 0 && maxdiff(dD.get(), want_d) == 0,
+          "GELU_AUX_BIAS: aux off by %g, D off by %g (bit-exact expected)\n", maxdiff(daux.get(), want_aux),
+          maxdiff(dD.get(), want_d));
+    CHECK(lt_call(lt, CUBLASLT_EPILOGUE_DGELU, dA, dB, dD, m, n, k, NULL, dg.p, m, 0.0f) == CUBLAS_STATUS_SUCCESS,
+          "DGELU\n");
+    CHECK(maxdiff(dD.get(), want_dg) == 0, "DGELU: D off by %g (bit-exact expected)\n", maxdiff(dD.get(), want_dg));
+    CHECK(harness_errors() == e0, "the valid GELU epilogue calls made harness errors\n");
+    /* the library's rules: INVALID_VALUE and a harness error each */
+    CHECK(lt_call(lt, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, dA, dB, dD, m, n, k, dbias.p, daux.p, 12, 0.0f) ==
+              CUBLAS_STATUS_INVALID_VALUE, "an aux ld that is not a multiple of 8 must be refused\n");
+    CHECK(lt_call(lt, CUBLASLT_EPILOGUE_GELU_AUX, dA, dB, dD, m, n, k, NULL, daux.p, 0, 0.0f) ==
+              CUBLAS_STATUS_INVALID_VALUE, "an aux ld below D's rows (0: not set) must be refused\n");
+    CHECK(lt_call(lt, CUBLASLT_EPILOGUE_DGELU, dA, dB, dD, m, n, k, NULL, g.data(), m, 0.0f) ==
+              CUBLAS_STATUS_INVALID_VALUE, "an aux in host memory must be refused\n");
+    CHECK(harness_errors() == e0 + 3, "3 bad aux arguments, %ld harness errors\n",
+          harness_errors() - e0);
+    /* DGELU with beta != 0: not emulated (and not what the kit asks) */
+    CHECK(lt_call(lt, CUBLASLT_EPILOGUE_DGELU, dA, dB, dD, m, n, k, NULL, dg.p, m, 1.0f) ==
+              CUBLAS_STATUS_NOT_SUPPORTED, "DGELU with beta 1 must be refused\n");
+    cublasLtDestroy(lt);
+
+    /* train_cuda.h itself refuses a GELU epilogue with a bad aux ld: its
+       callers check trn__cuda_lt_aux_ok and take the unfused path instead */
+    int fd[2], status = 0;
+    char buf[1024] = {0};
+    size_t got = 0;
+    ssize_t r;
+    if (pipe(fd) == 0) {
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid == 0) {
+            dup2(fd[1], 2);
+            trn__cuda_lt_gemm<trn__bf16>(__FILE__, __LINE__, CUBLAS_OP_N, CUBLAS_OP_N, 5, n, k, (trn__bf16 *)dA.p, 5,
+                                         (trn__bf16 *)dB.p, k, 0.0f, (trn__bf16 *)dD.p, 5, TRN__LT_GELU, NULL,
+                                         (trn__bf16 *)daux.p);
+            _exit(0);
+        }
+        close(fd[1]);
+        while (got < sizeof buf - 1 && (r = read(fd[0], buf + got, sizeof buf - 1 - got)) > 0) got += (size_t)r;
+        close(fd[0]);
+        waitpid(pid, &status, 0);
+        printf("refused: %s", buf);
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) != 0 && strstr(buf, "multiple of 8") && strstr(buf, "ld 5"),
+              "trn__cuda_lt_gemm with aux ld 5: status %d, %s\n", status, buf);
+    }
+}
+#endif
+
 int main(int argc, char **argv) {
     uint64_t seed = 1;
     for (int i = 1; i < argc; i++) {
@@ -502,9 +803,17 @@ int main(int argc, char **argv) {
     test_attention_kv(2, 1, 9, 16, 4, 2, 9);   /* one new token after 9 */
     test_attention_kv(2, 5, 6, 16, 3, 3, 10);  /* a chunk of 5 after 6 */
     test_attention_kv(1, 7, 0, 7, 4, 1, 12);   /* the prompt, the cache full */
+    test_mlp(37, 53, 24, 1, 0);  /* the epilogue: H a multiple of 8 */
+    test_mlp(5, 200, 16, 0, 0);  /* GELU_AUX without bias, long sums */
+    test_mlp(29, 40, 21, 1, 0);  /* H odd: GEMM + kernel */
+    test_mlp(13, 19, 16, 1, 1);  /* pre 2 bytes off alignment: GEMM + kernel */
+    test_gelu_formula();
+    test_mlp_fp32(TRN_CUDA_FP32, 21, 19, 24);
+    test_mlp_fp32(TRN_CUDA_TF32, 21, 19, 24);
 #ifdef TRN_CUDA_ON_CPU
     test_harness();
-    printf("harness: %ld launches, %lld GEMMs, %ld errors (3 on purpose)\n", cuemu::S().launches, cuemu::gemms,
+    test_harness_gelu();
+    printf("harness: %ld launches, %lld GEMMs, %ld errors (6 on purpose)\n", cuemu::S().launches, cuemu::gemms,
            cuemu::errors());
 #endif
     trn_cuda_shutdown();
