@@ -2328,7 +2328,7 @@ TRNDEF void trn_gelu_forward(float *out, const float *inp, size_t n) {
     for (i = 0; i < (ptrdiff_t)n; i++) out[i] = inp[i] * trn__gelu_s(inp[i]);
 }
 
-static inline float trn__gelu_grad(float x) { /* dy/dx */
+static inline float trn__gelu_dx(float x) { /* dy/dx */
     float s = trn__gelu_s(x);
     float ds = 2.0f * s * (1.0f - s) * TRN__GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
     return s + x * ds;
@@ -2338,7 +2338,7 @@ TRNDEF void trn_gelu_backward(float *dinp, const float *inp, const float *dout, 
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static)
 #endif
-    for (i = 0; i < (ptrdiff_t)n; i++) dinp[i] += dout[i] * trn__gelu_grad(inp[i]);
+    for (i = 0; i < (ptrdiff_t)n; i++) dinp[i] += dout[i] * trn__gelu_dx(inp[i]);
 }
 
 /* trn_mlp's backward through GELU (>>mlp): dpre (N,C) = (dout (N,OC) @ w
@@ -2352,7 +2352,7 @@ TRNDEF void trn_matmul_dgelu_backward(float *dpre, const float *dout, const floa
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static)
 #endif
-    for (i = 0; i < n; i++) dpre[i] *= trn__gelu_grad(pre[i]);
+    for (i = 0; i < n; i++) dpre[i] *= trn__gelu_dx(pre[i]);
 }
 
 /* --- ReLU: y = max(x, 0). Saved: the output (y > 0 <=> x > 0). ---------- */

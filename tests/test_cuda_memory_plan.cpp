@@ -11,9 +11,12 @@
    Checks:
      1. fp32/TF32 (fused attention): the ledger's peak of the kit's kinds is
         what the H100's ledger showed on 2026-11-25 (13.631 GB,
-        docs/gpu_h100_2026-11-25.md) less exactly the two (B,T,C) per layer
-        that the residual adds no longer keep since (trn_add_inplace),
-        within 0.1%: the dry run is the GPU run's allocation pattern.
+        docs/gpu_h100_2026-11-25.md) less exactly what changed since, within
+        0.1% (the dry run is the GPU run's allocation pattern): the two
+        (B,T,C) per layer that the residual adds no longer keep
+        (trn_add_inplace), and 5 (B,T,C) of activation gradients at the
+        peak (11 then, 6 now: trn_mlp writes d(fc out) without a d(gelu
+        out), and an add hands its gradient on instead of copying it).
      2. bf16: weights 4P (fp32 master) + 2P (the bf16 copy, its own ledger
         line) + grads 4P + AdamW 8P; activations and activation gradients
         at most 0.55 of fp32's (bf16 values, fp32 statistics).
@@ -90,9 +93,9 @@ int main(void) {
     plan f = measure(TRN_CUDA_TF32);
     plan h = measure(TRN_CUDA_BF16);
     /* 1 */
-    double inplace = 2.0 * 16 * 1024 * 768 * 4 * 12, h100 = 13.631e9 - inplace;
-    printf("fp32: %.3f GB; the H100's ledger 13.631 GB less %.3f GB of in-place residuals = %.3f GB\n", f.kit / 1e9,
-           inplace / 1e9, h100 / 1e9);
+    double U = 16.0 * 1024 * 768 * 4, inplace = 2 * U * 12, grads = 5 * U, h100 = 13.631e9 - inplace - grads;
+    printf("fp32: %.3f GB; the H100's ledger 13.631 GB less %.3f GB of in-place residuals and %.3f GB of activation "
+           "gradients = %.3f GB\n", f.kit / 1e9, inplace / 1e9, grads / 1e9, h100 / 1e9);
     CHECK(fabs(f.kit - h100) <= 0.001 * h100, "fp32: %.3f GB, expected %.3f\n", f.kit / 1e9, h100 / 1e9);
     /* 2 */
     double P = (double)h.P;
