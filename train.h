@@ -293,7 +293,10 @@ typedef struct trn_backend {
     void (*relu_forward)(float *out, const float *inp, size_t n);
     void (*relu_backward)(float *dinp, const float *out, const float *dout, size_t n);
     void (*add_forward)(float *out, const float *a, const float *b, size_t n);
-    void (*accumulate)(float *dst, const float *src, size_t n); /* dst += src */
+    /* dst += src, both in act_dtype (activation gradients); an fp32 sum
+       under bf16 (a parameter's gradient) goes through convert(dst,
+       TRN_F32, src, TRN_F32, n, 1, 1.0f) */
+    void (*accumulate)(float *dst, const float *src, size_t n);
     void (*attention_forward)(float *out, float *att, const float *qkv,
                               int B, int T, int NH, int NKV, int hs, int causal);
     void (*attention_backward)(float *dqkv, float *scratch, const float *dout,
