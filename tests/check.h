@@ -28,6 +28,41 @@ static int check_summary(void) {
     return check__failed ? 1 : 0;
 }
 
+/* misuse that must stop the program: fn(arg) runs in a child whose stderr
+   comes back in buf (cap bytes, NUL-terminated); checked: exit code 3
+   (trn_fatal's), one line, naming word1 and word2 (NULL: anything).
+   Returns 1 when every check passed. */
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+static int check_fatal(const char *what, void (*fn)(void *), void *arg, const char *word1, const char *word2,
+                       char *buf, size_t cap) {
+    int fd[2], status = 0, before = check__failed;
+    size_t got = 0;
+    ssize_t r;
+    pid_t pid;
+    buf[0] = 0;
+    if (pipe(fd) != 0) { CHECK(0, "%s: pipe failed\n", what); return 0; }
+    fflush(stdout);
+    pid = fork();
+    if (pid == 0) {
+        close(fd[0]);
+        dup2(fd[1], 2);
+        fn(arg);
+        _exit(0); /* no fatal: the parent sees exit 0 */
+    }
+    close(fd[1]);
+    while (got < cap - 1 && (r = read(fd[0], buf + got, cap - 1 - got)) > 0) got += (size_t)r;
+    buf[got] = 0;
+    close(fd[0]);
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 3, "%s: exit code 3 (status %d), stderr: %s\n", what, status, buf);
+    CHECK((!word1 || strstr(buf, word1)) && (!word2 || strstr(buf, word2)), "%s: the message names '%s' and '%s': %s\n",
+          what, word1 ? word1 : "", word2 ? word2 : "", buf);
+    CHECK(got > 0 && strchr(buf, '\n') == buf + got - 1, "%s: one line: %s\n", what, buf);
+    return check__failed == before;
+}
+
 /* the kernel tests of train_cuda.h: faults the CUDA-on-CPU harness saw
    (out-of-bounds, races, divergent barriers); on a GPU that is
    compute-sanitizer's job (tests/gpu/run.sh), so none here */

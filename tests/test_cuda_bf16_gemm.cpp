@@ -749,28 +749,15 @@ static void test_harness_gelu(void) {
 
     /* train_cuda.h itself refuses a GELU epilogue with a bad aux ld: its
        callers check trn__cuda_lt_aux_ok and take the unfused path instead */
-    int fd[2], status = 0;
-    char buf[1024] = {0};
-    size_t got = 0;
-    ssize_t r;
-    if (pipe(fd) == 0) {
-        fflush(stdout);
-        pid_t pid = fork();
-        if (pid == 0) {
-            dup2(fd[1], 2);
-            trn__cuda_lt_gemm<trn__bf16>(__FILE__, __LINE__, CUBLAS_OP_N, CUBLAS_OP_N, 5, n, k, (trn__bf16 *)dA.p, 5,
-                                         (trn__bf16 *)dB.p, k, 0.0f, (trn__bf16 *)dD.p, 5, TRN__LT_GELU, NULL,
-                                         (trn__bf16 *)daux.p);
-            _exit(0);
-        }
-        close(fd[1]);
-        while (got < sizeof buf - 1 && (r = read(fd[0], buf + got, sizeof buf - 1 - got)) > 0) got += (size_t)r;
-        close(fd[0]);
-        waitpid(pid, &status, 0);
-        printf("refused: %s", buf);
-        CHECK(WIFEXITED(status) && WEXITSTATUS(status) != 0 && strstr(buf, "multiple of 8") && strstr(buf, "ld 5"),
-              "trn__cuda_lt_gemm with aux ld 5: status %d, %s\n", status, buf);
-    }
+    struct bad_aux { void *A, *B, *D, *aux; int n, k; } bad = {dA.p, dB.p, dD.p, daux.p, n, k};
+    char buf[1024];
+    check_fatal("trn__cuda_lt_gemm with aux ld 5", [](void *p) {
+        bad_aux *b = (bad_aux *)p;
+        trn__cuda_lt_gemm<trn__bf16>(__FILE__, __LINE__, CUBLAS_OP_N, CUBLAS_OP_N, 5, b->n, b->k, (trn__bf16 *)b->A, 5,
+                                     (trn__bf16 *)b->B, b->k, 0.0f, (trn__bf16 *)b->D, 5, TRN__LT_GELU, NULL,
+                                     (trn__bf16 *)b->aux);
+    }, &bad, "multiple of 8", "ld 5", buf, sizeof buf);
+    printf("refused: %s", buf);
 }
 #endif
 

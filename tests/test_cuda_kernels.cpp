@@ -518,26 +518,9 @@ static int race_demo(int which) {
 /* ----------------------------------------------- errors and the ledger */
 static void test_errors_before_init(void) {
     {   /* the backend table before trn_cuda_init: a message, exit code 3 (in a child) */
-        int fd[2], status = 0;
-        char buf[512] = {0};
-        size_t got = 0;
-        ssize_t k;
-        if (pipe(fd) == 0) {
-            fflush(stdout);
-            pid_t pid = fork();
-            if (pid == 0) {
-                dup2(fd[1], 2);
-                trn_cuda_backend();
-                _exit(0);
-            }
-            close(fd[1]);
-            while (got < sizeof buf - 1 && (k = read(fd[0], buf + got, sizeof buf - 1 - got)) > 0) got += (size_t)k;
-            close(fd[0]);
-            waitpid(pid, &status, 0);
-            CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 3 && strstr(buf, "trn_cuda_backend") &&
-                      strstr(buf, "trn_cuda_init"),
-                  "trn_cuda_backend before trn_cuda_init: status %d, %s\n", status, buf);
-        }
+        char buf[512];
+        check_fatal("trn_cuda_backend before trn_cuda_init", [](void *) { trn_cuda_backend(); }, NULL,
+                    "trn_cuda_backend", "trn_cuda_init", buf, sizeof buf);
     }
 #ifdef TRN_CUDA_ON_CPU
     /* no device: one clear line, not a crash */
