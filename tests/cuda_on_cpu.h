@@ -1324,7 +1324,7 @@ inline void st(__nv_bfloat16 *d, float v) { *d = __float2bfloat16(v); }
 /* D(m,n) = alpha op(A)(m,k) op(B)(k,n) + beta C (+ bias[i], cuBLASLt's bias
    epilogue), all column-major; C and D may be the same matrix. A and B are
    TI (float or bf16), C and D are TC (float or bf16). The sum is fp32 in
-   order l = 0..k-1, and alpha, beta and the bias are applied in fp32 before
+   a fixed order (below), and alpha, beta and the bias are applied in fp32 before
    the one conversion to TC: what a GPU's fp32-accumulating tensor cores give,
    up to summation order (a product of two bf16 is exact in fp32). tf: fp32
    inputs rounded to TF32 first. */
@@ -1362,8 +1362,20 @@ inline cublasStatus_t gemm(const void *h, cublasOperation_t ta, cublasOperation_
         }
         for (int i = 0; i < m; i++) {
             const float *ar = &rows[(size_t)i * k];
-            float acc = 0.0f;
-            for (int l = 0; l < k; l++) acc += ar[l] * col[(size_t)l];
+            /* 16 partial sums, lane u summing l = u, u+16, ..., then the
+               tail and the lanes added pairwise: a fixed order (the same
+               bits every run, however the compiler vectorizes it), as
+               unspecified as cuBLAS's own, and 16 independent additions
+               that -O2 turns into vector instructions (a single running
+               sum is a serial chain: about 5x slower) */
+            float part[16] = {0};
+            int l = 0;
+            for (; l + 16 <= k; l += 16)
+                for (int u = 0; u < 16; u++) part[u] += ar[l + u] * col[(size_t)(l + u)];
+            for (int u = 0; l < k; l++, u++) part[u] += ar[l] * col[(size_t)l];
+            for (int w = 8; w > 0; w /= 2)
+                for (int u = 0; u < w; u++) part[u] += part[u + w];
+            float acc = part[0];
             /* beta == 0: C is not read (it may hold NaN), as cuBLAS documents */
             float v = beta == 0.0f ? alpha * acc : alpha * acc + beta * ld(C[i + (size_t)j * ldc]);
             if (bias) v += ld(bias[i]);

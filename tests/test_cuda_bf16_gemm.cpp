@@ -1,4 +1,4 @@
-// build: -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined -Wno-maybe-uninitialized
+// build: -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined -Wno-maybe-uninitialized
 /* tests/test_cuda_bf16_gemm.cpp - the GEMMs of train_cuda.h in bf16
    (TRN_CUDA_BF16): matmul (through cuBLASLt: forward with the bias in its
    epilogue; backward with dinp in bf16 and dw, dbias in fp32), the fused

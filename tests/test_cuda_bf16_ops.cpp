@@ -1,4 +1,4 @@
-// build: -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined -Wno-maybe-uninitialized
+// build: -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined -Wno-maybe-uninitialized
 /* tests/test_cuda_bf16_ops.cpp - the bf16 instantiations of train_cuda.h's
    activation kernels (everything but the GEMMs, attention and the
    optimizer) against their fp32 instantiations, run on the CPU by

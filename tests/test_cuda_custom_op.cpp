@@ -1,4 +1,4 @@
-// build: -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined -Wno-maybe-uninitialized
+// build: -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined -Wno-maybe-uninitialized
 // requires: test -f examples/custom_op.c
 /* tests/test_cuda_custom_op.cpp - examples/custom_op.c's CUDA kernels (the
    swish op's cuda_forward / cuda_backward slots) run on the CPU by

@@ -1,4 +1,4 @@
-// build: -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined -Wno-maybe-uninitialized
+// build: -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined -Wno-maybe-uninitialized
 /* tests/test_cuda_flash_bf16.cpp - the bf16 fused attention of train_cuda.h
    (tensor cores through nvcuda::wmma) against train.h's fp32 fused CPU
    attention, and the harness's emulation of wmma.

@@ -1,4 +1,4 @@
-// build: -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined -Wno-maybe-uninitialized
+// build: -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined -Wno-maybe-uninitialized
 /* tests/test_cuda_ops2.cpp - the CUDA kernels of the >>ops2 ops (mul, SiLU,
    sigmoid, tanh, softmax, RMSNorm, RoPE) against the CPU backend, run on
    the CPU by tests/cuda_on_cpu.h (threads as fibers in a random order,

@@ -1,4 +1,4 @@
-// build: -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined -Wno-maybe-uninitialized
+// build: -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined -Wno-maybe-uninitialized
 /* tests/test_cuda_ops3.cpp - the >>ops3 kernels of train_cuda.h against the
    CPU backend, run on the CPU by tests/cuda_on_cpu.h (tests/test_cuda_ops3_gpu.cu
    is the same file for nvcc and a real GPU): dropout (the same mask bits),

@@ -1,4 +1,4 @@
-// build: -pthread -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+// build: -pthread -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
 /* tests/test_ddp_nccl.cpp - train_nccl.h's NCCL communicator and the CUDA
    backend, in real processes on a CPU machine: tests/cuda_on_cpu.h runs
    the kernels, tests/nccl_on_cpu.h stands in for NCCL (its documented
