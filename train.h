@@ -4493,12 +4493,11 @@ TRNDEF trn_tensor *trn_relu(trn_model *m, trn_tensor *x) {
     return out;
 }
 
-/* d(a+b)/da = d(a+b)/db = 1: each input's gradient is the output's, copied
-   when the input's gradient is new (the usual case), added otherwise */
-/* d(a) += d(out), d(b) += d(out). d(out) is read here for the last time
-   (trn_backward frees it after), so an input with no gradient yet (the
-   residual stream's usual case) takes that buffer itself, no copy; the
-   other gets a copy, or adds it to what it has. */
+/* d(a+b)/da = d(a+b)/db = 1: d(a) += d(out), d(b) += d(out). d(out) is
+   read here for the last time (trn_backward frees it after), so an input
+   with no gradient yet (the residual stream's usual case) takes that
+   buffer itself, no copy; the other gets a copy, or adds it to what it
+   has. */
 static void trn__add_bw(trn_model *m, trn_tape_entry *e) {
     trn_tensor *out = e->out;
     int k, taken = -1;
