@@ -1053,6 +1053,18 @@ TRNDEF void trn_item_async(trn_model *m, const trn_tensor *t, float *dst);
 /* wait until the device has done everything queued: the async values
    have landed. The one host synchronization of a training step. */
 TRNDEF void trn_sync(trn_model *m);
+/* What a training program needs beside the step, so that it never reaches
+   into the backend table or the gradient ranges itself:
+   trn_scale_grads    grads *= s over the gradients this rank holds (all of
+                      them; a ZeRO-2/FSDP shard's slice): the 1/K after K
+                      micro-batches of gradient accumulation
+   trn_backend_name   "cpu", "cuda": for the lines a program prints
+   trn_last_position  x (B,T,C) -> its last position x[:, T-1, :], (B,1,C),
+                      a copy in the arena that is not recorded on the tape
+                      (generation: the LM head needs only the last row) */
+TRNDEF void trn_scale_grads(trn_model *m, float s);
+TRNDEF const char *trn_backend_name(const trn_model *m);
+TRNDEF trn_tensor *trn_last_position(trn_model *m, trn_tensor *x);
 
 /* ------------------------------------------------------------------------
    >>checkpoint declarations
@@ -4204,6 +4216,32 @@ TRNDEF void trn_item_async(trn_model *m, const trn_tensor *t, float *dst) {
     else m->backend->download(dst, t->data, sizeof(float));
 }
 TRNDEF void trn_sync(trn_model *m) { m->backend->sync(); }
+
+TRNDEF void trn_scale_grads(trn_model *m, float s) {
+    size_t lo, hi;
+    if (!m || !m->grad_data) return; /* no backward yet: nothing to scale */
+    lo = m->grad_lo;
+    hi = m->grad_hi ? m->grad_hi : m->n_floats;
+    m->backend->scale(m->grad_data + lo, s, hi - lo);
+}
+
+TRNDEF const char *trn_backend_name(const trn_model *m) { return m && m->backend ? m->backend->name : "none"; }
+
+TRNDEF trn_tensor *trn_last_position(trn_model *m, trn_tensor *x) {
+    int B, T, C, b, shape[3];
+    size_t es;
+    trn_tensor *last;
+    if (!m || !x) trn_fatal("trn_last_position: NULL argument");
+    if (x->ndim != 3) trn_fatal("trn_last_position: x must be (B,T,C), got %d dims", x->ndim);
+    B = x->shape[0], T = x->shape[1], C = x->shape[2];
+    shape[0] = B, shape[1] = 1, shape[2] = C;
+    last = trn_tensor_new_dtype(m, "last", 3, shape, x->dtype);
+    es = trn_dtype_size(x->dtype); /* bytes per value: 4, or 2 in bf16 */
+    for (b = 0; b < B; b++)
+        m->backend->copy((char *)last->data + (size_t)b * C * es, (const char *)x->data + ((size_t)b * T + T - 1) * C * es,
+                         es * (size_t)C);
+    return last;
+}
 TRNDEF void trn_read(trn_model *m, const trn_tensor *t, float *host) {
     if (!t || !host) trn_fatal("trn_read: tensor or host buffer is NULL");
     if (t->is_param) trn__need_alloc(m, "trn_read", t->name);
