@@ -402,6 +402,9 @@ typedef struct trn_backend {
                        int n_seg, float lr, float beta1, float beta2, float eps, float weight_decay,
                        float bias_corr1, float bias_corr2, const float *clip, void *p_bf16);
     /* <<sync-free step */
+    /* the time ledger (train_cuda.h's >>sites): the launches that follow
+       belong to this scope ("classifier"; NULL: none). NULL: no ledger */
+    void (*site_scope)(const char *scope);
 } trn_backend;
 
 TRNDEF const trn_backend *trn_cpu_backend(void);
@@ -4787,6 +4790,8 @@ TRNDEF trn_tensor *trn_cross_entropy(trn_model *m, trn_tensor *logits, const int
    the gradients of the layers below reuse its bytes. With the tape off
    (evaluation) only the losses are computed, chunk by chunk. Same backend
    kernels as the unfused pair: matmul, cross-entropy, zero, scale, add. */
+/* the classifier's launches, told apart in the time ledger (train_cuda.h) */
+#define TRN__SITE_SCOPE(bk, name) do { if ((bk)->site_scope) (bk)->site_scope(name); } while (0)
 #ifndef TRN__XENT_CHUNK_FLOATS /* (tests set it small to get many chunks) */
 #define TRN__XENT_CHUNK_FLOATS ((size_t)1 << 23) /* 32 MB of logits per chunk */
 #endif
@@ -4796,6 +4801,7 @@ static void trn__linear_xent_bw(trn_model *m, trn_tape_entry *e) {
     float dloss;
     int k, fresh;
     dloss = trn__scalar_grad(m, e->out); /* no download when it is the loss */
+    TRN__SITE_SCOPE(m->backend, "classifier");
     if (e->iarg[0]) { /* "dlogits": the linear layer's backward, as unfused */
         int N = e->iarg[1], C = e->iarg[2], Vp = e->iarg[3];
         float *dl = (float *)e->saved[0];
@@ -4803,6 +4809,7 @@ static void trn__linear_xent_bw(trn_model *m, trn_tape_entry *e) {
         m->backend->matmul_backward(trn__want(m, x, NULL), trn__want(m, w, NULL), trn__want(m, b, NULL), dl, x->data,
                                     w->data, N, C, Vp);
         trn__grads_free(m, dl);
+        TRN__SITE_SCOPE(m->backend, NULL);
         return;
     }
     for (k = 0; k < 3; k++) { /* "chunks": dx, dW, db (NULL: no gradient wanted) */
@@ -4821,6 +4828,7 @@ static void trn__linear_xent_bw(trn_model *m, trn_tape_entry *e) {
         }
         trn__grads_free(m, saved);
     }
+    TRN__SITE_SCOPE(m->backend, NULL);
 }
 
 TRNDEF trn_tensor *trn_linear_cross_entropy(trn_model *m, trn_tensor *x, trn_tensor *w, trn_tensor *b,
@@ -4858,6 +4866,7 @@ TRNDEF trn_tensor *trn_linear_cross_entropy(trn_model *m, trn_tensor *x, trn_ten
     if (want) dlogits = (float *)trn__grads_alloc(m, A * (size_t)R * Vp);
     logits = (float *)trn__grads_alloc(m, A * (size_t)R * Vp);
     lse = (float *)trn__grads_alloc(m, sizeof(float) * (size_t)R);
+    TRN__SITE_SCOPE(bk, "classifier");
     for (r0 = 0; r0 < N; r0 += R) {
         int n = TRN__MIN(R, N - r0);
         const float *xc = (const float *)((const char *)x->data + (size_t)r0 * C * A);
@@ -4871,6 +4880,7 @@ TRNDEF trn_tensor *trn_linear_cross_entropy(trn_model *m, trn_tensor *x, trn_ten
         if (dxc) bk->zero(dxc, A * (size_t)n * C);
         bk->matmul_backward(dxc, dw, db, dlogits, xc, w->data, n, C, Vp);
     }
+    TRN__SITE_SCOPE(bk, NULL);
     trn__grads_free(m, lse);
     trn__grads_free(m, logits);
     if (!keep_dlogits) trn__grads_free(m, dlogits);
