@@ -1703,11 +1703,15 @@ TRNDEF const char *trn_result_string(trn_result r) {
 
 TRNDEF const char *trn_error_reason(void) { return trn__reason; }
 
+/* formatted into a scratch buffer, then copied: the arguments may be
+   trn_error_reason() itself (a failure that wraps the one below it) */
 TRNDEF trn_result trn_fail(trn_result r, const char *fmt, ...) {
+    char msg[sizeof trn__reason];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(trn__reason, sizeof trn__reason, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    memcpy(trn__reason, msg, sizeof msg);
     return r;
 }
 
