@@ -2022,19 +2022,45 @@ static int trn__fsdp_next_block(const trn_ddp *d, int u) {
     return -1;
 }
 
+/* after a failure (a peer died, a gather failed): the hook cannot stop the
+   forward or backward that called it, and unit u's parameters may point
+   nowhere (released) or at a gather that never arrived. They get zeros
+   of their own, so the pass runs to its end on harmless numbers and the
+   next trn_ddp_ call returns the failure; a buffer still being written
+   by a collective is not touched (the communicator is closed). */
+static void trn__fsdp_park(trn_ddp *d, int u) {
+    trn_model *m = d->model;
+    trn_ddp_unit *k;
+    float *z;
+    if (u < 0 || d->units[u].root || d->units[u].state == 2) return;
+    k = &d->units[u];
+    if (!(z = (float *)m->backend->alloc((k->hi - k->lo) * sizeof(float), TRN_KIND_WEIGHTS)))
+        trn_fatal("rank %d: FSDP: no memory to stop cleanly after: %s", d->rank, d->error_reason);
+    m->backend->zero(z, (k->hi - k->lo) * sizeof(float));
+    if (k->full) { /* counted when its gather began */
+        if (k->state == 0) m->backend->free(k->full); /* its gather failed at once: nothing writes it */
+        d->gathered_bytes -= (k->hi - k->lo) * sizeof(float); /* (else left to the closed communicator) */
+    }
+    d->gathered_bytes += (k->hi - k->lo) * sizeof(float);
+    k->full = z;
+    k->state = 2;
+    trn__fsdp_point(d, u, z);
+}
+
 /* train.h's unit hook (trn_unit's markers) */
 static void trn__fsdp_unit_hook(trn_model *m, trn_tensor *member, int phase, void *user) {
     trn_ddp *d = (trn_ddp *)user;
     int u = trn__fsdp_unit(d, member), next;
     (void)m;
-    if (d->error) return;
     if (u >= 0 && d->units[u].root) u = -1; /* roots are always there */
+    if (d->error) { trn__fsdp_park(d, u); return; }
     if (phase == TRN_UNIT_FORWARD) {
         if (u < 0) return; /* leaving the blocks: the last one stays for backward */
         if (m->grad_enabled && d->n_order < d->n_units) d->order[d->n_order++] = u;
         next = trn__fsdp_next_block(d, u);
         if (trn__fsdp_release_but(d, u, next) == TRN_OK && trn__fsdp_ready(d, u) == TRN_OK && next >= 0)
             trn__fsdp_gather(d, next);
+        if (d->error) trn__fsdp_park(d, u);
         return;
     }
     /* backward: the backward of u (or of the roots: -1) begins */
@@ -2045,6 +2071,7 @@ static void trn__fsdp_unit_hook(trn_model *m, trn_tensor *member, int phase, voi
     next = d->bwd_pos >= 0 ? d->order[d->bwd_pos] : -1;
     if (trn__fsdp_release_but(d, u, next) == TRN_OK && trn__fsdp_ready(d, u) == TRN_OK && next >= 0)
         trn__fsdp_gather(d, next);
+    if (d->error) trn__fsdp_park(d, u);
 }
 
 /* attach: units from the names; the weights become this rank's shard;
