@@ -986,6 +986,39 @@ static void test_checkpoint_sharded(void) {
         } else same = 0;
         CHECK(same && found == tmp.m.n_params, "model.safetensors: %d tensors under their names and shapes, the run's weights bit for bit\n",
               found);
+        {   /* issue 24 item 3, "shards from different saves are accepted": rank 1's
+               file of another save (3 steps, same model and world) dropped into
+               sh2: verify, consolidate and a load on every rank refuse it,
+               naming the file; the files put back, all accept it again */
+            char *o_3[] = {(char *)"shard=fsdp", (char *)"blocks=1", (char *)"global=12", (char *)"sharded=1", (char *)"steps=3",
+                           save, NULL};
+            char *o_l[] = {(char *)"shard=fsdp", (char *)"blocks=1", (char *)"global=12", (char *)"sharded=1", load, NULL};
+            char cmd[2200];
+            snprintf(save, sizeof save, "save=%s/sh2other", g_dir);
+            free(run_and_collect("sh_3", 2, o_3, n, NULL));
+            snprintf(cmd, sizeof cmd, "cp %s/sh2/rank-00001-of-00002.safetensors %s/keep1 && cp %s/sh2other/rank-00001-of-00002.safetensors "
+                     "%s/sh2/", g_dir, g_dir, g_dir, g_dir);
+            CHECK(system(cmd) == 0, "%s\n", cmd);
+            snprintf(path, sizeof path, "%s/sh2", g_dir);
+            CHECK(trn_checkpoint_verify_sharded(path) == TRN_ERR_MISMATCH && strstr(trn_error_reason(), "rank-00001-of-00002") &&
+                  strstr(trn_error_reason(), "another save"), "verify: a rank file of another save is refused: %s\n",
+                  trn_error_reason());
+            printf("  refused: %s\n", trn_error_reason());
+            snprintf(buf, sizeof buf, "%s/mixed.safetensors", g_dir);
+            CHECK(trn_checkpoint_consolidate(path, buf) == TRN_ERR_MISMATCH && strstr(trn_error_reason(), "another save") &&
+                  access(buf, F_OK) != 0, "consolidate refuses the mixed directory and writes nothing: %s\n", trn_error_reason());
+            snprintf(load, sizeof load, "load=%s/sh2", g_dir);
+            run_job(&j, "sh_mix", 2, o_l);
+            for (k = 0; k < 2; k++) {
+                read_log("sh_mix", k, buf, sizeof buf);
+                CHECK(exited_with(&j, k, 1) && (k == 0 || strstr(buf, "another save")),
+                      "load of the mixed directory: rank %d exits 1: %s\n", k, last_line(buf));
+            }
+            snprintf(cmd, sizeof cmd, "cp %s/keep1 %s/sh2/rank-00001-of-00002.safetensors", g_dir, g_dir);
+            CHECK(system(cmd) == 0 && trn_checkpoint_verify_sharded(path) == TRN_OK, "its own file back: verified (%s)\n",
+                  trn_error_reason());
+            snprintf(load, sizeof load, "load=%s/sh4", g_dir);
+        }
         snprintf(path, sizeof path, "%s/sh2/manifest.json", g_dir);
         remove(path);
         snprintf(path, sizeof path, "%s/sh2", g_dir);
