@@ -1241,6 +1241,11 @@ typedef struct trn_safetensors {
 
 TRNDEF trn_result trn_safetensors_open(trn_safetensors *f, const char *path);
 TRNDEF void trn_safetensors_close(trn_safetensors *f);
+/* a file about to be read is a regular file: a FIFO would block the
+   reader forever, a directory or a device is no file of ours. TRN_OK, or
+   TRN_ERR_IO with "PATH: a FIFO, not a regular file" (errno as stat's when
+   it failed). Every reader of the kit calls it before fopen. */
+TRNDEF trn_result trn_check_regular(const char *path);
 TRNDEF const trn_st_tensor *trn_safetensors_find(const trn_safetensors *f, const char *name);
 TRNDEF const char *trn_safetensors_meta(const trn_safetensors *f, const char *key); /* NULL: none */
 /* read one tensor into host memory (t->numel floats), converting F16 and
@@ -1778,11 +1783,15 @@ TRNDEF const char *trn_result_string(trn_result r) {
 
 TRNDEF const char *trn_error_reason(void) { return trn__reason; }
 
+/* formatted into a scratch buffer, then copied: the arguments may be
+   trn_error_reason() itself (a failure that wraps the one below it) */
 TRNDEF trn_result trn_fail(trn_result r, const char *fmt, ...) {
+    char msg[sizeof trn__reason];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(trn__reason, sizeof trn__reason, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    memcpy(trn__reason, msg, sizeof msg);
     return r;
 }
 
@@ -7699,10 +7708,29 @@ static trn_result trn__st_open_fp(trn_safetensors *f, FILE *fp, const char *path
     return r;
 }
 
+TRNDEF trn_result trn_check_regular(const char *path) {
+    struct stat st;
+    const char *what;
+    int e;
+    if (!path) return trn_fail(TRN_ERR_INVALID, "trn_check_regular: NULL path");
+    if (stat(path, &st) != 0) {
+        e = errno;
+        trn_fail(TRN_ERR_IO, "%s: %s", path, strerror(e));
+        errno = e;
+        return TRN_ERR_IO;
+    }
+    if (S_ISREG(st.st_mode)) return TRN_OK;
+    what = S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISCHR(st.st_mode) ? "a character device"
+         : S_ISBLK(st.st_mode) ? "a block device" : S_ISSOCK(st.st_mode) ? "a socket" : "not a file";
+    errno = EINVAL;
+    return trn_fail(TRN_ERR_IO, "%s: %s, not a regular file", path, what);
+}
+
 TRNDEF trn_result trn_safetensors_open(trn_safetensors *f, const char *path) {
     FILE *fp;
     if (!f || !path) return trn_fail(TRN_ERR_INVALID, "trn_safetensors_open: NULL argument");
     memset(f, 0, sizeof *f);
+    if (trn_check_regular(path) != TRN_OK) return trn_fail(TRN_ERR_IO, "open %s", trn_error_reason());
     fp = fopen(path, "rb");
     if (!fp) return trn_fail(TRN_ERR_IO, "open %s: %s", path, strerror(errno));
     return trn__st_open_fp(f, fp, path);
