@@ -77,6 +77,7 @@ typedef struct llama_config {
     int padded_vocab; // Vp: rows of the embedding and head (V rounded up to 128)
     float rope_theta; // RoPE base                              rope_theta
     float norm_eps;   // RMSNorm epsilon                        rms_norm_eps
+    int tied;         // 1: the head IS the embedding (one tensor) tie_word_embeddings
 } llama_config;
 
 typedef struct preset {
@@ -105,7 +106,7 @@ static const preset *find_preset(const char *name) {
 static int config_ok(const llama_config *c) {
     return c->n_layer > 0 && c->n_head > 0 && c->n_kv_head > 0 && c->n_head % c->n_kv_head == 0 && c->n_embd > 0 &&
            c->head_dim > 0 && c->head_dim % 2 == 0 && c->ffn_hidden > 0 && c->block_size > 0 && c->vocab_size > 0 &&
-           c->padded_vocab >= c->vocab_size && c->rope_theta > 1.0f && c->norm_eps > 0.0f;
+           c->padded_vocab >= c->vocab_size && c->rope_theta > 1.0f && c->norm_eps > 0.0f && (c->tied == 0 || c->tied == 1);
 }
 
 // ===========================================================================
@@ -130,7 +131,7 @@ typedef struct llama {
     trn_tensor *embed;   // (Vp, C)  model.embed_tokens
     llama_block *layers; // L blocks
     trn_tensor *norm;    // (C)      model.norm
-    trn_tensor *head;    // (Vp, C)  lm_head (not tied to embed)
+    trn_tensor *head;    // (Vp, C)  lm_head; tied: the same tensor as embed
     int recompute;       // 1: each block is a recompute region (--recompute)
 } llama;
 
@@ -162,7 +163,12 @@ static trn_result llama_create(llama *g, const llama_config *cfg, const trn_back
 #undef LLAMA_P
     }
     g->norm = trn_param1(m, "model.norm.weight", C);
-    g->head = trn_param2(m, "lm_head.weight", cfg->padded_vocab, C);
+    // Tied (tie_word_embeddings, e.g. Llama 3.2 1B, SmolLM): no second
+    // matrix. The head is the embedding tensor itself, so its one gradient
+    // buffer collects both uses (the embedding's scatter-add of rows and the
+    // head's matmul), AdamW updates it once, and a checkpoint holds it once,
+    // as transformers' tie_weights() and examples/gpt2's wte do.
+    g->head = cfg->tied ? g->embed : trn_param2(m, "lm_head.weight", cfg->padded_vocab, C);
     return trn_model_alloc(m);
 }
 
@@ -191,7 +197,7 @@ static void llama_init_weights(llama *g, uint64_t seed) {
         float *zeros = (float *)calloc((size_t)(Vp - V) * C, sizeof(float));
         if (!zeros) trn_fatal("llama_init_weights: out of memory");
         trn_write_range(m, g->embed, (size_t)V * C, zeros, (size_t)(Vp - V) * C);
-        trn_write_range(m, g->head, (size_t)V * C, zeros, (size_t)(Vp - V) * C);
+        if (g->head != g->embed) trn_write_range(m, g->head, (size_t)V * C, zeros, (size_t)(Vp - V) * C);
         free(zeros);
     }
 }
@@ -287,6 +293,7 @@ static void config_to_meta(const llama_config *c, trn_meta *meta) {
     trn_meta_set_u64(meta, "llama.padded_vocab", (uint64_t)c->padded_vocab);
     trn_meta_set_f64(meta, "llama.rope_theta", c->rope_theta);
     trn_meta_set_f64(meta, "llama.norm_eps", c->norm_eps);
+    trn_meta_set_u64(meta, "llama.tied", (uint64_t)c->tied);
 }
 
 // the model's shape from a safetensors file's metadata (a file written
@@ -305,6 +312,9 @@ static int config_from_st(const trn_safetensors *f, llama_config *c) {
     c->padded_vocab = (int)st_meta_long(f, "llama.padded_vocab");
     c->rope_theta = (float)atof(theta);
     c->norm_eps = (float)atof(eps);
+    long tied = st_meta_long(f, "llama.tied"); // absent (files before ties): untied
+    c->tied = tied == 1;
+    if (tied > 1) c->tied = -1; // config_ok refuses it
     return 1;
 }
 
@@ -351,6 +361,10 @@ static trn_result config_from_hf(const char *path, llama_config *c) {
     c->padded_vocab = pad_vocab(c->vocab_size);
     c->rope_theta = (float)json_double(text, "rope_theta", 10000.0);
     c->norm_eps = (float)json_double(text, "rms_norm_eps", 1e-6);
+    c->tied = -1; // absent: decided by the file (init_inspect)
+    if ((v = json_value(text, "tie_word_embeddings"))) c->tied = !strncmp(v, "true", 4) ? 1 : !strncmp(v, "false", 5) ? 0 : -2;
+    llama_config sizes = *c;
+    sizes.tied = 0;
     if ((v = json_value(text, "hidden_act")) && strncmp(v, "\"silu\"", 6) != 0)
         r = trn_fail(TRN_ERR_FORMAT, "%s: hidden_act %.12s: only \"silu\" (SwiGLU) is supported", path, v);
     else if ((v = json_value(text, "rope_scaling")) && strncmp(v, "null", 4) != 0)
@@ -358,7 +372,9 @@ static trn_result config_from_hf(const char *path, llama_config *c) {
     else if (((v = json_value(text, "attention_bias")) && !strncmp(v, "true", 4)) ||
              ((v = json_value(text, "mlp_bias")) && !strncmp(v, "true", 4)))
         r = trn_fail(TRN_ERR_FORMAT, "%s: attention_bias / mlp_bias: this Llama has no biases", path);
-    else if (!config_ok(c))
+    else if (c->tied == -2)
+        r = trn_fail(TRN_ERR_FORMAT, "%s: tie_word_embeddings must be true or false", path);
+    else if (!config_ok(&sizes)) // (tied: decided by init_inspect)
         r = trn_fail(TRN_ERR_FORMAT, "%s: missing or inconsistent sizes (layers %d, heads %d/%d, hidden %d, head_dim %d, "
                      "intermediate %d, vocab %d)", path, c->n_layer, c->n_head, c->n_kv_head, c->n_embd, c->head_dim,
                      c->ffn_hidden, c->vocab_size);
@@ -400,10 +416,20 @@ static trn_result init_inspect(const char *path, init_source *src) {
         return config_ok(&src->cfg) ? TRN_OK : trn_fail(TRN_ERR_FORMAT, "%s: bad llama.* metadata", src->weights);
     }
     src->hf = 1;
-    src->tied = trn_safetensors_find(&f, "lm_head.weight") == NULL;
+    int has_head = trn_safetensors_find(&f, "lm_head.weight") != NULL;
     trn_safetensors_close(&f);
     if (stat(cfgpath, &st) != 0) return trn_fail(TRN_ERR_IO, "%s: a Hugging Face model needs its config.json (%s)", path, cfgpath);
-    return config_from_hf(cfgpath, &src->cfg);
+    r = config_from_hf(cfgpath, &src->cfg);
+    if (r != TRN_OK) return r;
+    // tie_word_embeddings true: one tensor, as transformers (an lm_head.weight
+    // in the file is then a copy that transformers' tie_weights() replaces);
+    // absent: tied when the file has no lm_head.weight; false: it must have one
+    if (src->cfg.tied < 0) src->cfg.tied = !has_head;
+    if (!src->cfg.tied && !has_head)
+        return trn_fail(TRN_ERR_MISMATCH, "%s: tensor lm_head.weight is missing and config.json says "
+                        "tie_word_embeddings false", src->weights);
+    src->tied = src->cfg.tied;
+    return TRN_OK;
 }
 
 // read tensor `name` (rows x cols floats) into dst, checking its shape

@@ -65,6 +65,21 @@ if python3 -c 'import numpy, safetensors' 2>/dev/null; then
         r=$(python3 tests/llama_ref.py check "$D/hf_$v" "$D/text.txt" "$D/hf_$v.logits" 3 37)
         check "HF Llama ($v): logits equal the NumPy reference: $r" "echo '$r' | grep -q '^ok'"
     done
+    # tied training: the head is the embedding tensor itself (one gradient,
+    # one AdamW state), as transformers trains tie_word_embeddings: 20 steps
+    # on one batch of 3 x 32 bytes against the float64 NumPy reference
+    head -c 97 train.h > "$D/one.txt"
+    TR="--data $D/one.txt --batch 3 --seq 32 --overfit --steps 20 --lr 1e-2 --min-lr 1e-3 --warmup 0 --weight-decay 0 --clip 1 --eval-every 0 --sample 0 --threads 1"
+    for v in tied plain; do
+        $L --init "$D/hf_$v" $TR --out "$D/tr_$v" --log "$D/tr_$v.jsonl" --dump-logits "$D/tr_$v.logits" > "$D/tr_$v.out" 2>&1
+        python3 tests/llama_ref.py train "$D/hf_$v" "$D/one.txt" 32 "$D/tr_$v.jsonl" "$D/tr_$v/model.safetensors" 20 1e-2 1e-3 1 > "$D/tr_$v.ref"
+        rc=$?
+        check "HF Llama ($v): 20 training steps equal the NumPy reference: $(tr '\n' ';' < "$D/tr_$v.ref")" "[ $rc = 0 ]"
+    done
+    python3 tests/llama_ref.py train "$D/hf_tied" "$D/one.txt" 32 "$D/tr_tied.jsonl" "$D/tr_tied/model.safetensors" 20 1e-2 1e-3 1 --untie > "$D/tr_untie.ref"
+    check "tied: the reference check rejects a head trained apart from the embedding" "[ $? = 1 ]"
+    $L --init "$D/tr_tied/model.safetensors" $TR --steps 0 --out "$D/tr_tied2" --dump-logits "$D/tr_tied2.logits" > "$D/tr_tied2.out" 2>&1
+    check "tied: the saved model loads back tied (identical logits)" "cmp -s '$D/tr_tied.logits' '$D/tr_tied2.logits'"
     python3 tests/llama_ref.py check "$D/hf_plain" "$D/text.txt" "$D/hf_tied.logits" 3 37 > "$D/neg.out"
     check "the reference check rejects another model's logits" "[ $? = 1 ]"
     # a config this model does not compute is refused, not misread
