@@ -2,17 +2,24 @@
 """tests/llama_ref.py - a tiny random Llama in Hugging Face's layout, and a
 NumPy reference of its forward pass, for tests/test_llama.sh.
 
-  llama_ref.py write DIR [--tied] [--bf16]
+  llama_ref.py write DIR [--tied] [--bf16] [--rope TYPE] [--v5]
       DIR/config.json + DIR/model.safetensors with HF's names
       (model.layers.0.self_attn.q_proj.weight, ...): 2 layers, 4 query heads,
       2 key/value heads (grouped-query), hidden 32, head_dim 8, SwiGLU 48,
       byte vocabulary 256, rope_theta 50000 and rms_norm_eps 1e-6 (not the
       kit's preset values, so the config is what is read). --tied: no
       lm_head (tie_word_embeddings). --bf16: weights stored as BF16.
-  llama_ref.py check DIR TEXT LOGITS B T
+      --rope linear|dynamic|llama3|yarn: a scaled RoPE, written as
+      transformers 4.x does ("rope_scaling" beside "rope_theta") or, with
+      --v5, as 5.x does ("rope_parameters" holding rope_theta too); theta
+      100 and small contexts so that every scaling changes the logits at
+      37 positions (dynamic: max_position_embeddings 16, factor 4).
+  llama_ref.py check DIR TEXT LOGITS B T [--unscaled]
       recompute, in float64, the logits of validation batch 0 of TEXT (the
       kit's loader: the last 10% of the bytes, rows of T) and compare them
       with the float32 file LOGITS written by examples/llama --dump-logits.
+      --unscaled: the reference drops the RoPE scaling (a scaled model's
+      logits must then FAIL: the scaling matters at these sizes).
 
 The reference follows Hugging Face's LlamaForCausalLM (modeling_llama.py):
 RMSNorm x * rsqrt(mean(x^2) + eps) * w; RoPE with inv_freq = theta^(-2i/d)
@@ -58,10 +65,26 @@ def from_bf16(b):
     return (b.astype(np.uint32) << 16).view(np.float32)
 
 
-def write(d, tied, bf16):
+ROPES = {"linear": dict(rope_type="linear", factor=4.0),
+         "dynamic": dict(rope_type="dynamic", factor=4.0),
+         "llama3": dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                        original_max_position_embeddings=64),
+         "yarn": dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=32)}
+
+
+def write(d, tied, bf16, rope=None, v5=False):
     from safetensors.numpy import save_file
     os.makedirs(d, exist_ok=True)
     c = dict(CFG, tie_word_embeddings=tied, torch_dtype="bfloat16" if bf16 else "float32")
+    if rope:
+        c["rope_theta"] = 100.0
+        if rope == "dynamic":
+            c["max_position_embeddings"] = 16
+        if v5:
+            c["rope_parameters"] = dict(ROPES[rope], rope_theta=c.pop("rope_theta"))
+            c.pop("rope_scaling")
+        else:
+            c["rope_scaling"] = dict(ROPES[rope])
     rng = np.random.default_rng(7)
     C, F, hs = c["hidden_size"], c["intermediate_size"], c["head_dim"]
     NH, NKV, V = c["num_attention_heads"], c["num_key_value_heads"], c["vocab_size"]
@@ -121,10 +144,37 @@ def rmsnorm(x, g, eps):
     return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * g
 
 
-def rope(x, theta):  # x (T, H, hs): HF's rotate_half form
+def inv_freq(c, seq_len):
+    """(hs/2,) inverse frequencies, as transformers' modeling_rope_utils
+    computes them for each rope_type (written here from its formulas)"""
+    hs = c["head_dim"]
+    sc = c.get("rope_parameters") or c.get("rope_scaling") or {}
+    theta = sc.get("rope_theta", c.get("rope_theta", 10000.0))
+    kind = sc.get("rope_type", sc.get("type", "default"))
+    e = np.arange(0, hs, 2, dtype=np.float64) / hs
+    if kind == "dynamic":  # NTK-aware: the base grows once the positions outgrow the context
+        m = c["max_position_embeddings"]
+        n = max(seq_len, m)
+        theta = theta * ((sc["factor"] * n / m) - (sc["factor"] - 1)) ** (hs / (hs - 2))
+    inv = theta ** -e
+    if kind == "linear":
+        inv = inv / sc["factor"]
+    elif kind == "llama3":
+        f, lo, hi, old = sc["factor"], sc["low_freq_factor"], sc["high_freq_factor"], \
+            sc["original_max_position_embeddings"]
+        wave = 2 * np.pi / inv
+        scaled = np.where(wave > old / lo, inv / f, inv)
+        s = (old / wave - lo) / (hi - lo)
+        mid = (wave >= old / hi) & (wave <= old / lo)
+        inv = np.where(mid, (1 - s) * scaled / f + s * scaled, scaled)
+    elif kind not in ("default", "dynamic"):
+        raise SystemExit("no reference for rope_type %s" % kind)
+    return inv
+
+
+def rope(x, c):  # x (T, H, hs): HF's rotate_half form
     T, H, hs = x.shape
-    inv = theta ** (-np.arange(0, hs, 2, dtype=np.float64) / hs)
-    ang = np.outer(np.arange(T), inv)
+    ang = np.outer(np.arange(T), inv_freq(c, T))
     cos = np.concatenate([np.cos(ang)] * 2, -1)[:, None, :]
     sin = np.concatenate([np.sin(ang)] * 2, -1)[:, None, :]
     rot = np.concatenate([-x[..., hs // 2:], x[..., :hs // 2]], -1)
@@ -133,15 +183,15 @@ def rope(x, theta):  # x (T, H, hs): HF's rotate_half form
 
 def forward(c, w, ids):  # ids (T,) -> logits (T, V)
     C, hs = c["hidden_size"], c["head_dim"]
-    NH, NKV, eps, theta = c["num_attention_heads"], c["num_key_value_heads"], c["rms_norm_eps"], c["rope_theta"]
+    NH, NKV, eps = c["num_attention_heads"], c["num_key_value_heads"], c["rms_norm_eps"]
     T = len(ids)
     x = w["model.embed_tokens.weight"][ids]
     mask = np.triu(np.full((T, T), -np.inf), 1)
     for l in range(c["num_hidden_layers"]):
         p = "model.layers.%d." % l
         h = rmsnorm(x, w[p + "input_layernorm.weight"], eps)
-        q = rope((h @ w[p + "self_attn.q_proj.weight"].T).reshape(T, NH, hs), theta)
-        k = rope((h @ w[p + "self_attn.k_proj.weight"].T).reshape(T, NKV, hs), theta)
+        q = rope((h @ w[p + "self_attn.q_proj.weight"].T).reshape(T, NH, hs), c)
+        k = rope((h @ w[p + "self_attn.k_proj.weight"].T).reshape(T, NKV, hs), c)
         v = (h @ w[p + "self_attn.v_proj.weight"].T).reshape(T, NKV, hs)
         out = np.zeros((T, NH, hs))
         for hd in range(NH):
@@ -158,8 +208,11 @@ def forward(c, w, ids):  # ids (T,) -> logits (T, V)
     return x @ head.T
 
 
-def check(d, text, logits, B, T):
+def check(d, text, logits, B, T, unscaled=False):
     c, w = load(d)
+    if unscaled:  # the same theta without the scaling: logits a kit that ignored it would give
+        sc = c.pop("rope_parameters", None) or c.pop("rope_scaling", None) or {}
+        c["rope_theta"] = sc.get("rope_theta", c.get("rope_theta"))
     data = np.frombuffer(open(text, "rb").read(), np.uint8).astype(np.int64)
     n = len(data)
     n_val = int(n * float(np.float32(0.1)))  # the loader's (double)n * 0.1f
@@ -186,9 +239,7 @@ def check(d, text, logits, B, T):
 # ---- training: forward with a cache, backward by hand, AdamW ------------------
 
 def rope_tables(c, T):  # (T, hs) cos and sin of HF's rotate_half form
-    hs = c["head_dim"]
-    inv = c["rope_theta"] ** (-np.arange(0, hs, 2, dtype=np.float64) / hs)
-    ang = np.outer(np.arange(T), inv)
+    ang = np.outer(np.arange(T), inv_freq(c, T))
     return np.concatenate([np.cos(ang)] * 2, -1), np.concatenate([np.sin(ang)] * 2, -1)
 
 
@@ -365,13 +416,14 @@ def train(d, text, T, log, weights, steps, lr, min_lr, clip, untie):
 
 if __name__ == "__main__":
     if len(sys.argv) >= 3 and sys.argv[1] == "write":
-        write(sys.argv[2], "--tied" in sys.argv, "--bf16" in sys.argv)
+        a = sys.argv
+        write(a[2], "--tied" in a, "--bf16" in a, a[a.index("--rope") + 1] if "--rope" in a else None, "--v5" in a)
     elif len(sys.argv) >= 11 and sys.argv[1] == "train":
         a = sys.argv
         sys.exit(train(a[2], a[3], int(a[4]), a[5], a[6], int(a[7]), float(a[8]), float(a[9]), float(a[10]),
                        "--untie" in a))
-    elif len(sys.argv) == 7 and sys.argv[1] == "check":
-        sys.exit(check(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), int(sys.argv[6])))
+    elif len(sys.argv) in (7, 8) and sys.argv[1] == "check":
+        sys.exit(check(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), int(sys.argv[6]), "--unscaled" in sys.argv))
     else:
         print(__doc__)
         sys.exit(2)
