@@ -2875,7 +2875,6 @@ static void trn__cuda_rmsnorm_backward(float *dinp, float *dw, const float *dout
                         (const float *)part, nchunk, C);
     }
 }
-template <typename A>
 static trn_rope_scaling trn__rope_sc_or_plain(const trn_rope_scaling *sc) { /* by value into the kernel */
     trn_rope_scaling plain;
     memset(&plain, 0, sizeof plain);
