@@ -91,6 +91,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <math.h> /* trn_rope_inv_freq below */
 
 #ifndef TRNDEF
 #ifdef TRAIN_STATIC
@@ -253,6 +254,60 @@ TRNDEF const char *trn_shape_str(const trn_tensor *t, char *buf, size_t n);
    pointers are in the backend's memory. Backward kernels ACCUMULATE (+=)
    into their gradient outputs; a NULL gradient output is skipped.
    ------------------------------------------------------------------------ */
+/* RoPE's frequencies as Hugging Face configs scale them (rope_scaling in
+   transformers 4.x, rope_parameters in 5.x; "type" or "rope_type"). Pair
+   i of a head of hs channels turns by position p times an inverse
+   frequency f_i; plain RoPE has f_i = theta^(-2i/hs). The scalings:
+     LINEAR   f_i / factor (positions interpolated: a context factor times
+              longer looks like the trained one)
+     DYNAMIC  "NTK-aware": plain RoPE up to original_max_pos tokens; beyond,
+              for a sequence of n = pos0 + T positions, the base grows to
+              theta * (factor * n / original_max_pos - (factor - 1))^(hs/(hs-2))
+              (transformers recomputes it when the positions outgrow the
+              cache; here it follows each call's last position)
+     LLAMA3   by wavelength w_i = 2 pi / f_i against the original context
+              O = original_max_pos: w_i > O / low_freq_factor (slow pairs):
+              f_i / factor; w_i < O / high_freq_factor (fast pairs): f_i;
+              between, a blend with s = (O / w_i - low) / (high - low):
+              (1 - s) f_i / factor + s f_i
+   None of them scales the attention (YaRN would: not implemented). */
+typedef enum trn_rope_type {
+    TRN_ROPE_DEFAULT = 0, TRN_ROPE_LINEAR, TRN_ROPE_DYNAMIC, TRN_ROPE_LLAMA3
+} trn_rope_type;
+typedef struct trn_rope_scaling {
+    int type;                                /* a trn_rope_type             */
+    float factor;                            /* linear, dynamic, llama3     */
+    float low_freq_factor, high_freq_factor; /* llama3 (1 and 4 in 3.1)     */
+    int original_max_pos;                    /* dynamic, llama3             */
+} trn_rope_scaling;
+/* both backends compute the frequencies with this one function (on a GPU
+   inside the kernel: it is __host__ __device__ under nvcc) */
+#ifdef __CUDACC__
+#define TRN__HD __host__ __device__
+#else
+#define TRN__HD
+#endif
+/* the inverse frequency of pair i (0 <= i < hs/2), in double; s NULL or
+   type DEFAULT: plain RoPE. seq_len: positions the call covers (pos0 + T) */
+static inline TRN__HD double trn_rope_inv_freq(int i, int hs, float theta, const trn_rope_scaling *s, int seq_len) {
+    double base = (double)theta, f, w, lo, hi, sm;
+    if (s && s->type == TRN_ROPE_DYNAMIC && seq_len > s->original_max_pos) {
+        double n = (double)s->factor * seq_len / s->original_max_pos - ((double)s->factor - 1.0);
+        base *= pow(n, (double)hs / (double)(hs - 2));
+    }
+    f = pow(base, -2.0 * i / hs);
+    if (!s) return f;
+    if (s->type == TRN_ROPE_LINEAR) return f / s->factor;
+    if (s->type != TRN_ROPE_LLAMA3) return f;
+    w = 2.0 * 3.141592653589793 / f;
+    lo = (double)s->original_max_pos / s->low_freq_factor; /* longer waves than this: scaled */
+    hi = (double)s->original_max_pos / s->high_freq_factor; /* shorter: kept */
+    if (w > lo) return f / s->factor;
+    if (w < hi) return f;
+    sm = ((double)s->original_max_pos / w - s->low_freq_factor) / ((double)s->high_freq_factor - s->low_freq_factor);
+    return (1.0 - sm) * f / s->factor + sm * f;
+}
+
 /* AdamW over the flat buffers in one pass needs to know, per element,
    whether weight decay applies: a slice is described by runs of elements
    treated alike, each run ending (exclusive, relative to the slice) at
@@ -338,9 +393,10 @@ typedef struct trn_backend {
     void (*rmsnorm_forward)(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps);
     void (*rmsnorm_backward)(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
                              const float *rstd, int N, int C);
-    void (*rope_forward)(float *out, const float *inp, int B, int T, int H, int R, int hs, int pos0, float theta);
+    void (*rope_forward)(float *out, const float *inp, int B, int T, int H, int R, int hs, int pos0, float theta,
+                         const trn_rope_scaling *sc);
     void (*rope_backward)(float *dinp, const float *dout, int B, int T, int H, int R, int hs, int pos0,
-                          float theta);
+                          float theta, const trn_rope_scaling *sc);
     /* fused attention (flash-style): what trn_attention runs; the pair
        above is the materialized reference */
     void (*flash_attention_forward)(float *out, float *lse, const float *qkv,
@@ -408,6 +464,9 @@ typedef struct trn_backend {
                        int n_seg, float lr, float beta1, float beta2, float eps, float weight_decay,
                        float bias_corr1, float bias_corr2, const float *clip, void *p_bf16);
     /* <<sync-free step */
+    /* the time ledger (train_cuda.h's >>sites): the launches that follow
+       belong to this scope ("classifier"; NULL: none). NULL: no ledger */
+    void (*site_scope)(const char *scope);
 } trn_backend;
 
 TRNDEF const trn_backend *trn_cpu_backend(void);
@@ -501,7 +560,8 @@ TRNDEF void trn_patchify(float *out, const float *img, int B, int H, int W, int 
    N*C elements (same shape) or C elements (one row, broadcast over rows).
    rope: rows of H heads of hs channels (B,T,H*hs); the first R heads of
    each row are rotated (HF rotate-half), the rest copied; row t sits at
-   position pos0 + t. */
+   position pos0 + t; sc (NULL: plain RoPE) scales the frequencies, see
+   trn_rope_scaling. */
 TRNDEF void trn_mul_forward(float *out, const float *a, const float *b, size_t N, size_t C);
 TRNDEF void trn_mul_backward(float *da, float *db, const float *dout, const float *a, const float *b,
                              size_t N, size_t C);
@@ -518,9 +578,9 @@ TRNDEF void trn_rmsnorm_forward(float *out, float *rstd, const float *inp, const
 TRNDEF void trn_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
                                  const float *rstd, int N, int C);
 TRNDEF void trn_rope_forward(float *out, const float *inp, int B, int T, int H, int R, int hs, int pos0,
-                             float theta);
+                             float theta, const trn_rope_scaling *sc);
 TRNDEF void trn_rope_backward(float *dinp, const float *dout, int B, int T, int H, int R, int hs, int pos0,
-                              float theta);
+                              float theta, const trn_rope_scaling *sc);
 /* >>ops3: shapes, reductions, dropout, more losses (see each definition) */
 TRNDEF void trn_dropout_forward(float *out, const float *inp, size_t n, float p, uint64_t key);
 TRNDEF void trn_dropout_backward(float *dinp, const float *dout, size_t n, float p, uint64_t key);
@@ -562,8 +622,8 @@ typedef struct trn_tape_entry {
     trn_tensor *out;
     trn_tensor *in[3];
     void *saved[3];            /* what forward kept for backward (arena)   */
-    int iarg[4];
-    float farg[2];
+    int iarg[6];
+    float farg[4];
 } trn_tape_entry;
 
 /* a bump allocator over one block of backend memory; see trn_reset */
@@ -786,7 +846,9 @@ TRNDEF trn_tensor *trn_mean_pool(trn_model *m, trn_tensor *x);
    input qkv (B,T,(NH+2*NKV)*hs): q heads, then k heads, then v heads; q and
    k heads are rotated, v heads copied; theta is the config's rope_theta;
    row t is position pos0 + t (0 when training; a KV cache passes the
-   number of tokens it already holds). */
+   number of tokens it already holds). trn_rope_scaled: the same with the
+   frequencies of a scaled RoPE (Llama 3.1's, linear, dynamic: see
+   trn_rope_scaling; NULL = trn_rope). */
 TRNDEF trn_tensor *trn_mul(trn_model *m, trn_tensor *a, trn_tensor *b);
 TRNDEF trn_tensor *trn_silu(trn_model *m, trn_tensor *x);
 TRNDEF trn_tensor *trn_sigmoid(trn_model *m, trn_tensor *x);
@@ -794,6 +856,8 @@ TRNDEF trn_tensor *trn_tanh(trn_model *m, trn_tensor *x);
 TRNDEF trn_tensor *trn_softmax(trn_model *m, trn_tensor *x);
 TRNDEF trn_tensor *trn_rmsnorm(trn_model *m, trn_tensor *x, trn_tensor *w, float eps);
 TRNDEF trn_tensor *trn_rope(trn_model *m, trn_tensor *qkv, int n_head, int n_kv_head, float theta, int pos0);
+TRNDEF trn_tensor *trn_rope_scaled(trn_model *m, trn_tensor *qkv, int n_head, int n_kv_head, float theta,
+                                   const trn_rope_scaling *sc, int pos0);
 /* >>ops3 on the tape.
    trn_dropout: in training mode zeroes each element with probability p and
      scales the rest by 1/(1-p); the mask comes from the model's RNG m->rng
@@ -867,8 +931,8 @@ typedef struct trn_op {
 } trn_op;
 
 typedef struct trn_op_args {         /* zero = none; copied into the entry   */
-    int i[4];                        /* -> e->iarg[0..3] */
-    float f[2];                      /* -> e->farg[0..1] */
+    int i[6];                        /* -> e->iarg[0..5] */
+    float f[4];                      /* -> e->farg[0..3] */
 } trn_op_args;
 
 /* run op->forward for the model's place and record the op on the tape (when
@@ -1244,6 +1308,11 @@ typedef struct trn_safetensors {
 
 TRNDEF trn_result trn_safetensors_open(trn_safetensors *f, const char *path);
 TRNDEF void trn_safetensors_close(trn_safetensors *f);
+/* a file about to be read is a regular file: a FIFO would block the
+   reader forever, a directory or a device is no file of ours. TRN_OK, or
+   TRN_ERR_IO with "PATH: a FIFO, not a regular file" (errno as stat's when
+   it failed). Every reader of the kit calls it before fopen. */
+TRNDEF trn_result trn_check_regular(const char *path);
 TRNDEF const trn_st_tensor *trn_safetensors_find(const trn_safetensors *f, const char *name);
 TRNDEF const char *trn_safetensors_meta(const trn_safetensors *f, const char *key); /* NULL: none */
 /* read one tensor into host memory (t->numel floats), converting F16 and
@@ -1467,11 +1536,15 @@ TRNDEF const char *trn_result_string(trn_result r) {
 
 TRNDEF const char *trn_error_reason(void) { return trn__reason; }
 
+/* formatted into a scratch buffer, then copied: the arguments may be
+   trn_error_reason() itself (a failure that wraps the one below it) */
 TRNDEF trn_result trn_fail(trn_result r, const char *fmt, ...) {
+    char msg[sizeof trn__reason];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(trn__reason, sizeof trn__reason, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    memcpy(trn__reason, msg, sizeof msg);
     return r;
 }
 
@@ -2948,7 +3021,7 @@ TRNDEF void trn_rmsnorm_backward(float *dinp, float *dw, const float *dout, cons
    Saved: nothing (the angles are recomputed). Angles in double: p * f_i
    reaches thousands of radians, where float would lose the phase. */
 static void trn__rope_rows(float *y, const float *x, int B, int T, int H, int R, int hs, int pos0, float theta,
-                           int inverse) {
+                           const trn_rope_scaling *sc, int inverse) {
     int bt, t, half = hs / 2;
     size_t row = (size_t)H * hs;
     /* the (T, hs/2) cos and sin once; every batch row uses the same ones */
@@ -2960,7 +3033,7 @@ static void trn__rope_rows(float *y, const float *x, int B, int T, int H, int R,
     for (t = 0; t < T; t++) {
         int i;
         for (i = 0; i < half; i++) {
-            double a = (double)(pos0 + t) * pow((double)theta, -2.0 * i / hs);
+            double a = (double)(pos0 + t) * trn_rope_inv_freq(i, hs, theta, sc, pos0 + T);
             cs[2 * ((size_t)t * half + i)] = (float)cos(a);
             cs[2 * ((size_t)t * half + i) + 1] = (float)(inverse ? -sin(a) : sin(a));
         }
@@ -2984,13 +3057,13 @@ static void trn__rope_rows(float *y, const float *x, int B, int T, int H, int R,
     trn_free(cs);
 }
 TRNDEF void trn_rope_forward(float *out, const float *inp, int B, int T, int H, int R, int hs, int pos0,
-                             float theta) {
+                             float theta, const trn_rope_scaling *sc) {
     memset(out, 0, sizeof(float) * (size_t)B * T * H * hs);
-    trn__rope_rows(out, inp, B, T, H, R, hs, pos0, theta, 0);
+    trn__rope_rows(out, inp, B, T, H, R, hs, pos0, theta, sc, 0);
 }
 TRNDEF void trn_rope_backward(float *dinp, const float *dout, int B, int T, int H, int R, int hs, int pos0,
-                              float theta) {
-    if (dinp) trn__rope_rows(dinp, dout, B, T, H, R, hs, pos0, theta, 1);
+                              float theta, const trn_rope_scaling *sc) {
+    if (dinp) trn__rope_rows(dinp, dout, B, T, H, R, hs, pos0, theta, sc, 1);
 }
 
 /* ========================================================================
@@ -4479,6 +4552,8 @@ TRNDEF trn_tensor *trn_cross_entropy(trn_model *m, trn_tensor *logits, const int
    the gradients of the layers below reuse its bytes. With the tape off
    (evaluation) only the losses are computed, chunk by chunk. Same backend
    kernels as the unfused pair: matmul, cross-entropy, zero, scale, add. */
+/* the classifier's launches, told apart in the time ledger (train_cuda.h) */
+#define TRN__SITE_SCOPE(bk, name) do { if ((bk)->site_scope) (bk)->site_scope(name); } while (0)
 #ifndef TRN__XENT_CHUNK_FLOATS /* (tests set it small to get many chunks) */
 #define TRN__XENT_CHUNK_FLOATS ((size_t)1 << 23) /* 32 MB of logits per chunk */
 #endif
@@ -4488,6 +4563,7 @@ static void trn__linear_xent_bw(trn_model *m, trn_tape_entry *e) {
     float dloss;
     int k, fresh;
     dloss = trn__scalar_grad(m, e->out); /* no download when it is the loss */
+    TRN__SITE_SCOPE(m->backend, "classifier");
     if (e->iarg[0]) { /* "dlogits": the linear layer's backward, as unfused */
         int N = e->iarg[1], C = e->iarg[2], Vp = e->iarg[3];
         float *dl = (float *)e->saved[0];
@@ -4495,6 +4571,7 @@ static void trn__linear_xent_bw(trn_model *m, trn_tape_entry *e) {
         m->backend->matmul_backward(trn__want(m, x, NULL), trn__want(m, w, NULL), trn__want(m, b, NULL), dl, x->data,
                                     w->data, N, C, Vp);
         trn__grads_free(m, dl);
+        TRN__SITE_SCOPE(m->backend, NULL);
         return;
     }
     for (k = 0; k < 3; k++) { /* "chunks": dx, dW, db (NULL: no gradient wanted) */
@@ -4513,6 +4590,7 @@ static void trn__linear_xent_bw(trn_model *m, trn_tape_entry *e) {
         }
         trn__grads_free(m, saved);
     }
+    TRN__SITE_SCOPE(m->backend, NULL);
 }
 
 TRNDEF trn_tensor *trn_linear_cross_entropy(trn_model *m, trn_tensor *x, trn_tensor *w, trn_tensor *b,
@@ -4550,6 +4628,7 @@ TRNDEF trn_tensor *trn_linear_cross_entropy(trn_model *m, trn_tensor *x, trn_ten
     if (want) dlogits = (float *)trn__grads_alloc(m, A * (size_t)R * Vp);
     logits = (float *)trn__grads_alloc(m, A * (size_t)R * Vp);
     lse = (float *)trn__grads_alloc(m, sizeof(float) * (size_t)R);
+    TRN__SITE_SCOPE(bk, "classifier");
     for (r0 = 0; r0 < N; r0 += R) {
         int n = TRN__MIN(R, N - r0);
         const float *xc = (const float *)((const char *)x->data + (size_t)r0 * C * A);
@@ -4563,6 +4642,7 @@ TRNDEF trn_tensor *trn_linear_cross_entropy(trn_model *m, trn_tensor *x, trn_ten
         if (dxc) bk->zero(dxc, A * (size_t)n * C);
         bk->matmul_backward(dxc, dw, db, dlogits, xc, w->data, n, C, Vp);
     }
+    TRN__SITE_SCOPE(bk, NULL);
     trn__grads_free(m, lse);
     trn__grads_free(m, logits);
     if (!keep_dlogits) trn__grads_free(m, dlogits);
@@ -4815,19 +4895,33 @@ TRNDEF trn_tensor *trn_rmsnorm(trn_model *m, trn_tensor *x, trn_tensor *w, float
     return out;
 }
 
-/* iarg: H heads per row, R rotated, hs, pos0; farg[0]: theta. Saves nothing. */
+/* iarg: H heads per row, R rotated, hs, pos0, the scaling's type and
+   original_max_pos; farg: theta, factor, low_freq_factor, high_freq_factor.
+   Saves nothing. */
+static trn_rope_scaling trn__rope_sc(const trn_tape_entry *e) {
+    trn_rope_scaling sc;
+    sc.type = e->iarg[4]; sc.original_max_pos = e->iarg[5];
+    sc.factor = e->farg[1]; sc.low_freq_factor = e->farg[2]; sc.high_freq_factor = e->farg[3];
+    return sc;
+}
 static void trn__rope_fw(trn_model *m, trn_tape_entry *e) {
     trn_tensor *x = e->in[0];
+    trn_rope_scaling sc = trn__rope_sc(e);
     m->backend->rope_forward(e->out->data, x->data, x->shape[0], x->shape[1], e->iarg[0], e->iarg[1], e->iarg[2],
-                             e->iarg[3], e->farg[0]);
+                             e->iarg[3], e->farg[0], sc.type ? &sc : NULL);
 }
 static void trn__rope_bw(trn_model *m, trn_tape_entry *e) {
     trn_tensor *x = e->in[0];
+    trn_rope_scaling sc = trn__rope_sc(e);
     m->backend->rope_backward(trn_grad(m, x), trn_grad(m, e->out), x->shape[0], x->shape[1], e->iarg[0], e->iarg[1],
-                              e->iarg[2], e->iarg[3], e->farg[0]);
+                              e->iarg[2], e->iarg[3], e->farg[0], sc.type ? &sc : NULL);
 }
 static const trn_op trn__rope_op = TRN__OP2("rope", trn__rope_fw, trn__rope_bw);
 TRNDEF trn_tensor *trn_rope(trn_model *m, trn_tensor *qkv, int n_head, int n_kv_head, float theta, int pos0) {
+    return trn_rope_scaled(m, qkv, n_head, n_kv_head, theta, NULL, pos0);
+}
+TRNDEF trn_tensor *trn_rope_scaled(trn_model *m, trn_tensor *qkv, int n_head, int n_kv_head, float theta,
+                                   const trn_rope_scaling *sc, int pos0) {
     trn_tensor *out;
     trn_op_args args;
     int heads = n_head + 2 * n_kv_head;
@@ -4840,9 +4934,20 @@ TRNDEF trn_tensor *trn_rope(trn_model *m, trn_tensor *qkv, int n_head, int n_kv_
                   "n_kv_head; got %s with n_head=%d, n_kv_head=%d", trn_shape_str(qkv, s, 64), n_head, n_kv_head);
     }
     if (!(theta > 1.0f) || pos0 < 0) trn_fatal("trn_rope: theta must be > 1 (got %g), pos0 >= 0 (got %d)", (double)theta, pos0);
+    if (sc && sc->type != TRN_ROPE_DEFAULT &&
+        (sc->type < TRN_ROPE_DEFAULT || sc->type > TRN_ROPE_LLAMA3 || !(sc->factor > 0.0f) ||
+         (sc->type != TRN_ROPE_LINEAR && sc->original_max_pos <= 0) ||
+         (sc->type == TRN_ROPE_LLAMA3 && !(sc->low_freq_factor > 0.0f && sc->high_freq_factor > sc->low_freq_factor))))
+        trn_fatal("trn_rope_scaled: scaling type %d with factor %g, low/high freq factors %g/%g, original_max_pos %d: "
+                  "type 0..3, factor > 0, original_max_pos > 0 (dynamic, llama3), 0 < low < high (llama3)", sc->type,
+                  (double)sc->factor, (double)sc->low_freq_factor, (double)sc->high_freq_factor, sc->original_max_pos);
     memset(&args, 0, sizeof args);
     args.i[0] = heads; args.i[1] = n_head + n_kv_head; args.i[2] = qkv->shape[2] / heads; args.i[3] = pos0;
     args.f[0] = theta;
+    if (sc && sc->type != TRN_ROPE_DEFAULT) {
+        args.i[4] = sc->type; args.i[5] = sc->original_max_pos;
+        args.f[1] = sc->factor; args.f[2] = sc->low_freq_factor; args.f[3] = sc->high_freq_factor;
+    }
     out = trn_tensor_new(m, "rope", 3, qkv->shape);
     trn_op_apply(m, &trn__rope_op, out, qkv, NULL, NULL, &args);
     return out;
@@ -7381,10 +7486,29 @@ static trn_result trn__st_open_fp(trn_safetensors *f, FILE *fp, const char *path
     return r;
 }
 
+TRNDEF trn_result trn_check_regular(const char *path) {
+    struct stat st;
+    const char *what;
+    int e;
+    if (!path) return trn_fail(TRN_ERR_INVALID, "trn_check_regular: NULL path");
+    if (stat(path, &st) != 0) {
+        e = errno;
+        trn_fail(TRN_ERR_IO, "%s: %s", path, strerror(e));
+        errno = e;
+        return TRN_ERR_IO;
+    }
+    if (S_ISREG(st.st_mode)) return TRN_OK;
+    what = S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISCHR(st.st_mode) ? "a character device"
+         : S_ISBLK(st.st_mode) ? "a block device" : S_ISSOCK(st.st_mode) ? "a socket" : "not a file";
+    errno = EINVAL;
+    return trn_fail(TRN_ERR_IO, "%s: %s, not a regular file", path, what);
+}
+
 TRNDEF trn_result trn_safetensors_open(trn_safetensors *f, const char *path) {
     FILE *fp;
     if (!f || !path) return trn_fail(TRN_ERR_INVALID, "trn_safetensors_open: NULL argument");
     memset(f, 0, sizeof *f);
+    if (trn_check_regular(path) != TRN_OK) return trn_fail(TRN_ERR_IO, "open %s", trn_error_reason());
     fp = fopen(path, "rb");
     if (!fp) return trn_fail(TRN_ERR_IO, "open %s: %s", path, strerror(errno));
     return trn__st_open_fp(f, fp, path);
