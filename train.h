@@ -864,7 +864,7 @@ TRNDEF trn_tensor *trn_rope_scaled(trn_model *m, trn_tensor *qkv, int n_head, in
      (one draw per call; saved in training checkpoints). In evaluation mode
      (trn_eval) or with p = 0 it returns x itself. trn_gradcheck runs the
      forward many times: reseed m->rng at the start of its build function
-     so that every probe sees the same mask (tests/test_ops3 does).
+     so that every probe sees the same mask (tests/test_ops_shape_loss does).
    trn_reshape: a view with a new shape of the same size (no copy).
    trn_transpose: swaps dims d0 and d1 (negative counts from the end).
    trn_slice: x[..., start:start+len]; trn_concat: [a | b] on the last dim.

@@ -105,7 +105,7 @@
    fibers for threads in a random order, a reference GEMM for cuBLAS, ASan
    for out-of-bounds, TSan as a race detector); tests/test_cuda_kernels
    compares every kernel with the CPU backend, tests/test_cuda_gpt2 trains
-   examples/gpt2.c's model 10 steps on both, tests/test_cuda_on_gpu.cu is
+   examples/gpt2.c's model 10 steps on both, tests/test_cuda_kernels_gpu.cu is
    the same kernel test for a real GPU (and the nvcc build check);
    tests/test_cuda_flash_bf16 checks the bf16 tensor-core attention (the
    harness emulates nvcuda::wmma as warp collectives), test_cuda_bf16_ops

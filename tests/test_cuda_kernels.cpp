@@ -34,44 +34,7 @@
 #include <unistd.h>
 #include <vector>
 
-typedef std::vector<float> vec;
-static const trn_backend *GPU, *CPU;
-static trn_rng RNG;
-
-static vec randn(size_t n, float scale = 1.0f) {
-    vec v(n);
-    for (size_t i = 0; i < n; i++) v[i] = scale * trn_rng_normal(&RNG);
-    return v;
-}
-/* device copies that free themselves */
-struct dbuf {
-    void *p = nullptr;
-    size_t bytes = 0;
-    dbuf(const void *host, size_t b) : bytes(b) {
-        p = GPU->alloc(b ? b : 1, TRN_KIND_TEMP);
-        if (!p) trn_fatal("test: %s", trn_error_reason());
-        if (host && b) GPU->upload(p, host, b);
-    }
-    explicit dbuf(const vec &v) : dbuf(v.data(), v.size() * sizeof(float)) {}
-    ~dbuf() { GPU->free(p); }
-    float *f() { return (float *)p; }
-    int *i() { return (int *)p; }
-    vec get() {
-        vec h(bytes / sizeof(float));
-        GPU->download(h.data(), p, bytes);
-        return h;
-    }
-};
-
-static double maxdiff(const vec &a, const vec &b) {
-    double d = 0;
-    if (a.size() != b.size()) return INFINITY;
-    for (size_t i = 0; i < a.size(); i++) {
-        double e = fabs((double)a[i] - (double)b[i]);
-        if (!(e <= d)) d = e; /* NaN wins */
-    }
-    return d;
-}
+#include "tests/cuda_fixtures.h" // vec, GPU, CPU, RNG, randn, dbuf, maxdiff
 
 /* one line per kernel; the table at the end repeats them */
 struct result { char name[48]; double diff, tol; };

@@ -6,7 +6,7 @@
 # Run it first whenever a GPU is at hand (CI never has one). It builds the
 # CUDA programs for this GPU's architecture, then runs, each under a time
 # limit so the whole stays within ~10 minutes on one H100:
-#   1. tests/bin/test_cuda_on_gpu      every kernel against the CPU backend,
+#   1. tests/bin/test_cuda_kernels_gpu      every kernel against the CPU backend,
 #      and the other *_gpu tests: decoder ops, ops3, training API, the
 #      sync-free step (async copies on a real, truly asynchronous GPU)
 #   2. compute-sanitizer memcheck / racecheck / synccheck over the kernel test
@@ -69,25 +69,25 @@ build() { # build OUT SRC EXTRA...
     "$NVCC" -O3 -I. -std=c++17 $arch -Xcompiler -fopenmp -o "$out" "$src" "$@" -lm >"$out.buildlog" 2>&1 \
         && echo "built $out" || { echo "FAILED to build $out"; cat "$out.buildlog"; }
 }
-build tests/bin/test_cuda_on_gpu tests/test_cuda_on_gpu.cu -lcublas -lcublasLt &
-gpu_tests="test_cuda_ops2_gpu test_cuda_ops3_gpu test_cuda_train_gpu test_cuda_sync_on_gpu"
+build tests/bin/test_cuda_kernels_gpu tests/test_cuda_kernels_gpu.cu -lcublas -lcublasLt &
+gpu_tests="test_cuda_ops_decoder_gpu test_cuda_ops_shape_loss_gpu test_cuda_train_gpu test_cuda_sync_gpu"
 for f in tests/*_gpu.cu; do # new tests/*_gpu.cu files join by themselves
     t=$(basename "$f" .cu)
-    [ -f "$f" ] && [ "$t" != test_cuda_on_gpu ] || continue # that one is built and run above
+    [ -f "$f" ] && [ "$t" != test_cuda_kernels_gpu ] || continue # that one is built and run above
     case " $gpu_tests " in *" $t "*) ;; *) gpu_tests="$gpu_tests $t" ;; esac
 done
 for t in $gpu_tests; do build tests/bin/$t tests/$t.cu -lcublas -lcublasLt & done
 build bench/gpt2_cuda bench/gpt2_cuda.cu -lcublas -lcublasLt &
 build examples/linear_memory_cuda examples/linear_memory_cuda.cu -lcublas -lcublasLt $nccl_flags &
 wait
-ls -la tests/bin/test_cuda_on_gpu bench/gpt2_cuda examples/linear_memory_cuda >>"$report" 2>&1
+ls -la tests/bin/test_cuda_kernels_gpu bench/gpt2_cuda examples/linear_memory_cuda >>"$report" 2>&1
 
 section "Kernels against the CPU backend"
-run_step "test_cuda_on_gpu" 300 tests/bin/test_cuda_on_gpu
+run_step "test_cuda_kernels_gpu" 300 tests/bin/test_cuda_kernels_gpu
 for t in $gpu_tests; do run_step "$t" 120 tests/bin/$t; done
 if command -v compute-sanitizer >/dev/null; then
     for tool in memcheck racecheck synccheck; do
-        run_step "compute-sanitizer --tool $tool" 300 compute-sanitizer --tool $tool --error-exitcode 1 tests/bin/test_cuda_on_gpu
+        run_step "compute-sanitizer --tool $tool" 300 compute-sanitizer --tool $tool --error-exitcode 1 tests/bin/test_cuda_kernels_gpu
     done
 fi
 
