@@ -1863,7 +1863,7 @@ static __global__ void trn__k_rms_bwd_part(float *part, const A *dout, const A *
    Angles in double, as on the CPU. */
 template <typename A>
 static __global__ void trn__k_rope(A *y, const A *x, int B, int T, int H, int R, int hs, int pos0, float theta,
-                                   float sign, int accumulate) {
+                                   trn_rope_scaling sc, float sign, int accumulate) {
     size_t n = (size_t)B * T * H * hs;
     int half = hs / 2;
     TRN__GRID_STRIDE(k, n) {
@@ -1873,7 +1873,7 @@ static __global__ void trn__k_rope(A *y, const A *x, int B, int T, int H, int R,
         if (h >= R) v = trn__ld(x[k]);
         else {
             int i = d < half ? d : d - half;
-            double a = (double)(pos0 + t) * pow((double)theta, -2.0 * i / hs);
+            double a = (double)(pos0 + t) * trn_rope_inv_freq(i, hs, theta, &sc, pos0 + T);
             float c = (float)cos(a), s = sign * (float)sin(a);
             v = d < half ? trn__ld(x[k]) * c - trn__ld(x[k + half]) * s : trn__ld(x[k]) * c + trn__ld(x[k - half]) * s;
         }
@@ -2980,18 +2980,23 @@ static void trn__cuda_rmsnorm_backward(float *dinp, float *dw, const float *dout
                         (const float *)part, nchunk, C);
     }
 }
+static trn_rope_scaling trn__rope_sc_or_plain(const trn_rope_scaling *sc) { /* by value into the kernel */
+    trn_rope_scaling plain;
+    memset(&plain, 0, sizeof plain);
+    return sc ? *sc : plain;
+}
 template <typename A>
 static void trn__cuda_rope_forward(float *out, const float *inp, int B, int T, int H, int R, int hs, int pos0,
-                                   float theta) {
+                                   float theta, const trn_rope_scaling *sc) {
     TRN__CUDA_ELEMENTWISE(trn__k_rope<A>, (size_t)B * T * H * hs, TRN__A(out), TRN__CA(inp), B, T, H, R, hs, pos0, theta,
-                          1.0f, 0);
+                          trn__rope_sc_or_plain(sc), 1.0f, 0);
 }
 template <typename A>
 static void trn__cuda_rope_backward(float *dinp, const float *dout, int B, int T, int H, int R, int hs, int pos0,
-                                    float theta) {
+                                    float theta, const trn_rope_scaling *sc) {
     if (dinp)
         TRN__CUDA_ELEMENTWISE(trn__k_rope<A>, (size_t)B * T * H * hs, TRN__A(dinp), TRN__CA(dout), B, T, H, R, hs, pos0,
-                              theta, -1.0f, 1);
+                              theta, trn__rope_sc_or_plain(sc), -1.0f, 1);
 }
 
 /* ========================================================================
