@@ -4612,6 +4612,7 @@ TRNDEF trn_tensor *trn_linear_cross_entropy(trn_model *m, trn_tensor *x, trn_ten
     N = (int)(x->size / (size_t)C);
     R = (int)TRN__MAX((size_t)1, TRN__XENT_CHUNK_FLOATS / (size_t)Vp);
     if (R > N) R = N;
+    TRN__SITE_SCOPE(bk, "classifier");
     dev = trn__upload_ids(m, targets, N, n_valid, "trn_linear_cross_entropy (targets)");
     losses = (float *)trn_arena_alloc(m, sizeof(float) * (size_t)N);
     want = m->grad_enabled && (x->requires_grad || w->requires_grad || (b && b->requires_grad));
@@ -4628,7 +4629,6 @@ TRNDEF trn_tensor *trn_linear_cross_entropy(trn_model *m, trn_tensor *x, trn_ten
     if (want) dlogits = (float *)trn__grads_alloc(m, A * (size_t)R * Vp);
     logits = (float *)trn__grads_alloc(m, A * (size_t)R * Vp);
     lse = (float *)trn__grads_alloc(m, sizeof(float) * (size_t)R);
-    TRN__SITE_SCOPE(bk, "classifier");
     for (r0 = 0; r0 < N; r0 += R) {
         int n = TRN__MIN(R, N - r0);
         const float *xc = (const float *)((const char *)x->data + (size_t)r0 * C * A);
