@@ -488,6 +488,7 @@ static void apply_precision(const char *p) {
 // argv -> a; a bad flag or value exits 2. Returns 1 when --help was asked
 // (the caller prints its usage).
 static int parse_args(run_args *a, int argc, char **argv) {
+    int out_given = 0;
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) return 1;
@@ -512,7 +513,7 @@ static int parse_args(run_args *a, int argc, char **argv) {
         else if (!strcmp(f, "--data")) a->data = v;
         else if (!strcmp(f, "--bpe")) a->bpe = v;
         else if (!strcmp(f, "--init")) a->init = v;
-        else if (!strcmp(f, "--out")) a->out = v;
+        else if (!strcmp(f, "--out")) a->out = v, out_given = 1;
         else if (!strcmp(f, "--resume")) a->resume = v;
         else if (!strcmp(f, "--log")) a->log = v;
         else if (!strcmp(f, "--prompt")) a->prompt = v;
@@ -552,6 +553,26 @@ static int parse_args(run_args *a, int argc, char **argv) {
         }
     }
     if (a->fast_dev_run && a->resume) die("--fast-dev-run is a fresh smoke test: not with --resume");
+    // --resume without --out saves where the run is: a run directory
+    // itself, else the folder of the checkpoint file or ckpt_*.shards
+    // (not the default runs/NAME, whose keep-K would prune another run)
+    if (a->resume && !out_given) {
+        struct stat st;
+        char sub[1200];
+        int is_dir = stat(a->resume, &st) == 0 && S_ISDIR(st.st_mode);
+        snprintf(sub, sizeof sub, "%s/manifest.json", a->resume);
+        if (is_dir && stat(sub, &st) != 0) a->out = a->resume;
+        else {
+            char *d = strdup(a->resume), *slash;
+            if (!d) die("out of memory");
+            while (strlen(d) > 1 && d[strlen(d) - 1] == '/') d[strlen(d) - 1] = 0;
+            slash = strrchr(d, '/');
+            if (!slash) { free(d); d = strdup("."); }
+            else if (slash == d) d[1] = 0;
+            else *slash = 0;
+            a->out = d;
+        }
+    }
     return 0;
 }
 

@@ -365,6 +365,7 @@ static int n_head_from_config_json(const char *weights_path) {
     const char *slash = strrchr(weights_path, '/');
     int dir_len = slash ? (int)(slash - weights_path) : 1;
     snprintf(path, sizeof path, "%.*s/config.json", dir_len, slash ? weights_path : ".");
+    if (trn_check_regular(path) != TRN_OK) return -1; // (a FIFO would block fopen)
     FILE *f = fopen(path, "rb");
     if (!f) return -1;
     char buf[8192];
@@ -389,6 +390,7 @@ typedef struct init_source {
 // Look at an --init file without loading it: its model config.
 static trn_result init_inspect(const char *path, const gpt2_config *hint, init_source *src) {
     memset(src, 0, sizeof *src);
+    if (trn_check_regular(path) != TRN_OK) return TRN_ERR_IO; // a FIFO would block fopen
     FILE *fp = fopen(path, "rb");
     if (!fp) return trn_fail(TRN_ERR_IO, "cannot open %s: %s", path, strerror(errno));
     int hdr[256];
@@ -518,6 +520,7 @@ static trn_result init_load_safetensors(gpt2 *g, const char *path, const init_so
 static trn_result init_load_llmc(gpt2 *g, const char *path, const init_source *src) {
     const gpt2_config *c = &g->cfg;
     int L = c->n_layer, C = c->n_embd;
+    if (trn_check_regular(path) != TRN_OK) return TRN_ERR_IO;
     FILE *fp = fopen(path, "rb");
     if (!fp) return trn_fail(TRN_ERR_IO, "cannot open %s: %s", path, strerror(errno));
     double want = 1024.0 + 4.0 * ((double)src->file_vocab_rows * C + (double)c->block_size * C +
@@ -630,15 +633,27 @@ static void next_batch(trn_loader *ld, int *x, int *y, int *skip_x, int *skip_y)
 // one file per rank and, written last, manifest.json (train_nccl.h's
 // trn_ddp_checkpoint_save_sharded). tools/consolidate merges one into a
 // model.safetensors.
-// the newest DIR/ckpt_*.shards whose save finished (has its manifest), or ""
+// the newest DIR/ckpt_*.shards whose save finished (has its manifest) and
+// passes trn_checkpoint_verify_sharded (every rank file there, checksummed,
+// of the manifest's save), or "". A broken one is skipped, saying which
+// and why, as trn_checkpoint_latest does for whole-state checkpoints; none
+// valid exits 2 with the newest one's reason. Every rank decides alone,
+// from the same files, the same way.
 static void latest_shards(const char *dir, char *out, size_t cap) {
     glob_t gl;
-    char pat[1100];
+    char pat[1100], first[600] = "";
     out[0] = 0;
     snprintf(pat, sizeof pat, "%s/ckpt_*.shards/manifest.json", dir);
     if (glob(pat, 0, NULL, &gl) == 0 && gl.gl_pathc > 0) {
-        snprintf(out, cap, "%s", gl.gl_pathv[gl.gl_pathc - 1]); // zero-padded steps: the last is the newest
-        *strrchr(out, '/') = 0;
+        for (size_t i = gl.gl_pathc; i-- > 0 && !out[0];) { // zero-padded steps: the last is the newest
+            snprintf(out, cap, "%s", gl.gl_pathv[i]);
+            *strrchr(out, '/') = 0;
+            if (trn_checkpoint_verify_sharded(out) == TRN_OK) break;
+            if (trn_ddp_is_main(&ddp)) fprintf(stderr, "gpt2: skipping a broken sharded checkpoint: %s\n", trn_error_reason());
+            if (!first[0]) snprintf(first, sizeof first, "%s", trn_error_reason());
+            out[0] = 0;
+        }
+        if (!out[0]) die("--resume %s: no valid sharded checkpoint (%zu broken; newest: %s)", dir, gl.gl_pathc, first);
     }
     globfree(&gl);
 }
