@@ -20,6 +20,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -744,6 +745,7 @@ typedef struct run_loop {
     double t_begin;        // --max-time counts from here
     double t_start, wall;  // the loop's own time
     long long first_step;  // the first step this process runs
+    int interrupted;       // stopped by Ctrl-C: loop_finish exits 130
     float first_loss, last_loss;
 } run_loop;
 
@@ -756,8 +758,26 @@ typedef struct step_stats {
     int skipped; // --skip-spikes skipped its update
 } step_stats;
 
+// Ctrl-C (SIGINT), as Lightning and torchtitan do it: the first press lets
+// the step finish, saves a checkpoint and says how to resume (the loop's
+// stop, like --max-time; the program then exits 130); a second press stops
+// at once (the default action: killed by SIGINT, exit status 130 too).
+static const char LOOP_CTRL_C[] = "interrupted (Ctrl-C)";
+static volatile sig_atomic_t loop_sigints;
+static void loop_on_sigint(int sig) {
+    static const char msg[] = "\ninterrupted: the step finishes, then a checkpoint (Ctrl-C again stops at once)\n";
+    if (loop_sigints++ > 0) { signal(sig, SIG_DFL); raise(sig); return; }
+    if (write(2, msg, sizeof msg - 1) < 0) loop_sigints++;
+}
+static double loop_interrupted(void) { return loop_sigints > 0; }
+
 // before a resume (which restores the guard and the early stop)
 static void loop_init(run_loop *L, const run_args *a, double t_begin) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = loop_on_sigint;
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, NULL);
     memset(L, 0, sizeof *L);
     L->t_begin = t_begin;
     trn_spike_guard_init(&L->guard, a->skip_spikes);
@@ -848,6 +868,7 @@ static double loop_over_time(const run_loop *L, const run_args *a) {
     return a->max_time > 0 && now_s() - L->t_begin >= a->max_time;
 }
 
+
 // the loop's state in a checkpoint; val_now: this step validated, to val
 static void loop_to_meta(const run_loop *L, const run_args *a, trn_meta *meta, int val_now, float val) {
     if (a->skip_spikes > 0) trn_spike_guard_save(&L->guard, meta);
@@ -877,6 +898,7 @@ static void loop_save(run_loop *L, const run_args *a, long long step, trn_model 
 // why the loop ended early (--patience, --max-time), and how to go on
 static void loop_stopped(run_loop *L, const run_args *a, long long step, const char *why) {
     trn_progress_break(&L->prog);
+    L->interrupted = why == LOOP_CTRL_C;
     printf("stopped at step %lld: %s (best val_loss %.4f at step %lld); --resume %s continues\n", step, why,
            L->early.best, L->early.best_step, a->out);
 }
@@ -894,6 +916,10 @@ static void loop_finish(run_loop *L, const run_args *a) {
     if (a->profile) {
         trn_profile_print(&L->prof, stdout);
         trn_profile_free(&L->prof);
+    }
+    if (L->interrupted) { // Ctrl-C: the checkpoint is on disk, loop_stopped said how to resume
+        fflush(stdout);
+        exit(130);
     }
 }
 

@@ -951,10 +951,11 @@ int main(int argc, char **argv) {
             VALIDATE();
             if ((stop = loop_validated(&loop, &a, &hist, title, step, val, files))) force_ckpt = 1; // --patience
         }
-        if (a.max_time > 0 && step < a.steps) { // every rank stops at the same step: any rank's clock decides
-            double over = loop_over_time(&loop, &a);
-            DDP_OK(trn_ddp_allreduce_host(&ddp, &over, 1, 0));
-            if (over > 0) stop = "--max-time", force_ckpt = 1;
+        if (step < a.steps) { // every rank stops at the same step: any rank's clock or Ctrl-C decides
+            double over[2] = {loop_over_time(&loop, &a), loop_interrupted()};
+            if (W > 1) DDP_OK(trn_ddp_allreduce_host(&ddp, over, 2, 0));
+            if (over[1] > 0) stop = LOOP_CTRL_C, force_ckpt = 1;
+            else if (over[0] > 0) stop = "--max-time", force_ckpt = 1;
         }
         loop_step_end(&loop, &st, val_step == step ? val : NAN); // the CSV row
         if ((files || (sharded_ckpt && !a.fast_dev_run)) && (force_ckpt || (a.ckpt_every > 0 && (step % a.ckpt_every == 0 || step == a.steps)))) {

@@ -652,7 +652,8 @@ int main(int argc, char **argv) {
             VALIDATE();
             if ((stop = loop_validated(&loop, &a, &hist, title, step, val, files))) force_ckpt = 1; // --patience
         }
-        if (step < a.steps && loop_over_time(&loop, &a)) stop = "--max-time", force_ckpt = 1;
+        if (step < a.steps && loop_interrupted()) stop = LOOP_CTRL_C, force_ckpt = 1; // Ctrl-C
+        else if (step < a.steps && loop_over_time(&loop, &a)) stop = "--max-time", force_ckpt = 1;
         loop_step_end(&loop, &st, val_step == step ? val : NAN); // the CSV row
         if (files && (force_ckpt || (a.ckpt_every > 0 && (step % a.ckpt_every == 0 || step == a.steps)))) {
             trn_meta meta;
