@@ -32,10 +32,12 @@ wait_steps() {
 # --- one Ctrl-C: finish the step, checkpoint, how to resume, exit 130 ----------
 "$G" $A --steps 100000 --out "$D/run" --log "$D/run.jsonl" > "$D/run.out" 2> "$D/run.err" &
 pid=$!
+( sleep 90; kill -9 $pid 2> /dev/null ) & wd=$! # a program that ignores SIGINT fails, never hangs
 wait_steps "$D/run.jsonl" 3
 kill -INT $pid
 wait $pid
 rc=$?
+kill $wd 2> /dev/null
 step=$(sed -n 's/^stopped at step \([0-9]*\): interrupted (Ctrl-C).*--resume .* continues$/\1/p' "$D/run.out")
 check "one Ctrl-C: exit 130 (got $rc), 'stopped at step N: interrupted (Ctrl-C) ... --resume DIR continues' (N=$step)" \
       "[ $rc = 130 ] && [ -n \"$step\" ]"
@@ -52,10 +54,12 @@ check "--resume DIR continues from step $step: exit $rc" \
 # (long steps: 60 micro-batches each, so the second press comes mid-step)
 "$G" $A --grad-accum 60 --steps 100000 --out "$D/two" --log "$D/two.jsonl" > "$D/two.out" 2> "$D/two.err" &
 pid=$!
+( sleep 90; kill -9 $pid 2> /dev/null ) & wd=$!
 wait_steps "$D/two.jsonl" 1
 kill -INT $pid; sleep 0.1; kill -INT $pid # (two at once would merge into one pending signal)
 wait $pid
 rc=$?
+kill $wd 2> /dev/null
 check "two Ctrl-C: killed by SIGINT at once (exit status $rc = 128 + 2), no checkpoint" \
       "[ $rc = 130 ] && ! ls $D/two/ckpt_* > /dev/null 2>&1"
 echo "$pass passed, $fail failed"
