@@ -4085,11 +4085,18 @@ static float *trn__want(trn_model *m, trn_tensor *t, int *fresh) {
 
 TRNDEF float *trn_grad(trn_model *m, trn_tensor *t) { return trn__want(m, t, NULL); }
 
-static trn_tape_entry *trn__record(trn_model *m, const char *op, trn_backward_fn bw, trn_tensor *out,
-                                   trn_tensor *a, trn_tensor *b, trn_tensor *c) {
-    trn_tape_entry *e;
-    /* --profile: this op's forward has just run (see >>loop) */
+/* --profile: op's forward has just run (see >>loop) */
+static void trn__prof_forward(trn_model *m, const char *op) {
     if (m->profile && m->grad_enabled && !m->profile->in_backward) trn__prof_mark(m, op, 0);
+}
+
+/* the kit's ops record after their kernel ran (mark = 1: the profile's
+   mark for the forward is taken here); trn_op_apply records before it
+   runs the forward (mark = 0) and marks after */
+static trn_tape_entry *trn__record_ex(trn_model *m, const char *op, trn_backward_fn bw, trn_tensor *out,
+                                      trn_tensor *a, trn_tensor *b, trn_tensor *c, int mark) {
+    trn_tape_entry *e;
+    if (mark) trn__prof_forward(m, op);
     /* (an op may set it beforehand: a recompute region's parameters) */
     out->requires_grad = out->requires_grad || (a && a->requires_grad) || (b && b->requires_grad) || (c && c->requires_grad);
     if (!m->grad_enabled || !out->requires_grad) { out->requires_grad = 0; return NULL; }
@@ -4107,6 +4114,10 @@ static trn_tape_entry *trn__record(trn_model *m, const char *op, trn_backward_fn
     e->op = op; e->backward = bw; e->out = out;
     e->in[0] = a; e->in[1] = b; e->in[2] = c;
     return e;
+}
+static trn_tape_entry *trn__record(trn_model *m, const char *op, trn_backward_fn bw, trn_tensor *out,
+                                   trn_tensor *a, trn_tensor *b, trn_tensor *c) {
+    return trn__record_ex(m, op, bw, out, a, b, c, 1);
 }
 
 /* run tape entries hi down to lo. After an entry's backward its output's
@@ -5471,7 +5482,7 @@ TRNDEF trn_tape_entry *trn_op_apply(trn_model *m, const trn_op *op, trn_tensor *
         trn_fatal("op %s: its kernels are fp32 only (trn_op.bf16 = 0) and the model computes in %s: give them a %s "
                   "path (read t->dtype) and set .bf16 = 1, or train in fp32/tf32", name, trn_dtype_name(m->act_dtype),
                   trn_dtype_name(m->act_dtype));
-    e = trn__record(m, name, bw, out, a, b, c);
+    e = trn__record_ex(m, name, bw, out, a, b, c, 0); /* the profile's mark follows fw below */
     if (e && !bw) trn_fatal("op %s: an input requires a gradient but the op has no backward for the %s backend "
                             "(set trn_op.%s, or run it under no-grad)", name, m->backend->name,
                             dev ? "cuda_backward" : "backward");
@@ -5486,6 +5497,7 @@ TRNDEF trn_tape_entry *trn_op_apply(trn_model *m, const trn_op *op, trn_tensor *
         memcpy(e->farg, args->f, sizeof e->farg);
     }
     fw(m, e);
+    trn__prof_forward(m, name); /* --profile: the forward's time is this op's */
     return e;
 }
 
