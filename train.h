@@ -87,7 +87,11 @@
 
 #ifndef TRNDEF
 #ifdef TRAIN_STATIC
+#if defined(__GNUC__) || defined(__clang__) /* a program uses some of them: no -Wunused-function for the rest */
+#define TRNDEF static __attribute__((unused))
+#else
 #define TRNDEF static
+#endif
 #else
 #define TRNDEF extern
 #endif
@@ -8075,7 +8079,8 @@ TRNDEF trn_result trn_mkdirs(const char *dir) {
     return TRN_OK;
 }
 
-/* remove "ckpt_*.safetensors.tmp.<pid>" left by processes that died mid-save */
+/* remove "*.safetensors.tmp.<pid>" (checkpoints, best_*, the final
+   model.safetensors) left by processes that died mid-save */
 static void trn__ckpt_clean_tmp(const char *dir) {
     DIR *d = opendir(dir);
     struct dirent *de;
@@ -8085,7 +8090,7 @@ static void trn__ckpt_clean_tmp(const char *dir) {
         const char *t = strstr(de->d_name, ".safetensors.tmp.");
         long pid;
         char *end;
-        if (strncmp(de->d_name, "ckpt_", 5) != 0 || !t) continue;
+        if (!t) continue;
         pid = strtol(t + 17, &end, 10);
         if (*end || pid <= 0 || pid == (long)getpid()) continue;
         if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive, or not ours to judge */

@@ -16,6 +16,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <glob.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -86,7 +87,10 @@ static long st_meta_long(const trn_safetensors *f, const char *key) {
 }
 
 // GPT-2 pads 50257 to 50304 = 393 * 128; a byte vocabulary stays 256
-static int pad_vocab(int V) { return V <= 256 ? V : (V + 127) / 128 * 128; }
+static int pad_vocab(int V) {
+    if (V > INT_MAX - 127) die("a vocabulary of %d tokens: too large to pad to a multiple of 128", V);
+    return V <= 256 ? V : (V + 127) / 128 * 128;
+}
 
 // ===========================================================================
 // >>data: text or token shards -> one array of token ids
@@ -895,12 +899,16 @@ static void loop_save(run_loop *L, const run_args *a, long long step, trn_model 
     }
 }
 
-// why the loop ended early (--patience, --max-time), and how to go on
+// why the loop ended early (--patience, --max-time, Ctrl-C), and how to go
+// on; the best val_loss only for --patience (after --max-time or Ctrl-C the
+// final validation, below, may be better than any so far)
 static void loop_stopped(run_loop *L, const run_args *a, long long step, const char *why) {
+    char best[96] = "";
     trn_progress_break(&L->prog);
     L->interrupted = why == LOOP_CTRL_C;
-    printf("stopped at step %lld: %s (best val_loss %.4f at step %lld); --resume %s continues\n", step, why,
-           L->early.best, L->early.best_step, a->out);
+    if (L->early.patience > 0 && L->early.best_step >= 0 && why != LOOP_CTRL_C && strcmp(why, "--max-time") != 0)
+        snprintf(best, sizeof best, " (best val_loss %.4f at step %lld)", L->early.best, L->early.best_step);
+    printf("stopped at step %lld: %s%s; --resume %s continues\n", step, why, best, a->out);
 }
 
 // after the loop: the last async save on disk, the profile

@@ -511,6 +511,7 @@ int main(int argc, char **argv) {
             die("--resume %s: not a checkpoint of examples/llama (no llama.* / run.* metadata)", ckpt_path);
         have_ck = 1;
         if (a.init) { printf("note: --resume wins over --init\n"); a.init = NULL; }
+        if (a.model) printf("note: --resume wins over --model %s (the checkpoint's model is resumed)\n", a.model);
         args_from_checkpoint(&a, &ck);
     }
 

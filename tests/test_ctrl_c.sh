@@ -5,6 +5,8 @@
 #     the step finishes, a checkpoint of that step is written, the run
 #     says how to resume and exits 130; --resume DIR continues from it
 #   - two SIGINTs: the second stops the process at once (killed by SIGINT)
+#   - the stop line of --max-time and Ctrl-C names no stale "best val_loss"
+#     (item 15: it showed step 0's next to a better final one)
 # Prints "N passed, M failed"; exits non-zero on failure.
 set -u
 cd "$(dirname "$0")/.."
@@ -62,5 +64,11 @@ rc=$?
 kill $wd 2> /dev/null
 check "two Ctrl-C: killed by SIGINT at once (exit status $rc = 128 + 2), no checkpoint" \
       "[ $rc = 130 ] && ! ls $D/two/ckpt_* > /dev/null 2>&1"
+# --- issue 24 item 15: the --max-time stop line claims no stale best val_loss --------
+"$G" $A --steps 100000 --eval-every 2 --max-time 1 --out "$D/mt" > "$D/mt.out" 2>&1
+rc=$?
+check "--max-time: exit 0, the stop line names no best val_loss ($(grep '^stopped at' $D/mt.out))" \
+      "[ $rc = 0 ] && grep -q '^stopped at step [0-9]*: --max-time; --resume .* continues$' $D/mt.out"
+check "one Ctrl-C: the stop line names no best val_loss either" "grep -q '^stopped at step [0-9]*: interrupted (Ctrl-C); --resume' $D/run.out"
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]
