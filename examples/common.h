@@ -282,12 +282,35 @@ static void hist_push(float **a, float **b, int *n, int *cap, float x, float y) 
     (*n)++;
 }
 
+// --log: each record on disk when written; a failed write (a full disk,
+// /dev/full) stops the run with one line, never a log cut mid-record
+// and exit 0
+static void log_flush(FILE *logf) {
+    if (fflush(logf) != 0 || ferror(logf)) die("--log: a write failed: %s", strerror(errno));
+}
+
+// --log PATH for appending (resume) or writing: a regular file, or a new
+// one, or a character device (/dev/null); a FIFO or directory is refused
+static FILE *log_open(const char *path, int append) {
+    struct stat st;
+    FILE *f;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISCHR(st.st_mode))
+        die("--log %s: %s, not a regular file", path, S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISDIR(st.st_mode) ? "a directory" : "not a file");
+    if (!(f = fopen(path, append ? "a" : "w"))) die("--log %s: %s", path, strerror(errno));
+    return f;
+}
+
+// at the end: the last records on disk, or one line and exit 2
+static void log_close(FILE *logf) {
+    if (logf && fclose(logf) != 0) die("--log: closing it failed: %s", strerror(errno));
+}
+
 // a validation result: on stdout, into the --log JSONL, into the plot
 static void report_val(FILE *logf, history *h, long long step, float val) {
     printf("step %5lld | val_loss %.4f\n", step, val);
     if (logf) {
         fprintf(logf, "{\"step\":%lld,\"val_loss\":%.9g}\n", step, val);
-        fflush(logf);
+        log_flush(logf);
     }
     hist_push(&h->vstep, &h->vloss, &h->nv, &h->capv, (float)step, val);
 }
@@ -306,6 +329,8 @@ static int json_number(const char *line, const char *key, double *out) {
 // killed after its last checkpoint logged steps that will now run again),
 // and read the loss history back for the plot.
 static void log_truncate_and_read(const char *path, long long upto, history *h) {
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return; // (a FIFO: log_open refuses it)
     FILE *f = fopen(path, "rb");
     if (!f) return;
     char tmp[1100], line[4096];
@@ -620,7 +645,7 @@ static void print_usage(FILE *f, const char *what, const char *models, const cha
             "  --ckpt-every N     checkpoint every N steps, 0 = never [eval-every]\n"
             "  --keep K           checkpoints kept in --out [3]\n"
             "  --resume PATH      continue from a checkpoint file or run directory (newest valid)\n"
-            "  --log FILE         one JSON object per line per step and validation\n"
+            "  --log FILE         one JSON object per line per step and validation [OUT/log.jsonl]\n"
             "  --dump-logits FILE write the logits of validation batch 0 (float32) at the end\n"
             "  --csv FILE         one CSV row per step (val_loss filled at validation steps)\n"
             "  --tensorboard DIR  TensorBoard event files: loss, val_loss, lr, grad_norm, tokens/s, memory\n"
@@ -694,6 +719,10 @@ static void args_defaults(run_args *a, int batch, int seq, float lr, int block_s
     if (a->fast_dev_run) { // Lightning's fast_dev_run: one batch of each, nothing on disk
         a->steps = 1; a->eval_every = 0; a->eval_batches = 1; a->ckpt_every = 0; a->sample = 0;
         a->log = a->csv = a->tensorboard = a->dump_logits = NULL;
+    } else if (!a->log) { // the run's history lives in its directory: a resume redraws the whole loss.svg from it
+        static char log_path[1200];
+        snprintf(log_path, sizeof log_path, "%s/log.jsonl", a->out);
+        a->log = log_path;
     }
     if (a->seq > block_size) die("--seq %d is longer than the model's context of %d tokens", a->seq, block_size);
     if (a->min_lr > a->lr) die("--min-lr %g is above --lr %g", a->min_lr, a->lr);
@@ -835,7 +864,7 @@ static void loop_step(run_loop *L, const run_args *a, FILE *logf, history *h, co
     }
     if (logf)
         fprintf(logf, "{\"step\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"ms\":%.3f,\"tok_per_s\":%.1f,\"mem_bytes\":%zu%s}\n",
-                s->step, s->loss, s->lr, s->norm, s->ms, s->tps, s->mem, s->skipped ? ",\"skipped\":1" : ""), fflush(logf);
+                s->step, s->loss, s->lr, s->norm, s->ms, s->tps, s->mem, s->skipped ? ",\"skipped\":1" : ""), log_flush(logf);
     if (L->tb.f) {
         CHECK_OK(trn_tb_scalar(&L->tb, "loss", s->step, s->loss));
         CHECK_OK(trn_tb_scalar(&L->tb, "lr", s->step, s->lr));

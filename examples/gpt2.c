@@ -887,7 +887,7 @@ int main(int argc, char **argv) {
     const int files = main_rank && !a.fast_dev_run; // --fast-dev-run writes nothing
     if (files && trn_mkdirs(a.out) != TRN_OK) die("--out %s: %s", a.out, trn_error_reason());
     FILE *logf = NULL;
-    if (main_rank && a.log && !(logf = fopen(a.log, have_ck ? "a" : "w"))) die("--log %s: %s", a.log, strerror(errno));
+    if (main_rank && a.log && !(logf = log_open(a.log, have_ck))) die("--log %s", a.log);
     loop_open(&loop, &a, &g.m, step, have_ck, main_rank); // progress and ETA, CSV, TensorBoard, profile
     const char *stop = NULL; // why the loop ended early (--patience, --max-time)
 
@@ -1022,7 +1022,7 @@ int main(int argc, char **argv) {
                    gpt2_logits_cached, &kv);
         trn_kv_cache_free(&kv);
     }
-    if (logf) fclose(logf);
+    log_close(logf);
     DDP_OK(trn_ddp_barrier(&ddp)); // no rank leaves while another may still need it
     trn_ddp_free(&ddp);
     free(x);
