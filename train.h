@@ -6765,6 +6765,7 @@ TRNDEF trn_result trn_json_load(trn_json *doc, const char *path) {
     trn_result r;
     if (!doc || !path) return trn_fail(TRN_ERR_INVALID, "trn_json_load: NULL argument");
     memset(doc, 0, sizeof *doc);
+    if (trn_check_regular(path) != TRN_OK) return trn_fail(TRN_ERR_IO, "open %s", trn_error_reason()); /* a FIFO: fopen blocks */
     if (!(f = fopen(path, "rb"))) return trn_fail(TRN_ERR_IO, "open %s: %s", path, strerror(errno));
     if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
         fclose(f);

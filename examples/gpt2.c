@@ -787,7 +787,7 @@ int main(int argc, char **argv) {
     trn_tokens tokens;
     if (a.data && !a.bpe && cfg.vocab_size > 256) {
         // a text file cannot be read without the BPE tokenizer; a shard can
-        FILE *fp = fopen(a.data, "rb");
+        FILE *fp = trn_check_regular(a.data) == TRN_OK ? fopen(a.data, "rb") : NULL; // (a FIFO: load_tokens says so)
         int magic = 0;
         if (fp && fread(&magic, 4, 1, fp) == 1 && magic != 20240520) {
             fclose(fp);

@@ -11,8 +11,9 @@
 #   - "--resume DIR without --out writes somewhere else": the resumed run
 #     saves into DIR, not ./runs/gpt2 of wherever it was started
 #   - "FIFOs hang every loader": a FIFO as --init, as the newest checkpoint
-#     in a --resume DIR, as a rank file for tools/consolidate: a one-line
-#     refusal (or a skip), never a hang (each run under `timeout 60`)
+#     in a --resume DIR, as a rank file for tools/consolidate, as --data, as
+#     the tokenizer's vocab.json: a one-line refusal (or a skip), never a
+#     hang (each run under `timeout 60`)
 # Prints "N passed, M failed"; exits non-zero on failure.
 set -u
 cd "$(dirname "$0")/.."
@@ -96,5 +97,14 @@ mkfifo "$D/one/ckpt_00000009.safetensors"
 rc=$?
 check "FIFO as the newest checkpoint in --resume DIR: skipped, resumed at 2, exit 0 (rc $rc)" \
       "[ $rc = 0 ] && grep -q 'ckpt_00000009.safetensors: a FIFO' $D/rfifo.out && grep -q 'resumed from .*ckpt_00000002.safetensors at step 2' $D/rfifo.out"
+mkfifo "$D/fifo.txt"
+(cd "$D/cwd" && timeout 60 "$G" $A --steps 1 --data "$D/fifo.txt" --out "$D/d" > "$D/dfifo.out" 2>&1)
+rc=$?
+check "FIFO as --data: exit 2 at once ($(tail -1 $D/dfifo.out))" "[ $rc = 2 ] && grep -q 'fifo.txt: a FIFO, not a regular file' $D/dfifo.out"
+mkdir -p "$D/bpe" && mkfifo "$D/bpe/vocab.json" && printf '#version: 0.2\n' > "$D/bpe/merges.txt"
+(cd "$D/cwd" && timeout 60 "$G" $A --steps 1 --bpe "$D/bpe" --out "$D/b" > "$D/bfifo.out" 2>&1)
+rc=$?
+check "FIFO as the tokenizer's vocab.json: exit 2 at once ($(tail -1 $D/bfifo.out))" \
+      "[ $rc = 2 ] && grep -q 'vocab.json: a FIFO, not a regular file' $D/bfifo.out"
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]
