@@ -151,6 +151,7 @@ static void load_tokens(trn_tokens *tokens, const char *data, const trn_tokenize
         struct stat st;
         if (stat(data, &st) != 0) die("--data %s: %s", data, strerror(errno));
         if (S_ISDIR(st.st_mode)) die("--data %s: is a directory (give a text file or a .bin shard)", data);
+        if (trn_check_regular(data) != TRN_OK) die("--data %s", trn_error_reason()); // a FIFO, a device
         if (st.st_size == 0) die("--data %s: the file is empty", data);
         trn_result r = trn_tokens_load(tokens, data, tok);
         if (r != TRN_OK) die("--data %s: %s", data, trn_error_reason());
