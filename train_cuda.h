@@ -2686,12 +2686,12 @@ static void trn__cuda_rmsnorm_backward(float *dinp, float *dw, const float *dout
                         (const float *)part, nchunk, C);
     }
 }
-template <typename A>
 static trn_rope_scaling trn__rope_sc_or_plain(const trn_rope_scaling *sc) { /* by value into the kernel */
     trn_rope_scaling plain;
     memset(&plain, 0, sizeof plain);
     return sc ? *sc : plain;
 }
+template <typename A>
 template <typename A>
 static void trn__cuda_rope_forward(float *out, const float *inp, int B, int T, int H, int R, int hs, int pos0,
                                    float theta, const trn_rope_scaling *sc) {
