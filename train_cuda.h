@@ -2692,7 +2692,6 @@ static trn_rope_scaling trn__rope_sc_or_plain(const trn_rope_scaling *sc) { /* b
     return sc ? *sc : plain;
 }
 template <typename A>
-template <typename A>
 static void trn__cuda_rope_forward(float *out, const float *inp, int B, int T, int H, int R, int hs, int pos0,
                                    float theta, const trn_rope_scaling *sc) {
     TRN__CUDA_ELEMENTWISE(trn__k_rope<A>, (size_t)B * T * H * hs, TRN__A(out), TRN__CA(inp), B, T, H, R, hs, pos0, theta,
