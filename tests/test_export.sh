@@ -9,18 +9,23 @@
 #   (the export unpads it); each export loads back into the kit (--init DIR)
 #   (--init DIR/model.safetensors: config.json is read beside it) with
 #   bit-identical logits; a file that is not a model of the kit is
-#   refused with one line. Skipped, with a line, without numpy + safetensors.
+#   refused with one line. tools/export_gguf: the two Llamas as GGUF in F32,
+#   F16 and BF16, read back with the gguf package (tests/export_ref.py gguf):
+#   every key and every tensor (bit for bit); dynamic RoPE refused (no GGUF
+#   form). Skipped, with a line, without numpy + safetensors (the GGUF part
+#   without the gguf package).
 set -u
 cd "$(dirname "$0")/.."
 G=${GPT2:-examples/gpt2}
 L=${LLAMA:-examples/llama}
 X=${EXPORT_HF:-tools/export_hf}
+XG=${EXPORT_GGUF:-tools/export_gguf}
 pass=0
 fail=0
 ok() { pass=$((pass + 1)); echo "ok   - $1"; }
 bad() { fail=$((fail + 1)); echo "FAIL - $1"; }
 check() { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
-for p in "$G" "$L" "$X"; do
+for p in "$G" "$L" "$X" "$XG"; do
     if [ ! -x "$p" ]; then echo "FAIL - $p is not built (./build.sh)"; echo "0 passed, 1 failed"; exit 1; fi
 done
 if ! python3 -c 'import numpy, safetensors' 2>/dev/null; then
@@ -59,6 +64,26 @@ check "llama_vocab300: 384 rows here, 300 in the export" \
 "$X" "$D/text.txt" "$D/nothing" > /dev/null 2> "$D/bad.err"
 rc=$?
 check "a file that is not a model: exit 2, one line ($(head -1 "$D/bad.err"))" "[ $rc = 2 ] && [ \$(wc -l < '$D/bad.err') = 1 ]"
+
+# --- GGUF ------------------------------------------------------------------------
+if python3 -c 'import gguf' 2>/dev/null; then
+    for m in llama llama_tied_llama3; do
+        for t in f32 f16 bf16; do
+            "$XG" --type $t "$D/$m/model.safetensors" "$D/$m.$t.gguf" > "$D/gg.out" 2>&1
+            check "$m: export_gguf --type $t (exit 0): $(head -1 "$D/gg.out")" "[ $? = 0 ]"
+            python3 tests/export_ref.py gguf "$D/$m/model.safetensors" "$D/$m.$t.gguf" $t > "$D/gg.ref" 2>&1
+            rc=$?
+            check "$m: the GGUF file ($t) read back by the gguf package: $(tr '\n' ' ' < "$D/gg.ref")" "[ $rc = 0 ]"
+        done
+    done
+    python3 tests/llama_ref.py write "$D/hf_dyn" --rope dynamic
+    "$L" --init "$D/hf_dyn" $R --steps 0 --out "$D/dyn" > /dev/null 2>&1
+    "$XG" "$D/dyn/model.safetensors" "$D/dyn.gguf" > /dev/null 2> "$D/bad.err"
+    rc=$?
+    check "export_gguf: dynamic RoPE refused, one line ($(head -1 "$D/bad.err"))" "[ $rc = 2 ] && [ \$(wc -l < '$D/bad.err') = 1 ] && [ ! -e '$D/dyn.gguf' ]"
+else
+    echo "skip - GGUF read-back: the gguf package is not installed (pip install gguf)"
+fi
 
 echo "$pass passed, $fail failed"
 [ $fail = 0 ]
