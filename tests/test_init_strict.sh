@@ -51,7 +51,8 @@ elif op == "rename":  # every name starting with arg[0] gets arg[1] instead
     for k in [k for k in data if k.startswith(arg[0])]:
         data[arg[1] + k[len(arg[0]):]] = data.pop(k)
         shape[arg[1] + k[len(arg[0]):]] = shape.pop(k)
-elif op == "zerowidth":  # every tensor's last dimension 0
+elif op == "zerowidth":  # every tensor's last dimension 0, no metadata (as Hugging Face's files)
+    meta = {}
     for k in data:
         shape[k] = shape[k][:-1] + [0]
         data[k] = bytearray()
