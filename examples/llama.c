@@ -507,6 +507,10 @@ static trn_result init_inspect(const char *path, init_source *src) {
         return trn_fail(TRN_ERR_MISMATCH, "%s: tensor lm_head.weight is missing and config.json says "
                         "tie_word_embeddings false", src->weights);
     src->tied = src->cfg.tied;
+    const trn_rope_scaling *sc = &src->cfg.rope;
+    if (sc->type != TRN_ROPE_DEFAULT)
+        printf("note: %s: RoPE scaling %s, factor %g%s\n", cfgpath, ROPE_NAMES[sc->type], (double)sc->factor,
+               sc->type == TRN_ROPE_DYNAMIC ? " (context grows to factor x max_position_embeddings)" : "");
     return TRN_OK;
 }
 
