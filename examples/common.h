@@ -424,7 +424,7 @@ typedef struct run_args {
     long long seed;
     int overfit;
     int recompute; // memory only: not in the checkpoint (results are identical)
-    // the loop's extras (>>loop in train.h); -1: from the checkpoint, else off
+    // the loop's extras (extras/train_loop.h); -1: from the checkpoint, else off
     const char *tensorboard, *csv;
     int async_ckpt, keep_best, patience, fast_dev_run, profile, limit_val_n;
     float skip_spikes, limit_val; // limit_val: a fraction (written with a '.'), limit_val_n: a count
@@ -738,7 +738,7 @@ static long long run_state_from_meta(const trn_meta *meta, const char *path, trn
 }
 
 // ===========================================================================
-// >>loop: the loop's extras (train.h's >>loop): progress and ETA, CSV,
+// >>loop: the loop's extras (extras/train_loop.h): progress and ETA, CSV,
 // TensorBoard, async checkpoints, the best checkpoints, early stopping,
 // --max-time, the spike guard, the profile
 // ===========================================================================

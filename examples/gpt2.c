@@ -45,6 +45,8 @@
 // flags and the loop's extras, shared with examples/llama.c.
 #define TRAIN_IMPLEMENTATION
 #include "train.h"
+#include "extras/train_data.h" // tokenizers, token shards, the batch loader
+#include "extras/train_loop.h" // progress/ETA, CSV, TensorBoard, spike guard, early stop
 
 #include <errno.h>
 #include <glob.h>

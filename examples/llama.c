@@ -35,6 +35,8 @@
 // (evaluation) >>main.
 #define TRAIN_IMPLEMENTATION
 #include "train.h"
+#include "extras/train_data.h" // tokenizers, token shards, the batch loader
+#include "extras/train_loop.h" // progress/ETA, CSV, TensorBoard, spike guard, early stop
 
 #include <errno.h>
 #include <math.h>
