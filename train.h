@@ -95,7 +95,11 @@
 
 #ifndef TRNDEF
 #ifdef TRAIN_STATIC
+#if defined(__GNUC__) || defined(__clang__) /* a program uses some of them: no -Wunused-function for the rest */
+#define TRNDEF static __attribute__((unused))
+#else
 #define TRNDEF static
+#endif
 #else
 #define TRNDEF extern
 #endif
@@ -3925,11 +3929,18 @@ static float *trn__want(trn_model *m, trn_tensor *t, int *fresh) {
 
 TRNDEF float *trn_grad(trn_model *m, trn_tensor *t) { return trn__want(m, t, NULL); }
 
-static trn_tape_entry *trn__record(trn_model *m, const char *op, trn_backward_fn bw, trn_tensor *out,
-                                   trn_tensor *a, trn_tensor *b, trn_tensor *c) {
-    trn_tape_entry *e;
-    /* --profile: this op's forward has just run (see >>profile) */
+/* --profile: op's forward has just run (see >>profile) */
+static void trn__prof_forward(trn_model *m, const char *op) {
     if (m->profile && m->grad_enabled && !m->profile->in_backward) trn__prof_mark(m, op, 0);
+}
+
+/* the kit's ops record after their kernel ran (mark = 1: the profile's
+   mark for the forward is taken here); trn_op_apply records before it
+   runs the forward (mark = 0) and marks after */
+static trn_tape_entry *trn__record_ex(trn_model *m, const char *op, trn_backward_fn bw, trn_tensor *out,
+                                      trn_tensor *a, trn_tensor *b, trn_tensor *c, int mark) {
+    trn_tape_entry *e;
+    if (mark) trn__prof_forward(m, op);
     /* (an op may set it beforehand: a recompute region's parameters) */
     out->requires_grad = out->requires_grad || (a && a->requires_grad) || (b && b->requires_grad) || (c && c->requires_grad);
     if (!m->grad_enabled || !out->requires_grad) { out->requires_grad = 0; return NULL; }
@@ -3947,6 +3958,10 @@ static trn_tape_entry *trn__record(trn_model *m, const char *op, trn_backward_fn
     e->op = op; e->backward = bw; e->out = out;
     e->in[0] = a; e->in[1] = b; e->in[2] = c;
     return e;
+}
+static trn_tape_entry *trn__record(trn_model *m, const char *op, trn_backward_fn bw, trn_tensor *out,
+                                   trn_tensor *a, trn_tensor *b, trn_tensor *c) {
+    return trn__record_ex(m, op, bw, out, a, b, c, 1);
 }
 
 /* run tape entries hi down to lo. After an entry's backward its output's
@@ -4650,6 +4665,7 @@ TRNDEF trn_tensor *trn_linear_cross_entropy(trn_model *m, trn_tensor *x, trn_ten
     N = (int)(x->size / (size_t)C);
     R = (int)TRN__MAX((size_t)1, TRN__XENT_CHUNK_FLOATS / (size_t)Vp);
     if (R > N) R = N;
+    TRN__SITE_SCOPE(bk, "classifier");
     dev = trn__upload_ids(m, targets, N, n_valid, "trn_linear_cross_entropy (targets)");
     losses = (float *)trn_arena_alloc(m, sizeof(float) * (size_t)N);
     want = m->grad_enabled && (x->requires_grad || w->requires_grad || (b && b->requires_grad));
@@ -4666,7 +4682,6 @@ TRNDEF trn_tensor *trn_linear_cross_entropy(trn_model *m, trn_tensor *x, trn_ten
     if (want) dlogits = (float *)trn__grads_alloc(m, A * (size_t)R * Vp);
     logits = (float *)trn__grads_alloc(m, A * (size_t)R * Vp);
     lse = (float *)trn__grads_alloc(m, sizeof(float) * (size_t)R);
-    TRN__SITE_SCOPE(bk, "classifier");
     for (r0 = 0; r0 < N; r0 += R) {
         int n = TRN__MIN(R, N - r0);
         const float *xc = (const float *)((const char *)x->data + (size_t)r0 * C * A);
@@ -5369,7 +5384,7 @@ TRNDEF trn_tape_entry *trn_op_apply(trn_model *m, const trn_op *op, trn_tensor *
         trn_fatal("op %s: its kernels are fp32 only (trn_op.bf16 = 0) and the model computes in %s: give them a %s "
                   "path (read t->dtype) and set .bf16 = 1, or train in fp32/tf32", name, trn_dtype_name(m->act_dtype),
                   trn_dtype_name(m->act_dtype));
-    e = trn__record(m, name, bw, out, a, b, c);
+    e = trn__record_ex(m, name, bw, out, a, b, c, 0); /* the profile's mark follows fw below */
     if (e && !bw) trn_fatal("op %s: an input requires a gradient but the op has no backward for the %s backend "
                             "(set trn_op.%s, or run it under no-grad)", name, m->backend->name,
                             dev ? "cuda_backward" : "backward");
@@ -5384,6 +5399,7 @@ TRNDEF trn_tape_entry *trn_op_apply(trn_model *m, const trn_op *op, trn_tensor *
         memcpy(e->farg, args->f, sizeof e->farg);
     }
     fw(m, e);
+    trn__prof_forward(m, name); /* --profile: the forward's time is this op's */
     return e;
 }
 
@@ -6787,6 +6803,7 @@ TRNDEF trn_result trn_json_load(trn_json *doc, const char *path) {
     trn_result r;
     if (!doc || !path) return trn_fail(TRN_ERR_INVALID, "trn_json_load: NULL argument");
     memset(doc, 0, sizeof *doc);
+    if (trn_check_regular(path) != TRN_OK) return trn_fail(TRN_ERR_IO, "open %s", trn_error_reason()); /* a FIFO: fopen blocks */
     if (!(f = fopen(path, "rb"))) return trn_fail(TRN_ERR_IO, "open %s: %s", path, strerror(errno));
     if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
         fclose(f);
@@ -8276,7 +8293,8 @@ TRNDEF trn_result trn_mkdirs(const char *dir) {
     return TRN_OK;
 }
 
-/* remove "ckpt_*.safetensors.tmp.<pid>" left by processes that died mid-save */
+/* remove "*.safetensors.tmp.<pid>" (checkpoints, best_*, the final
+   model.safetensors) left by processes that died mid-save */
 static void trn__ckpt_clean_tmp(const char *dir) {
     DIR *d = opendir(dir);
     struct dirent *de;
@@ -8286,7 +8304,7 @@ static void trn__ckpt_clean_tmp(const char *dir) {
         const char *t = strstr(de->d_name, ".safetensors.tmp.");
         long pid;
         char *end;
-        if (strncmp(de->d_name, "ckpt_", 5) != 0 || !t) continue;
+        if (!t) continue;
         pid = strtol(t + 17, &end, 10);
         if (*end || pid <= 0 || pid == (long)getpid()) continue;
         if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive, or not ours to judge */
