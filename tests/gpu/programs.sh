@@ -4,9 +4,11 @@
 # Sourced (bash), not run.
 
 # the programs, by name: every tests/*_gpu.cu (new ones join by themselves),
-# the bench, and linear_memory_cuda (run last, if time is left)
+# the bench, and linear_memory_cuda (run last, if time is left);
+# GPU_PROGRAMS="a b" names a subset (prebuild.sh: build only those)
 gpu_programs() {
     local f
+    if [ -n "${GPU_PROGRAMS:-}" ]; then echo "$GPU_PROGRAMS" | tr ' ' '\n'; return; fi
     for f in tests/*_gpu.cu; do [ -e "$f" ] && basename "$f" .cu; done
     echo gpt2_cuda
     echo linear_memory_cuda
