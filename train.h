@@ -2077,15 +2077,27 @@ TRNDEF void trn_omp_wait_passive(char **argv) {
 /* --- helpers that vectorize ------------------------------------------------
    libm's expf and tanhf may set errno, so a compiler will not vectorize a
    loop that calls them (short of -ffast-math); those loops were half of a
-   small GPT-2's step (GELU). trn__expf is e^x in plain C that GCC (with
-   AVX-512) and clang vectorize, within 1.5 ulp of expf on [-87, 88]:
+   small GPT-2's step (GELU). trn__expf is e^x in plain C that GCC and clang
+   vectorize (AVX-512, AVX2, NEON), within 1.5 ulp of expf on [-87, 88]:
    x = n ln2 + r with |r| <= ln2/2; e^r by its Taylor series to r^7 (the
    rest is < 3e-9 relative); 2^n built in the float's exponent bits.
-   Below -87 it returns 0 (no denormals), above 88 it returns e^88.     */
+   Below -87 it returns 0 (no denormals), above 88 it returns e^88; NaN
+   stays NaN. The clamps compare the float's bits as integers: a float
+   compare may trap (on NaN), and GCC without AVX-512's mask registers then
+   keeps `x > 88 ? 88 : x` a branch, and the whole loop scalar (it was, on
+   AVX2 and NEON). For a float that is not NaN, |x| orders as its bits with
+   the sign cleared; bits above those of +inf are NaN.                  */
 static inline float trn__expf(float x) {
-    float xc = x > 88.0f ? 88.0f : x, n, r, p, scale;
-    int32_t bits;
-    xc = xc < -87.0f ? -87.0f : xc;
+    float xc, n, r, p, scale;
+    int32_t bits, mag, sign, lim, clamp, under;
+    memcpy(&bits, &x, sizeof bits);
+    mag = bits & 0x7fffffff;
+    sign = -(int32_t)(bits < 0);               /* all ones where x < 0 */
+    lim = 0x42B00000 - (sign & 0x20000);       /* the bits of 88.0f; of 87.0f where x < 0 */
+    clamp = -(int32_t)((mag > lim) & (mag <= 0x7f800000)); /* |x| past the limit, inf too; not NaN */
+    under = clamp & sign;                      /* x < -87: the result is 0 */
+    bits = (bits & ~clamp) | (((bits & INT32_MIN) | lim) & clamp);
+    memcpy(&xc, &bits, sizeof xc);
 #ifdef __FAST_MATH__
     n = floorf(xc * 1.44269504f + 0.5f); /* -ffast-math would fold the trick below */
 #else
@@ -2101,7 +2113,22 @@ static inline float trn__expf(float x) {
     p = p * r * r + r + 1.0f;
     bits = ((int32_t)n + 127) << 23; /* the float 2^n */
     memcpy(&scale, &bits, sizeof scale);
-    return x < -87.0f ? 0.0f : p * scale;
+    p = p * scale;
+    memcpy(&bits, &p, sizeof bits);
+    bits &= ~under;
+    memcpy(&p, &bits, sizeof p);
+    return p;
+}
+
+/* min(x, hi) for a positive hi, by the bits as trn__expf does (NaN stays) */
+static inline float trn__min_pos(float x, float hi) {
+    int32_t b, h, m;
+    memcpy(&b, &x, sizeof b);
+    memcpy(&h, &hi, sizeof h);
+    m = -(int32_t)((b > h) & (b <= 0x7f800000)); /* x > hi (negative x: b < 0) */
+    b = (b & ~m) | (h & m);
+    memcpy(&x, &b, sizeof x);
+    return x;
 }
 
 /* Reductions over a row in TRN__LANES independent partial results, which
@@ -2319,7 +2346,7 @@ TRNDEF void trn_layernorm_backward(float *dinp, float *dw, float *db, const floa
 #define TRN__GELU_K 0.7978845608028654f
 static inline float trn__gelu_s(float x) {
     float z = -2.0f * TRN__GELU_K * (x + 0.044715f * x * x * x);
-    z = z > 80.0f ? 80.0f : z; /* x < -10: s ~ 1e-35, not a denormal */
+    z = trn__min_pos(z, 80.0f); /* x < -10: s ~ 1e-35, not a denormal */
     return 1.0f / (1.0f + trn__expf(z));
 }
 
