@@ -86,6 +86,36 @@ static long st_meta_long(const trn_safetensors *f, const char *key) {
     return (errno || *end || end == v || x < 0 || x > 100000000) ? -1 : x;
 }
 
+// ---------------------------------------------------------------------------
+// --init is strict: every value of every tensor read is finite, and every
+// tensor of the file is one the model reads (a q_proj.bias, a layer the
+// config does not have, a gap in the layer numbers: an error naming it,
+// never a model that silently differs from the file). --init-lenient
+// relaxes both checks (the shapes and the config are always checked).
+static int init_lenient; // set by --init-lenient (parse_args)
+
+// NaN or inf in n floats of tensor `name` -> an error naming it
+static trn_result init_check_finite(const char *path, const char *name, const float *v, size_t n) {
+    if (init_lenient) return TRN_OK;
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(v[i]))
+            return trn_fail(TRN_ERR_FORMAT, "%s: tensor %s holds %s at element %zu (--init-lenient loads it anyway)",
+                            path, name, isnan(v[i]) ? "NaN" : "inf", i);
+    return TRN_OK;
+}
+
+// every tensor of f read (used[i] set for f->tensors[i]), except those
+// `ignorable` names (buffers some exports carry: GPT-2's attn.bias mask,
+// rotary_emb.inv_freq); else an error naming the first one left over
+static trn_result init_check_unused(const trn_safetensors *f, const unsigned char *used, int (*ignorable)(const char *)) {
+    if (init_lenient) return TRN_OK;
+    for (int i = 0; i < f->n_tensors; i++)
+        if (!used[i] && !(ignorable && ignorable(f->tensors[i].name)))
+            return trn_fail(TRN_ERR_MISMATCH, "%s: tensor %s is not part of this model (--init-lenient ignores it)",
+                            f->path, f->tensors[i].name);
+    return TRN_OK;
+}
+
 // GPT-2 pads 50257 to 50304 = 393 * 128; a byte vocabulary stays 256
 static int pad_vocab(int V) {
     if (V > INT_MAX - 127) die("a vocabulary of %d tokens: too large to pad to a multiple of 128", V);
@@ -525,6 +555,7 @@ static int parse_args(run_args *a, int argc, char **argv) {
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) return 1;
         if (!strcmp(f, "--overfit")) { a->overfit = 1; continue; }
         if (!strcmp(f, "--recompute")) { a->recompute = 1; continue; }
+        if (!strcmp(f, "--init-lenient")) { init_lenient = 1; continue; }
         if (!strcmp(f, "--async-ckpt")) { a->async_ckpt = 1; continue; }
         if (!strcmp(f, "--fast-dev-run")) { a->fast_dev_run = 1; continue; }
         if (!strcmp(f, "--profile")) { a->profile = 1; continue; }
@@ -618,6 +649,7 @@ static void print_usage(FILE *f, const char *what, const char *models, const cha
             "  --data FILE        text file, or llm.c token shard (.bin) [the kit's own text]\n"
             "  --bpe DIR          GPT-2 tokenizer from DIR/vocab.json + DIR/merges.txt [bytes]\n"
             "  --init PATH        start from weights: %s\n"
+            "  --init-lenient     --init loads NaN/inf values and ignores tensors the model has no use for\n"
             "training\n"
             "  --steps N          optimizer steps of the whole run [600]\n"
             "  --batch B          sequences per micro-batch [preset]\n"

@@ -434,6 +434,13 @@ static trn_result init_inspect(const char *path, const gpt2_config *hint, init_s
         trn_safetensors_close(&f);
         return trn_fail(TRN_ERR_MISMATCH, "%s: not a GPT-2 model (no wte.weight/wpe.weight of shape (V,C) and (maxT,C))", path);
     }
+    if (wte->shape[0] < 1 || wte->shape[1] < 1 || wpe->shape[0] < 1 || wte->shape[1] > 100000 ||
+        wpe->shape[0] > 1000000 || wte->shape[0] > 10000000) {
+        trn_safetensors_close(&f);
+        return trn_fail(TRN_ERR_MISMATCH, "%s: wte.weight (%lld,%lld) / wpe.weight (%lld,%lld): a size is 0 or implausible",
+                        path, (long long)wte->shape[0], (long long)wte->shape[1], (long long)wpe->shape[0],
+                        (long long)wpe->shape[1]);
+    }
     gpt2_config *c = &src->cfg;
     c->n_embd = (int)wte->shape[1];
     c->block_size = (int)wpe->shape[0];
@@ -472,8 +479,17 @@ static void transpose(float *out, const float *in, int64_t rows, int64_t cols) {
         for (int64_t j = 0; j < cols; j++) out[j * rows + i] = in[i * cols + j];
 }
 
+// buffers Hugging Face's GPT-2 files carry besides the weights: the causal
+// mask (h.N.attn.bias, h.N.attn.masked_bias) and lm_head.weight, a copy of wte
+static int gpt2_ignorable(const char *name) {
+    size_t n = strlen(name);
+    return (n >= 10 && !strcmp(name + n - 10, ".attn.bias")) || (n >= 17 && !strcmp(name + n - 17, ".attn.masked_bias")) ||
+           !strcmp(name, "lm_head.weight");
+}
+
 // Fill every parameter of g from a safetensors file (Hugging Face's GPT-2,
 // or one written here). HF's Conv1D matrices are (in,out): transposed here.
+// Strict (examples/common.h): finite values, no tensor left unread.
 static trn_result init_load_safetensors(gpt2 *g, const char *path, const init_source *src) {
     trn_safetensors f;
     trn_result r = trn_safetensors_open(&f, path);
@@ -481,7 +497,11 @@ static trn_result init_load_safetensors(gpt2 *g, const char *path, const init_so
     size_t most = 0;
     for (int i = 0; i < g->m.n_params; i++) most = g->m.params[i]->size > most ? g->m.params[i]->size : most;
     float *buf = (float *)trn_alloc(2 * most * sizeof(float), TRN_KIND_TEMP);
-    if (!buf) { trn_safetensors_close(&f); return trn_fail(TRN_ERR_NOMEM, "--init: %s", trn_error_reason()); }
+    unsigned char *used = (unsigned char *)calloc((size_t)f.n_tensors + 1, 1);
+    if (!buf || !used) {
+        trn_free(buf), free(used), trn_safetensors_close(&f);
+        return trn_fail(TRN_ERR_NOMEM, "--init: out of memory");
+    }
     float *tmp = buf + most;
     for (int i = 0; i < g->m.n_params && r == TRN_OK; i++) {
         trn_tensor *p = g->m.params[i];
@@ -489,6 +509,7 @@ static trn_result init_load_safetensors(gpt2 *g, const char *path, const init_so
         snprintf(name, sizeof name, "%s%s", src->prefix, p->name);
         const trn_st_tensor *t = trn_safetensors_find(&f, name);
         if (!t) { r = trn_fail(TRN_ERR_MISMATCH, "%s: tensor %s is missing", path, name); break; }
+        used[t - f.tensors] = 1;
         int is_conv = src->conv1d && p->ndim == 2 && p != g->wte && p != g->wpe;
         int64_t rows = p->shape[0], cols = p->ndim == 2 ? p->shape[1] : 1;
         if (p == g->wte) rows = src->file_vocab_rows; // may be fewer than Vp
@@ -503,11 +524,14 @@ static trn_result init_load_safetensors(gpt2 *g, const char *path, const init_so
             break;
         }
         if ((r = trn_safetensors_read(&f, t, is_conv ? tmp : buf)) != TRN_OK) break;
+        if ((r = init_check_finite(path, name, is_conv ? tmp : buf, (size_t)(rows * cols))) != TRN_OK) break;
         if (is_conv) transpose(buf, tmp, cols, rows); // file (in,out) -> kit (out,in)
         if (p == g->wte && rows < p->shape[0])          // zero padding rows
             memset(buf + rows * cols, 0, sizeof(float) * (size_t)(p->shape[0] - rows) * (size_t)cols);
         trn_write(&g->m, p, buf);
     }
+    if (r == TRN_OK) r = init_check_unused(&f, used, gpt2_ignorable);
+    free(used);
     trn_free(buf);
     trn_safetensors_close(&f);
     return r;
@@ -543,7 +567,8 @@ static trn_result init_load_llmc(gpt2 *g, const char *path, const init_source *s
         if (r == TRN_OK) {                                                                      \
             if (fread(buf, sizeof(float), (size_t)(n), fp) != (size_t)(n))                      \
                 r = trn_fail(TRN_ERR_FORMAT, "%s: short read at %s", path, (tensor)->name);     \
-            else trn_write(&g->m, (tensor), buf);                                               \
+            else if ((r = init_check_finite(path, (tensor)->name, buf, (size_t)(n))) == TRN_OK) \
+                trn_write(&g->m, (tensor), buf);                                                \
         }                                                                                       \
     } while (0)
     LLMC_READ(g->wte, (size_t)src->file_vocab_rows * C); // rows past V stay 0 (calloc)
