@@ -4642,10 +4642,9 @@ static void trn__gelu_linear_bw(trn_model *m, trn_tape_entry *e) {
         m->backend->matmul_dgelu_backward(dpre, dy, w->data, pre->data, N, H, OC);
         return;
     }
-    /* plain: d(g) = dy W into a scratch (N,H), then d(pre) += gelu'(pre) d(g) */
+    /* plain: d(g) = dy W written into a scratch (N,H), then d(pre) += gelu'(pre) d(g) */
     dg = (float *)trn__grads_alloc(m, bytes);
-    m->backend->zero(dg, bytes);
-    m->backend->matmul_backward(dg, trn__want(m, w, NULL), trn__want(m, b, NULL), dy, g, w->data, N, H, OC);
+    trn__matmul_bw(m, dg, 1, trn__want(m, w, NULL), 0, trn__want(m, b, NULL), dy, g, w->data, N, H, OC);
     m->backend->gelu_backward(dpre, pre->data, dg, (size_t)N * H);
     trn__grads_free(m, dg);
 }

@@ -694,6 +694,7 @@ int main(int argc, char **argv) {
     test_memory();
     test_matmul(37, 53, 29, 1, 2e-5, "");
     test_matmul(5, 200, 7, 0, 2e-5, " (no bias)");
+    test_matmul(70, 24, 264, 1, 2e-5, " (OC % 8 == 0)"); /* the bias's column sums by 16-byte packs */
     trn_cuda_set_tf32(1);
     test_matmul(37, 53, 29, 1, 3e-2, " (TF32)");
     trn_cuda_set_tf32(0);
