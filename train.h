@@ -4938,8 +4938,11 @@ TRNDEF trn_tensor *trn_cross_entropy(trn_model *m, trn_tensor *logits, const int
    crossentropy_fused, a second (R,Vp) buffer for dlogits and a zero pass. */
 /* the classifier's launches, told apart in the time ledger (train_cuda.h) */
 #define TRN__SITE_SCOPE(bk, name) do { if ((bk)->site_scope) (bk)->site_scope(name); } while (0)
-#ifndef TRN__XENT_CHUNK_FLOATS /* (tests set it small to get many chunks) */
+#ifndef TRN__XENT_CHUNK_FLOATS /* (tests set it small to get many chunks, on every backend) */
 #define TRN__XENT_CHUNK_FLOATS ((size_t)1 << 23) /* 32 MB of logits per chunk */
+#define TRN__XENT_CHUNK_SET 0
+#else
+#define TRN__XENT_CHUNK_SET 1 /* a test's size wins over the backend's xent_chunk_bytes */
 #endif
 
 static void trn__linear_xent_bw(trn_model *m, trn_tape_entry *e) {
@@ -4998,7 +5001,7 @@ TRNDEF trn_tensor *trn_linear_cross_entropy(trn_model *m, trn_tensor *x, trn_ten
     N = (int)(x->size / (size_t)C);
     fused = bk->crossentropy_fused != NULL;
     nbuf = fused ? 1.0 : 2.0; /* (R,Vp) buffers: logits, and dlogits unless they overwrite the logits */
-    if (bk->xent_chunk_bytes) R = (int)TRN__MIN((size_t)N, TRN__MAX((size_t)1, bk->xent_chunk_bytes / (A * (size_t)Vp)));
+    if (bk->xent_chunk_bytes && !TRN__XENT_CHUNK_SET) R = (int)TRN__MIN((size_t)N, TRN__MAX((size_t)1, bk->xent_chunk_bytes / (A * (size_t)Vp)));
     else R = (int)TRN__MIN((size_t)N, TRN__MAX((size_t)1, TRN__XENT_CHUNK_FLOATS / (size_t)Vp));
     if (R < 1) R = 1; /* (N = 0) */
     nchunk = (N + R - 1) / R;
