@@ -2416,8 +2416,7 @@ static void trn__cuda_lt_gemm(const char *file, int line, cublasOperation_t ta, 
         } else {
             trn__cuda_gemm(file, line, ta, tb, m, n, k, 1.0f, A, lda, 0, B, ldb, 0, beta, D, ldd, 0, 1);
             if (act == TRN__LT_DGELU)
-                TRN_CUDA_LAUNCH(trn__k_dgelu_mul<TD>, dim3(trn__cuda_grid(mn)), dim3(TRN__CUDA_BLOCK), 0, trn__cu.stream,
-                                D, (const TD *)aux, mn);
+                trn__cuda_map<TD>(trn__op_dgelu_mul(), (float *)D, (const float *)D, (const float *)aux, NULL, mn);
             else if (bias)
                 TRN_CUDA_LAUNCH(trn__k_bias_add_a<TD>, dim3(trn__cuda_grid(mn)), dim3(TRN__CUDA_BLOCK), 0,
                                 trn__cu.stream, D, bias, (size_t)n, m);
