@@ -2656,10 +2656,12 @@ static void trn__cuda_matmul_dgelu_backward(float *dpre, const float *dout, cons
 }
 template <typename A>
 static void trn__cuda_relu_forward(float *out, const float *inp, size_t n) {
+    TRN__CUDA_SITE("relu fwd", 2.0 * sizeof(A) * n, n);
     TRN__CUDA_ELEMENTWISE(trn__k_relu_fwd<A>, n, TRN__A(out), TRN__CA(inp), n);
 }
 template <typename A>
 static void trn__cuda_relu_backward(float *dinp, const float *out, const float *dout, size_t n) {
+    TRN__CUDA_SITE("relu bwd", 3.0 * sizeof(A) * n, n);
     if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_relu_bwd<A>, n, TRN__A(dinp), TRN__CA(out), TRN__CA(dout), n);
 }
 template <typename A>
@@ -2678,37 +2680,45 @@ static void trn__cuda_scale(float *x, float s, size_t n) {
 }
 template <typename A>
 static void trn__cuda_mse_forward(float *losses, const float *pred, const float *target, size_t n) {
+    TRN__CUDA_SITE("mse fwd", 2.0 * sizeof(A) * n + 4.0 * n, 3.0 * n);
     TRN__CUDA_ELEMENTWISE(trn__k_mse_fwd<A>, n, losses, TRN__CA(pred), TRN__CA(target), n);
 }
 template <typename A>
 static void trn__cuda_mse_backward(float *dpred, const float *pred, const float *target, float dloss, size_t n) {
+    TRN__CUDA_SITE("mse bwd", 3.0 * sizeof(A) * n, 3.0 * n);
     if (dpred) TRN__CUDA_ELEMENTWISE(trn__k_mse_bwd<A>, n, TRN__A(dpred), TRN__CA(pred), TRN__CA(target), dloss, n);
 }
 template <typename A>
 static void trn__cuda_meanpool_forward(float *out, const float *inp, int B, int T, int C) {
+    TRN__CUDA_SITE("meanpool fwd", sizeof(A) * ((double)B * T * C + (double)B * C), (double)B * T * C);
     TRN__CUDA_ELEMENTWISE(trn__k_meanpool_fwd<A>, (size_t)B * C, TRN__A(out), TRN__CA(inp), B, T, C);
 }
 template <typename A>
 static void trn__cuda_meanpool_backward(float *dinp, const float *dout, int B, int T, int C) {
+    TRN__CUDA_SITE("meanpool bwd", sizeof(A) * ((double)B * T * C + (double)B * C), (double)B * T * C);
     if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_meanpool_bwd<A>, (size_t)B * T * C, TRN__A(dinp), TRN__CA(dout), B, T, C);
 }
 static void trn__cuda_adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
                                    float beta2, float eps, float weight_decay, float bias_corr1, float bias_corr2) {
+    TRN__CUDA_SITE("adamw (per tensor)", 28.0 * n, 12.0 * n);
     TRN__CUDA_ELEMENTWISE(trn__k_adamw, n, p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bias_corr1, bias_corr2);
 }
 static void trn__cuda_sgd_update(float *p, const float *g, float *buf, size_t n, float lr, float momentum,
                                  float dampening, float weight_decay, int nesterov, int first) {
+    TRN__CUDA_SITE("sgd", 16.0 * n, 6.0 * n);
     TRN__CUDA_ELEMENTWISE(trn__k_sgd, n, p, g, buf, n, lr, momentum, dampening, weight_decay, nesterov, first);
 }
 
 /* --- >>ops3 (host side): the same signatures as train.h's CPU functions -- */
 template <typename A>
 static void trn__cuda_dropout_forward(float *out, const float *inp, size_t n, float p, uint64_t key) {
+    TRN__CUDA_SITE("dropout fwd", 2.0 * sizeof(A) * n, 2.0 * n);
     TRN__CUDA_ELEMENTWISE(trn__k_dropout_fwd<A>, n, TRN__A(out), TRN__CA(inp), n, p, p < 1.0f ? 1.0f / (1.0f - p) : 0.0f,
                           key);
 }
 template <typename A>
 static void trn__cuda_dropout_backward(float *dinp, const float *dout, size_t n, float p, uint64_t key) {
+    TRN__CUDA_SITE("dropout bwd", 2.0 * sizeof(A) * n, 2.0 * n);
     if (dinp)
         TRN__CUDA_ELEMENTWISE(trn__k_dropout_bwd<A>, n, TRN__A(dinp), TRN__CA(dout), n, p,
                               p < 1.0f ? 1.0f / (1.0f - p) : 0.0f, key);
@@ -2716,41 +2726,49 @@ static void trn__cuda_dropout_backward(float *dinp, const float *dout, size_t n,
 /* (the storage type is T: A names the view's first dimension here) */
 template <typename T>
 static void trn__cuda_transpose_forward(float *out, const float *inp, int A, int D0, int Bm, int D1, int C) {
+    TRN__CUDA_SITE("transpose fwd", 2.0 * sizeof(T) * A * D0 * Bm * D1 * C, 0);
     TRN__CUDA_ELEMENTWISE(trn__k_transpose_fwd<T>, (size_t)A * D0 * Bm * D1 * C, (T *)out, (const T *)inp, A, D0, Bm,
                           D1, C);
 }
 template <typename T>
 static void trn__cuda_transpose_backward(float *dinp, const float *dout, int A, int D0, int Bm, int D1, int C) {
+    TRN__CUDA_SITE("transpose bwd", 2.0 * sizeof(T) * A * D0 * Bm * D1 * C, 0);
     if (dinp)
         TRN__CUDA_ELEMENTWISE(trn__k_transpose_bwd<T>, (size_t)A * D0 * Bm * D1 * C, (T *)dinp, (const T *)dout, A, D0,
                               Bm, D1, C);
 }
 template <typename A>
 static void trn__cuda_slice_forward(float *out, const float *inp, int N, int C, int start, int len) {
+    TRN__CUDA_SITE("slice fwd", 2.0 * sizeof(A) * N * len, 0);
     TRN__CUDA_ELEMENTWISE(trn__k_slice_fwd<A>, (size_t)N * len, TRN__A(out), TRN__CA(inp), N, C, start, len);
 }
 template <typename A>
 static void trn__cuda_slice_backward(float *dinp, const float *dout, int N, int C, int start, int len) {
+    TRN__CUDA_SITE("slice bwd", 2.0 * sizeof(A) * N * len, 0);
     if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_slice_bwd<A>, (size_t)N * len, TRN__A(dinp), TRN__CA(dout), N, C, start, len);
 }
 template <typename A>
 static void trn__cuda_concat_forward(float *out, const float *a, const float *b, int N, int Ca, int Cb) {
+    TRN__CUDA_SITE("concat fwd", 2.0 * sizeof(A) * N * (Ca + Cb), 0);
     TRN__CUDA_ELEMENTWISE(trn__k_concat_fwd<A>, (size_t)N * (Ca + Cb), TRN__A(out), TRN__CA(a), TRN__CA(b), N, Ca, Cb);
 }
 template <typename A>
 static void trn__cuda_concat_backward(float *da, float *db, const float *dout, int N, int Ca, int Cb) {
+    TRN__CUDA_SITE("concat bwd", 2.0 * sizeof(A) * N * (Ca + Cb), 0);
     if (da || db)
         TRN__CUDA_ELEMENTWISE(trn__k_concat_bwd<A>, (size_t)N * (Ca + Cb), TRN__A(da), TRN__A(db), TRN__CA(dout), N, Ca,
                               Cb);
 }
 template <typename A>
 static void trn__cuda_sum_forward(float *out, const float *inp, int N, size_t C, float scale) {
+    TRN__CUDA_SITE("sum fwd", sizeof(A) * ((double)N * C + N), (double)N * C);
     if (N > 0)
         TRN_CUDA_LAUNCH(trn__k_sum_fwd<A>, dim3((unsigned)N), dim3(256), 0, trn__cu.stream, TRN__A(out), TRN__CA(inp), C,
                         scale);
 }
 template <typename A>
 static void trn__cuda_sum_backward(float *dinp, const float *dout, int N, size_t C, float scale) {
+    TRN__CUDA_SITE("sum bwd", sizeof(A) * ((double)N * C + N), 0);
     if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_sum_bwd<A>, (size_t)N * C, TRN__A(dinp), TRN__CA(dout), N, C, scale);
 }
 /* a row-major trn_sgemm (ta, tb, M, N, K, ...) over `batch` matrices at
@@ -2773,6 +2791,7 @@ static void trn__cuda_bmm_forward(float *out_, const float *a_, const float *b_,
     const A *a = (const A *)a_, *b = (const A *)b_;
     long long sa = (long long)M * K, sb = (long long)K * N, sc = (long long)M * N;
     if (Bt <= 0) return;
+    TRN__CUDA_SITE_GEMM("bmm fwd", sizeof(A) * (double)Bt * ((double)M * K + (double)K * N + (double)M * N), M, N, K, Bt);
     trn__cuda_rowmajor_gemm(ta, tb, M, N, K, a, ta ? M : K, sa, b, tb ? K : N, sb, 0.0f, out, N, sc, Bt);
 }
 template <typename A>
@@ -2783,6 +2802,7 @@ static void trn__cuda_bmm_backward(float *da_, float *db_, const float *dout_, c
     long long sa = (long long)M * K, sb = (long long)K * N, sc = (long long)M * N;
     int lda = ta ? M : K, ldb = tb ? K : N;
     if (Bt <= 0) return; /* as train.h's trn_bmm_backward, one product per case */
+    TRN__CUDA_SITE_GEMM("bmm bwd", sizeof(A) * (double)Bt * ((da ? 3.0 * M * K : 0) + (db ? 3.0 * K * N : 0) + ((da != NULL) + (db != NULL)) * (double)M * N), M, N, K, Bt * ((da != NULL) + (db != NULL)));
     if (da && !ta) trn__cuda_rowmajor_gemm(0, !tb, M, K, N, dout, N, sc, b, ldb, sb, 1.0f, da, K, sa, Bt);
     if (da && ta) trn__cuda_rowmajor_gemm(tb, 1, K, M, N, b, ldb, sb, dout, N, sc, 1.0f, da, M, sa, Bt);
     if (db && !tb) trn__cuda_rowmajor_gemm(!ta, 0, K, N, M, a, lda, sa, dout, N, sc, 1.0f, db, N, sb, Bt);
@@ -2791,6 +2811,7 @@ static void trn__cuda_bmm_backward(float *da_, float *db_, const float *dout_, c
 template <typename A>
 static void trn__cuda_crossentropy_ex_forward(float *losses, float *lse, const float *logits, const int *targets,
                                               int N, int V, int Vp, float smoothing) {
+    TRN__CUDA_SITE("cross-entropy (ex) fwd", sizeof(A) * (double)N * Vp + 12.0 * N, 3.0 * N * V);
     if (N > 0)
         TRN_CUDA_LAUNCH(trn__k_xent_ex_fwd<A>, dim3((unsigned)N), dim3(256), 0, trn__cu.stream, losses, lse,
                         TRN__CA(logits), targets, V, Vp, smoothing);
@@ -2798,33 +2819,40 @@ static void trn__cuda_crossentropy_ex_forward(float *losses, float *lse, const f
 template <typename A>
 static void trn__cuda_crossentropy_ex_backward(float *dlogits, const float *logits, const float *lse,
                                                const int *targets, float dloss, int N, int V, int Vp, float smoothing) {
+    TRN__CUDA_SITE("cross-entropy (ex) bwd", 3.0 * sizeof(A) * N * Vp + 8.0 * N, 3.0 * N * V);
     if (dlogits && N > 0)
         TRN_CUDA_LAUNCH(trn__k_xent_ex_bwd<A>, dim3((unsigned)N), dim3(256), 0, trn__cu.stream, TRN__A(dlogits),
                         TRN__CA(logits), lse, targets, dloss, V, Vp, smoothing);
 }
 template <typename A>
 static void trn__cuda_bce_logits_forward(float *losses, const float *x, const float *y, size_t n) {
+    TRN__CUDA_SITE("bce fwd", 2.0 * sizeof(A) * n + 4.0 * n, 5.0 * n);
     TRN__CUDA_ELEMENTWISE(trn__k_bce_fwd<A>, n, losses, TRN__CA(x), TRN__CA(y), n);
 }
 template <typename A>
 static void trn__cuda_bce_logits_backward(float *dx, const float *x, const float *y, float dloss, size_t n) {
+    TRN__CUDA_SITE("bce bwd", 3.0 * sizeof(A) * n, 5.0 * n);
     if (dx) TRN__CUDA_ELEMENTWISE(trn__k_bce_bwd<A>, n, TRN__A(dx), TRN__CA(x), TRN__CA(y), dloss, n);
 }
 template <typename A>
 static void trn__cuda_l1_forward(float *losses, const float *pred, const float *target, size_t n) {
+    TRN__CUDA_SITE("l1 fwd", 2.0 * sizeof(A) * n + 4.0 * n, 2.0 * n);
     TRN__CUDA_ELEMENTWISE(trn__k_l1_fwd<A>, n, losses, TRN__CA(pred), TRN__CA(target), n);
 }
 template <typename A>
 static void trn__cuda_l1_backward(float *dpred, const float *pred, const float *target, float dloss, size_t n) {
+    TRN__CUDA_SITE("l1 bwd", 3.0 * sizeof(A) * n, 2.0 * n);
     if (dpred) TRN__CUDA_ELEMENTWISE(trn__k_l1_bwd<A>, n, TRN__A(dpred), TRN__CA(pred), TRN__CA(target), dloss, n);
 }
 template <typename A>
 static void trn__cuda_huber_forward(float *losses, const float *pred, const float *target, float delta, size_t n) {
+    TRN__CUDA_SITE("huber fwd", 2.0 * sizeof(A) * n + 4.0 * n, 4.0 * n);
     TRN__CUDA_ELEMENTWISE(trn__k_huber_fwd<A>, n, losses, TRN__CA(pred), TRN__CA(target), delta, n);
 }
 template <typename A>
 static void trn__cuda_huber_backward(float *dpred, const float *pred, const float *target, float delta, float dloss,
                                      size_t n) {
+    TRN__CUDA_SITE("huber bwd", 3.0 * sizeof(A) * n, 4.0 * n);
     if (dpred)
         TRN__CUDA_ELEMENTWISE(trn__k_huber_bwd<A>, n, TRN__A(dpred), TRN__CA(pred), TRN__CA(target), delta, dloss, n);
 }
@@ -2844,6 +2872,7 @@ static void trn__cuda_attention_kv_forward(float *out_, float *att_, const float
     float scale = 1.0f / sqrtf((float)hs);
     long long TP = (long long)T * P;
     if (B <= 0 || T <= 0) return;
+    TRN__CUDA_SITE_GEMM("attention over the KV cache", sizeof(A) * ((double)B * T * (2.0 * C + 2.0 * Ckv) + 2.0 * B * (pos + T) * Ckv + 2.0 * B * NH * T * (pos + T)), T, pos + T, hs, 2 * B * NH);
     TRN__CUDA_ELEMENTWISE(trn__k_kv_append<A>, (size_t)B * T * Ckv, kcache, vcache, k, v, kv_stride, T, pos, maxT, Ckv, B);
     for (int b = 0; b < B; b++)
         for (int r = 0; r < grp; r++) {
@@ -3148,11 +3177,13 @@ static void trn__cuda_flash_attention_backward_bf16(float *dqkv, const float *do
 /* >>ops2 */
 template <typename A>
 static void trn__cuda_mul_forward(float *out, const float *a, const float *b, size_t N, size_t C) {
+    TRN__CUDA_SITE("mul fwd", 3.0 * sizeof(A) * N * C, (double)N * C);
     TRN__CUDA_ELEMENTWISE(trn__k_mul_fwd<A>, N * C, TRN__A(out), TRN__CA(a), TRN__CA(b), N * C, C);
 }
 template <typename A>
 static void trn__cuda_mul_backward(float *da, float *db, const float *dout, const float *a, const float *b, size_t N,
                                    size_t C) {
+    TRN__CUDA_SITE("mul bwd", sizeof(A) * ((da ? 3.0 : 0) + (db ? 2.0 : 0)) * N * C + (db ? sizeof(A) * (double)C : 0), 2.0 * N * C);
     if (da) TRN__CUDA_ELEMENTWISE(trn__k_mul_bwd_da<A>, N * C, TRN__A(da), TRN__CA(dout), TRN__CA(b), N * C, C);
     if (!db || N * C == 0) return;
     if (N == 1) { TRN__CUDA_ELEMENTWISE(trn__k_mul_bwd_same<A>, C, TRN__A(db), TRN__CA(dout), TRN__CA(a), C); return; }
@@ -3167,36 +3198,44 @@ static void trn__cuda_mul_backward(float *da, float *db, const float *dout, cons
 }
 template <typename A>
 static void trn__cuda_silu_forward(float *out, const float *inp, size_t n) {
+    TRN__CUDA_SITE("silu fwd", 2.0 * sizeof(A) * n, 4.0 * n);
     TRN__CUDA_ELEMENTWISE(trn__k_silu_fwd<A>, n, TRN__A(out), TRN__CA(inp), n);
 }
 template <typename A>
 static void trn__cuda_silu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+    TRN__CUDA_SITE("silu bwd", 3.0 * sizeof(A) * n, 6.0 * n);
     if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_silu_bwd<A>, n, TRN__A(dinp), TRN__CA(inp), TRN__CA(dout), n);
 }
 template <typename A>
 static void trn__cuda_sigmoid_forward(float *out, const float *inp, size_t n) {
+    TRN__CUDA_SITE("sigmoid fwd", 2.0 * sizeof(A) * n, 3.0 * n);
     TRN__CUDA_ELEMENTWISE(trn__k_sigmoid_fwd<A>, n, TRN__A(out), TRN__CA(inp), n);
 }
 template <typename A>
 static void trn__cuda_sigmoid_backward(float *dinp, const float *out, const float *dout, size_t n) {
+    TRN__CUDA_SITE("sigmoid bwd", 3.0 * sizeof(A) * n, 3.0 * n);
     if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_sigmoid_bwd<A>, n, TRN__A(dinp), TRN__CA(out), TRN__CA(dout), n);
 }
 template <typename A>
 static void trn__cuda_tanh_forward(float *out, const float *inp, size_t n) {
+    TRN__CUDA_SITE("tanh fwd", 2.0 * sizeof(A) * n, 3.0 * n);
     TRN__CUDA_ELEMENTWISE(trn__k_tanh_fwd<A>, n, TRN__A(out), TRN__CA(inp), n);
 }
 template <typename A>
 static void trn__cuda_tanh_backward(float *dinp, const float *out, const float *dout, size_t n) {
+    TRN__CUDA_SITE("tanh bwd", 3.0 * sizeof(A) * n, 3.0 * n);
     if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_tanh_bwd<A>, n, TRN__A(dinp), TRN__CA(out), TRN__CA(dout), n);
 }
 template <typename A>
 static void trn__cuda_softmax_forward(float *out, const float *inp, int N, int C) {
+    TRN__CUDA_SITE("softmax fwd", 2.0 * sizeof(A) * N * C, 4.0 * N * C);
     if (N <= 0) return;
     TRN_CUDA_LAUNCH(trn__k_softmax_rows_fwd<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, TRN__A(out),
                     TRN__CA(inp), N, C);
 }
 template <typename A>
 static void trn__cuda_softmax_backward(float *dinp, const float *out, const float *dout, int N, int C) {
+    TRN__CUDA_SITE("softmax bwd", 3.0 * sizeof(A) * N * C, 4.0 * N * C);
     if (!dinp || N <= 0) return;
     TRN_CUDA_LAUNCH(trn__k_softmax_rows_bwd<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream,
                     TRN__A(dinp), TRN__CA(out), TRN__CA(dout), N, C);
@@ -3204,6 +3243,7 @@ static void trn__cuda_softmax_backward(float *dinp, const float *out, const floa
 template <typename A>
 static void trn__cuda_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C,
                                       float eps) {
+    TRN__CUDA_SITE("rmsnorm fwd", sizeof(A) * (2.0 * N * C + C) + 4.0 * N, 4.0 * N * C);
     if (N <= 0) return;
     TRN_CUDA_LAUNCH(trn__k_rms_fwd<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, TRN__A(out), rstd,
                     TRN__CA(inp), TRN__CA(w), N, C, eps);
@@ -3211,6 +3251,7 @@ static void trn__cuda_rmsnorm_forward(float *out, float *rstd, const float *inp,
 template <typename A>
 static void trn__cuda_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
                                        const float *rstd, int N, int C) {
+    TRN__CUDA_SITE("rmsnorm bwd", sizeof(A) * ((dinp ? 4.0 : 2.0) * N * C + C) + 4.0 * N + (dw ? 8.0 * C : 0), 8.0 * N * C);
     if (N <= 0) return;
     if (dinp)
         TRN_CUDA_LAUNCH(trn__k_rms_bwd_dx<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, TRN__A(dinp),
@@ -3234,12 +3275,14 @@ static trn_rope_scaling trn__rope_sc_or_plain(const trn_rope_scaling *sc) { /* b
 template <typename A>
 static void trn__cuda_rope_forward(float *out, const float *inp, int B, int T, int H, int R, int hs, int pos0,
                                    float theta, const trn_rope_scaling *sc) {
+    TRN__CUDA_SITE("rope fwd", 2.0 * sizeof(A) * B * T * H * hs, 4.0 * B * T * H * hs);
     TRN__CUDA_ELEMENTWISE(trn__k_rope<A>, (size_t)B * T * H * hs, TRN__A(out), TRN__CA(inp), B, T, H, R, hs, pos0, theta,
                           trn__rope_sc_or_plain(sc), 1.0f, 0);
 }
 template <typename A>
 static void trn__cuda_rope_backward(float *dinp, const float *dout, int B, int T, int H, int R, int hs, int pos0,
                                     float theta, const trn_rope_scaling *sc) {
+    TRN__CUDA_SITE("rope bwd", 2.0 * sizeof(A) * B * T * H * hs, 4.0 * B * T * H * hs);
     if (dinp)
         TRN__CUDA_ELEMENTWISE(trn__k_rope<A>, (size_t)B * T * H * hs, TRN__A(dinp), TRN__CA(dout), B, T, H, R, hs, pos0,
                               theta, trn__rope_sc_or_plain(sc), -1.0f, 1);
