@@ -45,7 +45,7 @@ fi
 if [ "${TEST_ARM_ALL:-0}" = 1 ]; then
     tests=$(ls tests/test_*.c | sed 's|tests/||; s|\.c$||')
 else
-    tests="test_matmul test_attention test_optim test_ops test_ops2 test_ops3"
+    tests="test_matmul test_attention test_optim test_ops test_ops_decoder test_ops_shape_loss"
 fi
 flags="-O2 -fopenmp -Wall -Wextra -Wno-unused-parameter -Wno-unused-function -I. -std=c99 -D_DEFAULT_SOURCE -D_POSIX_C_SOURCE=200809L"
 for t in $tests; do
