@@ -1115,7 +1115,7 @@ typedef enum trn_optim_algo {
     TRN_OPTIM_SGD = 1    /* torch.optim.SGD: momentum, dampening, Nesterov */
 } trn_optim_algo;
 
-typedef struct trn_adamw_desc {
+typedef struct trn_optimizer_desc {
     float lr;            /* default 1e-3 (PyTorch's default)               */
     float beta1, beta2;  /* AdamW: default 0.9, 0.999                       */
     float eps;           /* AdamW: default 1e-8                             */
@@ -1126,23 +1126,27 @@ typedef struct trn_adamw_desc {
     float momentum;      /* SGD: 0 = plain SGD (no buffer), e.g. 0.9        */
     float dampening;     /* SGD: buf = momentum*buf + (1-dampening)*g; 0    */
     int nesterov;        /* SGD: 1 = Nesterov (momentum > 0, dampening 0)   */
-} trn_adamw_desc;
+} trn_optimizer_desc;
 
-typedef struct trn_adamw {
-    trn_adamw_desc desc; /* effective values                               */
+typedef struct trn_optimizer {
+    trn_optimizer_desc desc; /* effective values                           */
     float *m, *v;        /* moments, NULL until the first step (OPTIM)     */
     size_t lo, hi;       /* the slice of the flat buffers this optimizer
                             owns: all by default, one shard for ZeRO-1     */
     long long step;      /* steps taken                                    */
     const trn_backend *backend;
-} trn_adamw;
+} trn_optimizer;
+/* the old names (kept): the optimizer runs AdamW or SGD (desc.algo), its
+   calls keep the trn_adamw_ prefix */
+typedef trn_optimizer trn_adamw;
+typedef trn_optimizer_desc trn_adamw_desc;
 
-TRNDEF trn_adamw_desc trn_adamw_defaults(const trn_adamw_desc *desc);
-TRNDEF void trn_adamw_init(trn_adamw *opt, const trn_adamw_desc *desc);
+TRNDEF trn_optimizer_desc trn_adamw_defaults(const trn_optimizer_desc *desc);
+TRNDEF void trn_adamw_init(trn_optimizer *opt, const trn_optimizer_desc *desc);
 /* one step over every parameter. kernels: trn_adamw_update (trn_adamw_update_ref,
    the plain loop, directly above it) or trn_sgd_update, both in >>adamw */
-TRNDEF trn_result trn_adamw_step(trn_adamw *opt, trn_model *m, float lr);
-TRNDEF void trn_adamw_free(trn_adamw *opt);
+TRNDEF trn_result trn_adamw_step(trn_optimizer *opt, trn_model *m, float lr);
+TRNDEF void trn_adamw_free(trn_optimizer *opt);
 /* Parameter groups: every parameter whose name matches `pattern` ('*'
    matches any run of characters: "*.bias", "h.*.ln_*", "wte.weight") gets
    learning rate lr * lr_scale and, if weight_decay >= 0, that weight decay
@@ -1153,9 +1157,6 @@ TRNDEF void trn_adamw_free(trn_adamw *opt);
    resuming, as you build the same model. */
 TRNDEF int trn_param_group(trn_model *m, const char *pattern, float lr_scale, float weight_decay);
 
-/* linear warmup for `warmup` steps, then cosine from max_lr to min_lr at total */
-TRNDEF float trn_lr_schedule(long long step, long long warmup, long long total,
-                             float max_lr, float min_lr);
 /* Learning-rate schedules, each with a linear warmup: for step < warmup the
    lr is max_lr * (step+1) / warmup, then
      COSINE    max_lr -> min_lr along half a cosine, reached at total
@@ -1174,6 +1175,11 @@ typedef struct trn_schedule {
     float decay_frac;    /* WSD: 0 means 0.2 (the last 20% decay)          */
 } trn_schedule;
 TRNDEF float trn_schedule_lr(const trn_schedule *s, long long step);
+/* deprecated (the one schedule function is trn_schedule_lr): the cosine
+   schedule in one call, = trn_schedule_lr(&{COSINE, warmup, total, max_lr,
+   min_lr}, step) */
+TRNDEF float trn_lr_schedule(long long step, long long warmup, long long total,
+                             float max_lr, float min_lr);
 /* "cosine" ... "wsd" -> the kind; -1 for anything else (for flag parsers) */
 TRNDEF int trn_schedule_parse(const char *name);
 TRNDEF const char *trn_schedule_name(trn_schedule_kind kind);
