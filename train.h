@@ -4152,16 +4152,25 @@ static void trn__weight(const trn_model *m, const trn_tensor *w, const char *op)
 }
 
 /* --- linear -------------------------------------------------------------- */
+/* written with the public op API (>>opapi), as your ops are: forward and
+   backward read the entry; the backend table picks the kernel, so one
+   function serves both places. iarg: N, C, OC. Saves nothing: x and w are
+   alive in backward. */
+static void trn__linear_fw(trn_model *m, trn_tape_entry *e) {
+    trn_tensor *x = e->in[0], *w = e->in[1], *b = e->in[2];
+    m->backend->matmul_forward(e->out->data, x->data, w->data, b ? b->data : NULL, e->iarg[0], e->iarg[1], e->iarg[2]);
+}
 static void trn__linear_bw(trn_model *m, trn_tape_entry *e) {
     trn_tensor *x = e->in[0], *w = e->in[1], *b = e->in[2];
-    m->backend->matmul_backward(trn__want(m, x, NULL), trn__want(m, w, NULL), trn__want(m, b, NULL), e->out->grad, x->data,
-                                w->data, e->iarg[0], e->iarg[1], e->iarg[2]);
+    m->backend->matmul_backward(trn_grad(m, x), trn_grad(m, w), trn_grad(m, b), trn_grad(m, e->out), x->data, w->data,
+                                e->iarg[0], e->iarg[1], e->iarg[2]);
 }
+static const trn_op trn__linear_op = {"linear", trn__linear_fw, trn__linear_bw, trn__linear_fw, trn__linear_bw, 1};
 
 TRNDEF trn_tensor *trn_linear(trn_model *m, trn_tensor *x, trn_tensor *w, trn_tensor *b) {
     int C, OC, N, shape[TRN_MAX_DIMS];
     trn_tensor *out;
-    trn_tape_entry *e;
+    trn_op_args args;
     trn__not_null("trn_linear", m, x); trn__not_null("trn_linear", w, w);
     x = trn__act(m, x); trn__weight(m, w, "trn_linear"); trn__weight(m, b, "trn_linear");
     C = TRN__LAST(x);
@@ -4172,9 +4181,9 @@ TRNDEF trn_tensor *trn_linear(trn_model *m, trn_tensor *x, trn_tensor *w, trn_te
     memcpy(shape, x->shape, sizeof shape);
     shape[x->ndim - 1] = OC;
     out = trn_tensor_new(m, "linear", x->ndim, shape);
-    m->backend->matmul_forward(out->data, x->data, w->data, b ? b->data : NULL, N, C, OC);
-    e = trn__record(m, "linear", trn__linear_bw, out, x, w, b);
-    if (e) { e->iarg[0] = N; e->iarg[1] = C; e->iarg[2] = OC; }
+    memset(&args, 0, sizeof args);
+    args.i[0] = N; args.i[1] = C; args.i[2] = OC;
+    trn_op_apply(m, &trn__linear_op, out, x, w, b, &args);
     return out;
 }
 
@@ -4213,42 +4222,53 @@ TRNDEF trn_tensor *trn_embedding(trn_model *m, trn_tensor *table, const int *ids
 }
 
 /* --- layernorm ------------------------------------------------------------ */
+/* iarg: N, C. Saved: mean (N) and rstd (N), from the arena. */
+static void trn__layernorm_fw(trn_model *m, trn_tape_entry *e) {
+    trn_tensor *x = e->in[0], *w = e->in[1], *b = e->in[2];
+    float *mean = (float *)trn_arena_alloc(m, sizeof(float) * (size_t)e->iarg[0]);
+    float *rstd = (float *)trn_arena_alloc(m, sizeof(float) * (size_t)e->iarg[0]);
+    m->backend->layernorm_forward(e->out->data, mean, rstd, x->data, w->data, b->data, e->iarg[0], e->iarg[1]);
+    e->saved[0] = mean;
+    e->saved[1] = rstd;
+}
 static void trn__layernorm_bw(trn_model *m, trn_tape_entry *e) {
     trn_tensor *x = e->in[0], *w = e->in[1], *b = e->in[2];
-    m->backend->layernorm_backward(trn__want(m, x, NULL), trn__want(m, w, NULL), trn__want(m, b, NULL), e->out->grad, x->data, w->data,
+    m->backend->layernorm_backward(trn_grad(m, x), trn_grad(m, w), trn_grad(m, b), trn_grad(m, e->out), x->data, w->data,
                                    (const float *)e->saved[0], (const float *)e->saved[1], e->iarg[0], e->iarg[1]);
 }
+static const trn_op trn__layernorm_op = {"layernorm", trn__layernorm_fw, trn__layernorm_bw, trn__layernorm_fw,
+                                         trn__layernorm_bw, 1};
 
 TRNDEF trn_tensor *trn_layernorm(trn_model *m, trn_tensor *x, trn_tensor *w, trn_tensor *b) {
     int C, N;
-    float *mean, *rstd;
     trn_tensor *out;
-    trn_tape_entry *e;
+    trn_op_args args;
     trn__not_null("trn_layernorm", m, x); trn__not_null("trn_layernorm", w, b);
     x = trn__act(m, x); trn__weight(m, w, "trn_layernorm"); trn__weight(m, b, "trn_layernorm");
     C = TRN__LAST(x);
     trn__need(w->size == (size_t)C && b->size == (size_t)C, "trn_layernorm", x, w, "weight and bias must have C elements");
     N = (int)(x->size / (size_t)C);
     out = trn_tensor_new(m, "layernorm", x->ndim, x->shape);
-    mean = (float *)trn_arena_alloc(m, sizeof(float) * (size_t)N);
-    rstd = (float *)trn_arena_alloc(m, sizeof(float) * (size_t)N);
-    m->backend->layernorm_forward(out->data, mean, rstd, x->data, w->data, b->data, N, C);
-    e = trn__record(m, "layernorm", trn__layernorm_bw, out, x, w, b);
-    if (e) { e->saved[0] = mean; e->saved[1] = rstd; e->iarg[0] = N; e->iarg[1] = C; }
+    memset(&args, 0, sizeof args);
+    args.i[0] = N; args.i[1] = C;
+    trn_op_apply(m, &trn__layernorm_op, out, x, w, b, &args);
     return out;
 }
 
 /* --- gelu, relu, add ------------------------------------------------------ */
-static void trn__gelu_bw(trn_model *m, trn_tape_entry *e) {
-    m->backend->gelu_backward(trn__grad(m, e->in[0], NULL), e->in[0]->data, e->out->grad, e->out->size);
+static void trn__gelu_fw(trn_model *m, trn_tape_entry *e) {   /* saves nothing: backward reads x */
+    m->backend->gelu_forward(e->out->data, e->in[0]->data, e->out->size);
 }
+static void trn__gelu_bw(trn_model *m, trn_tape_entry *e) {
+    m->backend->gelu_backward(trn_grad(m, e->in[0]), e->in[0]->data, trn_grad(m, e->out), e->out->size);
+}
+static const trn_op trn__gelu_op = {"gelu", trn__gelu_fw, trn__gelu_bw, trn__gelu_fw, trn__gelu_bw, 1};
 TRNDEF trn_tensor *trn_gelu(trn_model *m, trn_tensor *x) {
     trn_tensor *out;
     trn__not_null("trn_gelu", m, x);
     x = trn__act(m, x);
     out = trn_tensor_new(m, "gelu", x->ndim, x->shape);
-    m->backend->gelu_forward(out->data, x->data, x->size);
-    trn__record(m, "gelu", trn__gelu_bw, out, x, NULL, NULL);
+    trn_op_apply(m, &trn__gelu_op, out, x, NULL, NULL, NULL);
     return out;
 }
 
@@ -5336,6 +5356,7 @@ TRNDEF trn_tape_entry *trn_op_apply(trn_model *m, const trn_op *op, trn_tensor *
     trn_op_fn fw, bw;
     trn_tape_entry *e;
     const char *name;
+    struct trn_profile *prof;
     if (!m || !op || !out) trn_fatal("trn_op_apply: model, op or output is NULL");
     name = op->name ? op->name : "(unnamed op)";
     dev = m->backend->place == TRN_DEVICE;
@@ -5347,7 +5368,12 @@ TRNDEF trn_tape_entry *trn_op_apply(trn_model *m, const trn_op *op, trn_tensor *
         trn_fatal("op %s: its kernels are fp32 only (trn_op.bf16 = 0) and the model computes in %s: give them a %s "
                   "path (read t->dtype) and set .bf16 = 1, or train in fp32/tf32", name, trn_dtype_name(m->act_dtype),
                   trn_dtype_name(m->act_dtype));
+    /* --profile: trn__record takes the mark "this op's forward has just
+       run"; here forward runs after the record, so the mark comes after it */
+    prof = m->profile;
+    m->profile = NULL;
     e = trn__record(m, name, bw, out, a, b, c);
+    m->profile = prof;
     if (e && !bw) trn_fatal("op %s: an input requires a gradient but the op has no backward for the %s backend "
                             "(set trn_op.%s, or run it under no-grad)", name, m->backend->name,
                             dev ? "cuda_backward" : "backward");
@@ -5362,6 +5388,7 @@ TRNDEF trn_tape_entry *trn_op_apply(trn_model *m, const trn_op *op, trn_tensor *
         memcpy(e->farg, args->f, sizeof e->farg);
     }
     fw(m, e);
+    if (prof && m->grad_enabled && !prof->in_backward) trn__prof_mark(m, name, 0);
     return e;
 }
 
