@@ -336,7 +336,9 @@ TRNDEF trn_result trn_ddp_allreduce_grads(trn_ddp *ddp, trn_model *m);
 TRNDEF trn_result trn_ddp_clip_grad_norm(trn_ddp *ddp, trn_model *m, float max_norm,
                                          float *norm_out);
 /* DDP: trn_adamw_step. ZeRO-1: the step on this rank's shard (sets
-   opt->lo/hi on the first call), then all-gather the weights. */
+   opt->lo/hi on the first call), then all-gather the weights. The math:
+   trn_adamw_update (train.h's >>adamw, its plain loop trn_adamw_update_ref
+   directly above it). */
 TRNDEF trn_result trn_ddp_adamw_step(trn_ddp *ddp, trn_adamw *opt, trn_model *m, float lr);
 /* FSDP: every rank gets the whole weights back (the model is a plain
    model again, training goes on as ZeRO-2): for the end of a run (saving
