@@ -6754,7 +6754,7 @@ static trn_result trn__jstring(trn__jp *j, const char **out) {
     char *start = j->pool + j->pool_used, *o = start;
     trn_result r = trn__jopen(j);
     for (;;) {
-        uint32_t cp;
+        uint32_t cp = 0;
         if (r != TRN_OK || (r = trn__jchar(j, &cp)) != TRN_OK) return r;
         if (cp == TRN__JSTR_END) break;
         if (cp == 0) return trn__jerr(j, "NUL character (\\u0000) in a string");
@@ -6800,7 +6800,7 @@ static trn_result trn__jint(trn__jp *j, int64_t lo, int64_t hi, int64_t *out) {
 
 /* a non-negative integer (shapes, offsets) */
 static trn_result trn__juint(trn__jp *j, uint64_t *out) {
-    int64_t v;
+    int64_t v = 0;
     trn_result r;
     trn__jws(j);
     if (j->p < j->end && *j->p == '-') return trn__jerr(j, "negative number where a size is expected");
@@ -6812,7 +6812,7 @@ static trn_result trn__juint(trn__jp *j, uint64_t *out) {
 /* any value at the cursor, checked and passed over (depth: its nesting) */
 static trn_result trn__jskip(trn__jp *j, int depth) {
     trn_result r;
-    uint32_t cp;
+    uint32_t cp = 0;
     trn__jws(j);
     if (depth > TRN__JSON_MAX_DEPTH) return trn__jerr(j, "JSON nested too deeply");
     if (j->p >= j->end) return trn__jerr(j, "unexpected end of the text");
@@ -6967,7 +6967,7 @@ static trn__jp trn__json_cursor(trn_json_value v) {
 static int trn__jkey_is(trn__jp *j, const char *key) {
     size_t k = 0, n = strlen(key);
     int same = 1;
-    uint32_t cp;
+    uint32_t cp = 0;
     char u[4];
     j->p++;
     while (trn__jchar(j, &cp) == TRN_OK && cp != TRN__JSTR_END) {
@@ -7061,7 +7061,7 @@ static trn_result trn__json_want(trn_json_value v, trn_json_type t, const char *
 TRNDEF trn_result trn_json_int(trn_json_value v, int64_t lo, int64_t hi, int64_t *out) {
     trn_result r = trn__json_want(v, TRN_JSON_NUMBER, "a number");
     trn__jp j;
-    int64_t x;
+    int64_t x = 0;
     if (r != TRN_OK) return r;
     j = trn__json_cursor(v);
     if (trn__jint(&j, lo, hi, &x) != TRN_OK) {
@@ -7102,7 +7102,7 @@ TRNDEF trn_result trn_json_string(trn_json_value v, char *buf, size_t cap) {
     trn_result r = trn__json_want(v, TRN_JSON_STRING, "a string");
     trn__jp j;
     size_t k = 0;
-    uint32_t cp;
+    uint32_t cp = 0;
     char u[4];
     if (r != TRN_OK) return r;
     if (!buf || !cap) return trn_fail(TRN_ERR_INVALID, "trn_json_string: no buffer");
@@ -7317,7 +7317,7 @@ static trn_result trn__jtensor(trn__jp *j, trn_st_tensor *t) {
                 if (!trn__jeat(j, '[')) return trn__jerr(j, "shape must be an array");
                 if (!trn__jeat(j, ']')) {
                     for (;;) {
-                        uint64_t d;
+                        uint64_t d = 0;
                         if (t->ndim == TRN_ST_MAX_DIMS) {
                             snprintf(msg, sizeof msg, "tensor '%.60s' has more than %d dims", t->name, TRN_ST_MAX_DIMS);
                             return trn__jerr(j, msg);

@@ -652,7 +652,7 @@ static trn_result trn__bpe_read_vocab(trn_tokenizer *tok, const char *path, cons
         goto done;
     }
     if (!trn__jeat(&j, '}')) for (;;) {
-        uint32_t e[3], cp;
+        uint32_t e[3], cp = 0;
         int64_t v = 0;
         size_t start = text.n;
         if ((r = trn__jopen(&j)) != TRN_OK) goto done;
