@@ -479,6 +479,28 @@ typedef struct trn_backend {
     /* the time ledger (train_cuda.h's >>sites): the launches that follow
        belong to this scope ("classifier"; NULL: none). NULL: no ledger */
     void (*site_scope)(const char *scope);
+
+    /* >>classifier: entries that keep the classifier (trn_linear_cross_entropy)
+       at the speed of its GEMMs. NULL / 0 where a backend has none. */
+    /* the cross-entropy's forward and backward in one pass over each row:
+       losses[n] as crossentropy_forward, and the logits (N,Vp) OVERWRITTEN
+       by dloss * (softmax - onehot) (0 in the padding): no second buffer,
+       no zero pass (trn_crossentropy_fused is the reference). NULL:
+       crossentropy_forward, zero, crossentropy_backward */
+    void (*crossentropy_fused)(float *losses, float *logits, const int *targets, float dloss, int N, int V,
+                               int Vp);
+    /* the most bytes of logits one chunk of the classifier holds; 0:
+       TRN__XENT_CHUNK_FLOATS floats (the CPU's 32 MB, cache-sized). A GPU
+       wants thousands of rows per chunk: its dW GEMM reads and writes the
+       whole fp32 (Vp,C) dW once per chunk */
+    size_t xent_chunk_bytes;
+    /* matmul_backward whose dinp and dw are WRITTEN (beta = 0: the old
+       contents are never read) where write_dinp / write_dw say so, and
+       accumulated otherwise; dbias always accumulates. It is how a fresh
+       gradient (trn__grad's *fresh) skips its memset and a read. NULL:
+       train.h zeroes what is to be written, then calls matmul_backward */
+    void (*matmul_backward_ex)(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
+                               const float *w, int N, int C, int OC, int write_dinp, int write_dw);
 } trn_backend;
 
 TRNDEF const trn_backend *trn_cpu_backend(void);
@@ -556,6 +578,10 @@ TRNDEF void trn_cross_entropy_forward(float *losses, float *lse, const float *lo
                                      const int *targets, int N, int V, int Vp);
 TRNDEF void trn_cross_entropy_backward(float *dlogits, const float *logits, const float *lse,
                                       const int *targets, float dloss, int N, int V, int Vp);
+/* forward and backward at once (the classifier): losses as forward, and
+   logits (N,Vp) overwritten by dloss * (softmax - onehot), 0 in the padding */
+TRNDEF void trn_crossentropy_fused(float *losses, float *logits, const int *targets, float dloss, int N, int V,
+                                   int Vp);
 TRNDEF void trn_mse_forward(float *losses, const float *pred, const float *target, size_t n);
 TRNDEF void trn_mse_backward(float *dpred, const float *pred, const float *target, float dloss,
                              size_t n);
@@ -2863,6 +2889,27 @@ TRNDEF void trn_cross_entropy_backward(float *dlogits, const float *logits, cons
     }
 }
 
+/* Both at once, the classifier's way: one row at a time, the loss, then the
+   row's logits overwritten by their gradient (WRITTEN, not accumulated: the
+   logits die here, their gradient takes their place). The plain reference
+   of train_cuda.h's fused kernel (>>classifier there). */
+TRNDEF void trn_crossentropy_fused(float *losses, float *logits, const int *targets, float dloss, int N, int V,
+                                   int Vp) {
+    int n;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (n = 0; n < N; n++) {
+        float *l = logits + (size_t)n * Vp, mx = trn__row_max(l, V), z;
+        int v, t = targets[n];
+        z = mx + (float)log(trn__row_sum_exp(l, V, mx));
+        losses[n] = z - l[t];
+        for (v = 0; v < V; v++) l[v] = dloss * trn__expf(l[v] - z);
+        for (; v < Vp; v++) l[v] = 0.0f;
+        l[t] -= dloss;
+    }
+}
+
 /* --- mean squared error: losses[i] = (pred[i] - target[i])^2 ------------
    Backward: dpred += dloss * 2 (pred - target), dloss = 1/n for a mean.  */
 TRNDEF void trn_mse_forward(float *losses, const float *pred, const float *target, size_t n) {
@@ -3609,6 +3656,7 @@ TRNDEF const trn_backend *trn_cpu_backend(void) {
         cpu.attention_backward = trn_attention_backward;
         cpu.crossentropy_forward = trn_cross_entropy_forward;
         cpu.crossentropy_backward = trn_cross_entropy_backward;
+        cpu.crossentropy_fused = trn_crossentropy_fused;
         cpu.mse_forward = trn_mse_forward;
         cpu.mse_backward = trn_mse_backward;
         cpu.meanpool_forward = trn_mean_pool_forward;
@@ -4302,6 +4350,24 @@ static void trn__weight(const trn_model *m, const trn_tensor *w, const char *op)
                   "activation: multiply activations with trn_bmm or trn_mul", op, w->name);
 }
 
+/* dinp (N,C) and dw (OC,C, fp32) of a linear layer, each WRITTEN when its
+   flag says the buffer is fresh (trn__grad's *fresh: nothing was added to
+   it yet, so a beta = 0 product replaces memset + accumulate), else
+   accumulated; dbias accumulates */
+static void trn__matmul_bw(trn_model *m, float *dinp, int write_dinp, float *dw, int write_dw, float *dbias,
+                           const float *dout, const float *inp, const float *w, int N, int C, int OC) {
+    const trn_backend *bk = m->backend;
+    write_dinp = dinp && write_dinp;
+    write_dw = dw && write_dw;
+    if (bk->matmul_backward_ex) {
+        bk->matmul_backward_ex(dinp, dw, dbias, dout, inp, w, N, C, OC, write_dinp, write_dw);
+        return;
+    }
+    if (write_dinp) bk->zero(dinp, trn_dtype_size(m->act_dtype) * (size_t)N * C);
+    if (write_dw) bk->zero(dw, sizeof(float) * (size_t)OC * C);
+    bk->matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC);
+}
+
 /* --- linear -------------------------------------------------------------- */
 /* written with the public op API (>>opapi), as your ops are: forward and
    backward read the entry; the backend table picks the kernel, so one
@@ -4313,8 +4379,10 @@ static void trn__linear_fw(trn_model *m, trn_tape_entry *e) {
 }
 static void trn__linear_bw(trn_model *m, trn_tape_entry *e) {
     trn_tensor *x = e->in[0], *w = e->in[1], *b = e->in[2];
-    m->backend->matmul_backward(trn_grad(m, x), trn_grad(m, w), trn_grad(m, b), trn_grad(m, e->out), x->data, w->data,
-                                e->iarg[0], e->iarg[1], e->iarg[2]);
+    int fresh;
+    float *dx = trn__want(m, x, &fresh); /* fresh: x's first gradient, written (beta 0), not zeroed and added */
+    trn__matmul_bw(m, dx, fresh, trn__want(m, w, NULL), 0, trn__want(m, b, NULL), e->out->grad, x->data, w->data,
+                   e->iarg[0], e->iarg[1], e->iarg[2]);
 }
 static const trn_op trn__linear_op = {"linear", trn__linear_fw, trn__linear_bw, trn__linear_fw, trn__linear_bw, 1};
 
@@ -4453,10 +4521,9 @@ static void trn__gelu_linear_bw(trn_model *m, trn_tape_entry *e) {
         m->backend->matmul_dgelu_backward(dpre, dy, w->data, pre->data, N, H, OC);
         return;
     }
-    /* plain: d(g) = dy W into a scratch (N,H), then d(pre) += gelu'(pre) d(g) */
+    /* plain: d(g) = dy W written into a scratch (N,H), then d(pre) += gelu'(pre) d(g) */
     dg = (float *)trn__grads_alloc(m, bytes);
-    m->backend->zero(dg, bytes);
-    m->backend->matmul_backward(dg, trn__want(m, w, NULL), trn__want(m, b, NULL), dy, g, w->data, N, H, OC);
+    trn__matmul_bw(m, dg, 1, trn__want(m, w, NULL), 0, trn__want(m, b, NULL), dy, g, w->data, N, H, OC);
     m->backend->gelu_backward(dpre, pre->data, dg, (size_t)N * H);
     trn__grads_free(m, dg);
 }
@@ -4723,26 +4790,38 @@ TRNDEF trn_tensor *trn_cross_entropy(trn_model *m, trn_tensor *logits, const int
    smaller of two things:
    "chunks" (many rows, N > ~C): the rows go through R at a time,
        logits (R,Vp) = x_chunk W^T + b               (scratch)
-       lse, losses   = cross-entropy of the chunk    (lse: scratch)
-       dlogits (R,Vp) = (softmax - onehot) / N       (scratch)
+       losses, dlogits = cross-entropy of the chunk, its gradient
+                         (softmax - onehot) / N WRITTEN OVER the logits
+                         (the backend's crossentropy_fused: one pass)
        dx_chunk      = dlogits W                     (saved, (N,C) in all)
        dW += dlogits^T x_chunk, db += column sums    (saved, (Vp,C), (Vp))
-     and backward only scales the saved dx, dW, db by the incoming d(loss)
-     (1 unless the loss was scaled) and adds them in. Memory: N*C + Vp*C
-     floats + 2*R*Vp of scratch, instead of 2*N*Vp.
+     (the first chunk WRITES dW: no zero pass), and backward only scales
+     the saved dx, dW, db by the incoming d(loss) (1 unless the loss was
+     scaled) and adds them in. Memory: N*C + Vp*C floats + R*Vp of
+     scratch, instead of 2*N*Vp.
    "dlogits" (few rows): keep dlogits (N,Vp) alone (the llm.c way: the
      logits are gone, their gradient stands in their place), and backward
      runs the linear layer's backward on it, exactly as unfused: N*Vp
      floats, and no extra pass over a (Vp,C) dW when W is large.
+   R: the backend's xent_chunk_bytes of logits, or TRN__XENT_CHUNK_FLOATS
+   floats (the CPU), split evenly over the chunks. The dW GEMM reads and
+   writes all of the fp32 (Vp,C) dW once per chunk, so chunks must be
+   large where that costs (GPT-2 124M in bf16 on the CUDA backend: 4
+   chunks of 4096 rows at B=16, T=1024; 166-row chunks made it 99 chunks
+   and ~30 GB of dW traffic per step).
    The FLOPs are the unfused pair's either way. What is saved sits in the
    gradient arena and dies in this op's backward, the first of the step, so
    the gradients of the layers below reuse its bytes. With the tape off
    (evaluation) only the losses are computed, chunk by chunk. Same backend
-   kernels as the unfused pair: matmul, cross-entropy, zero, scale, add. */
+   kernels as the unfused pair: matmul, cross-entropy, scale, add; without
+   crossentropy_fused, a second (R,Vp) buffer for dlogits and a zero pass. */
 /* the classifier's launches, told apart in the time ledger (train_cuda.h) */
 #define TRN__SITE_SCOPE(bk, name) do { if ((bk)->site_scope) (bk)->site_scope(name); } while (0)
-#ifndef TRN__XENT_CHUNK_FLOATS /* (tests set it small to get many chunks) */
+#ifndef TRN__XENT_CHUNK_FLOATS /* (tests set it small to get many chunks, on every backend) */
 #define TRN__XENT_CHUNK_FLOATS ((size_t)1 << 23) /* 32 MB of logits per chunk */
+#define TRN__XENT_CHUNK_SET 0
+#else
+#define TRN__XENT_CHUNK_SET 1 /* a test's size wins over the backend's xent_chunk_bytes */
 #endif
 
 static void trn__linear_xent_bw(trn_model *m, trn_tape_entry *e) {
@@ -4753,10 +4832,11 @@ static void trn__linear_xent_bw(trn_model *m, trn_tape_entry *e) {
     TRN__SITE_SCOPE(m->backend, "classifier");
     if (e->iarg[0]) { /* "dlogits": the linear layer's backward, as unfused */
         int N = e->iarg[1], C = e->iarg[2], Vp = e->iarg[3];
-        float *dl = (float *)e->saved[0];
+        float *dl = (float *)e->saved[0], *dx;
         if (dloss != 1.0f) m->backend->convert(dl, m->act_dtype, dl, m->act_dtype, (size_t)N * Vp, 0, dloss);
-        m->backend->matmul_backward(trn__want(m, x, NULL), trn__want(m, w, NULL), trn__want(m, b, NULL), dl, x->data,
-                                    w->data, N, C, Vp);
+        dx = trn__want(m, x, &fresh);
+        trn__matmul_bw(m, dx, fresh, trn__want(m, w, NULL), 0, trn__want(m, b, NULL), dl, x->data, w->data, N, C,
+                       Vp);
         trn__grads_free(m, dl);
         TRN__SITE_SCOPE(m->backend, NULL);
         return;
@@ -4782,8 +4862,9 @@ static void trn__linear_xent_bw(trn_model *m, trn_tape_entry *e) {
 
 TRNDEF trn_tensor *trn_linear_cross_entropy(trn_model *m, trn_tensor *x, trn_tensor *w, trn_tensor *b,
                                             const int *targets, int n_valid) {
-    int C, Vp, N, R, r0, *dev, want, keep_dlogits;
+    int C, Vp, N, R, nchunk, r0, *dev, want, keep_dlogits, fused;
     size_t A = trn_dtype_size(m ? m->act_dtype : TRN_F32); /* bytes per logit, dlogit, dx element */
+    double nbuf;
     float *losses, *lse, *logits, *dlogits = NULL, *dx = NULL, *dw = NULL, *db = NULL;
     trn_tensor *out;
     trn_tape_entry *e;
@@ -4797,42 +4878,51 @@ TRNDEF trn_tensor *trn_linear_cross_entropy(trn_model *m, trn_tensor *x, trn_ten
     if (b) trn__need(b->size == (size_t)Vp, "trn_linear_cross_entropy", w, b, "bias must have Vp elements");
     if (n_valid <= 0 || n_valid > Vp) trn_fatal("trn_linear_cross_entropy: n_valid=%d must be in [1,%d]", n_valid, Vp);
     N = (int)(x->size / (size_t)C);
-    R = (int)TRN__MAX((size_t)1, TRN__XENT_CHUNK_FLOATS / (size_t)Vp);
-    if (R > N) R = N;
+    fused = bk->crossentropy_fused != NULL;
+    nbuf = fused ? 1.0 : 2.0; /* (R,Vp) buffers: logits, and dlogits unless they overwrite the logits */
+    if (bk->xent_chunk_bytes && !TRN__XENT_CHUNK_SET) R = (int)TRN__MIN((size_t)N, TRN__MAX((size_t)1, bk->xent_chunk_bytes / (A * (size_t)Vp)));
+    else R = (int)TRN__MIN((size_t)N, TRN__MAX((size_t)1, TRN__XENT_CHUNK_FLOATS / (size_t)Vp));
+    if (R < 1) R = 1; /* (N = 0) */
+    nchunk = (N + R - 1) / R;
+    if (nchunk > 1) R = (N + nchunk - 1) / nchunk; /* equal chunks: 16384 rows at most 4169 -> 4 x 4096 */
     TRN__SITE_SCOPE(bk, "classifier");
     dev = trn__upload_ids(m, targets, N, n_valid, "trn_linear_cross_entropy (targets)");
     losses = (float *)trn_arena_alloc(m, sizeof(float) * (size_t)N);
     want = m->grad_enabled && (x->requires_grad || w->requires_grad || (b && b->requires_grad));
-    /* the cheaper of the two, counting the most either holds at once */
-    keep_dlogits = want && 2.0 * N * Vp <= (double)Vp * C + (double)N * C + 2.0 * R * Vp;
+    /* the cheaper of the two in bytes, counting the most either holds at once */
+    keep_dlogits = want && nbuf * A * N * Vp <= (double)A * N * C + 4.0 * Vp * C + nbuf * A * R * Vp;
     if (keep_dlogits) R = N; /* one chunk: all rows */
-    if (want && !keep_dlogits) { /* the saved gradients, accumulated over the chunks */
+    if (want && !keep_dlogits) { /* the saved gradients, over the chunks */
         if (x->requires_grad) dx = (float *)trn__grads_alloc(m, x->size * A);
-        if (w->requires_grad) dw = (float *)trn__grads_alloc(m, w->size * sizeof(float));
+        if (w->requires_grad) dw = (float *)trn__grads_alloc(m, w->size * sizeof(float)); /* chunk 0 writes it */
         if (b && b->requires_grad) db = (float *)trn__grads_alloc(m, b->size * sizeof(float));
-        if (dw) bk->zero(dw, w->size * sizeof(float));
-        if (db) bk->zero(db, b->size * sizeof(float));
+        if (db) bk->zero(db, b->size * sizeof(float)); /* column sums add */
     }
-    if (want) dlogits = (float *)trn__grads_alloc(m, A * (size_t)R * Vp);
     logits = (float *)trn__grads_alloc(m, A * (size_t)R * Vp);
+    if (want && !fused) dlogits = (float *)trn__grads_alloc(m, A * (size_t)R * Vp);
     lse = (float *)trn__grads_alloc(m, sizeof(float) * (size_t)R);
     for (r0 = 0; r0 < N; r0 += R) {
         int n = TRN__MIN(R, N - r0);
         const float *xc = (const float *)((const char *)x->data + (size_t)r0 * C * A);
-        float *dxc = dx ? (float *)((char *)dx + (size_t)r0 * C * A) : NULL;
+        float *dxc = dx ? (float *)((char *)dx + (size_t)r0 * C * A) : NULL, *dl;
         bk->matmul_forward(logits, xc, w->data, b ? b->data : NULL, n, C, Vp);          /* (n,Vp) */
-        bk->crossentropy_forward(losses + r0, lse, logits, dev + r0, n, n_valid, Vp);
-        if (!want) continue;
-        bk->zero(dlogits, A * (size_t)n * Vp); /* the kernel adds; padding stays 0 */
-        bk->crossentropy_backward(dlogits, logits, lse, dev + r0, 1.0f / (float)N, n, n_valid, Vp);
-        if (keep_dlogits) continue;
-        if (dxc) bk->zero(dxc, A * (size_t)n * C);
-        bk->matmul_backward(dxc, dw, db, dlogits, xc, w->data, n, C, Vp);
+        if (!want) { bk->crossentropy_forward(losses + r0, lse, logits, dev + r0, n, n_valid, Vp); continue; }
+        if (fused) {
+            bk->crossentropy_fused(losses + r0, logits, dev + r0, 1.0f / (float)N, n, n_valid, Vp);
+            dl = logits;
+        } else {
+            bk->crossentropy_forward(losses + r0, lse, logits, dev + r0, n, n_valid, Vp);
+            bk->zero(dlogits, A * (size_t)n * Vp); /* the kernel adds; padding stays 0 */
+            bk->crossentropy_backward(dlogits, logits, lse, dev + r0, 1.0f / (float)N, n, n_valid, Vp);
+            dl = dlogits;
+        }
+        if (keep_dlogits) { dlogits = dl; continue; }
+        trn__matmul_bw(m, dxc, 1, dw, r0 == 0, db, dl, xc, w->data, n, C, Vp); /* dx rows written, dW from chunk 1 on added */
     }
     TRN__SITE_SCOPE(bk, NULL);
     trn__grads_free(m, lse);
-    trn__grads_free(m, logits);
-    if (!keep_dlogits) trn__grads_free(m, dlogits);
+    if (!(keep_dlogits && dlogits == logits)) trn__grads_free(m, logits);
+    if (!keep_dlogits) { trn__grads_free(m, dlogits); dlogits = NULL; }
     out = trn__scalar_mean(m, "linear_cross_entropy", losses, (size_t)N);
     e = want ? trn__record(m, "linear_cross_entropy", trn__linear_xent_bw, out, x, w, b) : NULL;
     if (e && keep_dlogits) { e->saved[0] = dlogits; e->iarg[0] = 1; e->iarg[1] = N; e->iarg[2] = C; e->iarg[3] = Vp; }
