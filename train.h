@@ -60,6 +60,7 @@
       >>opapi       your own op: trn_op, trn_op_apply, trn_grad, trn_gradcheck
       >>kvcache     generation with a key/value cache
       >>adamw       AdamW and SGD, parameter groups, LR schedules, clipping
+      >>json        one strict JSON reader: safetensors headers, config.json
       >>checkpoint  safetensors weights, training-state checkpoints
       >>data        tokenizers, token shards, text loading
       >>loop        progress/ETA, CSV, TensorBoard, spike guard, early stop, profile
@@ -84,6 +85,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <math.h> /* trn_rope_inv_freq below */
 
 #ifndef TRNDEF
 #ifdef TRAIN_STATIC
@@ -246,6 +248,60 @@ TRNDEF const char *trn_shape_str(const trn_tensor *t, char *buf, size_t n);
    pointers are in the backend's memory. Backward kernels ACCUMULATE (+=)
    into their gradient outputs; a NULL gradient output is skipped.
    ------------------------------------------------------------------------ */
+/* RoPE's frequencies as Hugging Face configs scale them (rope_scaling in
+   transformers 4.x, rope_parameters in 5.x; "type" or "rope_type"). Pair
+   i of a head of hs channels turns by position p times an inverse
+   frequency f_i; plain RoPE has f_i = theta^(-2i/hs). The scalings:
+     LINEAR   f_i / factor (positions interpolated: a context factor times
+              longer looks like the trained one)
+     DYNAMIC  "NTK-aware": plain RoPE up to original_max_pos tokens; beyond,
+              for a sequence of n = pos0 + T positions, the base grows to
+              theta * (factor * n / original_max_pos - (factor - 1))^(hs/(hs-2))
+              (transformers recomputes it when the positions outgrow the
+              cache; here it follows each call's last position)
+     LLAMA3   by wavelength w_i = 2 pi / f_i against the original context
+              O = original_max_pos: w_i > O / low_freq_factor (slow pairs):
+              f_i / factor; w_i < O / high_freq_factor (fast pairs): f_i;
+              between, a blend with s = (O / w_i - low) / (high - low):
+              (1 - s) f_i / factor + s f_i
+   None of them scales the attention (YaRN would: not implemented). */
+typedef enum trn_rope_type {
+    TRN_ROPE_DEFAULT = 0, TRN_ROPE_LINEAR, TRN_ROPE_DYNAMIC, TRN_ROPE_LLAMA3
+} trn_rope_type;
+typedef struct trn_rope_scaling {
+    int type;                                /* a trn_rope_type             */
+    float factor;                            /* linear, dynamic, llama3     */
+    float low_freq_factor, high_freq_factor; /* llama3 (1 and 4 in 3.1)     */
+    int original_max_pos;                    /* dynamic, llama3             */
+} trn_rope_scaling;
+/* both backends compute the frequencies with this one function (on a GPU
+   inside the kernel: it is __host__ __device__ under nvcc) */
+#ifdef __CUDACC__
+#define TRN__HD __host__ __device__
+#else
+#define TRN__HD
+#endif
+/* the inverse frequency of pair i (0 <= i < hs/2), in double; s NULL or
+   type DEFAULT: plain RoPE. seq_len: positions the call covers (pos0 + T) */
+static inline TRN__HD double trn_rope_inv_freq(int i, int hs, float theta, const trn_rope_scaling *s, int seq_len) {
+    double base = (double)theta, f, w, lo, hi, sm;
+    if (s && s->type == TRN_ROPE_DYNAMIC && seq_len > s->original_max_pos) {
+        double n = (double)s->factor * seq_len / s->original_max_pos - ((double)s->factor - 1.0);
+        base *= pow(n, (double)hs / (double)(hs - 2));
+    }
+    f = pow(base, -2.0 * i / hs);
+    if (!s) return f;
+    if (s->type == TRN_ROPE_LINEAR) return f / s->factor;
+    if (s->type != TRN_ROPE_LLAMA3) return f;
+    w = 2.0 * 3.141592653589793 / f;
+    lo = (double)s->original_max_pos / s->low_freq_factor; /* longer waves than this: scaled */
+    hi = (double)s->original_max_pos / s->high_freq_factor; /* shorter: kept */
+    if (w > lo) return f / s->factor;
+    if (w < hi) return f;
+    sm = ((double)s->original_max_pos / w - s->low_freq_factor) / ((double)s->high_freq_factor - s->low_freq_factor);
+    return (1.0 - sm) * f / s->factor + sm * f;
+}
+
 /* AdamW over the flat buffers in one pass needs to know, per element,
    whether weight decay applies: a slice is described by runs of elements
    treated alike, each run ending (exclusive, relative to the slice) at
@@ -331,9 +387,10 @@ typedef struct trn_backend {
     void (*rmsnorm_forward)(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps);
     void (*rmsnorm_backward)(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
                              const float *rstd, int N, int C);
-    void (*rope_forward)(float *out, const float *inp, int B, int T, int H, int R, int hs, int pos0, float theta);
+    void (*rope_forward)(float *out, const float *inp, int B, int T, int H, int R, int hs, int pos0, float theta,
+                         const trn_rope_scaling *sc);
     void (*rope_backward)(float *dinp, const float *dout, int B, int T, int H, int R, int hs, int pos0,
-                          float theta);
+                          float theta, const trn_rope_scaling *sc);
     /* fused attention (flash-style): what trn_attention runs; the pair
        above is the materialized reference */
     void (*flash_attention_forward)(float *out, float *lse, const float *qkv,
@@ -401,6 +458,9 @@ typedef struct trn_backend {
                        int n_seg, float lr, float beta1, float beta2, float eps, float weight_decay,
                        float bias_corr1, float bias_corr2, const float *clip, void *p_bf16);
     /* <<sync-free step */
+    /* the time ledger (train_cuda.h's >>sites): the launches that follow
+       belong to this scope ("classifier"; NULL: none). NULL: no ledger */
+    void (*site_scope)(const char *scope);
 } trn_backend;
 
 TRNDEF const trn_backend *trn_cpu_backend(void);
@@ -494,7 +554,8 @@ TRNDEF void trn_patchify(float *out, const float *img, int B, int H, int W, int 
    N*C elements (same shape) or C elements (one row, broadcast over rows).
    rope: rows of H heads of hs channels (B,T,H*hs); the first R heads of
    each row are rotated (HF rotate-half), the rest copied; row t sits at
-   position pos0 + t. */
+   position pos0 + t; sc (NULL: plain RoPE) scales the frequencies, see
+   trn_rope_scaling. */
 TRNDEF void trn_mul_forward(float *out, const float *a, const float *b, size_t N, size_t C);
 TRNDEF void trn_mul_backward(float *da, float *db, const float *dout, const float *a, const float *b,
                              size_t N, size_t C);
@@ -511,9 +572,9 @@ TRNDEF void trn_rmsnorm_forward(float *out, float *rstd, const float *inp, const
 TRNDEF void trn_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
                                  const float *rstd, int N, int C);
 TRNDEF void trn_rope_forward(float *out, const float *inp, int B, int T, int H, int R, int hs, int pos0,
-                             float theta);
+                             float theta, const trn_rope_scaling *sc);
 TRNDEF void trn_rope_backward(float *dinp, const float *dout, int B, int T, int H, int R, int hs, int pos0,
-                              float theta);
+                              float theta, const trn_rope_scaling *sc);
 /* >>ops3: shapes, reductions, dropout, more losses (see each definition) */
 TRNDEF void trn_dropout_forward(float *out, const float *inp, size_t n, float p, uint64_t key);
 TRNDEF void trn_dropout_backward(float *dinp, const float *dout, size_t n, float p, uint64_t key);
@@ -555,8 +616,8 @@ typedef struct trn_tape_entry {
     trn_tensor *out;
     trn_tensor *in[3];
     void *saved[3];            /* what forward kept for backward (arena)   */
-    int iarg[4];
-    float farg[2];
+    int iarg[6];
+    float farg[4];
 } trn_tape_entry;
 
 /* a bump allocator over one block of backend memory; see trn_reset */
@@ -779,7 +840,9 @@ TRNDEF trn_tensor *trn_mean_pool(trn_model *m, trn_tensor *x);
    input qkv (B,T,(NH+2*NKV)*hs): q heads, then k heads, then v heads; q and
    k heads are rotated, v heads copied; theta is the config's rope_theta;
    row t is position pos0 + t (0 when training; a KV cache passes the
-   number of tokens it already holds). */
+   number of tokens it already holds). trn_rope_scaled: the same with the
+   frequencies of a scaled RoPE (Llama 3.1's, linear, dynamic: see
+   trn_rope_scaling; NULL = trn_rope). */
 TRNDEF trn_tensor *trn_mul(trn_model *m, trn_tensor *a, trn_tensor *b);
 TRNDEF trn_tensor *trn_silu(trn_model *m, trn_tensor *x);
 TRNDEF trn_tensor *trn_sigmoid(trn_model *m, trn_tensor *x);
@@ -787,6 +850,8 @@ TRNDEF trn_tensor *trn_tanh(trn_model *m, trn_tensor *x);
 TRNDEF trn_tensor *trn_softmax(trn_model *m, trn_tensor *x);
 TRNDEF trn_tensor *trn_rmsnorm(trn_model *m, trn_tensor *x, trn_tensor *w, float eps);
 TRNDEF trn_tensor *trn_rope(trn_model *m, trn_tensor *qkv, int n_head, int n_kv_head, float theta, int pos0);
+TRNDEF trn_tensor *trn_rope_scaled(trn_model *m, trn_tensor *qkv, int n_head, int n_kv_head, float theta,
+                                   const trn_rope_scaling *sc, int pos0);
 /* >>ops3 on the tape.
    trn_dropout: in training mode zeroes each element with probability p and
      scales the rest by 1/(1-p); the mask comes from the model's RNG m->rng
@@ -860,8 +925,8 @@ typedef struct trn_op {
 } trn_op;
 
 typedef struct trn_op_args {         /* zero = none; copied into the entry   */
-    int i[4];                        /* -> e->iarg[0..3] */
-    float f[2];                      /* -> e->farg[0..1] */
+    int i[6];                        /* -> e->iarg[0..5] */
+    float f[4];                      /* -> e->farg[0..3] */
 } trn_op_args;
 
 /* run op->forward for the model's place and record the op on the tape (when
@@ -1055,6 +1120,77 @@ TRNDEF void trn_item_async(trn_model *m, const trn_tensor *t, float *dst);
 TRNDEF void trn_sync(trn_model *m);
 
 /* ------------------------------------------------------------------------
+   >>json declarations
+   One strict JSON reader (RFC 8259) serves the whole kit: the safetensors
+   header, vocab.json and tokenizer.json, and your config.json. Strict means
+   a document is read whole before you see a value: one value, UTF-8,
+   nothing after it but whitespace, no trailing comma, no comments, no NaN;
+   anything else is TRN_ERR_FORMAT naming the file and the byte. Then each
+   read checks its type (and an integer its range) and says which key.
+
+      trn_json cfg;
+      int64_t n_layer;
+      double theta = 10000.0;
+      char act[32];
+      trn_json_value root;
+      if (trn_json_load(&cfg, "config.json") != TRN_OK) ...;  // reason set
+      root = trn_json_root(&cfg);
+      rc = trn_json_int(trn_json_key(root, "num_hidden_layers"), 1, 1024, &n_layer);
+      if (trn_json_has(root, "rope_theta"))                   // optional key
+          rc = trn_json_number(trn_json_key(root, "rope_theta"), &theta);
+      rc = trn_json_string(trn_json_key(root, "hidden_act"), act, sizeof act);
+      trn_json_free(&cfg);
+
+   trn_json_key finds a member of that one object, never one nested deeper
+   ("rope_scaling": {"factor": 8} has no top-level "factor"; read it with
+   trn_json_key(trn_json_key(root, "rope_scaling"), "factor")). A key that
+   is missing gives a value of type TRN_JSON_NONE: reading it is
+   TRN_ERR_MISMATCH ("no key"); a key given twice is TRN_ERR_FORMAT.
+   32.7 or 1e3 read as an integer, or 4294967298 for [0, 2^31), is
+   TRN_ERR_FORMAT: integers are exact or refused.
+   ------------------------------------------------------------------------ */
+typedef enum trn_json_type {
+    TRN_JSON_NONE,   /* no such key / index (or not looked up in an object) */
+    TRN_JSON_NULL, TRN_JSON_BOOL, TRN_JSON_NUMBER, TRN_JSON_STRING, TRN_JSON_ARRAY, TRN_JSON_OBJECT
+} trn_json_type;
+
+typedef struct trn_json {
+    char *text;      /* the document, checked whole, NUL-terminated */
+    size_t n;        /* its length in bytes */
+    char name[256];  /* the file name (or the name given), for messages */
+} trn_json;
+
+/* a place in a document: a value, or none (at == NULL) */
+typedef struct trn_json_value {
+    const trn_json *doc;
+    const char *at;   /* the value's first byte; NULL: none */
+    const char *key;  /* the key it was found under (for messages), or NULL */
+    int twice;        /* the key was given twice in its object */
+} trn_json_value;
+
+/* read and check a whole file / a text (copied); free with trn_json_free */
+TRNDEF trn_result trn_json_load(trn_json *doc, const char *path);
+TRNDEF trn_result trn_json_parse(trn_json *doc, const char *text, size_t n, const char *name);
+TRNDEF void trn_json_free(trn_json *doc);
+TRNDEF trn_json_value trn_json_root(const trn_json *doc);
+TRNDEF trn_json_type trn_json_typeof(trn_json_value v);
+/* the member `key` of object obj (this level only); type NONE if absent */
+TRNDEF trn_json_value trn_json_key(trn_json_value obj, const char *key);
+TRNDEF int trn_json_has(trn_json_value obj, const char *key);
+/* elements of an array / members of an object (0 for anything else) */
+TRNDEF int trn_json_count(trn_json_value v);
+/* element i of an array, type NONE if out of range */
+TRNDEF trn_json_value trn_json_at(trn_json_value arr, int i);
+/* typed reads: TRN_OK, TRN_ERR_MISMATCH (none), TRN_ERR_FORMAT (wrong type,
+   not an integer, out of [lo, hi], twice); *out is untouched on error */
+TRNDEF trn_result trn_json_int(trn_json_value v, int64_t lo, int64_t hi, int64_t *out);
+TRNDEF trn_result trn_json_number(trn_json_value v, double *out);
+TRNDEF trn_result trn_json_bool(trn_json_value v, int *out);
+/* the decoded string (UTF-8, NUL-terminated) into buf[cap]: longer, or
+   holding \u0000, is TRN_ERR_FORMAT */
+TRNDEF trn_result trn_json_string(trn_json_value v, char *buf, size_t cap);
+
+/* ------------------------------------------------------------------------
    >>checkpoint declarations
    Every file is safetensors (Hugging Face's format: PyTorch, numpy and the
    Python `safetensors` package read it as is):
@@ -1166,6 +1302,11 @@ typedef struct trn_safetensors {
 
 TRNDEF trn_result trn_safetensors_open(trn_safetensors *f, const char *path);
 TRNDEF void trn_safetensors_close(trn_safetensors *f);
+/* a file about to be read is a regular file: a FIFO would block the
+   reader forever, a directory or a device is no file of ours. TRN_OK, or
+   TRN_ERR_IO with "PATH: a FIFO, not a regular file" (errno as stat's when
+   it failed). Every reader of the kit calls it before fopen. */
+TRNDEF trn_result trn_check_regular(const char *path);
 TRNDEF const trn_st_tensor *trn_safetensors_find(const trn_safetensors *f, const char *name);
 TRNDEF const char *trn_safetensors_meta(const trn_safetensors *f, const char *key); /* NULL: none */
 /* read one tensor into host memory (t->numel floats), converting F16 and
@@ -1703,11 +1844,15 @@ TRNDEF const char *trn_result_string(trn_result r) {
 
 TRNDEF const char *trn_error_reason(void) { return trn__reason; }
 
+/* formatted into a scratch buffer, then copied: the arguments may be
+   trn_error_reason() itself (a failure that wraps the one below it) */
 TRNDEF trn_result trn_fail(trn_result r, const char *fmt, ...) {
+    char msg[sizeof trn__reason];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(trn__reason, sizeof trn__reason, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    memcpy(trn__reason, msg, sizeof msg);
     return r;
 }
 
@@ -3184,7 +3329,7 @@ TRNDEF void trn_rmsnorm_backward(float *dinp, float *dw, const float *dout, cons
    Saved: nothing (the angles are recomputed). Angles in double: p * f_i
    reaches thousands of radians, where float would lose the phase. */
 static void trn__rope_rows(float *y, const float *x, int B, int T, int H, int R, int hs, int pos0, float theta,
-                           int inverse) {
+                           const trn_rope_scaling *sc, int inverse) {
     int bt, t, half = hs / 2;
     size_t row = (size_t)H * hs;
     /* the (T, hs/2) cos and sin once; every batch row uses the same ones */
@@ -3196,7 +3341,7 @@ static void trn__rope_rows(float *y, const float *x, int B, int T, int H, int R,
     for (t = 0; t < T; t++) {
         int i;
         for (i = 0; i < half; i++) {
-            double a = (double)(pos0 + t) * pow((double)theta, -2.0 * i / hs);
+            double a = (double)(pos0 + t) * trn_rope_inv_freq(i, hs, theta, sc, pos0 + T);
             cs[2 * ((size_t)t * half + i)] = (float)cos(a);
             cs[2 * ((size_t)t * half + i) + 1] = (float)(inverse ? -sin(a) : sin(a));
         }
@@ -3220,13 +3365,13 @@ static void trn__rope_rows(float *y, const float *x, int B, int T, int H, int R,
     trn_free(cs);
 }
 TRNDEF void trn_rope_forward(float *out, const float *inp, int B, int T, int H, int R, int hs, int pos0,
-                             float theta) {
+                             float theta, const trn_rope_scaling *sc) {
     memset(out, 0, sizeof(float) * (size_t)B * T * H * hs);
-    trn__rope_rows(out, inp, B, T, H, R, hs, pos0, theta, 0);
+    trn__rope_rows(out, inp, B, T, H, R, hs, pos0, theta, sc, 0);
 }
 TRNDEF void trn_rope_backward(float *dinp, const float *dout, int B, int T, int H, int R, int hs, int pos0,
-                              float theta) {
-    if (dinp) trn__rope_rows(dinp, dout, B, T, H, R, hs, pos0, theta, 1);
+                              float theta, const trn_rope_scaling *sc) {
+    if (dinp) trn__rope_rows(dinp, dout, B, T, H, R, hs, pos0, theta, sc, 1);
 }
 
 /* ========================================================================
@@ -4715,6 +4860,8 @@ TRNDEF trn_tensor *trn_cross_entropy(trn_model *m, trn_tensor *logits, const int
    the gradients of the layers below reuse its bytes. With the tape off
    (evaluation) only the losses are computed, chunk by chunk. Same backend
    kernels as the unfused pair: matmul, cross-entropy, zero, scale, add. */
+/* the classifier's launches, told apart in the time ledger (train_cuda.h) */
+#define TRN__SITE_SCOPE(bk, name) do { if ((bk)->site_scope) (bk)->site_scope(name); } while (0)
 #ifndef TRN__XENT_CHUNK_FLOATS /* (tests set it small to get many chunks) */
 #define TRN__XENT_CHUNK_FLOATS ((size_t)1 << 23) /* 32 MB of logits per chunk */
 #endif
@@ -4724,6 +4871,7 @@ static void trn__linear_xent_bw(trn_model *m, trn_tape_entry *e) {
     float dloss;
     int k, fresh;
     dloss = trn__scalar_grad(m, e->out); /* no download when it is the loss */
+    TRN__SITE_SCOPE(m->backend, "classifier");
     if (e->iarg[0]) { /* "dlogits": the linear layer's backward, as unfused */
         int N = e->iarg[1], C = e->iarg[2], Vp = e->iarg[3];
         float *dl = (float *)e->saved[0];
@@ -4731,6 +4879,7 @@ static void trn__linear_xent_bw(trn_model *m, trn_tape_entry *e) {
         m->backend->matmul_backward(trn__want(m, x, NULL), trn__want(m, w, NULL), trn__want(m, b, NULL), dl, x->data,
                                     w->data, N, C, Vp);
         trn__grads_free(m, dl);
+        TRN__SITE_SCOPE(m->backend, NULL);
         return;
     }
     for (k = 0; k < 3; k++) { /* "chunks": dx, dW, db (NULL: no gradient wanted) */
@@ -4749,6 +4898,7 @@ static void trn__linear_xent_bw(trn_model *m, trn_tape_entry *e) {
         }
         trn__grads_free(m, saved);
     }
+    TRN__SITE_SCOPE(m->backend, NULL);
 }
 
 TRNDEF trn_tensor *trn_linear_cross_entropy(trn_model *m, trn_tensor *x, trn_tensor *w, trn_tensor *b,
@@ -4786,6 +4936,7 @@ TRNDEF trn_tensor *trn_linear_cross_entropy(trn_model *m, trn_tensor *x, trn_ten
     if (want) dlogits = (float *)trn__grads_alloc(m, A * (size_t)R * Vp);
     logits = (float *)trn__grads_alloc(m, A * (size_t)R * Vp);
     lse = (float *)trn__grads_alloc(m, sizeof(float) * (size_t)R);
+    TRN__SITE_SCOPE(bk, "classifier");
     for (r0 = 0; r0 < N; r0 += R) {
         int n = TRN__MIN(R, N - r0);
         const float *xc = (const float *)((const char *)x->data + (size_t)r0 * C * A);
@@ -4799,6 +4950,7 @@ TRNDEF trn_tensor *trn_linear_cross_entropy(trn_model *m, trn_tensor *x, trn_ten
         if (dxc) bk->zero(dxc, A * (size_t)n * C);
         bk->matmul_backward(dxc, dw, db, dlogits, xc, w->data, n, C, Vp);
     }
+    TRN__SITE_SCOPE(bk, NULL);
     trn__grads_free(m, lse);
     trn__grads_free(m, logits);
     if (!keep_dlogits) trn__grads_free(m, dlogits);
@@ -5051,19 +5203,33 @@ TRNDEF trn_tensor *trn_rmsnorm(trn_model *m, trn_tensor *x, trn_tensor *w, float
     return out;
 }
 
-/* iarg: H heads per row, R rotated, hs, pos0; farg[0]: theta. Saves nothing. */
+/* iarg: H heads per row, R rotated, hs, pos0, the scaling's type and
+   original_max_pos; farg: theta, factor, low_freq_factor, high_freq_factor.
+   Saves nothing. */
+static trn_rope_scaling trn__rope_sc(const trn_tape_entry *e) {
+    trn_rope_scaling sc;
+    sc.type = e->iarg[4]; sc.original_max_pos = e->iarg[5];
+    sc.factor = e->farg[1]; sc.low_freq_factor = e->farg[2]; sc.high_freq_factor = e->farg[3];
+    return sc;
+}
 static void trn__rope_fw(trn_model *m, trn_tape_entry *e) {
     trn_tensor *x = e->in[0];
+    trn_rope_scaling sc = trn__rope_sc(e);
     m->backend->rope_forward(e->out->data, x->data, x->shape[0], x->shape[1], e->iarg[0], e->iarg[1], e->iarg[2],
-                             e->iarg[3], e->farg[0]);
+                             e->iarg[3], e->farg[0], sc.type ? &sc : NULL);
 }
 static void trn__rope_bw(trn_model *m, trn_tape_entry *e) {
     trn_tensor *x = e->in[0];
+    trn_rope_scaling sc = trn__rope_sc(e);
     m->backend->rope_backward(trn_grad(m, x), trn_grad(m, e->out), x->shape[0], x->shape[1], e->iarg[0], e->iarg[1],
-                              e->iarg[2], e->iarg[3], e->farg[0]);
+                              e->iarg[2], e->iarg[3], e->farg[0], sc.type ? &sc : NULL);
 }
 static const trn_op trn__rope_op = TRN__OP2("rope", trn__rope_fw, trn__rope_bw);
 TRNDEF trn_tensor *trn_rope(trn_model *m, trn_tensor *qkv, int n_head, int n_kv_head, float theta, int pos0) {
+    return trn_rope_scaled(m, qkv, n_head, n_kv_head, theta, NULL, pos0);
+}
+TRNDEF trn_tensor *trn_rope_scaled(trn_model *m, trn_tensor *qkv, int n_head, int n_kv_head, float theta,
+                                   const trn_rope_scaling *sc, int pos0) {
     trn_tensor *out;
     trn_op_args args;
     int heads = n_head + 2 * n_kv_head;
@@ -5076,9 +5242,20 @@ TRNDEF trn_tensor *trn_rope(trn_model *m, trn_tensor *qkv, int n_head, int n_kv_
                   "n_kv_head; got %s with n_head=%d, n_kv_head=%d", trn_shape_str(qkv, s, 64), n_head, n_kv_head);
     }
     if (!(theta > 1.0f) || pos0 < 0) trn_fatal("trn_rope: theta must be > 1 (got %g), pos0 >= 0 (got %d)", (double)theta, pos0);
+    if (sc && sc->type != TRN_ROPE_DEFAULT &&
+        (sc->type < TRN_ROPE_DEFAULT || sc->type > TRN_ROPE_LLAMA3 || !(sc->factor > 0.0f) ||
+         (sc->type != TRN_ROPE_LINEAR && sc->original_max_pos <= 0) ||
+         (sc->type == TRN_ROPE_LLAMA3 && !(sc->low_freq_factor > 0.0f && sc->high_freq_factor > sc->low_freq_factor))))
+        trn_fatal("trn_rope_scaled: scaling type %d with factor %g, low/high freq factors %g/%g, original_max_pos %d: "
+                  "type 0..3, factor > 0, original_max_pos > 0 (dynamic, llama3), 0 < low < high (llama3)", sc->type,
+                  (double)sc->factor, (double)sc->low_freq_factor, (double)sc->high_freq_factor, sc->original_max_pos);
     memset(&args, 0, sizeof args);
     args.i[0] = heads; args.i[1] = n_head + n_kv_head; args.i[2] = qkv->shape[2] / heads; args.i[3] = pos0;
     args.f[0] = theta;
+    if (sc && sc->type != TRN_ROPE_DEFAULT) {
+        args.i[4] = sc->type; args.i[5] = sc->original_max_pos;
+        args.f[1] = sc->factor; args.f[2] = sc->low_freq_factor; args.f[3] = sc->high_freq_factor;
+    }
     out = trn_tensor_new(m, "rope", 3, qkv->shape);
     trn_op_apply(m, &trn__rope_op, out, qkv, NULL, NULL, &args);
     return out;
@@ -6554,6 +6731,551 @@ TRNDEF void trn_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha
 
 /* <<matmul implementation end */
 
+/* >>json implementation */
+/* ========================================================================
+   >>json
+   UTF-8 (decode, encode) and one JSON reader: a cursor (trn__jp) that
+   the safetensors header, vocab.json and the public trn_json_* calls all
+   walk with. Every read checks the bounds first.
+   ======================================================================== */
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
+
+#define TRN__NO_CHAR 0xFFFFFFFFu   /* "not a character": bad UTF-8 */
+#define TRN__JSON_MAX_DEPTH 64     /* nesting the reader follows    */
+
+/* one UTF-8 character at s[0..n), n >= 1: returns its length and sets *cp;
+   an invalid, overlong or truncated sequence, a surrogate, or anything
+   above U+10FFFF (RFC 3629) is one byte, *cp = NO_CHAR */
+static size_t trn__utf8_decode(const unsigned char *s, size_t n, uint32_t *cp) {
+    uint32_t c = s[0], min;
+    size_t len, i;
+    *cp = TRN__NO_CHAR;
+    if (c < 0x80) { *cp = c; return 1; }
+    if (c >= 0xC2 && c <= 0xDF) { len = 2; c &= 0x1F; min = 0x80; }
+    else if (c >= 0xE0 && c <= 0xEF) { len = 3; c &= 0x0F; min = 0x800; }
+    else if (c >= 0xF0 && c <= 0xF4) { len = 4; c &= 0x07; min = 0x10000; }
+    else return 1;
+    if (n < len) return 1;
+    for (i = 1; i < len; i++) {
+        if ((s[i] & 0xC0) != 0x80) return 1;
+        c = (c << 6) | (s[i] & 0x3F);
+    }
+    if (c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) return 1;
+    *cp = c;
+    return len;
+}
+
+/* code point c (<= U+10FFFF) as 1..4 UTF-8 bytes at out */
+static size_t trn__utf8_encode(uint32_t c, char *out) {
+    if (c < 0x80) { out[0] = (char)c; return 1; }
+    if (c < 0x800) { out[0] = (char)(0xC0 | (c >> 6)); out[1] = (char)(0x80 | (c & 0x3F)); return 2; }
+    if (c < 0x10000) {
+        out[0] = (char)(0xE0 | (c >> 12)); out[1] = (char)(0x80 | ((c >> 6) & 0x3F));
+        out[2] = (char)(0x80 | (c & 0x3F)); return 3;
+    }
+    out[0] = (char)(0xF0 | (c >> 18)); out[1] = (char)(0x80 | ((c >> 12) & 0x3F));
+    out[2] = (char)(0x80 | ((c >> 6) & 0x3F)); out[3] = (char)(0x80 | (c & 0x3F));
+    return 4;
+}
+
+/* is the NUL-terminated s valid UTF-8? */
+static int trn__utf8_valid(const char *s) {
+    const unsigned char *p = (const unsigned char *)s, *end = p + strlen(s);
+    while (p < end) {
+        uint32_t cp;
+        p += trn__utf8_decode(p, (size_t)(end - p), &cp);
+        if (cp == TRN__NO_CHAR) return 0;
+    }
+    return 1;
+}
+
+/* --- the cursor ------------------------------------------------------
+   j->p walks the text s[0..end). Decoded strings (trn__jstring) go to
+   pool, which the caller sizes as the text plus one: a decoded string is
+   never longer than its quoted source. Errors name the file and the byte
+   ("what at byte N", N counted from `base`). */
+typedef struct trn__jp {
+    const char *s, *p, *end; /* text, cursor, one past the end */
+    char *pool;              /* where trn__jstring decodes to, or NULL */
+    size_t pool_used;
+    const char *path;        /* for messages */
+    const char *what;        /* "bad JSON", "bad safetensors header" */
+    size_t base;             /* added to byte offsets in messages */
+} trn__jp;
+
+static void trn__jp_init(trn__jp *j, const char *s, size_t n, const char *path, const char *what, size_t base) {
+    memset(j, 0, sizeof *j);
+    j->s = j->p = s;
+    j->end = s + n;
+    j->path = path;
+    j->what = what;
+    j->base = base;
+}
+
+static trn_result trn__jerr(trn__jp *j, const char *msg) {
+    return trn_fail(TRN_ERR_FORMAT, "%s: %s at byte %zu: %s", j->path, j->what, (size_t)(j->p - j->s) + j->base, msg);
+}
+
+static void trn__jws(trn__jp *j) {
+    while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r')) j->p++;
+}
+
+/* after whitespace, is the next character c? (consumes it if so) */
+static int trn__jeat(trn__jp *j, char c) {
+    trn__jws(j);
+    if (j->p < j->end && *j->p == c) { j->p++; return 1; }
+    return 0;
+}
+
+static int trn__jhex4(const char *p, const char *end, uint32_t *out) {
+    uint32_t v = 0;
+    int i;
+    if (end - p < 4) return 0;
+    for (i = 0; i < 4; i++) {
+        char c = p[i];
+        v <<= 4;
+        if (c >= '0' && c <= '9') v |= (uint32_t)(c - '0');
+        else if (c >= 'a' && c <= 'f') v |= (uint32_t)(c - 'a' + 10);
+        else if (c >= 'A' && c <= 'F') v |= (uint32_t)(c - 'A' + 10);
+        else return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+#define TRN__JSTR_END 0xFFFFFFFEu /* trn__jchar: the closing quote */
+
+/* the next character of a string (the cursor is past its opening quote):
+   raw UTF-8 or an escape, \uD83D\uDE00 pairs joined into U+1F600. Sets
+   *cp, or TRN__JSTR_END after consuming the closing quote. \u0000 comes
+   back as 0: callers that keep C strings refuse it. */
+static trn_result trn__jchar(trn__jp *j, uint32_t *cp) {
+    uint32_t lo;
+    if (j->p >= j->end) return trn__jerr(j, "unterminated string");
+    if (*j->p == '"') { j->p++; *cp = TRN__JSTR_END; return TRN_OK; }
+    if ((unsigned char)*j->p < 0x20) return trn__jerr(j, "control character inside a string");
+    if (*j->p != '\\') {
+        size_t w = trn__utf8_decode((const unsigned char *)j->p, (size_t)(j->end - j->p), cp);
+        if (*cp == TRN__NO_CHAR) return trn__jerr(j, "invalid UTF-8 in a string");
+        j->p += w;
+        return TRN_OK;
+    }
+    if (j->end - j->p < 2) return trn__jerr(j, "unterminated escape");
+    switch (j->p[1]) {
+    case '"': *cp = '"'; break;
+    case '\\': *cp = '\\'; break;
+    case '/': *cp = '/'; break;
+    case 'b': *cp = '\b'; break;
+    case 'f': *cp = '\f'; break;
+    case 'n': *cp = '\n'; break;
+    case 'r': *cp = '\r'; break;
+    case 't': *cp = '\t'; break;
+    case 'u':
+        if (!trn__jhex4(j->p + 2, j->end, cp)) return trn__jerr(j, "bad \\u escape");
+        if (*cp >= 0xDC00 && *cp <= 0xDFFF) return trn__jerr(j, "unpaired UTF-16 surrogate in \\u escape");
+        if (*cp >= 0xD800 && *cp <= 0xDBFF) { /* a high surrogate: its low half must follow */
+            if (j->end - j->p < 12 || j->p[6] != '\\' || j->p[7] != 'u' || !trn__jhex4(j->p + 8, j->end, &lo) ||
+                lo < 0xDC00 || lo > 0xDFFF)
+                return trn__jerr(j, "unpaired UTF-16 surrogate in \\u escape");
+            *cp = 0x10000 + ((*cp - 0xD800) << 10) + (lo - 0xDC00);
+            j->p += 6;
+        }
+        j->p += 4;
+        break;
+    default: return trn__jerr(j, "unknown escape in a string");
+    }
+    j->p += 2;
+    return TRN_OK;
+}
+
+/* after whitespace, the opening quote of a string */
+static trn_result trn__jopen(trn__jp *j) {
+    trn__jws(j);
+    if (j->p >= j->end || *j->p != '"') return trn__jerr(j, "expected a string");
+    j->p++;
+    return TRN_OK;
+}
+
+/* a string at the cursor, decoded (UTF-8, NUL-terminated) into the pool */
+static trn_result trn__jstring(trn__jp *j, const char **out) {
+    char *start = j->pool + j->pool_used, *o = start;
+    trn_result r = trn__jopen(j);
+    for (;;) {
+        uint32_t cp;
+        if (r != TRN_OK || (r = trn__jchar(j, &cp)) != TRN_OK) return r;
+        if (cp == TRN__JSTR_END) break;
+        if (cp == 0) return trn__jerr(j, "NUL character (\\u0000) in a string");
+        o += trn__utf8_encode(cp, o);
+    }
+    *o++ = 0;
+    j->pool_used = (size_t)(o - j->pool);
+    *out = start;
+    return TRN_OK;
+}
+
+/* an integer in [lo, hi]: -?(0|[1-9][0-9]*), no fraction, no exponent.
+   Exact or refused: 32.7, 1e3 and 4294967298 for an int32 are errors. */
+static trn_result trn__jint(trn__jp *j, int64_t lo, int64_t hi, int64_t *out) {
+    uint64_t v = 0, lim;
+    const char *start;
+    char msg[120];
+    int neg, big = 0;
+    int64_t x;
+    trn__jws(j);
+    start = j->p;
+    neg = j->p < j->end && *j->p == '-';
+    j->p += neg;
+    lim = neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX; /* |int64| */
+    while (j->p < j->end && *j->p >= '0' && *j->p <= '9') {
+        uint64_t d = (uint64_t)(*j->p++ - '0');
+        if (big || v > (lim - d) / 10) big = 1; /* past int64: outside any range */
+        else v = v * 10 + d;
+    }
+    if (j->p == start + neg) return trn__jerr(j, "expected an integer");
+    if (start[neg] == '0' && j->p - start - neg > 1) return trn__jerr(j, "number with a leading zero");
+    if (j->p < j->end && (*j->p == '.' || *j->p == 'e' || *j->p == 'E'))
+        return trn__jerr(j, "expected an integer, found a fraction or an exponent");
+    x = !neg ? (int64_t)v : v > (uint64_t)INT64_MAX ? INT64_MIN : -(int64_t)v;
+    if (big || x < lo || x > hi) {
+        j->p = start;
+        snprintf(msg, sizeof msg, "integer outside [%lld, %lld]", (long long)lo, (long long)hi);
+        return trn__jerr(j, msg);
+    }
+    *out = x;
+    return TRN_OK;
+}
+
+/* a non-negative integer (shapes, offsets) */
+static trn_result trn__juint(trn__jp *j, uint64_t *out) {
+    int64_t v;
+    trn_result r;
+    trn__jws(j);
+    if (j->p < j->end && *j->p == '-') return trn__jerr(j, "negative number where a size is expected");
+    if ((r = trn__jint(j, 0, INT64_MAX, &v)) != TRN_OK) return r;
+    *out = (uint64_t)v;
+    return TRN_OK;
+}
+
+/* any value at the cursor, checked and passed over (depth: its nesting) */
+static trn_result trn__jskip(trn__jp *j, int depth) {
+    trn_result r;
+    uint32_t cp;
+    trn__jws(j);
+    if (depth > TRN__JSON_MAX_DEPTH) return trn__jerr(j, "JSON nested too deeply");
+    if (j->p >= j->end) return trn__jerr(j, "unexpected end of the text");
+    switch (*j->p) {
+    case '"':
+        j->p++;
+        do {
+            if ((r = trn__jchar(j, &cp)) != TRN_OK) return r;
+        } while (cp != TRN__JSTR_END);
+        return TRN_OK;
+    case '{':
+        j->p++;
+        if (trn__jeat(j, '}')) return TRN_OK;
+        for (;;) {
+            trn__jws(j);
+            if (j->p >= j->end || *j->p != '"') return trn__jerr(j, "expected a string (an object's key)");
+            if ((r = trn__jskip(j, depth + 1)) != TRN_OK) return r;
+            if (!trn__jeat(j, ':')) return trn__jerr(j, "expected ':'");
+            if ((r = trn__jskip(j, depth + 1)) != TRN_OK) return r;
+            if (trn__jeat(j, '}')) return TRN_OK;
+            if (!trn__jeat(j, ',')) return trn__jerr(j, "expected ',' or '}'");
+        }
+    case '[':
+        j->p++;
+        if (trn__jeat(j, ']')) return TRN_OK;
+        for (;;) {
+            if ((r = trn__jskip(j, depth + 1)) != TRN_OK) return r;
+            if (trn__jeat(j, ']')) return TRN_OK;
+            if (!trn__jeat(j, ',')) return trn__jerr(j, "expected ',' or ']'");
+        }
+    case 't': case 'f': case 'n': {
+        const char *lit = *j->p == 't' ? "true" : *j->p == 'f' ? "false" : "null";
+        size_t n = strlen(lit);
+        if ((size_t)(j->end - j->p) < n || memcmp(j->p, lit, n) != 0) return trn__jerr(j, "unknown literal");
+        j->p += n;
+        return TRN_OK;
+    }
+    default: { /* number: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? */
+        const char *d;
+        if (*j->p == '-') j->p++;
+        d = j->p;
+        while (j->p < j->end && *j->p >= '0' && *j->p <= '9') j->p++;
+        if (j->p == d) return trn__jerr(j, "expected a value");
+        if (*d == '0' && j->p - d > 1) return trn__jerr(j, "number with a leading zero");
+        if (j->p < j->end && *j->p == '.') {
+            d = ++j->p;
+            while (j->p < j->end && *j->p >= '0' && *j->p <= '9') j->p++;
+            if (j->p == d) return trn__jerr(j, "bad number");
+        }
+        if (j->p < j->end && (*j->p == 'e' || *j->p == 'E')) {
+            j->p++;
+            if (j->p < j->end && (*j->p == '+' || *j->p == '-')) j->p++;
+            d = j->p;
+            while (j->p < j->end && *j->p >= '0' && *j->p <= '9') j->p++;
+            if (j->p == d) return trn__jerr(j, "bad number");
+        }
+        return TRN_OK;
+    }
+    }
+}
+
+/* --- the public reader: trn_json_* ----------------------------------- */
+TRNDEF trn_result trn_json_parse(trn_json *doc, const char *text, size_t n, const char *name) {
+    trn__jp j;
+    trn_result r;
+    if (!doc) return trn_fail(TRN_ERR_INVALID, "trn_json_parse: NULL document");
+    memset(doc, 0, sizeof *doc);
+    snprintf(doc->name, sizeof doc->name, "%s", name ? name : "(json)");
+    if (!text && n) return trn_fail(TRN_ERR_INVALID, "trn_json_parse: NULL text");
+    if (!(doc->text = (char *)trn_alloc(n + 1, TRN_KIND_TEMP))) return TRN_ERR_NOMEM;
+    if (n) memcpy(doc->text, text, n);
+    doc->text[n] = 0;
+    doc->n = n;
+    trn__jp_init(&j, doc->text, n, doc->name, "bad JSON", 0);
+    if (n >= 3 && memcmp(j.p, "\xEF\xBB\xBF", 3) == 0) j.p += 3; /* a UTF-8 byte order mark */
+    if ((r = trn__jskip(&j, 0)) == TRN_OK) {
+        trn__jws(&j);
+        if (j.p != j.end) r = trn__jerr(&j, "text after the value");
+    }
+    if (r != TRN_OK) trn_json_free(doc);
+    return r;
+}
+
+TRNDEF trn_result trn_json_load(trn_json *doc, const char *path) {
+    FILE *f;
+    struct stat st;
+    char *buf;
+    size_t got;
+    trn_result r;
+    if (!doc || !path) return trn_fail(TRN_ERR_INVALID, "trn_json_load: NULL argument");
+    memset(doc, 0, sizeof *doc);
+    if (!(f = fopen(path, "rb"))) return trn_fail(TRN_ERR_IO, "open %s: %s", path, strerror(errno));
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+        fclose(f);
+        return trn_fail(TRN_ERR_IO, "%s: not a regular file", path);
+    }
+    if (!(buf = (char *)trn_alloc((size_t)st.st_size + 1, TRN_KIND_TEMP))) { fclose(f); return TRN_ERR_NOMEM; }
+    got = fread(buf, 1, (size_t)st.st_size, f);
+    if (got != (size_t)st.st_size || ferror(f)) {
+        r = trn_fail(TRN_ERR_IO, "read %s: %s", path, ferror(f) ? strerror(errno) : "shorter than its size");
+        fclose(f);
+        trn_free(buf);
+        return r;
+    }
+    fclose(f);
+    r = trn_json_parse(doc, buf, got, path);
+    trn_free(buf);
+    return r;
+}
+
+TRNDEF void trn_json_free(trn_json *doc) {
+    if (!doc) return;
+    trn_free(doc->text);
+    doc->text = NULL;
+    doc->n = 0;
+}
+
+TRNDEF trn_json_value trn_json_root(const trn_json *doc) {
+    trn_json_value v = {NULL, NULL, NULL, 0};
+    trn__jp j;
+    if (!doc || !doc->text) return v;
+    trn__jp_init(&j, doc->text, doc->n, doc->name, "bad JSON", 0);
+    if (doc->n >= 3 && memcmp(j.p, "\xEF\xBB\xBF", 3) == 0) j.p += 3;
+    trn__jws(&j);
+    v.doc = doc;
+    v.at = j.p;
+    return v;
+}
+
+TRNDEF trn_json_type trn_json_typeof(trn_json_value v) {
+    if (!v.at) return TRN_JSON_NONE;
+    switch (*v.at) {
+    case 'n': return TRN_JSON_NULL;
+    case 't': case 'f': return TRN_JSON_BOOL;
+    case '"': return TRN_JSON_STRING;
+    case '[': return TRN_JSON_ARRAY;
+    case '{': return TRN_JSON_OBJECT;
+    default: return TRN_JSON_NUMBER;
+    }
+}
+
+/* a cursor on a value of a checked document (its errors cannot happen) */
+static trn__jp trn__json_cursor(trn_json_value v) {
+    trn__jp j;
+    trn__jp_init(&j, v.doc->text, v.doc->n, v.doc->name, "bad JSON", 0);
+    j.p = v.at;
+    return j;
+}
+
+/* is the string at the cursor (on its quote) exactly key? leaves the
+   cursor after the string */
+static int trn__jkey_is(trn__jp *j, const char *key) {
+    size_t k = 0, n = strlen(key);
+    int same = 1;
+    uint32_t cp;
+    char u[4];
+    j->p++;
+    while (trn__jchar(j, &cp) == TRN_OK && cp != TRN__JSTR_END) {
+        size_t w = trn__utf8_encode(cp, u);
+        if (same && k + w <= n && memcmp(key + k, u, w) == 0) k += w;
+        else same = 0;
+    }
+    return same && k == n;
+}
+
+TRNDEF trn_json_value trn_json_key(trn_json_value obj, const char *key) {
+    trn_json_value v = {NULL, NULL, NULL, 0};
+    trn__jp j;
+    v.doc = obj.doc;
+    v.key = key;
+    if (trn_json_typeof(obj) != TRN_JSON_OBJECT || !key) return v;
+    j = trn__json_cursor(obj);
+    j.p++;
+    if (trn__jeat(&j, '}')) return v;
+    for (;;) {
+        int hit;
+        trn__jws(&j);
+        hit = trn__jkey_is(&j, key);
+        trn__jeat(&j, ':');
+        trn__jws(&j);
+        if (hit) {
+            if (v.at) { v.twice = 1; return v; }
+            v.at = j.p;
+        }
+        if (trn__jskip(&j, 1) != TRN_OK || !trn__jeat(&j, ',')) return v;
+    }
+}
+
+TRNDEF int trn_json_has(trn_json_value obj, const char *key) {
+    return trn_json_key(obj, key).at != NULL;
+}
+
+TRNDEF int trn_json_count(trn_json_value v) {
+    trn_json_type t = trn_json_typeof(v);
+    trn__jp j;
+    int n = 0;
+    if (t != TRN_JSON_ARRAY && t != TRN_JSON_OBJECT) return 0;
+    j = trn__json_cursor(v);
+    j.p++;
+    if (trn__jeat(&j, t == TRN_JSON_ARRAY ? ']' : '}')) return 0;
+    for (;;) {
+        n++;
+        if (t == TRN_JSON_OBJECT) { trn__jskip(&j, 1); trn__jeat(&j, ':'); }
+        if (trn__jskip(&j, 1) != TRN_OK || !trn__jeat(&j, ',')) return n;
+    }
+}
+
+TRNDEF trn_json_value trn_json_at(trn_json_value arr, int i) {
+    trn_json_value v = {NULL, NULL, NULL, 0};
+    trn__jp j;
+    int k;
+    v.doc = arr.doc;
+    v.key = arr.key;
+    if (trn_json_typeof(arr) != TRN_JSON_ARRAY || i < 0) return v;
+    j = trn__json_cursor(arr);
+    j.p++;
+    if (trn__jeat(&j, ']')) return v;
+    for (k = 0;; k++) {
+        trn__jws(&j);
+        if (k == i) { v.at = j.p; return v; }
+        if (trn__jskip(&j, 1) != TRN_OK || !trn__jeat(&j, ',')) return v;
+    }
+}
+
+/* the text of a number value, for messages and strtod: 0 if too long */
+static size_t trn__json_span(trn_json_value v, char *buf, size_t cap) {
+    trn__jp j = trn__json_cursor(v);
+    size_t n;
+    trn__jskip(&j, 0);
+    n = (size_t)(j.p - v.at);
+    if (n >= cap) { snprintf(buf, cap, "%.*s...", (int)(cap - 4), v.at); return 0; }
+    memcpy(buf, v.at, n);
+    buf[n] = 0;
+    return n;
+}
+
+/* the checks every typed read starts with: present, once, of type t */
+static trn_result trn__json_want(trn_json_value v, trn_json_type t, const char *type_name) {
+    const char *name = v.doc ? v.doc->name : "(json)", *key = v.key ? v.key : "(value)";
+    if (v.twice) return trn_fail(TRN_ERR_FORMAT, "%s: key '%s' is given twice", name, key);
+    if (!v.at) return trn_fail(TRN_ERR_MISMATCH, "%s: no key '%s'", name, key);
+    if (trn_json_typeof(v) != t) return trn_fail(TRN_ERR_FORMAT, "%s: '%s' is not %s", name, key, type_name);
+    return TRN_OK;
+}
+
+TRNDEF trn_result trn_json_int(trn_json_value v, int64_t lo, int64_t hi, int64_t *out) {
+    trn_result r = trn__json_want(v, TRN_JSON_NUMBER, "a number");
+    trn__jp j;
+    int64_t x;
+    if (r != TRN_OK) return r;
+    j = trn__json_cursor(v);
+    if (trn__jint(&j, lo, hi, &x) != TRN_OK) {
+        char num[48];
+        trn__json_span(v, num, sizeof num);
+        return trn_fail(TRN_ERR_FORMAT, "%s: '%s' = %s is not an integer in [%lld, %lld]", v.doc->name,
+                        v.key ? v.key : "(value)", num, (long long)lo, (long long)hi);
+    }
+    if (out) *out = x;
+    return TRN_OK;
+}
+
+TRNDEF trn_result trn_json_number(trn_json_value v, double *out) {
+    trn_result r = trn__json_want(v, TRN_JSON_NUMBER, "a number");
+    char buf[128], *end;
+    double x;
+    if (r != TRN_OK) return r;
+    if (!trn__json_span(v, buf, sizeof buf))
+        return trn_fail(TRN_ERR_FORMAT, "%s: '%s' = %s has more than %d characters", v.doc->name,
+                        v.key ? v.key : "(value)", buf, (int)sizeof buf - 1);
+    errno = 0;
+    x = strtod(buf, &end);
+    if (*end || (errno == ERANGE && fabs(x) > 1.0) || x != x)
+        return trn_fail(TRN_ERR_FORMAT, "%s: '%s' = %s is out of a double's range", v.doc->name,
+                        v.key ? v.key : "(value)", buf);
+    if (out) *out = x;
+    return TRN_OK;
+}
+
+TRNDEF trn_result trn_json_bool(trn_json_value v, int *out) {
+    trn_result r = trn__json_want(v, TRN_JSON_BOOL, "true or false");
+    if (r != TRN_OK) return r;
+    if (out) *out = *v.at == 't';
+    return TRN_OK;
+}
+
+TRNDEF trn_result trn_json_string(trn_json_value v, char *buf, size_t cap) {
+    trn_result r = trn__json_want(v, TRN_JSON_STRING, "a string");
+    trn__jp j;
+    size_t k = 0;
+    uint32_t cp;
+    char u[4];
+    if (r != TRN_OK) return r;
+    if (!buf || !cap) return trn_fail(TRN_ERR_INVALID, "trn_json_string: no buffer");
+    j = trn__json_cursor(v);
+    j.p++;
+    while (trn__jchar(&j, &cp) == TRN_OK && cp != TRN__JSTR_END) {
+        size_t w = trn__utf8_encode(cp, u);
+        if (cp == 0) return trn_fail(TRN_ERR_FORMAT, "%s: '%s' holds \\u0000", v.doc->name, v.key ? v.key : "(value)");
+        if (k + w >= cap)
+            return trn_fail(TRN_ERR_FORMAT, "%s: '%s' is longer than %zu bytes", v.doc->name, v.key ? v.key : "(value)",
+                            cap - 1);
+        memcpy(buf + k, u, w);
+        k += w;
+    }
+    buf[k] = 0;
+    return TRN_OK;
+}
+
+/* <<json implementation end */
+
 /* >>checkpoint implementation */
 /* ========================================================================
    >>checkpoint
@@ -6567,19 +7289,11 @@ TRNDEF void trn_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha
    Test hook: TRN_CKPT_TEST_DELAY_MS=<ms> sleeps after each tensor written,
    so a test can kill -9 a process in the middle of a save.
    ======================================================================== */
-#include <dirent.h>
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/stat.h>
-#include <sys/types.h>
-#include <time.h>
-#include <unistd.h>
 #if defined(__SSE4_2__) && defined(__x86_64__)
 #include <nmmintrin.h>
 #endif
 
 #define TRN__ST_MAX_HEADER 100000000u /* the Python package's limit, 100 MB  */
-#define TRN__ST_MAX_DEPTH 64          /* JSON nesting in fields we skip       */
 static size_t trn__st_staging = (size_t)4 << 20; /* staging buffer, bytes */
 
 /* --- CRC-32C: polynomial 0x1EDC6F41 (reflected: 0x82F63B78) --------------
@@ -6622,37 +7336,6 @@ static int trn__little_endian(void) {
     unsigned char b;
     memcpy(&b, &one, 1);
     return b == 1;
-}
-
-/* length of the valid UTF-8 sequence at p (1..4), 0 if invalid: no overlong
-   forms, no surrogates, nothing above U+10FFFF (RFC 3629) */
-static int trn__utf8_seq(const unsigned char *p, const unsigned char *end) {
-    unsigned c = p[0], cp;
-    int n, i;
-    if (c < 0x80) return 1;
-    if (c >= 0xC2 && c <= 0xDF) n = 2;
-    else if (c >= 0xE0 && c <= 0xEF) n = 3;
-    else if (c >= 0xF0 && c <= 0xF4) n = 4;
-    else return 0;
-    if (end - p < n) return 0;
-    cp = c & (0x7Fu >> n);
-    for (i = 1; i < n; i++) {
-        if ((p[i] & 0xC0u) != 0x80u) return 0;
-        cp = (cp << 6) | (p[i] & 0x3Fu);
-    }
-    if ((n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-        return 0;
-    return n;
-}
-
-static int trn__utf8_valid(const char *s) {
-    const unsigned char *p = (const unsigned char *)s, *end = p + strlen(s);
-    while (p < end) {
-        int n = trn__utf8_seq(p, end);
-        if (!n) return 0;
-        p += n;
-    }
-    return 1;
 }
 
 static const char *trn__shape64_str(char *buf, size_t n, int ndim, const int64_t *shape) {
@@ -6748,198 +7431,10 @@ TRNDEF trn_result trn_meta_get_f64(const trn_meta *meta, const char *key, double
 }
 
 /* --- the header parser -------------------------------------------------
-   The header is JSON (RFC 8259). This reader handles all of it: strings
-   with every escape (\uXXXX with surrogate pairs), numbers, true, false,
-   null, nesting; each read checks the bounds first. Decoded strings go to
-   one pool as large as the header (a decoded string is never longer than
-   its quoted source, so the pool cannot overflow). Fields of a tensor
-   other than dtype, shape and data_offsets are skipped, by a recursive
-   walk limited to TRN__ST_MAX_DEPTH levels. */
-typedef struct trn__jp {
-    const char *s, *p, *end; /* header text, cursor, one past the end */
-    char *pool;
-    size_t pool_used;
-    const char *path;
-} trn__jp;
-
-static trn_result trn__jerr(trn__jp *j, const char *what) {
-    return trn_fail(TRN_ERR_FORMAT, "%s: bad safetensors header at byte %zu: %s", j->path,
-                    (size_t)(j->p - j->s) + 8, what);
-}
-
-static void trn__jws(trn__jp *j) {
-    while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r')) j->p++;
-}
-
-/* after whitespace, is the next character c? (consumes it if so) */
-static int trn__jeat(trn__jp *j, char c) {
-    trn__jws(j);
-    if (j->p < j->end && *j->p == c) { j->p++; return 1; }
-    return 0;
-}
-
-static int trn__jhex4(const char *p, const char *end, unsigned *out) {
-    unsigned v = 0;
-    int i;
-    if (end - p < 4) return 0;
-    for (i = 0; i < 4; i++) {
-        char c = p[i];
-        v <<= 4;
-        if (c >= '0' && c <= '9') v |= (unsigned)(c - '0');
-        else if (c >= 'a' && c <= 'f') v |= (unsigned)(c - 'a' + 10);
-        else if (c >= 'A' && c <= 'F') v |= (unsigned)(c - 'A' + 10);
-        else return 0;
-    }
-    *out = v;
-    return 1;
-}
-
-/* a string at the cursor, decoded (UTF-8, NUL-terminated) into the pool */
-static trn_result trn__jstring(trn__jp *j, const char **out) {
-    char *start = j->pool + j->pool_used, *o = start;
-    trn__jws(j);
-    if (j->p >= j->end || *j->p != '"') return trn__jerr(j, "expected a string");
-    j->p++;
-    for (;;) {
-        unsigned char c;
-        if (j->p >= j->end) return trn__jerr(j, "unterminated string");
-        c = (unsigned char)*j->p;
-        if (c == '"') { j->p++; break; }
-        if (c < 0x20) return trn__jerr(j, "control character inside a string");
-        if (c == '\\') {
-            unsigned cp, lo;
-            if (j->end - j->p < 2) return trn__jerr(j, "unterminated escape");
-            j->p += 2;
-            switch (j->p[-1]) {
-            case '"': *o++ = '"'; break;
-            case '\\': *o++ = '\\'; break;
-            case '/': *o++ = '/'; break;
-            case 'b': *o++ = '\b'; break;
-            case 'f': *o++ = '\f'; break;
-            case 'n': *o++ = '\n'; break;
-            case 'r': *o++ = '\r'; break;
-            case 't': *o++ = '\t'; break;
-            case 'u':
-                if (!trn__jhex4(j->p, j->end, &cp)) return trn__jerr(j, "bad \\u escape");
-                j->p += 4;
-                if (cp >= 0xD800 && cp <= 0xDBFF) { /* high surrogate: a low one must follow */
-                    if (j->end - j->p < 6 || j->p[0] != '\\' || j->p[1] != 'u' ||
-                        !trn__jhex4(j->p + 2, j->end, &lo) || lo < 0xDC00 || lo > 0xDFFF)
-                        return trn__jerr(j, "unpaired UTF-16 surrogate in \\u escape");
-                    j->p += 6;
-                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-                } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
-                    return trn__jerr(j, "unpaired UTF-16 surrogate in \\u escape");
-                }
-                if (cp == 0) return trn__jerr(j, "NUL character (\\u0000) in a string");
-                if (cp < 0x80) *o++ = (char)cp;
-                else if (cp < 0x800) { *o++ = (char)(0xC0 | (cp >> 6)); *o++ = (char)(0x80 | (cp & 0x3F)); }
-                else if (cp < 0x10000) {
-                    *o++ = (char)(0xE0 | (cp >> 12)); *o++ = (char)(0x80 | ((cp >> 6) & 0x3F));
-                    *o++ = (char)(0x80 | (cp & 0x3F));
-                } else {
-                    *o++ = (char)(0xF0 | (cp >> 18)); *o++ = (char)(0x80 | ((cp >> 12) & 0x3F));
-                    *o++ = (char)(0x80 | ((cp >> 6) & 0x3F)); *o++ = (char)(0x80 | (cp & 0x3F));
-                }
-                break;
-            default: j->p--; return trn__jerr(j, "unknown escape in a string");
-            }
-        } else {
-            int n = trn__utf8_seq((const unsigned char *)j->p, (const unsigned char *)j->end);
-            if (!n) return trn__jerr(j, "invalid UTF-8 in a string");
-            memcpy(o, j->p, (size_t)n);
-            o += n;
-            j->p += n;
-        }
-    }
-    *o++ = 0;
-    j->pool_used = (size_t)(o - j->pool);
-    *out = start;
-    return TRN_OK;
-}
-
-/* a non-negative integer (shapes, offsets): no sign, fraction or exponent */
-static trn_result trn__juint(trn__jp *j, uint64_t *out) {
-    uint64_t v = 0;
-    const char *start;
-    trn__jws(j);
-    start = j->p;
-    if (j->p < j->end && *j->p == '-') return trn__jerr(j, "negative number where a size is expected");
-    while (j->p < j->end && *j->p >= '0' && *j->p <= '9') {
-        if (v > ((uint64_t)1 << 62)) return trn__jerr(j, "number too large");
-        v = v * 10 + (uint64_t)(*j->p++ - '0');
-    }
-    if (j->p == start) return trn__jerr(j, "expected a number");
-    if (*start == '0' && j->p - start > 1) return trn__jerr(j, "number with a leading zero");
-    if (j->p < j->end && (*j->p == '.' || *j->p == 'e' || *j->p == 'E'))
-        return trn__jerr(j, "expected an integer");
-    *out = v;
-    return TRN_OK;
-}
-
-static trn_result trn__jskip(trn__jp *j, int depth) {
-    size_t mark = j->pool_used;
-    const char *str;
-    trn__jws(j);
-    if (depth > TRN__ST_MAX_DEPTH) return trn__jerr(j, "JSON nested too deeply");
-    if (j->p >= j->end) return trn__jerr(j, "unexpected end of header");
-    switch (*j->p) {
-    case '"': {
-        trn_result r = trn__jstring(j, &str);
-        j->pool_used = mark;
-        return r;
-    }
-    case '{':
-        j->p++;
-        if (trn__jeat(j, '}')) return TRN_OK;
-        for (;;) {
-            trn_result r = trn__jstring(j, &str);
-            j->pool_used = mark;
-            if (r) return r;
-            if (!trn__jeat(j, ':')) return trn__jerr(j, "expected ':'");
-            if ((r = trn__jskip(j, depth + 1)) != TRN_OK) return r;
-            if (trn__jeat(j, '}')) return TRN_OK;
-            if (!trn__jeat(j, ',')) return trn__jerr(j, "expected ',' or '}'");
-        }
-    case '[':
-        j->p++;
-        if (trn__jeat(j, ']')) return TRN_OK;
-        for (;;) {
-            trn_result r = trn__jskip(j, depth + 1);
-            if (r) return r;
-            if (trn__jeat(j, ']')) return TRN_OK;
-            if (!trn__jeat(j, ',')) return trn__jerr(j, "expected ',' or ']'");
-        }
-    case 't': case 'f': case 'n': {
-        const char *lit = *j->p == 't' ? "true" : *j->p == 'f' ? "false" : "null";
-        size_t n = strlen(lit);
-        if ((size_t)(j->end - j->p) < n || memcmp(j->p, lit, n) != 0) return trn__jerr(j, "unknown literal");
-        j->p += n;
-        return TRN_OK;
-    }
-    default: { /* number: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? */
-        const char *d;
-        if (j->p < j->end && *j->p == '-') j->p++;
-        d = j->p;
-        while (j->p < j->end && *j->p >= '0' && *j->p <= '9') j->p++;
-        if (j->p == d || (*d == '0' && j->p - d > 1)) return trn__jerr(j, "bad number");
-        if (j->p < j->end && *j->p == '.') {
-            d = ++j->p;
-            while (j->p < j->end && *j->p >= '0' && *j->p <= '9') j->p++;
-            if (j->p == d) return trn__jerr(j, "bad number");
-        }
-        if (j->p < j->end && (*j->p == 'e' || *j->p == 'E')) {
-            j->p++;
-            if (j->p < j->end && (*j->p == '+' || *j->p == '-')) j->p++;
-            d = j->p;
-            while (j->p < j->end && *j->p >= '0' && *j->p <= '9') j->p++;
-            if (j->p == d) return trn__jerr(j, "bad number");
-        }
-        return TRN_OK;
-    }
-    }
-}
-
+   The header is JSON, read with the kit's one reader (>>json): strings
+   with every escape, numbers, true, false, null, nesting. Decoded strings
+   go to one pool as large as the header. Fields of a tensor other than
+   dtype, shape and data_offsets are checked and skipped. */
 /* the dtypes of the safetensors format and their sizes */
 static const struct { const char *name; int size; } trn__st_dtypes[] = {
     {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"F64", 8}, {"I64", 8}, {"I32", 4}, {"I16", 2},
@@ -7083,10 +7578,7 @@ static trn_result trn__st_parse(trn_safetensors *f, const char *hdr, size_t n, u
     const char **names = NULL;
     uint64_t expect = 0, max_end = 0;
     char msg[200];
-    memset(&j, 0, sizeof j);
-    j.s = j.p = hdr;
-    j.end = hdr + n;
-    j.path = f->path;
+    trn__jp_init(&j, hdr, n, f->path, "bad safetensors header", 8); /* offsets count the 8-byte length */
     f->data_len = data_len;
     f->pool = (char *)trn_alloc(n + 1, TRN_KIND_TEMP);
     if (!f->pool) return trn_fail(TRN_ERR_NOMEM, "%s: header: %s", f->path, trn_error_reason());
@@ -7302,10 +7794,29 @@ static trn_result trn__st_open_fp(trn_safetensors *f, FILE *fp, const char *path
     return r;
 }
 
+TRNDEF trn_result trn_check_regular(const char *path) {
+    struct stat st;
+    const char *what;
+    int e;
+    if (!path) return trn_fail(TRN_ERR_INVALID, "trn_check_regular: NULL path");
+    if (stat(path, &st) != 0) {
+        e = errno;
+        trn_fail(TRN_ERR_IO, "%s: %s", path, strerror(e));
+        errno = e;
+        return TRN_ERR_IO;
+    }
+    if (S_ISREG(st.st_mode)) return TRN_OK;
+    what = S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISCHR(st.st_mode) ? "a character device"
+         : S_ISBLK(st.st_mode) ? "a block device" : S_ISSOCK(st.st_mode) ? "a socket" : "not a file";
+    errno = EINVAL;
+    return trn_fail(TRN_ERR_IO, "%s: %s, not a regular file", path, what);
+}
+
 TRNDEF trn_result trn_safetensors_open(trn_safetensors *f, const char *path) {
     FILE *fp;
     if (!f || !path) return trn_fail(TRN_ERR_INVALID, "trn_safetensors_open: NULL argument");
     memset(f, 0, sizeof *f);
+    if (trn_check_regular(path) != TRN_OK) return trn_fail(TRN_ERR_IO, "open %s", trn_error_reason());
     fp = fopen(path, "rb");
     if (!fp) return trn_fail(TRN_ERR_IO, "open %s: %s", path, strerror(errno));
     return trn__st_open_fp(f, fp, path);
@@ -8487,42 +8998,7 @@ TRNDEF trn_result trn_text_read_files(char **text, size_t *len, const char *cons
     return TRN_OK;
 }
 
-/* ---- UTF-8 and GPT-2's character classes ------------------------------- */
-#define TRN__NO_CHAR 0xFFFFFFFFu
-
-/* one UTF-8 character at s[0..n), n >= 1: returns its length and sets *cp;
-   an invalid, overlong or truncated sequence is one byte, *cp = NO_CHAR */
-static size_t trn__utf8_decode(const unsigned char *s, size_t n, uint32_t *cp) {
-    uint32_t c = s[0], min;
-    size_t len, i;
-    *cp = TRN__NO_CHAR;
-    if (c < 0x80) { *cp = c; return 1; }
-    if (c >= 0xC2 && c <= 0xDF) { len = 2; c &= 0x1F; min = 0x80; }
-    else if (c >= 0xE0 && c <= 0xEF) { len = 3; c &= 0x0F; min = 0x800; }
-    else if (c >= 0xF0 && c <= 0xF4) { len = 4; c &= 0x07; min = 0x10000; }
-    else return 1;
-    if (n < len) return 1;
-    for (i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80) return 1;
-        c = (c << 6) | (s[i] & 0x3F);
-    }
-    if (c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) return 1;
-    *cp = c;
-    return len;
-}
-
-static size_t trn__utf8_encode(uint32_t c, char *out) {
-    if (c < 0x80) { out[0] = (char)c; return 1; }
-    if (c < 0x800) { out[0] = (char)(0xC0 | (c >> 6)); out[1] = (char)(0x80 | (c & 0x3F)); return 2; }
-    if (c < 0x10000) {
-        out[0] = (char)(0xE0 | (c >> 12)); out[1] = (char)(0x80 | ((c >> 6) & 0x3F));
-        out[2] = (char)(0x80 | (c & 0x3F)); return 3;
-    }
-    out[0] = (char)(0xF0 | (c >> 18)); out[1] = (char)(0x80 | ((c >> 12) & 0x3F));
-    out[2] = (char)(0x80 | ((c >> 6) & 0x3F)); out[3] = (char)(0x80 | (c & 0x3F));
-    return 4;
-}
-
+/* ---- GPT-2's character classes (UTF-8 itself is in >>json) --------------- */
 /* Unicode letters (categories Lu Ll Lt Lm Lo) and numbers (Nd Nl No) from
    U+0080 to U+FFFF, as inclusive ranges. Derived from Python's unicodedata
    (Unicode 14.0): maximal runs of the category, joined across gaps that
@@ -8760,79 +9236,6 @@ TRNDEF void trn_tokenizer_free(trn_tokenizer *tok) {
     trn_tokenizer_init_bytes(tok);
 }
 
-/* a JSON reader just big enough for vocab.json: one object of string keys
-   and non-negative integer values. j->p walks, errors say the byte offset. */
-typedef struct trn__json { const char *p, *begin, *end, *path; } trn__json;
-
-static void trn__json_ws(trn__json *j) {
-    while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r')) j->p++;
-}
-
-static trn_result trn__json_err(const trn__json *j, const char *what) {
-    return trn_fail(TRN_ERR_FORMAT, "%s: bad JSON at byte %ld: %s", j->path, (long)(j->p - j->begin), what);
-}
-
-static int trn__json_hex4(const char *p, uint32_t *v) {
-    int i;
-    *v = 0;
-    for (i = 0; i < 4; i++) {
-        char c = p[i];
-        int d = (c >= '0' && c <= '9') ? c - '0' : (c >= 'a' && c <= 'f') ? c - 'a' + 10
-              : (c >= 'A' && c <= 'F') ? c - 'A' + 10 : -1;
-        if (d < 0) return 0;
-        *v = *v * 16 + (uint32_t)d;
-    }
-    return 1;
-}
-
-/* a string at j->p (on its opening quote): each character, escaped or raw
-   UTF-8, is mapped through byte_of and appended to out */
-static trn_result trn__json_string(trn__json *j, trn__dbuf *out, const int *byte_of) {
-    trn_result r;
-    if (j->p >= j->end || *j->p != '"') return trn__json_err(j, "expected a string");
-    j->p++;
-    for (;;) {
-        uint32_t cp;
-        if (j->p >= j->end) return trn__json_err(j, "unterminated string");
-        if (*j->p == '"') { j->p++; return TRN_OK; }
-        if ((unsigned char)*j->p < 0x20) return trn__json_err(j, "control character in a string");
-        if (*j->p == '\\') {
-            if (j->end - j->p < 2) return trn__json_err(j, "unterminated escape");
-            switch (j->p[1]) {
-            case '"': cp = '"'; break;
-            case '\\': cp = '\\'; break;
-            case '/': cp = '/'; break;
-            case 'b': cp = 8; break;
-            case 'f': cp = 12; break;
-            case 'n': cp = 10; break;
-            case 'r': cp = 13; break;
-            case 't': cp = 9; break;
-            case 'u':
-                if (j->end - j->p < 6 || !trn__json_hex4(j->p + 2, &cp))
-                    return trn__json_err(j, "bad \\u escape");
-                if (cp >= 0xDC00 && cp <= 0xDFFF) return trn__json_err(j, "lone low surrogate");
-                if (cp >= 0xD800 && cp <= 0xDBFF) { /* a pair: \uD83D\uDE00 -> U+1F600 */
-                    uint32_t lo;
-                    if (j->end - j->p < 12 || j->p[6] != '\\' || j->p[7] != 'u' ||
-                        !trn__json_hex4(j->p + 8, &lo) || lo < 0xDC00 || lo > 0xDFFF)
-                        return trn__json_err(j, "high surrogate without its low half");
-                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-                    j->p += 6;
-                }
-                j->p += 4;
-                break;
-            default: return trn__json_err(j, "unknown escape");
-            }
-            j->p += 2;
-        } else {
-            size_t w = trn__utf8_decode((const unsigned char *)j->p, (size_t)(j->end - j->p), &cp);
-            if (cp == TRN__NO_CHAR) return trn__json_err(j, "invalid UTF-8");
-            j->p += w;
-        }
-        if ((r = trn__bpe_put_char(out, byte_of, cp)) != TRN_OK) return r;
-    }
-}
-
 #define TRN__MAX_VOCAB (1 << 24)
 
 /* parse vocab.json into tok->bytes/off/len (ids without a token get
@@ -8841,55 +9244,40 @@ static trn_result trn__bpe_read_vocab(trn_tokenizer *tok, const char *path, cons
     trn__dbuf file = {NULL, 0, 0, TRN_KIND_TEMP};
     trn__dbuf text = {NULL, 0, 0, TRN_KIND_RUNTIME};
     trn__dbuf ent = {NULL, 0, 0, TRN_KIND_TEMP}; /* (off, len, id) triples */
-    trn__json j;
+    trn__jp j;
     trn_result r;
     size_t i, n_ent;
     int max_id = -1;
     if ((r = trn__data_slurp(&file, path, NULL)) != TRN_OK) return r;
-    j.p = j.begin = file.p; j.end = file.p + file.n; j.path = path;
+    trn__jp_init(&j, file.p, file.n, path, "bad JSON", 0); /* the kit's one JSON reader (>>json) */
     if (file.n >= 3 && memcmp(file.p, "\xEF\xBB\xBF", 3) == 0) j.p += 3; /* a UTF-8 byte order mark */
-    trn__json_ws(&j);
-    if (j.p >= j.end || *j.p != '{') {
-        r = trn__json_err(&j, "expected '{' (vocab.json is one object)");
+    if (!trn__jeat(&j, '{')) {
+        r = trn__jerr(&j, "expected '{' (vocab.json is one object)");
         goto done;
     }
-    j.p++;
-    trn__json_ws(&j);
-    if (j.p < j.end && *j.p == '}') j.p++;
-    else for (;;) {
-        uint32_t e[3];
-        long long v = 0;
+    if (!trn__jeat(&j, '}')) for (;;) {
+        uint32_t e[3], cp;
+        int64_t v = 0;
         size_t start = text.n;
-        trn__json_ws(&j);
-        if ((r = trn__json_string(&j, &text, byte_of)) != TRN_OK) goto done;
-        trn__json_ws(&j);
-        if (j.p >= j.end || *j.p != ':') { r = trn__json_err(&j, "expected ':'"); goto done; }
-        j.p++;
-        trn__json_ws(&j);
-        if (j.p >= j.end || *j.p < '0' || *j.p > '9') {
-            r = trn__json_err(&j, "expected a token id (an integer >= 0)");
-            goto done;
+        if ((r = trn__jopen(&j)) != TRN_OK) goto done;
+        for (;;) { /* the token's text, each character mapped through byte_of */
+            if ((r = trn__jchar(&j, &cp)) != TRN_OK) goto done;
+            if (cp == TRN__JSTR_END) break;
+            if ((r = trn__bpe_put_char(&text, byte_of, cp)) != TRN_OK) goto done;
         }
-        while (j.p < j.end && *j.p >= '0' && *j.p <= '9') {
-            v = v * 10 + (*j.p++ - '0');
-            if (v >= TRN__MAX_VOCAB) { r = trn__json_err(&j, "token id >= 2^24"); goto done; }
-        }
-        if (j.p < j.end && (*j.p == '.' || *j.p == 'e' || *j.p == 'E')) {
-            r = trn__json_err(&j, "token id is not an integer");
-            goto done;
-        }
-        if (text.n > 0xFFFFFFFFu / 2) { r = trn__json_err(&j, "vocabulary too large"); goto done; }
+        if (!trn__jeat(&j, ':')) { r = trn__jerr(&j, "expected ':'"); goto done; }
+        if ((r = trn__jint(&j, 0, TRN__MAX_VOCAB - 1, &v)) != TRN_OK) goto done; /* a token id */
+        if (text.n > 0xFFFFFFFFu / 2) { r = trn__jerr(&j, "vocabulary too large"); goto done; }
         e[0] = (uint32_t)start; e[1] = (uint32_t)(text.n - start); e[2] = (uint32_t)v;
         if ((r = trn__dbuf_put(&ent, e, sizeof e)) != TRN_OK) goto done;
         if ((int)v > max_id) max_id = (int)v;
-        trn__json_ws(&j);
-        if (j.p < j.end && *j.p == ',') { j.p++; continue; }
-        if (j.p < j.end && *j.p == '}') { j.p++; break; }
-        r = trn__json_err(&j, "expected ',' or '}'");
+        if (trn__jeat(&j, ',')) continue;
+        if (trn__jeat(&j, '}')) break;
+        r = trn__jerr(&j, "expected ',' or '}'");
         goto done;
     }
-    trn__json_ws(&j);
-    if (j.p != j.end) { r = trn__json_err(&j, "text after the object"); goto done; }
+    trn__jws(&j);
+    if (j.p != j.end) { r = trn__jerr(&j, "text after the object"); goto done; }
     n_ent = ent.n / (3 * sizeof(uint32_t));
     if (n_ent == 0) { r = trn_fail(TRN_ERR_FORMAT, "%s: the vocabulary is empty", path); goto done; }
     tok->vocab_size = max_id + 1;

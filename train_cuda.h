@@ -182,6 +182,27 @@ TRNDEF void trn_cuda_host_free(void *p);
 /* --profile on the GPU: trn_profile's time marks become CUDA events on the
    backend's stream (no sync per op; read once per backward pass) */
 TRNDEF void trn_cuda_profile_clock(trn_profile *p);
+/* The time ledger (>>sites): per launch site of the backend (a stable name
+   such as "layernorm fwd" or "matmul bwd dW gemm"), the launches, the bytes
+   the work must move (each input read once, each output written once), the
+   FLOPs, a GEMM's shape, and on a GPU the measured time. Start it, run a
+   step, read it (bench/gpt2_plan prints the table with each site's floor). */
+typedef struct trn_cuda_site_row {
+    const char *scope;     /* NULL, "classifier" (train.h's), "(no site)"   */
+    const char *name;      /* the site, or for "(no site)" the kernel/call  */
+    int m, n, k, batch;    /* GEMMs: the product's shape; 0 otherwise       */
+    long long calls;       /* times the site ran                            */
+    long long launches;    /* kernels, cuBLAS calls, memsets, copies in it  */
+    double bytes, flops;   /* summed over its calls                         */
+    double ms;             /* measured (measure = 1, on a GPU), else 0      */
+} trn_cuda_site_row;
+/* clear the table and count from here; measure = 1: CUDA events per site too */
+TRNDEF void trn_cuda_sites_start(int measure);
+/* stop counting (a measuring run synchronizes once) and point *rows at the
+   table: the number of rows; the last is "(between sites)" when measured */
+TRNDEF int trn_cuda_sites_read(const trn_cuda_site_row **rows);
+/* the scope of the sites that follow (NULL: none); the string must outlive the table */
+TRNDEF void trn_cuda_site_scope(const char *scope);
 #ifdef __cplusplus
 }
 #endif
@@ -226,6 +247,7 @@ TRNDEF void trn_cuda_profile_clock(trn_profile *p);
     do {                                                                            \
         TRN__CUDA_START(kernel, grid, block, shmem, stream, __VA_ARGS__);           \
         trn__cuda_check(cudaGetLastError(), "launch " #kernel, __FILE__, __LINE__); \
+        trn__cuda_launched(#kernel); /* the time ledger (>>sites) */               \
     } while (0)
 
 #include <math.h>
@@ -286,6 +308,119 @@ static struct {
 #define TRN__CUDA_WORKSPACE ((size_t)32 << 20) /* cuBLAS: 32 MiB for Hopper */
 
 /* ========================================================================
+   >>sites: the time ledger, the memory ledger's twin for time
+   The memory ledger says where every byte of device memory goes; this says
+   where every microsecond of a step goes. Each host launcher names its
+   SITE in one line right before it launches:
+       TRN__CUDA_SITE("layernorm fwd", bytes, flops);
+       TRN__CUDA_SITE_GEMM("matmul bwd dW gemm", bytes, M, N, K, batch);
+   a stable name, the bytes the launch must move through device memory
+   (each input read once, each output written once: the least any kernel
+   could move) and the FLOPs it must do (a GEMM: 2 M N K per batch). Over a
+   machine's measured ceilings (copy bandwidth, matrix rate) those give the
+   site a FLOOR: no kernel does the work faster. bench/gpt2_plan prints
+   them for a whole GPT-2 step, computed on the CPU.
+   The site is a C++ object that lives to the end of the launcher's scope,
+   so everything launched before the scope closes is the site's: kernels,
+   cuBLAS(Lt) calls, memsets and copies (each counts one launch). Sites
+   nest (a fused launcher falling back on matmul_forward): a launch belongs
+   to the innermost. A launch outside any site still counts, in a row of
+   its own, "(no site)" and the kernel's name, so nothing goes missing.
+   Off (the default) a site costs one test of a flag. On:
+     counting   trn_cuda_sites_start(0): per site, keyed by (scope, name,
+                M, N, K, batch), the calls, launches, bytes and FLOPs. It
+                needs no GPU: on tests/cuda_on_cpu.h in dry-run mode the
+                kernels are skipped, so a GPT-2 step counts in a second.
+     measuring  trn_cuda_sites_start(1) on a GPU (--profile): a CUDA event
+                where each site begins and where it ends, on the stream, no
+                host wait; trn_cuda_sites_read synchronizes once and gives
+                the time between two events to the site innermost then.
+                Time while no site is open (the GPU waiting for the host
+                between launches) is the row "(between sites)".
+   The scope (trn_cuda_site_scope, the backend table's site_scope) is set
+   by train.h around ops whose launches it wants told apart, such as
+   "classifier" (the LM head and its cross-entropy). */
+#define TRN__SITES_MAX 512
+#define TRN__SITES_DEPTH 8
+static struct {
+    int on, measure;
+    const char *scope;                 /* what train.h named (or NULL)      */
+    trn_cuda_site_row rows[TRN__SITES_MAX];
+    int n_rows, full;
+    int stack[TRN__SITES_DEPTH], depth; /* open sites (rows), innermost last */
+    cudaEvent_t *ev;                   /* measuring: the timeline ...       */
+    int *ev_row;                       /* ... and the row innermost after each event (-1: none) */
+    int n_ev, cap_ev;
+} trn__sites;
+
+static int trn__site_row(const char *scope, const char *name, int m, int n, int k, int batch) {
+    int i;
+    trn_cuda_site_row *r;
+    for (i = 0; i < trn__sites.n_rows; i++) {
+        r = &trn__sites.rows[i];
+        if (r->m == m && r->n == n && r->k == k && r->batch == batch && (r->name == name || !strcmp(r->name, name)) &&
+            (r->scope == scope || (r->scope && scope && !strcmp(r->scope, scope))))
+            return i;
+    }
+    if (trn__sites.n_rows == TRN__SITES_MAX) { trn__sites.full = 1; return TRN__SITES_MAX - 1; } /* lumped, and said */
+    r = &trn__sites.rows[trn__sites.n_rows];
+    memset(r, 0, sizeof *r);
+    r->scope = scope; r->name = name; r->m = m; r->n = n; r->k = k; r->batch = batch;
+    return trn__sites.n_rows++;
+}
+/* measuring: an event now, and which site the time after it belongs to */
+static void trn__site_event(void) {
+    if (!trn__sites.measure) return;
+    if (trn__sites.n_ev == trn__sites.cap_ev) {
+        int cap = trn__sites.cap_ev ? 2 * trn__sites.cap_ev : 1024, k;
+        cudaEvent_t *ev = (cudaEvent_t *)realloc(trn__sites.ev, sizeof(cudaEvent_t) * (size_t)cap);
+        int *er = ev ? (int *)realloc(trn__sites.ev_row, sizeof(int) * (size_t)cap) : NULL;
+        if (!ev || !er) trn_fatal("train_cuda.h: sites: out of host memory for %d events", cap);
+        for (k = trn__sites.cap_ev; k < cap; k++) TRN_CUDA_CHECK(cudaEventCreate(&ev[k]));
+        trn__sites.ev = ev; trn__sites.ev_row = er; trn__sites.cap_ev = cap;
+    }
+    TRN_CUDA_CHECK(cudaEventRecord(trn__sites.ev[trn__sites.n_ev], trn__cu.stream));
+    trn__sites.ev_row[trn__sites.n_ev++] = trn__sites.depth ? trn__sites.stack[trn__sites.depth - 1] : -1;
+}
+struct trn__cuda_site {
+    int open;
+    trn__cuda_site(const char *name, double bytes, double flops, int m, int n, int k, int batch) : open(0) {
+        if (!trn__sites.on || trn__sites.depth == TRN__SITES_DEPTH) return;
+        int r = trn__site_row(trn__sites.scope, name, m, n, k, batch);
+        trn__sites.rows[r].calls++;
+        trn__sites.rows[r].bytes += bytes;
+        trn__sites.rows[r].flops += flops;
+        trn__sites.stack[trn__sites.depth++] = r;
+        open = 1;
+        trn__site_event();
+    }
+    ~trn__cuda_site() {
+        if (!open) return;
+        trn__sites.depth--;
+        trn__site_event();
+    }
+};
+#define TRN__SITE_CAT2(a, b) a##b
+#define TRN__SITE_CAT(a, b) TRN__SITE_CAT2(a, b)
+#define TRN__CUDA_SITE(name, bytes, flops) \
+    trn__cuda_site TRN__SITE_CAT(trn__site_, __LINE__)(name, (double)(bytes), (double)(flops), 0, 0, 0, 0)
+#define TRN__CUDA_SITE_GEMM(name, bytes, m, n, k, batch)                                                     \
+    trn__cuda_site TRN__SITE_CAT(trn__site_, __LINE__)(name, (double)(bytes),                                 \
+                                                       2.0 * (double)(m) * (double)(n) * (double)(k) * (batch), \
+                                                       (int)(m), (int)(n), (int)(k), (int)(batch))
+/* every launch, cuBLAS call, memset and copy reports here (what: the kernel's
+   or the call's name, for the "(no site)" row) */
+static void trn__cuda_launched(const char *what) {
+    if (!trn__sites.on) return;
+    if (trn__sites.depth) { trn__sites.rows[trn__sites.stack[trn__sites.depth - 1]].launches++; return; }
+    int r = trn__site_row("(no site)", what, 0, 0, 0, 0);
+    trn__sites.rows[r].calls++;
+    trn__sites.rows[r].launches++;
+}
+/* bytes of n elements of the activation dtype (bf16 or fp32) */
+#define TRN__AB(n) ((double)(n) * (trn__cu.bf16 ? 2.0 : 4.0))
+
+/* ========================================================================
    >>cuda-memory
    cudaMalloc, with each block remembered (size and kind) so that free can
    take it off the ledger. Out of memory prints the ledger and returns NULL.
@@ -332,7 +467,10 @@ static void trn__cuda_free(void *p) {
 }
 
 static void trn__cuda_zero(void *p, size_t bytes) {
-    if (bytes) TRN_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, trn__cu.stream));
+    if (!bytes) return;
+    TRN__CUDA_SITE("zero (memset)", bytes, 0);
+    TRN_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, trn__cu.stream));
+    trn__cuda_launched("cudaMemsetAsync");
 }
 /* The host waits for the device in one place: trn__cuda_drain (the
    backend's sync). After it, every copy queued before has happened: the
@@ -374,6 +512,8 @@ static void trn__cuda_unpin(unsigned char **p, size_t *bytes) {
 
 static void trn__cuda_upload(void *dst, const void *src, size_t bytes) {
     if (!bytes) return;
+    TRN__CUDA_SITE("upload (host to device)", bytes, 0);
+    trn__cuda_launched("cudaMemcpyAsync");
     if (bytes <= TRN__CUDA_STAGE / 4) {
         unsigned char *st;
         if (!trn__cu.stage) {
@@ -392,12 +532,16 @@ static void trn__cuda_upload(void *dst, const void *src, size_t bytes) {
 }
 static void trn__cuda_download(void *dst, const void *src, size_t bytes) {
     if (!bytes) return;
+    TRN__CUDA_SITE("download (device to host)", bytes, 0);
+    trn__cuda_launched("cudaMemcpyAsync");
     TRN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, trn__cu.stream));
     trn__cuda_drain();
 }
 static void trn__cuda_download_async(void *dst, const void *src, size_t bytes) {
     size_t need = TRN__CUDA_ALIGN16(bytes);
     if (!bytes) return;
+    TRN__CUDA_SITE("download (device to host)", bytes, 0);
+    trn__cuda_launched("cudaMemcpyAsync");
     if (trn__cu.rb_used + need > trn__cu.rb_cap) { /* full: hand over what is there, then grow */
         trn__cuda_drain();
         if (need > trn__cu.rb_cap) {
@@ -422,7 +566,10 @@ static void trn__cuda_download_async(void *dst, const void *src, size_t bytes) {
     trn__cu.rb_used += need;
 }
 static void trn__cuda_copy(void *dst, const void *src, size_t bytes) {
-    if (bytes) TRN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, trn__cu.stream));
+    if (!bytes) return;
+    TRN__CUDA_SITE("copy (device)", 2.0 * bytes, 0);
+    TRN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, trn__cu.stream));
+    trn__cuda_launched("cudaMemcpyAsync");
 }
 static void trn__cuda_sync(void) { trn__cuda_drain(); }
 
@@ -2235,7 +2382,7 @@ static __global__ void trn__k_rms_bwd_part(float *part, const A *dout, const A *
    Angles in double, as on the CPU. */
 template <typename A>
 static __global__ void trn__k_rope(A *y, const A *x, int B, int T, int H, int R, int hs, int pos0, float theta,
-                                   float sign, int accumulate) {
+                                   trn_rope_scaling sc, float sign, int accumulate) {
     size_t n = (size_t)B * T * H * hs;
     int half = hs / 2;
     TRN__GRID_STRIDE(k, n) {
@@ -2245,7 +2392,7 @@ static __global__ void trn__k_rope(A *y, const A *x, int B, int T, int H, int R,
         if (h >= R) v = trn__ld(x[k]);
         else {
             int i = d < half ? d : d - half;
-            double a = (double)(pos0 + t) * pow((double)theta, -2.0 * i / hs);
+            double a = (double)(pos0 + t) * trn_rope_inv_freq(i, hs, theta, &sc, pos0 + T);
             float c = (float)cos(a), s = sign * (float)sin(a);
             v = d < half ? trn__ld(x[k]) * c - trn__ld(x[k + half]) * s : trn__ld(x[k]) * c + trn__ld(x[k - half]) * s;
         }
@@ -2366,6 +2513,7 @@ static void trn__cuda_gemm(const char *file, int line, cublasOperation_t ta, cub
                                         dt, ldb, sb, &beta, C, ct_c, ldc, sc, batch, ct,
                                         CUBLAS_GEMM_DEFAULT);
     trn__cublas_check(st, "cublasGemmEx", file, line);
+    trn__cuda_launched(batch == 1 ? "cublasGemmEx" : "cublasGemmStridedBatchedEx");
 }
 #define TRN__CUDA_GEMM(...) trn__cuda_gemm(__FILE__, __LINE__, __VA_ARGS__)
 
@@ -2451,6 +2599,7 @@ static void trn__cuda_lt_gemm(const char *file, int line, cublasOperation_t ta, 
     trn__cublas_check(cublasLtMatmul(trn__cu.cublaslt, op, &one, A, la, B, lb, &beta, D, ld, D, ld, &algo.algo,
                                      trn__cu.workspace, trn__cu.workspace_bytes, trn__cu.stream),
                       "cublasLtMatmul", file, line);
+    trn__cuda_launched("cublasLtMatmul");
     TRN_CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
     TRN_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(ld));
     TRN_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lb));
@@ -2466,6 +2615,7 @@ template <typename A>
 static void trn__cuda_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C,
                                      int OC) {
     if (N <= 0 || OC <= 0) return;
+    TRN__CUDA_SITE_GEMM("matmul fwd", sizeof(A) * ((double)N * C + (double)OC * C + (double)N * OC + (bias ? OC : 0)), N, OC, C, 1);
     if (trn__cuda_dt((const A *)out) == CUDA_R_16BF) {
         trn__cuda_lt_gemm<trn__bf16>(__FILE__, __LINE__, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, (const trn__bf16 *)w, C,
                                      (const trn__bf16 *)inp, C, 0.0f, (trn__bf16 *)out, OC, TRN__LT_NONE,
@@ -2487,6 +2637,7 @@ static void trn__cuda_colsum(float *dst, const X *x, int N, int C) {
     if (nchunk < 1) nchunk = 1;
     rows = (N + nchunk - 1) / nchunk;
     part = trn__cuda_tmp((size_t)nchunk * C);
+    TRN__CUDA_SITE("bias grad (column sums)", sizeof(X) * (double)N * C + 8.0 * C, 0); /* dst read and written */
     TRN_CUDA_LAUNCH(trn__k_colsum_part<X>, dim3((unsigned)(C + 31) / 32, (unsigned)nchunk), dim3(32, 8), 0,
                     trn__cu.stream, part, x, N, C, rows);
     TRN_CUDA_LAUNCH(trn__k_colsum_final, dim3((unsigned)(C + 255) / 256), dim3(256), 0, trn__cu.stream, dst,
@@ -2510,18 +2661,28 @@ static void trn__cuda_matmul_backward(float *dinp_, float *dw, float *dbias, con
     if (trn__cuda_dt(dout) == CUDA_R_16BF) {
         const trn__bf16 *g = (const trn__bf16 *)dout;
         /* dinp^T (C,N) += w^T (C,OC) dout^T (OC,N) */
-        if (dinp)
+        if (dinp) {
+            TRN__CUDA_SITE_GEMM("matmul bwd dinp gemm", 2.0 * ((double)N * OC + (double)OC * C + 2.0 * N * C), N, C, OC, 1);
             trn__cuda_lt_gemm<trn__bf16>(__FILE__, __LINE__, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, (const trn__bf16 *)w,
                                          C, g, OC, 1.0f, (trn__bf16 *)dinp, C, TRN__LT_NONE, NULL, NULL);
+        }
         /* dw^T (C,OC) += inp^T (C,N) dout (N,OC) */
-        if (dw)
+        if (dw) {
+            TRN__CUDA_SITE_GEMM("matmul bwd dW gemm", 2.0 * ((double)N * OC + (double)N * C) + 8.0 * OC * C, OC, C, N, 1);
             trn__cuda_lt_gemm<float>(__FILE__, __LINE__, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, (const trn__bf16 *)inp,
                                      C, g, OC, 1.0f, dw, C, TRN__LT_NONE, NULL, NULL);
+        }
     } else {
         /* dinp^T = w^T dout^T */
-        if (dinp) TRN__CUDA_GEMM(CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, 1.0f, w, C, 0, dout, OC, 0, 1.0f, dinp, C, 0, 1);
+        if (dinp) {
+            TRN__CUDA_SITE_GEMM("matmul bwd dinp gemm", 4.0 * ((double)N * OC + (double)OC * C + 2.0 * N * C), N, C, OC, 1);
+            TRN__CUDA_GEMM(CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, 1.0f, w, C, 0, dout, OC, 0, 1.0f, dinp, C, 0, 1);
+        }
         /* dw^T = inp^T dout */
-        if (dw) TRN__CUDA_GEMM(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, 1.0f, inp, C, 0, dout, OC, 0, 1.0f, dw, C, 0, 1);
+        if (dw) {
+            TRN__CUDA_SITE_GEMM("matmul bwd dW gemm", 4.0 * ((double)N * OC + (double)N * C) + 8.0 * OC * C, OC, C, N, 1);
+            TRN__CUDA_GEMM(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, 1.0f, inp, C, 0, dout, OC, 0, 1.0f, dw, C, 0, 1);
+        }
     }
     if (dbias) trn__cuda_colsum(dbias, dout, N, OC);
 }
@@ -2529,12 +2690,14 @@ static void trn__cuda_matmul_backward(float *dinp_, float *dw, float *dbias, con
 template <typename A>
 static void trn__cuda_embedding_forward(float *out, const int *ids, const float *table, int N, int C) {
     if ((size_t)N * C == 0) return;
+    TRN__CUDA_SITE("embedding fwd", 4.0 * N + 2.0 * sizeof(A) * N * C, 0); /* ids; the rows read, out written */
     TRN_CUDA_LAUNCH(trn__k_embed_fwd<A>, dim3(trn__cuda_grid((size_t)N * C)), dim3(TRN__CUDA_BLOCK), 0, trn__cu.stream,
                     (A *)out, ids, (const A *)table, N, C);
 }
 template <typename A>
 static void trn__cuda_embedding_backward(float *dtable, const float *dout, const int *ids, int N, int C) {
     if (!dtable || (size_t)N * C == 0) return;
+    TRN__CUDA_SITE("embedding bwd", 4.0 * N + (sizeof(A) + 8.0) * N * C, 0); /* dout read; dtable rows read+written */
     TRN_CUDA_LAUNCH(trn__k_embed_bwd<A>, dim3(trn__cuda_grid((size_t)N * C)), dim3(TRN__CUDA_BLOCK), 0, trn__cu.stream,
                     dtable, (const A *)dout, ids, N, C);
 }
@@ -2543,6 +2706,7 @@ template <typename A>
 static void trn__cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
                                         const float *b, int N, int C) {
     if (N <= 0) return;
+    TRN__CUDA_SITE("layernorm fwd", sizeof(A) * (2.0 * N * C + 2.0 * C) + 8.0 * N, 7.0 * N * C);
     TRN_CUDA_LAUNCH(trn__k_ln_fwd<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, (A *)out, mean,
                     rstd, (const A *)inp, (const A *)w, (const A *)b, N, C);
 }
@@ -2550,6 +2714,7 @@ template <typename A>
 static void trn__cuda_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                                          const float *w, const float *mean, const float *rstd, int N, int C) {
     if (N <= 0) return;
+    TRN__CUDA_SITE("layernorm bwd", sizeof(A) * ((dinp ? 4.0 : 2.0) * N * C + C) + 8.0 * N + 16.0 * C, 10.0 * N * C); /* dinp +=: read and written */
     if (dinp)
         TRN_CUDA_LAUNCH(trn__k_ln_bwd_dx<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, (A *)dinp,
                         (const A *)dout, (const A *)inp, (const A *)w, mean, rstd, N, C);
@@ -2583,10 +2748,12 @@ static void trn__cuda_layernorm_backward(float *dinp, float *dw, float *db, cons
 #define TRN__CA(p) ((const A *)(p))
 template <typename A>
 static void trn__cuda_gelu_forward(float *out, const float *inp, size_t n) {
+    TRN__CUDA_SITE("gelu fwd", 2.0 * sizeof(A) * n, 0);
     TRN__CUDA_ELEMENTWISE(trn__k_gelu_fwd<A>, n, TRN__A(out), TRN__CA(inp), n);
 }
 template <typename A>
 static void trn__cuda_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+    TRN__CUDA_SITE("gelu bwd", 4.0 * sizeof(A) * n, 0); /* dinp +=: read and written */
     if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_gelu_bwd<A>, n, TRN__A(dinp), TRN__CA(inp), TRN__CA(dout), n);
 }
 /* >>mlp: GPT-2's feed-forward pair fused (train.h's trn_mlp).
@@ -2604,12 +2771,14 @@ static void trn__cuda_matmul_gelu_forward(float *out, float *pre, const float *i
     int bf16 = trn__cuda_dt((const A *)out) == CUDA_R_16BF;
     if (N <= 0 || OC <= 0) return;
     if (bf16 && trn__cuda_lt_aux_ok(pre, OC)) {
+        TRN__CUDA_SITE_GEMM("matmul+gelu fwd", sizeof(A) * ((double)N * C + (double)OC * C + 2.0 * N * OC + OC), N, OC, C, 1);
         trn__cuda_lt_gemm<trn__bf16>(__FILE__, __LINE__, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, (const trn__bf16 *)w, C,
                                      (const trn__bf16 *)inp, C, 0.0f, (trn__bf16 *)out, OC, TRN__LT_GELU,
                                      (const trn__bf16 *)bias, (trn__bf16 *)pre);
         return;
     }
     trn__cuda_matmul_forward<A>(pre, inp, w, bf16 ? bias : NULL, N, C, OC);
+    TRN__CUDA_SITE("bias+gelu (unfused)", sizeof(A) * (3.0 * N * OC + OC), 0); /* pre read and written, out written */
     TRN_CUDA_LAUNCH(trn__k_bias_gelu<A>, dim3(trn__cuda_grid((size_t)N * OC)), dim3(TRN__CUDA_BLOCK), 0,
                     trn__cu.stream, TRN__A(out), TRN__A(pre), bf16 ? NULL : TRN__CA(bias), (size_t)N, OC);
 }
@@ -2626,6 +2795,7 @@ static void trn__cuda_matmul_dgelu_backward(float *dpre, const float *dout, cons
                                             int C, int OC) {
     int bf16 = trn__cuda_dt((const A *)dpre) == CUDA_R_16BF, fused = bf16 && trn__cuda_lt_aux_ok(pre, C);
     if (N <= 0 || C <= 0) return;
+    TRN__CUDA_SITE_GEMM("matmul+dgelu bwd", sizeof(A) * ((double)N * OC + (double)OC * C + 2.0 * N * C), N, C, OC, 1);
     /* dpre^T (C,N) = w^T (C,OC) dout^T (OC,N) (then the epilogue) */
     if (bf16)
         trn__cuda_lt_gemm<trn__bf16>(__FILE__, __LINE__, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, (const trn__bf16 *)w, C,
@@ -2648,13 +2818,18 @@ static void trn__cuda_relu_backward(float *dinp, const float *out, const float *
 }
 template <typename A>
 static void trn__cuda_add_forward(float *out, const float *a, const float *b, size_t n) {
+    TRN__CUDA_SITE("add", 3.0 * sizeof(A) * n, n);
     TRN__CUDA_ELEMENTWISE(trn__k_add<A>, n, TRN__A(out), TRN__CA(a), TRN__CA(b), n);
 }
 template <typename A>
 static void trn__cuda_accumulate(float *dst, const float *src, size_t n) {
+    TRN__CUDA_SITE("accumulate", 3.0 * sizeof(A) * n, n);
     if (dst) TRN__CUDA_ELEMENTWISE(trn__k_accumulate<A>, n, TRN__A(dst), TRN__CA(src), n);
 }
-static void trn__cuda_scale(float *x, float s, size_t n) { TRN__CUDA_ELEMENTWISE(trn__k_scale, n, x, s, n); }
+static void trn__cuda_scale(float *x, float s, size_t n) {
+    TRN__CUDA_SITE("scale", 8.0 * n, n);
+    TRN__CUDA_ELEMENTWISE(trn__k_scale, n, x, s, n);
+}
 template <typename A>
 static void trn__cuda_mse_forward(float *losses, const float *pred, const float *target, size_t n) {
     TRN__CUDA_ELEMENTWISE(trn__k_mse_fwd<A>, n, losses, TRN__CA(pred), TRN__CA(target), n);
@@ -2851,6 +3026,7 @@ static void trn__cuda_attention_kv_forward(float *out_, float *att_, const float
 static void trn__cuda_sumsq_device(float *stat, double *total, const float *x, size_t n, float max_norm) {
     size_t g = (n + TRN__CUDA_BLOCK - 1) / TRN__CUDA_BLOCK;
     if (g > TRN__CUDA_PARTIALS) g = TRN__CUDA_PARTIALS;
+    TRN__CUDA_SITE("grad norm (sum of squares)", 4.0 * n, 2.0 * n);
     if (n > 0)
         TRN_CUDA_LAUNCH(trn__k_sumsq, dim3((unsigned)g), dim3(TRN__CUDA_BLOCK), 0, trn__cu.stream, trn__cu.partials, x, n);
     TRN_CUDA_LAUNCH(trn__k_norm_final, dim3(1), dim3(32), 0, trn__cu.stream, stat, total,
@@ -2867,6 +3043,7 @@ static void trn__cuda_grad_norm_clip(float *stat, const float *g, size_t n, floa
     trn__cuda_sumsq_device(stat, NULL, g, n, max_norm);
 }
 static void trn__cuda_mean(float *out, const float *x, size_t n) {
+    TRN__CUDA_SITE("loss mean", 4.0 * n + 4, n);
     TRN_CUDA_LAUNCH(trn__k_mean, dim3(1), dim3(1024), 0, trn__cu.stream, out, x, n);
 }
 /* the runs rarely change (once per model): upload them only when they do
@@ -2895,10 +3072,12 @@ static void trn__cuda_adamw_flat(float *p, float *g, float *m, float *v, size_t 
     const trn_adamw_seg *dseg;
     if (n == 0 || n_seg <= 0) return;
     dseg = trn__cuda_segments(seg, n_seg);
+    TRN__CUDA_SITE("adamw", (28.0 + (p_bf16 ? 2 : 0) + (clip ? 4 : 0)) * n, 12.0 * n); /* p g m v read; p m v (g) written */
     TRN__CUDA_ELEMENTWISE(trn__k_adamw_flat, n, p, g, m, v, n, dseg, n_seg, lr, beta1, beta2, eps, weight_decay,
                           bias_corr1, bias_corr2, clip, (trn__bf16 *)p_bf16);
 }
 static void trn__cuda_convert(void *dst, int dt, const void *src, int st, size_t n, int accumulate, float s) {
+    TRN__CUDA_SITE("convert", (double)n * ((st == TRN_BF16 ? 2 : 4) + (dt == TRN_BF16 ? 2 : 4) * (accumulate ? 2 : 1)), n);
     if (dt == TRN_BF16 && st == TRN_BF16)
         TRN__CUDA_ELEMENTWISE((trn__k_convert<trn__bf16, trn__bf16>), n, (trn__bf16 *)dst, (const trn__bf16 *)src, n, accumulate, s);
     else if (dt == TRN_BF16)
@@ -2964,6 +3143,7 @@ static void trn__cuda_attention_forward(float *out_, float *att_, const float *q
     float scale = 1.0f / sqrtf((float)hs);
     int r;
     if (B <= 0 || T <= 0) return;
+    TRN__CUDA_SITE_GEMM("attention fwd (materialized)", sizeof(A) * ((double)B * T * (2 * NH + 2 * NKV) * hs + 2.0 * B * NH * T * T), T, T, hs, 2.0 * B * NH);
     for (r = 0; r < NH / NKV; r++) {
         trn__cuda_heads<A> x = trn__cuda_heads_of(qkv, att, out, T, NH, NKV, hs, r);
         /* S (T,T) = Q K^T:  S^T = K Q^T, with K-as-(hs,T) transposed and Q-as-(hs,T) */
@@ -2989,6 +3169,7 @@ static void trn__cuda_attention_backward(float *dqkv_, float *scratch_, const fl
     int r;
     (void)causal; /* masked entries have P = 0, so dS = 0 there */
     if (!dqkv || B <= 0 || T <= 0) return;
+    TRN__CUDA_SITE_GEMM("attention bwd (materialized)", sizeof(A) * ((double)B * T * (2 * NH + 4 * NKV) * hs + 4.0 * B * NH * T * T), T, T, hs, 4.0 * B * NH);
     for (r = 0; r < NH / NKV; r++) {
         /* the same strides serve dqkv (as qkv), scratch (as att) and dout (as out) */
         trn__cuda_heads<A> x = trn__cuda_heads_of(qkv, att, dout, T, NH, NKV, hs, r);
@@ -3034,6 +3215,7 @@ static void trn__cuda_flash_attention_forward(float *out, float *lse, const floa
     int t = trn__cuda_flash_tile(hs, 0);
     size_t shmem = sizeof(float) * ((size_t)4 * t * (hs + 1) + (size_t)t * t);
     if (B <= 0 || T <= 0) return;
+    TRN__CUDA_SITE_GEMM("flash attn fwd", sizeof(A) * (double)B * T * (2 * NH + 2 * NKV) * hs + 4.0 * B * NH * T, T, T, hs, (causal ? 1.0 : 2.0) * B * NH);
     TRN_CUDA_LAUNCH(trn__k_flash_fwd<A>, dim3((unsigned)(B * NH), (unsigned)((T + t - 1) / t)),
                     dim3(TRN__FLASH_THREADS), shmem, trn__cu.stream, TRN__A(out), lse, TRN__CA(qkv), T, NH, NKV, hs,
                     causal, t, 1.0f / sqrtf((float)hs));
@@ -3047,9 +3229,11 @@ static void trn__cuda_flash_attention_backward(float *dqkv, const float *dout, c
     size_t shmem = sizeof(float) * ((size_t)6 * t * (hs + 1) + 2 * (size_t)t * t + 2 * t);
     float scale = 1.0f / sqrtf((float)hs);
     if (!dqkv || B <= 0 || T <= 0) return;
+    TRN__CUDA_SITE_GEMM("flash bwd dkdv", sizeof(A) * (double)B * T * (3 * NH + 4 * NKV) * hs + 4.0 * B * NH * T, T, T, hs, (causal ? 2.0 : 4.0) * B * NH);
     TRN_CUDA_LAUNCH(trn__k_flash_bwd_kv<A>, dim3((unsigned)(B * NKV), (unsigned)((T + t - 1) / t)),
                     dim3(TRN__FLASH_THREADS), shmem, trn__cu.stream, TRN__A(dqkv), TRN__CA(dout), TRN__CA(qkv),
                     TRN__CA(out), lse, T, NH, NKV, hs, causal, t, scale);
+    TRN__CUDA_SITE_GEMM("flash bwd dq", sizeof(A) * (double)B * T * (4 * NH + 2 * NKV) * hs + 4.0 * B * NH * T, T, T, hs, (causal ? 0.5 : 1.0) * B * NH);
     TRN_CUDA_LAUNCH(trn__k_flash_bwd_q<A>, dim3((unsigned)(B * NH), (unsigned)((T + t - 1) / t)),
                     dim3(TRN__FLASH_THREADS), shmem, trn__cu.stream, TRN__A(dqkv), TRN__CA(dout), TRN__CA(qkv),
                     TRN__CA(out), lse, T, NH, NKV, hs, causal, t, scale);
@@ -3070,6 +3254,7 @@ template <int HS>
 static void trn__cuda_flash_fwd_bf16(float *out, float *lse, const float *qkv, int B, int T, int NH, int NKV,
                                      int causal) {
     enum { R = trn__fa<HS>::R };
+    TRN__CUDA_SITE_GEMM("flash attn fwd", 2.0 * B * T * (2 * NH + 2 * NKV) * HS + 4.0 * B * NH * T, T, T, HS, (causal ? 1.0 : 2.0) * B * NH);
     TRN_CUDA_LAUNCH(trn__k_flash_fwd_bf16<HS>, dim3((unsigned)(B * NH), (unsigned)((T + R - 1) / R)),
                     dim3(32 * trn__fa<HS>::W), trn__cuda_flash_bf16_shmem<HS>(0), trn__cu.stream, (trn__bf16 *)out,
                     lse, (const trn__bf16 *)qkv, T, NH, NKV, causal, 1.0f / sqrtf((float)HS));
@@ -3079,10 +3264,12 @@ static void trn__cuda_flash_bwd_bf16(float *dqkv, const float *dout, const float
                                      const float *lse, int B, int T, int NH, int NKV, int causal) {
     enum { R = trn__fa<HS>::R };
     float scale = 1.0f / sqrtf((float)HS);
+    TRN__CUDA_SITE_GEMM("flash bwd dkdv", 2.0 * B * T * (3 * NH + 4 * NKV) * HS + 4.0 * B * NH * T, T, T, HS, (causal ? 2.0 : 4.0) * B * NH);
     TRN_CUDA_LAUNCH(trn__k_flash_bwd_kv_bf16<HS>, dim3((unsigned)(B * NKV), (unsigned)((T + R - 1) / R)),
                     dim3(32 * trn__fa<HS>::W), trn__cuda_flash_bf16_shmem<HS>(1), trn__cu.stream, (trn__bf16 *)dqkv,
                     (const trn__bf16 *)dout, (const trn__bf16 *)qkv, (const trn__bf16 *)out, lse, T, NH, NKV, causal,
                     scale);
+    TRN__CUDA_SITE_GEMM("flash bwd dq", 2.0 * B * T * (4 * NH + 2 * NKV) * HS + 4.0 * B * NH * T, T, T, HS, (causal ? 0.5 : 1.0) * B * NH);
     TRN_CUDA_LAUNCH(trn__k_flash_bwd_q_bf16<HS>, dim3((unsigned)(B * NH), (unsigned)((T + R - 1) / R)),
                     dim3(32 * trn__fa<HS>::W), trn__cuda_flash_bf16_shmem<HS>(2), trn__cu.stream, (trn__bf16 *)dqkv,
                     (const trn__bf16 *)dout, (const trn__bf16 *)qkv, (const trn__bf16 *)out, lse, T, NH, NKV, causal,
@@ -3125,6 +3312,7 @@ template <typename A>
 static void trn__cuda_crossentropy_forward(float *losses, float *lse, const float *logits, const int *targets, int N,
                                            int V, int Vp) {
     if (N <= 0) return;
+    TRN__CUDA_SITE("cross-entropy fwd", sizeof(A) * (double)N * Vp + 12.0 * N, 3.0 * N * V); /* logits; targets, losses, lse */
     TRN_CUDA_LAUNCH(trn__k_xent_fwd<A>, dim3((unsigned)N), dim3(256), 0, trn__cu.stream, losses, lse, TRN__CA(logits),
                     targets, V, Vp);
 }
@@ -3132,6 +3320,7 @@ template <typename A>
 static void trn__cuda_crossentropy_backward(float *dlogits, const float *logits, const float *lse, const int *targets,
                                             float dloss, int N, int V, int Vp) {
     if (!dlogits || N <= 0) return;
+    TRN__CUDA_SITE("cross-entropy bwd", 3.0 * sizeof(A) * N * Vp + 8.0 * N, 3.0 * N * V); /* logits; dlogits +=: read and written */
     TRN_CUDA_LAUNCH(trn__k_xent_bwd<A>, dim3((unsigned)N), dim3(256), 0, trn__cu.stream, TRN__A(dlogits),
                     TRN__CA(logits), lse, targets, dloss, V, Vp);
 }
@@ -3217,18 +3406,23 @@ static void trn__cuda_rmsnorm_backward(float *dinp, float *dw, const float *dout
                         (const float *)part, nchunk, C);
     }
 }
+static trn_rope_scaling trn__rope_sc_or_plain(const trn_rope_scaling *sc) { /* by value into the kernel */
+    trn_rope_scaling plain;
+    memset(&plain, 0, sizeof plain);
+    return sc ? *sc : plain;
+}
 template <typename A>
 static void trn__cuda_rope_forward(float *out, const float *inp, int B, int T, int H, int R, int hs, int pos0,
-                                   float theta) {
+                                   float theta, const trn_rope_scaling *sc) {
     TRN__CUDA_ELEMENTWISE(trn__k_rope<A>, (size_t)B * T * H * hs, TRN__A(out), TRN__CA(inp), B, T, H, R, hs, pos0, theta,
-                          1.0f, 0);
+                          trn__rope_sc_or_plain(sc), 1.0f, 0);
 }
 template <typename A>
 static void trn__cuda_rope_backward(float *dinp, const float *dout, int B, int T, int H, int R, int hs, int pos0,
-                                    float theta) {
+                                    float theta, const trn_rope_scaling *sc) {
     if (dinp)
         TRN__CUDA_ELEMENTWISE(trn__k_rope<A>, (size_t)B * T * H * hs, TRN__A(dinp), TRN__CA(dout), B, T, H, R, hs, pos0,
-                              theta, -1.0f, 1);
+                              theta, trn__rope_sc_or_plain(sc), -1.0f, 1);
 }
 
 /* ========================================================================
@@ -3469,6 +3663,35 @@ TRNDEF void trn_cuda_profile_clock(trn_profile *p) {
     p->clock_name = "CUDA events";
 }
 
+TRNDEF void trn_cuda_sites_start(int measure) {
+    trn__sites.on = 1;
+    trn__sites.measure = measure;
+    trn__sites.n_rows = trn__sites.full = trn__sites.depth = trn__sites.n_ev = 0;
+    trn__site_event(); /* time starts here: "(between sites)" until the first site */
+}
+TRNDEF int trn_cuda_sites_read(const trn_cuda_site_row **rows) {
+    int i;
+    if (trn__sites.on && trn__sites.measure && trn__sites.n_ev > 0) {
+        double between = 0;
+        trn__site_event(); /* the end of the last interval */
+        TRN_CUDA_CHECK(cudaEventSynchronize(trn__sites.ev[trn__sites.n_ev - 1]));
+        for (i = 1; i < trn__sites.n_ev; i++) {
+            float f = 0;
+            int r = trn__sites.ev_row[i - 1];
+            TRN_CUDA_CHECK(cudaEventElapsedTime(&f, trn__sites.ev[i - 1], trn__sites.ev[i]));
+            if (r >= 0) trn__sites.rows[r].ms += f;
+            else between += f;
+        }
+        i = trn__site_row("(between sites)", "host gaps: the GPU waited", 0, 0, 0, 0);
+        trn__sites.rows[i].ms += between;
+    }
+    if (trn__sites.full) fprintf(stderr, "train_cuda.h: sites: more than %d rows; the last holds the rest\n", TRN__SITES_MAX);
+    trn__sites.on = 0;
+    if (rows) *rows = trn__sites.rows;
+    return trn__sites.n_rows;
+}
+TRNDEF void trn_cuda_site_scope(const char *scope) { trn__sites.scope = scope; }
+
 TRNDEF void trn_cuda_shutdown(void) {
     if (!trn__cu.ready) return;
     trn__cuda_drain();
@@ -3563,6 +3786,7 @@ static void trn__cuda_fill_table(trn_backend *t, int bf16) {
         t->mean = trn__cuda_mean;
         t->grad_norm_clip = trn__cuda_grad_norm_clip;
         t->adamw_flat = trn__cuda_adamw_flat;
+        t->site_scope = trn_cuda_site_scope;
         /* <<sync-free step */
         t->name = "cuda";
 }

@@ -392,6 +392,13 @@ TRNDEF trn_result trn_ddp_checkpoint_load(trn_ddp *ddp, const char *path, trn_mo
             disk (atomic): world size, parameter count, each file's [lo,hi)
             and the parameter table (name, offset, shape). A directory
             without it is an unfinished save: load refuses it.
+   One save, one identity: rank 0 draws a random 64-bit save id for each
+   save and every rank writes it into its file's metadata
+   ("shard.save_id", beside its rank, world size and slice); the manifest
+   holds it too. Load, trn_checkpoint_verify_sharded and consolidate
+   refuse a rank file whose id, rank, world size or slice is not the
+   manifest's (a file of another run or another step dropped in), with
+   one line naming the file.
    Every rank writes the same amount whatever the mode (DDP's ranks write
    their slice of the state they all hold). Load reads, on every rank, the
    slices of the old files that meet what this rank keeps (FSDP: its shard
@@ -408,6 +415,11 @@ TRNDEF trn_result trn_ddp_checkpoint_save_sharded(trn_ddp *ddp, const char *dir,
 TRNDEF trn_result trn_ddp_checkpoint_load_sharded(trn_ddp *ddp, const char *dir, trn_model *m,
                                                   trn_adamw *opt, trn_meta *meta_out);
 TRNDEF trn_result trn_checkpoint_consolidate(const char *dir, const char *out_path);
+/* DIR is a whole sharded checkpoint: its manifest reads, and every rank
+   file is there, checksummed, of the manifest's save, rank and slice
+   (reads every file; one process, no ranks). --resume DIR uses it to
+   fall back past a broken one. */
+TRNDEF trn_result trn_checkpoint_verify_sharded(const char *dir);
 
 #ifdef __cplusplus
 }
@@ -421,6 +433,7 @@ TRNDEF trn_result trn_checkpoint_consolidate(const char *dir, const char *out_pa
 #ifndef TRAIN_NCCL_IMPLEMENTATION_DONE
 #define TRAIN_NCCL_IMPLEMENTATION_DONE
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -2022,19 +2035,45 @@ static int trn__fsdp_next_block(const trn_ddp *d, int u) {
     return -1;
 }
 
+/* after a failure (a peer died, a gather failed): the hook cannot stop the
+   forward or backward that called it, and unit u's parameters may point
+   nowhere (released) or at a gather that never arrived. They get zeros
+   of their own, so the pass runs to its end on harmless numbers and the
+   next trn_ddp_ call returns the failure; a buffer still being written
+   by a collective is not touched (the communicator is closed). */
+static void trn__fsdp_park(trn_ddp *d, int u) {
+    trn_model *m = d->model;
+    trn_ddp_unit *k;
+    float *z;
+    if (u < 0 || d->units[u].root || d->units[u].state == 2) return;
+    k = &d->units[u];
+    if (!(z = (float *)m->backend->alloc((k->hi - k->lo) * sizeof(float), TRN_KIND_WEIGHTS)))
+        trn_fatal("rank %d: FSDP: no memory to stop cleanly after: %s", d->rank, d->error_reason);
+    m->backend->zero(z, (k->hi - k->lo) * sizeof(float));
+    if (k->full) { /* counted when its gather began */
+        if (k->state == 0) m->backend->free(k->full); /* its gather failed at once: nothing writes it */
+        d->gathered_bytes -= (k->hi - k->lo) * sizeof(float); /* (else left to the closed communicator) */
+    }
+    d->gathered_bytes += (k->hi - k->lo) * sizeof(float);
+    k->full = z;
+    k->state = 2;
+    trn__fsdp_point(d, u, z);
+}
+
 /* train.h's unit hook (trn_unit's markers) */
 static void trn__fsdp_unit_hook(trn_model *m, trn_tensor *member, int phase, void *user) {
     trn_ddp *d = (trn_ddp *)user;
     int u = trn__fsdp_unit(d, member), next;
     (void)m;
-    if (d->error) return;
     if (u >= 0 && d->units[u].root) u = -1; /* roots are always there */
+    if (d->error) { trn__fsdp_park(d, u); return; }
     if (phase == TRN_UNIT_FORWARD) {
         if (u < 0) return; /* leaving the blocks: the last one stays for backward */
         if (m->grad_enabled && d->n_order < d->n_units) d->order[d->n_order++] = u;
         next = trn__fsdp_next_block(d, u);
         if (trn__fsdp_release_but(d, u, next) == TRN_OK && trn__fsdp_ready(d, u) == TRN_OK && next >= 0)
             trn__fsdp_gather(d, next);
+        if (d->error) trn__fsdp_park(d, u);
         return;
     }
     /* backward: the backward of u (or of the roots: -1) begins */
@@ -2045,6 +2084,7 @@ static void trn__fsdp_unit_hook(trn_model *m, trn_tensor *member, int phase, voi
     next = d->bwd_pos >= 0 ? d->order[d->bwd_pos] : -1;
     if (trn__fsdp_release_but(d, u, next) == TRN_OK && trn__fsdp_ready(d, u) == TRN_OK && next >= 0)
         trn__fsdp_gather(d, next);
+    if (d->error) trn__fsdp_park(d, u);
 }
 
 /* attach: units from the names; the weights become this rank's shard;
@@ -2507,22 +2547,62 @@ TRNDEF trn_result trn_ddp_checkpoint_load(trn_ddp *ddp, const char *path, trn_mo
 }
 
 /* ---- sharded checkpoints (>>sharded) --------------------------------------- */
-#define TRN__SHARDED_FORMAT "train.h sharded checkpoint 1"
+#define TRN__SHARDED_FORMAT "train.h sharded checkpoint 2" /* 2: with a save id */
+
+/* rank 0: a save id, 64 random bits as 16 hex digits (the kernel's
+   randomness; else the clock, the pid and a counter, mixed) */
+static void trn__save_id_draw(uint64_t *id) {
+    static uint64_t counter;
+    uint64_t x = 0;
+    FILE *f = fopen("/dev/urandom", "rb");
+    if (!f || fread(&x, sizeof x, 1, f) != 1) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        x = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+        x ^= (uint64_t)getpid() << 40 ^ ++counter * 0x9E3779B97F4A7C15ull;
+        x ^= x >> 31; x *= 0xBF58476D1CE4E5B9ull; x ^= x >> 29;
+    }
+    if (f) fclose(f);
+    *id = x;
+}
+
+/* every rank: rank 0's id (two 32-bit halves in doubles, summed exactly) */
+static trn_result trn__save_id_share(trn_ddp *ddp, char *out, size_t cap) {
+    uint64_t id = 0;
+    double h[2] = {0, 0};
+    trn_result rc;
+    if (ddp->rank == 0) {
+        trn__save_id_draw(&id);
+        h[0] = (double)(id >> 32);
+        h[1] = (double)(id & 0xffffffffull);
+    }
+    if ((rc = trn_ddp_allreduce_host(ddp, h, 2, 0)) != TRN_OK) return rc;
+    id = (uint64_t)h[0] << 32 | (uint64_t)h[1];
+    snprintf(out, cap, "%016llx", (unsigned long long)id);
+    return TRN_OK;
+}
+
+/* what the manifest says (TRN__SHARDED_FORMAT) */
+typedef struct trn__manifest {
+    int world;
+    size_t n_floats;
+    char save_id[17];
+} trn__manifest;
 
 static void trn__sharded_file(char *buf, size_t cap, const char *dir, int rank, int world) {
     snprintf(buf, cap, "%s/rank-%05d-of-%05d.safetensors", dir, rank, world);
 }
 
 /* rank 0: the manifest, atomically (tmp, fsync, rename, fsync the dir) */
-static trn_result trn__sharded_manifest(const trn_ddp *ddp, const char *dir, const trn_model *m) {
+static trn_result trn__sharded_manifest(const trn_ddp *ddp, const char *dir, const trn_model *m, const char *save_id) {
     char path[1200], tmp[1300], name[64];
     FILE *f;
     int k, p, i;
     snprintf(path, sizeof path, "%s/manifest.json", dir);
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     if (!(f = fopen(tmp, "w"))) return trn_fail(TRN_ERR_IO, "%s: %s", tmp, strerror(errno));
-    fprintf(f, "{\n  \"format\": \"%s\",\n  \"world_size\": %d,\n  \"n_floats\": %zu,\n  \"mode\": \"%s\",\n  \"files\": [\n",
-            TRN__SHARDED_FORMAT, ddp->world, m->n_floats, trn_shard_name(ddp->desc.shard));
+    fprintf(f, "{\n  \"format\": \"%s\",\n  \"save_id\": \"%s\",\n  \"world_size\": %d,\n  \"n_floats\": %zu,\n  \"mode\": \"%s\",\n"
+               "  \"files\": [\n", TRN__SHARDED_FORMAT, save_id, ddp->world, m->n_floats, trn_shard_name(ddp->desc.shard));
     for (k = 0; k < ddp->world; k++) {
         size_t lo, hi;
         trn_comm_shard(m->n_floats, ddp->world, k, &lo, &hi);
@@ -2556,11 +2636,12 @@ TRNDEF trn_result trn_ddp_checkpoint_save_sharded(trn_ddp *ddp, const char *dir,
     trn_model t;
     trn_adamw o;
     trn_meta *mm = NULL;
-    char path[1200];
+    char path[1200], save_id[17];
     size_t n;
     int p;
     if (!ddp || !dir || !m || m != ddp->model) return trn_fail(TRN_ERR_INVALID, "trn_ddp_checkpoint_save_sharded: not the attached model");
     if (ddp->error) return trn__ddp_sticky(ddp);
+    if ((rc = trn__save_id_share(ddp, save_id, sizeof save_id)) != TRN_OK) return rc; /* this save's identity */
     n = ddp->shard_hi - ddp->shard_lo;
     for (p = 0; p < m->n_params; p++)
         if (strchr(m->params[p]->name, '"') || strchr(m->params[p]->name, '\\'))
@@ -2579,6 +2660,7 @@ TRNDEF trn_result trn_ddp_checkpoint_save_sharded(trn_ddp *ddp, const char *dir,
         trn_meta_set_u64(mm, "shard.n_floats", m->n_floats);
         trn_meta_set_u64(mm, "shard.world_size", (uint64_t)ddp->world);
         trn_meta_set_u64(mm, "shard.rank", (uint64_t)ddp->rank);
+        trn_meta_set(mm, "shard.save_id", save_id);
         trn_model_init(&t, m->backend);
         trn_param1(&t, "shard.weights", (int)n);
         if ((rc = trn_model_alloc(&t)) == TRN_OK) {
@@ -2600,55 +2682,122 @@ TRNDEF trn_result trn_ddp_checkpoint_save_sharded(trn_ddp *ddp, const char *dir,
     }
     trn_free(mm);
     if ((rc = trn_ddp_agree(ddp, rc)) != TRN_OK) return rc; /* every file is on disk */
-    rc = ddp->rank == 0 ? trn__sharded_manifest(ddp, dir, m) : TRN_OK;
+    rc = ddp->rank == 0 ? trn__sharded_manifest(ddp, dir, m, save_id) : TRN_OK;
     return trn_ddp_agree(ddp, rc);
 }
 
-/* the manifest: world size and parameter count; the parameter table must
-   be the model's (names, offsets, shapes) */
-static trn_result trn__sharded_read_manifest(const char *dir, const trn_model *m, int *world, size_t *n_floats,
-                                             char **text_out) {
-    char path[1200], *text, line[1200];
+/* the manifest's text: format, save id, world size, parameter count; the
+   parameter table must be the model's (names, offsets, shapes) when m is
+   given. path names the file in errors. (tests/fuzz_manifest.c) */
+static trn_result trn__sharded_parse(const char *text, const char *path, const trn_model *m, trn__manifest *mf) {
+    char line[1200];
+    const char *q;
+    unsigned long long nf;
+    int p, i, n_hex = 0;
+    memset(mf, 0, sizeof *mf);
+    if (strstr(text, "\"train.h sharded checkpoint 1\""))
+        return trn_fail(TRN_ERR_FORMAT, "%s: a sharded checkpoint of an older train.h (format 1, no save id): its rank files "
+                        "cannot be checked to come from one save", path);
+    if (!strstr(text, "\"" TRN__SHARDED_FORMAT "\"") || !(q = strstr(text, "\"world_size\": ")) ||
+        sscanf(q + 14, "%d", &mf->world) != 1 || mf->world < 1 || mf->world > 99999 || !(q = strstr(text, "\"n_floats\": ")) ||
+        q[12] < '0' || q[12] > '9' || sscanf(q + 12, "%llu", &nf) != 1 || nf < 1 || nf > (unsigned long long)(SIZE_MAX / 8))
+        return trn_fail(TRN_ERR_FORMAT, "%s: not a train.h sharded checkpoint manifest", path);
+    mf->n_floats = (size_t)nf;
+    if ((q = strstr(text, "\"save_id\": \"")) != NULL)
+        for (q += 12; n_hex < 16 && isxdigit((unsigned char)q[n_hex]); n_hex++) mf->save_id[n_hex] = q[n_hex];
+    if (n_hex != 16 || q[16] != '"') return trn_fail(TRN_ERR_FORMAT, "%s: no save id of 16 hex digits", path);
+    mf->save_id[16] = 0;
+    for (p = 0; m && p < m->n_params; p++) { /* the table, line by line */
+        const trn_tensor *t = m->params[p];
+        size_t n = (size_t)snprintf(line, sizeof line, "{\"name\": \"%s\", \"offset\": %zu, \"shape\": [", t->name, t->offset);
+        for (i = 0; i < t->ndim; i++) n += (size_t)snprintf(line + n, sizeof line - n, "%s%d", i ? ", " : "", t->shape[i]);
+        snprintf(line + n, sizeof line - n, "]}");
+        if (!strstr(text, line))
+            return trn_fail(TRN_ERR_MISMATCH, "%s: no parameter %s at offset %zu with this shape: another model", path, t->name,
+                            t->offset);
+    }
+    if (m && mf->n_floats != m->n_floats)
+        return trn_fail(TRN_ERR_MISMATCH, "%s: %zu parameters, the model has %zu", path, mf->n_floats, m->n_floats);
+    return TRN_OK;
+}
+
+/* DIR/manifest.json, read and parsed; its text to *text_out if asked */
+static trn_result trn__sharded_read_manifest(const char *dir, const trn_model *m, trn__manifest *mf, char **text_out) {
+    char path[1200], *text;
     FILE *f;
     long len;
-    const char *q;
-    int p, i;
+    trn_result rc;
     snprintf(path, sizeof path, "%s/manifest.json", dir);
-    if (!(f = fopen(path, "rb")))
-        return trn_fail(TRN_ERR_IO, "%s: %s (no manifest: not a sharded checkpoint, or its save did not finish)", path,
-                        strerror(errno));
+    if ((rc = trn_check_regular(path)) != TRN_OK) {
+        if (errno == ENOENT)
+            return trn_fail(TRN_ERR_IO, "%s: %s (no manifest: not a sharded checkpoint, or its save did not finish)", path,
+                            strerror(errno));
+        return rc;
+    }
+    if (!(f = fopen(path, "rb"))) return trn_fail(TRN_ERR_IO, "%s: %s", path, strerror(errno));
     fseek(f, 0, SEEK_END);
     len = ftell(f);
     fseek(f, 0, SEEK_SET);
-    text = (char *)malloc((size_t)(len > 0 ? len : 0) + 1);
-    if (!text || len <= 0 || fread(text, 1, (size_t)len, f) != (size_t)len) {
+    text = len > 0 && len < (1L << 30) ? (char *)malloc((size_t)len + 1) : NULL;
+    if (!text || fread(text, 1, (size_t)len, f) != (size_t)len) {
         fclose(f);
         free(text);
         return trn_fail(TRN_ERR_IO, "%s: cannot read", path);
     }
     fclose(f);
     text[len] = 0;
-    if (!strstr(text, TRN__SHARDED_FORMAT) || !(q = strstr(text, "\"world_size\": ")) || sscanf(q + 14, "%d", world) != 1 ||
-        *world < 1 || !(q = strstr(text, "\"n_floats\": ")) || sscanf(q + 12, "%zu", n_floats) != 1) {
-        free(text);
-        return trn_fail(TRN_ERR_FORMAT, "%s: not a train.h sharded checkpoint manifest", path);
+    if (strlen(text) != (size_t)len) rc = trn_fail(TRN_ERR_FORMAT, "%s: a NUL byte in the manifest", path);
+    else rc = trn__sharded_parse(text, path, m, mf);
+    if (rc != TRN_OK || !text_out) free(text);
+    else *text_out = text;
+    return rc;
+}
+
+/* rank file k of the manifest's save: its identity, rank, world size and
+   slice [a,b) are the manifest's (else a file of another save: refused) */
+static trn_result trn__sharded_check(const trn_safetensors *f, const char *path, const trn__manifest *mf, int k, size_t a,
+                                     size_t b) {
+    const char *id = trn_safetensors_meta(f, "shard.save_id"), *lo_s = trn_safetensors_meta(f, "shard.lo"),
+               *hi_s = trn_safetensors_meta(f, "shard.hi"), *r_s = trn_safetensors_meta(f, "shard.rank"),
+               *w_s = trn_safetensors_meta(f, "shard.world_size"), *n_s = trn_safetensors_meta(f, "shard.n_floats");
+    if (!id) return trn_fail(TRN_ERR_MISMATCH, "%s: no save id: not a rank file of this checkpoint's save (%s)", path, mf->save_id);
+    if (strcmp(id, mf->save_id) != 0)
+        return trn_fail(TRN_ERR_MISMATCH, "%s: from another save (save id %.16s, the manifest's %s): a rank file of another run "
+                        "or step", path, id, mf->save_id);
+    if (!r_s || strtoull(r_s, NULL, 10) != (unsigned long long)k || !w_s ||
+        strtoull(w_s, NULL, 10) != (unsigned long long)mf->world || !n_s || strtoull(n_s, NULL, 10) != mf->n_floats)
+        return trn_fail(TRN_ERR_MISMATCH, "%s: says it is rank %s of %s (%s parameters); the manifest expects rank %d of %d (%zu)",
+                        path, r_s ? r_s : "?", w_s ? w_s : "?", n_s ? n_s : "?", k, mf->world, mf->n_floats);
+    if (!lo_s || !hi_s || strtoull(lo_s, NULL, 10) != a || strtoull(hi_s, NULL, 10) != b)
+        return trn_fail(TRN_ERR_FORMAT, "%s: holds another slice than the manifest's [%zu,%zu)", path, a, b);
+    return TRN_OK;
+}
+
+/* rank file k of DIR: open, checksum, identity; closed on failure */
+static trn_result trn__sharded_open(trn_safetensors *f, const char *dir, const trn__manifest *mf, int k, char *path,
+                                    size_t cap) {
+    size_t a, b;
+    trn_result rc;
+    trn_comm_shard(mf->n_floats, mf->world, k, &a, &b);
+    trn__sharded_file(path, cap, dir, k, mf->world);
+    if ((rc = trn_safetensors_open(f, path)) != TRN_OK) return rc;
+    if ((rc = trn_safetensors_verify(f)) == TRN_OK) rc = trn__sharded_check(f, path, mf, k, a, b);
+    if (rc != TRN_OK) trn_safetensors_close(f);
+    return rc;
+}
+
+TRNDEF trn_result trn_checkpoint_verify_sharded(const char *dir) {
+    trn__manifest mf;
+    trn_safetensors f;
+    char path[1200];
+    trn_result rc;
+    int k;
+    if (!dir) return trn_fail(TRN_ERR_INVALID, "trn_checkpoint_verify_sharded: NULL argument");
+    if ((rc = trn__sharded_read_manifest(dir, NULL, &mf, NULL)) != TRN_OK) return rc;
+    for (k = 0; k < mf.world; k++) {
+        if ((rc = trn__sharded_open(&f, dir, &mf, k, path, sizeof path)) != TRN_OK) return rc;
+        trn_safetensors_close(&f);
     }
-    for (p = 0; m && p < m->n_params; p++) { /* the table, line by line */
-        const trn_tensor *t = m->params[p];
-        size_t n = (size_t)snprintf(line, sizeof line, "{\"name\": \"%s\", \"offset\": %zu, \"shape\": [", t->name, t->offset);
-        for (i = 0; i < t->ndim; i++) n += (size_t)snprintf(line + n, sizeof line - n, "%s%d", i ? ", " : "", t->shape[i]);
-        snprintf(line + n, sizeof line - n, "]}");
-        if (!strstr(text, line)) {
-            free(text);
-            return trn_fail(TRN_ERR_MISMATCH, "%s: no parameter %s at offset %zu with this shape: another model", path, t->name,
-                            t->offset);
-        }
-    }
-    if (m && *n_floats != m->n_floats) {
-        free(text);
-        return trn_fail(TRN_ERR_MISMATCH, "%s: %zu parameters, the model has %zu", path, *n_floats, m->n_floats);
-    }
-    if (text_out) *text_out = text; else free(text);
     return TRN_OK;
 }
 
@@ -2677,6 +2826,7 @@ static trn_result trn__sharded_take(trn_safetensors *f, const char *name, size_t
 TRNDEF trn_result trn_ddp_checkpoint_load_sharded(trn_ddp *ddp, const char *dir, trn_model *m, trn_adamw *opt,
                                                   trn_meta *meta_out) {
     trn_result rc;
+    trn__manifest mf;
     int W0 = 0, k, i;
     size_t N = 0, wlo, whi, olo, ohi, host_cap = 0;
     float *host = NULL;
@@ -2685,7 +2835,9 @@ TRNDEF trn_result trn_ddp_checkpoint_load_sharded(trn_ddp *ddp, const char *dir,
     if (!ddp || !dir || !m || m != ddp->model) return trn_fail(TRN_ERR_INVALID, "trn_ddp_checkpoint_load_sharded: not the attached model");
     if (ddp->error) return trn__ddp_sticky(ddp);
     trn_params_changed(m); /* bf16: the weights' copy follows the loaded master */
-    rc = trn__sharded_read_manifest(dir, m, &W0, &N, NULL);
+    rc = trn__sharded_read_manifest(dir, m, &mf, NULL);
+    W0 = mf.world;
+    N = mf.n_floats;
     /* what this rank keeps: FSDP its shard of the weights, the others all;
        ZeRO (and FSDP) its shard of m and v, DDP all of them */
     wlo = ddp->units ? ddp->shard_lo : 0; whi = ddp->units ? ddp->shard_hi : m->n_floats;
@@ -2707,15 +2859,8 @@ TRNDEF trn_result trn_ddp_checkpoint_load_sharded(trn_ddp *ddp, const char *dir,
         size_t a, b;
         trn_comm_shard(N, W0, k, &a, &b);
         if (!((a < whi && b > wlo) || (opt && a < ohi && b > olo) || (k == 0 && meta_out))) continue;
-        trn__sharded_file(path, sizeof path, dir, k, W0);
-        if ((rc = trn_safetensors_open(&f, path)) != TRN_OK) break;
-        if ((rc = trn_safetensors_verify(&f)) == TRN_OK) {
-            const char *lo_s = trn_safetensors_meta(&f, "shard.lo"), *hi_s = trn_safetensors_meta(&f, "shard.hi");
-            if (!lo_s || !hi_s || strtoull(lo_s, NULL, 10) != a || strtoull(hi_s, NULL, 10) != b)
-                rc = trn_fail(TRN_ERR_FORMAT, "%s: holds another slice than the manifest's [%zu,%zu)", path, a, b);
-        }
-        if (rc == TRN_OK) rc = trn__sharded_take(&f, "shard.weights", a, b, wlo, whi, m->param_data + wlo, m->backend, &host,
-                                                 &host_cap);
+        if ((rc = trn__sharded_open(&f, dir, &mf, k, path, sizeof path)) != TRN_OK) break; /* checksum, save id, slice */
+        rc = trn__sharded_take(&f, "shard.weights", a, b, wlo, whi, m->param_data + wlo, m->backend, &host, &host_cap);
         if (rc == TRN_OK && opt) rc = trn__sharded_take(&f, "optim.m", a, b, olo, ohi, opt->m, m->backend, &host, &host_cap);
         if (rc == TRN_OK && opt) rc = trn__sharded_take(&f, "optim.v", a, b, olo, ohi, opt->v, m->backend, &host, &host_cap);
         if (rc == TRN_OK && k == 0) {
@@ -2732,65 +2877,84 @@ TRNDEF trn_result trn_ddp_checkpoint_load_sharded(trn_ddp *ddp, const char *dir,
     }
     trn_free(host);
     if (rc == TRN_OK && opt) opt->step = (long long)step;
-    if (rc == TRN_OK && ddp->units) { /* FSDP: the whole weights held now are stale */
-        if ((rc = trn__fsdp_release_but(ddp, -1, -1)) == TRN_OK) rc = trn__fsdp_regather_roots(ddp);
-    }
+    m->backend->sync();
+    /* every rank read its part (or none goes on): the regather below is a
+       collective, which a rank that failed would never join */
+    if ((rc = trn_ddp_agree(ddp, rc)) != TRN_OK || !ddp->units) return rc;
+    /* FSDP: the whole weights held now are stale */
+    if ((rc = trn__fsdp_release_but(ddp, -1, -1)) == TRN_OK) rc = trn__fsdp_regather_roots(ddp);
     m->backend->sync();
     return trn_ddp_agree(ddp, rc);
+}
+
+/* the manifest's parameter table into t (declared in order; the offsets
+   must be the ones the declarations give): one line per parameter */
+static trn_result trn__sharded_table(const char *text, const char *path, trn_model *t) {
+    const char *q;
+    for (q = strstr(text, "{\"name\": \""); q; q = strstr(q + 1, "{\"name\": \"")) {
+        char name[64];
+        size_t off;
+        int shape[TRN_MAX_DIMS], nd = 0;
+        const char *e = strchr(q + 10, '"'), *s;
+        if (!e || e == q + 10 || (size_t)(e - q - 10) >= sizeof name || !(s = strstr(e, "\"offset\": ")) || s[10] < '0' ||
+            s[10] > '9' || sscanf(s + 10, "%zu", &off) != 1 || !(s = strchr(s, '[')))
+            return trn_fail(TRN_ERR_FORMAT, "%s: a parameter line it cannot read", path);
+        memcpy(name, q + 10, (size_t)(e - q - 10));
+        name[e - q - 10] = 0;
+        for (s++; nd < TRN_MAX_DIMS && *s != ']';) {
+            char *end;
+            long v;
+            errno = 0;
+            v = strtol(s, &end, 10);
+            if (end == s || v < 1 || v > 1L << 30 || errno) break;
+            shape[nd++] = (int)v;
+            s = end;
+            while (*s == ',' || *s == ' ') s++;
+        }
+        if (*s != ']' || nd == 0) return trn_fail(TRN_ERR_FORMAT, "%s: the shape of %s", path, name);
+        {
+            size_t numel = 1;
+            int i;
+            for (i = 0; i < nd; i++) {
+                if (numel > ((size_t)1 << 40) / (size_t)shape[i]) return trn_fail(TRN_ERR_FORMAT, "%s: %s is too large", path, name);
+                numel *= (size_t)shape[i];
+            }
+            if (t->n_floats + numel > (size_t)1 << 40) return trn_fail(TRN_ERR_FORMAT, "%s: the parameters are too large", path);
+        }
+        if (trn_model_find(t, name)) return trn_fail(TRN_ERR_FORMAT, "%s: parameter %s twice", path, name);
+        if (t->n_floats != off)
+            return trn_fail(TRN_ERR_FORMAT, "%s: %s at offset %zu, expected %zu (a gap or another order)", path, name, off,
+                            t->n_floats);
+        trn_param(t, name, nd, shape);
+    }
+    return TRN_OK;
 }
 
 TRNDEF trn_result trn_checkpoint_consolidate(const char *dir, const char *out_path) {
     trn_result rc;
     trn_model t;
     trn_meta meta;
+    trn__manifest mf;
     char *text = NULL, path[1200];
-    const char *q;
-    int W0 = 0, k, i;
-    size_t N = 0, host_cap = 0;
+    int k, i;
+    size_t host_cap = 0;
     float *host = NULL;
     if (!dir || !out_path) return trn_fail(TRN_ERR_INVALID, "trn_checkpoint_consolidate: NULL argument");
-    if ((rc = trn__sharded_read_manifest(dir, NULL, &W0, &N, &text)) != TRN_OK) return rc;
-    /* the parameter table, one line per parameter */
+    if ((rc = trn__sharded_read_manifest(dir, NULL, &mf, &text)) != TRN_OK) return rc;
     trn_model_init(&t, NULL);
     memset(&meta, 0, sizeof meta);
-    for (q = strstr(text, "{\"name\": \""); q && rc == TRN_OK; q = strstr(q + 1, "{\"name\": \"")) {
-        char name[64];
-        size_t off;
-        int shape[TRN_MAX_DIMS], nd = 0;
-        const char *e = strchr(q + 10, '"'), *s;
-        if (!e || (size_t)(e - q - 10) >= sizeof name || !(s = strstr(e, "\"offset\": ")) || sscanf(s + 10, "%zu", &off) != 1 ||
-            !(s = strchr(s, '['))) {
-            rc = trn_fail(TRN_ERR_FORMAT, "%s/manifest.json: a parameter line it cannot read", dir);
-            break;
-        }
-        memcpy(name, q + 10, (size_t)(e - q - 10));
-        name[e - q - 10] = 0;
-        for (s++; nd < TRN_MAX_DIMS && *s != ']';) {
-            char *end;
-            long v = strtol(s, &end, 10);
-            if (end == s || v < 0) break;
-            shape[nd++] = (int)v;
-            s = end;
-            while (*s == ',' || *s == ' ') s++;
-        }
-        if (*s != ']' || nd == 0) { rc = trn_fail(TRN_ERR_FORMAT, "%s/manifest.json: the shape of %s", dir, name); break; }
-        trn_param(&t, name, nd, shape);
-        if (t.params[t.n_params - 1]->offset != off)
-            rc = trn_fail(TRN_ERR_FORMAT, "%s/manifest.json: %s at offset %zu, expected %zu (a gap or another order)", dir, name,
-                          off, t.params[t.n_params - 1]->offset);
-    }
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    rc = trn__sharded_table(text, path, &t);
     free(text);
-    if (rc == TRN_OK && t.n_floats != N) rc = trn_fail(TRN_ERR_FORMAT, "%s/manifest.json: parameters add up to %zu, not %zu", dir,
-                                                       t.n_floats, N);
+    if (rc == TRN_OK && t.n_floats != mf.n_floats)
+        rc = trn_fail(TRN_ERR_FORMAT, "%s: parameters add up to %zu, not %zu", path, t.n_floats, mf.n_floats);
     if (rc == TRN_OK) rc = trn_model_alloc(&t);
-    for (k = 0; rc == TRN_OK && k < W0; k++) {
+    for (k = 0; rc == TRN_OK && k < mf.world; k++) {
         trn_safetensors f;
         size_t a, b;
-        trn_comm_shard(N, W0, k, &a, &b);
-        trn__sharded_file(path, sizeof path, dir, k, W0);
-        if ((rc = trn_safetensors_open(&f, path)) != TRN_OK) break;
-        if ((rc = trn_safetensors_verify(&f)) == TRN_OK)
-            rc = trn__sharded_take(&f, "shard.weights", a, b, 0, N, t.param_data, t.backend, &host, &host_cap);
+        trn_comm_shard(mf.n_floats, mf.world, k, &a, &b);
+        if ((rc = trn__sharded_open(&f, dir, &mf, k, path, sizeof path)) != TRN_OK) break; /* checksum, save id, slice */
+        rc = trn__sharded_take(&f, "shard.weights", a, b, 0, mf.n_floats, t.param_data, t.backend, &host, &host_cap);
         if (rc == TRN_OK && k == 0)
             for (i = 0; i < f.n_meta; i++)
                 if (strncmp(f.meta_key[i], "trn.", 4) != 0 && strncmp(f.meta_key[i], "shard.", 6) != 0)

@@ -77,6 +77,8 @@ typedef struct llama_config {
     int padded_vocab; // Vp: rows of the embedding and head (V rounded up to 128)
     float rope_theta; // RoPE base                              rope_theta
     float norm_eps;   // RMSNorm epsilon                        rms_norm_eps
+    int tied;         // 1: the head IS the embedding (one tensor) tie_word_embeddings
+    trn_rope_scaling rope; // RoPE's frequency scaling (train.h)   rope_scaling / rope_parameters
 } llama_config;
 
 typedef struct preset {
@@ -102,10 +104,20 @@ static const preset *find_preset(const char *name) {
     return NULL;
 }
 
+// the scalings trn_rope_scaled accepts (it stops the program on others)
+static int rope_ok(const trn_rope_scaling *s) {
+    if (s->type == TRN_ROPE_DEFAULT) return 1;
+    if (s->type < TRN_ROPE_DEFAULT || s->type > TRN_ROPE_LLAMA3 || !(s->factor > 0.0f && s->factor < 1e6f)) return 0;
+    if (s->type != TRN_ROPE_LINEAR && s->original_max_pos <= 0) return 0;
+    return s->type != TRN_ROPE_LLAMA3 || (s->low_freq_factor > 0.0f && s->high_freq_factor > s->low_freq_factor);
+}
+static const char *ROPE_NAMES[] = {"default", "linear", "dynamic", "llama3"};
+
 static int config_ok(const llama_config *c) {
     return c->n_layer > 0 && c->n_head > 0 && c->n_kv_head > 0 && c->n_head % c->n_kv_head == 0 && c->n_embd > 0 &&
            c->head_dim > 0 && c->head_dim % 2 == 0 && c->ffn_hidden > 0 && c->block_size > 0 && c->vocab_size > 0 &&
-           c->padded_vocab >= c->vocab_size && c->rope_theta > 1.0f && c->norm_eps > 0.0f;
+           c->padded_vocab >= c->vocab_size && c->rope_theta > 1.0f && c->norm_eps > 0.0f && (c->tied == 0 || c->tied == 1) &&
+           rope_ok(&c->rope);
 }
 
 // ===========================================================================
@@ -122,6 +134,7 @@ typedef struct llama_block {
     trn_tensor *w_down;    // (C, F)              mlp.down_proj (W2)
     int n_head, n_kv_head;   // a recompute region sees only its block:
     float rope_theta, eps;   // the config's heads, RoPE base, RMSNorm epsilon
+    trn_rope_scaling rope;   // and RoPE's scaling
 } llama_block;
 
 typedef struct llama {
@@ -130,7 +143,7 @@ typedef struct llama {
     trn_tensor *embed;   // (Vp, C)  model.embed_tokens
     llama_block *layers; // L blocks
     trn_tensor *norm;    // (C)      model.norm
-    trn_tensor *head;    // (Vp, C)  lm_head (not tied to embed)
+    trn_tensor *head;    // (Vp, C)  lm_head; tied: the same tensor as embed
     int recompute;       // 1: each block is a recompute region (--recompute)
 } llama;
 
@@ -149,6 +162,7 @@ static trn_result llama_create(llama *g, const llama_config *cfg, const trn_back
         llama_block *b = &g->layers[l];
         char n[96];
         b->n_head = cfg->n_head, b->n_kv_head = cfg->n_kv_head, b->rope_theta = cfg->rope_theta, b->eps = cfg->norm_eps;
+        b->rope = cfg->rope;
 #define LLAMA_P(field, what, ...) \
     (snprintf(n, sizeof n, "model.layers.%d.%s", l, what), b->field = trn_param(m, n, __VA_ARGS__))
         int sC[1] = {C}, sqkv[2] = {QKV, C}, so[2] = {C, cfg->n_head * hs}, sup[2] = {F, C}, sdown[2] = {C, F};
@@ -162,7 +176,12 @@ static trn_result llama_create(llama *g, const llama_config *cfg, const trn_back
 #undef LLAMA_P
     }
     g->norm = trn_param1(m, "model.norm.weight", C);
-    g->head = trn_param2(m, "lm_head.weight", cfg->padded_vocab, C);
+    // Tied (tie_word_embeddings, e.g. Llama 3.2 1B, SmolLM): no second
+    // matrix. The head is the embedding tensor itself, so its one gradient
+    // buffer collects both uses (the embedding's scatter-add of rows and the
+    // head's matmul), AdamW updates it once, and a checkpoint holds it once,
+    // as transformers' tie_weights() and examples/gpt2's wte do.
+    g->head = cfg->tied ? g->embed : trn_param2(m, "lm_head.weight", cfg->padded_vocab, C);
     return trn_model_alloc(m);
 }
 
@@ -191,7 +210,7 @@ static void llama_init_weights(llama *g, uint64_t seed) {
         float *zeros = (float *)calloc((size_t)(Vp - V) * C, sizeof(float));
         if (!zeros) trn_fatal("llama_init_weights: out of memory");
         trn_write_range(m, g->embed, (size_t)V * C, zeros, (size_t)(Vp - V) * C);
-        trn_write_range(m, g->head, (size_t)V * C, zeros, (size_t)(Vp - V) * C);
+        if (g->head != g->embed) trn_write_range(m, g->head, (size_t)V * C, zeros, (size_t)(Vp - V) * C);
         free(zeros);
     }
 }
@@ -203,7 +222,7 @@ static trn_tensor *llama_block_forward(trn_model *m, trn_tensor *x, void *user) 
     // x = x + o_proj(attention(rope(qkv_proj(rmsnorm(x)))))
     trn_tensor *h = trn_rmsnorm(m, x, b->attn_norm, b->eps);               // (B,T,C)
     h = trn_linear(m, h, b->wqkv, NULL);                                   // (B,T,(NH+2NKV)hs)
-    h = trn_rope(m, h, b->n_head, b->n_kv_head, b->rope_theta, 0);         // q, k turned by position
+    h = trn_rope_scaled(m, h, b->n_head, b->n_kv_head, b->rope_theta, &b->rope, 0); // q, k turned by position
     h = trn_attention_gqa(m, h, b->n_head, b->n_kv_head, 1);               // (B,T,NH*hs) causal
     x = trn_add_inplace(m, x, trn_linear(m, h, b->wo, NULL));              // (B,T,C)
     // x = x + down(silu(gate(h)) * up(h)),  h = rmsnorm(x)
@@ -242,7 +261,7 @@ static trn_tensor *llama_forward_cached(llama *g, trn_kv_cache *kv, const int *i
         llama_block *b = &g->layers[l];
         trn_tensor *h = trn_rmsnorm(m, x, b->attn_norm, c->norm_eps);
         h = trn_linear(m, h, b->wqkv, NULL);
-        h = trn_rope(m, h, c->n_head, c->n_kv_head, c->rope_theta, kv->len);  // absolute positions
+        h = trn_rope_scaled(m, h, c->n_head, c->n_kv_head, c->rope_theta, &c->rope, kv->len); // absolute positions
         h = trn_attention_cached_qkv(m, kv, l, h, c->n_head);                 // (B,T,NH*hs)
         x = trn_add(m, x, trn_linear(m, h, b->wo, NULL));
         h = trn_rmsnorm(m, x, b->mlp_norm, c->norm_eps);
@@ -287,6 +306,14 @@ static void config_to_meta(const llama_config *c, trn_meta *meta) {
     trn_meta_set_u64(meta, "llama.padded_vocab", (uint64_t)c->padded_vocab);
     trn_meta_set_f64(meta, "llama.rope_theta", c->rope_theta);
     trn_meta_set_f64(meta, "llama.norm_eps", c->norm_eps);
+    trn_meta_set_u64(meta, "llama.tied", (uint64_t)c->tied);
+    if (c->rope.type != TRN_ROPE_DEFAULT) { // a scaled RoPE; absent: plain
+        trn_meta_set_u64(meta, "llama.rope_type", (uint64_t)c->rope.type);
+        trn_meta_set_f64(meta, "llama.rope_factor", c->rope.factor);
+        trn_meta_set_f64(meta, "llama.rope_low_freq_factor", c->rope.low_freq_factor);
+        trn_meta_set_f64(meta, "llama.rope_high_freq_factor", c->rope.high_freq_factor);
+        trn_meta_set_u64(meta, "llama.rope_original_max_pos", (uint64_t)c->rope.original_max_pos);
+    }
 }
 
 // the model's shape from a safetensors file's metadata (a file written
@@ -305,6 +332,20 @@ static int config_from_st(const trn_safetensors *f, llama_config *c) {
     c->padded_vocab = (int)st_meta_long(f, "llama.padded_vocab");
     c->rope_theta = (float)atof(theta);
     c->norm_eps = (float)atof(eps);
+    long tied = st_meta_long(f, "llama.tied"); // absent (files before ties): untied
+    c->tied = tied == 1;
+    if (tied > 1) c->tied = -1; // config_ok refuses it
+    memset(&c->rope, 0, sizeof c->rope);
+    long rt = st_meta_long(f, "llama.rope_type");
+    if (rt > 0) {
+        const char *fa = trn_safetensors_meta(f, "llama.rope_factor"), *lo = trn_safetensors_meta(f, "llama.rope_low_freq_factor"),
+                   *hi = trn_safetensors_meta(f, "llama.rope_high_freq_factor");
+        c->rope.type = rt <= TRN_ROPE_LLAMA3 ? (int)rt : -1; // -1: config_ok refuses it
+        c->rope.factor = fa ? (float)atof(fa) : 0.0f;
+        c->rope.low_freq_factor = lo ? (float)atof(lo) : 0.0f;
+        c->rope.high_freq_factor = hi ? (float)atof(hi) : 0.0f;
+        c->rope.original_max_pos = (int)st_meta_long(f, "llama.rope_original_max_pos");
+    }
     return 1;
 }
 
@@ -330,6 +371,53 @@ static double json_double(const char *json, const char *key, double dflt) {
     return v && (isdigit((unsigned char)*v) || *v == '-' || *v == '.') ? strtod(v, NULL) : dflt;
 }
 
+// RoPE as transformers writes it: 4.x "rope_scaling": {"rope_type" (or
+// "type"): ..., "factor": ...} beside a top-level "rope_theta"; 5.x
+// "rope_parameters": {"rope_type": ..., "rope_theta": ..., ...}. Llama 3.1's
+// llama3 adds low_freq_factor, high_freq_factor and
+// original_max_position_embeddings; dynamic scales past
+// max_position_embeddings, so the context it trains and samples grows to
+// factor x that. A type not computed here is refused by name.
+static trn_result rope_from_hf(const char *text, const char *path, llama_config *c) {
+    const char *which = "rope_parameters", *v = json_value(text, which);
+    if (!v || !strncmp(v, "null", 4)) v = json_value(text, which = "rope_scaling");
+    memset(&c->rope, 0, sizeof c->rope);
+    if (!v || !strncmp(v, "null", 4)) return TRN_OK; // plain RoPE
+    if (*v != '{') return trn_fail(TRN_ERR_FORMAT, "%s: %s is not an object", path, which);
+    const char *end = strchr(v, '}');
+    if (!end) return trn_fail(TRN_ERR_FORMAT, "%s: %s: no closing brace", path, which);
+    char obj[1024], type[32] = "";
+    if ((size_t)(end - v) >= sizeof obj) return trn_fail(TRN_ERR_FORMAT, "%s: %s is too long", path, which);
+    memcpy(obj, v, (size_t)(end - v + 1));
+    obj[end - v + 1] = 0;
+    const char *t = json_value(obj, "rope_type");
+    if (!t) t = json_value(obj, "type");
+    if (!t || *t != '"' || sscanf(t, "\"%31[^\"]\"", type) != 1)
+        return trn_fail(TRN_ERR_FORMAT, "%s: %s has no \"rope_type\"", path, which);
+    int k = -1;
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(type, ROPE_NAMES[i])) k = i;
+    if (k < 0)
+        return trn_fail(TRN_ERR_FORMAT, "%s: %s: rope_type \"%s\" is not supported (default, linear, dynamic, llama3 are)",
+                        path, which, type);
+    c->rope.type = k;
+    if (json_value(obj, "rope_theta")) c->rope_theta = (float)json_double(obj, "rope_theta", 0.0);
+    if (k == TRN_ROPE_DEFAULT) return TRN_OK;
+    c->rope.factor = (float)json_double(obj, "factor", 0.0);
+    if (k == TRN_ROPE_LLAMA3) {
+        c->rope.low_freq_factor = (float)json_double(obj, "low_freq_factor", 0.0);
+        c->rope.high_freq_factor = (float)json_double(obj, "high_freq_factor", 0.0);
+        c->rope.original_max_pos = (int)json_long(obj, "original_max_position_embeddings", 0);
+    } else if (k == TRN_ROPE_DYNAMIC) {
+        c->rope.original_max_pos = c->block_size;
+        if (c->rope.factor > 1.0f && c->rope.factor < 1024.0f) c->block_size = (int)(c->block_size * c->rope.factor);
+    }
+    if (!rope_ok(&c->rope))
+        return trn_fail(TRN_ERR_FORMAT, "%s: %s: rope_type %s needs factor > 0%s", path, which, type,
+                        k == TRN_ROPE_LLAMA3 ? ", 0 < low_freq_factor < high_freq_factor and original_max_position_embeddings > 0" : "");
+    return TRN_OK;
+}
+
 // Hugging Face's config.json -> llama_config; TRN_ERR_FORMAT for what this
 // model does not compute (another activation, RoPE scaling, biases).
 static trn_result config_from_hf(const char *path, llama_config *c) {
@@ -351,14 +439,20 @@ static trn_result config_from_hf(const char *path, llama_config *c) {
     c->padded_vocab = pad_vocab(c->vocab_size);
     c->rope_theta = (float)json_double(text, "rope_theta", 10000.0);
     c->norm_eps = (float)json_double(text, "rms_norm_eps", 1e-6);
+    c->tied = -1; // absent: decided by the file (init_inspect)
+    if ((v = json_value(text, "tie_word_embeddings"))) c->tied = !strncmp(v, "true", 4) ? 1 : !strncmp(v, "false", 5) ? 0 : -2;
+    llama_config sizes = *c;
+    sizes.tied = 0;
     if ((v = json_value(text, "hidden_act")) && strncmp(v, "\"silu\"", 6) != 0)
         r = trn_fail(TRN_ERR_FORMAT, "%s: hidden_act %.12s: only \"silu\" (SwiGLU) is supported", path, v);
-    else if ((v = json_value(text, "rope_scaling")) && strncmp(v, "null", 4) != 0)
-        r = trn_fail(TRN_ERR_FORMAT, "%s: rope_scaling is set (e.g. Llama 3.1's); only plain RoPE is supported", path);
+    else if ((r = rope_from_hf(text, path, c)) != TRN_OK)
+        ;
     else if (((v = json_value(text, "attention_bias")) && !strncmp(v, "true", 4)) ||
              ((v = json_value(text, "mlp_bias")) && !strncmp(v, "true", 4)))
         r = trn_fail(TRN_ERR_FORMAT, "%s: attention_bias / mlp_bias: this Llama has no biases", path);
-    else if (!config_ok(c))
+    else if (c->tied == -2)
+        r = trn_fail(TRN_ERR_FORMAT, "%s: tie_word_embeddings must be true or false", path);
+    else if (!config_ok(&sizes)) // (tied: decided by init_inspect)
         r = trn_fail(TRN_ERR_FORMAT, "%s: missing or inconsistent sizes (layers %d, heads %d/%d, hidden %d, head_dim %d, "
                      "intermediate %d, vocab %d)", path, c->n_layer, c->n_head, c->n_kv_head, c->n_embd, c->head_dim,
                      c->ffn_hidden, c->vocab_size);
@@ -400,10 +494,20 @@ static trn_result init_inspect(const char *path, init_source *src) {
         return config_ok(&src->cfg) ? TRN_OK : trn_fail(TRN_ERR_FORMAT, "%s: bad llama.* metadata", src->weights);
     }
     src->hf = 1;
-    src->tied = trn_safetensors_find(&f, "lm_head.weight") == NULL;
+    int has_head = trn_safetensors_find(&f, "lm_head.weight") != NULL;
     trn_safetensors_close(&f);
     if (stat(cfgpath, &st) != 0) return trn_fail(TRN_ERR_IO, "%s: a Hugging Face model needs its config.json (%s)", path, cfgpath);
-    return config_from_hf(cfgpath, &src->cfg);
+    r = config_from_hf(cfgpath, &src->cfg);
+    if (r != TRN_OK) return r;
+    // tie_word_embeddings true: one tensor, as transformers (an lm_head.weight
+    // in the file is then a copy that transformers' tie_weights() replaces);
+    // absent: tied when the file has no lm_head.weight; false: it must have one
+    if (src->cfg.tied < 0) src->cfg.tied = !has_head;
+    if (!src->cfg.tied && !has_head)
+        return trn_fail(TRN_ERR_MISMATCH, "%s: tensor lm_head.weight is missing and config.json says "
+                        "tie_word_embeddings false", src->weights);
+    src->tied = src->cfg.tied;
+    return TRN_OK;
 }
 
 // read tensor `name` (rows x cols floats) into dst, checking its shape

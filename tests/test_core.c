@@ -240,8 +240,29 @@ static void test_fatal(void) {
     }
 }
 
+/* issue 24 item 9, "garbled error lines": a failure that wraps the reason
+   below it (trn_fail(r, "%s: %s", path, trn_error_reason())) is printed
+   intact, even when it is longer than the one it wraps */
+static void test_nested_reason(void) {
+    char want[600];
+    trn_fail(TRN_ERR_IO, "json: Is a directory");
+    trn_fail(TRN_ERR_IO, "runs/x/config.json: %s", trn_error_reason());
+    CHECK(strcmp(trn_error_reason(), "runs/x/config.json: json: Is a directory") == 0, "nested reason garbled: '%s'\n",
+          trn_error_reason());
+    trn_fail(TRN_ERR_NOMEM, "%s: bytes for gradients", "trn_model_alloc_grads");
+    trn_fail(TRN_ERR_NOMEM, "rank 1: %s (%s)", trn_error_reason(), trn_error_reason());
+    CHECK(strcmp(trn_error_reason(), "rank 1: trn_model_alloc_grads: bytes for gradients (trn_model_alloc_grads: bytes for "
+                                     "gradients)") == 0, "nested reason twice: '%s'\n", trn_error_reason());
+    memset(want, 'a', 508); want[508] = 0; /* longer than the buffer: cut, not garbled */
+    trn_fail(TRN_ERR_IO, "%s", want);
+    trn_fail(TRN_ERR_IO, "x: %s", trn_error_reason());
+    CHECK(strncmp(trn_error_reason(), "x: aaaa", 7) == 0 && strlen(trn_error_reason()) == 511, "a long nested reason: %zu\n",
+          strlen(trn_error_reason()));
+}
+
 int main(void) {
     trn_set_threads(2);
+    test_nested_reason();
     test_ledger();
     test_adamw();
     test_schedule_clip_rng();

@@ -556,12 +556,12 @@ static void test_rope(int B, int T, int H, int R, int hs, int pos0) {
     vec x = randbf(n), g = randbf(n), d0 = randbf(n);
     compare("rope_forward", "a", 0, [&](const trn_backend *be, int bf, int) {
         dv dx(x, bf), out(zeros(n), bf);
-        be->rope_forward(out.f(), dx.f(), B, T, H, R, hs, pos0, 10000.0f);
+        be->rope_forward(out.f(), dx.f(), B, T, H, R, hs, pos0, 10000.0f, NULL);
         return outs{out.get()};
     });
     compare("rope_backward", "a", 1, [&](const trn_backend *be, int bf, int from_d0) {
         dv dg(g, bf), d(from_d0 ? d0 : zeros(n), bf);
-        be->rope_backward(d.f(), dg.f(), B, T, H, R, hs, pos0, 10000.0f);
+        be->rope_backward(d.f(), dg.f(), B, T, H, R, hs, pos0, 10000.0f, NULL);
         return outs{d.get()};
     });
 }

@@ -4,7 +4,8 @@
    (its own llama_create, llama_init_weights, llama_loss: RMSNorm, RoPE,
    grouped-query attention, SwiGLU) on the CPU backend and on the CUDA
    backend, the CUDA kernels run on the CPU by tests/cuda_on_cpu.h (under
-   AddressSanitizer), as tests/test_cuda_gpt2.cpp does for GPT-2.
+   AddressSanitizer), as tests/test_cuda_gpt2.cpp does for GPT-2; with an
+   untied head and with a tied one (the head is the embedding tensor).
 
    Tolerance, fp32 (TF32 off): the loss of every step within 1e-4, the
    gradient norm within 1e-4 relative, the weights after 10 AdamW steps
@@ -18,16 +19,9 @@
 
 #include <vector>
 
-int main(void) {
-    const preset *p = find_preset("tiny");
-    CHECK(p != NULL, "examples/llama.c has no 'tiny' preset\n");
-    if (!p) return check_summary();
-    llama_config cfg = p->cfg;
+static void compare(llama_config cfg, const char *what) {
     const int B = 3, T = 29, steps = 10;
     const float lr = 3e-3f;
-    trn_set_threads(1);
-    trn_cuda_set_tf32(0);
-    if (trn_cuda_init(0) != TRN_OK) { printf("cuda init: %s\n", trn_error_reason()); return 1; }
     llama gc, gg;
     CHECK(llama_create(&gc, &cfg, NULL) == TRN_OK, "llama_create cpu: %s\n", trn_error_reason());
     CHECK(llama_create(&gg, &cfg, trn_cuda_backend()) == TRN_OK, "llama_create cuda: %s\n", trn_error_reason());
@@ -52,8 +46,8 @@ int main(void) {
     trn_rng_seed(&r, 1);
     double worst_loss = 0, worst_norm = 0;
     float first = 0, last = 0;
-    printf("examples/llama.c 'tiny' (L=%d NH=%d NKV=%d C=%d F=%d), B=%d T=%d, %zu parameters\n", cfg.n_layer,
-           cfg.n_head, cfg.n_kv_head, cfg.n_embd, cfg.ffn_hidden, B, T, n);
+    printf("examples/llama.c 'tiny' (L=%d NH=%d NKV=%d C=%d F=%d), %s, B=%d T=%d, %zu parameters\n", cfg.n_layer,
+           cfg.n_head, cfg.n_kv_head, cfg.n_embd, cfg.ffn_hidden, what, B, T, n);
     for (int s = 0; s < steps; s++) {
         for (int b = 0; b < B; b++) {
             int o = (int)trn_rng_below(&r, (uint32_t)len);
@@ -91,15 +85,28 @@ int main(void) {
     }
     printf("after %d steps: max|loss diff| %.3g, max rel grad-norm diff %.3g, weights rel %.3g\n", steps, worst_loss,
            worst_norm, sqrt(num / den));
-    CHECK(worst_loss <= 1e-4, "loss differs by %.3g\n", worst_loss);
-    CHECK(worst_norm <= 1e-4, "grad norm differs by %.3g (relative)\n", worst_norm);
-    CHECK(sqrt(num / den) <= 1e-3, "weights differ by %.3g of their movement\n", sqrt(num / den));
-    CHECK(last < first - 0.3f, "llama did not learn: %.3f -> %.3f\n", first, last);
-    CHECK(cuemu::errors() == 0, "the harness reported %ld errors\n", cuemu::errors());
+    CHECK(worst_loss <= 1e-4, "%s: loss differs by %.3g\n", what, worst_loss);
+    CHECK(worst_norm <= 1e-4, "%s: grad norm differs by %.3g (relative)\n", what, worst_norm);
+    CHECK(sqrt(num / den) <= 1e-3, "%s: weights differ by %.3g of their movement\n", what, sqrt(num / den));
+    CHECK(last < first - 0.3f, "%s: llama did not learn: %.3f -> %.3f\n", what, first, last);
+    CHECK(cuemu::errors() == 0, "%s: the harness reported %ld errors\n", what, cuemu::errors());
     trn_adamw_free(&oc);
     trn_adamw_free(&og);
     llama_free(&gc);
     llama_free(&gg);
+}
+
+int main(void) {
+    const preset *p = find_preset("tiny");
+    CHECK(p != NULL, "examples/llama.c has no 'tiny' preset\n");
+    if (!p) return check_summary();
+    trn_set_threads(1);
+    trn_cuda_set_tf32(0);
+    if (trn_cuda_init(0) != TRN_OK) { printf("cuda init: %s\n", trn_error_reason()); return 1; }
+    llama_config cfg = p->cfg;
+    compare(cfg, "untied head");
+    cfg.tied = 1; // the head is the embedding tensor: one gradient from two uses
+    compare(cfg, "tied head");
     trn_cuda_shutdown();
     return check_summary();
 }

@@ -131,22 +131,23 @@ static void test_rmsnorm(int N, int C) {
     report("rmsnorm_backward", fmax(maxdiff(dgx.get(), gx_c), maxdiff(dgw.get(), gw_c)), 1e-4, e0);
 }
 
-static void test_rope(int B, int T, int NH, int NKV, int hs, int pos0) {
+static void test_rope(int B, int T, int NH, int NKV, int hs, int pos0, const trn_rope_scaling *sc = NULL,
+                      const char *what = "plain") {
     long e0 = harness_errors();
     int H = NH + 2 * NKV, R = NH + NKV;
     size_t n = (size_t)B * T * H * hs;
     vec x = randn(n), y_c(n);
-    trn_rope_forward(y_c.data(), x.data(), B, T, H, R, hs, pos0, 10000.0f);
+    trn_rope_forward(y_c.data(), x.data(), B, T, H, R, hs, pos0, 10000.0f, sc);
     dbuf dx(x), dy(NULL, n * 4);
-    GPU->rope_forward(dy.f(), dx.f(), B, T, H, R, hs, pos0, 10000.0f);
+    GPU->rope_forward(dy.f(), dx.f(), B, T, H, R, hs, pos0, 10000.0f, sc);
     char label[64];
-    snprintf(label, sizeof label, "rope_forward pos0=%d", pos0);
+    snprintf(label, sizeof label, "rope_forward %s pos0=%d", what, pos0);
     report(label, maxdiff(dy.get(), y_c), 1e-5, e0);
     vec g = randn(n), d0 = randn(n), d_c = d0;
-    trn_rope_backward(d_c.data(), g.data(), B, T, H, R, hs, pos0, 10000.0f);
+    trn_rope_backward(d_c.data(), g.data(), B, T, H, R, hs, pos0, 10000.0f, sc);
     dbuf dg(g), dd(d0);
-    GPU->rope_backward(dd.f(), dg.f(), B, T, H, R, hs, pos0, 10000.0f);
-    snprintf(label, sizeof label, "rope_backward pos0=%d", pos0);
+    GPU->rope_backward(dd.f(), dg.f(), B, T, H, R, hs, pos0, 10000.0f, sc);
+    snprintf(label, sizeof label, "rope_backward %s pos0=%d", what, pos0);
     report(label, maxdiff(dd.get(), d_c), 1e-5, e0);
 }
 
@@ -266,6 +267,13 @@ int main(int argc, char **argv) {
     test_rmsnorm(37, 53);
     test_rope(2, 13, 4, 2, 6, 0);
     test_rope(1, 5, 3, 1, 8, 1000);
+    { // the scaled frequencies reach the kernel (Llama 3.1's numbers; context 64 for dynamic)
+        trn_rope_scaling lin = {TRN_ROPE_LINEAR, 4.0f, 0, 0, 0}, dyn = {TRN_ROPE_DYNAMIC, 2.0f, 0, 0, 64},
+                         l3 = {TRN_ROPE_LLAMA3, 8.0f, 1.0f, 4.0f, 64};
+        test_rope(1, 5, 3, 1, 16, 1000, &lin, "linear");
+        test_rope(1, 5, 3, 1, 16, 1000, &dyn, "dynamic");
+        test_rope(1, 5, 3, 1, 16, 1000, &l3, "llama3");
+    }
     test_block();
     test_user_op();
     trn_cuda_shutdown();

@@ -143,6 +143,7 @@ typedef struct wopts {
     trn_shard_mode shard;
     int sharded, save_at, global; /* sharded checkpoints; save after step save_at; rows per step over all ranks */
     int kill_rank, kill_at, stop_rank, stop_at; /* rank:step */
+    int killus_rank; long killus; /* rank:microseconds: SIGKILL at a moment, not a step */
     long long bucket;
     double timeout;
     const char *save, *load;
@@ -153,6 +154,15 @@ static int worker_fail(trn_ddp *ddp, const char *what, trn_result rc) {
     fflush(stderr);
     trn_ddp_abort(ddp);
     return 1;
+}
+
+static void *killer(void *us) {
+    struct timespec ts;
+    ts.tv_sec = *(long *)us / 1000000;
+    ts.tv_nsec = *(long *)us % 1000000 * 1000;
+    nanosleep(&ts, NULL);
+    raise(SIGKILL);
+    return NULL;
 }
 
 static int worker(const char *dir, const char *tag, int argc, char **argv) {
@@ -180,6 +190,7 @@ static int worker(const char *dir, const char *tag, int argc, char **argv) {
         else if (!strncmp(a, "timeout=", 8)) o.timeout = atof(a + 8);
         else if (!strncmp(a, "kill=", 5)) sscanf(a + 5, "%d:%d", &o.kill_rank, &o.kill_at);
         else if (!strncmp(a, "stop=", 5)) sscanf(a + 5, "%d:%d", &o.stop_rank, &o.stop_at);
+        else if (!strncmp(a, "killus=", 7)) sscanf(a + 7, "%d:%ld", &o.killus_rank, &o.killus);
         else if (!strncmp(a, "clip=", 5)) o.clip = atoi(a + 5);
         else if (!strncmp(a, "save=", 5)) o.save = a + 5;
         else if (!strncmp(a, "sharded=", 8)) o.sharded = atoi(a + 8);
@@ -214,6 +225,12 @@ static int worker(const char *dir, const char *tag, int argc, char **argv) {
     rows = o.global ? o.global / ddp.world : ROWS;
     if (rows < 1 || rows > ROWS || rows * ddp.world != (o.global ? o.global : rows * ddp.world)) return 2;
     if (!o.save_at) o.save_at = o.steps;
+    if (o.killus > 0 && ddp.rank == o.killus_rank) { /* kill -9 from a thread, wherever the step is then */
+        pthread_t th;
+        static long us;
+        us = o.killus;
+        pthread_create(&th, NULL, killer, &us);
+    }
     for (step = start; step < o.steps; step++) {
         trn_tensor *loss;
         double l;
@@ -370,6 +387,24 @@ static void read_log(const char *tag, int rank, char *buf, size_t cap) {
     snprintf(path, sizeof path, "%s/%s.log%d", g_dir, tag, rank);
     buf[0] = 0;
     if ((f = fopen(path, "r"))) { n = fread(buf, 1, cap - 1, f); fclose(f); }
+    buf[n] = 0;
+}
+
+/* the end of a rank's log (its message follows the step lines) */
+static void read_log_tail(const char *tag, int rank, char *buf, size_t cap) {
+    char path[512];
+    FILE *f;
+    size_t n = 0;
+    long len;
+    snprintf(path, sizeof path, "%s/%s.log%d", g_dir, tag, rank);
+    buf[0] = 0;
+    if ((f = fopen(path, "r"))) {
+        fseek(f, 0, SEEK_END);
+        len = ftell(f);
+        fseek(f, len > (long)cap - 1 ? len - ((long)cap - 1) : 0, SEEK_SET);
+        n = fread(buf, 1, cap - 1, f);
+        fclose(f);
+    }
     buf[n] = 0;
 }
 
@@ -951,6 +986,39 @@ static void test_checkpoint_sharded(void) {
         } else same = 0;
         CHECK(same && found == tmp.m.n_params, "model.safetensors: %d tensors under their names and shapes, the run's weights bit for bit\n",
               found);
+        {   /* issue 24 item 3, "shards from different saves are accepted": rank 1's
+               file of another save (3 steps, same model and world) dropped into
+               sh2: verify, consolidate and a load on every rank refuse it,
+               naming the file; the files put back, all accept it again */
+            char *o_3[] = {(char *)"shard=fsdp", (char *)"blocks=1", (char *)"global=12", (char *)"sharded=1", (char *)"steps=3",
+                           save, NULL};
+            char *o_l[] = {(char *)"shard=fsdp", (char *)"blocks=1", (char *)"global=12", (char *)"sharded=1", load, NULL};
+            char cmd[2200];
+            snprintf(save, sizeof save, "save=%s/sh2other", g_dir);
+            free(run_and_collect("sh_3", 2, o_3, n, NULL));
+            snprintf(cmd, sizeof cmd, "cp %s/sh2/rank-00001-of-00002.safetensors %s/keep1 && cp %s/sh2other/rank-00001-of-00002.safetensors "
+                     "%s/sh2/", g_dir, g_dir, g_dir, g_dir);
+            CHECK(system(cmd) == 0, "%s\n", cmd);
+            snprintf(path, sizeof path, "%s/sh2", g_dir);
+            CHECK(trn_checkpoint_verify_sharded(path) == TRN_ERR_MISMATCH && strstr(trn_error_reason(), "rank-00001-of-00002") &&
+                  strstr(trn_error_reason(), "another save"), "verify: a rank file of another save is refused: %s\n",
+                  trn_error_reason());
+            printf("  refused: %s\n", trn_error_reason());
+            snprintf(buf, sizeof buf, "%s/mixed.safetensors", g_dir);
+            CHECK(trn_checkpoint_consolidate(path, buf) == TRN_ERR_MISMATCH && strstr(trn_error_reason(), "another save") &&
+                  access(buf, F_OK) != 0, "consolidate refuses the mixed directory and writes nothing: %s\n", trn_error_reason());
+            snprintf(load, sizeof load, "load=%s/sh2", g_dir);
+            run_job(&j, "sh_mix", 2, o_l);
+            for (k = 0; k < 2; k++) {
+                read_log("sh_mix", k, buf, sizeof buf);
+                CHECK(exited_with(&j, k, 1) && (k == 0 || strstr(buf, "another save")),
+                      "load of the mixed directory: rank %d exits 1: %s\n", k, last_line(buf));
+            }
+            snprintf(cmd, sizeof cmd, "cp %s/keep1 %s/sh2/rank-00001-of-00002.safetensors", g_dir, g_dir);
+            CHECK(system(cmd) == 0 && trn_checkpoint_verify_sharded(path) == TRN_OK, "its own file back: verified (%s)\n",
+                  trn_error_reason());
+            snprintf(load, sizeof load, "load=%s/sh4", g_dir);
+        }
         snprintf(path, sizeof path, "%s/sh2/manifest.json", g_dir);
         remove(path);
         snprintf(path, sizeof path, "%s/sh2", g_dir);
@@ -1020,6 +1088,41 @@ static void test_checkpoint(void) {
         CHECK(exited_with(&j, 1, 1) && strstr(buf, "with ZeRO-1"), "ZeRO-1 checkpoint refused by a DDP run: %s\n",
               last_line(buf));
     }
+}
+
+/* issue 24 item 2, "survivor segfaults when an FSDP peer dies": rank 1 of
+   an FSDP run of the blocks model is killed (SIGKILL from a thread) at a
+   random moment of training, FSDP_KILL_TRIES times; rank 0 must exit 1
+   with the message DDP and ZeRO-2 give ("... is gone"), never a signal
+   or a hang. */
+#define FSDP_KILL_TRIES 60
+static void test_fsdp_kill(void) {
+    job j;
+    char buf[4096], us[64];
+    char *o[] = {(char *)"shard=fsdp", (char *)"blocks=1", (char *)"timeout=20", (char *)"steps=1000000", us, NULL};
+    int t, clean = 0, signaled = 0, hung = 0, other = 0;
+    trn_rng rng;
+    double t0 = trn__dist_now();
+    trn_rng_seed(&rng, (uint64_t)time(NULL));
+    for (t = 0; t < FSDP_KILL_TRIES; t++) {
+        /* after rendezvous and attach (a few ms), somewhere in the steps */
+        snprintf(us, sizeof us, "killus=1:%ld", 20000 + (long)(trn_rng_uniform(&rng) * 60000));
+        job_begin(&j, "fsdpkill");
+        {
+            int r, port = free_port();
+            for (r = 0; r < 2; r++) spawn(&j, r, 2, port, o);
+            job_wait(&j, 30.0);
+        }
+        read_log_tail("fsdpkill", 0, buf, sizeof buf);
+        if (exited_with(&j, 0, 1) && strstr(buf, "TRN_ERR_COMM") && strstr(buf, "is gone")) clean++;
+        else if (j.hung[0]) hung++;
+        else if (WIFSIGNALED(j.status[0])) { signaled++; printf("  try %d (%s): rank 0 died of signal %d\n", t, us, WTERMSIG(j.status[0])); }
+        else { other++; printf("  try %d (%s): rank 0 (status %d): %s\n", t, us, j.status[0], last_line(buf)); }
+    }
+    printf("  FSDP, rank 1 killed at a random moment, %d tries in %.1f s: %d clean exits, %d signals, %d hangs, %d other\n",
+           FSDP_KILL_TRIES, trn__dist_now() - t0, clean, signaled, hung, other);
+    CHECK(clean == FSDP_KILL_TRIES, "FSDP peer killed: rank 0 exits 1 naming the dead rank every time (%d of %d)\n", clean,
+          FSDP_KILL_TRIES);
 }
 
 static void test_faults(void) {
@@ -1105,6 +1208,7 @@ static void test_faults(void) {
 
 int main(int argc, char **argv) {
     ssize_t k;
+    int only_kill = argc == 2 && strcmp(argv[1], "--fsdp-kill") == 0; /* that test alone */
     if (argc >= 4 && strcmp(argv[1], "--worker") == 0) return worker(argv[2], argv[3], argc - 4, argv + 4);
     trn_set_threads(1);
     k = readlink("/proc/self/exe", g_self, sizeof g_self - 1);
@@ -1113,7 +1217,8 @@ int main(int argc, char **argv) {
     snprintf(g_dir, sizeof g_dir, "/tmp/test_ddp.XXXXXX");
     if (!mkdtemp(g_dir)) { perror("mkdtemp"); return 1; }
     setenv("OMP_NUM_THREADS", "1", 1); /* 2 or 3 ranks share the cores */
-    {
+    if (only_kill) test_fsdp_kill();
+    else {
         double t = trn__dist_now();
         test_env();
         test_env_two_nodes();
@@ -1127,6 +1232,7 @@ int main(int argc, char **argv) {
         printf("  (checkpoints: %.1f s)\n", trn__dist_now() - t);
         t = trn__dist_now();
         test_faults();
+        test_fsdp_kill();
         printf("  (faults: %.1f s)\n", trn__dist_now() - t);
     }
     {

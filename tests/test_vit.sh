@@ -62,6 +62,11 @@ check "--csv: a header and 6 epoch rows" test "$(wc -l < "$tmp/v.csv")" = 7
 check "--tensorboard: an event file" test -n "$(ls "$tmp/tb"/events.out.tfevents.* 2>/dev/null)"
 check "--profile: a table with linear and attention" grep -q "^  attention " "$tmp/async.log"
 check "epoch lines carry an ETA" test "$(grep -c '^epoch .*eta [0-9]*:[0-9][0-9])$' "$tmp/async.log")" = 6
+# piped, it still shows progress: the loading line first, then 10 step
+# lines an epoch (here 8 steps an epoch: 7 step lines, then the epoch's)
+check "a log starts with the loading line" grep -q "^loading .*/toy/train and .*/toy/test" <(head -1 "$tmp/async.log")
+check "a log gets 7 step lines an epoch, each with an ETA (got $(grep -c '^step [0-9]*/48 | loss [0-9.]* | [0-9]* img/s | eta [0-9]*:[0-9][0-9]$' "$tmp/async.log"))" \
+    test "$(grep -c '^step [0-9]*/48 | loss [0-9.]* | [0-9]* img/s | eta [0-9]*:[0-9][0-9]$' "$tmp/async.log")" = 42
 
 # --- 2. corrupt files are skipped and reported ---------------------------------
 cp -r "$tmp/toy" "$tmp/bad"
