@@ -71,16 +71,18 @@
                   round once per store (to nearest even); matmuls bf16 in,
                   fp32 accumulate, all through cuBLASLt (bias, GELU and
                   GELU' in its epilogues; dW into an fp32 D); batched
-                  products on cublasGemmStridedBatchedEx; attention on
-                  WMMA tensor cores
+                  products on cublasGemmStridedBatchedEx; attention:
+                  FlashAttention-2 on mma.sync tensor cores (>>cuda-fa2;
+                  the WMMA kernels by trn_cuda_set_flash, to compare)
      Parameters used where activations go (a learned table added to x) are
      cast by train.h (its fp32 gradient gets the bf16 one added); an op of
      your own says it handles bf16 with trn_op.bf16.
 
    What it does NOT do: no fp16, no stochastic rounding, no tensor cores in
    the fp32/tf32 fused attention kernels
-   (fp32 FMAs on shared-memory tiles; the bf16 ones use WMMA tensor-core
-   tiles for head sizes that are multiples of 16 up to 128, others run the
+   (fp32 FMAs on shared-memory tiles; the bf16 ones use FlashAttention-2
+   on mma.sync for head sizes that are multiples of 16 up to 128 (or WMMA
+   tiles, by trn_cuda_set_flash), others run the
    FMA kernels on bf16, with tiles sized for 48 KiB of shared memory and
    no asynchronous copies, wgmma or warp specialization as in
    FlashAttention-2/3), no FSDP in bf16 (ZeRO-1/2 and DDP
@@ -107,8 +109,11 @@
    compares every kernel with the CPU backend, tests/test_cuda_gpt2 trains
    examples/gpt2.c's model 10 steps on both, tests/test_cuda_on_gpu.cu is
    the same kernel test for a real GPU (and the nvcc build check);
-   tests/test_cuda_flash_bf16 checks the bf16 tensor-core attention (the
-   harness emulates nvcuda::wmma as warp collectives), test_cuda_bf16_ops
+   tests/test_cuda_flash_bf16 checks the WMMA bf16 attention (the harness
+   emulates nvcuda::wmma as warp collectives), tests/test_cuda_fa2_bf16 the
+   FlashAttention-2 one against the materialized reference (the harness
+   emulates mma.sync, ldmatrix and cp.async; test_cuda_fa2_bf16_gpu.cu is
+   its GPU twin), test_cuda_bf16_ops
    and test_cuda_bf16_gemm every other bf16 kernel against fp32,
    test_cuda_bf16_train trains 200 steps in both precisions, and
    test_cuda_memory_plan measures GPT-2 124M's device memory in both (the
@@ -1868,6 +1873,9 @@ static int trn__cuda_fa2_ok(int hs, const void *a, const void *b, const void *c,
 }
 template <int HS>
 static void trn__cuda_fa2_forward(float *out, float *lse, const float *qkv, int B, int T, int NH, int NKV, int causal) {
+    /* Q, K, V read, out written (bf16), lse written; S = Q K^T and P V: 2 T T HS each per head, half under causal */
+    TRN__CUDA_SITE_GEMM("flash fwd", 2.0 * B * T * (2 * NH + 2 * NKV) * HS + 4.0 * B * NH * T, T, T, HS,
+                        (causal ? 1.0 : 2.0) * B * NH);
     TRN_CUDA_LAUNCH(trn__k_fa2_fwd<HS>, dim3((unsigned)(B * NH), (unsigned)((T + 63) / 64)), dim3(128),
                     trn__fa2_shmem<HS>(0), trn__cu.stream, (trn__bf16 *)out, lse, (const trn__bf16 *)qkv, T, NH, NKV,
                     causal, 1.44269504089f / sqrtf((float)HS));
@@ -1888,12 +1896,22 @@ static void trn__cuda_fa2_backward(float *dqkv, const float *dout, const float *
     int S = atomic ? 1 : trn__cuda_fa2_split(B, NKV, nkb);
     size_t lead = (rows + 3) / 4 * 4; /* D, padded: the partials start 16-byte aligned */
     float *D = trn__cuda_tmp(lead + (size_t)S * rows * HS), *acc = D + lead;
-    TRN_CUDA_LAUNCH(trn__k_fa2_bwd_d<HS>, dim3((unsigned)((rows + 7) / 8)), dim3(256), 0, trn__cu.stream, D, acc,
+    {   /* dO, O read (bf16); D written, the S dQ partials zeroed (fp32) */
+        TRN__CUDA_SITE("flash bwd D", 4.0 * rows * HS + 4.0 * rows + 4.0 * S * rows * HS, 2.0 * rows * HS);
+        TRN_CUDA_LAUNCH(trn__k_fa2_bwd_d<HS>, dim3((unsigned)((rows + 7) / 8)), dim3(256), 0, trn__cu.stream, D, acc,
                     (const trn__bf16 *)dout, (const trn__bf16 *)out, B, T, NH, S);
-    TRN_CUDA_LAUNCH(trn__k_fa2_bwd<HS>, dim3((unsigned)(B * NKV), (unsigned)(atomic ? nkb : S)), dim3(32 * F::BW),
+    }
+    {   /* Q, dO, K, V, lse, D read; dK, dV read and written (backward accumulates); each dQ partial read and
+           written; five products of 2 T T HS per head (half under causal) */
+        TRN__CUDA_SITE_GEMM("flash bwd", 2.0 * B * T * (2 * NH + 2 * NKV) * HS + 8.0 * rows + 2.0 * 2.0 * B * T * 2 * NKV * HS +
+                                             8.0 * S * rows * HS, T, T, HS, (causal ? 2.5 : 5.0) * B * NH);
+        TRN_CUDA_LAUNCH(trn__k_fa2_bwd<HS>, dim3((unsigned)(B * NKV), (unsigned)(atomic ? nkb : S)), dim3(32 * F::BW),
                     trn__fa2_shmem<HS>(1), trn__cu.stream, (trn__bf16 *)dqkv, acc, (const trn__bf16 *)dout,
                     (const trn__bf16 *)qkv, lse, (const float *)D, T, NH, NKV, causal, 1.0f / sqrtf((float)HS),
                     atomic);
+    }
+    /* the S partials read (fp32), dQ of dqkv read and written (bf16) */
+    TRN__CUDA_SITE("flash bwd dq", 4.0 * S * rows * HS + 4.0 * rows * HS, (double)(S + 1) * rows * HS);
     TRN_CUDA_LAUNCH(trn__k_fa2_bwd_dq<HS>, dim3((unsigned)((rows * (HS / 2) + 255) / 256)), dim3(256), 0,
                     trn__cu.stream, (trn__bf16 *)dqkv, (const float *)acc, B, T, NH, NKV, S, 1.0f / sqrtf((float)HS));
 }
