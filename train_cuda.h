@@ -2564,25 +2564,132 @@ static void trn__cuda_gemm(const char *file, int line, cublasOperation_t ta, cub
    take the unfused path (GEMM, then a kernel). */
 enum { TRN__LT_NONE, TRN__LT_GELU, TRN__LT_DGELU };
 static int trn__cuda_lt_aux_ok(const void *aux, int ld) { return ld % 8 == 0 && (uintptr_t)aux % 16 == 0; }
-template <typename TD>
-static void trn__cuda_lt_gemm(const char *file, int line, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
-                              int k, const trn__bf16 *A, int lda, const trn__bf16 *B, int ldb, float beta, TD *D,
-                              int ldd, int act, const TD *bias, TD *aux) {
-    static const char *names[] = {"", "+GELU", "+DGELU"};
-    cublasLtMatmulDesc_t op;
+/* >>lt-plans: cuBLASLt once per problem. A descriptor, three layouts, a
+   preference and a heuristic query cost host time (and the heuristic a lot
+   of it), and their answer depends only on the problem: the transposes,
+   m n k, the leading dimensions, D's type, the epilogue, and how aligned the
+   matrices' addresses are: the heuristic may pick kernels whose wide loads
+   assume as much alignment as it is told, and it assumes 256 bytes unless
+   told less (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES), which a pointer
+   into an arena or a chunk of rows need not have. So each distinct problem,
+   alignments read off the real pointers (up to 16 bytes: see
+   trn__cuda_align_log2), gets a PLAN once: the descriptor
+   (transposes, epilogue, aux ld), the layouts and the chosen algorithm,
+   kept until trn_cuda_shutdown; a call only sets its bias and aux pointers
+   on the plan's descriptor and runs. Before, a GPT-2 step made ~440 of
+   each; now one per distinct shape, in the first step (the harness counts
+   them: tests/test_gpt2_plan.cpp). When the heuristic offers nothing, the
+   plan says so, a note is printed once, and its calls take the unfused
+   path: cublasGemmEx, then the epilogue as a kernel. */
+typedef struct trn__lt_plan {
+    int ta, tb, m, n, k, lda, ldb, ldd, dtype, act, bias; /* the key ...                   */
+    unsigned align;              /* ... and log2 of the A, B, D, aux alignments, 4 bits each */
+    cublasLtMatmulDesc_t op;     /* what the key gets (found = 0: nothing fits, unfused)   */
     cublasLtMatrixLayout_t la, lb, ld;
-    cublasLtMatmulPreference_t pref;
     cublasLtMatmulHeuristicResult_t algo;
-    int found = 0;
-    int32_t opa = ta, opb = tb, dtype = trn__cuda_dt(D), bias_type = dtype; /* the bias has D's type */
+    int found;
+} trn__lt_plan;
+static struct { trn__lt_plan *p; int n, cap, noted; } trn__lt;
+
+/* log2 of the largest power of two, up to 16, that divides the address.
+   16 bytes is the widest access a kernel makes (one vector load; the
+   Hopper copy engine wants 16-byte aligned addresses); promising more
+   would buy nothing but more plans, since the same matrix lands at other
+   offsets of an arena from one step to the next */
+static unsigned trn__cuda_align_log2(const void *ptr) {
+    uintptr_t a = (uintptr_t)ptr;
+    unsigned l = 0;
+    while (l < 4 && !(a & ((uintptr_t)1 << l))) l++;
+    return l;
+}
+static void trn__cuda_lt_release(void) {
+    for (int i = 0; i < trn__lt.n; i++) {
+        trn__lt_plan *q = &trn__lt.p[i];
+        TRN_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(q->ld));
+        TRN_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(q->lb));
+        TRN_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(q->la));
+        TRN_CUBLAS_CHECK(cublasLtMatmulDescDestroy(q->op));
+    }
+    free(trn__lt.p);
+    memset(&trn__lt, 0, sizeof trn__lt);
+}
+/* the plan of a problem: found in the cache, or made (one heuristic query) */
+static trn__lt_plan *trn__cuda_lt_plan(const char *file, int line, int ta, int tb, int m, int n, int k, int lda,
+                                       int ldb, int ldd, int dtype, int act, int bias, unsigned align) {
+    static const char *names[] = {"", "+GELU", "+DGELU"};
+    trn__lt_plan *q;
+    int i;
+    for (i = 0; i < trn__lt.n; i++) {
+        q = &trn__lt.p[i];
+        if (q->ta == ta && q->tb == tb && q->m == m && q->n == n && q->k == k && q->lda == lda && q->ldb == ldb &&
+            q->ldd == ldd && q->dtype == dtype && q->act == act && q->bias == bias && q->align == align)
+            return q;
+    }
+    if (trn__lt.n == trn__lt.cap) {
+        int cap = trn__lt.cap ? 2 * trn__lt.cap : 32;
+        trn__lt_plan *np = (trn__lt_plan *)realloc(trn__lt.p, sizeof(trn__lt_plan) * (size_t)cap);
+        if (!np) trn_fatal("train_cuda.h: out of host memory for cuBLASLt plans");
+        trn__lt.p = np;
+        trn__lt.cap = cap;
+    }
+    q = &trn__lt.p[trn__lt.n++];
+    memset(q, 0, sizeof *q);
+    q->ta = ta; q->tb = tb; q->m = m; q->n = n; q->k = k; q->lda = lda; q->ldb = ldb; q->ldd = ldd;
+    q->dtype = dtype; q->act = act; q->bias = bias; q->align = align;
+    int32_t opa = ta, opb = tb, bias_type = dtype; /* the bias has D's type */
     int64_t aux_ld = ldd;
     uint32_t epilogue = act == TRN__LT_GELU    ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
                         : act == TRN__LT_DGELU ? CUBLASLT_EPILOGUE_DGELU
                         : bias                 ? CUBLASLT_EPILOGUE_BIAS
                                                : CUBLASLT_EPILOGUE_DEFAULT;
     uint64_t ws = trn__cu.workspace_bytes;
-    const void *bp = bias, *ap = aux;
+    uint32_t al[4];
+    cublasLtMatmulPreference_t pref;
+    for (i = 0; i < 3; i++) al[i] = 1u << ((align >> (4 * i)) & 15u); /* A, B, D (C is D) */
+    TRN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&q->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    TRN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(q->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
+    TRN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(q->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
+    TRN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(q->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
+    if (bias)
+        TRN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(q->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                        sizeof bias_type));
+    if (act != TRN__LT_NONE)
+        TRN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(q->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld));
+    /* a layout is (rows, cols, ld) of the matrix as stored, before op() */
+    TRN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&q->la, CUDA_R_16BF, ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m, lda));
+    TRN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&q->lb, CUDA_R_16BF, tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k, ldb));
+    TRN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&q->ld, (cudaDataType)dtype, m, n, ldd));
+    TRN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    TRN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    TRN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al[0], sizeof al[0]));
+    TRN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al[1], sizeof al[1]));
+    TRN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al[2], sizeof al[2]));
+    TRN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al[2], sizeof al[2]));
+    /* no algorithm is an answer, not an error: the calls go unfused */
+    if (cublasLtMatmulAlgoGetHeuristic(trn__cu.cublaslt, q->op, q->la, q->lb, q->ld, q->ld, pref, 1, &q->algo,
+                                       &q->found) != CUBLAS_STATUS_SUCCESS)
+        q->found = 0;
+    TRN_CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+    if (q->found < 1 && !trn__lt.noted) {
+        trn__lt.noted = 1;
+        fprintf(stderr, "train_cuda.h: note: %s:%d: cuBLASLt offers no algorithm for a bf16 matmul (m=%d n=%d k=%d, %s D%s%s); "
+                "such matmuls run unfused (cublasGemmEx, then a kernel): correct, slower. (Said once.)\n", file, line, m, n,
+                k, dtype == CUDA_R_16BF ? "bf16" : "fp32", bias ? ", bias" : "", names[act]);
+    }
+    return q;
+}
+/* out (N,OC) += bias (OC), bf16 or fp32: the unfused bias of a matmul whose
+   fused cuBLASLt epilogue is not available */
+template <typename A>
+static __global__ void trn__k_bias_add_a(A *out, const A *bias, size_t N, int OC) {
+    TRN__GRID_STRIDE(i, N * (size_t)OC) out[i] = trn__to<A>(trn__ld(out[i]) + trn__ld(bias[i % (size_t)OC]));
+}
+template <typename TD>
+static void trn__cuda_lt_gemm(const char *file, int line, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                              int k, const trn__bf16 *A, int lda, const trn__bf16 *B, int ldb, float beta, TD *D,
+                              int ldd, int act, const TD *bias, TD *aux) {
     float one = 1.0f;
+    int dtype = trn__cuda_dt(D);
     if (act == TRN__LT_DGELU && (beta != 0.0f || bias))
         trn_fatal("%s:%d: cuBLASLt DGELU epilogue: the kit uses it with beta 0 and no bias only (beta %g, bias %p)",
                   file, line, beta, (const void *)bias);
@@ -2590,39 +2697,37 @@ static void trn__cuda_lt_gemm(const char *file, int line, cublasOperation_t ta, 
         trn_fatal("%s:%d: cuBLASLt GELU epilogue: the pre-activation (aux) needs a leading dimension that is a "
                   "multiple of 8 and a 16-byte aligned address, got ld %d at %p (m=%d n=%d k=%d); the caller should "
                   "have taken the unfused path (trn__cuda_lt_aux_ok)", file, line, ldd, (void *)aux, m, n, k);
-    TRN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    TRN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
-    TRN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
-    TRN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
-    if (bias) {
-        TRN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp));
-        TRN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
-                                                        sizeof bias_type));
+    unsigned align = trn__cuda_align_log2(A) | trn__cuda_align_log2(B) << 4 | trn__cuda_align_log2(D) << 8 |
+                     (act != TRN__LT_NONE ? trn__cuda_align_log2(aux) : 4u) << 12;
+    trn__lt_plan *q = trn__cuda_lt_plan(file, line, ta, tb, m, n, k, lda, ldb, ldd, dtype, act, bias != NULL, align);
+    if (q->found < 1) { /* unfused: the GEMM, then the epilogue as a kernel (over D as (n, m) rows) */
+        size_t mn = (size_t)m * n;
+        if (ldd != m && (bias || act != TRN__LT_NONE))
+            trn_fatal("%s:%d: the unfused epilogue needs a contiguous D (ld %d, m %d)", file, line, ldd, m);
+        if (act == TRN__LT_GELU) { /* aux = acc (+ bias), D = gelu(aux) */
+            trn__cuda_gemm(file, line, ta, tb, m, n, k, 1.0f, A, lda, 0, B, ldb, 0, beta, aux, ldd, 0, 1);
+            TRN_CUDA_LAUNCH(trn__k_bias_gelu<TD>, dim3(trn__cuda_grid(mn)), dim3(TRN__CUDA_BLOCK), 0, trn__cu.stream, D,
+                            aux, bias, (size_t)n, m);
+        } else {
+            trn__cuda_gemm(file, line, ta, tb, m, n, k, 1.0f, A, lda, 0, B, ldb, 0, beta, D, ldd, 0, 1);
+            if (act == TRN__LT_DGELU)
+                TRN_CUDA_LAUNCH(trn__k_dgelu_mul<TD>, dim3(trn__cuda_grid(mn)), dim3(TRN__CUDA_BLOCK), 0, trn__cu.stream,
+                                D, (const TD *)aux, mn);
+            else if (bias)
+                TRN_CUDA_LAUNCH(trn__k_bias_add_a<TD>, dim3(trn__cuda_grid(mn)), dim3(TRN__CUDA_BLOCK), 0,
+                                trn__cu.stream, D, bias, (size_t)n, m);
+        }
+        return;
     }
-    if (act != TRN__LT_NONE) {
-        TRN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &ap, sizeof ap));
-        TRN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld));
-    }
-    /* a layout is (rows, cols, ld) of the matrix as stored, before op() */
-    TRN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m, lda));
-    TRN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k, ldb));
-    TRN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, (cudaDataType)dtype, m, n, ldd));
-    TRN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    TRN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
-    TRN_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(trn__cu.cublaslt, op, la, lb, ld, ld, pref, 1, &algo, &found));
-    if (found < 1)
-        trn_fatal("%s:%d: cuBLASLt offers no algorithm for a bf16 matmul (m=%d n=%d k=%d, %s D%s%s)", file, line, m,
-                  n, k, dtype == CUDA_R_16BF ? "bf16" : "fp32", bias ? ", bias" : "", names[act]);
+    const void *bp = bias, *ap = aux;
+    if (bias) TRN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(q->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp));
+    if (act != TRN__LT_NONE)
+        TRN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(q->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &ap, sizeof ap));
     /* C = D: beta 0 writes D (never reads it), beta 1 adds to it */
-    trn__cublas_check(cublasLtMatmul(trn__cu.cublaslt, op, &one, A, la, B, lb, &beta, D, ld, D, ld, &algo.algo,
-                                     trn__cu.workspace, trn__cu.workspace_bytes, trn__cu.stream),
+    trn__cublas_check(cublasLtMatmul(trn__cu.cublaslt, q->op, &one, A, q->la, B, q->lb, &beta, D, q->ld, D, q->ld,
+                                     &q->algo.algo, trn__cu.workspace, trn__cu.workspace_bytes, trn__cu.stream),
                       "cublasLtMatmul", file, line);
     trn__cuda_launched("cublasLtMatmul");
-    TRN_CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
-    TRN_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(ld));
-    TRN_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lb));
-    TRN_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(la));
-    TRN_CUBLAS_CHECK(cublasLtMatmulDescDestroy(op));
 }
 
 /* out (N,OC) = inp (N,C) @ w^T (w is (OC,C)) + bias:
@@ -2828,10 +2933,12 @@ static void trn__cuda_matmul_dgelu_backward(float *dpre, const float *dout, cons
 }
 template <typename A>
 static void trn__cuda_relu_forward(float *out, const float *inp, size_t n) {
+    TRN__CUDA_SITE("relu fwd", 2.0 * sizeof(A) * n, n);
     TRN__CUDA_ELEMENTWISE(trn__k_relu_fwd<A>, n, TRN__A(out), TRN__CA(inp), n);
 }
 template <typename A>
 static void trn__cuda_relu_backward(float *dinp, const float *out, const float *dout, size_t n) {
+    TRN__CUDA_SITE("relu bwd", 3.0 * sizeof(A) * n, n);
     if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_relu_bwd<A>, n, TRN__A(dinp), TRN__CA(out), TRN__CA(dout), n);
 }
 template <typename A>
@@ -2850,37 +2957,45 @@ static void trn__cuda_scale(float *x, float s, size_t n) {
 }
 template <typename A>
 static void trn__cuda_mse_forward(float *losses, const float *pred, const float *target, size_t n) {
+    TRN__CUDA_SITE("mse fwd", 2.0 * sizeof(A) * n + 4.0 * n, 3.0 * n);
     TRN__CUDA_ELEMENTWISE(trn__k_mse_fwd<A>, n, losses, TRN__CA(pred), TRN__CA(target), n);
 }
 template <typename A>
 static void trn__cuda_mse_backward(float *dpred, const float *pred, const float *target, float dloss, size_t n) {
+    TRN__CUDA_SITE("mse bwd", 3.0 * sizeof(A) * n, 3.0 * n);
     if (dpred) TRN__CUDA_ELEMENTWISE(trn__k_mse_bwd<A>, n, TRN__A(dpred), TRN__CA(pred), TRN__CA(target), dloss, n);
 }
 template <typename A>
 static void trn__cuda_meanpool_forward(float *out, const float *inp, int B, int T, int C) {
+    TRN__CUDA_SITE("meanpool fwd", sizeof(A) * ((double)B * T * C + (double)B * C), (double)B * T * C);
     TRN__CUDA_ELEMENTWISE(trn__k_meanpool_fwd<A>, (size_t)B * C, TRN__A(out), TRN__CA(inp), B, T, C);
 }
 template <typename A>
 static void trn__cuda_meanpool_backward(float *dinp, const float *dout, int B, int T, int C) {
+    TRN__CUDA_SITE("meanpool bwd", sizeof(A) * ((double)B * T * C + (double)B * C), (double)B * T * C);
     if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_meanpool_bwd<A>, (size_t)B * T * C, TRN__A(dinp), TRN__CA(dout), B, T, C);
 }
 static void trn__cuda_adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
                                    float beta2, float eps, float weight_decay, float bias_corr1, float bias_corr2) {
+    TRN__CUDA_SITE("adamw (per tensor)", 28.0 * n, 12.0 * n);
     TRN__CUDA_ELEMENTWISE(trn__k_adamw, n, p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bias_corr1, bias_corr2);
 }
 static void trn__cuda_sgd_update(float *p, const float *g, float *buf, size_t n, float lr, float momentum,
                                  float dampening, float weight_decay, int nesterov, int first) {
+    TRN__CUDA_SITE("sgd", 16.0 * n, 6.0 * n);
     TRN__CUDA_ELEMENTWISE(trn__k_sgd, n, p, g, buf, n, lr, momentum, dampening, weight_decay, nesterov, first);
 }
 
 /* --- >>ops3 (host side): the same signatures as train.h's CPU functions -- */
 template <typename A>
 static void trn__cuda_dropout_forward(float *out, const float *inp, size_t n, float p, uint64_t key) {
+    TRN__CUDA_SITE("dropout fwd", 2.0 * sizeof(A) * n, 2.0 * n);
     TRN__CUDA_ELEMENTWISE(trn__k_dropout_fwd<A>, n, TRN__A(out), TRN__CA(inp), n, p, p < 1.0f ? 1.0f / (1.0f - p) : 0.0f,
                           key);
 }
 template <typename A>
 static void trn__cuda_dropout_backward(float *dinp, const float *dout, size_t n, float p, uint64_t key) {
+    TRN__CUDA_SITE("dropout bwd", 2.0 * sizeof(A) * n, 2.0 * n);
     if (dinp)
         TRN__CUDA_ELEMENTWISE(trn__k_dropout_bwd<A>, n, TRN__A(dinp), TRN__CA(dout), n, p,
                               p < 1.0f ? 1.0f / (1.0f - p) : 0.0f, key);
@@ -2888,41 +3003,49 @@ static void trn__cuda_dropout_backward(float *dinp, const float *dout, size_t n,
 /* (the storage type is T: A names the view's first dimension here) */
 template <typename T>
 static void trn__cuda_transpose_forward(float *out, const float *inp, int A, int D0, int Bm, int D1, int C) {
+    TRN__CUDA_SITE("transpose fwd", 2.0 * sizeof(T) * A * D0 * Bm * D1 * C, 0);
     TRN__CUDA_ELEMENTWISE(trn__k_transpose_fwd<T>, (size_t)A * D0 * Bm * D1 * C, (T *)out, (const T *)inp, A, D0, Bm,
                           D1, C);
 }
 template <typename T>
 static void trn__cuda_transpose_backward(float *dinp, const float *dout, int A, int D0, int Bm, int D1, int C) {
+    TRN__CUDA_SITE("transpose bwd", 2.0 * sizeof(T) * A * D0 * Bm * D1 * C, 0);
     if (dinp)
         TRN__CUDA_ELEMENTWISE(trn__k_transpose_bwd<T>, (size_t)A * D0 * Bm * D1 * C, (T *)dinp, (const T *)dout, A, D0,
                               Bm, D1, C);
 }
 template <typename A>
 static void trn__cuda_slice_forward(float *out, const float *inp, int N, int C, int start, int len) {
+    TRN__CUDA_SITE("slice fwd", 2.0 * sizeof(A) * N * len, 0);
     TRN__CUDA_ELEMENTWISE(trn__k_slice_fwd<A>, (size_t)N * len, TRN__A(out), TRN__CA(inp), N, C, start, len);
 }
 template <typename A>
 static void trn__cuda_slice_backward(float *dinp, const float *dout, int N, int C, int start, int len) {
+    TRN__CUDA_SITE("slice bwd", 2.0 * sizeof(A) * N * len, 0);
     if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_slice_bwd<A>, (size_t)N * len, TRN__A(dinp), TRN__CA(dout), N, C, start, len);
 }
 template <typename A>
 static void trn__cuda_concat_forward(float *out, const float *a, const float *b, int N, int Ca, int Cb) {
+    TRN__CUDA_SITE("concat fwd", 2.0 * sizeof(A) * N * (Ca + Cb), 0);
     TRN__CUDA_ELEMENTWISE(trn__k_concat_fwd<A>, (size_t)N * (Ca + Cb), TRN__A(out), TRN__CA(a), TRN__CA(b), N, Ca, Cb);
 }
 template <typename A>
 static void trn__cuda_concat_backward(float *da, float *db, const float *dout, int N, int Ca, int Cb) {
+    TRN__CUDA_SITE("concat bwd", 2.0 * sizeof(A) * N * (Ca + Cb), 0);
     if (da || db)
         TRN__CUDA_ELEMENTWISE(trn__k_concat_bwd<A>, (size_t)N * (Ca + Cb), TRN__A(da), TRN__A(db), TRN__CA(dout), N, Ca,
                               Cb);
 }
 template <typename A>
 static void trn__cuda_sum_forward(float *out, const float *inp, int N, size_t C, float scale) {
+    TRN__CUDA_SITE("sum fwd", sizeof(A) * ((double)N * C + N), (double)N * C);
     if (N > 0)
         TRN_CUDA_LAUNCH(trn__k_sum_fwd<A>, dim3((unsigned)N), dim3(256), 0, trn__cu.stream, TRN__A(out), TRN__CA(inp), C,
                         scale);
 }
 template <typename A>
 static void trn__cuda_sum_backward(float *dinp, const float *dout, int N, size_t C, float scale) {
+    TRN__CUDA_SITE("sum bwd", sizeof(A) * ((double)N * C + N), 0);
     if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_sum_bwd<A>, (size_t)N * C, TRN__A(dinp), TRN__CA(dout), N, C, scale);
 }
 /* a row-major trn_sgemm (ta, tb, M, N, K, ...) over `batch` matrices at
@@ -2945,6 +3068,7 @@ static void trn__cuda_bmm_forward(float *out_, const float *a_, const float *b_,
     const A *a = (const A *)a_, *b = (const A *)b_;
     long long sa = (long long)M * K, sb = (long long)K * N, sc = (long long)M * N;
     if (Bt <= 0) return;
+    TRN__CUDA_SITE_GEMM("bmm fwd", sizeof(A) * (double)Bt * ((double)M * K + (double)K * N + (double)M * N), M, N, K, Bt);
     trn__cuda_rowmajor_gemm(ta, tb, M, N, K, a, ta ? M : K, sa, b, tb ? K : N, sb, 0.0f, out, N, sc, Bt);
 }
 template <typename A>
@@ -2955,6 +3079,7 @@ static void trn__cuda_bmm_backward(float *da_, float *db_, const float *dout_, c
     long long sa = (long long)M * K, sb = (long long)K * N, sc = (long long)M * N;
     int lda = ta ? M : K, ldb = tb ? K : N;
     if (Bt <= 0) return; /* as train.h's trn_bmm_backward, one product per case */
+    TRN__CUDA_SITE_GEMM("bmm bwd", sizeof(A) * (double)Bt * ((da ? 3.0 * M * K : 0) + (db ? 3.0 * K * N : 0) + ((da != NULL) + (db != NULL)) * (double)M * N), M, N, K, Bt * ((da != NULL) + (db != NULL)));
     if (da && !ta) trn__cuda_rowmajor_gemm(0, !tb, M, K, N, dout, N, sc, b, ldb, sb, 1.0f, da, K, sa, Bt);
     if (da && ta) trn__cuda_rowmajor_gemm(tb, 1, K, M, N, b, ldb, sb, dout, N, sc, 1.0f, da, M, sa, Bt);
     if (db && !tb) trn__cuda_rowmajor_gemm(!ta, 0, K, N, M, a, lda, sa, dout, N, sc, 1.0f, db, N, sb, Bt);
@@ -2963,6 +3088,7 @@ static void trn__cuda_bmm_backward(float *da_, float *db_, const float *dout_, c
 template <typename A>
 static void trn__cuda_crossentropy_ex_forward(float *losses, float *lse, const float *logits, const int *targets,
                                               int N, int V, int Vp, float smoothing) {
+    TRN__CUDA_SITE("cross-entropy (ex) fwd", sizeof(A) * (double)N * Vp + 12.0 * N, 3.0 * N * V);
     if (N > 0)
         TRN_CUDA_LAUNCH(trn__k_xent_ex_fwd<A>, dim3((unsigned)N), dim3(256), 0, trn__cu.stream, losses, lse,
                         TRN__CA(logits), targets, V, Vp, smoothing);
@@ -2970,33 +3096,40 @@ static void trn__cuda_crossentropy_ex_forward(float *losses, float *lse, const f
 template <typename A>
 static void trn__cuda_crossentropy_ex_backward(float *dlogits, const float *logits, const float *lse,
                                                const int *targets, float dloss, int N, int V, int Vp, float smoothing) {
+    TRN__CUDA_SITE("cross-entropy (ex) bwd", 3.0 * sizeof(A) * N * Vp + 8.0 * N, 3.0 * N * V);
     if (dlogits && N > 0)
         TRN_CUDA_LAUNCH(trn__k_xent_ex_bwd<A>, dim3((unsigned)N), dim3(256), 0, trn__cu.stream, TRN__A(dlogits),
                         TRN__CA(logits), lse, targets, dloss, V, Vp, smoothing);
 }
 template <typename A>
 static void trn__cuda_bce_logits_forward(float *losses, const float *x, const float *y, size_t n) {
+    TRN__CUDA_SITE("bce fwd", 2.0 * sizeof(A) * n + 4.0 * n, 5.0 * n);
     TRN__CUDA_ELEMENTWISE(trn__k_bce_fwd<A>, n, losses, TRN__CA(x), TRN__CA(y), n);
 }
 template <typename A>
 static void trn__cuda_bce_logits_backward(float *dx, const float *x, const float *y, float dloss, size_t n) {
+    TRN__CUDA_SITE("bce bwd", 3.0 * sizeof(A) * n, 5.0 * n);
     if (dx) TRN__CUDA_ELEMENTWISE(trn__k_bce_bwd<A>, n, TRN__A(dx), TRN__CA(x), TRN__CA(y), dloss, n);
 }
 template <typename A>
 static void trn__cuda_l1_forward(float *losses, const float *pred, const float *target, size_t n) {
+    TRN__CUDA_SITE("l1 fwd", 2.0 * sizeof(A) * n + 4.0 * n, 2.0 * n);
     TRN__CUDA_ELEMENTWISE(trn__k_l1_fwd<A>, n, losses, TRN__CA(pred), TRN__CA(target), n);
 }
 template <typename A>
 static void trn__cuda_l1_backward(float *dpred, const float *pred, const float *target, float dloss, size_t n) {
+    TRN__CUDA_SITE("l1 bwd", 3.0 * sizeof(A) * n, 2.0 * n);
     if (dpred) TRN__CUDA_ELEMENTWISE(trn__k_l1_bwd<A>, n, TRN__A(dpred), TRN__CA(pred), TRN__CA(target), dloss, n);
 }
 template <typename A>
 static void trn__cuda_huber_forward(float *losses, const float *pred, const float *target, float delta, size_t n) {
+    TRN__CUDA_SITE("huber fwd", 2.0 * sizeof(A) * n + 4.0 * n, 4.0 * n);
     TRN__CUDA_ELEMENTWISE(trn__k_huber_fwd<A>, n, losses, TRN__CA(pred), TRN__CA(target), delta, n);
 }
 template <typename A>
 static void trn__cuda_huber_backward(float *dpred, const float *pred, const float *target, float delta, float dloss,
                                      size_t n) {
+    TRN__CUDA_SITE("huber bwd", 3.0 * sizeof(A) * n, 4.0 * n);
     if (dpred)
         TRN__CUDA_ELEMENTWISE(trn__k_huber_bwd<A>, n, TRN__A(dpred), TRN__CA(pred), TRN__CA(target), delta, dloss, n);
 }
@@ -3016,6 +3149,7 @@ static void trn__cuda_attention_kv_forward(float *out_, float *att_, const float
     float scale = 1.0f / sqrtf((float)hs);
     long long TP = (long long)T * P;
     if (B <= 0 || T <= 0) return;
+    TRN__CUDA_SITE_GEMM("attention over the KV cache", sizeof(A) * ((double)B * T * (2.0 * C + 2.0 * Ckv) + 2.0 * B * (pos + T) * Ckv + 2.0 * B * NH * T * (pos + T)), T, pos + T, hs, 2 * B * NH);
     TRN__CUDA_ELEMENTWISE(trn__k_kv_append<A>, (size_t)B * T * Ckv, kcache, vcache, k, v, kv_stride, T, pos, maxT, Ckv, B);
     for (int b = 0; b < B; b++)
         for (int r = 0; r < grp; r++) {
@@ -3346,11 +3480,13 @@ static void trn__cuda_crossentropy_backward(float *dlogits, const float *logits,
 /* >>ops2 */
 template <typename A>
 static void trn__cuda_mul_forward(float *out, const float *a, const float *b, size_t N, size_t C) {
+    TRN__CUDA_SITE("mul fwd", 3.0 * sizeof(A) * N * C, (double)N * C);
     TRN__CUDA_ELEMENTWISE(trn__k_mul_fwd<A>, N * C, TRN__A(out), TRN__CA(a), TRN__CA(b), N * C, C);
 }
 template <typename A>
 static void trn__cuda_mul_backward(float *da, float *db, const float *dout, const float *a, const float *b, size_t N,
                                    size_t C) {
+    TRN__CUDA_SITE("mul bwd", sizeof(A) * ((da ? 3.0 : 0) + (db ? 2.0 : 0)) * N * C + (db ? sizeof(A) * (double)C : 0), 2.0 * N * C);
     if (da) TRN__CUDA_ELEMENTWISE(trn__k_mul_bwd_da<A>, N * C, TRN__A(da), TRN__CA(dout), TRN__CA(b), N * C, C);
     if (!db || N * C == 0) return;
     if (N == 1) { TRN__CUDA_ELEMENTWISE(trn__k_mul_bwd_same<A>, C, TRN__A(db), TRN__CA(dout), TRN__CA(a), C); return; }
@@ -3365,36 +3501,44 @@ static void trn__cuda_mul_backward(float *da, float *db, const float *dout, cons
 }
 template <typename A>
 static void trn__cuda_silu_forward(float *out, const float *inp, size_t n) {
+    TRN__CUDA_SITE("silu fwd", 2.0 * sizeof(A) * n, 4.0 * n);
     TRN__CUDA_ELEMENTWISE(trn__k_silu_fwd<A>, n, TRN__A(out), TRN__CA(inp), n);
 }
 template <typename A>
 static void trn__cuda_silu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+    TRN__CUDA_SITE("silu bwd", 3.0 * sizeof(A) * n, 6.0 * n);
     if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_silu_bwd<A>, n, TRN__A(dinp), TRN__CA(inp), TRN__CA(dout), n);
 }
 template <typename A>
 static void trn__cuda_sigmoid_forward(float *out, const float *inp, size_t n) {
+    TRN__CUDA_SITE("sigmoid fwd", 2.0 * sizeof(A) * n, 3.0 * n);
     TRN__CUDA_ELEMENTWISE(trn__k_sigmoid_fwd<A>, n, TRN__A(out), TRN__CA(inp), n);
 }
 template <typename A>
 static void trn__cuda_sigmoid_backward(float *dinp, const float *out, const float *dout, size_t n) {
+    TRN__CUDA_SITE("sigmoid bwd", 3.0 * sizeof(A) * n, 3.0 * n);
     if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_sigmoid_bwd<A>, n, TRN__A(dinp), TRN__CA(out), TRN__CA(dout), n);
 }
 template <typename A>
 static void trn__cuda_tanh_forward(float *out, const float *inp, size_t n) {
+    TRN__CUDA_SITE("tanh fwd", 2.0 * sizeof(A) * n, 3.0 * n);
     TRN__CUDA_ELEMENTWISE(trn__k_tanh_fwd<A>, n, TRN__A(out), TRN__CA(inp), n);
 }
 template <typename A>
 static void trn__cuda_tanh_backward(float *dinp, const float *out, const float *dout, size_t n) {
+    TRN__CUDA_SITE("tanh bwd", 3.0 * sizeof(A) * n, 3.0 * n);
     if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_tanh_bwd<A>, n, TRN__A(dinp), TRN__CA(out), TRN__CA(dout), n);
 }
 template <typename A>
 static void trn__cuda_softmax_forward(float *out, const float *inp, int N, int C) {
+    TRN__CUDA_SITE("softmax fwd", 2.0 * sizeof(A) * N * C, 4.0 * N * C);
     if (N <= 0) return;
     TRN_CUDA_LAUNCH(trn__k_softmax_rows_fwd<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, TRN__A(out),
                     TRN__CA(inp), N, C);
 }
 template <typename A>
 static void trn__cuda_softmax_backward(float *dinp, const float *out, const float *dout, int N, int C) {
+    TRN__CUDA_SITE("softmax bwd", 3.0 * sizeof(A) * N * C, 4.0 * N * C);
     if (!dinp || N <= 0) return;
     TRN_CUDA_LAUNCH(trn__k_softmax_rows_bwd<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream,
                     TRN__A(dinp), TRN__CA(out), TRN__CA(dout), N, C);
@@ -3402,6 +3546,7 @@ static void trn__cuda_softmax_backward(float *dinp, const float *out, const floa
 template <typename A>
 static void trn__cuda_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C,
                                       float eps) {
+    TRN__CUDA_SITE("rmsnorm fwd", sizeof(A) * (2.0 * N * C + C) + 4.0 * N, 4.0 * N * C);
     if (N <= 0) return;
     TRN_CUDA_LAUNCH(trn__k_rms_fwd<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, TRN__A(out), rstd,
                     TRN__CA(inp), TRN__CA(w), N, C, eps);
@@ -3409,6 +3554,7 @@ static void trn__cuda_rmsnorm_forward(float *out, float *rstd, const float *inp,
 template <typename A>
 static void trn__cuda_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
                                        const float *rstd, int N, int C) {
+    TRN__CUDA_SITE("rmsnorm bwd", sizeof(A) * ((dinp ? 4.0 : 2.0) * N * C + C) + 4.0 * N + (dw ? 8.0 * C : 0), 8.0 * N * C);
     if (N <= 0) return;
     if (dinp)
         TRN_CUDA_LAUNCH(trn__k_rms_bwd_dx<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, TRN__A(dinp),
@@ -3432,12 +3578,14 @@ static trn_rope_scaling trn__rope_sc_or_plain(const trn_rope_scaling *sc) { /* b
 template <typename A>
 static void trn__cuda_rope_forward(float *out, const float *inp, int B, int T, int H, int R, int hs, int pos0,
                                    float theta, const trn_rope_scaling *sc) {
+    TRN__CUDA_SITE("rope fwd", 2.0 * sizeof(A) * B * T * H * hs, 4.0 * B * T * H * hs);
     TRN__CUDA_ELEMENTWISE(trn__k_rope<A>, (size_t)B * T * H * hs, TRN__A(out), TRN__CA(inp), B, T, H, R, hs, pos0, theta,
                           trn__rope_sc_or_plain(sc), 1.0f, 0);
 }
 template <typename A>
 static void trn__cuda_rope_backward(float *dinp, const float *dout, int B, int T, int H, int R, int hs, int pos0,
                                     float theta, const trn_rope_scaling *sc) {
+    TRN__CUDA_SITE("rope bwd", 2.0 * sizeof(A) * B * T * H * hs, 4.0 * B * T * H * hs);
     if (dinp)
         TRN__CUDA_ELEMENTWISE(trn__k_rope<A>, (size_t)B * T * H * hs, TRN__A(dinp), TRN__CA(dout), B, T, H, R, hs, pos0,
                               theta, trn__rope_sc_or_plain(sc), -1.0f, 1);
@@ -3460,6 +3608,7 @@ static void trn__cuda_release(void) {
     if (trn__cu.tmp) { trn__cuda_free(trn__cu.tmp); trn__cu.tmp = NULL; trn__cu.tmp_bytes = 0; }
     if (trn__cu.partials) { trn__cuda_free(trn__cu.partials); trn__cu.partials = NULL; }
     if (trn__cu.cublas) { TRN_CUBLAS_CHECK(cublasDestroy(trn__cu.cublas)); trn__cu.cublas = NULL; }
+    trn__cuda_lt_release(); /* the plans, before their handle */
     if (trn__cu.cublaslt) { TRN_CUBLAS_CHECK(cublasLtDestroy(trn__cu.cublaslt)); trn__cu.cublaslt = NULL; }
     if (trn__cu.workspace) { trn__cuda_free(trn__cu.workspace); trn__cu.workspace = NULL; }
     if (trn__cu.stream) { TRN_CUDA_CHECK(cudaStreamDestroy(trn__cu.stream)); trn__cu.stream = NULL; }

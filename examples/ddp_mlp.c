@@ -26,6 +26,7 @@
 // build: -pthread
 #define TRAIN_IMPLEMENTATION
 #include "train.h"
+#include "extras/train_loop.h" // progress/ETA
 #ifdef TRN_USE_CUDA
 #define TRAIN_CUDA_IMPLEMENTATION
 #include "train_cuda.h"

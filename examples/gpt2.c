@@ -45,6 +45,8 @@
 // flags and the loop's extras, shared with examples/llama.c.
 #define TRAIN_IMPLEMENTATION
 #include "train.h"
+#include "extras/train_data.h" // tokenizers, token shards, the batch loader
+#include "extras/train_loop.h" // progress/ETA, CSV, TensorBoard, spike guard, early stop
 
 #include <errno.h>
 #include <glob.h>
@@ -365,6 +367,7 @@ static int n_head_from_config_json(const char *weights_path) {
     const char *slash = strrchr(weights_path, '/');
     int dir_len = slash ? (int)(slash - weights_path) : 1;
     snprintf(path, sizeof path, "%.*s/config.json", dir_len, slash ? weights_path : ".");
+    if (trn_check_regular(path) != TRN_OK) return -1; // (a FIFO would block fopen)
     FILE *f = fopen(path, "rb");
     if (!f) return -1;
     char buf[8192];
@@ -389,6 +392,7 @@ typedef struct init_source {
 // Look at an --init file without loading it: its model config.
 static trn_result init_inspect(const char *path, const gpt2_config *hint, init_source *src) {
     memset(src, 0, sizeof *src);
+    if (trn_check_regular(path) != TRN_OK) return TRN_ERR_IO; // a FIFO would block fopen
     FILE *fp = fopen(path, "rb");
     if (!fp) return trn_fail(TRN_ERR_IO, "cannot open %s: %s", path, strerror(errno));
     int hdr[256];
@@ -430,6 +434,13 @@ static trn_result init_inspect(const char *path, const gpt2_config *hint, init_s
         trn_safetensors_close(&f);
         return trn_fail(TRN_ERR_MISMATCH, "%s: not a GPT-2 model (no wte.weight/wpe.weight of shape (V,C) and (maxT,C))", path);
     }
+    if (wte->shape[0] < 1 || wte->shape[1] < 1 || wpe->shape[0] < 1 || wte->shape[1] > 100000 ||
+        wpe->shape[0] > 1000000 || wte->shape[0] > 10000000) {
+        trn_safetensors_close(&f);
+        return trn_fail(TRN_ERR_MISMATCH, "%s: wte.weight (%lld,%lld) / wpe.weight (%lld,%lld): a size is 0 or implausible",
+                        path, (long long)wte->shape[0], (long long)wte->shape[1], (long long)wpe->shape[0],
+                        (long long)wpe->shape[1]);
+    }
     gpt2_config *c = &src->cfg;
     c->n_embd = (int)wte->shape[1];
     c->block_size = (int)wpe->shape[0];
@@ -468,8 +479,17 @@ static void transpose(float *out, const float *in, int64_t rows, int64_t cols) {
         for (int64_t j = 0; j < cols; j++) out[j * rows + i] = in[i * cols + j];
 }
 
+// buffers Hugging Face's GPT-2 files carry besides the weights: the causal
+// mask (h.N.attn.bias, h.N.attn.masked_bias) and lm_head.weight, a copy of wte
+static int gpt2_ignorable(const char *name) {
+    size_t n = strlen(name);
+    return (n >= 10 && !strcmp(name + n - 10, ".attn.bias")) || (n >= 17 && !strcmp(name + n - 17, ".attn.masked_bias")) ||
+           !strcmp(name, "lm_head.weight");
+}
+
 // Fill every parameter of g from a safetensors file (Hugging Face's GPT-2,
 // or one written here). HF's Conv1D matrices are (in,out): transposed here.
+// Strict (examples/common.h): finite values, no tensor left unread.
 static trn_result init_load_safetensors(gpt2 *g, const char *path, const init_source *src) {
     trn_safetensors f;
     trn_result r = trn_safetensors_open(&f, path);
@@ -477,7 +497,11 @@ static trn_result init_load_safetensors(gpt2 *g, const char *path, const init_so
     size_t most = 0;
     for (int i = 0; i < g->m.n_params; i++) most = g->m.params[i]->size > most ? g->m.params[i]->size : most;
     float *buf = (float *)trn_alloc(2 * most * sizeof(float), TRN_KIND_TEMP);
-    if (!buf) { trn_safetensors_close(&f); return trn_fail(TRN_ERR_NOMEM, "--init: %s", trn_error_reason()); }
+    unsigned char *used = (unsigned char *)calloc((size_t)f.n_tensors + 1, 1);
+    if (!buf || !used) {
+        trn_free(buf), free(used), trn_safetensors_close(&f);
+        return trn_fail(TRN_ERR_NOMEM, "--init: out of memory");
+    }
     float *tmp = buf + most;
     for (int i = 0; i < g->m.n_params && r == TRN_OK; i++) {
         trn_tensor *p = g->m.params[i];
@@ -485,6 +509,7 @@ static trn_result init_load_safetensors(gpt2 *g, const char *path, const init_so
         snprintf(name, sizeof name, "%s%s", src->prefix, p->name);
         const trn_st_tensor *t = trn_safetensors_find(&f, name);
         if (!t) { r = trn_fail(TRN_ERR_MISMATCH, "%s: tensor %s is missing", path, name); break; }
+        used[t - f.tensors] = 1;
         int is_conv = src->conv1d && p->ndim == 2 && p != g->wte && p != g->wpe;
         int64_t rows = p->shape[0], cols = p->ndim == 2 ? p->shape[1] : 1;
         if (p == g->wte) rows = src->file_vocab_rows; // may be fewer than Vp
@@ -499,11 +524,14 @@ static trn_result init_load_safetensors(gpt2 *g, const char *path, const init_so
             break;
         }
         if ((r = trn_safetensors_read(&f, t, is_conv ? tmp : buf)) != TRN_OK) break;
+        if ((r = init_check_finite(path, name, is_conv ? tmp : buf, (size_t)(rows * cols))) != TRN_OK) break;
         if (is_conv) transpose(buf, tmp, cols, rows); // file (in,out) -> kit (out,in)
         if (p == g->wte && rows < p->shape[0])          // zero padding rows
             memset(buf + rows * cols, 0, sizeof(float) * (size_t)(p->shape[0] - rows) * (size_t)cols);
         trn_write(&g->m, p, buf);
     }
+    if (r == TRN_OK) r = init_check_unused(&f, used, gpt2_ignorable);
+    free(used);
     trn_free(buf);
     trn_safetensors_close(&f);
     return r;
@@ -518,6 +546,7 @@ static trn_result init_load_safetensors(gpt2 *g, const char *path, const init_so
 static trn_result init_load_llmc(gpt2 *g, const char *path, const init_source *src) {
     const gpt2_config *c = &g->cfg;
     int L = c->n_layer, C = c->n_embd;
+    if (trn_check_regular(path) != TRN_OK) return TRN_ERR_IO;
     FILE *fp = fopen(path, "rb");
     if (!fp) return trn_fail(TRN_ERR_IO, "cannot open %s: %s", path, strerror(errno));
     double want = 1024.0 + 4.0 * ((double)src->file_vocab_rows * C + (double)c->block_size * C +
@@ -538,7 +567,8 @@ static trn_result init_load_llmc(gpt2 *g, const char *path, const init_source *s
         if (r == TRN_OK) {                                                                      \
             if (fread(buf, sizeof(float), (size_t)(n), fp) != (size_t)(n))                      \
                 r = trn_fail(TRN_ERR_FORMAT, "%s: short read at %s", path, (tensor)->name);     \
-            else trn_write(&g->m, (tensor), buf);                                               \
+            else if ((r = init_check_finite(path, (tensor)->name, buf, (size_t)(n))) == TRN_OK) \
+                trn_write(&g->m, (tensor), buf);                                                \
         }                                                                                       \
     } while (0)
     LLMC_READ(g->wte, (size_t)src->file_vocab_rows * C); // rows past V stay 0 (calloc)
@@ -630,15 +660,27 @@ static void next_batch(trn_loader *ld, int *x, int *y, int *skip_x, int *skip_y)
 // one file per rank and, written last, manifest.json (train_nccl.h's
 // trn_ddp_checkpoint_save_sharded). tools/consolidate merges one into a
 // model.safetensors.
-// the newest DIR/ckpt_*.shards whose save finished (has its manifest), or ""
+// the newest DIR/ckpt_*.shards whose save finished (has its manifest) and
+// passes trn_checkpoint_verify_sharded (every rank file there, checksummed,
+// of the manifest's save), or "". A broken one is skipped, saying which
+// and why, as trn_checkpoint_latest does for whole-state checkpoints; none
+// valid exits 2 with the newest one's reason. Every rank decides alone,
+// from the same files, the same way.
 static void latest_shards(const char *dir, char *out, size_t cap) {
     glob_t gl;
-    char pat[1100];
+    char pat[1100], first[600] = "";
     out[0] = 0;
     snprintf(pat, sizeof pat, "%s/ckpt_*.shards/manifest.json", dir);
     if (glob(pat, 0, NULL, &gl) == 0 && gl.gl_pathc > 0) {
-        snprintf(out, cap, "%s", gl.gl_pathv[gl.gl_pathc - 1]); // zero-padded steps: the last is the newest
-        *strrchr(out, '/') = 0;
+        for (size_t i = gl.gl_pathc; i-- > 0 && !out[0];) { // zero-padded steps: the last is the newest
+            snprintf(out, cap, "%s", gl.gl_pathv[i]);
+            *strrchr(out, '/') = 0;
+            if (trn_checkpoint_verify_sharded(out) == TRN_OK) break;
+            if (trn_ddp_is_main(&ddp)) fprintf(stderr, "gpt2: skipping a broken sharded checkpoint: %s\n", trn_error_reason());
+            if (!first[0]) snprintf(first, sizeof first, "%s", trn_error_reason());
+            out[0] = 0;
+        }
+        if (!out[0]) die("--resume %s: no valid sharded checkpoint (%zu broken; newest: %s)", dir, gl.gl_pathc, first);
     }
     globfree(&gl);
 }
@@ -730,6 +772,7 @@ int main(int argc, char **argv) {
             die("--resume %s: not a checkpoint of examples/gpt2 (no gpt2.* / run.* metadata)", ckpt_path);
         have_ck = 1;
         if (a.init) { printf("note: --resume wins over --init\n"); a.init = NULL; }
+        if (a.model) printf("note: --resume wins over --model %s (the checkpoint's model is resumed)\n", a.model);
         args_from_checkpoint(&a, &ck);
     }
 
@@ -769,7 +812,7 @@ int main(int argc, char **argv) {
     trn_tokens tokens;
     if (a.data && !a.bpe && cfg.vocab_size > 256) {
         // a text file cannot be read without the BPE tokenizer; a shard can
-        FILE *fp = fopen(a.data, "rb");
+        FILE *fp = trn_check_regular(a.data) == TRN_OK ? fopen(a.data, "rb") : NULL; // (a FIFO: load_tokens says so)
         int magic = 0;
         if (fp && fread(&magic, 4, 1, fp) == 1 && magic != 20240520) {
             fclose(fp);
@@ -871,7 +914,7 @@ int main(int argc, char **argv) {
     const int files = main_rank && !a.fast_dev_run; // --fast-dev-run writes nothing
     if (files && trn_mkdirs(a.out) != TRN_OK) die("--out %s: %s", a.out, trn_error_reason());
     FILE *logf = NULL;
-    if (main_rank && a.log && !(logf = fopen(a.log, have_ck ? "a" : "w"))) die("--log %s: %s", a.log, strerror(errno));
+    if (main_rank && a.log && !(logf = log_open(a.log, have_ck))) die("--log %s", a.log);
     loop_open(&loop, &a, &g.m, step, have_ck, main_rank); // progress and ETA, CSV, TensorBoard, profile
     const char *stop = NULL; // why the loop ended early (--patience, --max-time)
 
@@ -936,10 +979,11 @@ int main(int argc, char **argv) {
             VALIDATE();
             if ((stop = loop_validated(&loop, &a, &hist, title, step, val, files))) force_ckpt = 1; // --patience
         }
-        if (a.max_time > 0 && step < a.steps) { // every rank stops at the same step: any rank's clock decides
-            double over = loop_over_time(&loop, &a);
-            DDP_OK(trn_ddp_allreduce_host(&ddp, &over, 1, 0));
-            if (over > 0) stop = "--max-time", force_ckpt = 1;
+        if (step < a.steps) { // every rank stops at the same step: any rank's clock or Ctrl-C decides
+            double over[2] = {loop_over_time(&loop, &a), loop_interrupted()};
+            if (W > 1) DDP_OK(trn_ddp_allreduce_host(&ddp, over, 2, 0));
+            if (over[1] > 0) stop = LOOP_CTRL_C, force_ckpt = 1;
+            else if (over[0] > 0) stop = "--max-time", force_ckpt = 1;
         }
         loop_step_end(&loop, &st, val_step == step ? val : NAN); // the CSV row
         if ((files || (sharded_ckpt && !a.fast_dev_run)) && (force_ckpt || (a.ckpt_every > 0 && (step % a.ckpt_every == 0 || step == a.steps)))) {
@@ -1005,7 +1049,7 @@ int main(int argc, char **argv) {
                    gpt2_logits_cached, &kv);
         trn_kv_cache_free(&kv);
     }
-    if (logf) fclose(logf);
+    log_close(logf);
     DDP_OK(trn_ddp_barrier(&ddp)); // no rank leaves while another may still need it
     trn_ddp_free(&ddp);
     free(x);

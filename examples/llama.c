@@ -35,6 +35,8 @@
 // (evaluation) >>main.
 #define TRAIN_IMPLEMENTATION
 #include "train.h"
+#include "extras/train_data.h" // tokenizers, token shards, the batch loader
+#include "extras/train_loop.h" // progress/ETA, CSV, TensorBoard, spike guard, early stop
 
 #include <errno.h>
 #include <math.h>
@@ -507,19 +509,33 @@ static trn_result init_inspect(const char *path, init_source *src) {
         return trn_fail(TRN_ERR_MISMATCH, "%s: tensor lm_head.weight is missing and config.json says "
                         "tie_word_embeddings false", src->weights);
     src->tied = src->cfg.tied;
+    const trn_rope_scaling *sc = &src->cfg.rope;
+    if (sc->type != TRN_ROPE_DEFAULT)
+        printf("note: %s: RoPE scaling %s, factor %g%s\n", cfgpath, ROPE_NAMES[sc->type], (double)sc->factor,
+               sc->type == TRN_ROPE_DYNAMIC ? " (context grows to factor x max_position_embeddings)" : "");
     return TRN_OK;
 }
 
-// read tensor `name` (rows x cols floats) into dst, checking its shape
-static trn_result read_checked(trn_safetensors *f, const char *name, int64_t rows, int64_t cols, float *dst) {
+// read tensor `name` (rows x cols floats) into dst, checking its shape and
+// (unless --init-lenient) that every value is finite; marks it used
+static trn_result read_checked(trn_safetensors *f, const char *name, int64_t rows, int64_t cols, float *dst,
+                               unsigned char *used) {
     const trn_st_tensor *t = trn_safetensors_find(f, name);
     if (!t) return trn_fail(TRN_ERR_MISMATCH, "%s: tensor %s is missing", f->path, name);
+    used[t - f->tensors] = 1;
     int ok = cols == 1 ? (t->ndim == 1 && t->shape[0] == rows) : (t->ndim == 2 && t->shape[0] == rows && t->shape[1] == cols);
     if (!ok)
         return trn_fail(TRN_ERR_MISMATCH, "%s: tensor %s has %d dims (%lld,%lld), expected (%lld,%lld)", f->path, name,
                         t->ndim, (long long)t->shape[0], (long long)(t->ndim > 1 ? t->shape[1] : 1), (long long)rows,
                         (long long)cols);
-    return trn_safetensors_read(f, t, dst);
+    trn_result r = trn_safetensors_read(f, t, dst);
+    return r == TRN_OK ? init_check_finite(f->path, name, dst, (size_t)(rows * cols)) : r;
+}
+
+// buffers some exports carry that hold no weights (transformers recomputes them)
+static int llama_ignorable(const char *name) {
+    size_t n = strlen(name), k = strlen("rotary_emb.inv_freq");
+    return n >= k && !strcmp(name + n - k, "rotary_emb.inv_freq");
 }
 
 // Every parameter from the file. HF: q_proj, k_proj, v_proj stacked into
@@ -535,30 +551,40 @@ static trn_result init_load(llama *g, const init_source *src) {
     size_t most = 0;
     for (int i = 0; i < g->m.n_params; i++) most = g->m.params[i]->size > most ? g->m.params[i]->size : most;
     float *buf = (float *)trn_alloc(most * sizeof(float), TRN_KIND_TEMP);
-    if (!buf) { trn_safetensors_close(&f); return trn_fail(TRN_ERR_NOMEM, "--init: %s", trn_error_reason()); }
+    unsigned char *used = (unsigned char *)calloc((size_t)f.n_tensors + 1, 1);
+    if (!buf || !used) {
+        trn_free(buf), free(used), trn_safetensors_close(&f);
+        return trn_fail(TRN_ERR_NOMEM, "--init: out of memory");
+    }
     for (int i = 0; i < g->m.n_params && r == TRN_OK; i++) {
         trn_tensor *p = g->m.params[i];
         int64_t rows = p->shape[0], cols = p->ndim == 2 ? p->shape[1] : 1;
         memset(buf, 0, p->size * sizeof(float));
         if (!src->hf) {
-            r = read_checked(&f, p->name, rows, cols, buf);
+            r = read_checked(&f, p->name, rows, cols, buf, used);
         } else if (p == g->embed || p == g->head) { // V rows in the file, Vp here
-            r = read_checked(&f, p == g->head && !src->tied ? "lm_head.weight" : "model.embed_tokens.weight", V, cols, buf);
+            r = read_checked(&f, p == g->head && !src->tied ? "lm_head.weight" : "model.embed_tokens.weight", V, cols, buf, used);
         } else if (strstr(p->name, "qkv_proj")) {
             char name[128], stem[96];
             snprintf(stem, sizeof stem, "%.*s", (int)(strstr(p->name, "qkv_proj") - p->name), p->name);
             int64_t nq = (int64_t)c->n_head * hs, nkv = (int64_t)c->n_kv_head * hs;
             snprintf(name, sizeof name, "%sq_proj.weight", stem);
-            r = read_checked(&f, name, nq, cols, buf);
+            r = read_checked(&f, name, nq, cols, buf, used);
             snprintf(name, sizeof name, "%sk_proj.weight", stem);
-            if (r == TRN_OK) r = read_checked(&f, name, nkv, cols, buf + nq * cols);
+            if (r == TRN_OK) r = read_checked(&f, name, nkv, cols, buf + nq * cols, used);
             snprintf(name, sizeof name, "%sv_proj.weight", stem);
-            if (r == TRN_OK) r = read_checked(&f, name, nkv, cols, buf + (nq + nkv) * cols);
+            if (r == TRN_OK) r = read_checked(&f, name, nkv, cols, buf + (nq + nkv) * cols, used);
         } else {
-            r = read_checked(&f, p->name, rows, cols, buf);
+            r = read_checked(&f, p->name, rows, cols, buf, used);
         }
         if (r == TRN_OK) trn_write(&g->m, p, buf);
     }
+    if (r == TRN_OK && src->hf && src->tied) { // a tied file may carry its head's copy: transformers ties it away
+        const trn_st_tensor *h = trn_safetensors_find(&f, "lm_head.weight");
+        if (h) used[h - f.tensors] = 1;
+    }
+    if (r == TRN_OK) r = init_check_unused(&f, used, llama_ignorable);
+    free(used);
     trn_free(buf);
     trn_safetensors_close(&f);
     return r;
@@ -615,6 +641,7 @@ int main(int argc, char **argv) {
             die("--resume %s: not a checkpoint of examples/llama (no llama.* / run.* metadata)", ckpt_path);
         have_ck = 1;
         if (a.init) { printf("note: --resume wins over --init\n"); a.init = NULL; }
+        if (a.model) printf("note: --resume wins over --model %s (the checkpoint's model is resumed)\n", a.model);
         args_from_checkpoint(&a, &ck);
     }
 
@@ -711,7 +738,7 @@ int main(int argc, char **argv) {
     const int files = !a.fast_dev_run; // --fast-dev-run writes nothing
     if (files && trn_mkdirs(a.out) != TRN_OK) die("--out %s: %s", a.out, trn_error_reason());
     FILE *logf = NULL;
-    if (a.log && !(logf = fopen(a.log, have_ck ? "a" : "w"))) die("--log %s: %s", a.log, strerror(errno));
+    if (a.log && !(logf = log_open(a.log, have_ck))) die("--log %s", a.log);
     loop_open(&loop, &a, &g.m, step, have_ck, 1); // progress and ETA, CSV, TensorBoard, profile
     const char *stop = NULL; // why the loop ended early (--patience, --max-time)
 
@@ -756,7 +783,8 @@ int main(int argc, char **argv) {
             VALIDATE();
             if ((stop = loop_validated(&loop, &a, &hist, title, step, val, files))) force_ckpt = 1; // --patience
         }
-        if (step < a.steps && loop_over_time(&loop, &a)) stop = "--max-time", force_ckpt = 1;
+        if (step < a.steps && loop_interrupted()) stop = LOOP_CTRL_C, force_ckpt = 1; // Ctrl-C
+        else if (step < a.steps && loop_over_time(&loop, &a)) stop = "--max-time", force_ckpt = 1;
         loop_step_end(&loop, &st, val_step == step ? val : NAN); // the CSV row
         if (files && (force_ckpt || (a.ckpt_every > 0 && (step % a.ckpt_every == 0 || step == a.steps)))) {
             trn_meta meta;
@@ -804,7 +832,7 @@ int main(int argc, char **argv) {
                    llama_logits_cached, &kv);
         trn_kv_cache_free(&kv);
     }
-    if (logf) fclose(logf);
+    log_close(logf);
     free(x);
     free(y);
     free(hist.step); free(hist.loss); free(hist.vstep); free(hist.vloss);

@@ -36,6 +36,7 @@
 // requires: have_lib libstb-dev stb/stb_image.h stbi_load -lstb && have_lib libstb-dev stb/stb_image_write.h stbi_write_png -lstb
 #define TRAIN_IMPLEMENTATION
 #include "train.h"
+#include "extras/train_loop.h" // progress/ETA, CSV, TensorBoard, the profile table
 
 #include <ctype.h>
 #include <dirent.h>
@@ -883,7 +884,7 @@ int main(int argc, char **argv) {
     int seed = 1337;
     int limit = 0;                      // 0: every image
     int stop_after = 0;                 // >0: quit after this many epochs
-    int async_ckpt = 0, profile = 0;    // >>loop extras of train.h
+    int async_ckpt = 0, profile = 0;    // the loop extras (extras/train_loop.h)
     const char *tensorboard = NULL, *csv_path = NULL;
 
     for (int i = 1; i < argc; i++) {

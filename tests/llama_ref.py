@@ -2,7 +2,7 @@
 """tests/llama_ref.py - a tiny random Llama in Hugging Face's layout, and a
 NumPy reference of its forward pass, for tests/test_llama.sh.
 
-  llama_ref.py write DIR [--tied] [--bf16] [--rope TYPE] [--v5]
+  llama_ref.py write DIR [--tied] [--bf16] [--rope TYPE] [--v5] [--vocab V]
       DIR/config.json + DIR/model.safetensors with HF's names
       (model.layers.0.self_attn.q_proj.weight, ...): 2 layers, 4 query heads,
       2 key/value heads (grouped-query), hidden 32, head_dim 8, SwiGLU 48,
@@ -14,6 +14,7 @@ NumPy reference of its forward pass, for tests/test_llama.sh.
       --v5, as 5.x does ("rope_parameters" holding rope_theta too); theta
       100 and small contexts so that every scaling changes the logits at
       37 positions (dynamic: max_position_embeddings 16, factor 4).
+      --vocab V: V rows of embedding (and head) instead of 256.
   llama_ref.py check DIR TEXT LOGITS B T [--unscaled]
       recompute, in float64, the logits of validation batch 0 of TEXT (the
       kit's loader: the last 10% of the bytes, rows of T) and compare them
@@ -72,10 +73,10 @@ ROPES = {"linear": dict(rope_type="linear", factor=4.0),
          "yarn": dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=32)}
 
 
-def write(d, tied, bf16, rope=None, v5=False):
+def write(d, tied, bf16, rope=None, v5=False, vocab=256):
     from safetensors.numpy import save_file
     os.makedirs(d, exist_ok=True)
-    c = dict(CFG, tie_word_embeddings=tied, torch_dtype="bfloat16" if bf16 else "float32")
+    c = dict(CFG, tie_word_embeddings=tied, torch_dtype="bfloat16" if bf16 else "float32", vocab_size=vocab)
     if rope:
         c["rope_theta"] = 100.0
         if rope == "dynamic":
@@ -417,7 +418,8 @@ def train(d, text, T, log, weights, steps, lr, min_lr, clip, untie):
 if __name__ == "__main__":
     if len(sys.argv) >= 3 and sys.argv[1] == "write":
         a = sys.argv
-        write(a[2], "--tied" in a, "--bf16" in a, a[a.index("--rope") + 1] if "--rope" in a else None, "--v5" in a)
+        write(a[2], "--tied" in a, "--bf16" in a, a[a.index("--rope") + 1] if "--rope" in a else None, "--v5" in a,
+              int(a[a.index("--vocab") + 1]) if "--vocab" in a else 256)
     elif len(sys.argv) >= 11 and sys.argv[1] == "train":
         a = sys.argv
         sys.exit(train(a[2], a[3], int(a[4]), a[5], a[6], int(a[7]), float(a[8]), float(a[9]), float(a[10]),

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # tests/test_compile_modes.sh - a new user's first program (examples/minimal.c)
 # compiles with no warning however it is compiled: gcc and clang, -std=c99 and -std=c11,
-# -Wall -Wextra -pedantic -Werror, with and without -fopenmp, and as C++
+# -Wall -Wextra -pedantic -Werror, with and without -fopenmp, TRAIN_STATIC, and as C++
 # (g++, clang++: -std=c++11 and c++17). No feature-test macros on the
 # command line: train.h turns POSIX on itself. Each build is also run.
 # Then: a file that includes <stdio.h> before train.h under -std=c99 gets,
 # as its first error, train.h's #error saying what to do (glibc), rather
-# than a pile of implicit declarations. A missing compiler is a SKIP line, not a pass.
+# than a pile of implicit declarations. The companions (extras/train_data.h,
+# extras/train_loop.h) compile in C and C++ beside train.h, and say so when
+# they are included in the wrong order. A missing compiler is a SKIP line, not a pass.
 set -u
 cd "$(dirname "$0")/.."
 pass=0
@@ -53,6 +55,38 @@ for cxx in g++ clang++; do
     omp=""; omp_ok "$cxx" && omp=-fopenmp
     build_run "$cxx" "$D/first.cpp" -O2 -march=native -std=c++17 $omp
 done
+
+# TRAIN_STATIC (every function static): a program that uses a few of them
+# gets no -Wunused-function for the rest (issue 24: 117 warnings before)
+{ printf '#define TRAIN_STATIC\n'; cat "$D/first.c"; } > "$D/static.c"
+for cc in gcc clang; do
+    command -v "$cc" >/dev/null && build_run "$cc" "$D/static.c" -O0 -std=c99
+done
+# the companions (extras/): the same program with both included and used,
+# under the strictest flags of each language
+sed -e 's|^#include "train.h"$|#include "train.h"\n#include "extras/train_data.h"\n#include "extras/train_loop.h"|' \
+    -e 's|^    printf("loss|    { trn_tokenizer tok; char buf[16]; trn_tokenizer_init_bytes(\&tok); printf("%d %s\\n", tok.vocab_size, trn_duration_str(75.0, buf, sizeof buf)); }\n    printf("loss|' \
+    "$D/first.c" > "$D/extras.c"
+cp "$D/extras.c" "$D/extras.cpp"
+if grep -q 'train_loop.h' "$D/extras.c" && grep -q 'trn_duration_str' "$D/extras.c"; then
+    for cc in gcc clang; do command -v "$cc" >/dev/null && build_run "$cc" "$D/extras.c" -O0 -std=c99; done
+    for cxx in g++ clang++; do command -v "$cxx" >/dev/null && build_run "$cxx" "$D/extras.cpp" -O0 -std=c++11; done
+else
+    bad "could not make the companions' program from first.c"
+fi
+# a companion before train.h, or its implementation without train.h's: one #error saying what to do
+printf '#include "extras/train_data.h"\n#include "train.h"\nint main(void) { return 0; }\n' > "$D/order.c"
+if ! cc -fsyntax-only -I. "$D/order.c" > "$D/order.log" 2>&1 && grep -m1 error "$D/order.log" | grep -q 'include train.h first'; then
+    ok "a companion included before train.h: its #error says to include train.h first"
+else
+    bad "a companion before train.h: $(grep -m2 error "$D/order.log" | tr '\n' ' ')"
+fi
+printf '#include "train.h"\n#define TRAIN_IMPLEMENTATION\n#include "extras/train_loop.h"\nint main(void) { return 0; }\n' > "$D/impl.c"
+if ! cc -fsyntax-only -I. "$D/impl.c" > "$D/impl.log" 2>&1 && grep -m1 error "$D/impl.log" | grep -q "implementation is not in this file"; then
+    ok "a companion's implementation without train.h's: its #error says where TRAIN_IMPLEMENTATION goes"
+else
+    bad "companion implementation without train.h's: $(grep -m2 error "$D/impl.log" | tr '\n' ' ')"
+fi
 
 # included too late: one clear line (glibc only: elsewhere POSIX is visible by default)
 if printf '#include <stdio.h>\n' | cc -E -dM -x c - 2>/dev/null | grep -q __GLIBC__; then

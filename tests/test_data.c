@@ -1,5 +1,5 @@
 /* tests/test_data.c - tokenizers, token shards, text files and the loader
-   (train.h's >>data section).
+   (extras/train_data.h).
 
    The GPT-2 BPE tokenizer is tested on a small vocabulary written here into
    a temporary directory in the Hugging Face layout (vocab.json +
@@ -7,6 +7,7 @@
    with the same code. */
 #define TRAIN_IMPLEMENTATION
 #include "train.h"
+#include "extras/train_data.h"
 #include "tests/check.h"
 
 #include <stdlib.h>

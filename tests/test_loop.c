@@ -1,4 +1,4 @@
-/* tests/test_loop.c - train.h's >>loop pieces and the async/best-K parts of
+/* tests/test_loop.c - extras/train_loop.h's pieces and the async/best-K parts of
    >>checkpoint, each against what it promises:
      progress    ETA arithmetic, the line format off a terminal (+ " | eta"),
                  in place on a terminal ("\r" ... "\033[K", a newline on break)
@@ -20,6 +20,7 @@
    tests/test_loop.sh runs the same features end to end in examples/gpt2. */
 #define TRAIN_IMPLEMENTATION
 #include "train.h"
+#include "extras/train_loop.h"
 #include "tests/check.h"
 
 #include <sys/stat.h>

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/test_loop.sh - the training-loop flags of examples/gpt2 end to end
-# (train.h's >>loop and async checkpoints; tests/test_loop.c tests the
+# (extras/train_loop.h and train.h's async checkpoints; tests/test_loop.c tests the
 # pieces one by one):
 #   1. --async-ckpt trains exactly as synchronous saves do: the same final
 #      weights and the same checkpoint bytes; --keep-best K leaves the K

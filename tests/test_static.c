@@ -4,11 +4,20 @@
 #define TRAIN_STATIC
 #define TRAIN_IMPLEMENTATION
 #include "train.h"
+#include "extras/train_data.h"
+#include "extras/train_loop.h"
 #include "check.h"
 
 int main(void) {
     float x[4] = {-1, 2, -3, 4}, y[4];
     trn_relu_forward(y, x, 4);
     CHECK(y[0] == 0 && y[1] == 2 && y[3] == 4, "static build runs\n");
+    {   /* the companions follow TRAIN_STATIC too */
+        trn_tokenizer tok;
+        char buf[32];
+        trn_tokenizer_init_bytes(&tok);
+        CHECK(tok.vocab_size == 256, "static train_data.h\n");
+        CHECK(strcmp(trn_duration_str(75, buf, sizeof buf), "1:15") == 0, "static train_loop.h: %s\n", buf);
+    }
     return check_summary();
 }

@@ -52,7 +52,7 @@ check "confusion matrix printed" grep -q "^confusion matrix" "$tmp/run1.log"
 "$VIT" --data "$tmp/toy" --out "$tmp/gelu" $SMALL --epochs 6 --act gelu >"$tmp/gelu.log" 2>&1
 check "toy with --act gelu: train_acc >= 0.95 (got $(value train_acc "$tmp/gelu.log"))" ge "$(value train_acc "$tmp/gelu.log")" 0.95
 
-# the loop extras (train.h >>loop): async checkpoints write the same bytes;
+# the loop extras (extras/train_loop.h): async checkpoints write the same bytes;
 # CSV one row per epoch; TensorBoard event file; the profile table; an ETA
 "$VIT" --data "$tmp/toy" --out "$tmp/async" $SMALL --epochs 6 --async-ckpt --csv "$tmp/v.csv" \
     --tensorboard "$tmp/tb" --profile >"$tmp/async.log" 2>&1

@@ -12,6 +12,7 @@
    Hugging Face files); without it every byte is a token (vocab 256). */
 #define TRAIN_IMPLEMENTATION
 #include "train.h"
+#include "extras/train_data.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,0 +1,1252 @@
+/* extras/train_data.h - a companion of train.h: tokenizers, token shards, text files and the batch loader
+
+   Do this:
+      #define TRAIN_IMPLEMENTATION
+      #include "train.h"
+      #include "extras/train_data.h"
+   in the one C or C++ file that implements train.h; every other file
+   includes both plainly. This header's implementation comes with train.h's
+   (it uses train.h's private helpers: the JSON reader, UTF-8, the ledger),
+   so it needs no macro of its own; TRAIN_DATA_IMPLEMENTATION is accepted
+   and must sit in the same file as TRAIN_IMPLEMENTATION.
+
+   Nothing in train.h, train_cuda.h or train_nccl.h calls this file: it is
+   a leaf, used by the examples and by your program if you want it. Why a
+   companion and not a part of train.h: docs/DESIGN-notes.md.
+
+   Contents (grep for the anchors):
+      >>data        token arrays, llm.c token shards, text files, the
+                    byte and GPT-2 BPE tokenizers (with GPT-2's Unicode
+                    character classes), the batch loader
+
+   License: MIT, as train.h.
+*/
+#ifndef TRAIN_H_INCLUDED
+#error "extras/train_data.h: include train.h first"
+#endif
+#ifndef TRAIN_DATA_H_INCLUDED
+#define TRAIN_DATA_H_INCLUDED
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------
+   >>data declarations
+   Text becomes token ids through a tokenizer; ids live in memory as an int
+   array (trn_tokens) and on disk as llm.c token shards; a loader cuts them
+   into batches of inputs x (B,T) and targets y (B,T), y = x shifted by one
+   token, so y[b][t] is the token that follows x[b][t].
+
+      trn_tokenizer tok;  trn_tokens data = {0};  trn_loader loader;
+      int x[4*64], y[4*64];
+      trn_tokenizer_init_bytes(&tok);                  // or _load_bpe_dir(&tok, dir)
+      trn_tokens_load(&data, "input.txt", &tok);       // text, or a .bin shard
+      trn_tokens_check(data.ids, data.n, tok.vocab_size);
+      trn_loader_desc ld = {0}; ld.B = 4; ld.T = 64; ld.seed = 1337;
+      trn_loader_init(&loader, data.ids, data.n, &ld); // last 10% validate
+      trn_loader_next(&loader, x, y);                  // a training batch
+      trn_loader_val_batch(&loader, 0, x, y);          // validation batch 0
+      trn_loader_pos pos = trn_loader_tell(&loader);   // into the checkpoint,
+      trn_loader_seek(&loader, &pos);                  //   and back on resume
+      ... trn_loader_free(&loader); trn_tokens_free(&data); trn_tokenizer_free(&tok);
+
+   (Calls that return trn_result must be checked; left out above.)
+   Memory: tokenizer tables, token arrays and the loader's order are
+   counted as RUNTIME; the text of trn_text_read_files and the encoder's
+   scratch (freed before encode returns) as TEMP.
+   ------------------------------------------------------------------------ */
+
+/* a growable array of token ids; {0} is an empty one */
+typedef struct trn_tokens {
+    int *ids;                  /* ids[0 .. n-1] (RUNTIME memory)            */
+    size_t n, cap;
+} trn_tokens;
+
+TRNDEF trn_result trn_tokens_append(trn_tokens *t, const int *ids, size_t n);
+TRNDEF void trn_tokens_free(trn_tokens *t);            /* back to {0}       */
+/* every id in [0, vocab_size)? If not: TRN_ERR_MISMATCH naming the first
+   bad id and its position ("token 300 at position 17 is >= vocab 256") */
+TRNDEF trn_result trn_tokens_check(const int *ids, size_t n, int vocab_size);
+
+/* ---- tokenizers -------------------------------------------------------
+   Both kinds sit behind one struct: encode bytes -> ids, decode ids -> bytes.
+
+   Byte-level: id = byte value, vocab 256, no files, no <|endoftext|>.
+
+   GPT-2 BPE (Radford et al. 2019; files in Hugging Face's layout):
+   - vocab.json maps token strings to ids. GPT-2 writes a token's bytes in
+     a printable alphabet: the 188 bytes that are visible Latin-1 characters
+     ('!'..'~', 0xA1..0xAC, 0xAE..0xFF) stand for themselves, the other 68
+     (controls, space, 0x7F..0xA0, 0xAD) become U+0100.. U+0143 in byte
+     order; so a space is 'Ġ' (U+0120) and a newline 'Ċ' (U+010A). The
+     loader maps keys back to bytes; a character outside that alphabet
+     stands for its own UTF-8 bytes (added tokens).
+   - merges.txt lists pairs "left right" (same alphabet), one per line,
+     best first: line k has rank k. A first line "#version ..." is skipped.
+   - Encoding first splits text into pieces the way GPT-2's regex does
+     (see trn_bpe_pretoken_len), then in each piece starts from single
+     bytes and repeatedly merges the adjacent pair with the lowest rank
+     (leftmost first on ties) until no pair has a rank. Pieces never merge
+     across their boundaries.
+   - "<|endoftext|>" (GPT-2: id 50256) is eot_id when the vocab has it.
+     Encoding treats that string in text as plain text; put eot_id into
+     the id stream yourself (tools/make_shard --eot does, per document).
+   Real GPT-2 files (vocab 50257, 50000 merges) load with the same code;
+   they are not in this repository. */
+typedef enum trn_tokenizer_kind {
+    TRN_TOKENIZER_BYTES = 0,   /* ids are byte values, vocab 256           */
+    TRN_TOKENIZER_BPE = 1      /* GPT-2 byte-level BPE                     */
+} trn_tokenizer_kind;
+
+typedef struct trn_bpe_merge { /* one slot of the merge hash table         */
+    int left, right;           /* the pair of ids (left = -1: empty slot)  */
+    int rank;                  /* line in merges.txt: lower merges first   */
+    int id;                    /* the id of the merged token               */
+} trn_bpe_merge;
+
+typedef struct trn_tokenizer {
+    trn_tokenizer_kind kind;
+    int vocab_size;            /* ids are 0 .. vocab_size-1 (GPT-2: 50257) */
+    int eot_id;                /* id of "<|endoftext|>", -1 when none      */
+    int n_merges;
+    /* BPE tables (RUNTIME memory; all NULL for bytes) */
+    char *bytes;               /* every token's bytes, back to back        */
+    uint32_t *off, *len;       /* id -> its bytes bytes[off[id]..]; len[id]
+                                  = UINT32_MAX for an id no token uses     */
+    int *lookup;               /* hash table: bytes -> id (-1: empty)      */
+    size_t lookup_cap;         /* power of two                             */
+    trn_bpe_merge *merges;     /* hash table: (left, right) -> rank, id    */
+    size_t merges_cap;         /* power of two                             */
+    int byte_id[256];          /* the id of each single-byte token         */
+} trn_tokenizer;
+
+TRNDEF void trn_tokenizer_init_bytes(trn_tokenizer *tok);
+/* TRN_ERR_IO (cannot read), TRN_ERR_FORMAT (bad JSON, bad merge line, a
+   merge naming a token not in the vocab, a byte without its token,
+   duplicate tokens or ids, ids >= 2^24), TRN_ERR_NOMEM. On error *tok is
+   left empty (safe to free). */
+TRNDEF trn_result trn_tokenizer_load_bpe(trn_tokenizer *tok, const char *vocab_json_path,
+                                         const char *merges_txt_path);
+/* dir/vocab.json + dir/merges.txt */
+TRNDEF trn_result trn_tokenizer_load_bpe_dir(trn_tokenizer *tok, const char *dir);
+TRNDEF void trn_tokenizer_free(trn_tokenizer *tok);
+/* append the ids of text[0..len) to *out (any bytes, need not be UTF-8 or
+   NUL-terminated). Fails only for memory (TRN_ERR_NOMEM). */
+TRNDEF trn_result trn_tokenizer_encode(const trn_tokenizer *tok, const char *text, size_t len,
+                                       trn_tokens *out);
+/* the bytes of one token (not NUL-terminated): *len set; NULL (and *len 0)
+   for an id outside the vocab, e.g. the padding ids 50257..50303 of the
+   124M model. For printing samples one token at a time. */
+TRNDEF const char *trn_tokenizer_token(const trn_tokenizer *tok, int id, size_t *len);
+/* decode n ids into buf like snprintf: writes at most cap-1 bytes plus a
+   NUL, returns the full length; ids outside the vocab decode to nothing */
+TRNDEF size_t trn_tokenizer_decode(const trn_tokenizer *tok, const int *ids, size_t n,
+                                   char *buf, size_t cap);
+/* the id whose bytes are exactly bytes[0..len), or -1 */
+TRNDEF int trn_tokenizer_find(const trn_tokenizer *tok, const char *bytes, size_t len);
+/* GPT-2's pre-tokenizer, one piece at a time: the length in bytes (>= 1
+   when len >= 1) of the piece that starts at text[0]. GPT-2's pattern is
+      's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+   tried in that order at each position; it is written out by hand here:
+   contractions (ASCII apostrophe, lowercase, as in GPT-2), then an optional
+   ASCII space and a run of letters, of digits, or of other characters,
+   then whitespace, where a run followed by a non-space keeps its last
+   character for the next piece (so "a  b" -> "a", " ", " b").
+   Characters are decoded from UTF-8 and classed as GPT-2's regex does:
+   whitespace is Unicode White_Space; letters (L*) and numbers (N*) come
+   from Unicode 14 tables, exact for the BMP (U+0000..U+FFFF), coarse
+   above it (CJK extensions and historic scripts are letters, emoji and
+   other symbols are "other"; 99% of those characters classed right).
+   A byte that is not valid UTF-8 counts as one "other" character. */
+TRNDEF size_t trn_bpe_pretoken_len(const char *text, size_t len);
+
+/* ---- files ------------------------------------------------------------
+   llm.c token shard: a header of 256 little-endian int32, [0] = magic
+   20240520, [1] = version 1, [2] = number of tokens N; then N uint16 ids.
+   The file must be exactly 1024 + 2*N bytes. */
+#define TRN_SHARD_MAGIC 20240520
+#define TRN_SHARD_VERSION 1
+/* append the shard's ids to *out. TRN_ERR_IO, or TRN_ERR_FORMAT with the
+   reason (bad magic, bad version, size does not match the header) */
+TRNDEF trn_result trn_shard_read(trn_tokens *out, const char *path);
+/* write ids as a shard, atomically (path.tmp, then rename). TRN_ERR_INVALID
+   when an id is outside [0, 65535] or n > INT32_MAX; TRN_ERR_IO */
+TRNDEF trn_result trn_shard_write(const char *path, const int *ids, size_t n);
+/* read files and concatenate their bytes into one trn_alloc'd buffer (free
+   with trn_free), NUL-terminated for convenience (*len excludes it). With
+   missing_ok, files that do not exist are skipped, but at least one must
+   be read. The default corpus of examples/gpt2 is this with the kit's own
+   sources (train.h, README.md, the examples' .c files). */
+TRNDEF trn_result trn_text_read_files(char **text, size_t *len, const char *const *paths,
+                                      int n_paths, int missing_ok);
+/* one data file into *out (appended): an llm.c shard when the name ends in
+   ".bin" or the file starts with the shard magic, otherwise text encoded
+   with tok. An empty file or a shard of 0 tokens is TRN_ERR_INVALID. */
+TRNDEF trn_result trn_tokens_load(trn_tokens *out, const char *path, const trn_tokenizer *tok);
+
+/* ---- the loader -------------------------------------------------------
+   Split: the first tokens train, the last val_fraction of them validate.
+   A batch row is a window of T+1 consecutive tokens: x = window[0..T),
+   y = window[1..T]. Windows start at multiples of T (consecutive windows
+   share one token), so a split of n tokens has (n-1)/T windows.
+   Training order: each epoch visits a permutation of the training windows
+   drawn from (seed, epoch), B windows per batch; the last windows that do
+   not fill a batch are skipped that epoch. With sequential = 1 the order
+   is llm.c's instead: window after window through the split.
+   Because the permutation is a pure function of (seed, epoch), the whole
+   loader state is trn_loader_pos: four integers to save in a checkpoint.
+   Validation batch i is always windows i*B .. i*B+B-1 of the validation
+   split, so every evaluation sees the same tokens. */
+typedef struct trn_loader_desc {
+    int B, T;                  /* rows per batch, tokens per row (required) */
+    float val_fraction;        /* default 0.1: the last 10% of the tokens   */
+    int no_val;                /* 1: everything trains, no validation       */
+    int sequential;            /* 1: llm.c's order; default: seeded shuffle */
+    uint64_t seed;             /* shuffle seed (0 is a seed like any other) */
+} trn_loader_desc;
+
+typedef struct trn_loader_pos {
+    int64_t epoch;             /* full passes over the training split       */
+    int64_t batch;             /* batches taken in this epoch               */
+    uint64_t seed;             /* the shuffle seed                          */
+    uint64_t check;            /* fingerprint of split sizes, B, T and order:
+                                  seek refuses a position from other data   */
+} trn_loader_pos;
+
+typedef struct trn_loader {
+    trn_loader_desc desc;      /* effective values                          */
+    const int *tokens;         /* borrowed: the caller keeps them alive     */
+    size_t n_train, n_val;     /* train = tokens[0, n_train), val = the rest */
+    size_t train_windows, val_windows;
+    int64_t batches_per_epoch; /* train_windows / B                         */
+    int64_t val_batches;       /* val_windows / B (0 with no_val)           */
+    trn_loader_pos pos;
+    int *order;                /* window visiting order of pos.epoch (RUNTIME) */
+} trn_loader;
+
+/* TRN_ERR_INVALID with a reason when B or T < 1, val_fraction is outside
+   [0,1), or a split has fewer than B*T+1 tokens; TRN_ERR_NOMEM */
+TRNDEF trn_result trn_loader_init(trn_loader *L, const int *tokens, size_t n,
+                                  const trn_loader_desc *desc);
+TRNDEF void trn_loader_free(trn_loader *L);
+/* the next training batch: x and y are (B,T) each, row-major; advances the
+   position (and rolls into the next epoch after the last batch) */
+TRNDEF void trn_loader_next(trn_loader *L, int *x, int *y);
+/* validation batch i (taken modulo val_batches); does not touch the
+   position. Calling it with no validation split is a programmer error. */
+TRNDEF void trn_loader_val_batch(const trn_loader *L, int64_t i, int *x, int *y);
+TRNDEF trn_loader_pos trn_loader_tell(const trn_loader *L);
+/* continue from a saved position: the next batch is the one that would
+   have followed. TRN_ERR_MISMATCH when it belongs to other data or another
+   B/T/order, TRN_ERR_INVALID when it is out of range. */
+TRNDEF trn_result trn_loader_seek(trn_loader *L, const trn_loader_pos *pos);
+
+/* <<data declarations end */
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TRAIN_DATA_H_INCLUDED */
+
+#if defined(TRAIN_DATA_IMPLEMENTATION) && !defined(TRAIN_IMPLEMENTATION)
+#error "extras/train_data.h: TRAIN_DATA_IMPLEMENTATION needs TRAIN_IMPLEMENTATION in the same file (define it before train.h)"
+#endif
+#ifdef TRAIN_IMPLEMENTATION
+#ifndef TRAIN_IMPLEMENTATION_DONE
+#error "extras/train_data.h: train.h's implementation is not in this file (define TRAIN_IMPLEMENTATION before the first #include \"train.h\")"
+#endif
+#ifndef TRAIN_DATA_IMPLEMENTATION_DONE
+#define TRAIN_DATA_IMPLEMENTATION_DONE
+
+/* >>data implementation */
+#include <limits.h>
+
+/* ---- token arrays ------------------------------------------------------ */
+static trn_result trn__tokens_reserve(trn_tokens *t, size_t more) {
+    size_t need, cap;
+    int *ids;
+    if (more > (size_t)-1 / sizeof(int) - t->n)
+        return trn_fail(TRN_ERR_NOMEM, "tokens: %zu more ids is too many", more);
+    need = t->n + more;
+    if (need <= t->cap) return TRN_OK;
+    cap = t->cap ? t->cap : 4096;
+    while (cap < need) cap = cap > (size_t)-1 / sizeof(int) / 2 ? need : cap * 2;
+    ids = (int *)trn_alloc(cap * sizeof(int), TRN_KIND_RUNTIME);
+    if (!ids) return TRN_ERR_NOMEM; /* trn_alloc left the reason */
+    if (t->n) memcpy(ids, t->ids, t->n * sizeof(int));
+    trn_free(t->ids);
+    t->ids = ids;
+    t->cap = cap;
+    return TRN_OK;
+}
+
+TRNDEF trn_result trn_tokens_append(trn_tokens *t, const int *ids, size_t n) {
+    trn_result r;
+    if (!t || (!ids && n)) return trn_fail(TRN_ERR_INVALID, "trn_tokens_append: NULL argument");
+    if ((r = trn__tokens_reserve(t, n)) != TRN_OK) return r;
+    if (n) memcpy(t->ids + t->n, ids, n * sizeof(int));
+    t->n += n;
+    return TRN_OK;
+}
+
+TRNDEF void trn_tokens_free(trn_tokens *t) {
+    if (!t) return;
+    trn_free(t->ids);
+    t->ids = NULL; t->n = t->cap = 0;
+}
+
+TRNDEF trn_result trn_tokens_check(const int *ids, size_t n, int vocab_size) {
+    size_t i;
+    if (vocab_size <= 0) return trn_fail(TRN_ERR_INVALID, "tokens check: vocab size %d", vocab_size);
+    if (!ids && n) return trn_fail(TRN_ERR_INVALID, "tokens check: NULL ids");
+    for (i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= vocab_size)
+            return trn_fail(TRN_ERR_MISMATCH, "token %d at position %zu is outside the vocabulary "
+                            "[0, %d): data made for a larger vocabulary?", ids[i], i, vocab_size);
+    return TRN_OK;
+}
+
+/* ---- bytes, files ------------------------------------------------------ */
+typedef struct trn__dbuf { char *p; size_t n, cap; trn_kind kind; } trn__dbuf;
+
+/* room for `more` bytes plus a NUL after them */
+static trn_result trn__dbuf_reserve(trn__dbuf *b, size_t more) {
+    size_t cap;
+    char *p;
+    if (more > (size_t)-1 / 4 - b->n)
+        return trn_fail(TRN_ERR_NOMEM, "buffer: %zu more bytes is too many", more);
+    if (b->n + more + 1 <= b->cap) return TRN_OK;
+    cap = b->cap ? b->cap : 256;
+    while (cap < b->n + more + 1) cap *= 2;
+    p = (char *)trn_alloc(cap, b->kind);
+    if (!p) return TRN_ERR_NOMEM;
+    if (b->n) memcpy(p, b->p, b->n);
+    trn_free(b->p);
+    b->p = p;
+    b->cap = cap;
+    return TRN_OK;
+}
+
+static trn_result trn__dbuf_put(trn__dbuf *b, const void *src, size_t n) {
+    trn_result r = trn__dbuf_reserve(b, n);
+    if (r != TRN_OK) return r;
+    memcpy(b->p + b->n, src, n);
+    b->n += n;
+    b->p[b->n] = 0;
+    return TRN_OK;
+}
+
+/* append a whole file to b; missing (ENOENT) reports 1 in *missing if asked */
+static trn_result trn__data_slurp(trn__dbuf *b, const char *path, int *missing) {
+    FILE *f;
+    trn_result r = TRN_OK;
+    if (trn_check_regular(path) != TRN_OK && errno != ENOENT) /* a FIFO would block fopen; a directory is no text */
+        return trn_fail(TRN_ERR_IO, "open %s", trn_error_reason());
+    f = fopen(path, "rb");
+    if (!f) {
+        if (missing && errno == ENOENT) { *missing = 1; return TRN_OK; }
+        return trn_fail(TRN_ERR_IO, "open %s: %s", path, strerror(errno));
+    }
+    if (missing) *missing = 0;
+    for (;;) {
+        size_t got;
+        if ((r = trn__dbuf_reserve(b, 65536)) != TRN_OK) break;
+        got = fread(b->p + b->n, 1, 65536, f);
+        b->n += got;
+        b->p[b->n] = 0;
+        if (got < 65536) {
+            if (ferror(f)) r = trn_fail(TRN_ERR_IO, "read %s: %s", path, strerror(errno));
+            break;
+        }
+    }
+    fclose(f);
+    return r;
+}
+
+TRNDEF trn_result trn_text_read_files(char **text, size_t *len, const char *const *paths,
+                                      int n_paths, int missing_ok) {
+    trn__dbuf b = {NULL, 0, 0, TRN_KIND_TEMP};
+    trn_result r;
+    int i, n_read = 0;
+    if (!text || !len || (!paths && n_paths))
+        return trn_fail(TRN_ERR_INVALID, "trn_text_read_files: NULL argument");
+    *text = NULL; *len = 0;
+    if ((r = trn__dbuf_reserve(&b, 0)) != TRN_OK) return r;
+    for (i = 0; i < n_paths; i++) {
+        int missing = 0;
+        if (!paths[i]) {
+            trn_free(b.p);
+            return trn_fail(TRN_ERR_INVALID, "trn_text_read_files: path %d is NULL", i);
+        }
+        r = trn__data_slurp(&b, paths[i], missing_ok ? &missing : NULL);
+        if (r != TRN_OK) { trn_free(b.p); return r; }
+        n_read += !missing;
+    }
+    if (n_read == 0) {
+        trn_free(b.p);
+        return trn_fail(TRN_ERR_IO, "none of the %d text files exists (the first is %s)", n_paths,
+                        n_paths ? paths[0] : "(none)");
+    }
+    *text = b.p; *len = b.n;
+    return TRN_OK;
+}
+
+/* ---- GPT-2's character classes (UTF-8 itself is in >>json) --------------- */
+/* Unicode letters (categories Lu Ll Lt Lm Lo) and numbers (Nd Nl No) from
+   U+0080 to U+FFFF, as inclusive ranges. Derived from Python's unicodedata
+   (Unicode 14.0): maximal runs of the category, joined across gaps that
+   hold only unassigned code points (they never occur in real text). */
+static const uint16_t trn__uni_letters[][2] = {
+    {0xAA,0xAA}, {0xB5,0xB5}, {0xBA,0xBA}, {0xC0,0xD6}, {0xD8,0xF6}, {0xF8,0x2C1},
+    {0x2C6,0x2D1}, {0x2E0,0x2E4}, {0x2EC,0x2EC}, {0x2EE,0x2EE}, {0x370,0x374},
+    {0x376,0x37D}, {0x37F,0x37F}, {0x386,0x386}, {0x388,0x3F5}, {0x3F7,0x481},
+    {0x48A,0x559}, {0x560,0x588}, {0x5D0,0x5F2}, {0x620,0x64A}, {0x66E,0x66F},
+    {0x671,0x6D3}, {0x6D5,0x6D5}, {0x6E5,0x6E6}, {0x6EE,0x6EF}, {0x6FA,0x6FC},
+    {0x6FF,0x6FF}, {0x710,0x710}, {0x712,0x72F}, {0x74D,0x7A5}, {0x7B1,0x7B1},
+    {0x7CA,0x7EA}, {0x7F4,0x7F5}, {0x7FA,0x7FA}, {0x800,0x815}, {0x81A,0x81A},
+    {0x824,0x824}, {0x828,0x828}, {0x840,0x858}, {0x860,0x887}, {0x889,0x88E},
+    {0x8A0,0x8C9}, {0x904,0x939}, {0x93D,0x93D}, {0x950,0x950}, {0x958,0x961},
+    {0x971,0x980}, {0x985,0x9B9}, {0x9BD,0x9BD}, {0x9CE,0x9CE}, {0x9DC,0x9E1},
+    {0x9F0,0x9F1}, {0x9FC,0x9FC}, {0xA05,0xA39}, {0xA59,0xA5E}, {0xA72,0xA74},
+    {0xA85,0xAB9}, {0xABD,0xABD}, {0xAD0,0xAE1}, {0xAF9,0xAF9}, {0xB05,0xB39},
+    {0xB3D,0xB3D}, {0xB5C,0xB61}, {0xB71,0xB71}, {0xB83,0xBB9}, {0xBD0,0xBD0},
+    {0xC05,0xC39}, {0xC3D,0xC3D}, {0xC58,0xC61}, {0xC80,0xC80}, {0xC85,0xCB9},
+    {0xCBD,0xCBD}, {0xCDD,0xCE1}, {0xCF1,0xCF2}, {0xD04,0xD3A}, {0xD3D,0xD3D},
+    {0xD4E,0xD4E}, {0xD54,0xD56}, {0xD5F,0xD61}, {0xD7A,0xD7F}, {0xD85,0xDC6},
+    {0xE01,0xE30}, {0xE32,0xE33}, {0xE40,0xE46}, {0xE81,0xEB0}, {0xEB2,0xEB3},
+    {0xEBD,0xEC6}, {0xEDC,0xF00}, {0xF40,0xF6C}, {0xF88,0xF8C}, {0x1000,0x102A},
+    {0x103F,0x103F}, {0x1050,0x1055}, {0x105A,0x105D}, {0x1061,0x1061}, {0x1065,0x1066},
+    {0x106E,0x1070}, {0x1075,0x1081}, {0x108E,0x108E}, {0x10A0,0x10FA}, {0x10FC,0x135A},
+    {0x1380,0x138F}, {0x13A0,0x13FD}, {0x1401,0x166C}, {0x166F,0x167F}, {0x1681,0x169A},
+    {0x16A0,0x16EA}, {0x16F1,0x1711}, {0x171F,0x1731}, {0x1740,0x1751}, {0x1760,0x1770},
+    {0x1780,0x17B3}, {0x17D7,0x17D7}, {0x17DC,0x17DC}, {0x1820,0x1884}, {0x1887,0x18A8},
+    {0x18AA,0x191E}, {0x1950,0x19C9}, {0x1A00,0x1A16}, {0x1A20,0x1A54}, {0x1AA7,0x1AA7},
+    {0x1B05,0x1B33}, {0x1B45,0x1B4C}, {0x1B83,0x1BA0}, {0x1BAE,0x1BAF}, {0x1BBA,0x1BE5},
+    {0x1C00,0x1C23}, {0x1C4D,0x1C4F}, {0x1C5A,0x1C7D}, {0x1C80,0x1CBF}, {0x1CE9,0x1CEC},
+    {0x1CEE,0x1CF3}, {0x1CF5,0x1CF6}, {0x1CFA,0x1DBF}, {0x1E00,0x1FBC}, {0x1FBE,0x1FBE},
+    {0x1FC2,0x1FCC}, {0x1FD0,0x1FDB}, {0x1FE0,0x1FEC}, {0x1FF2,0x1FFC}, {0x2071,0x2071},
+    {0x207F,0x207F}, {0x2090,0x209C}, {0x2102,0x2102}, {0x2107,0x2107}, {0x210A,0x2113},
+    {0x2115,0x2115}, {0x2119,0x211D}, {0x2124,0x2124}, {0x2126,0x2126}, {0x2128,0x2128},
+    {0x212A,0x212D}, {0x212F,0x2139}, {0x213C,0x213F}, {0x2145,0x2149}, {0x214E,0x214E},
+    {0x2183,0x2184}, {0x2C00,0x2CE4}, {0x2CEB,0x2CEE}, {0x2CF2,0x2CF3}, {0x2D00,0x2D6F},
+    {0x2D80,0x2DDE}, {0x2E2F,0x2E2F}, {0x3005,0x3006}, {0x3031,0x3035}, {0x303B,0x303C},
+    {0x3041,0x3096}, {0x309D,0x309F}, {0x30A1,0x30FA}, {0x30FC,0x318E}, {0x31A0,0x31BF},
+    {0x31F0,0x31FF}, {0x3400,0x4DBF}, {0x4E00,0xA48C}, {0xA4D0,0xA4FD}, {0xA500,0xA60C},
+    {0xA610,0xA61F}, {0xA62A,0xA66E}, {0xA67F,0xA69D}, {0xA6A0,0xA6E5}, {0xA717,0xA71F},
+    {0xA722,0xA788}, {0xA78B,0xA801}, {0xA803,0xA805}, {0xA807,0xA80A}, {0xA80C,0xA822},
+    {0xA840,0xA873}, {0xA882,0xA8B3}, {0xA8F2,0xA8F7}, {0xA8FB,0xA8FB}, {0xA8FD,0xA8FE},
+    {0xA90A,0xA925}, {0xA930,0xA946}, {0xA960,0xA97C}, {0xA984,0xA9B2}, {0xA9CF,0xA9CF},
+    {0xA9E0,0xA9E4}, {0xA9E6,0xA9EF}, {0xA9FA,0xAA28}, {0xAA40,0xAA42}, {0xAA44,0xAA4B},
+    {0xAA60,0xAA76}, {0xAA7A,0xAA7A}, {0xAA7E,0xAAAF}, {0xAAB1,0xAAB1}, {0xAAB5,0xAAB6},
+    {0xAAB9,0xAABD}, {0xAAC0,0xAAC0}, {0xAAC2,0xAADD}, {0xAAE0,0xAAEA}, {0xAAF2,0xAAF4},
+    {0xAB01,0xAB5A}, {0xAB5C,0xAB69}, {0xAB70,0xABE2}, {0xAC00,0xD7FB}, {0xF900,0xFB1D},
+    {0xFB1F,0xFB28}, {0xFB2A,0xFBB1}, {0xFBD3,0xFD3D}, {0xFD50,0xFDC7}, {0xFDF0,0xFDFB},
+    {0xFE70,0xFEFC}, {0xFF21,0xFF3A}, {0xFF41,0xFF5A}, {0xFF66,0xFFDC},
+};
+static const uint16_t trn__uni_numbers[][2] = {
+    {0xB2,0xB3}, {0xB9,0xB9}, {0xBC,0xBE}, {0x660,0x669}, {0x6F0,0x6F9}, {0x7C0,0x7C9},
+    {0x966,0x96F}, {0x9E6,0x9EF}, {0x9F4,0x9F9}, {0xA66,0xA6F}, {0xAE6,0xAEF},
+    {0xB66,0xB6F}, {0xB72,0xB77}, {0xBE6,0xBF2}, {0xC66,0xC6F}, {0xC78,0xC7E},
+    {0xCE6,0xCEF}, {0xD58,0xD5E}, {0xD66,0xD78}, {0xDE6,0xDEF}, {0xE50,0xE59},
+    {0xED0,0xED9}, {0xF20,0xF33}, {0x1040,0x1049}, {0x1090,0x1099}, {0x1369,0x137C},
+    {0x16EE,0x16F0}, {0x17E0,0x17F9}, {0x1810,0x1819}, {0x1946,0x194F}, {0x19D0,0x19DA},
+    {0x1A80,0x1A99}, {0x1B50,0x1B59}, {0x1BB0,0x1BB9}, {0x1C40,0x1C49}, {0x1C50,0x1C59},
+    {0x2070,0x2070}, {0x2074,0x2079}, {0x2080,0x2089}, {0x2150,0x2182}, {0x2185,0x2189},
+    {0x2460,0x249B}, {0x24EA,0x24FF}, {0x2776,0x2793}, {0x2CFD,0x2CFD}, {0x3007,0x3007},
+    {0x3021,0x3029}, {0x3038,0x303A}, {0x3192,0x3195}, {0x3220,0x3229}, {0x3248,0x324F},
+    {0x3251,0x325F}, {0x3280,0x3289}, {0x32B1,0x32BF}, {0xA620,0xA629}, {0xA6E6,0xA6EF},
+    {0xA830,0xA835}, {0xA8D0,0xA8D9}, {0xA900,0xA909}, {0xA9D0,0xA9D9}, {0xA9F0,0xA9F9},
+    {0xAA50,0xAA59}, {0xABF0,0xABF9}, {0xFF10,0xFF19},
+};
+
+/* above U+FFFF, coarse ranges (99% of the assigned characters
+   classed right): historic scripts, CJK extensions, math letters; some digits */
+static const uint32_t trn__uni_astral_letters[][2] = {
+    {0x10000,0x12543}, {0x12F90,0x14646}, {0x16800,0x18D08}, {0x1AFF0,0x1B2FB},
+    {0x1BC00,0x1BC99}, {0x1D400,0x1D7CB}, {0x1DF00,0x1E2EB}, {0x1E7E0,0x1E94B},
+    {0x1EE00,0x1EEBB}, {0x20000,0x2EE5D}, {0x2F800,0x2FA1D}, {0x30000,0x33479},
+};
+static const uint32_t trn__uni_astral_numbers[][2] = {
+    {0x1D2E0,0x1D378}, {0x1D7CE,0x1D7FF}, {0x1F100,0x1F10C}, {0x1FBF0,0x1FBF9},
+};
+
+#define TRN__COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+static int trn__uni_in16(const uint16_t (*r)[2], int n, uint32_t cp) {
+    int lo = 0, hi = n - 1;
+    while (lo <= hi) {           /* binary search over sorted ranges */
+        int mid = (lo + hi) / 2;
+        if (cp < r[mid][0]) hi = mid - 1;
+        else if (cp > r[mid][1]) lo = mid + 1;
+        else return 1;
+    }
+    return 0;
+}
+
+static int trn__uni_in32(const uint32_t (*r)[2], int n, uint32_t cp) {
+    int i;
+    for (i = 0; i < n; i++) if (cp >= r[i][0] && cp <= r[i][1]) return 1;
+    return 0;
+}
+
+enum { TRN__CH_OTHER, TRN__CH_SPACE, TRN__CH_LETTER, TRN__CH_NUMBER };
+
+static int trn__char_class(uint32_t c) {
+    if (c < 0x80) {
+        if (c == ' ' || (c >= 0x09 && c <= 0x0D)) return TRN__CH_SPACE;
+        if ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') return TRN__CH_LETTER;
+        if (c >= '0' && c <= '9') return TRN__CH_NUMBER;
+        return TRN__CH_OTHER;
+    }
+    if (c == TRN__NO_CHAR) return TRN__CH_OTHER;
+    /* Unicode White_Space, which is what \s means in GPT-2's regex */
+    if (c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 ||
+        c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000)
+        return TRN__CH_SPACE;
+    if (c < 0x10000) {
+        if (trn__uni_in16(trn__uni_letters, TRN__COUNT(trn__uni_letters), c)) return TRN__CH_LETTER;
+        if (trn__uni_in16(trn__uni_numbers, TRN__COUNT(trn__uni_numbers), c)) return TRN__CH_NUMBER;
+        return TRN__CH_OTHER;
+    }
+    if (trn__uni_in32(trn__uni_astral_letters, TRN__COUNT(trn__uni_astral_letters), c))
+        return TRN__CH_LETTER;
+    if (trn__uni_in32(trn__uni_astral_numbers, TRN__COUNT(trn__uni_astral_numbers), c))
+        return TRN__CH_NUMBER;
+    return TRN__CH_OTHER;
+}
+
+/* class of the character at s[i] (i < n); its byte length in *w */
+static int trn__class_at(const unsigned char *s, size_t n, size_t i, size_t *w) {
+    uint32_t cp;
+    *w = trn__utf8_decode(s + i, n - i, &cp);
+    return trn__char_class(cp);
+}
+
+TRNDEF size_t trn_bpe_pretoken_len(const char *text, size_t len) {
+    const unsigned char *s = (const unsigned char *)text;
+    size_t i, w, end, last_w = 0;
+    int c;
+    if (!text || len == 0) return 0;
+    /* 1. 's 't 're 've 'm 'll 'd */
+    if (s[0] == '\'' && len >= 2) {
+        if (len >= 3 && ((s[1] == 'r' && s[2] == 'e') || (s[1] == 'v' && s[2] == 'e') ||
+                         (s[1] == 'l' && s[2] == 'l')))
+            return 3;
+        if (s[1] == 's' || s[1] == 't' || s[1] == 'm' || s[1] == 'd') return 2;
+    }
+    /* 2. ' ?\p{L}+', ' ?\p{N}+', ' ?[^\s\p{L}\p{N}]+': an optional ASCII
+       space, then a run of one class (the run must not be empty) */
+    i = (s[0] == ' ' && len > 1) ? 1 : 0;
+    c = trn__class_at(s, len, i, &w);
+    if (c != TRN__CH_SPACE) {
+        end = i + w;
+        while (end < len && trn__class_at(s, len, end, &w) == c) end += w;
+        return end;
+    }
+    /* 3. '\s+(?!\S)' then '\s+': the whole whitespace run if it ends the
+       text or only more whitespace could follow; if a non-space follows,
+       the run minus its last character (that one joins the next piece, as
+       the optional space of rule 2 or a whitespace piece of its own) */
+    end = 0;
+    while (end < len && trn__class_at(s, len, end, &w) == TRN__CH_SPACE) { end += w; last_w = w; }
+    if (end == len || end == last_w) return end;
+    return end - last_w;
+}
+
+/* ---- GPT-2 BPE: loading ------------------------------------------------ */
+/* GPT-2's printable alphabet for bytes (see the declarations) */
+static int trn__bpe_visible(int b) {
+    return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+}
+
+/* the byte a character of the alphabet stands for, or -1 */
+static int trn__bpe_byte_of(uint32_t cp) {
+    int b, k = 0;
+    if (cp < 256) return trn__bpe_visible((int)cp) ? (int)cp : -1;
+    if (cp >= 256 + 68) return -1;
+    for (b = 0; b < 256; b++)
+        if (!trn__bpe_visible(b) && 256 + k++ == (int)cp) return b;
+    return -1;
+}
+
+/* append what one character of a vocab/merges string means in bytes */
+static trn_result trn__bpe_put_char(trn__dbuf *out, const int *byte_of, uint32_t cp) {
+    char u[4];
+    if (cp < 256 + 68 && byte_of[cp] >= 0) { u[0] = (char)byte_of[cp]; return trn__dbuf_put(out, u, 1); }
+    return trn__dbuf_put(out, u, trn__utf8_encode(cp, u)); /* outside the alphabet */
+}
+
+static uint64_t trn__fnv1a(const char *s, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    size_t i;
+    for (i = 0; i < n; i++) { h ^= (unsigned char)s[i]; h *= 1099511628211ull; }
+    return h;
+}
+
+static uint64_t trn__mix64(uint64_t z) { /* splitmix64's finalizer */
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+TRNDEF int trn_tokenizer_find(const trn_tokenizer *tok, const char *bytes, size_t len) {
+    size_t mask, i;
+    if (!tok || (!bytes && len)) return -1;
+    if (tok->kind == TRN_TOKENIZER_BYTES) return len == 1 ? (unsigned char)bytes[0] : -1;
+    if (!tok->lookup) return -1;
+    mask = tok->lookup_cap - 1;
+    for (i = (size_t)trn__fnv1a(bytes, len) & mask;; i = (i + 1) & mask) {
+        int id = tok->lookup[i];
+        if (id < 0) return -1;
+        if (tok->len[id] == len && memcmp(tok->bytes + tok->off[id], bytes, len) == 0) return id;
+    }
+}
+
+static const trn_bpe_merge *trn__bpe_merge_find(const trn_tokenizer *tok, int left, int right) {
+    size_t mask = tok->merges_cap - 1, i;
+    for (i = (size_t)trn__mix64(((uint64_t)(uint32_t)left << 32) | (uint32_t)right) & mask;;
+         i = (i + 1) & mask) {
+        const trn_bpe_merge *m = &tok->merges[i];
+        if (m->left < 0) return NULL;
+        if (m->left == left && m->right == right) return m;
+    }
+}
+
+TRNDEF void trn_tokenizer_init_bytes(trn_tokenizer *tok) {
+    int b;
+    if (!tok) trn_fatal("trn_tokenizer_init_bytes: NULL tokenizer");
+    memset(tok, 0, sizeof *tok);
+    tok->kind = TRN_TOKENIZER_BYTES;
+    tok->vocab_size = 256;
+    tok->eot_id = -1;
+    for (b = 0; b < 256; b++) tok->byte_id[b] = b;
+}
+
+TRNDEF void trn_tokenizer_free(trn_tokenizer *tok) {
+    if (!tok) return;
+    trn_free(tok->bytes); trn_free(tok->off); trn_free(tok->len);
+    trn_free(tok->lookup); trn_free(tok->merges);
+    trn_tokenizer_init_bytes(tok);
+}
+
+#define TRN__MAX_VOCAB (1 << 24)
+
+/* parse vocab.json into tok->bytes/off/len (ids without a token get
+   len UINT32_MAX) and tok->vocab_size */
+static trn_result trn__bpe_read_vocab(trn_tokenizer *tok, const char *path, const int *byte_of) {
+    trn__dbuf file = {NULL, 0, 0, TRN_KIND_TEMP};
+    trn__dbuf text = {NULL, 0, 0, TRN_KIND_RUNTIME};
+    trn__dbuf ent = {NULL, 0, 0, TRN_KIND_TEMP}; /* (off, len, id) triples */
+    trn__jp j;
+    trn_result r;
+    size_t i, n_ent;
+    int max_id = -1;
+    if ((r = trn__data_slurp(&file, path, NULL)) != TRN_OK) return r;
+    trn__jp_init(&j, file.p, file.n, path, "bad JSON", 0); /* the kit's one JSON reader (>>json) */
+    if (file.n >= 3 && memcmp(file.p, "\xEF\xBB\xBF", 3) == 0) j.p += 3; /* a UTF-8 byte order mark */
+    if (!trn__jeat(&j, '{')) {
+        r = trn__jerr(&j, "expected '{' (vocab.json is one object)");
+        goto done;
+    }
+    if (!trn__jeat(&j, '}')) for (;;) {
+        uint32_t e[3], cp;
+        int64_t v = 0;
+        size_t start = text.n;
+        if ((r = trn__jopen(&j)) != TRN_OK) goto done;
+        for (;;) { /* the token's text, each character mapped through byte_of */
+            if ((r = trn__jchar(&j, &cp)) != TRN_OK) goto done;
+            if (cp == TRN__JSTR_END) break;
+            if ((r = trn__bpe_put_char(&text, byte_of, cp)) != TRN_OK) goto done;
+        }
+        if (!trn__jeat(&j, ':')) { r = trn__jerr(&j, "expected ':'"); goto done; }
+        if ((r = trn__jint(&j, 0, TRN__MAX_VOCAB - 1, &v)) != TRN_OK) goto done; /* a token id */
+        if (text.n > 0xFFFFFFFFu / 2) { r = trn__jerr(&j, "vocabulary too large"); goto done; }
+        e[0] = (uint32_t)start; e[1] = (uint32_t)(text.n - start); e[2] = (uint32_t)v;
+        if ((r = trn__dbuf_put(&ent, e, sizeof e)) != TRN_OK) goto done;
+        if ((int)v > max_id) max_id = (int)v;
+        if (trn__jeat(&j, ',')) continue;
+        if (trn__jeat(&j, '}')) break;
+        r = trn__jerr(&j, "expected ',' or '}'");
+        goto done;
+    }
+    trn__jws(&j);
+    if (j.p != j.end) { r = trn__jerr(&j, "text after the object"); goto done; }
+    n_ent = ent.n / (3 * sizeof(uint32_t));
+    if (n_ent == 0) { r = trn_fail(TRN_ERR_FORMAT, "%s: the vocabulary is empty", path); goto done; }
+    tok->vocab_size = max_id + 1;
+    tok->off = (uint32_t *)trn_alloc((size_t)tok->vocab_size * sizeof(uint32_t), TRN_KIND_RUNTIME);
+    tok->len = (uint32_t *)trn_alloc((size_t)tok->vocab_size * sizeof(uint32_t), TRN_KIND_RUNTIME);
+    if (!tok->off || !tok->len) { r = TRN_ERR_NOMEM; goto done; }
+    for (i = 0; i < (size_t)tok->vocab_size; i++) { tok->off[i] = 0; tok->len[i] = UINT32_MAX; }
+    for (i = 0; i < n_ent; i++) {
+        uint32_t e[3];
+        memcpy(e, ent.p + i * sizeof e, sizeof e);
+        if (tok->len[e[2]] != UINT32_MAX) {
+            r = trn_fail(TRN_ERR_FORMAT, "%s: id %u is given to two tokens", path, e[2]);
+            goto done;
+        }
+        tok->off[e[2]] = e[0];
+        tok->len[e[2]] = e[1];
+    }
+    tok->bytes = text.p;
+    text.p = NULL;
+done:
+    trn_free(file.p); trn_free(ent.p); trn_free(text.p);
+    return r;
+}
+
+static trn_result trn__bpe_build_lookup(trn_tokenizer *tok, const char *path) {
+    size_t cap = 16, mask, i;
+    int id;
+    while (cap < 2 * (size_t)tok->vocab_size) cap *= 2;
+    tok->lookup = (int *)trn_alloc(cap * sizeof(int), TRN_KIND_RUNTIME);
+    if (!tok->lookup) return TRN_ERR_NOMEM;
+    tok->lookup_cap = cap;
+    mask = cap - 1;
+    for (i = 0; i < cap; i++) tok->lookup[i] = -1;
+    for (id = 0; id < tok->vocab_size; id++) {
+        const char *s = tok->bytes + tok->off[id];
+        size_t n = tok->len[id];
+        if (tok->len[id] == UINT32_MAX) continue;
+        for (i = (size_t)trn__fnv1a(s, n) & mask; tok->lookup[i] >= 0; i = (i + 1) & mask) {
+            int other = tok->lookup[i];
+            if (tok->len[other] == n && memcmp(tok->bytes + tok->off[other], s, n) == 0)
+                return trn_fail(TRN_ERR_FORMAT, "%s: ids %d and %d are the same token", path, other, id);
+        }
+        tok->lookup[i] = id;
+    }
+    return TRN_OK;
+}
+
+/* one side of a merge line, s[0..n) in the alphabet, -> its token id */
+static int trn__bpe_merge_side(const trn_tokenizer *tok, const int *byte_of, const char *s, size_t n,
+                               trn__dbuf *scratch) {
+    size_t i = 0;
+    scratch->n = 0;
+    while (i < n) {
+        uint32_t cp;
+        i += trn__utf8_decode((const unsigned char *)s + i, n - i, &cp);
+        if (cp == TRN__NO_CHAR) return -2;
+        if (trn__bpe_put_char(scratch, byte_of, cp) != TRN_OK) return -3;
+    }
+    return trn_tokenizer_find(tok, scratch->p, scratch->n);
+}
+
+static trn_result trn__bpe_read_merges(trn_tokenizer *tok, const char *path, const int *byte_of) {
+    trn__dbuf file = {NULL, 0, 0, TRN_KIND_TEMP};
+    trn__dbuf a = {NULL, 0, 0, TRN_KIND_TEMP}, both = {NULL, 0, 0, TRN_KIND_TEMP};
+    trn_result r;
+    size_t lines = 0, i, cap = 16, pos;
+    int line_no = 0;
+    if ((r = trn__data_slurp(&file, path, NULL)) != TRN_OK) return r;
+    for (i = 0; i < file.n; i++) lines += file.p[i] == '\n';
+    while (cap < 2 * (lines + 1)) cap *= 2;
+    tok->merges = (trn_bpe_merge *)trn_alloc(cap * sizeof(trn_bpe_merge), TRN_KIND_RUNTIME);
+    if (!tok->merges) { r = TRN_ERR_NOMEM; goto done; }
+    tok->merges_cap = cap;
+    for (i = 0; i < cap; i++) tok->merges[i].left = -1;
+    pos = file.n >= 3 && memcmp(file.p, "\xEF\xBB\xBF", 3) == 0 ? 3 : 0; /* skip a byte order mark */
+    for (; pos < file.n;) {
+        const char *line = file.p + pos, *sp;
+        size_t n = 0, mask = cap - 1, h;
+        int left, right, id;
+        while (pos + n < file.n && line[n] != '\n') n++;
+        pos += n + 1;
+        line_no++;
+        if (n && line[n - 1] == '\r') n--;
+        if (n == 0) continue;
+        if (line_no == 1 && n >= 8 && memcmp(line, "#version", 8) == 0) continue;
+        sp = (const char *)memchr(line, ' ', n);
+        if (!sp || sp == line || sp == line + n - 1 || memchr(sp + 1, ' ', (size_t)(line + n - sp - 1))) {
+            r = trn_fail(TRN_ERR_FORMAT, "%s line %d: expected two tokens separated by one space", path,
+                         line_no);
+            goto done;
+        }
+        left = trn__bpe_merge_side(tok, byte_of, line, (size_t)(sp - line), &a);
+        if (left >= 0) { both.n = 0; r = trn__dbuf_put(&both, a.p, a.n); if (r != TRN_OK) goto done; }
+        right = left >= 0 ? trn__bpe_merge_side(tok, byte_of, sp + 1, (size_t)(line + n - sp - 1), &a) : -1;
+        if (left == -3 || right == -3) { r = TRN_ERR_NOMEM; goto done; }
+        if (left == -2 || right == -2) {
+            r = trn_fail(TRN_ERR_FORMAT, "%s line %d: invalid UTF-8", path, line_no);
+            goto done;
+        }
+        if (left < 0 || right < 0) {
+            r = trn_fail(TRN_ERR_FORMAT, "%s line %d: the %s token of \"%.*s\" is not in the vocabulary",
+                         path, line_no, left < 0 ? "left" : "right", (int)TRN__MIN(n, 80), line);
+            goto done;
+        }
+        if ((r = trn__dbuf_put(&both, a.p, a.n)) != TRN_OK) goto done;
+        id = trn_tokenizer_find(tok, both.p, both.n);
+        if (id < 0) {
+            r = trn_fail(TRN_ERR_FORMAT, "%s line %d: the merged token of \"%.*s\" is not in the "
+                         "vocabulary", path, line_no, (int)TRN__MIN(n, 80), line);
+            goto done;
+        }
+        h = (size_t)trn__mix64(((uint64_t)(uint32_t)left << 32) | (uint32_t)right) & mask;
+        while (tok->merges[h].left >= 0 && !(tok->merges[h].left == left && tok->merges[h].right == right))
+            h = (h + 1) & mask;
+        if (tok->merges[h].left >= 0) continue; /* listed twice: the first (better) rank stays */
+        tok->merges[h].left = left;
+        tok->merges[h].right = right;
+        tok->merges[h].rank = tok->n_merges++;
+        tok->merges[h].id = id;
+    }
+done:
+    trn_free(file.p); trn_free(a.p); trn_free(both.p);
+    return r;
+}
+
+TRNDEF trn_result trn_tokenizer_load_bpe(trn_tokenizer *tok, const char *vocab_json_path,
+                                         const char *merges_txt_path) {
+    int byte_of[256 + 68];
+    trn_result r;
+    uint32_t c;
+    int b;
+    if (!tok || !vocab_json_path || !merges_txt_path)
+        return trn_fail(TRN_ERR_INVALID, "trn_tokenizer_load_bpe: NULL argument");
+    trn_tokenizer_init_bytes(tok);
+    tok->kind = TRN_TOKENIZER_BPE;
+    tok->vocab_size = 0;
+    for (c = 0; c < 256 + 68; c++) byte_of[c] = trn__bpe_byte_of(c);
+    if ((r = trn__bpe_read_vocab(tok, vocab_json_path, byte_of)) != TRN_OK) goto fail;
+    if ((r = trn__bpe_build_lookup(tok, vocab_json_path)) != TRN_OK) goto fail;
+    for (b = 0; b < 256; b++) {
+        char ch = (char)b;
+        if ((tok->byte_id[b] = trn_tokenizer_find(tok, &ch, 1)) < 0) {
+            r = trn_fail(TRN_ERR_FORMAT, "%s: no token for byte 0x%02X (a byte-level vocabulary has "
+                         "all 256)", vocab_json_path, b);
+            goto fail;
+        }
+    }
+    tok->eot_id = trn_tokenizer_find(tok, "<|endoftext|>", 13);
+    if ((r = trn__bpe_read_merges(tok, merges_txt_path, byte_of)) != TRN_OK) goto fail;
+    return TRN_OK;
+fail:
+    trn_tokenizer_free(tok);
+    return r;
+}
+
+TRNDEF trn_result trn_tokenizer_load_bpe_dir(trn_tokenizer *tok, const char *dir) {
+    char vocab[4096], merges[4096];
+    if (!tok || !dir) return trn_fail(TRN_ERR_INVALID, "trn_tokenizer_load_bpe_dir: NULL argument");
+    if ((size_t)snprintf(vocab, sizeof vocab, "%s/vocab.json", dir) >= sizeof vocab ||
+        (size_t)snprintf(merges, sizeof merges, "%s/merges.txt", dir) >= sizeof merges)
+        return trn_fail(TRN_ERR_INVALID, "tokenizer directory name too long");
+    return trn_tokenizer_load_bpe(tok, vocab, merges);
+}
+
+/* ---- GPT-2 BPE: encoding and decoding ---------------------------------- */
+/* a candidate merge of the symbols at pos and the one after it */
+typedef struct trn__bpe_cand { int rank, pos, left, right; } trn__bpe_cand;
+
+static int trn__bpe_cand_less(const trn__bpe_cand *a, const trn__bpe_cand *b) {
+    return a->rank < b->rank || (a->rank == b->rank && a->pos < b->pos);
+}
+
+static void trn__bpe_heap_push(trn__bpe_cand *h, int *n, trn__bpe_cand c) {
+    int i = (*n)++;
+    while (i > 0 && trn__bpe_cand_less(&c, &h[(i - 1) / 2])) { h[i] = h[(i - 1) / 2]; i = (i - 1) / 2; }
+    h[i] = c;
+}
+
+static trn__bpe_cand trn__bpe_heap_pop(trn__bpe_cand *h, int *n) {
+    trn__bpe_cand top = h[0], last = h[--(*n)];
+    int i = 0;
+    for (;;) {
+        int k = 2 * i + 1;
+        if (k >= *n) break;
+        if (k + 1 < *n && trn__bpe_cand_less(&h[k + 1], &h[k])) k++;
+        if (!trn__bpe_cand_less(&h[k], &last)) break;
+        h[i] = h[k];
+        i = k;
+    }
+    if (*n > 0) h[i] = last;
+    return top;
+}
+
+/* scratch for one piece: symbol ids, links, and the candidate heap */
+typedef struct trn__bpe_work { int *id, *prev, *next; trn__bpe_cand *heap; size_t cap; } trn__bpe_work;
+
+static void trn__bpe_try(const trn_tokenizer *tok, trn__bpe_work *w, int *n_heap, int pos) {
+    const trn_bpe_merge *m;
+    int nx;
+    if (pos < 0 || (nx = w->next[pos]) < 0) return;
+    m = trn__bpe_merge_find(tok, w->id[pos], w->id[nx]);
+    if (m) {
+        trn__bpe_cand c;
+        c.rank = m->rank; c.pos = pos; c.left = m->left; c.right = m->right;
+        trn__bpe_heap_push(w->heap, n_heap, c);
+    }
+}
+
+/* Byte-pair merging of one piece s[0..n) into out. GPT-2's reference
+   repeatedly finds the lowest-ranked adjacent pair and merges all its
+   occurrences left to right. Here every adjacent pair that has a rank sits
+   in a min-heap keyed (rank, position); popping merges one occurrence and
+   pushes the two new neighbouring pairs; entries whose symbols changed
+   since they were pushed are skipped. Same result as the reference for
+   merges learned by BPE (a merge's parts always rank better than the
+   merge itself), in O(n log n) instead of O(n^2) for long pieces. */
+static trn_result trn__bpe_piece(const trn_tokenizer *tok, trn__bpe_work *w, const unsigned char *s,
+                                 size_t n, trn_tokens *out) {
+    int i, n_heap = 0;
+    trn_result r;
+    if (n > w->cap) {
+        size_t cap = TRN__MAX(n, 2 * w->cap);
+        if (cap > (size_t)INT_MAX / 4)
+            return trn_fail(TRN_ERR_NOMEM, "bpe: a piece of %zu bytes is too long", n);
+        trn_free(w->id); trn_free(w->prev); trn_free(w->next); trn_free(w->heap);
+        w->id = (int *)trn_alloc(cap * sizeof(int), TRN_KIND_TEMP);
+        w->prev = (int *)trn_alloc(cap * sizeof(int), TRN_KIND_TEMP);
+        w->next = (int *)trn_alloc(cap * sizeof(int), TRN_KIND_TEMP);
+        w->heap = (trn__bpe_cand *)trn_alloc(3 * cap * sizeof(trn__bpe_cand), TRN_KIND_TEMP);
+        w->cap = cap;
+        if (!w->id || !w->prev || !w->next || !w->heap) { w->cap = 0; return TRN_ERR_NOMEM; }
+    }
+    for (i = 0; i < (int)n; i++) {
+        w->id[i] = tok->byte_id[s[i]];
+        w->prev[i] = i - 1;
+        w->next[i] = i + 1 < (int)n ? i + 1 : -1;
+    }
+    for (i = 0; i + 1 < (int)n; i++) trn__bpe_try(tok, w, &n_heap, i);
+    while (n_heap > 0) {
+        trn__bpe_cand c = trn__bpe_heap_pop(w->heap, &n_heap);
+        int nx = w->next[c.pos];
+        const trn_bpe_merge *m;
+        if (w->id[c.pos] != c.left || nx < 0 || w->id[nx] != c.right) continue; /* stale */
+        m = trn__bpe_merge_find(tok, c.left, c.right);
+        w->id[c.pos] = m->id;       /* the left symbol becomes the merged one */
+        w->id[nx] = -1;             /* the right one leaves the list          */
+        w->next[c.pos] = w->next[nx];
+        if (w->next[nx] >= 0) w->prev[w->next[nx]] = c.pos;
+        trn__bpe_try(tok, w, &n_heap, w->prev[c.pos]);
+        trn__bpe_try(tok, w, &n_heap, c.pos);
+    }
+    if ((r = trn__tokens_reserve(out, n)) != TRN_OK) return r;
+    for (i = 0; i >= 0; i = w->next[i]) out->ids[out->n++] = w->id[i];
+    return TRN_OK;
+}
+
+TRNDEF trn_result trn_tokenizer_encode(const trn_tokenizer *tok, const char *text, size_t len,
+                                       trn_tokens *out) {
+    trn__bpe_work w;
+    trn_result r = TRN_OK;
+    size_t pos, i;
+    if (!tok || !out || (!text && len))
+        return trn_fail(TRN_ERR_INVALID, "trn_tokenizer_encode: NULL argument");
+    if (tok->kind == TRN_TOKENIZER_BYTES) {
+        if ((r = trn__tokens_reserve(out, len)) != TRN_OK) return r;
+        for (i = 0; i < len; i++) out->ids[out->n++] = (unsigned char)text[i];
+        return TRN_OK;
+    }
+    if (!tok->merges) return trn_fail(TRN_ERR_INVALID, "trn_tokenizer_encode: tokenizer not loaded");
+    memset(&w, 0, sizeof w);
+    for (pos = 0; pos < len && r == TRN_OK;) {
+        size_t n = trn_bpe_pretoken_len(text + pos, len - pos);
+        r = trn__bpe_piece(tok, &w, (const unsigned char *)text + pos, n, out);
+        pos += n;
+    }
+    trn_free(w.id); trn_free(w.prev); trn_free(w.next); trn_free(w.heap);
+    return r;
+}
+
+static const unsigned char trn__byte_values[256] = {
+#define TRN__B16(x) x, x + 1, x + 2, x + 3, x + 4, x + 5, x + 6, x + 7, x + 8, x + 9, x + 10, x + 11, \
+                    x + 12, x + 13, x + 14, x + 15
+    TRN__B16(0), TRN__B16(16), TRN__B16(32), TRN__B16(48), TRN__B16(64), TRN__B16(80),
+    TRN__B16(96), TRN__B16(112), TRN__B16(128), TRN__B16(144), TRN__B16(160), TRN__B16(176),
+    TRN__B16(192), TRN__B16(208), TRN__B16(224), TRN__B16(240)
+#undef TRN__B16
+};
+
+TRNDEF const char *trn_tokenizer_token(const trn_tokenizer *tok, int id, size_t *len) {
+    size_t dummy;
+    if (!len) len = &dummy;
+    *len = 0;
+    if (!tok || id < 0 || id >= tok->vocab_size) return NULL;
+    if (tok->kind == TRN_TOKENIZER_BYTES) { *len = 1; return (const char *)&trn__byte_values[id]; }
+    if (tok->len[id] == UINT32_MAX) return NULL;
+    *len = tok->len[id];
+    return tok->bytes + tok->off[id];
+}
+
+TRNDEF size_t trn_tokenizer_decode(const trn_tokenizer *tok, const int *ids, size_t n, char *buf,
+                                   size_t cap) {
+    size_t total = 0, i;
+    if (!buf) cap = 0;
+    for (i = 0; i < n && ids; i++) {
+        size_t len;
+        const char *s = trn_tokenizer_token(tok, ids[i], &len);
+        if (s && total < cap) memcpy(buf + total, s, TRN__MIN(len, cap - total));
+        total += len;
+    }
+    if (cap > 0) buf[TRN__MIN(total, cap - 1)] = 0;
+    return total;
+}
+
+/* ---- llm.c token shards ------------------------------------------------ */
+static uint32_t trn__le32(const unsigned char *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static void trn__put_le32(unsigned char *p, uint32_t v) {
+    p[0] = (unsigned char)v; p[1] = (unsigned char)(v >> 8);
+    p[2] = (unsigned char)(v >> 16); p[3] = (unsigned char)(v >> 24);
+}
+
+TRNDEF trn_result trn_shard_read(trn_tokens *out, const char *path) {
+    unsigned char hdr[1024], buf[65536];
+    FILE *f;
+    trn_result r = TRN_OK;
+    size_t got, i, left;
+    long size;
+    int32_t magic, version, ntok;
+    if (!out || !path) return trn_fail(TRN_ERR_INVALID, "trn_shard_read: NULL argument");
+    if (trn_check_regular(path) != TRN_OK) return trn_fail(TRN_ERR_IO, "open %s", trn_error_reason());
+    if (!(f = fopen(path, "rb"))) return trn_fail(TRN_ERR_IO, "open %s: %s", path, strerror(errno));
+    if (fseek(f, 0, SEEK_END) != 0 || (size = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        r = trn_fail(TRN_ERR_IO, "seek %s: %s", path, strerror(errno));
+        goto done;
+    }
+    got = fread(hdr, 1, sizeof hdr, f);
+    if (got < sizeof hdr) {
+        r = ferror(f) ? trn_fail(TRN_ERR_IO, "read %s: %s", path, strerror(errno))
+                      : trn_fail(TRN_ERR_FORMAT, "%s: %zu bytes, shorter than a token shard's 1024-byte "
+                                 "header", path, got);
+        goto done;
+    }
+    magic = (int32_t)trn__le32(hdr);
+    version = (int32_t)trn__le32(hdr + 4);
+    ntok = (int32_t)trn__le32(hdr + 8);
+    if (magic != TRN_SHARD_MAGIC) {
+        r = trn_fail(TRN_ERR_FORMAT, "%s: bad magic %d, a token shard starts with %d", path, (int)magic,
+                     TRN_SHARD_MAGIC);
+        goto done;
+    }
+    if (version != TRN_SHARD_VERSION) {
+        r = trn_fail(TRN_ERR_FORMAT, "%s: shard version %d, only version 1 (uint16 tokens) is read", path,
+                     (int)version);
+        goto done;
+    }
+    if (ntok < 0 || (long long)size != 1024 + 2 * (long long)ntok) {
+        r = trn_fail(TRN_ERR_FORMAT, "%s: the header says %d tokens (%lld bytes) but the file has %ld "
+                     "bytes%s", path, (int)ntok, 1024 + 2 * (long long)ntok, size,
+                     (long long)size < 1024 + 2 * (long long)ntok ? " (truncated?)" : "");
+        goto done;
+    }
+    if ((r = trn__tokens_reserve(out, (size_t)ntok)) != TRN_OK) goto done;
+    for (left = (size_t)ntok; left > 0; left -= got / 2) {
+        size_t want = TRN__MIN(left * 2, sizeof buf);
+        got = fread(buf, 1, want, f);
+        if (got != want) {
+            r = trn_fail(TRN_ERR_IO, "read %s: %s", path, ferror(f) ? strerror(errno) : "file shrank");
+            goto done;
+        }
+        for (i = 0; i < got; i += 2) out->ids[out->n++] = buf[i] | buf[i + 1] << 8;
+    }
+done:
+    fclose(f);
+    return r;
+}
+
+TRNDEF trn_result trn_shard_write(const char *path, const int *ids, size_t n) {
+    unsigned char hdr[1024], buf[65536];
+    char *tmp;
+    FILE *f;
+    size_t i, k;
+    int ok;
+    if (!path || (!ids && n)) return trn_fail(TRN_ERR_INVALID, "trn_shard_write: NULL argument");
+    if (n > INT32_MAX)
+        return trn_fail(TRN_ERR_INVALID, "%s: %zu tokens do not fit one shard (at most 2^31-1)", path, n);
+    for (i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] > 65535)
+            return trn_fail(TRN_ERR_INVALID, "%s: token %d at position %zu does not fit a uint16 shard", path,
+                            ids[i], i);
+    if (!(tmp = (char *)trn_alloc(strlen(path) + 5, TRN_KIND_TEMP))) return TRN_ERR_NOMEM;
+    sprintf(tmp, "%s.tmp", path);
+    if (!(f = fopen(tmp, "wb"))) {
+        trn_result r = trn_fail(TRN_ERR_IO, "open %s: %s", tmp, strerror(errno));
+        trn_free(tmp);
+        return r;
+    }
+    memset(hdr, 0, sizeof hdr);
+    trn__put_le32(hdr, TRN_SHARD_MAGIC);
+    trn__put_le32(hdr + 4, TRN_SHARD_VERSION);
+    trn__put_le32(hdr + 8, (uint32_t)n);
+    ok = fwrite(hdr, 1, sizeof hdr, f) == sizeof hdr;
+    for (i = 0; i < n && ok; i += k) {
+        for (k = 0; k < sizeof buf / 2 && i + k < n; k++) {
+            buf[2 * k] = (unsigned char)ids[i + k];
+            buf[2 * k + 1] = (unsigned char)(ids[i + k] >> 8);
+        }
+        ok = fwrite(buf, 1, 2 * k, f) == 2 * k;
+    }
+    ok = (fclose(f) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        trn_result r = trn_fail(TRN_ERR_IO, "write %s: %s", ok ? path : tmp, strerror(errno));
+        remove(tmp);
+        trn_free(tmp);
+        return r;
+    }
+    trn_free(tmp);
+    return TRN_OK;
+}
+
+TRNDEF trn_result trn_tokens_load(trn_tokens *out, const char *path, const trn_tokenizer *tok) {
+    size_t plen, n0, len;
+    unsigned char head[4] = {0, 0, 0, 0};
+    int shard;
+    char *text;
+    const char *one[1];
+    trn_result r;
+    FILE *f;
+    if (!out || !path) return trn_fail(TRN_ERR_INVALID, "trn_tokens_load: NULL argument");
+    plen = strlen(path);
+    shard = plen >= 4 && strcmp(path + plen - 4, ".bin") == 0;
+    if (!shard) { /* a text file that is secretly a shard? look at its magic */
+        if (trn_check_regular(path) != TRN_OK) return trn_fail(TRN_ERR_IO, "open %s", trn_error_reason());
+        if (!(f = fopen(path, "rb"))) return trn_fail(TRN_ERR_IO, "open %s: %s", path, strerror(errno));
+        shard = fread(head, 1, 4, f) == 4 && trn__le32(head) == TRN_SHARD_MAGIC;
+        fclose(f);
+    }
+    n0 = out->n;
+    if (shard) {
+        if ((r = trn_shard_read(out, path)) != TRN_OK) return r;
+        if (out->n == n0) return trn_fail(TRN_ERR_INVALID, "%s: the shard holds no tokens", path);
+        return TRN_OK;
+    }
+    if (!tok) return trn_fail(TRN_ERR_INVALID, "trn_tokens_load: %s is text but no tokenizer was given", path);
+    one[0] = path;
+    if ((r = trn_text_read_files(&text, &len, one, 1, 0)) != TRN_OK) return r;
+    if (len == 0) r = trn_fail(TRN_ERR_INVALID, "%s: the file is empty", path);
+    else r = trn_tokenizer_encode(tok, text, len, out);
+    trn_free(text);
+    return r;
+}
+
+/* ---- the loader -------------------------------------------------------- */
+static uint64_t trn__loader_fingerprint(const trn_loader *L) {
+    uint64_t h = trn__mix64(0x7472616E2E68ull ^ (uint64_t)L->n_train);
+    h = trn__mix64(h ^ (uint64_t)L->n_val);
+    h = trn__mix64(h ^ ((uint64_t)(uint32_t)L->desc.B << 32 | (uint32_t)L->desc.T));
+    return trn__mix64(h ^ (uint64_t)L->desc.sequential);
+}
+
+/* the visiting order of pos.epoch: identity (sequential) or a permutation
+   that depends only on (seed, epoch) */
+static void trn__loader_order(trn_loader *L) {
+    trn_rng rng;
+    size_t i;
+    for (i = 0; i < L->train_windows; i++) L->order[i] = (int)i;
+    if (L->desc.sequential) return;
+    trn_rng_seed(&rng, L->pos.seed ^ trn__mix64((uint64_t)L->pos.epoch + 0x9E3779B97F4A7C15ull));
+    trn_rng_shuffle(&rng, L->order, (int)L->train_windows);
+}
+
+TRNDEF trn_result trn_loader_init(trn_loader *L, const int *tokens, size_t n, const trn_loader_desc *desc) {
+    size_t need;
+    if (!L || !desc || (!tokens && n)) return trn_fail(TRN_ERR_INVALID, "trn_loader_init: NULL argument");
+    memset(L, 0, sizeof *L);
+    L->desc = *desc;
+    if (desc->B < 1 || desc->T < 1)
+        return trn_fail(TRN_ERR_INVALID, "loader: batch %d x sequence %d, both must be >= 1", desc->B, desc->T);
+    if (!(desc->val_fraction >= 0.0f && desc->val_fraction < 1.0f))
+        return trn_fail(TRN_ERR_INVALID, "loader: validation fraction %g is outside [0, 1)",
+                        (double)desc->val_fraction);
+    if (L->desc.val_fraction == 0.0f) L->desc.val_fraction = 0.1f;
+    if (L->desc.no_val) L->desc.val_fraction = 0.0f;
+    L->tokens = tokens;
+    L->n_val = (size_t)((double)n * (double)L->desc.val_fraction);
+    L->n_train = n - L->n_val;
+    need = (size_t)desc->B * (size_t)desc->T + 1;
+    if (L->n_train < need)
+        return trn_fail(TRN_ERR_INVALID, "loader: the training split has %zu tokens, one batch needs B*T+1 = "
+                        "%zu (B=%d, T=%d): use more data or a smaller batch/sequence", L->n_train, need,
+                        desc->B, desc->T);
+    if (!L->desc.no_val && L->n_val < need)
+        return trn_fail(TRN_ERR_INVALID, "loader: the validation split (last %g of %zu tokens) has %zu "
+                        "tokens, one batch needs B*T+1 = %zu (B=%d, T=%d): use more data, a smaller "
+                        "batch/sequence, or no validation", (double)L->desc.val_fraction, n, L->n_val, need,
+                        desc->B, desc->T);
+    L->train_windows = (L->n_train - 1) / (size_t)desc->T;
+    L->val_windows = L->n_val ? (L->n_val - 1) / (size_t)desc->T : 0;
+    if (L->train_windows > (size_t)INT_MAX)
+        return trn_fail(TRN_ERR_INVALID, "loader: %zu windows of %d tokens are too many; raise T",
+                        L->train_windows, desc->T);
+    L->batches_per_epoch = (int64_t)(L->train_windows / (size_t)desc->B);
+    L->val_batches = (int64_t)(L->val_windows / (size_t)desc->B);
+    L->order = (int *)trn_alloc(L->train_windows * sizeof(int), TRN_KIND_RUNTIME);
+    if (!L->order) return TRN_ERR_NOMEM;
+    L->pos.seed = desc->seed;
+    L->pos.check = trn__loader_fingerprint(L);
+    trn__loader_order(L);
+    return TRN_OK;
+}
+
+TRNDEF void trn_loader_free(trn_loader *L) {
+    if (!L) return;
+    trn_free(L->order);
+    memset(L, 0, sizeof *L);
+}
+
+/* row r of (x, y) from the window that starts at token `start` */
+static void trn__loader_row(const int *tokens, size_t start, int T, int *x, int *y) {
+    memcpy(x, tokens + start, (size_t)T * sizeof(int));
+    memcpy(y, tokens + start + 1, (size_t)T * sizeof(int));
+}
+
+TRNDEF void trn_loader_next(trn_loader *L, int *x, int *y) {
+    int b, B, T;
+    if (!L || !L->order || !x || !y) trn_fatal("trn_loader_next: loader not initialized or NULL x/y");
+    B = L->desc.B; T = L->desc.T;
+    if (L->pos.batch >= L->batches_per_epoch) { /* epoch done: the next one has its own order */
+        L->pos.epoch++;
+        L->pos.batch = 0;
+        trn__loader_order(L);
+    }
+    for (b = 0; b < B; b++) {
+        size_t w = (size_t)L->order[(size_t)L->pos.batch * (size_t)B + (size_t)b];
+        trn__loader_row(L->tokens, w * (size_t)T, T, x + (size_t)b * T, y + (size_t)b * T);
+    }
+    L->pos.batch++;
+}
+
+TRNDEF void trn_loader_val_batch(const trn_loader *L, int64_t i, int *x, int *y) {
+    int b, B, T;
+    if (!L || !x || !y) trn_fatal("trn_loader_val_batch: NULL argument");
+    if (L->val_batches <= 0) trn_fatal("trn_loader_val_batch: this loader has no validation split");
+    B = L->desc.B; T = L->desc.T;
+    i %= L->val_batches;
+    if (i < 0) i += L->val_batches;
+    for (b = 0; b < B; b++) {
+        size_t w = (size_t)i * (size_t)B + (size_t)b;
+        trn__loader_row(L->tokens, L->n_train + w * (size_t)T, T, x + (size_t)b * T, y + (size_t)b * T);
+    }
+}
+
+TRNDEF trn_loader_pos trn_loader_tell(const trn_loader *L) {
+    if (!L) trn_fatal("trn_loader_tell: NULL loader");
+    return L->pos;
+}
+
+TRNDEF trn_result trn_loader_seek(trn_loader *L, const trn_loader_pos *pos) {
+    if (!L || !pos || !L->order)
+        return trn_fail(TRN_ERR_INVALID, "trn_loader_seek: NULL or uninitialized loader");
+    if (pos->check != L->pos.check)
+        return trn_fail(TRN_ERR_MISMATCH, "loader: the saved position belongs to other data or another "
+                        "batch "
+                        "shape (fingerprint %016llx, this loader %016llx)",
+                        (unsigned long long)pos->check, (unsigned long long)L->pos.check);
+    if (pos->epoch < 0 || pos->batch < 0 || pos->batch > L->batches_per_epoch)
+        return trn_fail(TRN_ERR_INVALID, "loader: position epoch %lld batch %lld is out of range (%lld "
+                        "batches per epoch)",
+                        (long long)pos->epoch, (long long)pos->batch, (long long)L->batches_per_epoch);
+    L->pos = *pos;
+    trn__loader_order(L);
+    return TRN_OK;
+}
+/* <<data implementation end */
+
+#endif /* TRAIN_DATA_IMPLEMENTATION_DONE */
+#endif /* TRAIN_IMPLEMENTATION */

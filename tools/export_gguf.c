@@ -1,0 +1,336 @@
+/* tools/export_gguf.c - a Llama trained here, out to llama.cpp (and Ollama):
+   one GGUF file (version 3) with the llama architecture's metadata keys and
+   tensor names.
+
+     tools/export_gguf [--type f32|f16|bf16] CKPT FILE
+
+   CKPT: a model.safetensors or ckpt_*.safetensors of examples/llama. The
+   file (the GGUF format as llama.cpp's docs/gguf.md describe it):
+     "GGUF", version 3, tensor count, key/value count (little endian)
+     key/values: a string key, a value type, the value
+     tensor infos: name, dims (fastest first: a (rows, cols) matrix is
+       ne = {cols, rows}), ggml type (F32 0, F16 1, BF16 30), data offset
+     padding to 32 bytes, then each tensor's data, each 32-byte aligned
+   What changes on the way out:
+     names     token_embd, blk.N.attn_norm / attn_q / attn_k / attn_v /
+               attn_output / ffn_norm / ffn_gate / ffn_up / ffn_down,
+               output_norm, output (absent when tied: llama.cpp then uses
+               token_embd); the vocabulary unpadded; q/k/v split
+     q and k   rows permuted within each head: llama.cpp's llama RoPE turns
+               neighbour pairs (2i, 2i+1), Hugging Face's and the kit's turn
+               (i, i + hs/2): row hs/2*j + i moves to 2i + j (the inverse of
+               the permutation HF's conversion script applies to Meta's)
+     RoPE      plain: llama.rope.freq_base; linear: rope.scaling.type
+               "linear" + factor; llama3: a rope_freqs tensor of hs/2
+               divisors (llama.cpp divides each frequency by its entry);
+               dynamic has no GGUF form: refused
+     types     --type f16/bf16 store matrices in that type (round to nearest
+               even); vectors (norms, rope_freqs) stay F32, as llama.cpp's
+               converter keeps them
+     tokenizer the kit's byte vocabulary (256 tokens) as a "gpt2" BPE with no
+               merges: token b is byte b in GPT-2's byte-to-character map, so
+               llama.cpp encodes text byte by byte as the kit does; another
+               vocabulary is written without a tokenizer (a note says so)
+   Exit status: 0 written, 2 bad input (one line on stderr). */
+#define TRAIN_IMPLEMENTATION
+#include "train.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void die(const char *fmt, const char *a, const char *b) {
+    fprintf(stderr, "export_gguf: ");
+    fprintf(stderr, fmt, a, b);
+    fputc('\n', stderr);
+    exit(2);
+}
+static long meta_long(const trn_safetensors *f, const char *key) {
+    const char *v = trn_safetensors_meta(f, key);
+    char *end;
+    long x;
+    if (!v) return -1;
+    x = strtol(v, &end, 10);
+    return (*end || end == v || x < 0 || x > 100000000) ? -1 : x;
+}
+static double meta_double(const trn_safetensors *f, const char *key, double dflt) {
+    const char *v = trn_safetensors_meta(f, key);
+    return v ? atof(v) : dflt;
+}
+
+/* ---- the GGUF writer: a growing byte buffer for the header ---------------- */
+static unsigned char *hb;
+static size_t hn, hcap;
+static void put(const void *p, size_t n) {
+    if (hn + n > hcap) {
+        hcap = (hn + n) * 2 + 4096;
+        if (!(hb = (unsigned char *)realloc(hb, hcap))) die("out of memory%s%s", "", "");
+    }
+    memcpy(hb + hn, p, n);
+    hn += n;
+}
+static void put_u32(uint32_t v) { put(&v, 4); } /* x86 and ARM: little endian, as GGUF */
+static void put_u64(uint64_t v) { put(&v, 8); }
+static void put_str(const char *s, size_t n) { put_u64(n), put(s, n); }
+enum { G_U32 = 4, G_I32 = 5, G_F32 = 6, G_STRING = 8, G_ARRAY = 9 };
+static int n_kv;
+static void kv_key(const char *k, uint32_t type) { put_str(k, strlen(k)), put_u32(type), n_kv++; }
+static void kv_u32(const char *k, uint32_t v) { kv_key(k, G_U32), put_u32(v); }
+static void kv_f32(const char *k, float v) { kv_key(k, G_F32), put(&v, 4); }
+static void kv_str(const char *k, const char *v) { kv_key(k, G_STRING), put_str(v, strlen(v)); }
+
+/* ---- the tensors ------------------------------------------------------------ */
+enum { T_F32 = 0, T_F16 = 1, T_BF16 = 30 };
+typedef struct out_tensor {
+    char name[96];
+    int64_t rows, cols; /* cols 0: a vector of rows */
+    int type;
+    float *data;        /* rows * cols (or rows) floats, in the GGUF order */
+} out_tensor;
+static out_tensor *ts;
+static int n_ts;
+
+static uint16_t to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* NaN stays NaN */
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+/* IEEE half, round to nearest even; overflow -> inf */
+static uint16_t to_f16(float f) {
+    uint32_t u, sign, mant;
+    int exp;
+    memcpy(&u, &f, 4);
+    sign = (u >> 16) & 0x8000u;
+    exp = (int)((u >> 23) & 0xff) - 127 + 15;
+    mant = u & 0x7fffffu;
+    if (((u >> 23) & 0xff) == 0xff) return (uint16_t)(sign | 0x7c00u | (mant ? 0x200u : 0u));
+    if (exp >= 31) return (uint16_t)(sign | 0x7c00u);
+    if (exp <= 0) { /* subnormal or zero: shift the implicit 1 in, round */
+        uint32_t m, shift, half, rest;
+        if (exp < -10) return (uint16_t)sign;
+        m = mant | 0x800000u;
+        shift = (uint32_t)(14 - exp);
+        half = 1u << (shift - 1);
+        rest = m & ((1u << shift) - 1);
+        m >>= shift;
+        if (rest > half || (rest == half && (m & 1u))) m++;
+        return (uint16_t)(sign | m);
+    }
+    {
+        uint32_t h = sign | ((uint32_t)exp << 10) | (mant >> 13), rest = mant & 0x1fffu;
+        if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) h++; /* may carry into the exponent: right */
+        return (uint16_t)h;
+    }
+}
+
+static trn_safetensors src;
+static out_tensor *add(const char *name, int64_t rows, int64_t cols, int type) {
+    out_tensor *t;
+    ts = (out_tensor *)realloc(ts, sizeof(out_tensor) * (size_t)(n_ts + 1));
+    if (!ts) die("out of memory%s%s", "", "");
+    t = &ts[n_ts++];
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->rows = rows, t->cols = cols, t->type = cols ? type : T_F32;
+    t->data = (float *)malloc(sizeof(float) * (size_t)rows * (size_t)(cols ? cols : 1));
+    if (!t->data) die("out of memory for %s%s", name, "");
+    return t;
+}
+/* the kit's tensor `name` (n floats) into a new buffer */
+static float *read_all(const char *name, size_t n) {
+    const trn_st_tensor *t = trn_safetensors_find(&src, name);
+    float *b;
+    if (!t) die("%s: no tensor %s", src.path, name);
+    if (t->numel != n) die("%s: tensor %s has another size than its metadata says", src.path, name);
+    if (!(b = (float *)malloc(n * sizeof(float)))) die("out of memory for %s%s", name, "");
+    if (trn_safetensors_read(&src, t, b) != TRN_OK) die("%s: %s", src.path, trn_error_reason());
+    return b;
+}
+/* rows of q or k, per head of hs: HF's halves -> llama.cpp's neighbour pairs
+   (row j*hs/2 + i of a head goes to row 2i + j) */
+static void permute_rows(float *dst, const float *s, int heads, int hs, int64_t cols) {
+    int h, i, j;
+    for (h = 0; h < heads; h++)
+        for (j = 0; j < 2; j++)
+            for (i = 0; i < hs / 2; i++)
+                memcpy(dst + ((size_t)h * hs + 2 * i + j) * cols, s + ((size_t)h * hs + (size_t)j * (hs / 2) + i) * cols,
+                       sizeof(float) * (size_t)cols);
+}
+
+int main(int argc, char **argv) {
+    int type = T_F32, a = 1;
+    const char *tname = "f32";
+    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        printf("usage: export_gguf [--type f32|f16|bf16] CKPT FILE   (a model of examples/llama -> GGUF for llama.cpp)\n");
+        return 0;
+    }
+    if (argc >= 3 && !strcmp(argv[1], "--type")) {
+        tname = argv[2];
+        type = !strcmp(tname, "f32") ? T_F32 : !strcmp(tname, "f16") ? T_F16 : !strcmp(tname, "bf16") ? T_BF16 : -1;
+        if (type < 0) die("--type %s: f32, f16 or bf16%s", tname, "");
+        a = 3;
+    }
+    if (argc - a != 2) {
+        fprintf(stderr, "usage: export_gguf [--type f32|f16|bf16] CKPT FILE\n");
+        return 2;
+    }
+    const char *ckpt = argv[a], *path = argv[a + 1];
+    if (trn_safetensors_open(&src, ckpt) != TRN_OK) die("%s%s", trn_error_reason(), "");
+    if (meta_long(&src, "llama.n_layer") <= 0)
+        die("%s: not a model of examples/llama (no llama.* metadata)%s", ckpt, "");
+    long L = meta_long(&src, "llama.n_layer"), NH = meta_long(&src, "llama.n_head"), NKV = meta_long(&src, "llama.n_kv_head");
+    long C = meta_long(&src, "llama.n_embd"), hs = meta_long(&src, "llama.head_dim"), F = meta_long(&src, "llama.ffn_hidden");
+    long maxT = meta_long(&src, "llama.block_size"), V = meta_long(&src, "llama.vocab_size"), Vp = meta_long(&src, "llama.padded_vocab");
+    long tied = meta_long(&src, "llama.tied") == 1, rope = meta_long(&src, "llama.rope_type");
+    float theta = (float)meta_double(&src, "llama.rope_theta", 10000.0), eps = (float)meta_double(&src, "llama.norm_eps", 1e-5);
+    if (L <= 0 || NH <= 0 || NKV <= 0 || C <= 0 || hs <= 0 || hs % 2 || F <= 0 || maxT <= 0 || V <= 0 || Vp < V || NH % NKV)
+        die("%s: its llama.* metadata is incomplete or inconsistent%s", ckpt, "");
+    if (rope == 2) die("%s: dynamic RoPE scaling has no GGUF form (llama.cpp has linear, yarn and llama3's rope_freqs)%s", ckpt, "");
+    if (rope > 3) die("%s: llama.rope_type %s is not one this tool knows", ckpt, trn_safetensors_meta(&src, "llama.rope_type"));
+
+    /* tensors, in llama.cpp's names and order */
+    char n[96], k[160];
+    float *e = read_all("model.embed_tokens.weight", (size_t)Vp * C);
+    memcpy(add("token_embd.weight", V, C, type)->data, e, sizeof(float) * (size_t)V * C); /* V of Vp rows */
+    free(e);
+    if (rope == 3) { /* llama3: the divisor of each pair's frequency */
+        trn_rope_scaling sc;
+        memset(&sc, 0, sizeof sc);
+        sc.type = TRN_ROPE_LLAMA3;
+        sc.factor = (float)meta_double(&src, "llama.rope_factor", 1.0);
+        sc.low_freq_factor = (float)meta_double(&src, "llama.rope_low_freq_factor", 1.0);
+        sc.high_freq_factor = (float)meta_double(&src, "llama.rope_high_freq_factor", 4.0);
+        sc.original_max_pos = (int)meta_long(&src, "llama.rope_original_max_pos");
+        out_tensor *rf = add("rope_freqs.weight", hs / 2, 0, T_F32);
+        for (int i = 0; i < hs / 2; i++)
+            rf->data[i] = (float)(trn_rope_inv_freq(i, (int)hs, theta, NULL, 0) / trn_rope_inv_freq(i, (int)hs, theta, &sc, 0));
+    }
+    for (long l = 0; l < L; l++) {
+        size_t nq = (size_t)NH * hs * C, nkv = (size_t)NKV * hs * C;
+#define SRC(what) (snprintf(k, sizeof k, "model.layers.%ld.%s", l, what), k)
+#define DST(what) (snprintf(n, sizeof n, "blk.%ld.%s", l, what), n)
+#define COPY(dst, srcname, rows, cols)                                                             \
+        do {                                                                                       \
+            float *s_ = read_all(SRC(srcname), (size_t)(rows) * (size_t)((cols) != 0 ? (cols) : 1));    \
+            memcpy(add(DST(dst), rows, cols, type)->data, s_, sizeof(float) * (size_t)(rows) * (size_t)((cols) != 0 ? (cols) : 1)); \
+            free(s_);                                                                              \
+        } while (0)
+        COPY("attn_norm.weight", "input_layernorm.weight", C, 0);
+        float *qkv = read_all(SRC("self_attn.qkv_proj.weight"), nq + 2 * nkv);
+        permute_rows(add(DST("attn_q.weight"), NH * hs, C, type)->data, qkv, (int)NH, (int)hs, C);
+        permute_rows(add(DST("attn_k.weight"), NKV * hs, C, type)->data, qkv + nq, (int)NKV, (int)hs, C);
+        memcpy(add(DST("attn_v.weight"), NKV * hs, C, type)->data, qkv + nq + nkv, sizeof(float) * nkv);
+        free(qkv);
+        COPY("attn_output.weight", "self_attn.o_proj.weight", C, NH * hs);
+        COPY("ffn_norm.weight", "post_attention_layernorm.weight", C, 0);
+        COPY("ffn_gate.weight", "mlp.gate_proj.weight", F, C);
+        COPY("ffn_up.weight", "mlp.up_proj.weight", F, C);
+        COPY("ffn_down.weight", "mlp.down_proj.weight", C, F);
+#undef COPY
+#undef DST
+#undef SRC
+    }
+    float *s = read_all("model.norm.weight", (size_t)C);
+    memcpy(add("output_norm.weight", C, 0, T_F32)->data, s, sizeof(float) * (size_t)C);
+    free(s);
+    if (!tied) {
+        s = read_all("lm_head.weight", (size_t)Vp * C);
+        memcpy(add("output.weight", V, C, type)->data, s, sizeof(float) * (size_t)V * C);
+        free(s);
+    }
+
+    /* the header: magic, version, counts (the kv count patched at the end) */
+    put("GGUF", 4);
+    put_u32(3);
+    put_u64((uint64_t)n_ts);
+    size_t kv_count_at = hn;
+    put_u64(0);
+    kv_str("general.architecture", "llama");
+    kv_str("general.name", "train.h llama");
+    kv_u32("general.file_type", type == T_F32 ? 0 : type == T_F16 ? 1 : 32); /* ALL_F32, MOSTLY_F16, MOSTLY_BF16 */
+    kv_u32("general.alignment", 32);
+    kv_u32("llama.context_length", (uint32_t)maxT);
+    kv_u32("llama.embedding_length", (uint32_t)C);
+    kv_u32("llama.block_count", (uint32_t)L);
+    kv_u32("llama.feed_forward_length", (uint32_t)F);
+    kv_u32("llama.attention.head_count", (uint32_t)NH);
+    kv_u32("llama.attention.head_count_kv", (uint32_t)NKV);
+    kv_u32("llama.attention.key_length", (uint32_t)hs);
+    kv_u32("llama.attention.value_length", (uint32_t)hs);
+    kv_u32("llama.rope.dimension_count", (uint32_t)hs);
+    kv_f32("llama.rope.freq_base", theta);
+    kv_f32("llama.attention.layer_norm_rms_epsilon", eps);
+    kv_u32("llama.vocab_size", (uint32_t)V);
+    if (rope == 1) {
+        kv_str("llama.rope.scaling.type", "linear");
+        kv_f32("llama.rope.scaling.factor", (float)meta_double(&src, "llama.rope_factor", 1.0));
+    }
+    if (V == 256) { /* the kit's bytes: GPT-2's byte-to-character map, no merges */
+        char tok[8];
+        kv_str("tokenizer.ggml.model", "gpt2");
+        kv_str("tokenizer.ggml.pre", "default");
+        kv_key("tokenizer.ggml.tokens", G_ARRAY), put_u32(G_STRING), put_u64(256);
+        for (int b = 0, shift = 0; b < 256; b++) {
+            /* printable Latin-1 stands for itself; the other bytes are 256 + their rank among them */
+            int vis = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+            int cp = vis ? b : 256 + shift++;
+            int len = cp < 0x80 ? 1 : 2;
+            if (len == 1) tok[0] = (char)cp;
+            else tok[0] = (char)(0xC0 | (cp >> 6)), tok[1] = (char)(0x80 | (cp & 0x3F));
+            put_str(tok, (size_t)len);
+        }
+        kv_key("tokenizer.ggml.token_type", G_ARRAY), put_u32(G_I32), put_u64(256);
+        for (int b = 0; b < 256; b++) put_u32(1); /* NORMAL */
+        kv_key("tokenizer.ggml.merges", G_ARRAY), put_u32(G_STRING), put_u64(0);
+    } else {
+        printf("note: vocabulary %ld is not the kit's bytes: no tokenizer written (llama.cpp needs one to run it)\n", V);
+    }
+    memcpy(hb + kv_count_at, &(uint64_t){(uint64_t)n_kv}, 8);
+    uint64_t off = 0;
+    for (int i = 0; i < n_ts; i++) {
+        out_tensor *t = &ts[i];
+        size_t elems = (size_t)t->rows * (size_t)(t->cols ? t->cols : 1);
+        put_str(t->name, strlen(t->name));
+        if (t->cols) put_u32(2), put_u64((uint64_t)t->cols), put_u64((uint64_t)t->rows);
+        else put_u32(1), put_u64((uint64_t)t->rows);
+        put_u32((uint32_t)t->type);
+        put_u64(off);
+        off += (uint64_t)elems * (t->type == T_F32 ? 4 : 2);
+        off = (off + 31) / 32 * 32;
+    }
+    while (hn % 32) put("", 1); /* the data section starts aligned */
+
+    /* write: the header, then each tensor, padded; a temporary file renamed */
+    char tmpp[1200];
+    snprintf(tmpp, sizeof tmpp, "%s.tmp", path);
+    FILE *fp = fopen(tmpp, "wb");
+    if (!fp) die("%s: %s", tmpp, strerror(errno));
+    int ok = fwrite(hb, 1, hn, fp) == hn;
+    static const char zeros[32];
+    for (int i = 0; i < n_ts && ok; i++) {
+        out_tensor *t = &ts[i];
+        size_t elems = (size_t)t->rows * (size_t)(t->cols ? t->cols : 1), bytes;
+        if (t->type == T_F32) {
+            bytes = elems * 4;
+            ok = fwrite(t->data, 4, elems, fp) == elems;
+        } else {
+            uint16_t *h = (uint16_t *)malloc(elems * 2);
+            if (!h) die("out of memory%s%s", "", "");
+            for (size_t j = 0; j < elems; j++) h[j] = t->type == T_F16 ? to_f16(t->data[j]) : to_bf16(t->data[j]);
+            bytes = elems * 2;
+            ok = fwrite(h, 2, elems, fp) == elems;
+            free(h);
+        }
+        if (ok && bytes % 32) ok = fwrite(zeros, 1, 32 - bytes % 32, fp) == 32 - bytes % 32;
+    }
+    if (fclose(fp) != 0 || !ok) { remove(tmpp); die("%s: write failed: %s", tmpp, strerror(errno)); }
+    if (rename(tmpp, path) != 0) { remove(tmpp); die("%s: %s", path, strerror(errno)); }
+    printf("wrote %s: GGUF v3, llama, %d tensors (%s), %d keys, %ld layers, vocabulary %ld%s%s\n", path, n_ts, tname, n_kv,
+           L, V, tied ? ", tied head" : "", rope == 3 ? ", llama3 rope_freqs" : rope == 1 ? ", linear RoPE" : "");
+    for (int i = 0; i < n_ts; i++) free(ts[i].data);
+    free(ts);
+    free(hb);
+    trn_safetensors_close(&src);
+    return 0;
+}
