@@ -1911,7 +1911,7 @@ static void trn__cuda_fa2_backward(float *dqkv, const float *dout, const float *
                     atomic);
     }
     /* the S partials read (fp32), dQ of dqkv read and written (bf16) */
-    TRN__CUDA_SITE("flash bwd dq", 4.0 * S * rows * HS + 4.0 * rows * HS, (double)(S + 1) * rows * HS);
+    TRN__CUDA_SITE("flash bwd dq sum", 4.0 * S * rows * HS + 4.0 * rows * HS, (double)(S + 1) * rows * HS);
     TRN_CUDA_LAUNCH(trn__k_fa2_bwd_dq<HS>, dim3((unsigned)((rows * (HS / 2) + 255) / 256)), dim3(256), 0,
                     trn__cu.stream, (trn__bf16 *)dqkv, (const float *)acc, B, T, NH, NKV, S, 1.0f / sqrtf((float)HS));
 }
