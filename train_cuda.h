@@ -71,16 +71,18 @@
                   round once per store (to nearest even); matmuls bf16 in,
                   fp32 accumulate, all through cuBLASLt (bias, GELU and
                   GELU' in its epilogues; dW into an fp32 D); batched
-                  products on cublasGemmStridedBatchedEx; attention on
-                  WMMA tensor cores
+                  products on cublasGemmStridedBatchedEx; attention:
+                  FlashAttention-2 on mma.sync tensor cores (>>cuda-fa2;
+                  the WMMA kernels by trn_cuda_set_flash, to compare)
      Parameters used where activations go (a learned table added to x) are
      cast by train.h (its fp32 gradient gets the bf16 one added); an op of
      your own says it handles bf16 with trn_op.bf16.
 
    What it does NOT do: no fp16, no stochastic rounding, no tensor cores in
    the fp32/tf32 fused attention kernels
-   (fp32 FMAs on shared-memory tiles; the bf16 ones use WMMA tensor-core
-   tiles for head sizes that are multiples of 16 up to 128, others run the
+   (fp32 FMAs on shared-memory tiles; the bf16 ones use FlashAttention-2
+   on mma.sync for head sizes that are multiples of 16 up to 128 (or WMMA
+   tiles, by trn_cuda_set_flash), others run the
    FMA kernels on bf16, with tiles sized for 48 KiB of shared memory and
    no asynchronous copies, wgmma or warp specialization as in
    FlashAttention-2/3), no FSDP in bf16 (ZeRO-1/2 and DDP
@@ -107,8 +109,11 @@
    compares every kernel with the CPU backend, tests/test_cuda_gpt2 trains
    examples/gpt2.c's model 10 steps on both, tests/test_cuda_kernels_gpu.cu is
    the same kernel test for a real GPU (and the nvcc build check);
-   tests/test_cuda_flash_bf16 checks the bf16 tensor-core attention (the
-   harness emulates nvcuda::wmma as warp collectives), test_cuda_bf16_ops
+   tests/test_cuda_flash_bf16 checks the WMMA bf16 attention (the harness
+   emulates nvcuda::wmma as warp collectives), tests/test_cuda_fa2_bf16 the
+   FlashAttention-2 one against the materialized reference (the harness
+   emulates mma.sync, ldmatrix and cp.async; test_cuda_fa2_bf16_gpu.cu is
+   its GPU twin), test_cuda_bf16_ops
    and test_cuda_bf16_gemm every other bf16 kernel against fp32,
    test_cuda_bf16_train trains 200 steps in both precisions, and
    test_cuda_memory_plan measures GPT-2 124M's device memory in both (the
@@ -159,6 +164,15 @@ TRNDEF trn_result trn_cuda_set_precision(trn_cuda_precision p);
 TRNDEF trn_cuda_precision trn_cuda_get_precision(void);
 /* "fp32", "tf32", "bf16" -> the value; -1 for anything else */
 TRNDEF int trn_cuda_precision_parse(const char *name);
+/* Which bf16 fused attention runs (for head sizes 16, 32, ..., 128):
+     TRN_CUDA_FLASH_FA2   the default: FlashAttention-2 on mma.sync,
+                          ldmatrix and cp.async (>>cuda-fa2)
+     TRN_CUDA_FLASH_WMMA  the earlier WMMA kernels, kept to compare
+   dq_atomic = 1 (FA2 only): the backward adds dQ with fp32 atomics, one
+   block per key block: more parallel, less scratch, but dQ's last bits
+   change from run to run; 0 (the default): deterministic. */
+typedef enum trn_cuda_flash { TRN_CUDA_FLASH_FA2 = 0, TRN_CUDA_FLASH_WMMA = 1 } trn_cuda_flash;
+TRNDEF trn_result trn_cuda_set_flash(trn_cuda_flash kernel, int dq_atomic);
 TRNDEF const char *trn_cuda_precision_name(trn_cuda_precision p);
 TRNDEF const char *trn_cuda_device_name(void);
 /* the stream every kernel and copy of the backend runs on (a cudaStream_t),
@@ -1516,6 +1530,529 @@ TRN__UNROLL
             }
         }
     }
+}
+
+/* >>cuda-fa2: FlashAttention-2 in bf16 (Dao 2023, "FlashAttention-2: Faster
+   Attention with Better Parallelism and Work Partitioning"), the default
+   bf16 fused attention for head sizes that are multiples of 16 up to 128.
+   The reference it is tested against is the materialized pair
+   trn_attention_forward/backward (train.h, and trn__cuda_attention_forward
+   /backward below: S = Q K^T scale, P = softmax(S), O = P V, kept whole).
+   What makes it FA2-class (and what the WMMA kernels above do not do):
+   - S, P and the output accumulator live in REGISTERS, as the fragments of
+     mma.sync.m16n8k16 (bf16 in, fp32 accumulate). The accumulator layout of
+     S (16 x 8 per tile) is, pair for pair, the A-operand layout of P for
+     the next product, so P never goes through shared memory.
+   - Operands come from shared memory with ldmatrix (x4: four 8x8 tiles per
+     instruction; .trans for V, dO, Q, K where they are the k-major side).
+   - K/V (forward) and Q/dO (backward) tiles are double-buffered with
+     cp.async (16 bytes per thread per copy, commit_group/wait_group): the
+     next tile's copy runs while this one is multiplied.
+   - Online softmax in fp32 in base 2 (exp2f of scores pre-multiplied by
+     scale * log2 e); lse (natural log) saved per row for the backward.
+   - Causal: key blocks past the query block's last row are never visited;
+     only blocks that cross the diagonal (or T) are masked element by element.
+   - Backward: D = rowsum(dO * O) once per row in its own small kernel
+     (which also zeroes the fp32 dQ accumulator); then one kernel per key
+     block with the five products of FA2 (S^T = K Q^T, dP^T = V dO^T,
+     dV += P^T dO, dK += dS^T Q, dQ += dS K), dK and dV in registers for the
+     whole key block; dQ in fp32 in global memory, converted and added to
+     dqkv by a last small kernel.
+   dQ is deterministic by default: the key blocks of one (batch, kv head)
+   are split over S blocks (key block kb goes to block kb % S), each of
+   which owns a private fp32 dQ partial (plain read-add-write, no atomics;
+   the warps of a block own disjoint rows of it); the last kernel sums the
+   S partials in order s = 0..S-1. So every run gives the same bits, at the
+   cost of S copies of dQ in fp32 (S * B*NH*T*hs*4 bytes of scratch) and of
+   less parallelism than one block per key block. trn_cuda_set_flash(.., 1)
+   instead gives every key block its own block and adds dQ with fp32
+   atomicAdd into one accumulator: more blocks in flight, less scratch,
+   but the order of the additions (so the last bits of dQ) changes from
+   run to run.
+   Layout, as everywhere: qkv (B,T,(NH+2NKV)*HS) bf16, out/dout (B,T,NH*HS)
+   bf16, lse (B,NH,T) fp32; GQA: query head h reads kv head h / (NH/NKV).
+   Rounding: as the WMMA kernels (P rounded to bf16 before P V and P^T dO,
+   dS before dS^T Q and dS K; out rounded once; dqkv += in fp32, one
+   rounding per element; dQ's sum over key blocks in fp32).
+   Needs sm_80 or newer (bf16 mma.sync, ldmatrix, cp.async). ------------- */
+
+/* the PTX, one instruction per function: inline asm on a GPU, the
+   harness's emulation (tests/cuda_on_cpu.h, "PTX") on the CPU */
+#ifndef TRN_CUDA_ON_CPU
+/* d (16x8 fp32) += a (16x16 bf16, row) b (16x8 bf16, col) */
+static __device__ __forceinline__ void trn__mma_bf16(float *d, const unsigned *a, const unsigned *b) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+static __device__ __forceinline__ unsigned trn__smem_addr(const void *p) {
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+/* four 8x8 bf16 tiles; lanes 8i..8i+7 give the row addresses of tile i */
+static __device__ __forceinline__ void trn__ldmatrix_x4(unsigned *r, const void *row) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(trn__smem_addr(row)));
+}
+static __device__ __forceinline__ void trn__ldmatrix_x4_trans(unsigned *r, const void *row) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(trn__smem_addr(row)));
+}
+/* 16 bytes global -> shared, asynchronously; bytes = 0 writes 16 zeros */
+static __device__ __forceinline__ void trn__cp_async16(void *dst, const void *src, int bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(trn__smem_addr(dst)), "l"(src), "r"(bytes));
+}
+static __device__ __forceinline__ void trn__cp_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> static __device__ __forceinline__ void trn__cp_async_wait(void) {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+#else
+static inline void trn__mma_bf16(float *d, const unsigned *a, const unsigned *b) { cuemu::mma_m16n8k16_bf16(d, a, b, d); }
+static inline void trn__ldmatrix_x4(unsigned *r, const void *row) { cuemu::ldmatrix(r, 4, 0, row); }
+static inline void trn__ldmatrix_x4_trans(unsigned *r, const void *row) { cuemu::ldmatrix(r, 4, 1, row); }
+static inline void trn__cp_async16(void *dst, const void *src, int bytes) { cuemu::cp_async16(dst, src, bytes); }
+static inline void trn__cp_async_commit(void) { cuemu::cp_async_commit(); }
+template <int N> static inline void trn__cp_async_wait(void) { cuemu::cp_async_wait(N); }
+#endif
+/* two floats -> one register of two bf16 (lo in the low half) */
+static __device__ __forceinline__ unsigned trn__pack_bf16(float lo, float hi) {
+    return (unsigned)__bfloat16_as_ushort(__float2bfloat16(lo)) |
+           (unsigned)__bfloat16_as_ushort(__float2bfloat16(hi)) << 16;
+}
+static __device__ __forceinline__ float trn__bf16_lo(unsigned w) { return __uint_as_float(w << 16); }
+static __device__ __forceinline__ float trn__bf16_hi(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
+
+/* tile sizes. Forward: a block of 4 warps owns BR = 64 query rows (16 per
+   warp) and streams BC keys per step. Backward: a block of W warps owns BC
+   = 16 W keys (16 per warp) and streams BR queries per step. Rows of every
+   shared tile are padded by 8 bf16 (16 bytes), so the 8 row addresses of
+   one ldmatrix tile fall in different banks; all tiles fit in 48 KiB. */
+template <int HS> struct trn__fa2 {
+    enum {
+        LD = HS + 8,                /* row stride of Q, K, V, dO tiles   */
+        CH = HS / 8,                /* 16-byte chunks per row             */
+        FW = 4, FBR = 64,           /* forward: warps, query rows         */
+        FBC = HS > 64 ? 32 : 64,    /* forward: keys per step             */
+        BW = HS > 64 ? 2 : 4,       /* backward: warps                    */
+        BBC = 16 * BW,              /* backward: keys per block           */
+        BBR = HS > 64 ? 16 : 32,    /* backward: queries per step         */
+        LDS = BBR + 8               /* row stride of dS^T (keys x queries) */
+    };
+    static_assert(HS % 16 == 0 && HS <= 128, "FA2 tile sizes");
+};
+template <int HS> static size_t trn__fa2_shmem(int backward) {
+    typedef trn__fa2<HS> F;
+    if (!backward) return 2 * (size_t)(4 * F::FBC * F::LD); /* K, V x 2 buffers; Q uses buffer 0 first */
+    return 2 * (size_t)(2 * F::BBC * F::LD + 4 * F::BBR * F::LD + F::BBC * F::LDS) + 4 * (size_t)(4 * F::BBR);
+}
+
+/* issue the cp.async copies of rows [r0, r0+rows) of one head (HS bf16 at
+   row stride ld from src) into a tile at stride LD; rows >= rlim are
+   zero-filled (src_size 0, the source address stays a valid one) */
+template <int HS>
+static __device__ __forceinline__ void trn__fa2_tile(trn__bf16 *tile, const trn__bf16 *src, size_t ld, int r0, int rows,
+                                                     int rlim) {
+    for (int idx = threadIdx.x; idx < rows * trn__fa2<HS>::CH; idx += blockDim.x) {
+        int r = idx / trn__fa2<HS>::CH, c = idx % trn__fa2<HS>::CH, ok = r0 + r < rlim;
+        trn__cp_async16(tile + r * trn__fa2<HS>::LD + c * 8, src + (ok ? (size_t)(r0 + r) * ld : 0) + c * 8,
+                        ok ? 16 : 0);
+    }
+}
+
+/* forward: grid (B*NH, query blocks of 64), 128 threads. Warp w owns rows
+   [16w, 16w+16) of the block; lane (g = lane/4, t = lane%4) holds rows g
+   and g+8 of them: s[n][0..1] = S(g, 8n+2t..), s[n][2..3] = S(g+8, ..),
+   the same for the output accumulator o[n] over columns 8n+2t.. */
+template <int HS>
+static __global__ void trn__k_fa2_fwd(trn__bf16 *out, float *lse, const trn__bf16 *qkv, int T, int NH, int NKV,
+                                      int causal, float scale_log2) {
+    typedef trn__fa2<HS> F;
+    enum { LD = F::LD, BR = F::FBR, BC = F::FBC };
+    TRN__CUDA_SHARED_128(trn__bf16, sm);
+    int bh = blockIdx.x, b = bh / NH, h = bh % NH, kvh = h / (NH / NKV);
+    /* query blocks in reverse: under a causal mask the last ones have the
+       most keys, and starting them first keeps them out of the tail */
+    int i0 = (gridDim.y - 1 - blockIdx.y) * BR, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    int g = lane / 4, t = lane % 4, kend = causal ? min(T, i0 + BR) : T, nkb = (kend + BC - 1) / BC;
+    size_t ld = (size_t)(NH + 2 * NKV) * HS;
+    const trn__bf16 *x = qkv + (size_t)b * T * ld, *kp = x + (size_t)(NH + kvh) * HS, *vp = kp + (size_t)NKV * HS;
+    /* Q into buffer 0, key tile 0 into buffer 1 (buffer s: K at sm + 2 s BC LD, V after it) */
+    trn__fa2_tile<HS>(sm, x + (size_t)h * HS, ld, i0, BR, T);
+    trn__cp_async_commit();
+    trn__fa2_tile<HS>(sm + 2 * BC * LD, kp, ld, 0, BC, kend);
+    trn__fa2_tile<HS>(sm + 3 * BC * LD, vp, ld, 0, BC, kend);
+    trn__cp_async_commit();
+    trn__cp_async_wait<1>(); /* this thread's Q copies have landed */
+    __syncthreads();         /* ... and everyone's */
+    unsigned qf[HS / 16][4]; /* the warp's 16 x HS of Q as A fragments */
+TRN__UNROLL
+    for (int k = 0; k < HS / 16; k++)
+        trn__ldmatrix_x4(qf[k], sm + (warp * 16 + lane % 8 + (lane / 8) % 2 * 8) * LD + k * 16 + lane / 16 * 8);
+    __syncthreads(); /* buffer 0 is free for key tile 1 */
+    float o[HS / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+TRN__UNROLL
+    for (int n = 0; n < HS / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    for (int kb = 0; kb < nkb; kb++) {
+        int j0 = kb * BC;
+        const trn__bf16 *Ks = sm + ((kb + 1) & 1) * 2 * BC * LD, *Vs = Ks + BC * LD;
+        if (kb + 1 < nkb) { /* prefetch the next key tile into the other buffer */
+            trn__bf16 *nk = sm + (kb & 1) * 2 * BC * LD;
+            trn__fa2_tile<HS>(nk, kp, ld, j0 + BC, BC, kend);
+            trn__fa2_tile<HS>(nk + BC * LD, vp, ld, j0 + BC, BC, kend);
+            trn__cp_async_commit();
+            trn__cp_async_wait<1>(); /* all but the newest group: this tile */
+        } else {
+            trn__cp_async_wait<0>();
+        }
+        __syncthreads(); /* key tile kb is complete */
+        /* S = Q K^T (16 x BC per warp); K read as B: ldmatrix (no .trans)
+           of 16 keys x 16 columns gives b for two 8-key tiles */
+        float s[BC / 8][4];
+TRN__UNROLL
+        for (int n = 0; n < BC / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+TRN__UNROLL
+        for (int k = 0; k < HS / 16; k++)
+TRN__UNROLL
+            for (int n = 0; n < BC / 16; n++) {
+                unsigned kf[4];
+                trn__ldmatrix_x4(kf, Ks + (n * 16 + lane % 8 + lane / 16 * 8) * LD + k * 16 + (lane / 8) % 2 * 8);
+                trn__mma_bf16(s[2 * n], qf[k], kf);
+                trn__mma_bf16(s[2 * n + 1], qf[k], kf + 2);
+            }
+        /* scale into base 2; mask where the tile crosses T or the diagonal */
+        int mask = j0 + BC > T || (causal && j0 + BC > i0 + warp * 16);
+        float mx[2] = {m[0], m[1]};
+TRN__UNROLL
+        for (int n = 0; n < BC / 8; n++)
+TRN__UNROLL
+            for (int e = 0; e < 4; e++) {
+                int i = i0 + warp * 16 + g + e / 2 * 8, j = j0 + n * 8 + 2 * t + e % 2;
+                s[n][e] = mask && (j >= T || (causal && j > i)) ? -INFINITY : s[n][e] * scale_log2;
+                mx[e / 2] = fmaxf(mx[e / 2], s[n][e]);
+            }
+        /* online softmax: the row's max over the 4 lanes that hold it */
+        float corr[2];
+TRN__UNROLL
+        for (int r = 0; r < 2; r++) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            float base = mx[r] == -INFINITY ? 0.0f : mx[r]; /* a row with nothing yet */
+            corr[r] = exp2f(m[r] - base);                    /* 0 on the row's first keys */
+            m[r] = mx[r];
+            mx[r] = base;
+            l[r] *= corr[r];
+        }
+TRN__UNROLL
+        for (int n = 0; n < BC / 8; n++)
+TRN__UNROLL
+            for (int e = 0; e < 4; e++) {
+                s[n][e] = exp2f(s[n][e] - mx[e / 2]); /* p; 0 where masked */
+                l[e / 2] += s[n][e];                  /* this lane's part of the row sum, fp32 */
+            }
+TRN__UNROLL
+        for (int n = 0; n < HS / 8; n++) {
+            o[n][0] *= corr[0]; o[n][1] *= corr[0]; o[n][2] *= corr[1]; o[n][3] *= corr[1];
+        }
+        /* O += P V: the accumulators of S tiles 2k, 2k+1 are the A fragment
+           of P's k-th 16 keys (rounded to bf16); V read with .trans */
+TRN__UNROLL
+        for (int k = 0; k < BC / 16; k++) {
+            unsigned pa[4] = {trn__pack_bf16(s[2 * k][0], s[2 * k][1]), trn__pack_bf16(s[2 * k][2], s[2 * k][3]),
+                              trn__pack_bf16(s[2 * k + 1][0], s[2 * k + 1][1]),
+                              trn__pack_bf16(s[2 * k + 1][2], s[2 * k + 1][3])};
+TRN__UNROLL
+            for (int n = 0; n < HS / 16; n++) {
+                unsigned vf[4];
+                trn__ldmatrix_x4_trans(vf, Vs + (k * 16 + lane % 8 + (lane / 8) % 2 * 8) * LD + n * 16 + lane / 16 * 8);
+                trn__mma_bf16(o[2 * n], pa, vf);
+                trn__mma_bf16(o[2 * n + 1], pa, vf + 2);
+            }
+        }
+        __syncthreads(); /* everyone is done with this buffer before it is refilled */
+    }
+    /* out = O / l (the row sum over the 4 lanes), lse = ln(2^m l) */
+TRN__UNROLL
+    for (int r = 0; r < 2; r++) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+        int i = i0 + warp * 16 + g + r * 8;
+        if (i < T) {
+            float inv = 1.0f / l[r];
+            unsigned *dst = (unsigned *)(out + ((size_t)b * T + i) * NH * HS + (size_t)h * HS + 2 * t);
+TRN__UNROLL
+            for (int n = 0; n < HS / 8; n++) dst[n * 4] = trn__pack_bf16(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
+            if (t == 0) lse[(size_t)bh * T + i] = m[r] * 0.69314718056f + logf(l[r]);
+        }
+    }
+}
+
+/* backward, pass 1: D = rowsum(dO * O) per (b, h, i), fp32, and the fp32 dQ
+   accumulators (S partials) zeroed. One warp per row, 16-byte loads. */
+template <int HS>
+static __global__ void trn__k_fa2_bwd_d(float *D, float *dq_acc, const trn__bf16 *dout, const trn__bf16 *out, int B,
+                                        int T, int NH, int S) {
+    int lane = threadIdx.x % 32;
+    size_t row = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, rows = (size_t)B * NH * T;
+    if (row >= rows) return; /* the whole warp leaves together */
+    size_t bh = row / (size_t)T, i = row % (size_t)T, b = bh / (size_t)NH, h = bh % (size_t)NH;
+    size_t o = (b * (size_t)T + i) * NH * HS + h * HS;
+    float s = 0.0f;
+    if (lane < HS / 8) {
+        uint4 u = *(const uint4 *)(dout + o + (size_t)lane * 8), v = *(const uint4 *)(out + o + (size_t)lane * 8);
+        unsigned uu[4] = {u.x, u.y, u.z, u.w}, vv[4] = {v.x, v.y, v.z, v.w};
+        for (int k = 0; k < 4; k++) s += trn__bf16_lo(uu[k]) * trn__bf16_lo(vv[k]) + trn__bf16_hi(uu[k]) * trn__bf16_hi(vv[k]);
+    }
+    s = trn__warp_sum(s);
+    if (lane == 0) D[row] = s;
+    for (int k = 0; k < S; k++)
+        for (int d = lane; d < HS; d += 32) dq_acc[((size_t)k * rows + row) * HS + d] = 0.0f;
+}
+
+/* backward, pass 2: grid (B*NKV, S), BW warps. Block (bg, s) takes key
+   blocks kb = s, s+S, ... of its (b, kv head); warp w owns keys
+   [16w, 16w+16) of a key block, and for every query head of the group
+   and every query step (BR rows, double-buffered with cp.async) computes,
+   all in registers (lane g, t as in the forward; rows = keys, columns =
+   queries):
+     S^T  = K Q^T              dP^T = V dO^T
+     P^T  = exp(scale S^T - lse)   dS^T = P^T (dP^T - D)   (masked, fp32)
+     dV  += P^T dO             dK  += dS^T Q        (fragments, whole block)
+   then dS^T goes to shared memory (bf16) and the block computes
+     dQ  += dS K               (16 x 16 tiles dealt round-robin to the warps)
+   added to its fp32 partial dq_acc + s B NH T HS (atomic = 1: one partial,
+   grid (B*NKV, key blocks), atomicAdd). dK (times scale) and dV are added
+   to dqkv at the end of each key block. */
+template <int HS>
+static __global__ void trn__k_fa2_bwd(trn__bf16 *dqkv, float *dq_acc, const trn__bf16 *dout, const trn__bf16 *qkv,
+                                      const float *lse, const float *D, int T, int NH, int NKV, int causal, float scale,
+                                      int atomic) {
+    typedef trn__fa2<HS> F;
+    enum { LD = F::LD, BC = F::BBC, BR = F::BBR, LDS = F::LDS, BW = F::BW };
+    TRN__CUDA_SHARED_128(trn__bf16, sm);
+    trn__bf16 *Ks = sm, *Vs = Ks + BC * LD, *QO = Vs + BC * LD; /* QO: buffer u: Q at QO + 2u BR LD, dO after */
+    trn__bf16 *dSs = QO + 4 * BR * LD;
+    float *LDv = (float *)(dSs + BC * LDS); /* buffer u: lse2 at LDv + 2u BR, D after */
+    int bg = blockIdx.x, b = bg / NKV, kvh = bg % NKV, G = NH / NKV, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    int g = lane / 4, t = lane % 4, nkb = (T + BC - 1) / BC;
+    size_t ld = (size_t)(NH + 2 * NKV) * HS, rows = (size_t)NH * T * (size_t)(gridDim.x / NKV);
+    const trn__bf16 *x = qkv + (size_t)b * T * ld, *dO = dout + (size_t)b * T * NH * HS;
+    float *dqa = dq_acc + (atomic ? 0 : (size_t)blockIdx.y * rows * HS);
+    const float log2e = 1.44269504089f;
+    for (int kb = blockIdx.y; kb < nkb; kb += gridDim.y) {
+        int j0 = kb * BC, i_start = causal ? j0 / BR * BR : 0; /* causal: queries before j0 see none of it */
+        int nqs = (T - i_start + BR - 1) / BR, steps = G * nqs;
+        trn__fa2_tile<HS>(Ks, x + (size_t)(NH + kvh) * HS, ld, j0, BC, T);
+        trn__fa2_tile<HS>(Vs, x + (size_t)(NH + NKV + kvh) * HS, ld, j0, BC, T);
+        trn__cp_async_commit();
+        float dk[HS / 8][4], dv[HS / 8][4];
+TRN__UNROLL
+        for (int n = 0; n < HS / 8; n++)
+            for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.0f;
+        for (int st = -1; st < steps; st++) {
+            if (st + 1 < steps) { /* prefetch step st+1 (head, query rows) into buffer (st+1)&1 */
+                int h = kvh * G + (st + 1) / nqs, i0 = i_start + (st + 1) % nqs * BR, u = (st + 1) & 1;
+                trn__fa2_tile<HS>(QO + 2 * u * BR * LD, x + (size_t)h * HS, ld, i0, BR, T);
+                trn__fa2_tile<HS>(QO + (2 * u + 1) * BR * LD, dO + (size_t)h * HS, (size_t)NH * HS, i0, BR, T);
+                trn__cp_async_commit();
+                for (int r = threadIdx.x; r < BR; r += blockDim.x) { /* lse (in base 2) and D: plain loads */
+                    size_t q = ((size_t)b * NH + h) * T + i0 + r;
+                    LDv[2 * u * BR + r] = i0 + r < T ? lse[q] * log2e : 0.0f;
+                    LDv[(2 * u + 1) * BR + r] = i0 + r < T ? D[q] : 0.0f;
+                }
+            }
+            if (st < 0) continue;
+            if (st + 1 < steps) trn__cp_async_wait<1>();
+            else trn__cp_async_wait<0>();
+            __syncthreads(); /* K, V and step st's Q, dO, lse, D are complete */
+            int h = kvh * G + st / nqs, i0 = i_start + st % nqs * BR, u = st & 1;
+            const trn__bf16 *Qs = QO + 2 * u * BR * LD, *dOs = Qs + BR * LD;
+            const float *L2 = LDv + 2 * u * BR, *Dv = L2 + BR;
+            /* S^T = K Q^T and dP^T = V dO^T: 16 keys x BR queries */
+            float s[BR / 8][4], dp[BR / 8][4];
+TRN__UNROLL
+            for (int n = 0; n < BR / 8; n++)
+                for (int e = 0; e < 4; e++) s[n][e] = dp[n][e] = 0.0f;
+TRN__UNROLL
+            for (int k = 0; k < HS / 16; k++) {
+                unsigned ka[4], va[4];
+                int ar = (warp * 16 + lane % 8 + (lane / 8) % 2 * 8) * LD + k * 16 + lane / 16 * 8;
+                trn__ldmatrix_x4(ka, Ks + ar);
+                trn__ldmatrix_x4(va, Vs + ar);
+TRN__UNROLL
+                for (int n = 0; n < BR / 16; n++) {
+                    unsigned qb[4], ob[4];
+                    int br = (n * 16 + lane % 8 + lane / 16 * 8) * LD + k * 16 + (lane / 8) % 2 * 8;
+                    trn__ldmatrix_x4(qb, Qs + br);
+                    trn__ldmatrix_x4(ob, dOs + br);
+                    trn__mma_bf16(s[2 * n], ka, qb);
+                    trn__mma_bf16(s[2 * n + 1], ka, qb + 2);
+                    trn__mma_bf16(dp[2 * n], va, ob);
+                    trn__mma_bf16(dp[2 * n + 1], va, ob + 2);
+                }
+            }
+            /* P^T and dS^T in place of S^T and dP^T (fp32); masked: keys
+               past T, queries past T, and under causal key > query */
+TRN__UNROLL
+            for (int n = 0; n < BR / 8; n++)
+TRN__UNROLL
+                for (int e = 0; e < 4; e++) {
+                    int j = j0 + warp * 16 + g + e / 2 * 8, c = n * 8 + 2 * t + e % 2, i = i0 + c;
+                    float p = j < T && i < T && (!causal || j <= i) ? exp2f(s[n][e] * scale * log2e - L2[c]) : 0.0f;
+                    s[n][e] = p;
+                    dp[n][e] = p * (dp[n][e] - Dv[c]);
+                }
+            /* dV += P^T dO, dK += dS^T Q: A from the registers above (bf16),
+               B = dO, Q (queries x HS) read with .trans */
+TRN__UNROLL
+            for (int k = 0; k < BR / 16; k++) {
+                unsigned pa[4] = {trn__pack_bf16(s[2 * k][0], s[2 * k][1]), trn__pack_bf16(s[2 * k][2], s[2 * k][3]),
+                                  trn__pack_bf16(s[2 * k + 1][0], s[2 * k + 1][1]),
+                                  trn__pack_bf16(s[2 * k + 1][2], s[2 * k + 1][3])};
+                unsigned da[4] = {trn__pack_bf16(dp[2 * k][0], dp[2 * k][1]),
+                                  trn__pack_bf16(dp[2 * k][2], dp[2 * k][3]),
+                                  trn__pack_bf16(dp[2 * k + 1][0], dp[2 * k + 1][1]),
+                                  trn__pack_bf16(dp[2 * k + 1][2], dp[2 * k + 1][3])};
+                /* dS^T to shared memory for dQ: rows = keys, columns = queries */
+                unsigned *d0 = (unsigned *)(dSs + (warp * 16 + g) * LDS + k * 16 + 2 * t);
+                d0[0] = da[0];
+                d0[4 * LDS] = da[1]; /* row g+8: 8 rows of LDS bf16 = 4 LDS words */
+                d0[4] = da[2];
+                d0[4 * LDS + 4] = da[3];
+TRN__UNROLL
+                for (int n = 0; n < HS / 16; n++) {
+                    unsigned ob[4], qb[4];
+                    int br = (k * 16 + lane % 8 + (lane / 8) % 2 * 8) * LD + n * 16 + lane / 16 * 8;
+                    trn__ldmatrix_x4_trans(ob, dOs + br);
+                    trn__ldmatrix_x4_trans(qb, Qs + br);
+                    trn__mma_bf16(dv[2 * n], pa, ob);
+                    trn__mma_bf16(dv[2 * n + 1], pa, ob + 2);
+                    trn__mma_bf16(dk[2 * n], da, qb);
+                    trn__mma_bf16(dk[2 * n + 1], da, qb + 2);
+                }
+            }
+            __syncthreads(); /* dS^T of every warp is in shared memory */
+            /* dQ += dS K, in 16 x 16 tiles (query rows 16 rg.., columns
+               16 c..) dealt round-robin to the warps; dS read from dS^T
+               with .trans, K (keys x HS) with .trans */
+            for (int it = warp; it < BR / 16 * (HS / 16); it += BW) {
+                int rg = it % (BR / 16), c = it / (BR / 16);
+                float q[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+TRN__UNROLL
+                for (int k = 0; k < BC / 16; k++) {
+                    unsigned sa[4], kf[4];
+                    trn__ldmatrix_x4_trans(sa, dSs + (k * 16 + lane % 8 + lane / 16 * 8) * LDS + rg * 16 + (lane / 8) % 2 * 8);
+                    trn__ldmatrix_x4_trans(kf, Ks + (k * 16 + lane % 8 + (lane / 8) % 2 * 8) * LD + c * 16 + lane / 16 * 8);
+                    trn__mma_bf16(q[0], sa, kf);
+                    trn__mma_bf16(q[1], sa, kf + 2);
+                }
+TRN__UNROLL
+                for (int r = 0; r < 2; r++) {
+                    int i = i0 + rg * 16 + g + r * 8;
+                    if (i >= T) continue;
+                    float *dst = dqa + (((size_t)b * NH + h) * T + i) * HS + c * 16 + 2 * t;
+                    for (int n = 0; n < 2; n++) {
+                        if (atomic) {
+                            atomicAdd(dst + n * 8, q[n][2 * r]);
+                            atomicAdd(dst + n * 8 + 1, q[n][2 * r + 1]);
+                        } else {
+                            dst[n * 8] += q[n][2 * r];
+                            dst[n * 8 + 1] += q[n][2 * r + 1];
+                        }
+                    }
+                }
+            }
+            __syncthreads(); /* buffer u and dS^T are free */
+        }
+        /* dqkv += dK scale, dV (fp32 add, one rounding) */
+TRN__UNROLL
+        for (int r = 0; r < 2; r++) {
+            int j = j0 + warp * 16 + g + r * 8;
+            if (j >= T) continue;
+            unsigned *pk = (unsigned *)(dqkv + ((size_t)b * T + j) * ld + (size_t)(NH + kvh) * HS + 2 * t);
+            unsigned *pv = pk + (size_t)NKV * HS / 2;
+TRN__UNROLL
+            for (int n = 0; n < HS / 8; n++) {
+                unsigned wk = pk[n * 4], wv = pv[n * 4];
+                pk[n * 4] = trn__pack_bf16(trn__bf16_lo(wk) + scale * dk[n][2 * r], trn__bf16_hi(wk) + scale * dk[n][2 * r + 1]);
+                pv[n * 4] = trn__pack_bf16(trn__bf16_lo(wv) + dv[n][2 * r], trn__bf16_hi(wv) + dv[n][2 * r + 1]);
+            }
+        }
+    }
+}
+
+/* backward, pass 3: dqkv's Q part += scale * (sum of the S partials, in
+   order); one thread per pair of columns */
+template <int HS>
+static __global__ void trn__k_fa2_bwd_dq(trn__bf16 *dqkv, const float *dq_acc, int B, int T, int NH, int NKV, int S,
+                                         float scale) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x, rows = (size_t)B * NH * T;
+    if (idx >= rows * (HS / 2)) return;
+    size_t row = idx / (HS / 2), d = idx % (HS / 2) * 2, bh = row / (size_t)T, i = row % (size_t)T;
+    size_t b = bh / (size_t)NH, h = bh % (size_t)NH;
+    float a0 = 0.0f, a1 = 0.0f;
+    for (int k = 0; k < S; k++) {
+        const float *p = dq_acc + ((size_t)k * rows + row) * HS + d;
+        a0 += p[0];
+        a1 += p[1];
+    }
+    unsigned *q = (unsigned *)(dqkv + (b * (size_t)T + i) * (size_t)(NH + 2 * NKV) * HS + h * HS + d);
+    *q = trn__pack_bf16(trn__bf16_lo(*q) + scale * a0, trn__bf16_hi(*q) + scale * a1);
+}
+
+/* the launchers. The kernels take 16-byte aligned qkv, out, dout, dqkv
+   (cp.async and the vector loads need it; the arena aligns every tensor)
+   and head sizes 16, 32, ..., 128: trn__cuda_fa2_ok says whether a call
+   qualifies (else the WMMA/FMA kernels run). */
+static struct { int wmma, dq_atomic; } trn__fa2_cfg; /* trn_cuda_set_flash */
+static int trn__cuda_fa2_ok(int hs, const void *a, const void *b, const void *c, const void *d) {
+    uintptr_t u = (uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)d;
+    return !trn__fa2_cfg.wmma && hs % 16 == 0 && hs >= 16 && hs <= 128 && u % 16 == 0;
+}
+template <int HS>
+static void trn__cuda_fa2_forward(float *out, float *lse, const float *qkv, int B, int T, int NH, int NKV, int causal) {
+    /* Q, K, V read, out written (bf16), lse written; S = Q K^T and P V: 2 T T HS each per head, half under causal */
+    TRN__CUDA_SITE_GEMM("flash fwd", 2.0 * B * T * (2 * NH + 2 * NKV) * HS + 4.0 * B * NH * T, T, T, HS,
+                        (causal ? 1.0 : 2.0) * B * NH);
+    TRN_CUDA_LAUNCH(trn__k_fa2_fwd<HS>, dim3((unsigned)(B * NH), (unsigned)((T + 63) / 64)), dim3(128),
+                    trn__fa2_shmem<HS>(0), trn__cu.stream, (trn__bf16 *)out, lse, (const trn__bf16 *)qkv, T, NH, NKV,
+                    causal, 1.44269504089f / sqrtf((float)HS));
+}
+/* how many blocks share the key blocks of one (b, kv head) when dQ is
+   deterministic: enough for ~512 blocks in flight, at most 8 (each one a
+   partial of dQ in fp32) and at most the number of key blocks */
+static int trn__cuda_fa2_split(int B, int NKV, int nkb) {
+    int s = (512 + B * NKV - 1) / (B * NKV);
+    return s < 1 ? 1 : s > 8 ? (nkb < 8 ? nkb : 8) : s > nkb ? nkb : s;
+}
+template <int HS>
+static void trn__cuda_fa2_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
+                                   const float *lse, int B, int T, int NH, int NKV, int causal) {
+    typedef trn__fa2<HS> F;
+    size_t rows = (size_t)B * NH * T;
+    int nkb = (T + F::BBC - 1) / F::BBC, atomic = trn__fa2_cfg.dq_atomic;
+    int S = atomic ? 1 : trn__cuda_fa2_split(B, NKV, nkb);
+    size_t lead = (rows + 3) / 4 * 4; /* D, padded: the partials start 16-byte aligned */
+    float *D = trn__cuda_tmp(lead + (size_t)S * rows * HS), *acc = D + lead;
+    {   /* dO, O read (bf16); D written, the S dQ partials zeroed (fp32) */
+        TRN__CUDA_SITE("flash bwd D", 4.0 * rows * HS + 4.0 * rows + 4.0 * S * rows * HS, 2.0 * rows * HS);
+        TRN_CUDA_LAUNCH(trn__k_fa2_bwd_d<HS>, dim3((unsigned)((rows + 7) / 8)), dim3(256), 0, trn__cu.stream, D, acc,
+                    (const trn__bf16 *)dout, (const trn__bf16 *)out, B, T, NH, S);
+    }
+    {   /* Q, dO, K, V, lse, D read; dK, dV read and written (backward accumulates); each dQ partial read and
+           written; five products of 2 T T HS per head (half under causal) */
+        TRN__CUDA_SITE_GEMM("flash bwd", 2.0 * B * T * (2 * NH + 2 * NKV) * HS + 8.0 * rows + 2.0 * 2.0 * B * T * 2 * NKV * HS +
+                                             8.0 * S * rows * HS, T, T, HS, (causal ? 2.5 : 5.0) * B * NH);
+        TRN_CUDA_LAUNCH(trn__k_fa2_bwd<HS>, dim3((unsigned)(B * NKV), (unsigned)(atomic ? nkb : S)), dim3(32 * F::BW),
+                    trn__fa2_shmem<HS>(1), trn__cu.stream, (trn__bf16 *)dqkv, acc, (const trn__bf16 *)dout,
+                    (const trn__bf16 *)qkv, lse, (const float *)D, T, NH, NKV, causal, 1.0f / sqrtf((float)HS),
+                    atomic);
+    }
+    /* the S partials read (fp32), dQ of dqkv read and written (bf16) */
+    TRN__CUDA_SITE("flash bwd dq sum", 4.0 * S * rows * HS + 4.0 * rows * HS, (double)(S + 1) * rows * HS);
+    TRN_CUDA_LAUNCH(trn__k_fa2_bwd_dq<HS>, dim3((unsigned)((rows * (HS / 2) + 255) / 256)), dim3(256), 0,
+                    trn__cu.stream, (trn__bf16 *)dqkv, (const float *)acc, B, T, NH, NKV, S, 1.0f / sqrtf((float)HS));
 }
 
 /* ------------------------------------------------------------------------
@@ -3157,6 +3694,12 @@ static void trn__cuda_flash_bwd_bf16(float *dqkv, const float *dout, const float
 static void trn__cuda_flash_attention_forward_bf16(float *out, float *lse, const float *qkv, int B, int T, int NH,
                                                    int NKV, int hs, int causal) {
     if (B <= 0 || T <= 0) return;
+    if (trn__cuda_fa2_ok(hs, out, qkv, qkv, qkv)) { /* >>cuda-fa2 */
+#define TRN__FA2_FWD(HS) \
+    if (hs == HS) return trn__cuda_fa2_forward<HS>(out, lse, qkv, B, T, NH, NKV, causal);
+        TRN__FLASH_BF16_HS(TRN__FA2_FWD)
+#undef TRN__FA2_FWD
+    }
 #define TRN__FLASH_FWD(HS) \
     if (hs == HS) return trn__cuda_flash_fwd_bf16<HS>(out, lse, qkv, B, T, NH, NKV, causal);
     TRN__FLASH_BF16_HS(TRN__FLASH_FWD)
@@ -3167,6 +3710,12 @@ static void trn__cuda_flash_attention_backward_bf16(float *dqkv, const float *do
                                                     const float *lse, int B, int T, int NH, int NKV, int hs,
                                                     int causal) {
     if (!dqkv || B <= 0 || T <= 0) return;
+    if (trn__cuda_fa2_ok(hs, dqkv, dout, qkv, out)) { /* >>cuda-fa2 */
+#define TRN__FA2_BWD(HS) \
+    if (hs == HS) return trn__cuda_fa2_backward<HS>(dqkv, dout, qkv, out, lse, B, T, NH, NKV, causal);
+        TRN__FLASH_BF16_HS(TRN__FA2_BWD)
+#undef TRN__FA2_BWD
+    }
 #define TRN__FLASH_BWD(HS) \
     if (hs == HS) return trn__cuda_flash_bwd_bf16<HS>(dqkv, dout, qkv, out, lse, B, T, NH, NKV, causal);
     TRN__FLASH_BF16_HS(TRN__FLASH_BWD)
@@ -3425,6 +3974,14 @@ TRNDEF trn_result trn_cuda_set_precision(trn_cuda_precision p) {
     if (trn__cu.table.name) trn__cuda_fill_table(&trn__cu.table, bf16); /* a pointer handed out sees it */
     /* fp32 and bf16 matmuls: no TF32 rounding of fp32 inputs */
     trn_cuda_set_tf32(p == TRN_CUDA_TF32);
+    return TRN_OK;
+}
+TRNDEF trn_result trn_cuda_set_flash(trn_cuda_flash kernel, int dq_atomic) {
+    if (kernel != TRN_CUDA_FLASH_FA2 && kernel != TRN_CUDA_FLASH_WMMA)
+        return trn_fail(TRN_ERR_INVALID, "trn_cuda_set_flash: unknown kernel %d (TRN_CUDA_FLASH_FA2 or _WMMA)",
+                        (int)kernel);
+    trn__fa2_cfg.wmma = kernel == TRN_CUDA_FLASH_WMMA;
+    trn__fa2_cfg.dq_atomic = dq_atomic != 0;
     return TRN_OK;
 }
 TRNDEF trn_cuda_precision trn_cuda_get_precision(void) {

@@ -131,6 +131,24 @@ MUTATIONS = [  # (name, original text, broken text, sanitizer: "" | "address" | 
      "tests/test_cuda_flash_bf16.cpp"),
     ("bf16 flash dQ overwritten instead of accumulated", "*p = __float2bfloat16(trn__ld(*p) + scale * Sw[e]);",
      "*p = __float2bfloat16(scale * Sw[e]);", "", "tests/test_cuda_flash_bf16.cpp"),
+    # FlashAttention-2 (>>cuda-fa2; tests/test_cuda_fa2_bf16.cpp checks it)
+    ("fa2 forward: wrong fragment index in the output store (c[r], c[r+1] for c[2r], c[2r+1])",
+     "trn__pack_bf16(o[n][2 * r] * inv, o[n][2 * r + 1] * inv)", "trn__pack_bf16(o[n][r] * inv, o[n][r + 1] * inv)",
+     "", "tests/test_cuda_fa2_bf16.cpp"),
+    ("fa2 forward: the output accumulator not rescaled when the row max grows",
+     "            o[n][0] *= corr[0]; o[n][1] *= corr[0]; o[n][2] *= corr[1]; o[n][3] *= corr[1];\n", "", "",
+     "tests/test_cuda_fa2_bf16.cpp"),
+    ("fa2 forward: causal mask skipped (only T masked)",
+     "int mask = j0 + BC > T || (causal && j0 + BC > i0 + warp * 16);", "int mask = j0 + BC > T;", "",
+     "tests/test_cuda_fa2_bf16.cpp"),
+    ("fa2 backward: causal mask skipped in P^T", "j < T && i < T && (!causal || j <= i) ? exp2f", "j < T && i < T ? exp2f",
+     "", "tests/test_cuda_fa2_bf16.cpp"),
+    ("fa2 forward: no cp.async.wait_group before the key tile is read",
+     "            trn__cp_async_wait<1>(); /* all but the newest group: this tile */\n", "", "",
+     "tests/test_cuda_fa2_bf16.cpp"),
+    ("fa2 backward: no barrier between the dS^T stores and the dQ product",
+     "            __syncthreads(); /* dS^T of every warp is in shared memory */\n", "", "",
+     "tests/test_cuda_fa2_bf16.cpp"),
 ]
 
 

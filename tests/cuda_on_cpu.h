@@ -160,6 +160,7 @@ struct HarnessCode {
 #define __align__(n) alignas(n)
 
 struct uint3 { unsigned x, y, z; };
+struct alignas(16) uint4 { unsigned x, y, z, w; };
 struct dim3 {
     unsigned x, y, z;
     constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
@@ -191,6 +192,8 @@ static inline __nv_bfloat16 __float2bfloat16(float f) {
     return r;
 }
 static inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __float2bfloat16(f); }
+static inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.x; }
+static inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short u) { __nv_bfloat16 r; r.x = u; return r; }
 static inline float __bfloat162float(__nv_bfloat16 h) {
     uint32_t u = (uint32_t)h.x << 16;
     float f;
@@ -307,6 +310,11 @@ struct State {
     void *tsan_main = nullptr;
     std::vector<void *> tsan_fib;
     std::vector<char> tsan_sync; /* [0] block start, [1] block end, [2..3] barrier, then 2 per warp */
+    /* cp.async: per thread of the block, the copies not yet in a group and
+       the committed groups not yet waited for (see "PTX" below) */
+    struct CpCopy { void *dst; const void *src; int bytes; };
+    struct CpThread { std::vector<CpCopy> open; std::vector<std::vector<CpCopy> > groups; };
+    std::vector<CpThread> cp;
 };
 inline State &S() { static State s; return s; }
 inline Config &config() { return S().cfg; }
@@ -570,8 +578,11 @@ inline const uint64_t *warp_meet(unsigned mask, uint64_t v, const char *op, int 
         W.mixed[g] = 0;
     } else if (W.mask[g] != mask) {
         error("%s: lanes of one warp disagree on the mask (0x%08x vs 0x%08x)", op, mask, W.mask[g]);
-    } else if (strcmp(W.file[g], op) != 0 && (!strncmp(op, "wmma::", 6) || !strncmp(W.file[g], "wmma::", 6))) {
-        if (!W.mixed[g]) error("%s: other lanes of this warp are at %s (a wmma call is for the whole warp)", op, W.file[g]);
+    } else if (strcmp(W.file[g], op) != 0 && (!strncmp(op, "wmma::", 6) || !strncmp(W.file[g], "wmma::", 6) ||
+                                              !strncmp(op, "ptx ", 4) || !strncmp(W.file[g], "ptx ", 4))) {
+        if (!W.mixed[g])
+            error("%s: other lanes of this warp are at %s (a wmma call or a .aligned PTX instruction is for the "
+                  "whole warp)", op, W.file[g]);
         W.mixed[g] = 1;
     }
     W.val[g][lane] = v;
@@ -665,6 +676,7 @@ inline void run_block(const Launch &L, uint3 b) {
     }
     s.bar_arrived = 0;
     s.bar_diverged = 0;
+    s.cp.assign((size_t)n, State::CpThread());
     if (L.shmem) {
         /* 128-byte aligned, as a GPU's dynamic shared memory (wmma needs 32) */
         if (posix_memalign((void **)&s.dyn, 128, L.shmem)) { fprintf(stderr, "cuda_on_cpu: out of memory\n"); abort(); }
@@ -706,6 +718,13 @@ inline void run_block(const Launch &L, uint3 b) {
               done, n, at_bar, s.bar_file ? s.bar_file : "-", at_bar ? s.bar_line : 0, at_warp);
     }
     s.cur = -1;
+    for (int i = 0; i < n; i++)
+        if (!s.cp[(size_t)i].groups.empty() || !s.cp[(size_t)i].open.empty()) {
+            error("cp.async: thread %d ends with %zu copies never waited for (a missing cp.async.wait_group)", i,
+                  s.cp[(size_t)i].open.size() + s.cp[(size_t)i].groups.size());
+            break;
+        }
+    s.cp.clear();
     free(s.dyn);
     s.dyn = nullptr;
 }
@@ -1027,6 +1046,149 @@ inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
 }
 } /* namespace wmma */
 } /* namespace nvcuda */
+
+/* ---- PTX: mma.sync m16n8k16, ldmatrix, cp.async --------------------------
+   train_cuda.h wraps each PTX instruction its FlashAttention-2 kernels use
+   in a small device function (trn__mma_bf16, trn__ldmatrix_x4, trn__cp_async16
+   ...): inline asm under nvcc, a call of these emulations here, so a kernel
+   reads the same on both. The layouts are the PTX ISA's ("Matrix fragments
+   for mma.m16n8k16 with floating point type", "ldmatrix"), with the lane's
+   groupID g = lane / 4 and threadID_in_group t = lane % 4:
+   mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32  d = a b + c
+      A (16x16, row): a[0] (g, 2t..2t+1)    a[1] (g+8, 2t..2t+1)
+                      a[2] (g, 2t+8..2t+9)  a[3] (g+8, 2t+8..2t+9)
+      B (16x8, k x n, "col"): b[0] (2t..2t+1, g)  b[1] (2t+8..2t+9, g)
+      C, D (16x8 fp32): c[0], c[1] (g, 2t), (g, 2t+1); c[2], c[3] the same in row g+8
+      a .b32 register holds two bf16, the one of lower index in its low half.
+      Products of bf16 are exact in fp32; the 16 of an element are summed in
+      fp32 onto c (the order is the emulation's: a GPU differs in the last bits).
+   ldmatrix.sync.aligned.m8n8.x{1,2,4}{,.trans}.shared.b16  r[0..n-1]
+      8x8 matrices of 16-bit elements; the 8 row addresses of matrix i come
+      from lanes 8i..8i+7 (x1 uses lanes 0-7, x2 lanes 0-15: the others'
+      are ignored); each must be 16-byte aligned (checked) and, here, in the
+      launch's dynamic shared memory (checked). Lane L receives in r[i]
+      elements (L/4, 2(L%4)) and (L/4, 2(L%4)+1) of matrix i; with .trans,
+      (2(L%4), L/4) and (2(L%4)+1, L/4).
+   Both are warp collectives like wmma's (.aligned: all 32 lanes at the
+   same instruction, checked; a lane's registers are read by the others
+   between two meets, so no lane changes them early).
+   cp.async.cg.shared.global [dst], [src], 16, src_size  (per thread)
+      copies src_size bytes (0 or 16) and fills the rest of the 16 with
+      zeros; dst and src 16-byte aligned, dst in dynamic shared memory (all
+      checked). cp.async.commit_group closes the thread's open copies into a
+      group; cp.async.wait_group N waits until at most N of ITS groups are
+      pending. Here a copy happens only when a wait_group retires its group
+      (the latest moment a GPU may do it), so a kernel that reads a tile
+      before its wait, or before the __syncthreads that makes the other
+      threads' copies visible, reads what was there (NaN, in fresh dynamic
+      shared memory). Stricter than a GPU: a thread that ends with copies
+      never waited for is reported. */
+namespace cuemu {
+inline bool in_dyn_shared(const void *p, size_t bytes) {
+    State &s = S();
+    const unsigned char *c = (const unsigned char *)p;
+    return s.dyn && s.L && c >= s.dyn && c + bytes <= s.dyn + s.L->shmem;
+}
+inline float bf16_half(unsigned w, int hi) {
+    __nv_bfloat16 h;
+    h.x = (unsigned short)(hi ? w >> 16 : w & 0xffffu);
+    return __bfloat162float(h);
+}
+struct MmaParts { const unsigned *a, *b; const float *c; };
+inline void mma_m16n8k16_bf16(float *d, const unsigned *a, const unsigned *b, const float *c) {
+    CUEMU_HARNESS_CODE;
+    static const char *op = "ptx mma.sync.m16n8k16";
+    MmaParts mine = {a, b, c};
+    int lane, mixed;
+    unsigned ex;
+    const uint64_t *v = warp_meet(0xffffffffu, (uint64_t)(uintptr_t)&mine, op, &lane, &ex, &mixed);
+    if (mixed) return;
+    const MmaParts *p[32];
+    for (int l = 0; l < 32; l++) p[l] = (const MmaParts *)(uintptr_t)v[l];
+    float out[4];
+    int g = lane / 4, t = lane % 4;
+    for (int e = 0; e < 4; e++) {
+        int r = g + (e / 2) * 8, n = 2 * t + e % 2;
+        float s = c[e];
+        for (int k = 0; k < 16; k++) {
+            /* A(r, k): lane (r%8)*4 + (k%8)/2, register (r/8) + 2 (k/8), half k%2 */
+            float x = bf16_half(p[(r % 8) * 4 + (k % 8) / 2]->a[(r / 8) + 2 * (k / 8)], k % 2);
+            /* B(k, n): lane n*4 + (k%8)/2, register k/8, half k%2 */
+            float y = bf16_half(p[n * 4 + (k % 8) / 2]->b[k / 8], k % 2);
+            s += x * y;
+        }
+        out[e] = s;
+    }
+    warp_meet(0xffffffffu, 0, op, &lane, &ex);
+    for (int e = 0; e < 4; e++) d[e] = out[e];
+}
+inline void ldmatrix(unsigned *r, int n, int trans, const void *addr) {
+    CUEMU_HARNESS_CODE;
+    static const char *ops[2][3] = {{"ptx ldmatrix.x1", "ptx ldmatrix.x2", "ptx ldmatrix.x4"},
+                                    {"ptx ldmatrix.x1.trans", "ptx ldmatrix.x2.trans", "ptx ldmatrix.x4.trans"}};
+    const char *op = ops[trans][n == 1 ? 0 : n == 2 ? 1 : 2];
+    int lane = (int)(linear_tid(threadIdx) % 32), mixed;
+    unsigned ex;
+    if (lane < 8 * n) {
+        if ((uintptr_t)addr % 16) error("%s: lane %d's row address %p is not 16-byte aligned", op, lane, addr);
+        else if (!in_dyn_shared(addr, 16))
+            error("%s: lane %d's row address %p is not in the launch's dynamic shared memory", op, lane, addr);
+    }
+    const uint64_t *v = warp_meet(0xffffffffu, (uint64_t)(uintptr_t)addr, op, &lane, &ex, &mixed);
+    if (mixed) return;
+    unsigned out[4] = {0, 0, 0, 0};
+    for (int i = 0; i < n; i++) {
+        const unsigned short *row0, *row1;
+        int c0, c1;
+        if (!trans) {
+            row0 = row1 = (const unsigned short *)(uintptr_t)v[8 * i + lane / 4];
+            c0 = 2 * (lane % 4);
+            c1 = c0 + 1;
+        } else {
+            row0 = (const unsigned short *)(uintptr_t)v[8 * i + 2 * (lane % 4)];
+            row1 = (const unsigned short *)(uintptr_t)v[8 * i + 2 * (lane % 4) + 1];
+            c0 = c1 = lane / 4;
+        }
+        bool ok = (uintptr_t)row0 % 16 == 0 && (uintptr_t)row1 % 16 == 0 && in_dyn_shared(row0, 16) &&
+                  in_dyn_shared(row1, 16);
+        out[i] = ok ? (unsigned)row0[c0] | (unsigned)row1[c1] << 16 : 0xffffffffu; /* reported above: NaN */
+    }
+    warp_meet(0xffffffffu, 0, op, &lane, &ex);
+    for (int i = 0; i < n; i++) r[i] = out[i];
+}
+inline void cp_async16(void *dst, const void *src, int src_bytes) {
+    CUEMU_HARNESS_CODE;
+    State &s = S();
+    if (!s.in_kernel || s.cur < 0) { error("cp.async outside a kernel"); return; }
+    if ((uintptr_t)dst % 16 || (uintptr_t)src % 16) {
+        error("cp.async 16: shared %p or global %p is not 16-byte aligned", dst, src);
+        return;
+    }
+    if (!in_dyn_shared(dst, 16)) { error("cp.async: destination %p is not in the launch's dynamic shared memory", dst); return; }
+    if (src_bytes != 0 && src_bytes != 16) { error("cp.async 16: src_size %d is not 0 or 16", src_bytes); return; }
+    State::CpCopy c = {dst, src, src_bytes};
+    s.cp[(size_t)s.cur].open.push_back(c);
+}
+inline void cp_async_commit() {
+    State &s = S();
+    if (!s.in_kernel || s.cur < 0) { error("cp.async.commit_group outside a kernel"); return; }
+    State::CpThread &t = s.cp[(size_t)s.cur];
+    t.groups.push_back(t.open);
+    t.open.clear();
+}
+inline void cp_async_wait(int n) {
+    State &s = S();
+    if (!s.in_kernel || s.cur < 0) { error("cp.async.wait_group outside a kernel"); return; }
+    State::CpThread &t = s.cp[(size_t)s.cur];
+    while ((int)t.groups.size() > n) {
+        for (const State::CpCopy &c : t.groups.front()) {
+            if (c.bytes) memcpy(c.dst, c.src, (size_t)c.bytes);
+            memset((char *)c.dst + c.bytes, 0, (size_t)(16 - c.bytes));
+        }
+        t.groups.erase(t.groups.begin());
+    }
+}
+} /* namespace cuemu */
 
 /* ---- atomics (each is also a preemption point) ---------------------------
    Fibers are never interrupted inside one, so a plain read-modify-write is

@@ -1,6 +1,8 @@
 // build: -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined -Wno-maybe-uninitialized
-/* tests/test_cuda_flash_bf16.cpp - the bf16 fused attention of train_cuda.h
-   (tensor cores through nvcuda::wmma) against train.h's fp32 fused CPU
+/* tests/test_cuda_flash_bf16.cpp - the WMMA bf16 fused attention of
+   train_cuda.h (tensor cores through nvcuda::wmma; since the FA2 kernels
+   became the default, selected with trn_cuda_set_flash(TRN_CUDA_FLASH_WMMA, 0)
+   for comparison; the FA2 ones are tests/test_cuda_fa2_bf16's) against train.h's fp32 fused CPU
    attention, and the harness's emulation of wmma.
 
    Built by g++ with tests/cuda_on_cpu.h (ASan + UBSan, see the build line):
@@ -285,6 +287,9 @@ int main(int argc, char **argv) {
     }
     CHECK(trn_cuda_set_precision(TRN_CUDA_BF16) == TRN_OK, "trn_cuda_set_precision(bf16): %s\n", trn_error_reason());
     GPU = trn_cuda_backend();
+    /* this test keeps the WMMA kernels covered (trn_cuda_set_flash); the
+       FlashAttention-2 kernels, the default, are tests/test_cuda_fa2_bf16's */
+    CHECK(trn_cuda_set_flash(TRN_CUDA_FLASH_WMMA, 0) == TRN_OK, "trn_cuda_set_flash(WMMA): %s\n", trn_error_reason());
     CHECK(GPU->act_dtype == TRN_BF16, "the bf16 table has act_dtype %d\n", (int)GPU->act_dtype);
 
     test_wmma_layout<wm::row_major, wm::row_major>(0);
