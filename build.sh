@@ -6,7 +6,8 @@
 #   ./build.sh          examples/ and tools/ (quick: what the README's first
 #                       command needs); their CUDA programs too where nvcc
 #                       and a working CUDA driver with a GPU are present
-#   ./build.sh bench    the same, and bench/
+#   ./build.sh bench    the same, and bench/ (bench/*.cpp: C++ programs on
+#                       the CUDA-on-CPU harness, such as gpt2_plan)
 #   ./build.sh cuda     the same, and every CUDA program (*.cu) whether or
 #                       not this machine has a GPU (needs nvcc)
 #   ./build.sh test     everything: examples, tools, bench, tests/ and their
@@ -51,7 +52,7 @@ NVCC_FLAGS="-O3 -I. -std=c++17 -gencode arch=compute_80,code=sm_80 -gencode arch
 # time; the examples and bench/ still build for every target above, so code
 # that breaks only for sm_80 still fails the build
 NVCC_CHECK_FLAGS="-O3 -I. -std=c++17 -gencode arch=compute_90,code=sm_90 -Xcompiler -fopenmp"
-HEADERS="train.h train_cuda.h train_nccl.h extras/train_data.h extras/train_loop.h tests/check.h examples/gpt2.c tests/cuda_on_cpu.h tests/nccl_on_cpu.h"
+HEADERS="train.h train_cuda.h train_nccl.h extras/train_data.h extras/train_loop.h tests/check.h examples/gpt2.c tests/cuda_on_cpu.h tests/nccl_on_cpu.h bench/gpt2_sites.h"
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/build.sh.XXXXXX") || exit 1
 trap 'rm -rf "$TMP"' EXIT
 
@@ -195,6 +196,13 @@ plan_c() { # plan_c GLOB...: C programs next to their sources
         plan "$CC" "$CFLAGS $C_STD $defs" "${src%.c}" "$src"
     done
 }
+plan_cxx() { # plan_cxx GLOB...: C++ programs next to their sources (bench/gpt2_plan.cpp: the harness's dry run)
+    local src
+    [ -n "$CXX" ] || { echo "  skip  bench/*.cpp: no C++ compiler (Debian package g++ or clang)"; return 0; }
+    for src in "$@"; do
+        [ -e "$src" ] && plan "$CXX" "$CXXFLAGS -std=c++17 $POSIX_DEFS" "${src%.cpp}" "$src"
+    done
+}
 plan_cuda() { # plan_cuda WHEN GLOB... (WHEN: as for plan_cuda_for below)
     local when=$1 src out flags; shift
     for src in "$@"; do
@@ -250,7 +258,7 @@ finish() {
 
 case "${1:-}" in
     clean)
-        for src in examples/*.c tools/*.c bench/*.c examples/*.cu tools/*.cu bench/*.cu; do
+        for src in examples/*.c tools/*.c bench/*.c bench/*.cpp examples/*.cu tools/*.cu bench/*.cu; do
             [ -e "$src" ] && rm -f "${src%.*}"
         done
         rm -rf tests/bin; exit 0 ;;
@@ -259,6 +267,7 @@ case "${1:-}" in
         setup_flags
         # shellcheck disable=SC2046
         plan_c examples/*.c tools/*.c $([ "${1:-}" = bench ] && echo bench/*.c)
+        if [ "${1:-}" = bench ]; then plan_cxx bench/*.cpp; fi
         case "${1:-}" in
             cuda) plan_cuda_for always examples/*.cu tools/*.cu bench/*.cu tests/*.cu ;;
             bench) plan_cuda_for usable examples/*.cu tools/*.cu bench/*.cu ;;
@@ -269,6 +278,7 @@ case "${1:-}" in
         echo "build.sh: building everything ($CC, $JOBS at once)"
         setup_flags
         plan_c examples/*.c tools/*.c bench/*.c
+        plan_cxx bench/*.cpp
         plan_tests
         plan_cuda_for check examples/*.cu tools/*.cu bench/*.cu tests/*.cu
         finish || { echo "0 passed, 1 failed"; exit 1; }

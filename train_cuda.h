@@ -2027,25 +2027,132 @@ static void trn__cuda_gemm(const char *file, int line, cublasOperation_t ta, cub
    take the unfused path (GEMM, then a kernel). */
 enum { TRN__LT_NONE, TRN__LT_GELU, TRN__LT_DGELU };
 static int trn__cuda_lt_aux_ok(const void *aux, int ld) { return ld % 8 == 0 && (uintptr_t)aux % 16 == 0; }
-template <typename TD>
-static void trn__cuda_lt_gemm(const char *file, int line, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
-                              int k, const trn__bf16 *A, int lda, const trn__bf16 *B, int ldb, float beta, TD *D,
-                              int ldd, int act, const TD *bias, TD *aux) {
-    static const char *names[] = {"", "+GELU", "+DGELU"};
-    cublasLtMatmulDesc_t op;
+/* >>lt-plans: cuBLASLt once per problem. A descriptor, three layouts, a
+   preference and a heuristic query cost host time (and the heuristic a lot
+   of it), and their answer depends only on the problem: the transposes,
+   m n k, the leading dimensions, D's type, the epilogue, and how aligned the
+   matrices' addresses are: the heuristic may pick kernels whose wide loads
+   assume as much alignment as it is told, and it assumes 256 bytes unless
+   told less (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES), which a pointer
+   into an arena or a chunk of rows need not have. So each distinct problem,
+   alignments read off the real pointers (up to 16 bytes: see
+   trn__cuda_align_log2), gets a PLAN once: the descriptor
+   (transposes, epilogue, aux ld), the layouts and the chosen algorithm,
+   kept until trn_cuda_shutdown; a call only sets its bias and aux pointers
+   on the plan's descriptor and runs. Before, a GPT-2 step made ~440 of
+   each; now one per distinct shape, in the first step (the harness counts
+   them: tests/test_gpt2_plan.cpp). When the heuristic offers nothing, the
+   plan says so, a note is printed once, and its calls take the unfused
+   path: cublasGemmEx, then the epilogue as a kernel. */
+typedef struct trn__lt_plan {
+    int ta, tb, m, n, k, lda, ldb, ldd, dtype, act, bias; /* the key ...                   */
+    unsigned align;              /* ... and log2 of the A, B, D, aux alignments, 4 bits each */
+    cublasLtMatmulDesc_t op;     /* what the key gets (found = 0: nothing fits, unfused)   */
     cublasLtMatrixLayout_t la, lb, ld;
-    cublasLtMatmulPreference_t pref;
     cublasLtMatmulHeuristicResult_t algo;
-    int found = 0;
-    int32_t opa = ta, opb = tb, dtype = trn__cuda_dt(D), bias_type = dtype; /* the bias has D's type */
+    int found;
+} trn__lt_plan;
+static struct { trn__lt_plan *p; int n, cap, noted; } trn__lt;
+
+/* log2 of the largest power of two, up to 16, that divides the address.
+   16 bytes is the widest access a kernel makes (one vector load; the
+   Hopper copy engine wants 16-byte aligned addresses); promising more
+   would buy nothing but more plans, since the same matrix lands at other
+   offsets of an arena from one step to the next */
+static unsigned trn__cuda_align_log2(const void *ptr) {
+    uintptr_t a = (uintptr_t)ptr;
+    unsigned l = 0;
+    while (l < 4 && !(a & ((uintptr_t)1 << l))) l++;
+    return l;
+}
+static void trn__cuda_lt_release(void) {
+    for (int i = 0; i < trn__lt.n; i++) {
+        trn__lt_plan *q = &trn__lt.p[i];
+        TRN_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(q->ld));
+        TRN_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(q->lb));
+        TRN_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(q->la));
+        TRN_CUBLAS_CHECK(cublasLtMatmulDescDestroy(q->op));
+    }
+    free(trn__lt.p);
+    memset(&trn__lt, 0, sizeof trn__lt);
+}
+/* the plan of a problem: found in the cache, or made (one heuristic query) */
+static trn__lt_plan *trn__cuda_lt_plan(const char *file, int line, int ta, int tb, int m, int n, int k, int lda,
+                                       int ldb, int ldd, int dtype, int act, int bias, unsigned align) {
+    static const char *names[] = {"", "+GELU", "+DGELU"};
+    trn__lt_plan *q;
+    int i;
+    for (i = 0; i < trn__lt.n; i++) {
+        q = &trn__lt.p[i];
+        if (q->ta == ta && q->tb == tb && q->m == m && q->n == n && q->k == k && q->lda == lda && q->ldb == ldb &&
+            q->ldd == ldd && q->dtype == dtype && q->act == act && q->bias == bias && q->align == align)
+            return q;
+    }
+    if (trn__lt.n == trn__lt.cap) {
+        int cap = trn__lt.cap ? 2 * trn__lt.cap : 32;
+        trn__lt_plan *np = (trn__lt_plan *)realloc(trn__lt.p, sizeof(trn__lt_plan) * (size_t)cap);
+        if (!np) trn_fatal("train_cuda.h: out of host memory for cuBLASLt plans");
+        trn__lt.p = np;
+        trn__lt.cap = cap;
+    }
+    q = &trn__lt.p[trn__lt.n++];
+    memset(q, 0, sizeof *q);
+    q->ta = ta; q->tb = tb; q->m = m; q->n = n; q->k = k; q->lda = lda; q->ldb = ldb; q->ldd = ldd;
+    q->dtype = dtype; q->act = act; q->bias = bias; q->align = align;
+    int32_t opa = ta, opb = tb, bias_type = dtype; /* the bias has D's type */
     int64_t aux_ld = ldd;
     uint32_t epilogue = act == TRN__LT_GELU    ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
                         : act == TRN__LT_DGELU ? CUBLASLT_EPILOGUE_DGELU
                         : bias                 ? CUBLASLT_EPILOGUE_BIAS
                                                : CUBLASLT_EPILOGUE_DEFAULT;
     uint64_t ws = trn__cu.workspace_bytes;
-    const void *bp = bias, *ap = aux;
+    uint32_t al[4];
+    cublasLtMatmulPreference_t pref;
+    for (i = 0; i < 3; i++) al[i] = 1u << ((align >> (4 * i)) & 15u); /* A, B, D (C is D) */
+    TRN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&q->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    TRN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(q->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
+    TRN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(q->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
+    TRN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(q->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
+    if (bias)
+        TRN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(q->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                        sizeof bias_type));
+    if (act != TRN__LT_NONE)
+        TRN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(q->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld));
+    /* a layout is (rows, cols, ld) of the matrix as stored, before op() */
+    TRN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&q->la, CUDA_R_16BF, ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m, lda));
+    TRN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&q->lb, CUDA_R_16BF, tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k, ldb));
+    TRN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&q->ld, (cudaDataType)dtype, m, n, ldd));
+    TRN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    TRN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    TRN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al[0], sizeof al[0]));
+    TRN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al[1], sizeof al[1]));
+    TRN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al[2], sizeof al[2]));
+    TRN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al[2], sizeof al[2]));
+    /* no algorithm is an answer, not an error: the calls go unfused */
+    if (cublasLtMatmulAlgoGetHeuristic(trn__cu.cublaslt, q->op, q->la, q->lb, q->ld, q->ld, pref, 1, &q->algo,
+                                       &q->found) != CUBLAS_STATUS_SUCCESS)
+        q->found = 0;
+    TRN_CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+    if (q->found < 1 && !trn__lt.noted) {
+        trn__lt.noted = 1;
+        fprintf(stderr, "train_cuda.h: note: %s:%d: cuBLASLt offers no algorithm for a bf16 matmul (m=%d n=%d k=%d, %s D%s%s); "
+                "such matmuls run unfused (cublasGemmEx, then a kernel): correct, slower. (Said once.)\n", file, line, m, n,
+                k, dtype == CUDA_R_16BF ? "bf16" : "fp32", bias ? ", bias" : "", names[act]);
+    }
+    return q;
+}
+/* out (N,OC) += bias (OC), bf16 or fp32: the unfused bias of a matmul whose
+   fused cuBLASLt epilogue is not available */
+template <typename A>
+static __global__ void trn__k_bias_add_a(A *out, const A *bias, size_t N, int OC) {
+    TRN__GRID_STRIDE(i, N * (size_t)OC) out[i] = trn__to<A>(trn__ld(out[i]) + trn__ld(bias[i % (size_t)OC]));
+}
+template <typename TD>
+static void trn__cuda_lt_gemm(const char *file, int line, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                              int k, const trn__bf16 *A, int lda, const trn__bf16 *B, int ldb, float beta, TD *D,
+                              int ldd, int act, const TD *bias, TD *aux) {
     float one = 1.0f;
+    int dtype = trn__cuda_dt(D);
     if (act == TRN__LT_DGELU && (beta != 0.0f || bias))
         trn_fatal("%s:%d: cuBLASLt DGELU epilogue: the kit uses it with beta 0 and no bias only (beta %g, bias %p)",
                   file, line, beta, (const void *)bias);
@@ -2053,39 +2160,37 @@ static void trn__cuda_lt_gemm(const char *file, int line, cublasOperation_t ta, 
         trn_fatal("%s:%d: cuBLASLt GELU epilogue: the pre-activation (aux) needs a leading dimension that is a "
                   "multiple of 8 and a 16-byte aligned address, got ld %d at %p (m=%d n=%d k=%d); the caller should "
                   "have taken the unfused path (trn__cuda_lt_aux_ok)", file, line, ldd, (void *)aux, m, n, k);
-    TRN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    TRN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
-    TRN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
-    TRN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
-    if (bias) {
-        TRN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp));
-        TRN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
-                                                        sizeof bias_type));
+    unsigned align = trn__cuda_align_log2(A) | trn__cuda_align_log2(B) << 4 | trn__cuda_align_log2(D) << 8 |
+                     (act != TRN__LT_NONE ? trn__cuda_align_log2(aux) : 4u) << 12;
+    trn__lt_plan *q = trn__cuda_lt_plan(file, line, ta, tb, m, n, k, lda, ldb, ldd, dtype, act, bias != NULL, align);
+    if (q->found < 1) { /* unfused: the GEMM, then the epilogue as a kernel (over D as (n, m) rows) */
+        size_t mn = (size_t)m * n;
+        if (ldd != m && (bias || act != TRN__LT_NONE))
+            trn_fatal("%s:%d: the unfused epilogue needs a contiguous D (ld %d, m %d)", file, line, ldd, m);
+        if (act == TRN__LT_GELU) { /* aux = acc (+ bias), D = gelu(aux) */
+            trn__cuda_gemm(file, line, ta, tb, m, n, k, 1.0f, A, lda, 0, B, ldb, 0, beta, aux, ldd, 0, 1);
+            TRN_CUDA_LAUNCH(trn__k_bias_gelu<TD>, dim3(trn__cuda_grid(mn)), dim3(TRN__CUDA_BLOCK), 0, trn__cu.stream, D,
+                            aux, bias, (size_t)n, m);
+        } else {
+            trn__cuda_gemm(file, line, ta, tb, m, n, k, 1.0f, A, lda, 0, B, ldb, 0, beta, D, ldd, 0, 1);
+            if (act == TRN__LT_DGELU)
+                TRN_CUDA_LAUNCH(trn__k_dgelu_mul<TD>, dim3(trn__cuda_grid(mn)), dim3(TRN__CUDA_BLOCK), 0, trn__cu.stream,
+                                D, (const TD *)aux, mn);
+            else if (bias)
+                TRN_CUDA_LAUNCH(trn__k_bias_add_a<TD>, dim3(trn__cuda_grid(mn)), dim3(TRN__CUDA_BLOCK), 0,
+                                trn__cu.stream, D, bias, (size_t)n, m);
+        }
+        return;
     }
-    if (act != TRN__LT_NONE) {
-        TRN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &ap, sizeof ap));
-        TRN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld));
-    }
-    /* a layout is (rows, cols, ld) of the matrix as stored, before op() */
-    TRN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m, lda));
-    TRN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k, ldb));
-    TRN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, (cudaDataType)dtype, m, n, ldd));
-    TRN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    TRN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
-    TRN_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(trn__cu.cublaslt, op, la, lb, ld, ld, pref, 1, &algo, &found));
-    if (found < 1)
-        trn_fatal("%s:%d: cuBLASLt offers no algorithm for a bf16 matmul (m=%d n=%d k=%d, %s D%s%s)", file, line, m,
-                  n, k, dtype == CUDA_R_16BF ? "bf16" : "fp32", bias ? ", bias" : "", names[act]);
+    const void *bp = bias, *ap = aux;
+    if (bias) TRN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(q->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp));
+    if (act != TRN__LT_NONE)
+        TRN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(q->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &ap, sizeof ap));
     /* C = D: beta 0 writes D (never reads it), beta 1 adds to it */
-    trn__cublas_check(cublasLtMatmul(trn__cu.cublaslt, op, &one, A, la, B, lb, &beta, D, ld, D, ld, &algo.algo,
-                                     trn__cu.workspace, trn__cu.workspace_bytes, trn__cu.stream),
+    trn__cublas_check(cublasLtMatmul(trn__cu.cublaslt, q->op, &one, A, q->la, B, q->lb, &beta, D, q->ld, D, q->ld,
+                                     &q->algo.algo, trn__cu.workspace, trn__cu.workspace_bytes, trn__cu.stream),
                       "cublasLtMatmul", file, line);
     trn__cuda_launched("cublasLtMatmul");
-    TRN_CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
-    TRN_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(ld));
-    TRN_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lb));
-    TRN_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(la));
-    TRN_CUBLAS_CHECK(cublasLtMatmulDescDestroy(op));
 }
 
 /* out (N,OC) = inp (N,C) @ w^T (w is (OC,C)) + bias:
@@ -2911,6 +3016,7 @@ static void trn__cuda_release(void) {
     if (trn__cu.tmp) { trn__cuda_free(trn__cu.tmp); trn__cu.tmp = NULL; trn__cu.tmp_bytes = 0; }
     if (trn__cu.partials) { trn__cuda_free(trn__cu.partials); trn__cu.partials = NULL; }
     if (trn__cu.cublas) { TRN_CUBLAS_CHECK(cublasDestroy(trn__cu.cublas)); trn__cu.cublas = NULL; }
+    trn__cuda_lt_release(); /* the plans, before their handle */
     if (trn__cu.cublaslt) { TRN_CUBLAS_CHECK(cublasLtDestroy(trn__cu.cublaslt)); trn__cu.cublaslt = NULL; }
     if (trn__cu.workspace) { trn__cuda_free(trn__cu.workspace); trn__cu.workspace = NULL; }
     if (trn__cu.stream) { TRN_CUDA_CHECK(cudaStreamDestroy(trn__cu.stream)); trn__cu.stream = NULL; }

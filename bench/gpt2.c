@@ -193,9 +193,25 @@ static bench_result bench_model(const char *name, const gpt2_config *cfg, int B,
     res.kit = gemm_rate(cfg, B * T, 0);
     printf("  step %8.1f ms  (forward+loss %.1f, backward %.1f, clip+AdamW %.1f)\n", res.ms, res.fwd, res.bwd, res.opt);
     printf("  %8.0f tokens/s   %7.1f GFLOP/s achieved\n", res.tok_s, res.gflops);
-    printf("  OpenBLAS sgemm on this step's linear products: %7.1f GFLOP/s   (trn_sgemm: %.1f)\n", res.blas, res.kit);
+    printf("  OpenBLAS sgemm on this step's linear products: %7.1f GFLOP/s   (trn_sgemm: %.1f, %.2fx OpenBLAS)\n",
+           res.blas, res.kit, res.kit / res.blas);
     printf("  step rate / OpenBLAS rate: %.0f%%\n\n", 100.0 * res.gflops / res.blas);
     return res;
+}
+
+// the kernel path train.h was compiled for (the same tests as its #ifs)
+static const char *isa_path(void) {
+#if defined(TRAIN_USE_CBLAS)
+    return "CBLAS (TRAIN_USE_CBLAS)";
+#elif defined(__AVX512F__)
+    return "AVX-512";
+#elif defined(__AVX2__) && defined(__FMA__)
+    return "AVX2+FMA";
+#elif defined(__ARM_NEON) && defined(__aarch64__)
+    return "AArch64 NEON";
+#else
+    return "plain C (no SIMD path: build with -march=native?)";
+#endif
 }
 
 int main(int argc, char **argv) {
@@ -220,8 +236,8 @@ int main(int argc, char **argv) {
     }
     openblas_set_num_threads(threads);
     trn_set_threads(threads);
-    printf("bench/gpt2: %d threads, median of %d steps after a warm-up step; OpenBLAS kernel: %s\n\n", threads,
-           steps, openblas_get_corename());
+    printf("bench/gpt2: %d threads, median of %d steps after a warm-up step; train.h kernels: %s; OpenBLAS kernel: "
+           "%s\n\n", threads, steps, isa_path(), openblas_get_corename());
     if (!only || !strcmp(only, "gpt2")) {
         const preset *p = find_preset("gpt2");
         bench_model("gpt2", &p->cfg, 4, 64, steps);

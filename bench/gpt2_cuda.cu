@@ -42,6 +42,12 @@
 // the free device memory; the ledger's device view at the end shows what
 // was actually allocated.
 //
+// --profile: after the timed steps, one more step with the time ledger on
+// (train_cuda.h's >>sites, bench/gpt2_sites.h): a CUDA event where each
+// launch site opens and closes, read after the step; prints the table of
+// bench/gpt2_plan with a measured column and floor / measured per site
+// (--profile-csv FILE: the same rows as CSV).
+//
 // Without a GPU it prints the one-line reason and exits with code 2.
 //
 // build: -lcublas -lcublasLt
@@ -49,6 +55,7 @@
 #define TRN_USE_CUDA
 #define GPT2_NO_MAIN
 #include "examples/gpt2.c"
+#include "bench/gpt2_sites.h"
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -149,7 +156,9 @@ static void usage(void) {
            "  --recompute         each block a recompute region (activation checkpointing)\n"
            "  --attention KIND    fused (flash-style, saves (B,NH,T)) or materialized\n"
            "                      (saves the (B,NH,T,T) probabilities, TF32 cuBLAS products) [fused]\n"
-           "  --peak-tflops X     the device's peak for MFU, when the table does not know it\n");
+           "  --peak-tflops X     the device's peak for MFU, when the table does not know it\n"
+           "  --profile           then one step with CUDA events per launch site: the time ledger's table\n"
+           "  --profile-csv FILE  the same, and its rows as CSV\n");
 }
 
 int main(int argc, char **argv) {
@@ -157,12 +166,16 @@ int main(int argc, char **argv) {
     int B = 16, T = 1024, steps = 10, recompute = 0, materialized = 0;
     int prec = TRN_CUDA_TF32;
     double peak_arg = 0.0;
+    int profile = 0;
+    const char *profile_csv = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help")) {
             usage();
             return 0;
         } else if (!strcmp(argv[i], "--recompute")) {
             recompute = 1;
+        } else if (!strcmp(argv[i], "--profile")) {
+            profile = 1;
         } else if (i + 1 >= argc) {
             die("unknown argument or missing value '%s' (see --help)", argv[i]);
         } else if (!strcmp(argv[i], "--attention")) {
@@ -182,6 +195,9 @@ int main(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--precision")) {
             const char *v = argv[++i];
             if ((prec = trn_cuda_precision_parse(v)) < 0) die("--precision: fp32, tf32 or bf16, not '%s'", v);
+        } else if (!strcmp(argv[i], "--profile-csv")) {
+            profile = 1;
+            profile_csv = argv[++i];
         } else if (!strcmp(argv[i], "--peak-tflops")) {
             peak_arg = parse_float("--peak-tflops", argv[++i], 1e-3, 1e6);
         } else {
@@ -300,6 +316,18 @@ int main(int argc, char **argv) {
     else
         printf("MFU: unknown peak for '%s', pass --peak-tflops\n", dev);
     printf("loss %.3f -> %.3f over %d steps (last gradient norm %.3f)\n\n", first_loss, loss, steps + 1, norm);
+    if (profile) { // the time ledger, measured: one more step with an event per site
+        const trn_cuda_site_row *rows;
+        trn_cuda_sites_start(1);
+        plan_gpt2_step(&g, &opt, x, y, B, T);
+        int n = trn_cuda_sites_read(&rows);
+        printf("time ledger, measured (CUDA events per launch site, one step; eff = floor / measured):\n");
+        plan_sums ps = plan_print(stdout, rows, n, (trn_cuda_precision)prec, 1);
+        printf("sites: %.2f ms floor, %.2f ms measured in sites (step %.1f ms), %lld launches\n\n", ps.floor_ms,
+               ps.measured_ms, ms, ps.launches);
+        if (profile_csv && plan_csv(profile_csv, rows, n, (trn_cuda_precision)prec) != 0)
+            die("--profile-csv: cannot write '%s'", profile_csv);
+    }
     // like for like: the estimate leaves out the runtime (context, cuBLAS)
     // and the small reduction scratch
     double kit = 0.0, all = 0.0;

@@ -171,6 +171,8 @@ static const char *kernel_name(void) {
     return "AVX-512, 12x32 tile";
 #elif defined(__AVX2__) && defined(__FMA__)
     return "AVX2+FMA, 6x16 tile";
+#elif defined(__ARM_NEON) && defined(__aarch64__)
+    return "AArch64 NEON, 8x12 tile";
 #else
     return "plain C, 4x16 tile";
 #endif

@@ -16,10 +16,12 @@
 #include <ctype.h>
 #include <errno.h>
 #include <glob.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -115,7 +117,10 @@ static trn_result init_check_unused(const trn_safetensors *f, const unsigned cha
 }
 
 // GPT-2 pads 50257 to 50304 = 393 * 128; a byte vocabulary stays 256
-static int pad_vocab(int V) { return V <= 256 ? V : (V + 127) / 128 * 128; }
+static int pad_vocab(int V) {
+    if (V > INT_MAX - 127) die("a vocabulary of %d tokens: too large to pad to a multiple of 128", V);
+    return V <= 256 ? V : (V + 127) / 128 * 128;
+}
 
 // ===========================================================================
 // >>data: text or token shards -> one array of token ids
@@ -176,6 +181,7 @@ static void load_tokens(trn_tokens *tokens, const char *data, const trn_tokenize
         struct stat st;
         if (stat(data, &st) != 0) die("--data %s: %s", data, strerror(errno));
         if (S_ISDIR(st.st_mode)) die("--data %s: is a directory (give a text file or a .bin shard)", data);
+        if (trn_check_regular(data) != TRN_OK) die("--data %s", trn_error_reason()); // a FIFO, a device
         if (st.st_size == 0) die("--data %s: the file is empty", data);
         trn_result r = trn_tokens_load(tokens, data, tok);
         if (r != TRN_OK) die("--data %s: %s", data, trn_error_reason());
@@ -307,12 +313,35 @@ static void hist_push(float **a, float **b, int *n, int *cap, float x, float y) 
     (*n)++;
 }
 
+// --log: each record on disk when written; a failed write (a full disk,
+// /dev/full) stops the run with one line, never a log cut mid-record
+// and exit 0
+static void log_flush(FILE *logf) {
+    if (fflush(logf) != 0 || ferror(logf)) die("--log: a write failed: %s", strerror(errno));
+}
+
+// --log PATH for appending (resume) or writing: a regular file, or a new
+// one, or a character device (/dev/null); a FIFO or directory is refused
+static FILE *log_open(const char *path, int append) {
+    struct stat st;
+    FILE *f;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISCHR(st.st_mode))
+        die("--log %s: %s, not a regular file", path, S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISDIR(st.st_mode) ? "a directory" : "not a file");
+    if (!(f = fopen(path, append ? "a" : "w"))) die("--log %s: %s", path, strerror(errno));
+    return f;
+}
+
+// at the end: the last records on disk, or one line and exit 2
+static void log_close(FILE *logf) {
+    if (logf && fclose(logf) != 0) die("--log: closing it failed: %s", strerror(errno));
+}
+
 // a validation result: on stdout, into the --log JSONL, into the plot
 static void report_val(FILE *logf, history *h, long long step, float val) {
     printf("step %5lld | val_loss %.4f\n", step, val);
     if (logf) {
         fprintf(logf, "{\"step\":%lld,\"val_loss\":%.9g}\n", step, val);
-        fflush(logf);
+        log_flush(logf);
     }
     hist_push(&h->vstep, &h->vloss, &h->nv, &h->capv, (float)step, val);
 }
@@ -331,6 +360,8 @@ static int json_number(const char *line, const char *key, double *out) {
 // killed after its last checkpoint logged steps that will now run again),
 // and read the loss history back for the plot.
 static void log_truncate_and_read(const char *path, long long upto, history *h) {
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return; // (a FIFO: log_open refuses it)
     FILE *f = fopen(path, "rb");
     if (!f) return;
     char tmp[1100], line[4096];
@@ -518,6 +549,7 @@ static void apply_precision(const char *p) {
 // argv -> a; a bad flag or value exits 2. Returns 1 when --help was asked
 // (the caller prints its usage).
 static int parse_args(run_args *a, int argc, char **argv) {
+    int out_given = 0;
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) return 1;
@@ -543,7 +575,7 @@ static int parse_args(run_args *a, int argc, char **argv) {
         else if (!strcmp(f, "--data")) a->data = v;
         else if (!strcmp(f, "--bpe")) a->bpe = v;
         else if (!strcmp(f, "--init")) a->init = v;
-        else if (!strcmp(f, "--out")) a->out = v;
+        else if (!strcmp(f, "--out")) a->out = v, out_given = 1;
         else if (!strcmp(f, "--resume")) a->resume = v;
         else if (!strcmp(f, "--log")) a->log = v;
         else if (!strcmp(f, "--prompt")) a->prompt = v;
@@ -583,6 +615,26 @@ static int parse_args(run_args *a, int argc, char **argv) {
         }
     }
     if (a->fast_dev_run && a->resume) die("--fast-dev-run is a fresh smoke test: not with --resume");
+    // --resume without --out saves where the run is: a run directory
+    // itself, else the folder of the checkpoint file or ckpt_*.shards
+    // (not the default runs/NAME, whose keep-K would prune another run)
+    if (a->resume && !out_given) {
+        struct stat st;
+        char sub[1200];
+        int is_dir = stat(a->resume, &st) == 0 && S_ISDIR(st.st_mode);
+        snprintf(sub, sizeof sub, "%s/manifest.json", a->resume);
+        if (is_dir && stat(sub, &st) != 0) a->out = a->resume;
+        else {
+            char *d = strdup(a->resume), *slash;
+            if (!d) die("out of memory");
+            while (strlen(d) > 1 && d[strlen(d) - 1] == '/') d[strlen(d) - 1] = 0;
+            slash = strrchr(d, '/');
+            if (!slash) { free(d); d = strdup("."); }
+            else if (slash == d) d[1] = 0;
+            else *slash = 0;
+            a->out = d;
+        }
+    }
     return 0;
 }
 
@@ -626,7 +678,7 @@ static void print_usage(FILE *f, const char *what, const char *models, const cha
             "  --ckpt-every N     checkpoint every N steps, 0 = never [eval-every]\n"
             "  --keep K           checkpoints kept in --out [3]\n"
             "  --resume PATH      continue from a checkpoint file or run directory (newest valid)\n"
-            "  --log FILE         one JSON object per line per step and validation\n"
+            "  --log FILE         one JSON object per line per step and validation [OUT/log.jsonl]\n"
             "  --dump-logits FILE write the logits of validation batch 0 (float32) at the end\n"
             "  --csv FILE         one CSV row per step (val_loss filled at validation steps)\n"
             "  --tensorboard DIR  TensorBoard event files: loss, val_loss, lr, grad_norm, tokens/s, memory\n"
@@ -700,6 +752,10 @@ static void args_defaults(run_args *a, int batch, int seq, float lr, int block_s
     if (a->fast_dev_run) { // Lightning's fast_dev_run: one batch of each, nothing on disk
         a->steps = 1; a->eval_every = 0; a->eval_batches = 1; a->ckpt_every = 0; a->sample = 0;
         a->log = a->csv = a->tensorboard = a->dump_logits = NULL;
+    } else if (!a->log) { // the run's history lives in its directory: a resume redraws the whole loss.svg from it
+        static char log_path[1200];
+        snprintf(log_path, sizeof log_path, "%s/log.jsonl", a->out);
+        a->log = log_path;
     }
     if (a->seq > block_size) die("--seq %d is longer than the model's context of %d tokens", a->seq, block_size);
     if (a->min_lr > a->lr) die("--min-lr %g is above --lr %g", a->min_lr, a->lr);
@@ -755,6 +811,7 @@ typedef struct run_loop {
     double t_begin;        // --max-time counts from here
     double t_start, wall;  // the loop's own time
     long long first_step;  // the first step this process runs
+    int interrupted;       // stopped by Ctrl-C: loop_finish exits 130
     float first_loss, last_loss;
 } run_loop;
 
@@ -767,8 +824,26 @@ typedef struct step_stats {
     int skipped; // --skip-spikes skipped its update
 } step_stats;
 
+// Ctrl-C (SIGINT), as Lightning and torchtitan do it: the first press lets
+// the step finish, saves a checkpoint and says how to resume (the loop's
+// stop, like --max-time; the program then exits 130); a second press stops
+// at once (the default action: killed by SIGINT, exit status 130 too).
+static const char LOOP_CTRL_C[] = "interrupted (Ctrl-C)";
+static volatile sig_atomic_t loop_sigints;
+static void loop_on_sigint(int sig) {
+    static const char msg[] = "\ninterrupted: the step finishes, then a checkpoint (Ctrl-C again stops at once)\n";
+    if (loop_sigints++ > 0) { signal(sig, SIG_DFL); raise(sig); return; }
+    if (write(2, msg, sizeof msg - 1) < 0) loop_sigints++;
+}
+static double loop_interrupted(void) { return loop_sigints > 0; }
+
 // before a resume (which restores the guard and the early stop)
 static void loop_init(run_loop *L, const run_args *a, double t_begin) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = loop_on_sigint;
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, NULL);
     memset(L, 0, sizeof *L);
     L->t_begin = t_begin;
     trn_spike_guard_init(&L->guard, a->skip_spikes);
@@ -822,7 +897,7 @@ static void loop_step(run_loop *L, const run_args *a, FILE *logf, history *h, co
     }
     if (logf)
         fprintf(logf, "{\"step\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"ms\":%.3f,\"tok_per_s\":%.1f,\"mem_bytes\":%zu%s}\n",
-                s->step, s->loss, s->lr, s->norm, s->ms, s->tps, s->mem, s->skipped ? ",\"skipped\":1" : ""), fflush(logf);
+                s->step, s->loss, s->lr, s->norm, s->ms, s->tps, s->mem, s->skipped ? ",\"skipped\":1" : ""), log_flush(logf);
     if (L->tb.f) {
         CHECK_OK(trn_tb_scalar(&L->tb, "loss", s->step, s->loss));
         CHECK_OK(trn_tb_scalar(&L->tb, "lr", s->step, s->lr));
@@ -859,6 +934,7 @@ static double loop_over_time(const run_loop *L, const run_args *a) {
     return a->max_time > 0 && now_s() - L->t_begin >= a->max_time;
 }
 
+
 // the loop's state in a checkpoint; val_now: this step validated, to val
 static void loop_to_meta(const run_loop *L, const run_args *a, trn_meta *meta, int val_now, float val) {
     if (a->skip_spikes > 0) trn_spike_guard_save(&L->guard, meta);
@@ -885,11 +961,16 @@ static void loop_save(run_loop *L, const run_args *a, long long step, trn_model 
     }
 }
 
-// why the loop ended early (--patience, --max-time), and how to go on
+// why the loop ended early (--patience, --max-time, Ctrl-C), and how to go
+// on; the best val_loss only for --patience (after --max-time or Ctrl-C the
+// final validation, below, may be better than any so far)
 static void loop_stopped(run_loop *L, const run_args *a, long long step, const char *why) {
+    char best[96] = "";
     trn_progress_break(&L->prog);
-    printf("stopped at step %lld: %s (best val_loss %.4f at step %lld); --resume %s continues\n", step, why,
-           L->early.best, L->early.best_step, a->out);
+    L->interrupted = why == LOOP_CTRL_C;
+    if (L->early.patience > 0 && L->early.best_step >= 0 && why != LOOP_CTRL_C && strcmp(why, "--max-time") != 0)
+        snprintf(best, sizeof best, " (best val_loss %.4f at step %lld)", L->early.best, L->early.best_step);
+    printf("stopped at step %lld: %s%s; --resume %s continues\n", step, why, best, a->out);
 }
 
 // after the loop: the last async save on disk, the profile
@@ -905,6 +986,10 @@ static void loop_finish(run_loop *L, const run_args *a) {
     if (a->profile) {
         trn_profile_print(&L->prof, stdout);
         trn_profile_free(&L->prof);
+    }
+    if (L->interrupted) { // Ctrl-C: the checkpoint is on disk, loop_stopped said how to resume
+        fflush(stdout);
+        exit(130);
     }
 }
 

@@ -396,6 +396,7 @@ typedef struct init_source {
 // Look at an --init file without loading it: its model config.
 static trn_result init_inspect(const char *path, const gpt2_config *hint, init_source *src) {
     memset(src, 0, sizeof *src);
+    if (trn_check_regular(path) != TRN_OK) return TRN_ERR_IO; // a FIFO would block fopen
     FILE *fp = fopen(path, "rb");
     if (!fp) return trn_fail(TRN_ERR_IO, "cannot open %s: %s", path, strerror(errno));
     int hdr[256];
@@ -553,6 +554,7 @@ static trn_result init_load_safetensors(gpt2 *g, const char *path, const init_so
 static trn_result init_load_llmc(gpt2 *g, const char *path, const init_source *src) {
     const gpt2_config *c = &g->cfg;
     int L = c->n_layer, C = c->n_embd;
+    if (trn_check_regular(path) != TRN_OK) return TRN_ERR_IO;
     FILE *fp = fopen(path, "rb");
     if (!fp) return trn_fail(TRN_ERR_IO, "cannot open %s: %s", path, strerror(errno));
     double want = 1024.0 + 4.0 * ((double)src->file_vocab_rows * C + (double)c->block_size * C +
@@ -666,15 +668,27 @@ static void next_batch(trn_loader *ld, int *x, int *y, int *skip_x, int *skip_y)
 // one file per rank and, written last, manifest.json (train_nccl.h's
 // trn_ddp_checkpoint_save_sharded). tools/consolidate merges one into a
 // model.safetensors.
-// the newest DIR/ckpt_*.shards whose save finished (has its manifest), or ""
+// the newest DIR/ckpt_*.shards whose save finished (has its manifest) and
+// passes trn_checkpoint_verify_sharded (every rank file there, checksummed,
+// of the manifest's save), or "". A broken one is skipped, saying which
+// and why, as trn_checkpoint_latest does for whole-state checkpoints; none
+// valid exits 2 with the newest one's reason. Every rank decides alone,
+// from the same files, the same way.
 static void latest_shards(const char *dir, char *out, size_t cap) {
     glob_t gl;
-    char pat[1100];
+    char pat[1100], first[600] = "";
     out[0] = 0;
     snprintf(pat, sizeof pat, "%s/ckpt_*.shards/manifest.json", dir);
     if (glob(pat, 0, NULL, &gl) == 0 && gl.gl_pathc > 0) {
-        snprintf(out, cap, "%s", gl.gl_pathv[gl.gl_pathc - 1]); // zero-padded steps: the last is the newest
-        *strrchr(out, '/') = 0;
+        for (size_t i = gl.gl_pathc; i-- > 0 && !out[0];) { // zero-padded steps: the last is the newest
+            snprintf(out, cap, "%s", gl.gl_pathv[i]);
+            *strrchr(out, '/') = 0;
+            if (trn_checkpoint_verify_sharded(out) == TRN_OK) break;
+            if (trn_ddp_is_main(&ddp)) fprintf(stderr, "gpt2: skipping a broken sharded checkpoint: %s\n", trn_error_reason());
+            if (!first[0]) snprintf(first, sizeof first, "%s", trn_error_reason());
+            out[0] = 0;
+        }
+        if (!out[0]) die("--resume %s: no valid sharded checkpoint (%zu broken; newest: %s)", dir, gl.gl_pathc, first);
     }
     globfree(&gl);
 }
@@ -766,6 +780,7 @@ int main(int argc, char **argv) {
             die("--resume %s: not a checkpoint of examples/gpt2 (no gpt2.* / run.* metadata)", ckpt_path);
         have_ck = 1;
         if (a.init) { printf("note: --resume wins over --init\n"); a.init = NULL; }
+        if (a.model) printf("note: --resume wins over --model %s (the checkpoint's model is resumed)\n", a.model);
         args_from_checkpoint(&a, &ck);
     }
 
@@ -805,7 +820,7 @@ int main(int argc, char **argv) {
     trn_tokens tokens;
     if (a.data && !a.bpe && cfg.vocab_size > 256) {
         // a text file cannot be read without the BPE tokenizer; a shard can
-        FILE *fp = fopen(a.data, "rb");
+        FILE *fp = trn_check_regular(a.data) == TRN_OK ? fopen(a.data, "rb") : NULL; // (a FIFO: load_tokens says so)
         int magic = 0;
         if (fp && fread(&magic, 4, 1, fp) == 1 && magic != 20240520) {
             fclose(fp);
@@ -907,7 +922,7 @@ int main(int argc, char **argv) {
     const int files = main_rank && !a.fast_dev_run; // --fast-dev-run writes nothing
     if (files && trn_mkdirs(a.out) != TRN_OK) die("--out %s: %s", a.out, trn_error_reason());
     FILE *logf = NULL;
-    if (main_rank && a.log && !(logf = fopen(a.log, have_ck ? "a" : "w"))) die("--log %s: %s", a.log, strerror(errno));
+    if (main_rank && a.log && !(logf = log_open(a.log, have_ck))) die("--log %s", a.log);
     loop_open(&loop, &a, &g.m, step, have_ck, main_rank); // progress and ETA, CSV, TensorBoard, profile
     const char *stop = NULL; // why the loop ended early (--patience, --max-time)
 
@@ -972,10 +987,11 @@ int main(int argc, char **argv) {
             VALIDATE();
             if ((stop = loop_validated(&loop, &a, &hist, title, step, val, files))) force_ckpt = 1; // --patience
         }
-        if (a.max_time > 0 && step < a.steps) { // every rank stops at the same step: any rank's clock decides
-            double over = loop_over_time(&loop, &a);
-            DDP_OK(trn_ddp_allreduce_host(&ddp, &over, 1, 0));
-            if (over > 0) stop = "--max-time", force_ckpt = 1;
+        if (step < a.steps) { // every rank stops at the same step: any rank's clock or Ctrl-C decides
+            double over[2] = {loop_over_time(&loop, &a), loop_interrupted()};
+            if (W > 1) DDP_OK(trn_ddp_allreduce_host(&ddp, over, 2, 0));
+            if (over[1] > 0) stop = LOOP_CTRL_C, force_ckpt = 1;
+            else if (over[0] > 0) stop = "--max-time", force_ckpt = 1;
         }
         loop_step_end(&loop, &st, val_step == step ? val : NAN); // the CSV row
         if ((files || (sharded_ckpt && !a.fast_dev_run)) && (force_ckpt || (a.ckpt_every > 0 && (step % a.ckpt_every == 0 || step == a.steps)))) {
@@ -1041,7 +1057,7 @@ int main(int argc, char **argv) {
                    gpt2_logits_cached, &kv);
         trn_kv_cache_free(&kv);
     }
-    if (logf) fclose(logf);
+    log_close(logf);
     DDP_OK(trn_ddp_barrier(&ddp)); // no rank leaves while another may still need it
     trn_ddp_free(&ddp);
     free(x);

@@ -735,6 +735,7 @@ int main(int argc, char **argv) {
             die("--resume %s: not a checkpoint of examples/llama (no llama.* / run.* metadata)", ckpt_path);
         have_ck = 1;
         if (a.init) { printf("note: --resume wins over --init\n"); a.init = NULL; }
+        if (a.model) printf("note: --resume wins over --model %s (the checkpoint's model is resumed)\n", a.model);
         args_from_checkpoint(&a, &ck);
     }
 
@@ -831,7 +832,7 @@ int main(int argc, char **argv) {
     const int files = !a.fast_dev_run; // --fast-dev-run writes nothing
     if (files && trn_mkdirs(a.out) != TRN_OK) die("--out %s: %s", a.out, trn_error_reason());
     FILE *logf = NULL;
-    if (a.log && !(logf = fopen(a.log, have_ck ? "a" : "w"))) die("--log %s: %s", a.log, strerror(errno));
+    if (a.log && !(logf = log_open(a.log, have_ck))) die("--log %s", a.log);
     loop_open(&loop, &a, &g.m, step, have_ck, 1); // progress and ETA, CSV, TensorBoard, profile
     const char *stop = NULL; // why the loop ended early (--patience, --max-time)
 
@@ -876,7 +877,8 @@ int main(int argc, char **argv) {
             VALIDATE();
             if ((stop = loop_validated(&loop, &a, &hist, title, step, val, files))) force_ckpt = 1; // --patience
         }
-        if (step < a.steps && loop_over_time(&loop, &a)) stop = "--max-time", force_ckpt = 1;
+        if (step < a.steps && loop_interrupted()) stop = LOOP_CTRL_C, force_ckpt = 1; // Ctrl-C
+        else if (step < a.steps && loop_over_time(&loop, &a)) stop = "--max-time", force_ckpt = 1;
         loop_step_end(&loop, &st, val_step == step ? val : NAN); // the CSV row
         if (files && (force_ckpt || (a.ckpt_every > 0 && (step % a.ckpt_every == 0 || step == a.steps)))) {
             trn_meta meta;
@@ -924,7 +926,7 @@ int main(int argc, char **argv) {
                    llama_logits_cached, &kv);
         trn_kv_cache_free(&kv);
     }
-    if (logf) fclose(logf);
+    log_close(logf);
     free(x);
     free(y);
     free(hist.step); free(hist.loss); free(hist.vstep); free(hist.vloss);

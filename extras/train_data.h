@@ -339,8 +339,11 @@ static trn_result trn__dbuf_put(trn__dbuf *b, const void *src, size_t n) {
 
 /* append a whole file to b; missing (ENOENT) reports 1 in *missing if asked */
 static trn_result trn__data_slurp(trn__dbuf *b, const char *path, int *missing) {
-    FILE *f = fopen(path, "rb");
+    FILE *f;
     trn_result r = TRN_OK;
+    if (trn_check_regular(path) != TRN_OK && errno != ENOENT) /* a FIFO would block fopen; a directory is no text */
+        return trn_fail(TRN_ERR_IO, "open %s", trn_error_reason());
+    f = fopen(path, "rb");
     if (!f) {
         if (missing && errno == ENOENT) { *missing = 1; return TRN_OK; }
         return trn_fail(TRN_ERR_IO, "open %s: %s", path, strerror(errno));
@@ -1000,6 +1003,7 @@ TRNDEF trn_result trn_shard_read(trn_tokens *out, const char *path) {
     long size;
     int32_t magic, version, ntok;
     if (!out || !path) return trn_fail(TRN_ERR_INVALID, "trn_shard_read: NULL argument");
+    if (trn_check_regular(path) != TRN_OK) return trn_fail(TRN_ERR_IO, "open %s", trn_error_reason());
     if (!(f = fopen(path, "rb"))) return trn_fail(TRN_ERR_IO, "open %s: %s", path, strerror(errno));
     if (fseek(f, 0, SEEK_END) != 0 || (size = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
         r = trn_fail(TRN_ERR_IO, "seek %s: %s", path, strerror(errno));
@@ -1101,6 +1105,7 @@ TRNDEF trn_result trn_tokens_load(trn_tokens *out, const char *path, const trn_t
     plen = strlen(path);
     shard = plen >= 4 && strcmp(path + plen - 4, ".bin") == 0;
     if (!shard) { /* a text file that is secretly a shard? look at its magic */
+        if (trn_check_regular(path) != TRN_OK) return trn_fail(TRN_ERR_IO, "open %s", trn_error_reason());
         if (!(f = fopen(path, "rb"))) return trn_fail(TRN_ERR_IO, "open %s: %s", path, strerror(errno));
         shard = fread(head, 1, 4, f) == 4 && trn__le32(head) == TRN_SHARD_MAGIC;
         fclose(f);

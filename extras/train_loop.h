@@ -227,7 +227,7 @@ TRNDEF trn_result trn_csv_open(trn_csv *c, const char *path, const char *header,
     c->n_cols = 1;
     for (h = header; *h; h++) c->n_cols += *h == ',';
     if (resume_step >= 0) {
-        FILE *in = fopen(path, "r");
+        FILE *in = trn_check_regular(path) == TRN_OK ? fopen(path, "r") : NULL; /* (a FIFO would block fopen) */
         if (in) { /* keep the header and the rows up to resume_step, through a temp file */
             char line[4096], tmp[1100];
             FILE *out;

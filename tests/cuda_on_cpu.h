@@ -1553,7 +1553,9 @@ typedef enum cublasLtEpilogue_t {
     CUBLASLT_EPILOGUE_BGRADA = 256, CUBLASLT_EPILOGUE_BGRADB = 512
 } cublasLtEpilogue_t;
 typedef enum cublasLtMatmulPreferenceAttributes_t {
-    CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1
+    CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES = 6, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES = 7,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES = 8
 } cublasLtMatmulPreferenceAttributes_t;
 struct cublasLtMatmulDescOpaque_t {
     cublasComputeType_t compute; cudaDataType scale;
@@ -1563,7 +1565,9 @@ struct cublasLtMatmulDescOpaque_t {
 typedef cublasLtMatmulDescOpaque_t *cublasLtMatmulDesc_t;
 struct cublasLtMatrixLayoutOpaque_t { cudaDataType type; uint64_t rows, cols; int64_t ld; };
 typedef cublasLtMatrixLayoutOpaque_t *cublasLtMatrixLayout_t;
-struct cublasLtMatmulPreferenceOpaque_t { uint64_t max_workspace; };
+/* align: the least alignment (bytes) of A, B, C, D that the chosen
+   algorithm may assume; the library's default is 256 */
+struct cublasLtMatmulPreferenceOpaque_t { uint64_t max_workspace; uint32_t align[4]; };
 typedef cublasLtMatmulPreferenceOpaque_t *cublasLtMatmulPreference_t;
 typedef struct { uint64_t data[8]; } cublasLtMatmulAlgo_t;
 typedef struct {
@@ -1580,8 +1584,15 @@ static inline cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) {
     delete h;
     return CUBLAS_STATUS_SUCCESS;
 }
+namespace cuemu {
+/* what the kit asks of cuBLASLt, counted (a plan cache makes each once per
+   problem): descriptors, layouts and preferences created, heuristic queries */
+inline long long lt_descs = 0, lt_layouts = 0, lt_prefs = 0, lt_heuristics = 0;
+inline int lt_no_algo = 0; /* 1: every heuristic query returns no algorithm (the fallback's test) */
+} /* namespace cuemu */
 static inline cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t compute,
                                                       cudaDataType_t scale) {
+    cuemu::lt_descs++;
     *d = new cublasLtMatmulDescOpaque_t{compute, scale, CUBLAS_OP_N, CUBLAS_OP_N, CUBLASLT_EPILOGUE_DEFAULT,
                                         nullptr, -1, nullptr, 0, -1};
     return CUBLAS_STATUS_SUCCESS;
@@ -1611,18 +1622,30 @@ static inline cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t
 }
 static inline cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType type, uint64_t rows,
                                                         uint64_t cols, int64_t ld) {
+    cuemu::lt_layouts++;
     *l = new cublasLtMatrixLayoutOpaque_t{type, rows, cols, ld};
     return CUBLAS_STATUS_SUCCESS;
 }
 static inline cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) { delete l; return CUBLAS_STATUS_SUCCESS; }
 static inline cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p) {
-    *p = new cublasLtMatmulPreferenceOpaque_t{0};
+    cuemu::lt_prefs++;
+    *p = new cublasLtMatmulPreferenceOpaque_t{0, {256, 256, 256, 256}};
     return CUBLAS_STATUS_SUCCESS;
 }
 static inline cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) { delete p; return CUBLAS_STATUS_SUCCESS; }
 static inline cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p,
                                                                   cublasLtMatmulPreferenceAttributes_t a,
                                                                   const void *buf, size_t bytes) {
+    if (a >= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES && a <= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES) {
+        uint32_t v;
+        if (!buf || bytes != sizeof v) {
+            cuemu::error("cublasLtMatmulPreferenceSetAttribute(%d): %zu bytes, the attribute has 4", (int)a, bytes);
+            return CUBLAS_STATUS_INVALID_VALUE;
+        }
+        memcpy(&v, buf, sizeof v);
+        p->align[a - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES] = v;
+        return CUBLAS_STATUS_SUCCESS;
+    }
     if (a != CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES) return CUBLAS_STATUS_NOT_SUPPORTED;
     if (!buf || bytes != sizeof p->max_workspace) {
         cuemu::error("cublasLtMatmulPreferenceSetAttribute: %zu bytes, the attribute has 8", bytes);
@@ -1722,14 +1745,19 @@ static inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
     cublasLtMatmulHeuristicResult_t *results, int *returned) {
     if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
     if (requested <= 0 || !pref || !results || !returned) return CUBLAS_STATUS_INVALID_VALUE;
+    cuemu::lt_heuristics++;
     cuemu::lt_problem p = cuemu::lt_check(d, a, b, c, dd, "cublasLtMatmulAlgoGetHeuristic");
     *returned = 0;
     if (p.status != CUBLAS_STATUS_SUCCESS) return p.status;
+    if (cuemu::lt_no_algo) return CUBLAS_STATUS_NOT_SUPPORTED; /* what the library answers when nothing fits */
     cublasLtMatmulHeuristicResult_t r;
     memset(&r, 0, sizeof r);
     r.workspaceSize = pref->max_workspace < cuemu::LT_WORKSPACE ? pref->max_workspace : cuemu::LT_WORKSPACE;
+    /* the algorithm remembers the alignments it was chosen for (16 bits each) */
+    uint64_t aligns = 0;
+    for (int i = 0; i < 4; i++) aligns |= (uint64_t)(pref->align[i] & 0xffffu) << (16 * i);
     uint64_t algo[8] = {cuemu::LT_ALGO_TAG, (uint64_t)p.kind, (uint64_t)p.m, (uint64_t)p.n, (uint64_t)p.k,
-                        r.workspaceSize, d->epilogue, 0};
+                        r.workspaceSize, d->epilogue, aligns};
     memcpy(r.algo.data, algo, sizeof algo);
     r.state = CUBLAS_STATUS_SUCCESS;
     r.wavesCount = 1.0f;
@@ -1758,6 +1786,18 @@ static inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDe
             return CUBLAS_STATUS_INVALID_VALUE;
         }
         need = x[5];
+        /* a pointer less aligned than the algorithm was chosen for: the
+           kernel's wide loads would fault (or read wrong) on a GPU */
+        const void *ptrs[4] = {A, B, *(const float *)beta != 0.0f ? C : nullptr, D};
+        for (int i = 0; i < 4; i++) {
+            uint64_t want = (x[7] >> (16 * i)) & 0xffffu;
+            if (ptrs[i] && want && (uintptr_t)ptrs[i] % want != 0) {
+                cuemu::error("%s: %c at %p is not aligned to the %llu bytes its algorithm was chosen for "
+                             "(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_%c_BYTES)", who, "ABCD"[i], ptrs[i],
+                             (unsigned long long)want, "ABCD"[i]);
+                return CUBLAS_STATUS_INVALID_VALUE;
+            }
+        }
     }
     if (workspace_bytes < need || (workspace_bytes && !cuemu::is_device(workspace, workspace_bytes))) {
         cuemu::error("%s: the algorithm needs %llu bytes of device workspace, given %zu at %p", who,

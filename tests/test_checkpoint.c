@@ -592,6 +592,10 @@ static void test_run_dir(void) {
           trn_error_reason());
     snprintf(stale, sizeof stale, "%s/ckpt_00000005.safetensors.tmp.2147483000", dir);
     write_bytes(stale, "partial", 7);
+    /* issue 24 item 15: the final model.safetensors's temp file of a run
+       killed while writing it (a dead pid) goes too */
+    snprintf(stale, sizeof stale, "%s/model.safetensors.tmp.2147483001", dir);
+    write_bytes(stale, "partial", 7);
     for (s = 10; s <= 70; s += 10) {
         fake_train(&a, &oa, 1, (uint64_t)s);
         r = trn_checkpoint_save_dir(dir, s, 3, &a, &oa, NULL, path, sizeof path);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/test_compile_modes.sh - a new user's first program (examples/minimal.c)
 # compiles with no warning however it is compiled: gcc and clang, -std=c99 and -std=c11,
-# -Wall -Wextra -pedantic -Werror, with and without -fopenmp, and as C++
+# -Wall -Wextra -pedantic -Werror, with and without -fopenmp, TRAIN_STATIC, and as C++
 # (g++, clang++: -std=c++11 and c++17). No feature-test macros on the
 # command line: train.h turns POSIX on itself. Each build is also run.
 # Then: a file that includes <stdio.h> before train.h under -std=c99 gets,
@@ -56,6 +56,12 @@ for cxx in g++ clang++; do
     build_run "$cxx" "$D/first.cpp" -O2 -march=native -std=c++17 $omp
 done
 
+# TRAIN_STATIC (every function static): a program that uses a few of them
+# gets no -Wunused-function for the rest (issue 24: 117 warnings before)
+{ printf '#define TRAIN_STATIC\n'; cat "$D/first.c"; } > "$D/static.c"
+for cc in gcc clang; do
+    command -v "$cc" >/dev/null && build_run "$cc" "$D/static.c" -O0 -std=c99
+done
 # the companions (extras/): the same program with both included and used,
 # under the strictest flags of each language
 sed -e 's|^#include "train.h"$|#include "train.h"\n#include "extras/train_data.h"\n#include "extras/train_loop.h"|' \

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tests/test_fuzz.sh - a short fuzz run of the safetensors reader
-# (tests/fuzz_safetensors.c): libFuzzer with AddressSanitizer and UBSan,
+# (tests/fuzz_safetensors.c) and of the sharded manifest's reader
+# (tests/fuzz_manifest.c, FUZZ_MANIFEST_SECONDS, default 10): libFuzzer with AddressSanitizer and UBSan,
 # built here with clang, for FUZZ_SECONDS (default 20) on a seed corpus
 # of files the kit writes plus hand-made foreign ones. Any crash, leak of
 # a TEMP buffer, sanitizer report or timeout fails the test; the crashing
@@ -79,6 +80,56 @@ else
         ok; cat "$tmp/fuzz.log"
     else
         bad "mutation fuzzing crashed:"; tail -15 "$tmp/fuzz.log"
+    fi
+fi
+
+# --- the sharded checkpoint's manifest (tests/fuzz_manifest.c): its own,
+# shorter run (FUZZ_MANIFEST_SECONDS, default 10), the same rules
+msecs=${FUZZ_MANIFEST_SECONDS:-10}
+mseeder=tests/bin/fuzz_manifest
+if [ ! -x "$mseeder" ]; then bad "$mseeder is missing (run ./build.sh)"; finish; fi
+if "$mseeder" --write-seeds "$tmp/mcorpus" > "$tmp/mseed.log" 2>&1; then ok; else bad "manifest seeds: $(cat "$tmp/mseed.log")"; finish; fi
+cat > "$tmp/mdict" <<'EOF'
+"\"format\": "
+"\"train.h sharded checkpoint 2\""
+"\"train.h sharded checkpoint 1\""
+"\"save_id\": \""
+"\"world_size\": "
+"\"n_floats\": "
+"{\"name\": \""
+"\"offset\": "
+"\"shape\": ["
+"h.0.w"
+"head"
+"18446744073709551616"
+"2147483648"
+"-1"
+EOF
+mfuzzer=tests/bin/fuzz_manifest_libfuzzer
+if [ -n "$CLANG" ] && "$CLANG" -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+        -DTRN_LIBFUZZER -I. -std=c99 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE \
+        -o "$mfuzzer" tests/fuzz_manifest.c -lm -pthread > "$tmp/mbuild.log" 2>&1; then
+    ok
+    ASAN_OPTIONS=detect_leaks=1 "$mfuzzer" -max_total_time="$msecs" -timeout=10 -rss_limit_mb=2048 -max_len=4096 \
+        -dict="$tmp/mdict" -artifact_prefix=tests/bin/fuzz-manifest-crash- -print_final_stats=1 \
+        "$tmp/mcorpus" > "$tmp/mfuzz.log" 2>&1
+    rc=$?
+    execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$tmp/mfuzz.log")
+    if [ "$rc" = 0 ] && [ -n "$execs" ]; then
+        ok
+        echo "fuzz (manifest): ${execs} executions, no crash"
+    else
+        bad "libFuzzer found a problem in the manifest reader (exit $rc):"
+        grep -E 'ERROR|SUMMARY|invariant|Test unit written|runtime error' "$tmp/mfuzz.log" | head -10
+    fi
+else
+    echo "no clang with libFuzzer: the manifest's mutation loop"
+    masan=tests/bin/asan/fuzz_manifest
+    [ -x "$masan" ] || masan=$mseeder
+    if ASAN_OPTIONS=detect_leaks=1 timeout 600 "$masan" --mutate 300000 > "$tmp/mfuzz.log" 2>&1; then
+        ok; cat "$tmp/mfuzz.log"
+    else
+        bad "manifest mutation fuzzing crashed:"; tail -15 "$tmp/mfuzz.log"
     fi
 fi
 finish

@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
 # tests/gpu/ keeps working without a GPU: CI never runs tests/gpu/run.sh, so
 # this checks what can be checked on a CPU:
-#   - run.sh and summary.sh parse (bash -n), the two PyTorch scripts compile
-#     (python3 -m py_compile); run.sh without nvcc stops at once with exit 2
+#   - run.sh, prebuild.sh and summary.sh parse (bash -n), the two PyTorch
+#     scripts compile (python3 -m py_compile); run.sh without a GPU stops at
+#     once with exit 2
+#   - run.sh --dry-run: its parts in order of value, at most 8 files back
+#     (report.md, summary.json that parses, logs.tar.gz), the prebuilt
+#     binaries' check (current / stale / missing, from MANIFEST's
+#     fingerprints), and the report written whatever happens: a part that
+#     fails, one that hangs past the deadline, a SIGTERM mid-part
 #   - the summary's patterns match the lines the programs print: the format
 #     strings are still in their sources, and a log in those formats (and a
 #     missing one) gives the table it should
@@ -19,15 +25,72 @@ trap 'rm -rf "$tmp"' EXIT
 export PYTHONPYCACHEPREFIX="$tmp/pycache" # py_compile writes nothing into the tree
 
 # --- syntax ------------------------------------------------------------------
-for f in tests/gpu/run.sh tests/gpu/summary.sh; do
+for f in tests/gpu/run.sh tests/gpu/summary.sh tests/gpu/prebuild.sh tests/gpu/programs.sh; do
     ok 'bash -n "$f"' "bash -n $f"
 done
 for f in tests/gpu/torch_gpt2.py tests/gpu/lightning_linear.py; do
     ok 'python3 -m py_compile "$f"' "python3 -m py_compile $f"
 done
-out=$(NVCC=/nonexistent/nvcc bash tests/gpu/run.sh "$tmp/r.md" 2>&1); rc=$?
-ok '[ $rc = 2 ] && echo "$out" | grep -q "nvcc not found" && [ ! -e "$tmp/r.md" ]' \
-    "run.sh without nvcc: exit 2, one line, no report (exit $rc: $out)"
+if ! nvidia-smi -L >/dev/null 2>&1; then
+    out=$(bash tests/gpu/run.sh "$tmp/r" 2>&1); rc=$?
+    ok '[ $rc = 2 ] && echo "$out" | grep -q "no GPU" && [ ! -e "$tmp/r" ]' \
+        "run.sh without a GPU: exit 2, one line, no report (exit $rc: $out)"
+fi
+
+# --- run.sh --dry-run ----------------------------------------------------------
+. tests/gpu/programs.sh
+pre="$tmp/pre"; mkdir -p "$pre"
+progs=$(gpu_programs)
+stale=gpt2_cuda missing=test_cuda_on_gpu
+for p in $progs; do # fake binaries: current fingerprints, but one stale and one missing
+    [ "$p" = "$missing" ] && continue
+    cp "$(type -P true)" "$pre/$p"
+    h=$(src_hash "$(gpu_source "$p")"); [ "$p" = "$stale" ] && h=0000000000000000
+    echo "$p $(gpu_source "$p") $h" >>"$pre/MANIFEST"
+done
+out=$(bash tests/gpu/run.sh --dry-run --prebuilt "$pre" "$tmp/d" 2>&1); rc=$?
+ok '[ $rc = 0 ]' "run.sh --dry-run exits 0 (exit $rc: $(echo "$out" | tail -2))"
+files=$(ls "$tmp/d" | tr '\n' ' ')
+ok '[ "$files" = "logs.tar.gz report.md summary.json " ]' "--dry-run writes report.md, summary.json, logs.tar.gz (got: $files)"
+ok '[ "$(ls "$tmp/d" | wc -l)" -le 8 ]' "at most 8 files back"
+ok 'python3 -c "import json,sys; d=json.load(open(sys.argv[1])); assert d[\"dry_run\"] == 1 and d[\"failed\"] == 0" "$tmp/d/summary.json"' \
+    "summary.json parses: $(head -c 200 "$tmp/d/summary.json")"
+names=$(python3 -c 'import json,sys; print("\n".join(p["name"] for p in json.load(open(sys.argv[1]))["parts"]))' "$tmp/d/summary.json" 2>/dev/null)
+order_ok=1 last=0
+for want in "probe" "build 2 programs" "test_cuda_on_gpu" "gpt2_cuda bf16" "gpt2_cuda bf16 --attention materialized" \
+            "torch bf16" "ncu top 10" "compute-sanitizer memcheck" "compute-sanitizer racecheck" "gpt2_cuda --tf32 1" \
+            "gpt2_cuda --tf32 0" "torch bf16 --compile"; do
+    n=$(echo "$names" | grep -n -m1 "^$want" | cut -d: -f1)
+    if [ -z "$n" ] || [ "$n" -le "$last" ]; then order_ok=0; echo "part '$want' missing or out of order (line ${n:-none} after $last)"; fi
+    last=${n:-$last}
+done
+ok '[ $order_ok = 1 ]' "the parts run in order of value"
+n_gpu=$(ls tests/*_gpu.cu | wc -l); n_ran=$(echo "$names" | grep -c '_gpu$')
+ok '[ "$n_gpu" = "$n_ran" ]' "every tests/*_gpu.cu is a part ($n_ran of $n_gpu)"
+ok 'grep -q "^- $stale: build here: stale" "$tmp/d/report.md" && grep -q "^- $missing: build here: not prebuilt" "$tmp/d/report.md"' \
+    "a stale and a missing binary are built on the GPU: $(grep "^- \($stale\|$missing\):" "$tmp/d/report.md" | tr '\n' ' ')"
+ok '[ "$(grep -c ": prebuilt (" "$tmp/d/report.md")" = "$(($(echo "$progs" | wc -w) - 2))" ]' \
+    "the others are used as prebuilt: $(grep -c ": prebuilt (" "$tmp/d/report.md")"
+ok 'grep -q "dry run: build_missing $missing $stale\$" "$tmp/d/report.md" || grep -q "dry run: build_missing $stale $missing\$" "$tmp/d/report.md"' \
+    "the build part builds exactly those two"
+ok 'tar -tzf "$tmp/d/logs.tar.gz" | grep -q "logs/probe.log"' "logs.tar.gz holds each part's log"
+# a part that fails: the rest still run, the report and summary say so, exit 1
+out=$(GPU_RUN_FAKE="gpt2_cuda bf16=echo boom; exit 3" bash tests/gpu/run.sh --dry-run --prebuilt "$pre" "$tmp/f" 2>&1); rc=$?
+ok '[ $rc = 1 ] && grep -q "### gpt2_cuda bf16: fail (exit 3" "$tmp/f/report.md" && grep -q "^boom" "$tmp/f/report.md" && grep -q "### torch bf16: pass" "$tmp/f/report.md"' \
+    "a failing part: exit 1, the later parts still run, its tail in the report (exit $rc)"
+ok 'grep -q "\"failed\": 1" "$tmp/f/summary.json"' "summary.json counts the failure"
+# a part that hangs past the deadline: killed at its limit, the rest skipped, the report written
+t0=$(date +%s)
+out=$(GPU_RUN_RESERVE=1 GPU_RUN_MIN_PART=2 GPU_RUN_FAKE="probe=sleep 60" bash tests/gpu/run.sh --dry-run --deadline 5 --prebuilt "$pre" "$tmp/h" 2>&1); rc=$?
+dt=$(($(date +%s) - t0))
+ok '[ $rc = 1 ] && [ $dt -lt 15 ] && grep -q "### probe: timeout" "$tmp/h/report.md" && grep -q "skipped (" "$tmp/h/report.md"' \
+    "a hung part is stopped by the deadline (${dt}s), the rest skipped, the report written (exit $rc)"
+ok 'python3 -c "import json,sys; d=json.load(open(sys.argv[1])); assert d[\"skipped\"] > 5" "$tmp/h/summary.json"' "summary.json counts the skipped parts"
+# SIGTERM mid-part (the lease ends): the trap still writes everything
+GPU_RUN_FAKE="probe=sleep 60" bash tests/gpu/run.sh --dry-run --prebuilt "$pre" "$tmp/k" >/dev/null 2>&1 &
+pid=$!; sleep 2; kill -TERM $pid; wait $pid; rc=$?
+ok '[ $rc = 130 ] && [ -s "$tmp/k/report.md" ] && [ -s "$tmp/k/summary.json" ] && [ -s "$tmp/k/logs.tar.gz" ]' \
+    "SIGTERM mid-part: exit 130, report, summary and logs still written (exit $rc)"
 
 # --- the summary's patterns against the programs' own format strings ---------
 has() { grep -qF -- "$2" "$1"; }

@@ -68,5 +68,14 @@ fi
 cmp -s "$D/wd01/model.safetensors" "$D/noflag/model.safetensors" &&
     ok "--weight-decay 0.1 given again (the saved value) == no flag, bit for bit" ||
     bad "--weight-decay 0.1 given again differs from no flag"
+
+# --- 5. issue 24 item 15: --model on --resume is not silently ignored -----------
+mkdir -p "$D/model" && cp "$D"/first/ckpt_*.safetensors "$D/model/"
+if $G $small --steps 5 --resume "$D/model" --model gpt2 --out "$D/model" > "$D/model.out" 2>&1 &&
+   grep -q 'note: --resume wins over --model gpt2' "$D/model.out"; then
+    ok "--model gpt2 on --resume of a mini checkpoint: a note says the checkpoint's model is resumed"
+else
+    bad "--model on --resume: no note ($(tail -1 "$D/model.out"))"
+fi
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

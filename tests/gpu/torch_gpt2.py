@@ -211,6 +211,8 @@ def parse_args():
     ap.add_argument("--lr", type=float, default=1e-4, help="AdamW learning rate [1e-4]")
     ap.add_argument("--peak-tflops", type=float, default=0.0, help="the peak for MFU, when the table does not know it")
     ap.add_argument("--threads", type=int, default=0, help="CPU threads (0: PyTorch's default)")
+    ap.add_argument("--profile", default="", metavar="FILE",
+                    help="then one more step under torch.profiler; its top kernels by device time into FILE")
     a = ap.parse_args()
     for flag, v, lo in (("--batch", a.batch, 1), ("--seq", a.seq, 1), ("--steps", a.steps, 1), ("--warmup", a.warmup, 0)):
         if v < lo:
@@ -351,6 +353,21 @@ def main():
     else:
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0  # Linux: KiB
         print("host memory: peak RSS %.3f GB (%.2f GiB); no device memory on the CPU" % (rss / GB, rss / GIB))
+    if a.profile:  # one more step, its kernels by device time (tests/gpu/run.sh keeps the file)
+        from torch.profiler import profile, ProfilerActivity
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+        with profile(activities=acts) as prof:
+            step()
+            sync()
+        key = "cuda_time_total" if cuda else "cpu_time_total"
+        try:
+            table = prof.key_averages().table(sort_by=key, row_limit=30)
+        except Exception:  # newer PyTorch names it device_time_total
+            table = prof.key_averages().table(sort_by="device_time_total" if cuda else key, row_limit=30)
+        with open(a.profile, "w") as f:
+            f.write("torch.profiler, one step of GPT-2 %s B=%d T=%d, precision %s, %s\n%s\n"
+                    % (a.model, B, T, a.precision, "torch.compile" if a.compile else "eager", table))
+        print("profile: the top kernels of one step by device time written to %s" % a.profile)
 
 
 if __name__ == "__main__":

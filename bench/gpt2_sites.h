@@ -1,0 +1,224 @@
+/* bench/gpt2_sites.h - the time ledger of a GPT-2 training step as a table
+   (train_cuda.h's >>sites): one row per launch site, its launches, the
+   bytes and FLOPs it must move and do, its FLOOR at an H100's measured
+   ceilings, the efficiency expected of that kernel and why, the predicted
+   time; on a GPU also the measured time and floor / measured.
+   Used by bench/gpt2_plan (the table on the CPU, through the harness's dry
+   run), bench/gpt2_cuda --profile (the same table, measured) and
+   tests/test_gpt2_plan.cpp. Include it after examples/gpt2.c.
+
+   The ceilings (H100 80GB HBM3, what was measured on this project's lent
+   machines; .library notes of 2026-11-13 and docs/gpu_h100_2026-11-2*.md):
+     copy       3.0 TB/s, a device-to-device copy counting bytes read plus
+                written (measured, 2026-11-13)
+     bf16 GEMM  790 TFLOP/s: an 8192^3 bf16 product on random data ran at
+                798 (2026-11-13); 790 leaves the run-to-run spread (769 to
+                798 seen on the same chip family)
+     tf32 GEMM  395 TFLOP/s: NOT measured. The datasheet's dense TF32 rate
+                (494.7, the figure docs/gpu_h100_2026-11-24.md's MFU uses)
+                times the measured/datasheet ratio of bf16 (790 / 989.4 =
+                0.80). The first GPU run should measure it.
+     fp32       53.5 TFLOP/s, for fp32 GEMMs and every CUDA-core kernel
+                (the fp32 fused attention): NOT measured either; the
+                datasheet's 67.0 times the same 0.80. The 2026-11-24 fp32
+                step achieved 38.9 TFLOP/s end to end (docs), so the rate is
+                at least that.
+   A row's floor is max(bytes / copy rate, FLOPs / math rate): the least
+   time any kernel doing that work could take. The predicted time is the
+   floor over the efficiency the row's kernel can be expected to reach
+   (plan_efficiency: one short reason each), and at least 2 us per launch
+   (an assumption, not measured here: a launch that finds the GPU idle
+   costs a few microseconds; the kit's step keeps the queue ahead). */
+#ifndef GPT2_SITES_H
+#define GPT2_SITES_H
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef struct plan_ceilings {
+    double copy_Bps;   /* bytes per second, read + write */
+    double gemm_flops; /* the precision's GEMM rate */
+    double fma_flops;  /* CUDA-core fp32 */
+    const char *gemm_source;
+} plan_ceilings;
+
+static plan_ceilings plan_ceilings_for(trn_cuda_precision p) {
+    plan_ceilings c;
+    c.copy_Bps = 3.0e12;
+    c.fma_flops = 53.5e12;
+    if (p == TRN_CUDA_BF16) { c.gemm_flops = 790e12; c.gemm_source = "bf16 GEMM 790 TFLOP/s (measured, 8192^3)"; }
+    else if (p == TRN_CUDA_TF32) { c.gemm_flops = 395e12; c.gemm_source = "tf32 GEMM 395 TFLOP/s (datasheet x 0.80, not measured)"; }
+    else { c.gemm_flops = 53.5e12; c.gemm_source = "fp32 GEMM 53.5 TFLOP/s (datasheet x 0.80, not measured)"; }
+    return c;
+}
+
+#define PLAN_LAUNCH_S 2e-6 /* the least a launch is assumed to cost (see above) */
+
+static int plan_is(const trn_cuda_site_row *r, const char *name) { return !strcmp(r->name, name); }
+static int plan_is_classifier(const trn_cuda_site_row *r) { return r->scope && !strcmp(r->scope, "classifier"); }
+
+/* the kernel behind a site runs its math on the tensor cores (GEMM rate) or
+   on the CUDA cores (fp32 rate) */
+static double plan_math_rate(const trn_cuda_site_row *r, trn_cuda_precision p, const plan_ceilings *c) {
+    if (!r->m) return c->fma_flops;
+    if (!strncmp(r->name, "flash", 5)) return p == TRN_CUDA_BF16 ? c->gemm_flops : c->fma_flops; /* fp32 fused: FMA */
+    return c->gemm_flops;
+}
+
+/* cuBLAS on a GEMM: 128x128 output tiles, one per SM at a time (132 SMs on
+   the H100): the last wave runs partly empty */
+static double plan_waves(const trn_cuda_site_row *r) {
+    double tiles = ceil(r->m / 128.0) * ceil(r->n / 128.0) * (r->batch > 0 ? r->batch : 1);
+    double waves = ceil(tiles / 132.0);
+    return tiles / (waves * 132.0);
+}
+
+/* What each site's kernel is expected to reach of its floor, and why. The
+   numbers describe the kernels as they are (2026-11-27): when a kernel is
+   rewritten, its row here is rewritten with it. */
+static double plan_efficiency(const trn_cuda_site_row *r, trn_cuda_precision p, int mem_bound, const char **why) {
+    int bf16 = p == TRN_CUDA_BF16;
+    if (!strcmp(r->scope ? r->scope : "", "(no site)")) { *why = "a launch with no site line: no estimate"; return 0.5; }
+    if (plan_is(r, "flash attn fwd")) {
+        *why = bf16 ? "WMMA; S, P, P.V through shared memory per 32-key tile; sync 2-byte K/V loads"
+                    : "fp32 FMA kernel, tiles in shared memory";
+        return bf16 ? 0.25 : 0.30;
+    }
+    if (plan_is(r, "flash bwd dkdv")) { *why = "4 products per key block, S and dS through shared memory"; return bf16 ? 0.20 : 0.25; }
+    if (plan_is(r, "flash bwd dq")) { *why = "recomputes S and dP: 3 products where 1 is needed"; return bf16 ? 0.07 : 0.08; }
+    if (!strncmp(r->name, "attention", 9)) { *why = "cuBLAS batched, K = head size: (T,T) matrices through HBM"; return 0.5; }
+    if (r->m) { /* cuBLAS(Lt) GEMMs */
+        double w = plan_waves(r);
+        if (mem_bound) { *why = "memory-bound GEMM: the epilogue streams C (read + write)"; return 0.70; }
+        if (w < 0.5 && r->k >= 4096) { *why = "few output tiles (< half a wave), long K: split-K at best"; return 0.35; }
+        if (w < 0.9) { *why = "tail wave partly empty (128x128 tiles on 132 SMs)"; return 0.75 * w; }
+        *why = "cuBLAS, full waves: at most 75% of the 8192^3 rate at this size";
+        return 0.75;
+    }
+    if (plan_is(r, "copy (device)")) { *why = "cudaMemcpyAsync: the yardstick itself"; return 0.95; }
+    if (plan_is(r, "zero (memset)")) { *why = "cudaMemsetAsync: a write stream"; return 0.80; }
+    if (plan_is(r, "adamw")) { *why = "4-byte loads, 7 fp32 streams, one pass"; return 0.75; }
+    if (plan_is(r, "grad norm (sum of squares)")) { *why = "1024 blocks of 4-byte loads, one tree"; return 0.70; }
+    if (plan_is(r, "cross-entropy fwd") || plan_is(r, "cross-entropy bwd")) {
+        *why = "one block per row (166 rows a chunk: 1.3 waves), one 2-byte load in flight per warp";
+        return bf16 ? 0.30 : 0.40;
+    }
+    if (plan_is(r, "layernorm fwd")) { *why = "a warp per row, scalar loads, 24 per lane"; return bf16 ? 0.45 : 0.60; }
+    if (plan_is(r, "layernorm bwd")) { *why = "dx pass, partial column sums, two finals"; return bf16 ? 0.35 : 0.45; }
+    if (plan_is(r, "embedding bwd")) { *why = "atomics: 16 rows (the batch) collide on each wpe row"; return 0.30; }
+    if (plan_is(r, "bias grad (column sums)")) { *why = "partials over 64 chunks, then a final pass"; return 0.40; }
+    if (plan_is(r, "upload (host to device)") || plan_is(r, "download (device to host)")) {
+        *why = "over PCIe, not HBM (tiny)"; return 0.01;
+    }
+    if (plan_is(r, "loss mean")) { *why = "one block of 1024 threads"; return 0.05; }
+    *why = bf16 ? "elementwise, 2-byte scalar loads and stores" : "elementwise, 4-byte scalar loads and stores";
+    return bf16 ? 0.50 : 0.70;
+}
+
+typedef struct plan_sums {
+    double floor_ms, predicted_ms, measured_ms, bytes, flops;
+    long long launches;
+    double classifier_ms, classifier_floor_ms, classifier_bytes;
+    long long classifier_launches;
+} plan_sums;
+
+/* The least the classifier (the LM head and its cross-entropy, N rows of
+   C channels, Vp padded classes, E bytes per activation) must move and do,
+   done the best known way: the logits GEMM, one fused cross-entropy pass
+   that reads the logits and writes dlogits over them, the dinp GEMM and
+   ONE dW GEMM over all rows (fp32 dW written once). Each GEMM's floor is
+   max(bytes, FLOPs) at the ceilings. This is what "classifier <x>x its
+   floor" compares against. */
+static double plan_classifier_floor_ms(double N, double C, double Vp, double E, const plan_ceilings *c) {
+    double fl = 2.0 * N * Vp * C, g;
+    double t = 0.0;
+    g = E * (N * C + Vp * C + N * Vp);          t += fmax(g / c->copy_Bps, fl / c->gemm_flops); /* logits */
+    g = 2.0 * E * N * Vp + 12.0 * N;            t += g / c->copy_Bps;                         /* xent fwd+bwd */
+    g = E * (N * Vp + Vp * C + N * C);          t += fmax(g / c->copy_Bps, fl / c->gemm_flops); /* dinp */
+    g = E * (N * Vp + N * C) + 4.0 * Vp * C;    t += fmax(g / c->copy_Bps, fl / c->gemm_flops); /* dW */
+    return 1e3 * t;
+}
+
+static void plan_label(const trn_cuda_site_row *r, char *buf, size_t cap) {
+    if (r->m)
+        snprintf(buf, cap, "%s%s%s %dx%dx%d%s", r->scope ? r->scope : "", r->scope ? " " : "", r->name, r->m, r->n, r->k,
+                 r->batch > 1 ? "*" : "");
+    else
+        snprintf(buf, cap, "%s%s%s", r->scope ? r->scope : "", r->scope ? " " : "", r->name);
+}
+
+/* prints the table (rows in the order the step first reached them) and
+   returns its sums; measured: the rows carry CUDA-event times */
+static plan_sums plan_print(FILE *f, const trn_cuda_site_row *rows, int n, trn_cuda_precision p, int measured) {
+    plan_ceilings c = plan_ceilings_for(p);
+    plan_sums s;
+    memset(&s, 0, sizeof s);
+    fprintf(f, "ceilings: copy 3.0 TB/s (read + write, measured); %s; CUDA cores 53.5 TFLOP/s (datasheet x 0.80)\n",
+            c.gemm_source);
+    fprintf(f, "%-50s %6s %8s %9s %8s %5s %9s%s  %s\n", "site (GEMMs: M x N x K, * batched)", "launch", "GB",
+            "GFLOP", "floor ms", "eff", "pred ms", measured ? "  meas ms  eff" : "", "why this efficiency");
+    for (int i = 0; i < n; i++) {
+        const trn_cuda_site_row *r = &rows[i];
+        char label[160];
+        const char *why = "";
+        double tb = r->bytes / c.copy_Bps, tf = r->flops / plan_math_rate(r, p, &c), fl = fmax(tb, tf);
+        double eff = plan_efficiency(r, p, tb >= tf, &why);
+        double pred = fmax(fl / eff, (double)r->launches * PLAN_LAUNCH_S);
+        if (!strcmp(r->scope ? r->scope : "", "(between sites)")) { eff = 0; pred = 0; fl = 0; why = "GPU idle, waiting for the host"; }
+        plan_label(r, label, sizeof label);
+        fprintf(f, "%-50.50s %6lld %8.3f %9.1f %8.3f %5.2f %9.3f", label, r->launches, r->bytes / 1e9, r->flops / 1e9,
+                1e3 * fl, eff, 1e3 * pred);
+        if (measured) fprintf(f, "  %7.3f %4.2f", r->ms, r->ms > 0 ? 1e3 * fl / r->ms : 0.0);
+        fprintf(f, "  %s\n", why);
+        s.floor_ms += 1e3 * fl;
+        s.predicted_ms += 1e3 * pred;
+        s.measured_ms += r->ms;
+        s.bytes += r->bytes;
+        s.flops += r->flops;
+        s.launches += r->launches;
+        if (plan_is_classifier(r)) {
+            s.classifier_ms += measured ? r->ms : 1e3 * pred;
+            s.classifier_bytes += r->bytes;
+            s.classifier_launches += r->launches;
+        }
+    }
+    fprintf(f, "%-50s %6lld %8.3f %9.1f %8.3f %5s %9.3f", "sum", s.launches, s.bytes / 1e9, s.flops / 1e9, s.floor_ms,
+            "", s.predicted_ms);
+    if (measured) fprintf(f, "  %7.3f", s.measured_ms);
+    fprintf(f, "\n");
+    return s;
+}
+
+/* the same rows as CSV (one header line), for scripts: tests/gpu/run.sh
+   keeps the measured one */
+static int plan_csv(const char *path, const trn_cuda_site_row *rows, int n, trn_cuda_precision p) {
+    plan_ceilings c = plan_ceilings_for(p);
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    fprintf(f, "scope,site,m,n,k,batch,calls,launches,bytes,flops,floor_ms,eff,predicted_ms,measured_ms\n");
+    for (int i = 0; i < n; i++) {
+        const trn_cuda_site_row *r = &rows[i];
+        const char *why;
+        double tb = r->bytes / c.copy_Bps, tf = r->flops / plan_math_rate(r, p, &c), fl = fmax(tb, tf);
+        double eff = plan_efficiency(r, p, tb >= tf, &why);
+        double pred = fmax(fl / eff, (double)r->launches * PLAN_LAUNCH_S);
+        fprintf(f, "%s,%s,%d,%d,%d,%d,%lld,%lld,%.0f,%.0f,%.6f,%.3f,%.6f,%.6f\n", r->scope ? r->scope : "", r->name,
+                r->m, r->n, r->k, r->batch, r->calls, r->launches, r->bytes, r->flops, 1e3 * fl, eff, 1e3 * pred, r->ms);
+    }
+    return fclose(f) == 0 ? 0 : -1;
+}
+
+/* one training step of examples/gpt2 (zero_grad, forward + loss, backward,
+   clip, AdamW, the step's one host wait), as bench/gpt2_cuda times it */
+static void plan_gpt2_step(gpt2 *g, trn_adamw *opt, const int *x, const int *y, int B, int T) {
+    float loss, norm;
+    trn_zero_grad(&g->m);
+    trn_reset(&g->m);
+    trn_tensor *l = gpt2_loss(g, x, y, B, T);
+    trn_item_async(&g->m, l, &loss);
+    trn_backward(&g->m, l);
+    trn_clip_grad_norm_async(&g->m, 1.0f, &norm);
+    trn_adamw_step(opt, &g->m, 1e-4f);
+    trn_sync(&g->m);
+}
+#endif

@@ -1,0 +1,138 @@
+// build: -O2 -g -Wno-maybe-uninitialized
+// requires: test -f examples/gpt2.c
+/* tests/test_gpt2_plan.cpp - the time ledger (train_cuda.h's >>sites) of
+   one GPT-2 124M step at B=16, T=1024 in bf16, counted on the real code
+   path through the harness's dry run (bench/gpt2_plan's plan_run), held to
+   the design:
+     1. every launch of the step has a site line (no "(no site)" rows), and
+        the sites stay off outside trn_cuda_sites_start/read;
+     2. the classifier's bytes and launches are what its design moves and
+        makes (DESIGN below, derived in one place);
+     3. the step's launches are the design's count;
+     4. bench/gpt2_plan's last line has its documented form;
+     5. cuBLASLt is asked once per distinct problem: one heuristic query
+        and one descriptor per plan in the first step, none in the second
+        (train_cuda.h's >>lt-plans), and every bf16 GEMM of the step is
+        one of D_LT_PLANS problems.
+   When the classifier or a launcher changes (issue 23's items 2-4), the
+   DESIGN block changes with it, and nothing else here. */
+#define GPT2_PLAN_NO_MAIN
+#include "bench/gpt2_plan.cpp"
+#include "tests/check.h"
+
+/* ---- DESIGN: what the step must launch and the classifier must move ------
+   GPT-2 124M: L = 12 layers, C = 768, Vp = 50304; N = B*T = 16384 rows,
+   E = 2 bytes per bf16 activation.
+   The classifier as of 2026-11-27 (train.h trn_linear_cross_entropy,
+   "chunks"): R = 2^23 / Vp = 166 rows per chunk, K = ceil(N / R) = 99
+   chunks. Per chunk (n rows): the logits GEMM (reads W: E Vp C), the
+   cross-entropy forward, a zero of dlogits, the cross-entropy backward
+   (dlogits +=), a zero of dx's rows, the dinp GEMM (reads W again) and the
+   dW GEMM (reads and writes the fp32 dW: 8 Vp C): 7 launches. Once: the
+   targets' upload, the zero of dW, and in backward two converts (dx
+   handed on, dW added into the gradient: fp32 read, read, written).
+   Bytes:
+     W and dW, per chunk      K (2E + 8) Vp C
+     the (n, Vp) logits       8 E N Vp   (GEMM writes; xent fwd reads; zero;
+                                          xent bwd reads logits, reads and
+                                          writes dlogits; dinp and dW read)
+     the (n, C) rows          5 E N C    (x read by the logits and dW GEMMs,
+                                          dx zeroed, read and written by dinp)
+     once                     16 Vp C    (zero dW 4, convert dW 12)
+                            + 2E N C     (convert dx: read, written)
+                            + 24 N       (targets 4 twice (upload, read by
+                                          xent fwd 4 + losses 4 + lse 4),
+                                          xent bwd's targets and lse 8)
+   Launches of the step: per layer 41 (forward: 2 layernorms, 3 GEMMs, the
+   fused matmul+GELU, attention, 2 residual adds = 9; backward: 2
+   layernorms x 4 launches, 2 copies (gradients handed on), 4 bias column
+   sums x 2, the matmul+dGELU, 3 dinp and 4 dW GEMMs, attention's 2, 4
+   zeros = 32); outside the layers 23 (ids upload 3, embedding 2+2, its add,
+   the final layernorm 1 + 4, a copy, 3 zeros, the loss mean, 2 downloads,
+   the gradient norm 2, AdamW 1); and the classifier's 2 + 7 K + 2. */
+static const double D_N = 16384, D_C = 768, D_VP = 50304, D_E = 2;
+static const int D_L = 12, D_R = (1 << 23) / 50304, D_K = (16384 + D_R - 1) / D_R;
+static double design_classifier_bytes(void) {
+    return D_K * (2 * D_E + 8) * D_VP * D_C + 8 * D_E * D_N * D_VP + 5 * D_E * D_N * D_C + 16 * D_VP * D_C +
+           2 * D_E * D_N * D_C + 24 * D_N;
+}
+static const long long D_CLASSIFIER_LAUNCHES = 2 + 7 * D_K + 2;
+static const long long D_STEP_LAUNCHES = D_L * 41 + 23 + D_CLASSIFIER_LAUNCHES;
+/* the distinct cuBLASLt problems of the step: forward qkv, attention proj,
+   fc+GELU, fc proj (4); backward dinp of qkv, proj, fc proj and the
+   fc+dGELU (4), dW of the four (4); the classifier's logits, dinp and dW at
+   166 rows and at the last chunk's 116 (6) */
+static const int D_LT_PLANS = 4 + 4 + 4 + 6;
+/* ---- end of DESIGN ------------------------------------------------------- */
+
+int main(void) {
+    cuemu::config().dry_run = 1;
+    cuemu::config().total_mem = (size_t)80 << 30;
+    trn_set_threads(1);
+    if (trn_cuda_init(0) != TRN_OK) { printf("cuda init: %s\n", trn_error_reason()); return 1; }
+    plan_result r = plan_run(TRN_CUDA_BF16, 16, 1024, NULL);
+    /* 1 */
+    int unsited = 0;
+    for (size_t i = 0; i < r.rows.size(); i++)
+        if (r.rows[i].scope && !strcmp(r.rows[i].scope, "(no site)")) {
+            printf("no site line: %s (%lld launches)\n", r.rows[i].name, r.rows[i].launches);
+            unsited++;
+        }
+    CHECK(unsited == 0, "%d kernels of the step are launched with no site line\n", unsited);
+    {
+        const trn_cuda_site_row *rows;
+        trn_cuda_sites_start(0);
+        trn_cuda_sites_read(&rows); /* stops counting */
+        float *p = (float *)trn_cuda_backend()->alloc(64, TRN_KIND_TEMP);
+        trn_cuda_backend()->zero(p, 64);
+        trn_cuda_backend()->free(p);
+        CHECK(trn_cuda_sites_read(&rows) == 0, "the sites kept counting after trn_cuda_sites_read\n");
+    }
+    /* 2 */
+    double want = design_classifier_bytes();
+    printf("classifier: %.4f GB, %lld launches (design: %.4f GB, %lld launches; %d chunks of %d rows)\n",
+           r.s.classifier_bytes / 1e9, r.s.classifier_launches, want / 1e9, D_CLASSIFIER_LAUNCHES, D_K, D_R);
+    CHECK(fabs(r.s.classifier_bytes - want) <= 1e-6 * want, "classifier bytes %.6f GB, the design says %.6f GB\n",
+          r.s.classifier_bytes / 1e9, want / 1e9);
+    CHECK(r.s.classifier_launches == D_CLASSIFIER_LAUNCHES, "classifier launches %lld, the design says %lld\n",
+          r.s.classifier_launches, D_CLASSIFIER_LAUNCHES);
+    /* 3 */
+    printf("step: %lld launches (design %lld), %.3f GB, %.1f GFLOP, floor %.2f ms, predicted %.2f ms\n", r.s.launches,
+           D_STEP_LAUNCHES, r.s.bytes / 1e9, r.s.flops / 1e9, r.s.floor_ms, r.s.predicted_ms);
+    CHECK(r.s.launches == D_STEP_LAUNCHES, "the step makes %lld launches, the design says %lld\n", r.s.launches,
+          D_STEP_LAUNCHES);
+    /* the FLOPs of the matmuls are 6 x matmul parameters x tokens (the LM head once), as bench/gpt2 counts them */
+    double mm = 0;
+    for (size_t i = 0; i < r.rows.size(); i++)
+        if (r.rows[i].m && strncmp(r.rows[i].name, "flash", 5)) mm += r.rows[i].flops;
+    const gpt2_config cfg = find_preset("gpt2")->cfg;
+    double want_mm = 6.0 * gpt2_matmul_params(&cfg) * D_N;
+    CHECK(fabs(mm - want_mm) <= 1e-9 * want_mm, "GEMM FLOPs %.6g, 6 x matmul params x tokens = %.6g\n", mm, want_mm);
+    /* 4 */
+    char line[256];
+    FILE *f = tmpfile();
+    CHECK(f != NULL, "tmpfile\n");
+    if (f) {
+        plan_line(f, &r);
+        rewind(f);
+        if (!fgets(line, sizeof line, f)) line[0] = 0;
+        fclose(f);
+        double a, b, c, x;
+        long long n;
+        int got = sscanf(line, "plan: %lf ms floor, %lf ms/step predicted, %lf tokens/s, %lld launches, classifier %lfx its floor",
+                         &a, &b, &c, &n, &x);
+        printf("%s", line);
+        CHECK(got == 5 && n == D_STEP_LAUNCHES && b >= a && x > 1.0, "the plan line: %s", line);
+    }
+    /* 5 */
+    printf("cuBLASLt: %d plans; heuristic queries %lld then %lld, descriptors %lld then %lld\n", r.lt_plans,
+           r.lt_heuristics[0], r.lt_heuristics[1], r.lt_descs[0], r.lt_descs[1]);
+    CHECK(r.lt_plans == D_LT_PLANS && r.lt_heuristics[0] == D_LT_PLANS && r.lt_descs[0] == D_LT_PLANS,
+          "first step: %d plans, %lld heuristic queries, %lld descriptors; the design: %d of each\n", r.lt_plans,
+          r.lt_heuristics[0], r.lt_descs[0], D_LT_PLANS);
+    CHECK(r.lt_heuristics[1] == 0 && r.lt_descs[1] == 0, "second step: %lld heuristic queries, %lld descriptors\n",
+          r.lt_heuristics[1], r.lt_descs[1]);
+    CHECK(cuemu::errors() == 0, "the harness reported %ld errors\n", cuemu::errors());
+    trn_cuda_shutdown();
+    return check_summary();
+}
