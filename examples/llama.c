@@ -11,7 +11,8 @@
 //   Llama:  x + attn(rope(rmsnorm(x)))      x + W2 (silu(W1 h) * W3 h),  h = rmsnorm(x)
 // no biases anywhere, no position table (RoPE turns q and k by the token's
 // position instead), fewer key/value heads than query heads (each group of
-// query heads shares one), and a separate matrix for the output logits.
+// query heads shares one), and a separate matrix for the output logits
+// (or, tied as in Llama 3.2 1B, the embedding itself: one tensor).
 //
 // Run it (learns the kit's own text, byte by byte, like examples/gpt2):
 //
@@ -21,7 +22,8 @@
 //
 //     ./examples/llama --data my.txt --steps 2000
 //     ./examples/llama --init DIR --steps 0 --data shard.bin   a Hugging Face Llama:
-//                      DIR/config.json + DIR/model.safetensors (one file)
+//                      DIR/config.json + DIR/model.safetensors, or its shards
+//                      (model.safetensors.index.json); see docs/huggingface.md
 //     ./examples/llama --resume runs/llama                  continue a run
 //
 // --init reads Hugging Face's names (model.layers.0.self_attn.q_proj.weight,
