@@ -44,25 +44,33 @@
    mixed precision, see trn_dtype), no automatic broadcasting, no graph
    optimizer, no Python. Every op is written out; read it.
 
-   Contents (grep for the anchors, e.g. ">>ledger"):
+   Contents (grep for the anchors, e.g. ">>ledger"). The implementation
+   follows this order; the declarations too, but for >>backend and >>matmul,
+   which come before >>ops there (the table type, trn_sgemm).
       >>errors      result codes, reasons, fatal programmer errors
       >>ledger      counted allocations per kind, OS view (RSS)
       >>rng         splitmix64 RNG: seeds, uniform, normal, shuffle
       >>tensor      tensors as views; the parameter table; flat buffers
-      >>backend     the table of kernels a backend provides (CPU here)
-      >>matmul      trn_sgemm: blocked, vectorized, OpenMP
-      >>ops         forward/backward pairs (plain functions)
+      >>ops         forward/backward pairs (plain functions), each named
+                    after its tape op: trn_linear -> trn_linear_forward
       >>ops2        the ops of modern decoders: mul, SiLU, sigmoid, tanh,
                     softmax, RMSNorm, RoPE
       >>ops3        dropout, reshape, transpose, slice/concat, sums, batched
                     matmul, cross-entropy+, BCE, L1, Huber
+      >>backend     the table of kernels a backend provides (CPU here)
       >>tape        the model: arena, tape, ops that record themselves
+        >>units     recompute regions (trn_recompute) and units
+        >>mlp       GPT-2's feed-forward as one call (trn_mlp)
       >>opapi       your own op: trn_op, trn_op_apply, trn_grad, trn_gradcheck
       >>kvcache     generation with a key/value cache
-      >>adamw       AdamW and SGD, parameter groups, LR schedules, clipping
+      >>adamw       AdamW and SGD (their kernels: plain loop, then vector),
+                    parameter groups, LR schedules, clipping
+        >>sync-free the step with one host wait (clip + AdamW on a device)
+      >>matmul      trn_sgemm: blocked, vectorized, OpenMP; trn_sgemm_ref
       >>json        one strict JSON reader: safetensors headers, config.json
       >>checkpoint  safetensors weights, training-state checkpoints
       >>profile     the tape's time marks per op kind (--profile)
+   (>>sharding marks the model's hooks that train_nccl.h fills.)
 
    Companions (stb-style, each one concern; include after train.h, and they
    are implemented in the file that defines TRAIN_IMPLEMENTATION):
@@ -471,6 +479,28 @@ typedef struct trn_backend {
     /* the time ledger (train_cuda.h's >>sites): the launches that follow
        belong to this scope ("classifier"; NULL: none). NULL: no ledger */
     void (*site_scope)(const char *scope);
+
+    /* >>classifier: entries that keep the classifier (trn_linear_cross_entropy)
+       at the speed of its GEMMs. NULL / 0 where a backend has none. */
+    /* the cross-entropy's forward and backward in one pass over each row:
+       losses[n] as crossentropy_forward, and the logits (N,Vp) OVERWRITTEN
+       by dloss * (softmax - onehot) (0 in the padding): no second buffer,
+       no zero pass (trn_crossentropy_fused is the reference). NULL:
+       crossentropy_forward, zero, crossentropy_backward */
+    void (*crossentropy_fused)(float *losses, float *logits, const int *targets, float dloss, int N, int V,
+                               int Vp);
+    /* the most bytes of logits one chunk of the classifier holds; 0:
+       TRN__XENT_CHUNK_FLOATS floats (the CPU's 32 MB, cache-sized). A GPU
+       wants thousands of rows per chunk: its dW GEMM reads and writes the
+       whole fp32 (Vp,C) dW once per chunk */
+    size_t xent_chunk_bytes;
+    /* matmul_backward whose dinp and dw are WRITTEN (beta = 0: the old
+       contents are never read) where write_dinp / write_dw say so, and
+       accumulated otherwise; dbias always accumulates. It is how a fresh
+       gradient (trn__grad's *fresh) skips its memset and a read. NULL:
+       train.h zeroes what is to be written, then calls matmul_backward */
+    void (*matmul_backward_ex)(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
+                               const float *w, int N, int C, int OC, int write_dinp, int write_dw);
 } trn_backend;
 
 TRNDEF const trn_backend *trn_cpu_backend(void);
@@ -504,10 +534,15 @@ TRNDEF void trn_sgemm_ref(int trans_a, int trans_b, int M, int N, int K, float a
    Forward/backward pairs on plain arrays (the CPU backend). Argument order:
    outputs, then inputs, then sizes. Backward ACCUMULATES into gradients.
    ------------------------------------------------------------------------ */
-TRNDEF void trn_matmul_forward(float *out, const float *inp, const float *w, const float *bias,
+TRNDEF void trn_linear_forward(float *out, const float *inp, const float *w, const float *bias,
                                int N, int C, int OC);
-TRNDEF void trn_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
+TRNDEF void trn_linear_backward(float *dinp, float *dw, float *dbias, const float *dout,
                                 const float *inp, const float *w, int N, int C, int OC);
+/* the same pair as plain loops: the math to read, the reference to test */
+TRNDEF void trn_linear_forward_ref(float *out, const float *inp, const float *w, const float *bias,
+                                   int N, int C, int OC);
+TRNDEF void trn_linear_backward_ref(float *dinp, float *dw, float *dbias, const float *dout,
+                                    const float *inp, const float *w, int N, int C, int OC);
 TRNDEF void trn_embedding_forward(float *out, const int *ids, const float *table, int N, int C);
 TRNDEF void trn_embedding_backward(float *dtable, const float *dout, const int *ids, int N, int C);
 TRNDEF void trn_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
@@ -539,23 +574,32 @@ TRNDEF void trn_flash_attention_forward(float *out, float *lse, const float *qkv
 TRNDEF void trn_flash_attention_backward(float *dqkv, const float *dout, const float *qkv,
                                          const float *out, const float *lse,
                                          int B, int T, int NH, int NKV, int hs, int causal);
-TRNDEF void trn_crossentropy_forward(float *losses, float *lse, const float *logits,
+TRNDEF void trn_cross_entropy_forward(float *losses, float *lse, const float *logits,
                                      const int *targets, int N, int V, int Vp);
-TRNDEF void trn_crossentropy_backward(float *dlogits, const float *logits, const float *lse,
+TRNDEF void trn_cross_entropy_backward(float *dlogits, const float *logits, const float *lse,
                                       const int *targets, float dloss, int N, int V, int Vp);
+/* forward and backward at once (the classifier): losses as forward, and
+   logits (N,Vp) overwritten by dloss * (softmax - onehot), 0 in the padding */
+TRNDEF void trn_crossentropy_fused(float *losses, float *logits, const int *targets, float dloss, int N, int V,
+                                   int Vp);
 TRNDEF void trn_mse_forward(float *losses, const float *pred, const float *target, size_t n);
 TRNDEF void trn_mse_backward(float *dpred, const float *pred, const float *target, float dloss,
                              size_t n);
-TRNDEF void trn_meanpool_forward(float *out, const float *inp, int B, int T, int C);
-TRNDEF void trn_meanpool_backward(float *dinp, const float *dout, int B, int T, int C);
+TRNDEF void trn_mean_pool_forward(float *out, const float *inp, int B, int T, int C);
+TRNDEF void trn_mean_pool_backward(float *dinp, const float *dout, int B, int T, int C);
+/* the optimizers' kernels (their code is in >>adamw): AdamW over a
+   contiguous slice (trn_adamw_update_ref: the plain loop), SGD below */
 TRNDEF void trn_adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr,
                              float beta1, float beta2, float eps, float weight_decay,
                              float bias_corr1, float bias_corr2);
+TRNDEF void trn_adamw_update_ref(float *p, const float *g, float *m, float *v, size_t n, float lr,
+                                 float beta1, float beta2, float eps, float weight_decay,
+                                 float bias_corr1, float bias_corr2);
 TRNDEF double trn_sum_squares(const float *x, size_t n);
 TRNDEF void trn_scale(float *x, float s, size_t n);
 TRNDEF void trn_sgd_update(float *p, const float *g, float *buf, size_t n, float lr, float momentum,
                            float dampening, float weight_decay, int nesterov, int first);
-TRNDEF void trn_attention_kv_forward(float *out, float *att, const float *q, int q_stride, const float *k,
+TRNDEF void trn_attention_cached_forward(float *out, float *att, const float *q, int q_stride, const float *k,
                                      const float *v, int kv_stride, float *kcache, float *vcache, int B, int T,
                                      int pos, int maxT, int NH, int NKV, int hs);
 /* images (B,H,W,Ch) -> patches (B, (H/P)*(W/P), P*P*Ch); data only, no grad */
@@ -599,16 +643,30 @@ TRNDEF void trn_sum_backward(float *dinp, const float *dout, int N, size_t C, fl
 TRNDEF void trn_bmm_forward(float *out, const float *a, const float *b, int Bt, int M, int N, int K, int ta, int tb);
 TRNDEF void trn_bmm_backward(float *da, float *db, const float *dout, const float *a, const float *b, int Bt, int M,
                              int N, int K, int ta, int tb);
-TRNDEF void trn_crossentropy_ex_forward(float *losses, float *lse, const float *logits, const int *targets, int N,
+TRNDEF void trn_cross_entropy_ex_forward(float *losses, float *lse, const float *logits, const int *targets, int N,
                                         int V, int Vp, float smoothing);
-TRNDEF void trn_crossentropy_ex_backward(float *dlogits, const float *logits, const float *lse, const int *targets,
+TRNDEF void trn_cross_entropy_ex_backward(float *dlogits, const float *logits, const float *lse, const int *targets,
                                          float dloss, int N, int V, int Vp, float smoothing);
-TRNDEF void trn_bce_logits_forward(float *losses, const float *x, const float *y, size_t n);
-TRNDEF void trn_bce_logits_backward(float *dx, const float *x, const float *y, float dloss, size_t n);
+TRNDEF void trn_bce_with_logits_forward(float *losses, const float *x, const float *y, size_t n);
+TRNDEF void trn_bce_with_logits_backward(float *dx, const float *x, const float *y, float dloss, size_t n);
 TRNDEF void trn_l1_forward(float *losses, const float *pred, const float *target, size_t n);
 TRNDEF void trn_l1_backward(float *dpred, const float *pred, const float *target, float dloss, size_t n);
 TRNDEF void trn_huber_forward(float *losses, const float *pred, const float *target, float delta, size_t n);
 TRNDEF void trn_huber_backward(float *dpred, const float *pred, const float *target, float delta, float dloss, size_t n);
+
+/* The kernels' old names (deprecated, kept for one release): a kernel is
+   named after its tape op, so trn_linear finds trn_linear_forward. */
+#define trn_matmul_forward trn_linear_forward
+#define trn_matmul_backward trn_linear_backward
+#define trn_crossentropy_forward trn_cross_entropy_forward
+#define trn_crossentropy_backward trn_cross_entropy_backward
+#define trn_crossentropy_ex_forward trn_cross_entropy_ex_forward
+#define trn_crossentropy_ex_backward trn_cross_entropy_ex_backward
+#define trn_meanpool_forward trn_mean_pool_forward
+#define trn_meanpool_backward trn_mean_pool_backward
+#define trn_bce_logits_forward trn_bce_with_logits_forward
+#define trn_bce_logits_backward trn_bce_with_logits_backward
+#define trn_attention_kv_forward trn_attention_cached_forward
 
 /* ------------------------------------------------------------------------
    >>tape
@@ -801,33 +859,48 @@ TRNDEF void trn_init_normal(trn_model *m, trn_tensor *t, float mean, float std, 
 TRNDEF void trn_init_const(trn_model *m, trn_tensor *t, float value);
 
 /* ops that record themselves on the tape. Shapes: last dim is channels. */
+/* kernels: trn_linear_forward, trn_linear_backward (>>ops; the plain loops _ref sit above them) */
 TRNDEF trn_tensor *trn_linear(trn_model *m, trn_tensor *x, trn_tensor *w, trn_tensor *b);
+/* kernels: trn_embedding_forward, trn_embedding_backward (>>ops) */
 TRNDEF trn_tensor *trn_embedding(trn_model *m, trn_tensor *table, const int *ids, int B, int T);
+/* kernels: trn_layernorm_forward, trn_layernorm_backward (>>ops) */
 TRNDEF trn_tensor *trn_layernorm(trn_model *m, trn_tensor *x, trn_tensor *w, trn_tensor *b);
+/* kernels: trn_gelu_forward, trn_gelu_backward (>>ops) */
 TRNDEF trn_tensor *trn_gelu(trn_model *m, trn_tensor *x);
 /* GPT-2's feed-forward in one call: linear(gelu(linear(x, fc_w, fc_b)),
    proj_w, proj_b), x (...,C), fc_w (H,C), proj_w (OC,H), biases or NULL.
    The same math as the three calls, in a form a device can fuse: GELU in
    the first GEMM's epilogue, its backward in the epilogue of the GEMM that
    makes d(gelu) (see >>mlp) */
+/* kernels: trn_linear_forward + trn_gelu_forward; backward trn_matmul_dgelu_backward,
+   trn_linear_backward (>>ops, >>mlp) */
 TRNDEF trn_tensor *trn_mlp(trn_model *m, trn_tensor *x, trn_tensor *fc_w, trn_tensor *fc_b, trn_tensor *proj_w,
                            trn_tensor *proj_b);
+/* kernels: trn_relu_forward, trn_relu_backward (>>ops) */
 TRNDEF trn_tensor *trn_relu(trn_model *m, trn_tensor *x);
+/* kernels: trn_add_forward; backward trn_accumulate (>>ops) */
 TRNDEF trn_tensor *trn_add(trn_model *m, trn_tensor *a, trn_tensor *b);
 /* a + b written over b's memory (the residual add: x = x + proj(h)), one
    activation fewer kept for the step. b must be an activation that no
    backward reads: its producer is linear, layernorm, gelu, embedding,
    add or trn_mlp, no op has used it yet (checked), and nothing uses it afterwards
    (your part: its values are gone) */
+/* kernels: trn_add_forward; backward trn_accumulate (>>ops) */
 TRNDEF trn_tensor *trn_add_inplace(trn_model *m, trn_tensor *a, trn_tensor *b);
+/* kernels: trn_flash_attention_forward, trn_flash_attention_backward (>>ops: tiled, the default); the
+   readable reference is trn_attention_forward, trn_attention_backward (>>ops;
+   m->attention_materialized = 1 runs it) */
 TRNDEF trn_tensor *trn_attention(trn_model *m, trn_tensor *qkv, int n_head, int causal);
 /* grouped-query attention: qkv (B,T,(n_head+2*n_kv_head)*hs), n_kv_head
    divides n_head; trn_attention is this with n_kv_head = n_head */
+/* kernels: as trn_attention */
 TRNDEF trn_tensor *trn_attention_gqa(trn_model *m, trn_tensor *qkv, int n_head, int n_kv_head,
                                      int causal);
 /* the classifier and its loss at once: mean cross-entropy of x W^T + b
    (x (...,C), w (Vp,C), b (Vp) or NULL) without ever holding the (N,Vp)
    logits; for logits (sampling) use trn_linear */
+/* kernels: trn_linear_forward + trn_cross_entropy_forward per chunk of rows; backward
+   trn_cross_entropy_backward + trn_linear_backward (>>ops) */
 TRNDEF trn_tensor *trn_linear_cross_entropy(trn_model *m, trn_tensor *x, trn_tensor *w, trn_tensor *b,
                                             const int *targets, int n_valid);
 /* Activation checkpointing: y = fn(m, x, user), but forward keeps only x
@@ -837,10 +910,14 @@ TRNDEF trn_tensor *trn_linear_cross_entropy(trn_model *m, trn_tensor *x, trn_ten
    re-run), and must not call trn_reset or trn_backward. The gradients are
    bit-identical to running fn plainly. With a DDP backward_hook installed,
    a step with regions all-reduces after backward, not during it. */
+/* kernels: fn's own ops, run again in backward */
 TRNDEF trn_tensor *trn_recompute(trn_model *m, trn_region_fn fn, void *user, trn_tensor *x);
+/* kernels: trn_cross_entropy_forward, trn_cross_entropy_backward (>>ops) */
 TRNDEF trn_tensor *trn_cross_entropy(trn_model *m, trn_tensor *logits, const int *targets,
                                      int n_valid);
+/* kernels: trn_mse_forward, trn_mse_backward (>>ops) */
 TRNDEF trn_tensor *trn_mse(trn_model *m, trn_tensor *pred, const float *target);
+/* kernels: trn_mean_pool_forward, trn_mean_pool_backward (>>ops) */
 TRNDEF trn_tensor *trn_mean_pool(trn_model *m, trn_tensor *x);
 /* >>ops2 on the tape. trn_mul: b has a's shape, or a's last dim (one row
    broadcast over a's rows, e.g. a learnable gate). trn_softmax: over the
@@ -853,12 +930,19 @@ TRNDEF trn_tensor *trn_mean_pool(trn_model *m, trn_tensor *x);
    number of tokens it already holds). trn_rope_scaled: the same with the
    frequencies of a scaled RoPE (Llama 3.1's, linear, dynamic: see
    trn_rope_scaling; NULL = trn_rope). */
+/* kernels: trn_mul_forward, trn_mul_backward (>>ops2) */
 TRNDEF trn_tensor *trn_mul(trn_model *m, trn_tensor *a, trn_tensor *b);
+/* kernels: trn_silu_forward, trn_silu_backward (>>ops2) */
 TRNDEF trn_tensor *trn_silu(trn_model *m, trn_tensor *x);
+/* kernels: trn_sigmoid_forward, trn_sigmoid_backward (>>ops2) */
 TRNDEF trn_tensor *trn_sigmoid(trn_model *m, trn_tensor *x);
+/* kernels: trn_tanh_forward, trn_tanh_backward (>>ops2) */
 TRNDEF trn_tensor *trn_tanh(trn_model *m, trn_tensor *x);
+/* kernels: trn_softmax_forward, trn_softmax_backward (>>ops2) */
 TRNDEF trn_tensor *trn_softmax(trn_model *m, trn_tensor *x);
+/* kernels: trn_rmsnorm_forward, trn_rmsnorm_backward (>>ops2) */
 TRNDEF trn_tensor *trn_rmsnorm(trn_model *m, trn_tensor *x, trn_tensor *w, float eps);
+/* kernels: trn_rope_forward, trn_rope_backward (>>ops2) */
 TRNDEF trn_tensor *trn_rope(trn_model *m, trn_tensor *qkv, int n_head, int n_kv_head, float theta, int pos0);
 TRNDEF trn_tensor *trn_rope_scaled(trn_model *m, trn_tensor *qkv, int n_head, int n_kv_head, float theta,
                                    const trn_rope_scaling *sc, int pos0);
@@ -868,7 +952,7 @@ TRNDEF trn_tensor *trn_rope_scaled(trn_model *m, trn_tensor *qkv, int n_head, in
      (one draw per call; saved in training checkpoints). In evaluation mode
      (trn_eval) or with p = 0 it returns x itself. trn_gradcheck runs the
      forward many times: reseed m->rng at the start of its build function
-     so that every probe sees the same mask (tests/test_ops3 does).
+     so that every probe sees the same mask (tests/test_ops_shape_loss does).
    trn_reshape: a view with a new shape of the same size (no copy).
    trn_transpose: swaps dims d0 and d1 (negative counts from the end).
    trn_slice: x[..., start:start+len]; trn_concat: [a | b] on the last dim.
@@ -883,20 +967,34 @@ TRNDEF trn_tensor *trn_rope_scaled(trn_model *m, trn_tensor *qkv, int n_head, in
    trn_bce_with_logits (targets in [0,1]), trn_l1, trn_huber(delta > 0):
      means over all elements, as torch's BCEWithLogitsLoss, L1Loss,
      HuberLoss; targets are host arrays of pred's size. */
+/* kernels: trn_dropout_forward, trn_dropout_backward (>>ops3) */
 TRNDEF trn_tensor *trn_dropout(trn_model *m, trn_tensor *x, float p);
+/* no kernel: a view */
 TRNDEF trn_tensor *trn_reshape(trn_model *m, trn_tensor *x, int ndim, const int *shape);
+/* kernels: trn_transpose_forward, trn_transpose_backward (>>ops3) */
 TRNDEF trn_tensor *trn_transpose(trn_model *m, trn_tensor *x, int d0, int d1);
+/* kernels: trn_slice_forward, trn_slice_backward (>>ops3) */
 TRNDEF trn_tensor *trn_slice(trn_model *m, trn_tensor *x, int start, int len);
+/* kernels: trn_concat_forward, trn_concat_backward (>>ops3) */
 TRNDEF trn_tensor *trn_concat(trn_model *m, trn_tensor *a, trn_tensor *b);
+/* kernels: trn_sum_forward, trn_sum_backward (>>ops3) */
 TRNDEF trn_tensor *trn_sum(trn_model *m, trn_tensor *x);
+/* kernels: trn_sum_forward, trn_sum_backward with scale 1/C (>>ops3) */
 TRNDEF trn_tensor *trn_mean(trn_model *m, trn_tensor *x);
+/* kernels: trn_sum_forward, trn_sum_backward (>>ops3) */
 TRNDEF trn_tensor *trn_sum_all(trn_model *m, trn_tensor *x);
+/* kernels: trn_sum_forward, trn_sum_backward (>>ops3) */
 TRNDEF trn_tensor *trn_mean_all(trn_model *m, trn_tensor *x);
+/* kernels: trn_bmm_forward, trn_bmm_backward (>>ops3) */
 TRNDEF trn_tensor *trn_bmm(trn_model *m, trn_tensor *a, trn_tensor *b, int trans_a, int trans_b);
+/* kernels: trn_cross_entropy_ex_forward, trn_cross_entropy_ex_backward (>>ops3) */
 TRNDEF trn_tensor *trn_cross_entropy_ex(trn_model *m, trn_tensor *logits, const int *targets, int n_valid,
                                         int ignore_index, float label_smoothing);
+/* kernels: trn_bce_with_logits_forward, trn_bce_with_logits_backward (>>ops3) */
 TRNDEF trn_tensor *trn_bce_with_logits(trn_model *m, trn_tensor *logits, const float *targets);
+/* kernels: trn_l1_forward, trn_l1_backward (>>ops3) */
 TRNDEF trn_tensor *trn_l1(trn_model *m, trn_tensor *pred, const float *target);
+/* kernels: trn_huber_forward, trn_huber_backward (>>ops3) */
 TRNDEF trn_tensor *trn_huber(trn_model *m, trn_tensor *pred, const float *target, float delta);
 
 /* ------------------------------------------------------------------------
@@ -1047,7 +1145,7 @@ typedef enum trn_optim_algo {
     TRN_OPTIM_SGD = 1    /* torch.optim.SGD: momentum, dampening, Nesterov */
 } trn_optim_algo;
 
-typedef struct trn_adamw_desc {
+typedef struct trn_optimizer_desc {
     float lr;            /* default 1e-3 (PyTorch's default)               */
     float beta1, beta2;  /* AdamW: default 0.9, 0.999                       */
     float eps;           /* AdamW: default 1e-8                             */
@@ -1058,21 +1156,27 @@ typedef struct trn_adamw_desc {
     float momentum;      /* SGD: 0 = plain SGD (no buffer), e.g. 0.9        */
     float dampening;     /* SGD: buf = momentum*buf + (1-dampening)*g; 0    */
     int nesterov;        /* SGD: 1 = Nesterov (momentum > 0, dampening 0)   */
-} trn_adamw_desc;
+} trn_optimizer_desc;
 
-typedef struct trn_adamw {
-    trn_adamw_desc desc; /* effective values                               */
+typedef struct trn_optimizer {
+    trn_optimizer_desc desc; /* effective values                           */
     float *m, *v;        /* moments, NULL until the first step (OPTIM)     */
     size_t lo, hi;       /* the slice of the flat buffers this optimizer
                             owns: all by default, one shard for ZeRO-1     */
     long long step;      /* steps taken                                    */
     const trn_backend *backend;
-} trn_adamw;
+} trn_optimizer;
+/* the old names (kept): the optimizer runs AdamW or SGD (desc.algo), its
+   calls keep the trn_adamw_ prefix */
+typedef trn_optimizer trn_adamw;
+typedef trn_optimizer_desc trn_adamw_desc;
 
-TRNDEF trn_adamw_desc trn_adamw_defaults(const trn_adamw_desc *desc);
-TRNDEF void trn_adamw_init(trn_adamw *opt, const trn_adamw_desc *desc);
-TRNDEF trn_result trn_adamw_step(trn_adamw *opt, trn_model *m, float lr);
-TRNDEF void trn_adamw_free(trn_adamw *opt);
+TRNDEF trn_optimizer_desc trn_adamw_defaults(const trn_optimizer_desc *desc);
+TRNDEF void trn_adamw_init(trn_optimizer *opt, const trn_optimizer_desc *desc);
+/* one step over every parameter. kernels: trn_adamw_update (trn_adamw_update_ref,
+   the plain loop, directly above it) or trn_sgd_update, both in >>adamw */
+TRNDEF trn_result trn_adamw_step(trn_optimizer *opt, trn_model *m, float lr);
+TRNDEF void trn_adamw_free(trn_optimizer *opt);
 /* Parameter groups: every parameter whose name matches `pattern` ('*'
    matches any run of characters: "*.bias", "h.*.ln_*", "wte.weight") gets
    learning rate lr * lr_scale and, if weight_decay >= 0, that weight decay
@@ -1083,9 +1187,6 @@ TRNDEF void trn_adamw_free(trn_adamw *opt);
    resuming, as you build the same model. */
 TRNDEF int trn_param_group(trn_model *m, const char *pattern, float lr_scale, float weight_decay);
 
-/* linear warmup for `warmup` steps, then cosine from max_lr to min_lr at total */
-TRNDEF float trn_lr_schedule(long long step, long long warmup, long long total,
-                             float max_lr, float min_lr);
 /* Learning-rate schedules, each with a linear warmup: for step < warmup the
    lr is max_lr * (step+1) / warmup, then
      COSINE    max_lr -> min_lr along half a cosine, reached at total
@@ -1104,6 +1205,11 @@ typedef struct trn_schedule {
     float decay_frac;    /* WSD: 0 means 0.2 (the last 20% decay)          */
 } trn_schedule;
 TRNDEF float trn_schedule_lr(const trn_schedule *s, long long step);
+/* deprecated (the one schedule function is trn_schedule_lr): the cosine
+   schedule in one call, = trn_schedule_lr(&{COSINE, warmup, total, max_lr,
+   min_lr}, step) */
+TRNDEF float trn_lr_schedule(long long step, long long warmup, long long total,
+                             float max_lr, float min_lr);
 /* "cosine" ... "wsd" -> the kind; -1 for anything else (for flag parsers) */
 TRNDEF int trn_schedule_parse(const char *name);
 TRNDEF const char *trn_schedule_name(trn_schedule_kind kind);
@@ -1128,6 +1234,18 @@ TRNDEF void trn_item_async(trn_model *m, const trn_tensor *t, float *dst);
 /* wait until the device has done everything queued: the async values
    have landed. The one host synchronization of a training step. */
 TRNDEF void trn_sync(trn_model *m);
+/* What a training program needs beside the step, so that it never reaches
+   into the backend table or the gradient ranges itself:
+   trn_scale_grads    grads *= s over the gradients this rank holds (all of
+                      them; a ZeRO-2/FSDP shard's slice): the 1/K after K
+                      micro-batches of gradient accumulation
+   trn_backend_name   "cpu", "cuda": for the lines a program prints
+   trn_last_position  x (B,T,C) -> its last position x[:, T-1, :], (B,1,C),
+                      a copy in the arena that is not recorded on the tape
+                      (generation: the LM head needs only the last row) */
+TRNDEF void trn_scale_grads(trn_model *m, float s);
+TRNDEF const char *trn_backend_name(const trn_model *m);
+TRNDEF trn_tensor *trn_last_position(trn_model *m, trn_tensor *x);
 
 /* ------------------------------------------------------------------------
    >>json declarations
@@ -2028,8 +2146,36 @@ static float trn__row_dot(const float *a, const float *b, int n) {
    Backward, the chain rule for y = x W^T + b:
      dinp (N,C)  += dout (N,OC) @ w (OC,C)
      dw   (OC,C) += dout^T (OC,N) @ inp (N,C)
-     dbias (OC)  += sum over rows of dout                                   */
-TRNDEF void trn_matmul_forward(float *out, const float *inp, const float *w, const float *bias,
+     dbias (OC)  += sum over rows of dout
+   The plain loops first (the math, and the reference the tests hold the
+   fast pair to); trn_linear_forward/_backward below compute the same with
+   trn_sgemm (>>matmul: blocked, vectorized, threaded).                    */
+TRNDEF void trn_linear_forward_ref(float *out, const float *inp, const float *w, const float *bias,
+                                   int N, int C, int OC) {
+    int n, o, c;
+    for (n = 0; n < N; n++)
+        for (o = 0; o < OC; o++) {
+            float acc = bias ? bias[o] : 0.0f;
+            for (c = 0; c < C; c++) acc += inp[(size_t)n * C + c] * w[(size_t)o * C + c];
+            out[(size_t)n * OC + o] = acc;
+        }
+}
+
+TRNDEF void trn_linear_backward_ref(float *dinp, float *dw, float *dbias, const float *dout,
+                                    const float *inp, const float *w, int N, int C, int OC) {
+    int n, o, c;
+    for (n = 0; n < N; n++)
+        for (o = 0; o < OC; o++) {
+            float d = dout[(size_t)n * OC + o];
+            for (c = 0; c < C; c++) {
+                if (dinp) dinp[(size_t)n * C + c] += d * w[(size_t)o * C + c];
+                if (dw) dw[(size_t)o * C + c] += d * inp[(size_t)n * C + c];
+            }
+            if (dbias) dbias[o] += d;
+        }
+}
+
+TRNDEF void trn_linear_forward(float *out, const float *inp, const float *w, const float *bias,
                                int N, int C, int OC) {
     trn_sgemm(0, 1, N, OC, C, 1.0f, inp, C, w, C, 0.0f, out, OC);
     if (bias) {
@@ -2065,7 +2211,7 @@ static void trn__sum_rows(float *dst, const float *x, int N, int C) {
     }
 }
 
-TRNDEF void trn_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
+TRNDEF void trn_linear_backward(float *dinp, float *dw, float *dbias, const float *dout,
                                 const float *inp, const float *w, int N, int C, int OC) {
     if (dinp) trn_sgemm(0, 0, N, C, OC, 1.0f, dout, OC, w, C, 1.0f, dinp, C);
     if (dw) trn_sgemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
@@ -2214,7 +2360,7 @@ TRNDEF void trn_gelu_backward(float *dinp, const float *inp, const float *dout, 
 
 /* trn_mlp's backward through GELU (>>mlp): dpre (N,C) = (dout (N,OC) @ w
    (OC,C)) * gelu'(pre), WRITTEN: the product straight into dpre, then
-   GELU's backward in place. The same numbers as trn_matmul_backward into a
+   GELU's backward in place. The same numbers as trn_linear_backward into a
    zeroed scratch followed by trn_gelu_backward, without the scratch. */
 TRNDEF void trn_matmul_dgelu_backward(float *dpre, const float *dout, const float *w, const float *pre, int N, int C,
                                       int OC) {
@@ -2726,7 +2872,7 @@ TRNDEF void trn_flash_attention_backward(float *dqkv, const float *dout, const f
    and saves N*V floats.
    Backward, with dloss the gradient of each row's loss (1/N for a mean):
      dlogits[n,v] += dloss * (p[n,v] - [v == target[n]]);  padding gets 0. */
-TRNDEF void trn_crossentropy_forward(float *losses, float *lse, const float *logits,
+TRNDEF void trn_cross_entropy_forward(float *losses, float *lse, const float *logits,
                                      const int *targets, int N, int V, int Vp) {
     int n;
 #ifdef _OPENMP
@@ -2740,7 +2886,7 @@ TRNDEF void trn_crossentropy_forward(float *losses, float *lse, const float *log
     }
 }
 
-TRNDEF void trn_crossentropy_backward(float *dlogits, const float *logits, const float *lse,
+TRNDEF void trn_cross_entropy_backward(float *dlogits, const float *logits, const float *lse,
                                       const int *targets, float dloss, int N, int V, int Vp) {
     int n;
 #ifdef _OPENMP
@@ -2752,6 +2898,27 @@ TRNDEF void trn_crossentropy_backward(float *dlogits, const float *logits, const
         int v;
         for (v = 0; v < V; v++) d[v] += dloss * trn__expf(l[v] - m);
         d[targets[n]] -= dloss;
+    }
+}
+
+/* Both at once, the classifier's way: one row at a time, the loss, then the
+   row's logits overwritten by their gradient (WRITTEN, not accumulated: the
+   logits die here, their gradient takes their place). The plain reference
+   of train_cuda.h's fused kernel (>>classifier there). */
+TRNDEF void trn_crossentropy_fused(float *losses, float *logits, const int *targets, float dloss, int N, int V,
+                                   int Vp) {
+    int n;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (n = 0; n < N; n++) {
+        float *l = logits + (size_t)n * Vp, mx = trn__row_max(l, V), z;
+        int v, t = targets[n];
+        z = mx + (float)log(trn__row_sum_exp(l, V, mx));
+        losses[n] = z - l[t];
+        for (v = 0; v < V; v++) l[v] = dloss * trn__expf(l[v] - z);
+        for (; v < Vp; v++) l[v] = 0.0f;
+        l[t] -= dloss;
     }
 }
 
@@ -2775,7 +2942,7 @@ TRNDEF void trn_mse_backward(float *dpred, const float *pred, const float *targe
 }
 
 /* --- mean pool over positions: (B,T,C) -> (B,C); dinp += dout / T ------- */
-TRNDEF void trn_meanpool_forward(float *out, const float *inp, int B, int T, int C) {
+TRNDEF void trn_mean_pool_forward(float *out, const float *inp, int B, int T, int C) {
     int b;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static)
@@ -2790,7 +2957,7 @@ TRNDEF void trn_meanpool_forward(float *out, const float *inp, int B, int T, int
     }
 }
 
-TRNDEF void trn_meanpool_backward(float *dinp, const float *dout, int B, int T, int C) {
+TRNDEF void trn_mean_pool_backward(float *dinp, const float *dout, int B, int T, int C) {
     int b;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static)
@@ -2802,92 +2969,6 @@ TRNDEF void trn_meanpool_backward(float *dinp, const float *dout, int B, int T, 
     }
 }
 
-/* --- AdamW update over a contiguous slice (Loshchilov & Hutter 2019) -----
-   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
-   p -= lr * ( (m/bc1) / (sqrt(v/bc2) + eps) + weight_decay * p )
-   bc1 = 1 - b1^t, bc2 = 1 - b2^t are the bias corrections for step t.
-   Weight decay is decoupled: it shrinks p directly, not through g.       */
-/* sqrtf may set errno, so compilers keep a loop that calls it scalar
-   (short of -ffast-math or -fno-math-errno), and AdamW then took 20% of a
-   GPT-2 124M step. On x86 the same formula is written with vector
-   intrinsics, 16 (AVX-512) or 8 (AVX) elements at a time, and on AArch64
-   with NEON, 4 at a time (IEEE division and square root, as the scalar
-   loop: the same bits whichever path an element takes); the scalar loop
-   does the tail. Threads split whole vectors, so an element always takes
-   the same path whatever the thread count. */
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#define TRN__AW_VL 16
-#define TRN__AW(op) _mm512_##op
-typedef __m512 trn__aw_vec;
-#elif defined(__AVX__)
-#include <immintrin.h>
-#define TRN__AW_VL 8
-#define TRN__AW(op) _mm256_##op
-typedef __m256 trn__aw_vec;
-#elif defined(__ARM_NEON) && defined(__aarch64__)
-/* AArch64 NEON, 4 at a time: the x86 names above, spelled in NEON */
-#include <arm_neon.h>
-#define TRN__AW_VL 4
-#define TRN__AW(op) trn__aw_##op
-typedef float32x4_t trn__aw_vec;
-static inline float32x4_t trn__aw_loadu_ps(const float *p) { return vld1q_f32(p); }
-static inline void trn__aw_storeu_ps(float *p, float32x4_t x) { vst1q_f32(p, x); }
-static inline float32x4_t trn__aw_set1_ps(float x) { return vdupq_n_f32(x); }
-static inline float32x4_t trn__aw_add_ps(float32x4_t a, float32x4_t b) { return vaddq_f32(a, b); }
-static inline float32x4_t trn__aw_sub_ps(float32x4_t a, float32x4_t b) { return vsubq_f32(a, b); }
-static inline float32x4_t trn__aw_mul_ps(float32x4_t a, float32x4_t b) { return vmulq_f32(a, b); }
-static inline float32x4_t trn__aw_div_ps(float32x4_t a, float32x4_t b) { return vdivq_f32(a, b); }
-static inline float32x4_t trn__aw_sqrt_ps(float32x4_t a) { return vsqrtq_f32(a); }
-#endif
-/* GCC 12 warns inside its own _mm512_sqrt_ps (its _mm512_undefined_ps,
-   GCC bug 105593) when this loop is inlined in C++: not ours, silenced here */
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-TRNDEF void trn_adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr,
-                             float beta1, float beta2, float eps, float weight_decay,
-                             float bias_corr1, float bias_corr2) {
-    ptrdiff_t i, done = 0;
-#ifdef TRN__AW_VL
-    ptrdiff_t nv = (ptrdiff_t)(n / TRN__AW_VL);
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static)
-#endif
-    for (i = 0; i < nv; i++) {
-        size_t o = (size_t)i * TRN__AW_VL;
-        trn__aw_vec G = TRN__AW(loadu_ps)(g + o), M = TRN__AW(loadu_ps)(m + o);
-        trn__aw_vec V = TRN__AW(loadu_ps)(v + o), P = TRN__AW(loadu_ps)(p + o), den, upd;
-        M = TRN__AW(add_ps)(TRN__AW(mul_ps)(TRN__AW(set1_ps)(beta1), M),
-                            TRN__AW(mul_ps)(TRN__AW(set1_ps)(1.0f - beta1), G));
-        V = TRN__AW(add_ps)(TRN__AW(mul_ps)(TRN__AW(set1_ps)(beta2), V),
-                            TRN__AW(mul_ps)(TRN__AW(mul_ps)(TRN__AW(set1_ps)(1.0f - beta2), G), G));
-        TRN__AW(storeu_ps)(m + o, M);
-        TRN__AW(storeu_ps)(v + o, V);
-        den = TRN__AW(add_ps)(TRN__AW(sqrt_ps)(TRN__AW(div_ps)(V, TRN__AW(set1_ps)(bias_corr2))),
-                              TRN__AW(set1_ps)(eps));
-        upd = TRN__AW(add_ps)(TRN__AW(div_ps)(TRN__AW(div_ps)(M, TRN__AW(set1_ps)(bias_corr1)), den),
-                              TRN__AW(mul_ps)(TRN__AW(set1_ps)(weight_decay), P));
-        TRN__AW(storeu_ps)(p + o, TRN__AW(sub_ps)(P, TRN__AW(mul_ps)(TRN__AW(set1_ps)(lr), upd)));
-    }
-    done = nv * TRN__AW_VL;
-#endif
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) if ((ptrdiff_t)n - done > 4096)
-#endif
-    for (i = done; i < (ptrdiff_t)n; i++) {
-        float gi = g[i];
-        float mi = beta1 * m[i] + (1.0f - beta1) * gi;
-        float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
-        m[i] = mi;
-        v[i] = vi;
-        p[i] -= lr * ((mi / bias_corr1) / (sqrtf(vi / bias_corr2) + eps) + weight_decay * p[i]);
-    }
-}
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
 
 /* sum of squares in double; each thread sums a fixed slice, slices are then
    added in thread order, so the result depends only on the thread count */
@@ -2924,28 +3005,6 @@ TRNDEF void trn_scale(float *x, float s, size_t n) {
     for (i = 0; i < (ptrdiff_t)n; i++) x[i] *= s;
 }
 
-/* torch.optim.SGD, element by element (buf NULL when momentum is 0):
-     d   = g + weight_decay * p                     L2 decay, into the gradient
-     buf = d                                        first step (a new buffer)
-     buf = momentum * buf + (1 - dampening) * d     every later step
-     d   = nesterov ? d + momentum * buf : buf      look ahead along buf
-     p  -= lr * d                                                              */
-TRNDEF void trn_sgd_update(float *p, const float *g, float *buf, size_t n, float lr, float momentum,
-                           float dampening, float weight_decay, int nesterov, int first) {
-    ptrdiff_t i;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) if (n > 32768)
-#endif
-    for (i = 0; i < (ptrdiff_t)n; i++) {
-        float d = g[i] + weight_decay * p[i];
-        if (buf) {
-            float b = first ? d : momentum * buf[i] + (1.0f - dampening) * d;
-            buf[i] = b;
-            d = nesterov ? d + momentum * b : b;
-        }
-        p[i] -= lr * d;
-    }
-}
 
 /* images (B,H,W,Ch) -> patches (B, (H/P)*(W/P), P*P*Ch): patch (py,px) in
    row-major order, inside a patch rows, then columns, then channels. A
@@ -3411,7 +3470,7 @@ TRNDEF void trn_bmm_backward(float *da, float *db, const float *dout, const floa
    (ignored rows: loss 0). Saved: lse (N), as for trn_cross_entropy.
    Backward (dloss = 1/(rows not ignored) for the mean):
      dlogits[n,v] += dloss * (p_v - q_v);  ignored rows and padding: 0.  */
-TRNDEF void trn_crossentropy_ex_forward(float *losses, float *lse, const float *logits, const int *targets, int N,
+TRNDEF void trn_cross_entropy_ex_forward(float *losses, float *lse, const float *logits, const int *targets, int N,
                                         int V, int Vp, float smoothing) {
     int n;
 #ifdef _OPENMP
@@ -3429,7 +3488,7 @@ TRNDEF void trn_crossentropy_ex_forward(float *losses, float *lse, const float *
         losses[n] = (float)((double)lse[n] - (1.0 - smoothing) * l[targets[n]] - smoothing * sum / V);
     }
 }
-TRNDEF void trn_crossentropy_ex_backward(float *dlogits, const float *logits, const float *lse, const int *targets,
+TRNDEF void trn_cross_entropy_ex_backward(float *dlogits, const float *logits, const float *lse, const int *targets,
                                          float dloss, int N, int V, int Vp, float smoothing) {
     int n;
     if (!dlogits) return;
@@ -3451,14 +3510,14 @@ TRNDEF void trn_crossentropy_ex_backward(float *dlogits, const float *logits, co
      loss = max(x,0) - x y + log(1 + e^-|x|)     (never exponentiates a
                                                   large positive number)
    Backward: dx += dloss * (sigmoid(x) - y). Saved: the targets.          */
-TRNDEF void trn_bce_logits_forward(float *losses, const float *x, const float *y, size_t n) {
+TRNDEF void trn_bce_with_logits_forward(float *losses, const float *x, const float *y, size_t n) {
     ptrdiff_t i;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) if (n > 32768)
 #endif
     for (i = 0; i < (ptrdiff_t)n; i++) losses[i] = (x[i] > 0.0f ? x[i] : 0.0f) - x[i] * y[i] + log1pf(expf(-fabsf(x[i])));
 }
-TRNDEF void trn_bce_logits_backward(float *dx, const float *x, const float *y, float dloss, size_t n) {
+TRNDEF void trn_bce_with_logits_backward(float *dx, const float *x, const float *y, float dloss, size_t n) {
     ptrdiff_t i;
     if (!dx) return;
 #ifdef _OPENMP
@@ -3524,7 +3583,7 @@ TRNDEF void trn_huber_backward(float *dpred, const float *pred, const float *tar
      S (T,P) = Q K^T / sqrt(hs);  row t sees columns 0..pos+t (causal);
      A = softmax_rows(S);  O (T,hs) = A V
    att holds S/A: (B,NH,T,P). out (B,T,NH*hs). No backward.              */
-TRNDEF void trn_attention_kv_forward(float *out, float *att, const float *q, int q_stride, const float *k,
+TRNDEF void trn_attention_cached_forward(float *out, float *att, const float *q, int q_stride, const float *k,
                                      const float *v, int kv_stride, float *kcache, float *vcache, int B, int T,
                                      int pos, int maxT, int NH, int NKV, int hs) {
     int Ckv = NKV * hs, C = NH * hs, P = pos + T, grp = NH / NKV, bh, b, t;
@@ -3592,8 +3651,8 @@ TRNDEF const trn_backend *trn_cpu_backend(void) {
         cpu.download = trn__cpu_copy;
         cpu.copy = trn__cpu_copy;
         cpu.sync = trn__cpu_sync;
-        cpu.matmul_forward = trn_matmul_forward;
-        cpu.matmul_backward = trn_matmul_backward;
+        cpu.matmul_forward = trn_linear_forward;
+        cpu.matmul_backward = trn_linear_backward;
         cpu.embedding_forward = trn_embedding_forward;
         cpu.embedding_backward = trn_embedding_backward;
         cpu.layernorm_forward = trn_layernorm_forward;
@@ -3607,12 +3666,13 @@ TRNDEF const trn_backend *trn_cpu_backend(void) {
         cpu.accumulate = trn_accumulate;
         cpu.attention_forward = trn_attention_forward;
         cpu.attention_backward = trn_attention_backward;
-        cpu.crossentropy_forward = trn_crossentropy_forward;
-        cpu.crossentropy_backward = trn_crossentropy_backward;
+        cpu.crossentropy_forward = trn_cross_entropy_forward;
+        cpu.crossentropy_backward = trn_cross_entropy_backward;
+        cpu.crossentropy_fused = trn_crossentropy_fused;
         cpu.mse_forward = trn_mse_forward;
         cpu.mse_backward = trn_mse_backward;
-        cpu.meanpool_forward = trn_meanpool_forward;
-        cpu.meanpool_backward = trn_meanpool_backward;
+        cpu.meanpool_forward = trn_mean_pool_forward;
+        cpu.meanpool_backward = trn_mean_pool_backward;
         cpu.adamw_update = trn_adamw_update;
         cpu.sum_squares = trn_sum_squares;
         cpu.scale = trn_scale;
@@ -3634,7 +3694,7 @@ TRNDEF const trn_backend *trn_cpu_backend(void) {
         cpu.flash_attention_forward = trn_flash_attention_forward;
         cpu.flash_attention_backward = trn_flash_attention_backward;
         cpu.sgd_update = trn_sgd_update;
-        cpu.attention_kv_forward = trn_attention_kv_forward;
+        cpu.attention_kv_forward = trn_attention_cached_forward;
         cpu.dropout_forward = trn_dropout_forward;
         cpu.dropout_backward = trn_dropout_backward;
         cpu.transpose_forward = trn_transpose_forward;
@@ -3647,10 +3707,10 @@ TRNDEF const trn_backend *trn_cpu_backend(void) {
         cpu.sum_backward = trn_sum_backward;
         cpu.bmm_forward = trn_bmm_forward;
         cpu.bmm_backward = trn_bmm_backward;
-        cpu.crossentropy_ex_forward = trn_crossentropy_ex_forward;
-        cpu.crossentropy_ex_backward = trn_crossentropy_ex_backward;
-        cpu.bce_logits_forward = trn_bce_logits_forward;
-        cpu.bce_logits_backward = trn_bce_logits_backward;
+        cpu.crossentropy_ex_forward = trn_cross_entropy_ex_forward;
+        cpu.crossentropy_ex_backward = trn_cross_entropy_ex_backward;
+        cpu.bce_logits_forward = trn_bce_with_logits_forward;
+        cpu.bce_logits_backward = trn_bce_with_logits_backward;
         cpu.l1_forward = trn_l1_forward;
         cpu.l1_backward = trn_l1_backward;
         cpu.huber_forward = trn_huber_forward;
@@ -4208,6 +4268,32 @@ TRNDEF void trn_item_async(trn_model *m, const trn_tensor *t, float *dst) {
     else m->backend->download(dst, t->data, sizeof(float));
 }
 TRNDEF void trn_sync(trn_model *m) { m->backend->sync(); }
+
+TRNDEF void trn_scale_grads(trn_model *m, float s) {
+    size_t lo, hi;
+    if (!m || !m->grad_data) return; /* no backward yet: nothing to scale */
+    lo = m->grad_lo;
+    hi = m->grad_hi ? m->grad_hi : m->n_floats;
+    m->backend->scale(m->grad_data + lo, s, hi - lo);
+}
+
+TRNDEF const char *trn_backend_name(const trn_model *m) { return m && m->backend ? m->backend->name : "none"; }
+
+TRNDEF trn_tensor *trn_last_position(trn_model *m, trn_tensor *x) {
+    int B, T, C, b, shape[3];
+    size_t es;
+    trn_tensor *last;
+    if (!m || !x) trn_fatal("trn_last_position: NULL argument");
+    if (x->ndim != 3) trn_fatal("trn_last_position: x must be (B,T,C), got %d dims", x->ndim);
+    B = x->shape[0], T = x->shape[1], C = x->shape[2];
+    shape[0] = B, shape[1] = 1, shape[2] = C;
+    last = trn_tensor_new_dtype(m, "last", 3, shape, x->dtype);
+    es = trn_dtype_size(x->dtype); /* bytes per value: 4, or 2 in bf16 */
+    for (b = 0; b < B; b++)
+        m->backend->copy((char *)last->data + (size_t)b * C * es, (const char *)x->data + ((size_t)b * T + T - 1) * C * es,
+                         es * (size_t)C);
+    return last;
+}
 TRNDEF void trn_read(trn_model *m, const trn_tensor *t, float *host) {
     if (!t || !host) trn_fatal("trn_read: tensor or host buffer is NULL");
     if (t->is_param) trn__need_alloc(m, "trn_read", t->name);
@@ -4302,17 +4388,46 @@ static void trn__weight(const trn_model *m, const trn_tensor *w, const char *op)
                   "activation: multiply activations with trn_bmm or trn_mul", op, w->name);
 }
 
+/* dinp (N,C) and dw (OC,C, fp32) of a linear layer, each WRITTEN when its
+   flag says the buffer is fresh (trn__grad's *fresh: nothing was added to
+   it yet, so a beta = 0 product replaces memset + accumulate), else
+   accumulated; dbias accumulates */
+static void trn__matmul_bw(trn_model *m, float *dinp, int write_dinp, float *dw, int write_dw, float *dbias,
+                           const float *dout, const float *inp, const float *w, int N, int C, int OC) {
+    const trn_backend *bk = m->backend;
+    write_dinp = dinp && write_dinp;
+    write_dw = dw && write_dw;
+    if (bk->matmul_backward_ex) {
+        bk->matmul_backward_ex(dinp, dw, dbias, dout, inp, w, N, C, OC, write_dinp, write_dw);
+        return;
+    }
+    if (write_dinp) bk->zero(dinp, trn_dtype_size(m->act_dtype) * (size_t)N * C);
+    if (write_dw) bk->zero(dw, sizeof(float) * (size_t)OC * C);
+    bk->matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC);
+}
+
 /* --- linear -------------------------------------------------------------- */
+/* written with the public op API (>>opapi), as your ops are: forward and
+   backward read the entry; the backend table picks the kernel, so one
+   function serves both places. iarg: N, C, OC. Saves nothing: x and w are
+   alive in backward. */
+static void trn__linear_fw(trn_model *m, trn_tape_entry *e) {
+    trn_tensor *x = e->in[0], *w = e->in[1], *b = e->in[2];
+    m->backend->matmul_forward(e->out->data, x->data, w->data, b ? b->data : NULL, e->iarg[0], e->iarg[1], e->iarg[2]);
+}
 static void trn__linear_bw(trn_model *m, trn_tape_entry *e) {
     trn_tensor *x = e->in[0], *w = e->in[1], *b = e->in[2];
-    m->backend->matmul_backward(trn__want(m, x, NULL), trn__want(m, w, NULL), trn__want(m, b, NULL), e->out->grad, x->data,
-                                w->data, e->iarg[0], e->iarg[1], e->iarg[2]);
+    int fresh;
+    float *dx = trn__want(m, x, &fresh); /* fresh: x's first gradient, written (beta 0), not zeroed and added */
+    trn__matmul_bw(m, dx, fresh, trn__want(m, w, NULL), 0, trn__want(m, b, NULL), e->out->grad, x->data, w->data,
+                   e->iarg[0], e->iarg[1], e->iarg[2]);
 }
+static const trn_op trn__linear_op = {"linear", trn__linear_fw, trn__linear_bw, trn__linear_fw, trn__linear_bw, 1};
 
 TRNDEF trn_tensor *trn_linear(trn_model *m, trn_tensor *x, trn_tensor *w, trn_tensor *b) {
     int C, OC, N, shape[TRN_MAX_DIMS];
     trn_tensor *out;
-    trn_tape_entry *e;
+    trn_op_args args;
     trn__not_null("trn_linear", m, x); trn__not_null("trn_linear", w, w);
     x = trn__act(m, x); trn__weight(m, w, "trn_linear"); trn__weight(m, b, "trn_linear");
     C = TRN__LAST(x);
@@ -4323,9 +4438,9 @@ TRNDEF trn_tensor *trn_linear(trn_model *m, trn_tensor *x, trn_tensor *w, trn_te
     memcpy(shape, x->shape, sizeof shape);
     shape[x->ndim - 1] = OC;
     out = trn_tensor_new(m, "linear", x->ndim, shape);
-    m->backend->matmul_forward(out->data, x->data, w->data, b ? b->data : NULL, N, C, OC);
-    e = trn__record(m, "linear", trn__linear_bw, out, x, w, b);
-    if (e) { e->iarg[0] = N; e->iarg[1] = C; e->iarg[2] = OC; }
+    memset(&args, 0, sizeof args);
+    args.i[0] = N; args.i[1] = C; args.i[2] = OC;
+    trn_op_apply(m, &trn__linear_op, out, x, w, b, &args);
     return out;
 }
 
@@ -4364,42 +4479,53 @@ TRNDEF trn_tensor *trn_embedding(trn_model *m, trn_tensor *table, const int *ids
 }
 
 /* --- layernorm ------------------------------------------------------------ */
+/* iarg: N, C. Saved: mean (N) and rstd (N), from the arena. */
+static void trn__layernorm_fw(trn_model *m, trn_tape_entry *e) {
+    trn_tensor *x = e->in[0], *w = e->in[1], *b = e->in[2];
+    float *mean = (float *)trn_arena_alloc(m, sizeof(float) * (size_t)e->iarg[0]);
+    float *rstd = (float *)trn_arena_alloc(m, sizeof(float) * (size_t)e->iarg[0]);
+    m->backend->layernorm_forward(e->out->data, mean, rstd, x->data, w->data, b->data, e->iarg[0], e->iarg[1]);
+    e->saved[0] = mean;
+    e->saved[1] = rstd;
+}
 static void trn__layernorm_bw(trn_model *m, trn_tape_entry *e) {
     trn_tensor *x = e->in[0], *w = e->in[1], *b = e->in[2];
-    m->backend->layernorm_backward(trn__want(m, x, NULL), trn__want(m, w, NULL), trn__want(m, b, NULL), e->out->grad, x->data, w->data,
+    m->backend->layernorm_backward(trn_grad(m, x), trn_grad(m, w), trn_grad(m, b), trn_grad(m, e->out), x->data, w->data,
                                    (const float *)e->saved[0], (const float *)e->saved[1], e->iarg[0], e->iarg[1]);
 }
+static const trn_op trn__layernorm_op = {"layernorm", trn__layernorm_fw, trn__layernorm_bw, trn__layernorm_fw,
+                                         trn__layernorm_bw, 1};
 
 TRNDEF trn_tensor *trn_layernorm(trn_model *m, trn_tensor *x, trn_tensor *w, trn_tensor *b) {
     int C, N;
-    float *mean, *rstd;
     trn_tensor *out;
-    trn_tape_entry *e;
+    trn_op_args args;
     trn__not_null("trn_layernorm", m, x); trn__not_null("trn_layernorm", w, b);
     x = trn__act(m, x); trn__weight(m, w, "trn_layernorm"); trn__weight(m, b, "trn_layernorm");
     C = TRN__LAST(x);
     trn__need(w->size == (size_t)C && b->size == (size_t)C, "trn_layernorm", x, w, "weight and bias must have C elements");
     N = (int)(x->size / (size_t)C);
     out = trn_tensor_new(m, "layernorm", x->ndim, x->shape);
-    mean = (float *)trn_arena_alloc(m, sizeof(float) * (size_t)N);
-    rstd = (float *)trn_arena_alloc(m, sizeof(float) * (size_t)N);
-    m->backend->layernorm_forward(out->data, mean, rstd, x->data, w->data, b->data, N, C);
-    e = trn__record(m, "layernorm", trn__layernorm_bw, out, x, w, b);
-    if (e) { e->saved[0] = mean; e->saved[1] = rstd; e->iarg[0] = N; e->iarg[1] = C; }
+    memset(&args, 0, sizeof args);
+    args.i[0] = N; args.i[1] = C;
+    trn_op_apply(m, &trn__layernorm_op, out, x, w, b, &args);
     return out;
 }
 
 /* --- gelu, relu, add ------------------------------------------------------ */
-static void trn__gelu_bw(trn_model *m, trn_tape_entry *e) {
-    m->backend->gelu_backward(trn__grad(m, e->in[0], NULL), e->in[0]->data, e->out->grad, e->out->size);
+static void trn__gelu_fw(trn_model *m, trn_tape_entry *e) {   /* saves nothing: backward reads x */
+    m->backend->gelu_forward(e->out->data, e->in[0]->data, e->out->size);
 }
+static void trn__gelu_bw(trn_model *m, trn_tape_entry *e) {
+    m->backend->gelu_backward(trn_grad(m, e->in[0]), e->in[0]->data, trn_grad(m, e->out), e->out->size);
+}
+static const trn_op trn__gelu_op = {"gelu", trn__gelu_fw, trn__gelu_bw, trn__gelu_fw, trn__gelu_bw, 1};
 TRNDEF trn_tensor *trn_gelu(trn_model *m, trn_tensor *x) {
     trn_tensor *out;
     trn__not_null("trn_gelu", m, x);
     x = trn__act(m, x);
     out = trn_tensor_new(m, "gelu", x->ndim, x->shape);
-    m->backend->gelu_forward(out->data, x->data, x->size);
-    trn__record(m, "gelu", trn__gelu_bw, out, x, NULL, NULL);
+    trn_op_apply(m, &trn__gelu_op, out, x, NULL, NULL, NULL);
     return out;
 }
 
@@ -4433,10 +4559,9 @@ static void trn__gelu_linear_bw(trn_model *m, trn_tape_entry *e) {
         m->backend->matmul_dgelu_backward(dpre, dy, w->data, pre->data, N, H, OC);
         return;
     }
-    /* plain: d(g) = dy W into a scratch (N,H), then d(pre) += gelu'(pre) d(g) */
+    /* plain: d(g) = dy W written into a scratch (N,H), then d(pre) += gelu'(pre) d(g) */
     dg = (float *)trn__grads_alloc(m, bytes);
-    m->backend->zero(dg, bytes);
-    m->backend->matmul_backward(dg, trn__want(m, w, NULL), trn__want(m, b, NULL), dy, g, w->data, N, H, OC);
+    trn__matmul_bw(m, dg, 1, trn__want(m, w, NULL), 0, trn__want(m, b, NULL), dy, g, w->data, N, H, OC);
     m->backend->gelu_backward(dpre, pre->data, dg, (size_t)N * H);
     trn__grads_free(m, dg);
 }
@@ -4703,26 +4828,38 @@ TRNDEF trn_tensor *trn_cross_entropy(trn_model *m, trn_tensor *logits, const int
    smaller of two things:
    "chunks" (many rows, N > ~C): the rows go through R at a time,
        logits (R,Vp) = x_chunk W^T + b               (scratch)
-       lse, losses   = cross-entropy of the chunk    (lse: scratch)
-       dlogits (R,Vp) = (softmax - onehot) / N       (scratch)
+       losses, dlogits = cross-entropy of the chunk, its gradient
+                         (softmax - onehot) / N WRITTEN OVER the logits
+                         (the backend's crossentropy_fused: one pass)
        dx_chunk      = dlogits W                     (saved, (N,C) in all)
        dW += dlogits^T x_chunk, db += column sums    (saved, (Vp,C), (Vp))
-     and backward only scales the saved dx, dW, db by the incoming d(loss)
-     (1 unless the loss was scaled) and adds them in. Memory: N*C + Vp*C
-     floats + 2*R*Vp of scratch, instead of 2*N*Vp.
+     (the first chunk WRITES dW: no zero pass), and backward only scales
+     the saved dx, dW, db by the incoming d(loss) (1 unless the loss was
+     scaled) and adds them in. Memory: N*C + Vp*C floats + R*Vp of
+     scratch, instead of 2*N*Vp.
    "dlogits" (few rows): keep dlogits (N,Vp) alone (the llm.c way: the
      logits are gone, their gradient stands in their place), and backward
      runs the linear layer's backward on it, exactly as unfused: N*Vp
      floats, and no extra pass over a (Vp,C) dW when W is large.
+   R: the backend's xent_chunk_bytes of logits, or TRN__XENT_CHUNK_FLOATS
+   floats (the CPU), split evenly over the chunks. The dW GEMM reads and
+   writes all of the fp32 (Vp,C) dW once per chunk, so chunks must be
+   large where that costs (GPT-2 124M in bf16 on the CUDA backend: 4
+   chunks of 4096 rows at B=16, T=1024; 166-row chunks made it 99 chunks
+   and ~30 GB of dW traffic per step).
    The FLOPs are the unfused pair's either way. What is saved sits in the
    gradient arena and dies in this op's backward, the first of the step, so
    the gradients of the layers below reuse its bytes. With the tape off
    (evaluation) only the losses are computed, chunk by chunk. Same backend
-   kernels as the unfused pair: matmul, cross-entropy, zero, scale, add. */
+   kernels as the unfused pair: matmul, cross-entropy, scale, add; without
+   crossentropy_fused, a second (R,Vp) buffer for dlogits and a zero pass. */
 /* the classifier's launches, told apart in the time ledger (train_cuda.h) */
 #define TRN__SITE_SCOPE(bk, name) do { if ((bk)->site_scope) (bk)->site_scope(name); } while (0)
-#ifndef TRN__XENT_CHUNK_FLOATS /* (tests set it small to get many chunks) */
+#ifndef TRN__XENT_CHUNK_FLOATS /* (tests set it small to get many chunks, on every backend) */
 #define TRN__XENT_CHUNK_FLOATS ((size_t)1 << 23) /* 32 MB of logits per chunk */
+#define TRN__XENT_CHUNK_SET 0
+#else
+#define TRN__XENT_CHUNK_SET 1 /* a test's size wins over the backend's xent_chunk_bytes */
 #endif
 
 static void trn__linear_xent_bw(trn_model *m, trn_tape_entry *e) {
@@ -4733,10 +4870,11 @@ static void trn__linear_xent_bw(trn_model *m, trn_tape_entry *e) {
     TRN__SITE_SCOPE(m->backend, "classifier");
     if (e->iarg[0]) { /* "dlogits": the linear layer's backward, as unfused */
         int N = e->iarg[1], C = e->iarg[2], Vp = e->iarg[3];
-        float *dl = (float *)e->saved[0];
+        float *dl = (float *)e->saved[0], *dx;
         if (dloss != 1.0f) m->backend->convert(dl, m->act_dtype, dl, m->act_dtype, (size_t)N * Vp, 0, dloss);
-        m->backend->matmul_backward(trn__want(m, x, NULL), trn__want(m, w, NULL), trn__want(m, b, NULL), dl, x->data,
-                                    w->data, N, C, Vp);
+        dx = trn__want(m, x, &fresh);
+        trn__matmul_bw(m, dx, fresh, trn__want(m, w, NULL), 0, trn__want(m, b, NULL), dl, x->data, w->data, N, C,
+                       Vp);
         trn__grads_free(m, dl);
         TRN__SITE_SCOPE(m->backend, NULL);
         return;
@@ -4762,8 +4900,9 @@ static void trn__linear_xent_bw(trn_model *m, trn_tape_entry *e) {
 
 TRNDEF trn_tensor *trn_linear_cross_entropy(trn_model *m, trn_tensor *x, trn_tensor *w, trn_tensor *b,
                                             const int *targets, int n_valid) {
-    int C, Vp, N, R, r0, *dev, want, keep_dlogits;
+    int C, Vp, N, R, nchunk, r0, *dev, want, keep_dlogits, fused;
     size_t A = trn_dtype_size(m ? m->act_dtype : TRN_F32); /* bytes per logit, dlogit, dx element */
+    double nbuf;
     float *losses, *lse, *logits, *dlogits = NULL, *dx = NULL, *dw = NULL, *db = NULL;
     trn_tensor *out;
     trn_tape_entry *e;
@@ -4777,42 +4916,51 @@ TRNDEF trn_tensor *trn_linear_cross_entropy(trn_model *m, trn_tensor *x, trn_ten
     if (b) trn__need(b->size == (size_t)Vp, "trn_linear_cross_entropy", w, b, "bias must have Vp elements");
     if (n_valid <= 0 || n_valid > Vp) trn_fatal("trn_linear_cross_entropy: n_valid=%d must be in [1,%d]", n_valid, Vp);
     N = (int)(x->size / (size_t)C);
-    R = (int)TRN__MAX((size_t)1, TRN__XENT_CHUNK_FLOATS / (size_t)Vp);
-    if (R > N) R = N;
+    fused = bk->crossentropy_fused != NULL;
+    nbuf = fused ? 1.0 : 2.0; /* (R,Vp) buffers: logits, and dlogits unless they overwrite the logits */
+    if (bk->xent_chunk_bytes && !TRN__XENT_CHUNK_SET) R = (int)TRN__MIN((size_t)N, TRN__MAX((size_t)1, bk->xent_chunk_bytes / (A * (size_t)Vp)));
+    else R = (int)TRN__MIN((size_t)N, TRN__MAX((size_t)1, TRN__XENT_CHUNK_FLOATS / (size_t)Vp));
+    if (R < 1) R = 1; /* (N = 0) */
+    nchunk = (N + R - 1) / R;
+    if (nchunk > 1) R = (N + nchunk - 1) / nchunk; /* equal chunks: 16384 rows at most 4169 -> 4 x 4096 */
     TRN__SITE_SCOPE(bk, "classifier");
     dev = trn__upload_ids(m, targets, N, n_valid, "trn_linear_cross_entropy (targets)");
     losses = (float *)trn_arena_alloc(m, sizeof(float) * (size_t)N);
     want = m->grad_enabled && (x->requires_grad || w->requires_grad || (b && b->requires_grad));
-    /* the cheaper of the two, counting the most either holds at once */
-    keep_dlogits = want && 2.0 * N * Vp <= (double)Vp * C + (double)N * C + 2.0 * R * Vp;
+    /* the cheaper of the two in bytes, counting the most either holds at once */
+    keep_dlogits = want && nbuf * A * N * Vp <= (double)A * N * C + 4.0 * Vp * C + nbuf * A * R * Vp;
     if (keep_dlogits) R = N; /* one chunk: all rows */
-    if (want && !keep_dlogits) { /* the saved gradients, accumulated over the chunks */
+    if (want && !keep_dlogits) { /* the saved gradients, over the chunks */
         if (x->requires_grad) dx = (float *)trn__grads_alloc(m, x->size * A);
-        if (w->requires_grad) dw = (float *)trn__grads_alloc(m, w->size * sizeof(float));
+        if (w->requires_grad) dw = (float *)trn__grads_alloc(m, w->size * sizeof(float)); /* chunk 0 writes it */
         if (b && b->requires_grad) db = (float *)trn__grads_alloc(m, b->size * sizeof(float));
-        if (dw) bk->zero(dw, w->size * sizeof(float));
-        if (db) bk->zero(db, b->size * sizeof(float));
+        if (db) bk->zero(db, b->size * sizeof(float)); /* column sums add */
     }
-    if (want) dlogits = (float *)trn__grads_alloc(m, A * (size_t)R * Vp);
     logits = (float *)trn__grads_alloc(m, A * (size_t)R * Vp);
+    if (want && !fused) dlogits = (float *)trn__grads_alloc(m, A * (size_t)R * Vp);
     lse = (float *)trn__grads_alloc(m, sizeof(float) * (size_t)R);
     for (r0 = 0; r0 < N; r0 += R) {
         int n = TRN__MIN(R, N - r0);
         const float *xc = (const float *)((const char *)x->data + (size_t)r0 * C * A);
-        float *dxc = dx ? (float *)((char *)dx + (size_t)r0 * C * A) : NULL;
+        float *dxc = dx ? (float *)((char *)dx + (size_t)r0 * C * A) : NULL, *dl;
         bk->matmul_forward(logits, xc, w->data, b ? b->data : NULL, n, C, Vp);          /* (n,Vp) */
-        bk->crossentropy_forward(losses + r0, lse, logits, dev + r0, n, n_valid, Vp);
-        if (!want) continue;
-        bk->zero(dlogits, A * (size_t)n * Vp); /* the kernel adds; padding stays 0 */
-        bk->crossentropy_backward(dlogits, logits, lse, dev + r0, 1.0f / (float)N, n, n_valid, Vp);
-        if (keep_dlogits) continue;
-        if (dxc) bk->zero(dxc, A * (size_t)n * C);
-        bk->matmul_backward(dxc, dw, db, dlogits, xc, w->data, n, C, Vp);
+        if (!want) { bk->crossentropy_forward(losses + r0, lse, logits, dev + r0, n, n_valid, Vp); continue; }
+        if (fused) {
+            bk->crossentropy_fused(losses + r0, logits, dev + r0, 1.0f / (float)N, n, n_valid, Vp);
+            dl = logits;
+        } else {
+            bk->crossentropy_forward(losses + r0, lse, logits, dev + r0, n, n_valid, Vp);
+            bk->zero(dlogits, A * (size_t)n * Vp); /* the kernel adds; padding stays 0 */
+            bk->crossentropy_backward(dlogits, logits, lse, dev + r0, 1.0f / (float)N, n, n_valid, Vp);
+            dl = dlogits;
+        }
+        if (keep_dlogits) { dlogits = dl; continue; }
+        trn__matmul_bw(m, dxc, 1, dw, r0 == 0, db, dl, xc, w->data, n, C, Vp); /* dx rows written, dW from chunk 1 on added */
     }
     TRN__SITE_SCOPE(bk, NULL);
     trn__grads_free(m, lse);
-    trn__grads_free(m, logits);
-    if (!keep_dlogits) trn__grads_free(m, dlogits);
+    if (!(keep_dlogits && dlogits == logits)) trn__grads_free(m, logits);
+    if (!keep_dlogits) { trn__grads_free(m, dlogits); dlogits = NULL; }
     out = trn__scalar_mean(m, "linear_cross_entropy", losses, (size_t)N);
     e = want ? trn__record(m, "linear_cross_entropy", trn__linear_xent_bw, out, x, w, b) : NULL;
     if (e && keep_dlogits) { e->saved[0] = dlogits; e->iarg[0] = 1; e->iarg[1] = N; e->iarg[2] = C; e->iarg[3] = Vp; }
@@ -5646,7 +5794,7 @@ TRNDEF int trn_gradcheck(trn_model *m, trn_tensor *(*build)(trn_model *m, void *
     return R.failed;
 }
 
-/* --- the key/value cache (generation) -------------------------------------- */
+/* >>kvcache: the key/value cache (generation) ------------------------------ */
 TRNDEF trn_result trn_kv_cache_init(trn_kv_cache *c, trn_model *m, int n_layer, int batch, int max_T, int n_kv_head,
                                     int head_dim) {
     size_t n;
@@ -5736,6 +5884,134 @@ TRNDEF trn_tensor *trn_attention_cached_qkv(trn_model *m, trn_kv_cache *c, int l
 /* ========================================================================
    >>adamw
    ======================================================================== */
+/* --- the update kernels (the CPU backend's adamw_update, sgd_update) ---- */
+/* --- AdamW update over a contiguous slice (Loshchilov & Hutter 2019) -----
+   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
+   p -= lr * ( (m/bc1) / (sqrt(v/bc2) + eps) + weight_decay * p )
+   bc1 = 1 - b1^t, bc2 = 1 - b2^t are the bias corrections for step t.
+   Weight decay is decoupled: it shrinks p directly, not through g.
+   trn_adamw_update_ref is the plain loop; trn_adamw_update below it is the
+   kernel the CPU backend runs (the same formula, vectorized).            */
+TRNDEF void trn_adamw_update_ref(float *p, const float *g, float *m, float *v, size_t n, float lr,
+                                 float beta1, float beta2, float eps, float weight_decay,
+                                 float bias_corr1, float bias_corr2) {
+    size_t i;
+    for (i = 0; i < n; i++) {
+        float gi = g[i];
+        float mi = beta1 * m[i] + (1.0f - beta1) * gi;
+        float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        p[i] -= lr * ((mi / bias_corr1) / (sqrtf(vi / bias_corr2) + eps) + weight_decay * p[i]);
+    }
+}
+
+/* trn_adamw_update: the same, fast (what the CPU backend runs). */
+/* sqrtf may set errno, so compilers keep a loop that calls it scalar
+   (short of -ffast-math or -fno-math-errno), and AdamW then took 20% of a
+   GPT-2 124M step. On x86 the same formula is written with vector
+   intrinsics, 16 (AVX-512) or 8 (AVX) elements at a time, and on AArch64
+   with NEON, 4 at a time (IEEE division and square root, as the scalar
+   loop: the same bits whichever path an element takes); the scalar loop
+   does the tail. Threads split whole vectors, so an element always takes
+   the same path whatever the thread count. */
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#define TRN__AW_VL 16
+#define TRN__AW(op) _mm512_##op
+typedef __m512 trn__aw_vec;
+#elif defined(__AVX__)
+#include <immintrin.h>
+#define TRN__AW_VL 8
+#define TRN__AW(op) _mm256_##op
+typedef __m256 trn__aw_vec;
+#elif defined(__ARM_NEON) && defined(__aarch64__)
+/* AArch64 NEON, 4 at a time: the x86 names above, spelled in NEON */
+#include <arm_neon.h>
+#define TRN__AW_VL 4
+#define TRN__AW(op) trn__aw_##op
+typedef float32x4_t trn__aw_vec;
+static inline float32x4_t trn__aw_loadu_ps(const float *p) { return vld1q_f32(p); }
+static inline void trn__aw_storeu_ps(float *p, float32x4_t x) { vst1q_f32(p, x); }
+static inline float32x4_t trn__aw_set1_ps(float x) { return vdupq_n_f32(x); }
+static inline float32x4_t trn__aw_add_ps(float32x4_t a, float32x4_t b) { return vaddq_f32(a, b); }
+static inline float32x4_t trn__aw_sub_ps(float32x4_t a, float32x4_t b) { return vsubq_f32(a, b); }
+static inline float32x4_t trn__aw_mul_ps(float32x4_t a, float32x4_t b) { return vmulq_f32(a, b); }
+static inline float32x4_t trn__aw_div_ps(float32x4_t a, float32x4_t b) { return vdivq_f32(a, b); }
+static inline float32x4_t trn__aw_sqrt_ps(float32x4_t a) { return vsqrtq_f32(a); }
+#endif
+/* GCC 12 warns inside its own _mm512_sqrt_ps (its _mm512_undefined_ps,
+   GCC bug 105593) when this loop is inlined in C++: not ours, silenced here */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+TRNDEF void trn_adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr,
+                             float beta1, float beta2, float eps, float weight_decay,
+                             float bias_corr1, float bias_corr2) {
+    ptrdiff_t i, done = 0;
+#ifdef TRN__AW_VL
+    ptrdiff_t nv = (ptrdiff_t)(n / TRN__AW_VL);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (i = 0; i < nv; i++) {
+        size_t o = (size_t)i * TRN__AW_VL;
+        trn__aw_vec G = TRN__AW(loadu_ps)(g + o), M = TRN__AW(loadu_ps)(m + o);
+        trn__aw_vec V = TRN__AW(loadu_ps)(v + o), P = TRN__AW(loadu_ps)(p + o), den, upd;
+        M = TRN__AW(add_ps)(TRN__AW(mul_ps)(TRN__AW(set1_ps)(beta1), M),
+                            TRN__AW(mul_ps)(TRN__AW(set1_ps)(1.0f - beta1), G));
+        V = TRN__AW(add_ps)(TRN__AW(mul_ps)(TRN__AW(set1_ps)(beta2), V),
+                            TRN__AW(mul_ps)(TRN__AW(mul_ps)(TRN__AW(set1_ps)(1.0f - beta2), G), G));
+        TRN__AW(storeu_ps)(m + o, M);
+        TRN__AW(storeu_ps)(v + o, V);
+        den = TRN__AW(add_ps)(TRN__AW(sqrt_ps)(TRN__AW(div_ps)(V, TRN__AW(set1_ps)(bias_corr2))),
+                              TRN__AW(set1_ps)(eps));
+        upd = TRN__AW(add_ps)(TRN__AW(div_ps)(TRN__AW(div_ps)(M, TRN__AW(set1_ps)(bias_corr1)), den),
+                              TRN__AW(mul_ps)(TRN__AW(set1_ps)(weight_decay), P));
+        TRN__AW(storeu_ps)(p + o, TRN__AW(sub_ps)(P, TRN__AW(mul_ps)(TRN__AW(set1_ps)(lr), upd)));
+    }
+    done = nv * TRN__AW_VL;
+#endif
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if ((ptrdiff_t)n - done > 4096)
+#endif
+    for (i = done; i < (ptrdiff_t)n; i++) {
+        float gi = g[i];
+        float mi = beta1 * m[i] + (1.0f - beta1) * gi;
+        float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        p[i] -= lr * ((mi / bias_corr1) / (sqrtf(vi / bias_corr2) + eps) + weight_decay * p[i]);
+    }
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+/* torch.optim.SGD, element by element (buf NULL when momentum is 0):
+     d   = g + weight_decay * p                     L2 decay, into the gradient
+     buf = d                                        first step (a new buffer)
+     buf = momentum * buf + (1 - dampening) * d     every later step
+     d   = nesterov ? d + momentum * buf : buf      look ahead along buf
+     p  -= lr * d                                                              */
+TRNDEF void trn_sgd_update(float *p, const float *g, float *buf, size_t n, float lr, float momentum,
+                           float dampening, float weight_decay, int nesterov, int first) {
+    ptrdiff_t i;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (n > 32768)
+#endif
+    for (i = 0; i < (ptrdiff_t)n; i++) {
+        float d = g[i] + weight_decay * p[i];
+        if (buf) {
+            float b = first ? d : momentum * buf[i] + (1.0f - dampening) * d;
+            buf[i] = b;
+            d = nesterov ? d + momentum * b : b;
+        }
+        p[i] -= lr * d;
+    }
+}
+
 TRNDEF trn_adamw_desc trn_adamw_defaults(const trn_adamw_desc *desc) {
     trn_adamw_desc d;
     memset(&d, 0, sizeof d);
@@ -6885,7 +7161,7 @@ static trn_result trn__jstring(trn__jp *j, const char **out) {
     char *start = j->pool + j->pool_used, *o = start;
     trn_result r = trn__jopen(j);
     for (;;) {
-        uint32_t cp;
+        uint32_t cp = 0;
         if (r != TRN_OK || (r = trn__jchar(j, &cp)) != TRN_OK) return r;
         if (cp == TRN__JSTR_END) break;
         if (cp == 0) return trn__jerr(j, "NUL character (\\u0000) in a string");
@@ -6931,7 +7207,7 @@ static trn_result trn__jint(trn__jp *j, int64_t lo, int64_t hi, int64_t *out) {
 
 /* a non-negative integer (shapes, offsets) */
 static trn_result trn__juint(trn__jp *j, uint64_t *out) {
-    int64_t v;
+    int64_t v = 0;
     trn_result r;
     trn__jws(j);
     if (j->p < j->end && *j->p == '-') return trn__jerr(j, "negative number where a size is expected");
@@ -6943,7 +7219,7 @@ static trn_result trn__juint(trn__jp *j, uint64_t *out) {
 /* any value at the cursor, checked and passed over (depth: its nesting) */
 static trn_result trn__jskip(trn__jp *j, int depth) {
     trn_result r;
-    uint32_t cp;
+    uint32_t cp = 0;
     trn__jws(j);
     if (depth > TRN__JSON_MAX_DEPTH) return trn__jerr(j, "JSON nested too deeply");
     if (j->p >= j->end) return trn__jerr(j, "unexpected end of the text");
@@ -7099,7 +7375,7 @@ static trn__jp trn__json_cursor(trn_json_value v) {
 static int trn__jkey_is(trn__jp *j, const char *key) {
     size_t k = 0, n = strlen(key);
     int same = 1;
-    uint32_t cp;
+    uint32_t cp = 0;
     char u[4];
     j->p++;
     while (trn__jchar(j, &cp) == TRN_OK && cp != TRN__JSTR_END) {
@@ -7193,7 +7469,7 @@ static trn_result trn__json_want(trn_json_value v, trn_json_type t, const char *
 TRNDEF trn_result trn_json_int(trn_json_value v, int64_t lo, int64_t hi, int64_t *out) {
     trn_result r = trn__json_want(v, TRN_JSON_NUMBER, "a number");
     trn__jp j;
-    int64_t x;
+    int64_t x = 0;
     if (r != TRN_OK) return r;
     j = trn__json_cursor(v);
     if (trn__jint(&j, lo, hi, &x) != TRN_OK) {
@@ -7234,7 +7510,7 @@ TRNDEF trn_result trn_json_string(trn_json_value v, char *buf, size_t cap) {
     trn_result r = trn__json_want(v, TRN_JSON_STRING, "a string");
     trn__jp j;
     size_t k = 0;
-    uint32_t cp;
+    uint32_t cp = 0;
     char u[4];
     if (r != TRN_OK) return r;
     if (!buf || !cap) return trn_fail(TRN_ERR_INVALID, "trn_json_string: no buffer");
@@ -7449,7 +7725,7 @@ static trn_result trn__jtensor(trn__jp *j, trn_st_tensor *t) {
                 if (!trn__jeat(j, '[')) return trn__jerr(j, "shape must be an array");
                 if (!trn__jeat(j, ']')) {
                     for (;;) {
-                        uint64_t d;
+                        uint64_t d = 0;
                         if (t->ndim == TRN_ST_MAX_DIMS) {
                             snprintf(msg, sizeof msg, "tensor '%.60s' has more than %d dims", t->name, TRN_ST_MAX_DIMS);
                             return trn__jerr(j, msg);

@@ -105,7 +105,7 @@
    fibers for threads in a random order, a reference GEMM for cuBLAS, ASan
    for out-of-bounds, TSan as a race detector); tests/test_cuda_kernels
    compares every kernel with the CPU backend, tests/test_cuda_gpt2 trains
-   examples/gpt2.c's model 10 steps on both, tests/test_cuda_on_gpu.cu is
+   examples/gpt2.c's model 10 steps on both, tests/test_cuda_kernels_gpu.cu is
    the same kernel test for a real GPU (and the nvcc build check);
    tests/test_cuda_flash_bf16 checks the bf16 tensor-core attention (the
    harness emulates nvcuda::wmma as warp collectives), test_cuda_bf16_ops
@@ -620,6 +620,61 @@ template <typename T> static __device__ __forceinline__ T trn__to(float v);
 template <> __device__ __forceinline__ float trn__to<float>(float v) { return v; }
 template <> __device__ __forceinline__ trn__bf16 trn__to<trn__bf16>(float v) { return __float2bfloat16(v); }
 
+/* 16-byte vector access: one ld.global.v4 / st.global.v4 moves 16 bytes a
+   lane (8 bf16 or 4 fp32) where element-wise code issues 8 (or 4) loads of
+   2 (or 4) bytes; a memory-bound kernel needs many bytes in flight per
+   warp to reach HBM bandwidth. The address must be a multiple of 16: a GPU
+   faults on anything else, and the CPU harness reports it (its
+   check_align16). Kernels take the vector path only where that holds
+   (trn__al16 on the host, or a scalar head up to the first 16-byte
+   boundary) and finish the last n % 8 (or 4) elements one by one: the
+   "scalar tail". */
+template <typename A> struct __align__(16) trn__pack {
+    A e[16 / sizeof(A)];
+};
+#define TRN__VEC(A) ((int)(16 / sizeof(A))) /* elements of A in 16 bytes */
+template <typename A> static __device__ __forceinline__ trn__pack<A> trn__ld16(const A *p) {
+    trn__pack<A> r;
+#ifndef TRN_CUDA_ON_CPU
+    *reinterpret_cast<float4 *>(&r) = *reinterpret_cast<const float4 *>(p); /* one 16-byte load */
+#else
+    cuemu::check_align16(p, "16-byte load");
+    memcpy(&r, p, 16);
+#endif
+    return r;
+}
+template <typename A> static __device__ __forceinline__ void trn__st16(A *p, const trn__pack<A> &v) {
+#ifndef TRN_CUDA_ON_CPU
+    *reinterpret_cast<float4 *>(p) = *reinterpret_cast<const float4 *>(&v); /* one 16-byte store */
+#else
+    cuemu::check_align16(p, "16-byte store");
+    memcpy(p, &v, 16);
+#endif
+}
+/* 8 elements as floats through 16-byte packs (one of bf16, two of fp32) */
+template <typename A> static __device__ __forceinline__ void trn__ld8(float *f, const A *p) {
+    const int K = TRN__VEC(A);
+    for (int h = 0; h < 8; h += K) {
+        trn__pack<A> q = trn__ld16(p + h);
+        for (int k = 0; k < K; k++) f[h + k] = trn__ld(q.e[k]);
+    }
+}
+template <typename A> static __device__ __forceinline__ void trn__st8(A *p, const float *f) {
+    const int K = TRN__VEC(A);
+    for (int h = 0; h < 8; h += K) {
+        trn__pack<A> q;
+        for (int k = 0; k < K; k++) q.e[k] = trn__to<A>(f[h + k]);
+        trn__st16(p + h, q);
+    }
+}
+/* host: may a kernel use 16-byte access at p? */
+static int trn__al16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+/* elements before the first 16-byte boundary at p (p is A-aligned), at most n */
+template <typename A> static __device__ __forceinline__ int trn__head16(const A *p, int n) {
+    int h = (int)(((16 - ((uintptr_t)p & 15)) & 15) / sizeof(A));
+    return h < n ? h : n;
+}
+
 static __device__ __forceinline__ float trn__warp_max(float v) {
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
@@ -652,6 +707,27 @@ static __global__ void trn__k_colsum_part(float *part, const X *x, int N, int C,
         part[(size_t)blockIdx.y * C + c] = s;
     }
 }
+/* the same, 8 columns a thread through 16-byte loads (C a multiple of 8, x
+   16-byte aligned): a warp reads 256 columns of a row at once. Every
+   column's sum is taken in the scalar kernel's order: the same bits. */
+template <typename X>
+static __global__ void trn__k_colsum_part8(float *part, const X *x, int N, int C, int rows) {
+    __shared__ float acc8[8][32][9];
+    int c = (blockIdx.x * 32 + threadIdx.x) * 8, r0 = blockIdx.y * rows, r1 = min(N, r0 + rows);
+    float s[8] = {0, 0, 0, 0, 0, 0, 0, 0}, f[8];
+    if (c < C)
+        for (int r = r0 + (int)threadIdx.y; r < r1; r += 8) {
+            trn__ld8(f, x + (size_t)r * C + c);
+            for (int k = 0; k < 8; k++) s[k] += f[k];
+        }
+    for (int k = 0; k < 8; k++) acc8[threadIdx.y][threadIdx.x][k] = s[k];
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        for (int j = 1; j < 8; j++)
+            for (int k = 0; k < 8; k++) s[k] += acc8[j][threadIdx.x][k];
+        for (int k = 0; k < 8; k++) part[(size_t)blockIdx.y * C + c + k] = s[k];
+    }
+}
 static __global__ void trn__k_colsum_final(float *dst, const float *part, int nchunk, int C) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
@@ -661,9 +737,18 @@ static __global__ void trn__k_colsum_final(float *dst, const float *part, int nc
 }
 
 /* --- embedding ------------------------------------------------------------- */
-/* a copy of table rows: A to A, no rounding */
+/* a copy of table rows: A to A, no rounding. vec (C a multiple of 8, both
+   pointers 16-byte aligned): 8 elements, one or two 16-byte packs, a thread */
 template <typename A>
-static __global__ void trn__k_embed_fwd(A *out, const int *ids, const A *table, int N, int C) {
+static __global__ void trn__k_embed_fwd(A *out, const int *ids, const A *table, int N, int C, int vec) {
+    if (vec) {
+        TRN__GRID_STRIDE(j, (size_t)N * C / 8) {
+            size_t i = 8 * j;
+            const A *src = table + (size_t)ids[i / (size_t)C] * C + i % (size_t)C;
+            for (int h = 0; h < 8; h += TRN__VEC(A)) trn__st16(out + i + h, trn__ld16(src + h));
+        }
+        return;
+    }
     TRN__GRID_STRIDE(i, (size_t)N * C) out[i] = table[(size_t)ids[i / (size_t)C] * C + i % (size_t)C];
 }
 /* rows with the same id add into the same table row: atomics, into an fp32
@@ -675,21 +760,41 @@ static __global__ void trn__k_embed_bwd(float *dtable, const A *dout, const int 
 
 /* --- layernorm: one warp per row (block of 8 warps = 8 rows) ----------------
    x, w, b, out, dout, dinp are A; mean, rstd, the partials of dw and db and
-   dw, db themselves are fp32; every sum is taken in fp32 */
+   dw, db themselves are fp32; every sum is taken in fp32. vec (C a multiple
+   of 8, every row pointer 16-byte aligned, see trn__cuda_ln_vec): lane l
+   takes the 8-element packs l, l + 32, ... (GPT-2's C = 768: 3 packs a
+   lane, 16-byte loads), otherwise the elements l, l + 32, ... The
+   reference: train.h's trn_layernorm_forward / _backward. */
 template <typename A>
 static __global__ void trn__k_ln_fwd(A *out, float *mean, float *rstd, const A *inp, const A *w, const A *b, int N,
-                                     int C) {
+                                     int C, int vec) {
     int lane = threadIdx.x % 32, row = blockIdx.x * 8 + threadIdx.x / 32;
     if (row >= N) return; /* the whole warp leaves together */
     const A *x = inp + (size_t)row * C;
     A *y = out + (size_t)row * C;
-    float s = 0.0f;
-    for (int i = lane; i < C; i += 32) s += trn__ld(x[i]);
+    float s = 0.0f, f[8], g[8], h[8];
+    if (vec)
+        for (int i = 8 * lane; i < C; i += 256) { trn__ld8(f, x + i); for (int k = 0; k < 8; k++) s += f[k]; }
+    else
+        for (int i = lane; i < C; i += 32) s += trn__ld(x[i]);
     float m = trn__warp_sum(s) / C;
     float v = 0.0f;
-    for (int i = lane; i < C; i += 32) { float d = trn__ld(x[i]) - m; v += d * d; }
+    if (vec)
+        for (int i = 8 * lane; i < C; i += 256) {
+            trn__ld8(f, x + i);
+            for (int k = 0; k < 8; k++) v += (f[k] - m) * (f[k] - m);
+        }
+    else
+        for (int i = lane; i < C; i += 32) { float d = trn__ld(x[i]) - m; v += d * d; }
     float r = rsqrtf(trn__warp_sum(v) / C + 1e-5f);
-    for (int i = lane; i < C; i += 32) y[i] = trn__to<A>((trn__ld(x[i]) - m) * r * trn__ld(w[i]) + trn__ld(b[i]));
+    if (vec)
+        for (int i = 8 * lane; i < C; i += 256) {
+            trn__ld8(f, x + i); trn__ld8(g, w + i); trn__ld8(h, b + i);
+            for (int k = 0; k < 8; k++) f[k] = (f[k] - m) * r * g[k] + h[k];
+            trn__st8(y + i, f);
+        }
+    else
+        for (int i = lane; i < C; i += 32) y[i] = trn__to<A>((trn__ld(x[i]) - m) * r * trn__ld(w[i]) + trn__ld(b[i]));
     if (lane == 0) {
         if (mean) mean[row] = m;
         if (rstd) rstd[row] = r;
@@ -698,21 +803,38 @@ static __global__ void trn__k_ln_fwd(A *out, float *mean, float *rstd, const A *
 /* dx += rstd * (g - mean(g) - xhat * mean(g * xhat)),  g = dout * w */
 template <typename A>
 static __global__ void trn__k_ln_bwd_dx(A *dinp, const A *dout, const A *inp, const A *w, const float *mean,
-                                        const float *rstd, int N, int C) {
+                                        const float *rstd, int N, int C, int vec) {
     int lane = threadIdx.x % 32, row = blockIdx.x * 8 + threadIdx.x / 32;
     if (row >= N) return;
     const A *x = inp + (size_t)row * C, *g = dout + (size_t)row * C;
     A *dx = dinp + (size_t)row * C;
-    float m = mean[row], r = rstd[row], mg = 0.0f, mgx = 0.0f;
-    for (int i = lane; i < C; i += 32) {
-        float gi = trn__ld(g[i]) * trn__ld(w[i]);
-        mg += gi;
-        mgx += gi * (trn__ld(x[i]) - m) * r;
-    }
+    float m = mean[row], r = rstd[row], mg = 0.0f, mgx = 0.0f, fg[8], fw[8], fx[8], fd[8];
+    if (vec)
+        for (int i = 8 * lane; i < C; i += 256) {
+            trn__ld8(fg, g + i); trn__ld8(fw, w + i); trn__ld8(fx, x + i);
+            for (int k = 0; k < 8; k++) {
+                float gi = fg[k] * fw[k];
+                mg += gi;
+                mgx += gi * (fx[k] - m) * r;
+            }
+        }
+    else
+        for (int i = lane; i < C; i += 32) {
+            float gi = trn__ld(g[i]) * trn__ld(w[i]);
+            mg += gi;
+            mgx += gi * (trn__ld(x[i]) - m) * r;
+        }
     mg = trn__warp_sum(mg) / C;
     mgx = trn__warp_sum(mgx) / C;
-    for (int i = lane; i < C; i += 32)
-        dx[i] = trn__to<A>(trn__ld(dx[i]) + r * (trn__ld(g[i]) * trn__ld(w[i]) - mg - (trn__ld(x[i]) - m) * r * mgx));
+    if (vec)
+        for (int i = 8 * lane; i < C; i += 256) {
+            trn__ld8(fg, g + i); trn__ld8(fw, w + i); trn__ld8(fx, x + i); trn__ld8(fd, dx + i);
+            for (int k = 0; k < 8; k++) fd[k] += r * (fg[k] * fw[k] - mg - (fx[k] - m) * r * mgx);
+            trn__st8(dx + i, fd);
+        }
+    else
+        for (int i = lane; i < C; i += 32)
+            dx[i] = trn__to<A>(trn__ld(dx[i]) + r * (trn__ld(g[i]) * trn__ld(w[i]) - mg - (trn__ld(x[i]) - m) * r * mgx));
 }
 /* dw = sum_n dout * xhat, db = sum_n dout: as trn__k_colsum_part, twice */
 template <typename A>
@@ -750,14 +872,45 @@ static __device__ __forceinline__ float trn__gelu_grad(float x) {
     float dt = (1.0f - t * t) * TRN__CUDA_GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
     return 0.5f * (1.0f + t) + 0.5f * x * dt;
 }
-template <typename A>
-static __global__ void trn__k_gelu_fwd(A *out, const A *inp, size_t n) {
-    TRN__GRID_STRIDE(i, n) out[i] = trn__to<A>(trn__gelu(trn__ld(inp[i])));
+/* >>elementwise: out[i] = op(a[i], b[i], c[i]) for i < n (b, c NULL when
+   op takes fewer; out may be a: that is how += is written). Eight
+   elements at a time through 16-byte loads and stores (one pack of 8
+   bf16, two of 4 fp32) where every pointer is 16-byte aligned (vec, from
+   the host), then the last n % 8 one at a time: the scalar tail. One
+   kernel for every such op; an op is a struct with one element's math.
+   The plain references: train.h's trn_gelu_forward, trn_add_forward ... */
+template <typename A, typename Op>
+static __global__ void trn__k_map(A *out, const A *a, const A *b, const A *c, size_t n, int vec, Op op) {
+    const size_t nv = vec ? n / 8 : 0; /* packs of 8 */
+    TRN__GRID_STRIDE(i, nv) {
+        float x[8], y[8] = {0}, z[8] = {0};
+        trn__ld8(x, a + 8 * i);
+        if (b) trn__ld8(y, b + 8 * i);
+        if (c) trn__ld8(z, c + 8 * i);
+        for (int k = 0; k < 8; k++) x[k] = op(x[k], y[k], z[k]);
+        trn__st8(out + 8 * i, x);
+    }
+    TRN__GRID_STRIDE(t, n - 8 * nv) { /* the tail */
+        size_t i = 8 * nv + t;
+        out[i] = trn__to<A>(op(trn__ld(a[i]), b ? trn__ld(b[i]) : 0.0f, c ? trn__ld(c[i]) : 0.0f));
+    }
 }
-template <typename A>
-static __global__ void trn__k_gelu_bwd(A *dinp, const A *inp, const A *dout, size_t n) {
-    TRN__GRID_STRIDE(i, n) dinp[i] = trn__to<A>(trn__ld(dinp[i]) + trn__ld(dout[i]) * trn__gelu_grad(trn__ld(inp[i])));
+/* the host side: 16-byte access only when every pointer allows it */
+template <typename A, typename Op>
+static void trn__cuda_map(Op op, float *out, const float *a, const float *b, const float *c, size_t n) {
+    int vec = trn__al16(out) && trn__al16(a) && trn__al16(b) && trn__al16(c);
+    if (n == 0) return;
+    TRN_CUDA_LAUNCH((trn__k_map<A, Op>), dim3(trn__cuda_grid((n + 7) / 8)), dim3(TRN__CUDA_BLOCK), 0, trn__cu.stream,
+                    (A *)out, (const A *)a, (const A *)b, (const A *)c, n, vec, op);
 }
+struct trn__op_gelu { __device__ float operator()(float x, float, float) const { return trn__gelu(x); } };
+/* dinp += dout * gelu'(inp): a = dinp, b = inp, c = dout */
+struct trn__op_gelu_bwd {
+    __device__ float operator()(float d, float x, float g) const { return d + g * trn__gelu_grad(x); }
+};
+/* d = d * gelu'(pre), in place: the GEMM wrote dloss/d(gelu's output) into d (the unfused matmul + dgelu) */
+struct trn__op_dgelu_mul { __device__ float operator()(float d, float x, float) const { return d * trn__gelu_grad(x); } };
+struct trn__op_add { __device__ float operator()(float x, float y, float) const { return x + y; } };
 /* matmul + GELU where cuBLASLt's epilogue does not do it (fp32, tf32, and
    bf16 shapes the epilogue cannot take): the GEMM wrote its product into
    pre (N,OC); this one pass adds the bias (NULL: none, or the GEMM added
@@ -773,12 +926,6 @@ static __global__ void trn__k_bias_gelu(A *out, A *pre, const A *bias, size_t N,
         out[i] = trn__to<A>(trn__gelu(v));
     }
 }
-/* d = d * gelu'(pre), in place: the GEMM wrote dloss/d(gelu's output) into
-   d; this turns it into dloss/dpre */
-template <typename A>
-static __global__ void trn__k_dgelu_mul(A *d, const A *pre, size_t n) {
-    TRN__GRID_STRIDE(i, n) d[i] = trn__to<A>(trn__ld(d[i]) * trn__gelu_grad(trn__ld(pre[i])));
-}
 template <typename A>
 static __global__ void trn__k_relu_fwd(A *out, const A *inp, size_t n) {
     TRN__GRID_STRIDE(i, n) { float x = trn__ld(inp[i]); out[i] = trn__to<A>(x > 0.0f ? x : 0.0f); }
@@ -786,14 +933,6 @@ static __global__ void trn__k_relu_fwd(A *out, const A *inp, size_t n) {
 template <typename A>
 static __global__ void trn__k_relu_bwd(A *dinp, const A *out, const A *dout, size_t n) {
     TRN__GRID_STRIDE(i, n) if (trn__ld(out[i]) > 0.0f) dinp[i] = trn__to<A>(trn__ld(dinp[i]) + trn__ld(dout[i]));
-}
-template <typename A>
-static __global__ void trn__k_add(A *out, const A *a, const A *b, size_t n) {
-    TRN__GRID_STRIDE(i, n) out[i] = trn__to<A>(trn__ld(a[i]) + trn__ld(b[i]));
-}
-template <typename A>
-static __global__ void trn__k_accumulate(A *dst, const A *src, size_t n) {
-    TRN__GRID_STRIDE(i, n) dst[i] = trn__to<A>(trn__ld(dst[i]) + trn__ld(src[i]));
 }
 static __global__ void trn__k_scale(float *x, float s, size_t n) {
     TRN__GRID_STRIDE(i, n) x[i] *= s;
@@ -1379,9 +1518,16 @@ TRN__UNROLL
     }
 }
 
-/* --- cross-entropy: one block per row. Each thread keeps a running max m
-   and sum s of exp(x - m) over its columns ("online softmax", Milakov &
-   Gimelshein 2018); the pairs are then merged across the block. --------- */
+/* ------------------------------------------------------------------------
+   >>classifier: cross-entropy over the logits of trn_linear_cross_entropy
+   (and of trn_cross_entropy), kernels and launchers together. The plain
+   references: train.h's trn_crossentropy_forward / _backward / _fused.
+   logits (N,Vp) in A (float or bf16): V real columns, Vp - V padding;
+   targets (N); losses, lse (N) fp32.
+   One block per row. Each thread keeps a running max m and sum s of
+   exp(x - m) over its columns ("online softmax", Milakov & Gimelshein
+   2018); the pairs are then merged across the block.
+   ------------------------------------------------------------------------ */
 static __device__ __forceinline__ void trn__ms_merge(float *m, float *s, float m2, float s2) {
     if (m2 == -INFINITY) return;
     if (*m == -INFINITY) { *m = m2; *s = s2; return; }
@@ -1389,36 +1535,40 @@ static __device__ __forceinline__ void trn__ms_merge(float *m, float *s, float m
     *s = *s * expf(*m - M) + s2 * expf(m2 - M);
     *m = M;
 }
-/* logits and dlogits are A; losses and lse fp32 */
-template <typename A>
-static __global__ void trn__k_xent_fwd(float *losses, float *lse, const A *logits, const int *targets, int V, int Vp) {
-    __shared__ float wm[32], wsum[32];
-    int n = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
-    const A *l = logits + (size_t)n * Vp;
-    float m = -INFINITY, s = 0.0f;
-    for (int v = threadIdx.x; v < V; v += blockDim.x) {
-        float x = trn__ld(l[v]);
-        if (x > m) { s = s * expf(m - x) + 1.0f; m = x; }
-        else s += expf(x - m);
-    }
+static __device__ __forceinline__ void trn__ms_add(float *m, float *s, float x) {
+    if (x > *m) { *s = *s * expf(*m - x) + 1.0f; *m = x; }
+    else *s += expf(x - *m);
+}
+/* the (m, s) pairs of a block merged; every thread gets m + log(s), the
+   row's log-sum-exp (wm, wsum: 32 floats of shared memory each) */
+static __device__ __forceinline__ float trn__block_lse(float m, float s, float *wm, float *wsum) {
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
     for (int o = 16; o > 0; o >>= 1) {
         float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
         trn__ms_merge(&m, &s, m2, s2);
     }
     if (lane == 0) { wm[warp] = m; wsum[warp] = s; }
     __syncthreads();
-    if (warp == 0) {
-        m = lane < nw ? wm[lane] : -INFINITY;
-        s = lane < nw ? wsum[lane] : 0.0f;
-        for (int o = 16; o > 0; o >>= 1) {
-            float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
-            trn__ms_merge(&m, &s, m2, s2);
-        }
-        if (lane == 0) {
-            float z = m + logf(s);
-            lse[n] = z;
-            losses[n] = z - trn__ld(l[targets[n]]);
-        }
+    m = lane < nw ? wm[lane] : -INFINITY;
+    s = lane < nw ? wsum[lane] : 0.0f;
+    for (int o = 16; o > 0; o >>= 1) {
+        float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+        trn__ms_merge(&m, &s, m2, s2);
+    }
+    return m + logf(s);
+}
+/* forward alone (evaluation, and trn_cross_entropy): losses, lse */
+template <typename A>
+static __global__ void trn__k_xent_fwd(float *losses, float *lse, const A *logits, const int *targets, int V, int Vp) {
+    __shared__ float wm[32], wsum[32];
+    int n = blockIdx.x;
+    const A *l = logits + (size_t)n * Vp;
+    float m = -INFINITY, s = 0.0f, z;
+    for (int v = threadIdx.x; v < V; v += blockDim.x) trn__ms_add(&m, &s, trn__ld(l[v]));
+    z = trn__block_lse(m, s, wm, wsum);
+    if (threadIdx.x == 0) {
+        lse[n] = z;
+        losses[n] = z - trn__ld(l[targets[n]]);
     }
 }
 /* dlogits += dloss * (softmax - onehot) on the V real columns */
@@ -1434,6 +1584,84 @@ static __global__ void trn__k_xent_bwd(A *dlogits, const A *logits, const float 
         d[v] = trn__to<A>(trn__ld(d[v]) + dloss * (v == t ? p - 1.0f : p));
     }
 }
+/* The classifier's kernel: forward and backward in one, the gradient
+   WRITTEN OVER the logits (reference: trn_crossentropy_fused).
+     pass 1: (m, s) over the row's V real columns -> z = log-sum-exp;
+             losses[n] = z - x[target] (read before anything is written)
+     pass 2: x[v] = dloss * (exp(x[v] - z) - [v == target]), 0 for v >= V
+   Both passes go 16 bytes at a time: a scalar head up to the row's first
+   16-byte boundary (rows start unaligned when Vp * sizeof(A) is not a
+   multiple of 16), packs of 8 bf16 / 4 fp32, a scalar tail. Bytes: the
+   row read twice (the second mostly from L2: a block's row is 100 KB in
+   bf16 at Vp = 50304) and written once; no lse leaves the kernel, no
+   dlogits buffer exists, nothing is zeroed first. */
+template <typename A>
+static __global__ void trn__k_xent_fused(float *losses, A *logits, const int *targets, float dloss, int V, int Vp) {
+    __shared__ float wm[32], wsum[32];
+    const int K = TRN__VEC(A), n = blockIdx.x, t = targets[n];
+    A *l = logits + (size_t)n * Vp;
+    const int head = trn__head16(l, Vp), nvec = (Vp - head) / K, body = head + nvec * K;
+    float m = -INFINITY, s = 0.0f, z;
+    for (int v = threadIdx.x; v < head; v += blockDim.x)
+        if (v < V) trn__ms_add(&m, &s, trn__ld(l[v]));
+    for (int i = threadIdx.x; i < nvec; i += blockDim.x) {
+        trn__pack<A> p = trn__ld16(l + head + i * K);
+        for (int k = 0; k < K; k++)
+            if (head + i * K + k < V) trn__ms_add(&m, &s, trn__ld(p.e[k]));
+    }
+    for (int v = body + threadIdx.x; v < Vp; v += blockDim.x)
+        if (v < V) trn__ms_add(&m, &s, trn__ld(l[v]));
+    z = trn__block_lse(m, s, wm, wsum);
+    if (threadIdx.x == 0) losses[n] = z - trn__ld(l[t]);
+    __syncthreads(); /* x[target] is read before any thread overwrites it */
+    for (int v = threadIdx.x; v < head; v += blockDim.x)
+        l[v] = trn__to<A>(v < V ? dloss * (expf(trn__ld(l[v]) - z) - (v == t ? 1.0f : 0.0f)) : 0.0f);
+    for (int i = threadIdx.x; i < nvec; i += blockDim.x) {
+        A *q = l + head + i * K;
+        trn__pack<A> p = trn__ld16(q);
+        for (int k = 0; k < K; k++) {
+            int v = head + i * K + k;
+            p.e[k] = trn__to<A>(v < V ? dloss * (expf(trn__ld(p.e[k]) - z) - (v == t ? 1.0f : 0.0f)) : 0.0f);
+        }
+        trn__st16(q, p);
+    }
+    for (int v = body + threadIdx.x; v < Vp; v += blockDim.x)
+        l[v] = trn__to<A>(v < V ? dloss * (expf(trn__ld(l[v]) - z) - (v == t ? 1.0f : 0.0f)) : 0.0f);
+}
+
+template <typename A>
+static void trn__cuda_crossentropy_forward(float *losses, float *lse, const float *logits, const int *targets, int N,
+                                           int V, int Vp) {
+    if (N <= 0) return;
+    TRN__CUDA_SITE("cross-entropy fwd", sizeof(A) * (double)N * Vp + 12.0 * N, 3.0 * N * V); /* logits; targets, losses, lse */
+    TRN_CUDA_LAUNCH(trn__k_xent_fwd<A>, dim3((unsigned)N), dim3(256), 0, trn__cu.stream, losses, lse,
+                    (const A *)logits, targets, V, Vp);
+}
+template <typename A>
+static void trn__cuda_crossentropy_backward(float *dlogits, const float *logits, const float *lse, const int *targets,
+                                            float dloss, int N, int V, int Vp) {
+    if (!dlogits || N <= 0) return;
+    TRN__CUDA_SITE("cross-entropy bwd", 3.0 * sizeof(A) * N * Vp + 8.0 * N, 3.0 * N * V); /* logits; dlogits +=: read and written */
+    TRN_CUDA_LAUNCH(trn__k_xent_bwd<A>, dim3((unsigned)N), dim3(256), 0, trn__cu.stream, (A *)dlogits,
+                    (const A *)logits, lse, targets, dloss, V, Vp);
+}
+template <typename A>
+static void trn__cuda_crossentropy_fused(float *losses, float *logits, const int *targets, float dloss, int N, int V,
+                                         int Vp) {
+    if (N <= 0) return;
+    /* the logits read, their gradient written over them; targets, losses.
+       FLOPs: ~3 a column for the max and sum, ~3 for the gradient */
+    TRN__CUDA_SITE("cross-entropy fused fwd+bwd", 2.0 * sizeof(A) * N * Vp + 8.0 * N, 6.0 * N * V);
+    TRN_CUDA_LAUNCH(trn__k_xent_fused<A>, dim3((unsigned)N), dim3(256), 0, trn__cu.stream, losses, (A *)logits,
+                    targets, dloss, V, Vp);
+}
+/* the classifier's chunk: 400 MiB of logits, 4096 rows of GPT-2's 50304 in
+   bf16 (2048 in fp32). Thousands of rows make its GEMMs full-size and read
+   and write the fp32 (Vp,C) dW a few times per step, not ~100; GPT-2 124M
+   at B=16, T=1024 in bf16 stays within 8 GiB of device memory
+   (tests/test_cuda_memory_plan.cpp) */
+#define TRN__CUDA_XENT_CHUNK_BYTES ((size_t)400 << 20)
+/* <<classifier */
 
 /* --- mean pool over T: one thread per (b,c) ---------------------------------- */
 template <typename A>
@@ -1882,10 +2110,24 @@ static __global__ void trn__k_rope(A *y, const A *x, int B, int T, int H, int R,
 }
 
 /* --- bf16: dtype conversions ------------------------------------------------ */
-/* dst = src or dst += src, element i by thread i, any pair of dtypes */
+/* dst = s * src or dst += s * src, any pair of dtypes; 8 elements at a
+   time (16-byte packs) where both pointers are 16-byte aligned (vec), then
+   the scalar tail. Reference: train.h's trn__cpu_convert. */
 template <typename D, typename S>
-static __global__ void trn__k_convert(D *dst, const S *src, size_t n, int accumulate, float s) {
-    TRN__GRID_STRIDE(i, n) {
+static __global__ void trn__k_convert(D *dst, const S *src, size_t n, int accumulate, float s, int vec) {
+    const size_t nv = vec ? n / 8 : 0;
+    TRN__GRID_STRIDE(i, nv) {
+        float v[8], d[8];
+        trn__ld8(v, src + 8 * i);
+        if (accumulate) trn__ld8(d, dst + 8 * i);
+        for (int k = 0; k < 8; k++) {
+            if (s != 1.0f) v[k] *= s;
+            if (accumulate) v[k] += d[k];
+        }
+        trn__st8(dst + 8 * i, v);
+    }
+    TRN__GRID_STRIDE(t, n - 8 * nv) {
+        size_t i = 8 * nv + t;
         float v = trn__ld(src[i]);
         if (s != 1.0f) v *= s;
         if (accumulate) v += trn__ld(dst[i]);
@@ -2174,8 +2416,7 @@ static void trn__cuda_lt_gemm(const char *file, int line, cublasOperation_t ta, 
         } else {
             trn__cuda_gemm(file, line, ta, tb, m, n, k, 1.0f, A, lda, 0, B, ldb, 0, beta, D, ldd, 0, 1);
             if (act == TRN__LT_DGELU)
-                TRN_CUDA_LAUNCH(trn__k_dgelu_mul<TD>, dim3(trn__cuda_grid(mn)), dim3(TRN__CUDA_BLOCK), 0, trn__cu.stream,
-                                D, (const TD *)aux, mn);
+                trn__cuda_map<TD>(trn__op_dgelu_mul(), (float *)D, (const float *)D, (const float *)aux, NULL, mn);
             else if (bias)
                 TRN_CUDA_LAUNCH(trn__k_bias_add_a<TD>, dim3(trn__cuda_grid(mn)), dim3(TRN__CUDA_BLOCK), 0,
                                 trn__cu.stream, D, bias, (size_t)n, m);
@@ -2224,8 +2465,12 @@ static void trn__cuda_colsum(float *dst, const X *x, int N, int C) {
     rows = (N + nchunk - 1) / nchunk;
     part = trn__cuda_tmp((size_t)nchunk * C);
     TRN__CUDA_SITE("bias grad (column sums)", sizeof(X) * (double)N * C + 8.0 * C, 0); /* dst read and written */
-    TRN_CUDA_LAUNCH(trn__k_colsum_part<X>, dim3((unsigned)(C + 31) / 32, (unsigned)nchunk), dim3(32, 8), 0,
-                    trn__cu.stream, part, x, N, C, rows);
+    if (C % 8 == 0 && trn__al16(x))
+        TRN_CUDA_LAUNCH(trn__k_colsum_part8<X>, dim3((unsigned)(C + 255) / 256, (unsigned)nchunk), dim3(32, 8), 0,
+                        trn__cu.stream, part, x, N, C, rows);
+    else
+        TRN_CUDA_LAUNCH(trn__k_colsum_part<X>, dim3((unsigned)(C + 31) / 32, (unsigned)nchunk), dim3(32, 8), 0,
+                        trn__cu.stream, part, x, N, C, rows);
     TRN_CUDA_LAUNCH(trn__k_colsum_final, dim3((unsigned)(C + 255) / 256), dim3(256), 0, trn__cu.stream, dst,
                     (const float *)part, nchunk, C);
 }
@@ -2237,48 +2482,57 @@ static void trn__cuda_colsum(float *dst, const X *x, int N, int C) {
    sums, not from cuBLASLt's BGRADB epilogue: that epilogue overwrites its
    bias gradient (in D's type), where the kit's backward adds to dbias, as
    to every gradient (several uses of a weight, several micro-batches).
-   fp32/tf32: the same two products through cublasGemmEx. */
+   fp32/tf32: the same two products through cublasGemmEx.
+   _ex (the backend's matmul_backward_ex): write_dinp / write_dw make that
+   GEMM's beta 0, so a fresh gradient is written, never zeroed and read. */
 template <typename A>
-static void trn__cuda_matmul_backward(float *dinp_, float *dw, float *dbias, const float *dout_, const float *inp_,
-                                      const float *w_, int N, int C, int OC) {
+static void trn__cuda_matmul_backward_ex(float *dinp_, float *dw, float *dbias, const float *dout_, const float *inp_,
+                                         const float *w_, int N, int C, int OC, int write_dinp, int write_dw) {
     A *dinp = (A *)dinp_;
     const A *dout = (const A *)dout_, *inp = (const A *)inp_, *w = (const A *)w_;
+    const float bx = write_dinp ? 0.0f : 1.0f, bw = write_dw ? 0.0f : 1.0f;
     if (N <= 0 || OC <= 0 || C <= 0) return;
     if (trn__cuda_dt(dout) == CUDA_R_16BF) {
         const trn__bf16 *g = (const trn__bf16 *)dout;
-        /* dinp^T (C,N) += w^T (C,OC) dout^T (OC,N) */
+        /* dinp^T (C,N) (+)= w^T (C,OC) dout^T (OC,N); dinp read too unless written */
         if (dinp) {
-            TRN__CUDA_SITE_GEMM("matmul bwd dinp gemm", 2.0 * ((double)N * OC + (double)OC * C + 2.0 * N * C), N, C, OC, 1);
+            TRN__CUDA_SITE_GEMM("matmul bwd dinp gemm", 2.0 * ((double)N * OC + (double)OC * C + (2.0 - write_dinp) * N * C), N, C, OC, 1);
             trn__cuda_lt_gemm<trn__bf16>(__FILE__, __LINE__, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, (const trn__bf16 *)w,
-                                         C, g, OC, 1.0f, (trn__bf16 *)dinp, C, TRN__LT_NONE, NULL, NULL);
+                                         C, g, OC, bx, (trn__bf16 *)dinp, C, TRN__LT_NONE, NULL, NULL);
         }
-        /* dw^T (C,OC) += inp^T (C,N) dout (N,OC) */
+        /* dw^T (C,OC) (+)= inp^T (C,N) dout (N,OC); fp32 dw read too unless written */
         if (dw) {
-            TRN__CUDA_SITE_GEMM("matmul bwd dW gemm", 2.0 * ((double)N * OC + (double)N * C) + 8.0 * OC * C, OC, C, N, 1);
+            TRN__CUDA_SITE_GEMM("matmul bwd dW gemm", 2.0 * ((double)N * OC + (double)N * C) + (8.0 - 4.0 * write_dw) * OC * C, OC, C, N, 1);
             trn__cuda_lt_gemm<float>(__FILE__, __LINE__, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, (const trn__bf16 *)inp,
-                                     C, g, OC, 1.0f, dw, C, TRN__LT_NONE, NULL, NULL);
+                                     C, g, OC, bw, dw, C, TRN__LT_NONE, NULL, NULL);
         }
     } else {
         /* dinp^T = w^T dout^T */
         if (dinp) {
-            TRN__CUDA_SITE_GEMM("matmul bwd dinp gemm", 4.0 * ((double)N * OC + (double)OC * C + 2.0 * N * C), N, C, OC, 1);
-            TRN__CUDA_GEMM(CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, 1.0f, w, C, 0, dout, OC, 0, 1.0f, dinp, C, 0, 1);
+            TRN__CUDA_SITE_GEMM("matmul bwd dinp gemm", 4.0 * ((double)N * OC + (double)OC * C + (2.0 - write_dinp) * N * C), N, C, OC, 1);
+            TRN__CUDA_GEMM(CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, 1.0f, w, C, 0, dout, OC, 0, bx, dinp, C, 0, 1);
         }
         /* dw^T = inp^T dout */
         if (dw) {
-            TRN__CUDA_SITE_GEMM("matmul bwd dW gemm", 4.0 * ((double)N * OC + (double)N * C) + 8.0 * OC * C, OC, C, N, 1);
-            TRN__CUDA_GEMM(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, 1.0f, inp, C, 0, dout, OC, 0, 1.0f, dw, C, 0, 1);
+            TRN__CUDA_SITE_GEMM("matmul bwd dW gemm", 4.0 * ((double)N * OC + (double)N * C) + (8.0 - 4.0 * write_dw) * OC * C, OC, C, N, 1);
+            TRN__CUDA_GEMM(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, 1.0f, inp, C, 0, dout, OC, 0, bw, dw, C, 0, 1);
         }
     }
     if (dbias) trn__cuda_colsum(dbias, dout, N, OC);
+}
+template <typename A>
+static void trn__cuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
+                                      const float *w, int N, int C, int OC) {
+    trn__cuda_matmul_backward_ex<A>(dinp, dw, dbias, dout, inp, w, N, C, OC, 0, 0);
 }
 
 template <typename A>
 static void trn__cuda_embedding_forward(float *out, const int *ids, const float *table, int N, int C) {
     if ((size_t)N * C == 0) return;
+    int vec = C % 8 == 0 && trn__al16(out) && trn__al16(table);
     TRN__CUDA_SITE("embedding fwd", 4.0 * N + 2.0 * sizeof(A) * N * C, 0); /* ids; the rows read, out written */
-    TRN_CUDA_LAUNCH(trn__k_embed_fwd<A>, dim3(trn__cuda_grid((size_t)N * C)), dim3(TRN__CUDA_BLOCK), 0, trn__cu.stream,
-                    (A *)out, ids, (const A *)table, N, C);
+    TRN_CUDA_LAUNCH(trn__k_embed_fwd<A>, dim3(trn__cuda_grid((size_t)N * C / (vec ? 8 : 1))), dim3(TRN__CUDA_BLOCK),
+                    0, trn__cu.stream, (A *)out, ids, (const A *)table, N, C, vec);
 }
 template <typename A>
 static void trn__cuda_embedding_backward(float *dtable, const float *dout, const int *ids, int N, int C) {
@@ -2288,13 +2542,18 @@ static void trn__cuda_embedding_backward(float *dtable, const float *dout, const
                     dtable, (const A *)dout, ids, N, C);
 }
 
+/* 16-byte packs in a row kernel: C a multiple of 8 keeps every row at a
+   16-byte boundary when the base pointers are */
+static int trn__cuda_ln_vec(int C, const void *p, const void *q, const void *r, const void *s) {
+    return C % 8 == 0 && trn__al16(p) && trn__al16(q) && trn__al16(r) && trn__al16(s);
+}
 template <typename A>
 static void trn__cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
                                         const float *b, int N, int C) {
     if (N <= 0) return;
     TRN__CUDA_SITE("layernorm fwd", sizeof(A) * (2.0 * N * C + 2.0 * C) + 8.0 * N, 7.0 * N * C);
     TRN_CUDA_LAUNCH(trn__k_ln_fwd<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, (A *)out, mean,
-                    rstd, (const A *)inp, (const A *)w, (const A *)b, N, C);
+                    rstd, (const A *)inp, (const A *)w, (const A *)b, N, C, trn__cuda_ln_vec(C, out, inp, w, b));
 }
 template <typename A>
 static void trn__cuda_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
@@ -2303,7 +2562,8 @@ static void trn__cuda_layernorm_backward(float *dinp, float *dw, float *db, cons
     TRN__CUDA_SITE("layernorm bwd", sizeof(A) * ((dinp ? 4.0 : 2.0) * N * C + C) + 8.0 * N + 16.0 * C, 10.0 * N * C); /* dinp +=: read and written */
     if (dinp)
         TRN_CUDA_LAUNCH(trn__k_ln_bwd_dx<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, (A *)dinp,
-                        (const A *)dout, (const A *)inp, (const A *)w, mean, rstd, N, C);
+                        (const A *)dout, (const A *)inp, (const A *)w, mean, rstd, N, C,
+                        trn__cuda_ln_vec(C, dinp, dout, inp, w));
     if (dw || db) {
         int nchunk = (N + 63) / 64, rows;
         float *pw, *pb;
@@ -2335,12 +2595,12 @@ static void trn__cuda_layernorm_backward(float *dinp, float *dw, float *db, cons
 template <typename A>
 static void trn__cuda_gelu_forward(float *out, const float *inp, size_t n) {
     TRN__CUDA_SITE("gelu fwd", 2.0 * sizeof(A) * n, 0);
-    TRN__CUDA_ELEMENTWISE(trn__k_gelu_fwd<A>, n, TRN__A(out), TRN__CA(inp), n);
+    trn__cuda_map<A>(trn__op_gelu(), out, inp, NULL, NULL, n);
 }
 template <typename A>
 static void trn__cuda_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
     TRN__CUDA_SITE("gelu bwd", 4.0 * sizeof(A) * n, 0); /* dinp +=: read and written */
-    if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_gelu_bwd<A>, n, TRN__A(dinp), TRN__CA(inp), TRN__CA(dout), n);
+    if (dinp) trn__cuda_map<A>(trn__op_gelu_bwd(), dinp, dinp, inp, dout, n);
 }
 /* >>mlp: GPT-2's feed-forward pair fused (train.h's trn_mlp).
    Forward: pre (N,OC) = inp (N,C) w^T + bias, out = gelu(pre); pre is saved
@@ -2392,25 +2652,27 @@ static void trn__cuda_matmul_dgelu_backward(float *dpre, const float *dout, cons
         TRN__CUDA_GEMM(CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, 1.0f, TRN__CA(w), C, 0, TRN__CA(dout), OC, 0, 0.0f,
                        TRN__A(dpre), C, 0, 1);
     if (!fused)
-        TRN__CUDA_ELEMENTWISE(trn__k_dgelu_mul<A>, (size_t)N * C, TRN__A(dpre), TRN__CA(pre), (size_t)N * C);
+        trn__cuda_map<A>(trn__op_dgelu_mul(), dpre, dpre, pre, NULL, (size_t)N * C);
 }
 template <typename A>
 static void trn__cuda_relu_forward(float *out, const float *inp, size_t n) {
+    TRN__CUDA_SITE("relu fwd", 2.0 * sizeof(A) * n, n);
     TRN__CUDA_ELEMENTWISE(trn__k_relu_fwd<A>, n, TRN__A(out), TRN__CA(inp), n);
 }
 template <typename A>
 static void trn__cuda_relu_backward(float *dinp, const float *out, const float *dout, size_t n) {
+    TRN__CUDA_SITE("relu bwd", 3.0 * sizeof(A) * n, n);
     if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_relu_bwd<A>, n, TRN__A(dinp), TRN__CA(out), TRN__CA(dout), n);
 }
 template <typename A>
 static void trn__cuda_add_forward(float *out, const float *a, const float *b, size_t n) {
     TRN__CUDA_SITE("add", 3.0 * sizeof(A) * n, n);
-    TRN__CUDA_ELEMENTWISE(trn__k_add<A>, n, TRN__A(out), TRN__CA(a), TRN__CA(b), n);
+    trn__cuda_map<A>(trn__op_add(), out, a, b, NULL, n);
 }
 template <typename A>
 static void trn__cuda_accumulate(float *dst, const float *src, size_t n) {
     TRN__CUDA_SITE("accumulate", 3.0 * sizeof(A) * n, n);
-    if (dst) TRN__CUDA_ELEMENTWISE(trn__k_accumulate<A>, n, TRN__A(dst), TRN__CA(src), n);
+    if (dst) trn__cuda_map<A>(trn__op_add(), dst, dst, src, NULL, n);
 }
 static void trn__cuda_scale(float *x, float s, size_t n) {
     TRN__CUDA_SITE("scale", 8.0 * n, n);
@@ -2418,37 +2680,45 @@ static void trn__cuda_scale(float *x, float s, size_t n) {
 }
 template <typename A>
 static void trn__cuda_mse_forward(float *losses, const float *pred, const float *target, size_t n) {
+    TRN__CUDA_SITE("mse fwd", 2.0 * sizeof(A) * n + 4.0 * n, 3.0 * n);
     TRN__CUDA_ELEMENTWISE(trn__k_mse_fwd<A>, n, losses, TRN__CA(pred), TRN__CA(target), n);
 }
 template <typename A>
 static void trn__cuda_mse_backward(float *dpred, const float *pred, const float *target, float dloss, size_t n) {
+    TRN__CUDA_SITE("mse bwd", 3.0 * sizeof(A) * n, 3.0 * n);
     if (dpred) TRN__CUDA_ELEMENTWISE(trn__k_mse_bwd<A>, n, TRN__A(dpred), TRN__CA(pred), TRN__CA(target), dloss, n);
 }
 template <typename A>
 static void trn__cuda_meanpool_forward(float *out, const float *inp, int B, int T, int C) {
+    TRN__CUDA_SITE("meanpool fwd", sizeof(A) * ((double)B * T * C + (double)B * C), (double)B * T * C);
     TRN__CUDA_ELEMENTWISE(trn__k_meanpool_fwd<A>, (size_t)B * C, TRN__A(out), TRN__CA(inp), B, T, C);
 }
 template <typename A>
 static void trn__cuda_meanpool_backward(float *dinp, const float *dout, int B, int T, int C) {
+    TRN__CUDA_SITE("meanpool bwd", sizeof(A) * ((double)B * T * C + (double)B * C), (double)B * T * C);
     if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_meanpool_bwd<A>, (size_t)B * T * C, TRN__A(dinp), TRN__CA(dout), B, T, C);
 }
 static void trn__cuda_adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
                                    float beta2, float eps, float weight_decay, float bias_corr1, float bias_corr2) {
+    TRN__CUDA_SITE("adamw (per tensor)", 28.0 * n, 12.0 * n);
     TRN__CUDA_ELEMENTWISE(trn__k_adamw, n, p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bias_corr1, bias_corr2);
 }
 static void trn__cuda_sgd_update(float *p, const float *g, float *buf, size_t n, float lr, float momentum,
                                  float dampening, float weight_decay, int nesterov, int first) {
+    TRN__CUDA_SITE("sgd", 16.0 * n, 6.0 * n);
     TRN__CUDA_ELEMENTWISE(trn__k_sgd, n, p, g, buf, n, lr, momentum, dampening, weight_decay, nesterov, first);
 }
 
 /* --- >>ops3 (host side): the same signatures as train.h's CPU functions -- */
 template <typename A>
 static void trn__cuda_dropout_forward(float *out, const float *inp, size_t n, float p, uint64_t key) {
+    TRN__CUDA_SITE("dropout fwd", 2.0 * sizeof(A) * n, 2.0 * n);
     TRN__CUDA_ELEMENTWISE(trn__k_dropout_fwd<A>, n, TRN__A(out), TRN__CA(inp), n, p, p < 1.0f ? 1.0f / (1.0f - p) : 0.0f,
                           key);
 }
 template <typename A>
 static void trn__cuda_dropout_backward(float *dinp, const float *dout, size_t n, float p, uint64_t key) {
+    TRN__CUDA_SITE("dropout bwd", 2.0 * sizeof(A) * n, 2.0 * n);
     if (dinp)
         TRN__CUDA_ELEMENTWISE(trn__k_dropout_bwd<A>, n, TRN__A(dinp), TRN__CA(dout), n, p,
                               p < 1.0f ? 1.0f / (1.0f - p) : 0.0f, key);
@@ -2456,41 +2726,49 @@ static void trn__cuda_dropout_backward(float *dinp, const float *dout, size_t n,
 /* (the storage type is T: A names the view's first dimension here) */
 template <typename T>
 static void trn__cuda_transpose_forward(float *out, const float *inp, int A, int D0, int Bm, int D1, int C) {
+    TRN__CUDA_SITE("transpose fwd", 2.0 * sizeof(T) * A * D0 * Bm * D1 * C, 0);
     TRN__CUDA_ELEMENTWISE(trn__k_transpose_fwd<T>, (size_t)A * D0 * Bm * D1 * C, (T *)out, (const T *)inp, A, D0, Bm,
                           D1, C);
 }
 template <typename T>
 static void trn__cuda_transpose_backward(float *dinp, const float *dout, int A, int D0, int Bm, int D1, int C) {
+    TRN__CUDA_SITE("transpose bwd", 2.0 * sizeof(T) * A * D0 * Bm * D1 * C, 0);
     if (dinp)
         TRN__CUDA_ELEMENTWISE(trn__k_transpose_bwd<T>, (size_t)A * D0 * Bm * D1 * C, (T *)dinp, (const T *)dout, A, D0,
                               Bm, D1, C);
 }
 template <typename A>
 static void trn__cuda_slice_forward(float *out, const float *inp, int N, int C, int start, int len) {
+    TRN__CUDA_SITE("slice fwd", 2.0 * sizeof(A) * N * len, 0);
     TRN__CUDA_ELEMENTWISE(trn__k_slice_fwd<A>, (size_t)N * len, TRN__A(out), TRN__CA(inp), N, C, start, len);
 }
 template <typename A>
 static void trn__cuda_slice_backward(float *dinp, const float *dout, int N, int C, int start, int len) {
+    TRN__CUDA_SITE("slice bwd", 2.0 * sizeof(A) * N * len, 0);
     if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_slice_bwd<A>, (size_t)N * len, TRN__A(dinp), TRN__CA(dout), N, C, start, len);
 }
 template <typename A>
 static void trn__cuda_concat_forward(float *out, const float *a, const float *b, int N, int Ca, int Cb) {
+    TRN__CUDA_SITE("concat fwd", 2.0 * sizeof(A) * N * (Ca + Cb), 0);
     TRN__CUDA_ELEMENTWISE(trn__k_concat_fwd<A>, (size_t)N * (Ca + Cb), TRN__A(out), TRN__CA(a), TRN__CA(b), N, Ca, Cb);
 }
 template <typename A>
 static void trn__cuda_concat_backward(float *da, float *db, const float *dout, int N, int Ca, int Cb) {
+    TRN__CUDA_SITE("concat bwd", 2.0 * sizeof(A) * N * (Ca + Cb), 0);
     if (da || db)
         TRN__CUDA_ELEMENTWISE(trn__k_concat_bwd<A>, (size_t)N * (Ca + Cb), TRN__A(da), TRN__A(db), TRN__CA(dout), N, Ca,
                               Cb);
 }
 template <typename A>
 static void trn__cuda_sum_forward(float *out, const float *inp, int N, size_t C, float scale) {
+    TRN__CUDA_SITE("sum fwd", sizeof(A) * ((double)N * C + N), (double)N * C);
     if (N > 0)
         TRN_CUDA_LAUNCH(trn__k_sum_fwd<A>, dim3((unsigned)N), dim3(256), 0, trn__cu.stream, TRN__A(out), TRN__CA(inp), C,
                         scale);
 }
 template <typename A>
 static void trn__cuda_sum_backward(float *dinp, const float *dout, int N, size_t C, float scale) {
+    TRN__CUDA_SITE("sum bwd", sizeof(A) * ((double)N * C + N), 0);
     if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_sum_bwd<A>, (size_t)N * C, TRN__A(dinp), TRN__CA(dout), N, C, scale);
 }
 /* a row-major trn_sgemm (ta, tb, M, N, K, ...) over `batch` matrices at
@@ -2513,6 +2791,7 @@ static void trn__cuda_bmm_forward(float *out_, const float *a_, const float *b_,
     const A *a = (const A *)a_, *b = (const A *)b_;
     long long sa = (long long)M * K, sb = (long long)K * N, sc = (long long)M * N;
     if (Bt <= 0) return;
+    TRN__CUDA_SITE_GEMM("bmm fwd", sizeof(A) * (double)Bt * ((double)M * K + (double)K * N + (double)M * N), M, N, K, Bt);
     trn__cuda_rowmajor_gemm(ta, tb, M, N, K, a, ta ? M : K, sa, b, tb ? K : N, sb, 0.0f, out, N, sc, Bt);
 }
 template <typename A>
@@ -2523,6 +2802,7 @@ static void trn__cuda_bmm_backward(float *da_, float *db_, const float *dout_, c
     long long sa = (long long)M * K, sb = (long long)K * N, sc = (long long)M * N;
     int lda = ta ? M : K, ldb = tb ? K : N;
     if (Bt <= 0) return; /* as train.h's trn_bmm_backward, one product per case */
+    TRN__CUDA_SITE_GEMM("bmm bwd", sizeof(A) * (double)Bt * ((da ? 3.0 * M * K : 0) + (db ? 3.0 * K * N : 0) + ((da != NULL) + (db != NULL)) * (double)M * N), M, N, K, Bt * ((da != NULL) + (db != NULL)));
     if (da && !ta) trn__cuda_rowmajor_gemm(0, !tb, M, K, N, dout, N, sc, b, ldb, sb, 1.0f, da, K, sa, Bt);
     if (da && ta) trn__cuda_rowmajor_gemm(tb, 1, K, M, N, b, ldb, sb, dout, N, sc, 1.0f, da, M, sa, Bt);
     if (db && !tb) trn__cuda_rowmajor_gemm(!ta, 0, K, N, M, a, lda, sa, dout, N, sc, 1.0f, db, N, sb, Bt);
@@ -2531,6 +2811,7 @@ static void trn__cuda_bmm_backward(float *da_, float *db_, const float *dout_, c
 template <typename A>
 static void trn__cuda_crossentropy_ex_forward(float *losses, float *lse, const float *logits, const int *targets,
                                               int N, int V, int Vp, float smoothing) {
+    TRN__CUDA_SITE("cross-entropy (ex) fwd", sizeof(A) * (double)N * Vp + 12.0 * N, 3.0 * N * V);
     if (N > 0)
         TRN_CUDA_LAUNCH(trn__k_xent_ex_fwd<A>, dim3((unsigned)N), dim3(256), 0, trn__cu.stream, losses, lse,
                         TRN__CA(logits), targets, V, Vp, smoothing);
@@ -2538,33 +2819,40 @@ static void trn__cuda_crossentropy_ex_forward(float *losses, float *lse, const f
 template <typename A>
 static void trn__cuda_crossentropy_ex_backward(float *dlogits, const float *logits, const float *lse,
                                                const int *targets, float dloss, int N, int V, int Vp, float smoothing) {
+    TRN__CUDA_SITE("cross-entropy (ex) bwd", 3.0 * sizeof(A) * N * Vp + 8.0 * N, 3.0 * N * V);
     if (dlogits && N > 0)
         TRN_CUDA_LAUNCH(trn__k_xent_ex_bwd<A>, dim3((unsigned)N), dim3(256), 0, trn__cu.stream, TRN__A(dlogits),
                         TRN__CA(logits), lse, targets, dloss, V, Vp, smoothing);
 }
 template <typename A>
 static void trn__cuda_bce_logits_forward(float *losses, const float *x, const float *y, size_t n) {
+    TRN__CUDA_SITE("bce fwd", 2.0 * sizeof(A) * n + 4.0 * n, 5.0 * n);
     TRN__CUDA_ELEMENTWISE(trn__k_bce_fwd<A>, n, losses, TRN__CA(x), TRN__CA(y), n);
 }
 template <typename A>
 static void trn__cuda_bce_logits_backward(float *dx, const float *x, const float *y, float dloss, size_t n) {
+    TRN__CUDA_SITE("bce bwd", 3.0 * sizeof(A) * n, 5.0 * n);
     if (dx) TRN__CUDA_ELEMENTWISE(trn__k_bce_bwd<A>, n, TRN__A(dx), TRN__CA(x), TRN__CA(y), dloss, n);
 }
 template <typename A>
 static void trn__cuda_l1_forward(float *losses, const float *pred, const float *target, size_t n) {
+    TRN__CUDA_SITE("l1 fwd", 2.0 * sizeof(A) * n + 4.0 * n, 2.0 * n);
     TRN__CUDA_ELEMENTWISE(trn__k_l1_fwd<A>, n, losses, TRN__CA(pred), TRN__CA(target), n);
 }
 template <typename A>
 static void trn__cuda_l1_backward(float *dpred, const float *pred, const float *target, float dloss, size_t n) {
+    TRN__CUDA_SITE("l1 bwd", 3.0 * sizeof(A) * n, 2.0 * n);
     if (dpred) TRN__CUDA_ELEMENTWISE(trn__k_l1_bwd<A>, n, TRN__A(dpred), TRN__CA(pred), TRN__CA(target), dloss, n);
 }
 template <typename A>
 static void trn__cuda_huber_forward(float *losses, const float *pred, const float *target, float delta, size_t n) {
+    TRN__CUDA_SITE("huber fwd", 2.0 * sizeof(A) * n + 4.0 * n, 4.0 * n);
     TRN__CUDA_ELEMENTWISE(trn__k_huber_fwd<A>, n, losses, TRN__CA(pred), TRN__CA(target), delta, n);
 }
 template <typename A>
 static void trn__cuda_huber_backward(float *dpred, const float *pred, const float *target, float delta, float dloss,
                                      size_t n) {
+    TRN__CUDA_SITE("huber bwd", 3.0 * sizeof(A) * n, 4.0 * n);
     if (dpred)
         TRN__CUDA_ELEMENTWISE(trn__k_huber_bwd<A>, n, TRN__A(dpred), TRN__CA(pred), TRN__CA(target), delta, dloss, n);
 }
@@ -2584,6 +2872,7 @@ static void trn__cuda_attention_kv_forward(float *out_, float *att_, const float
     float scale = 1.0f / sqrtf((float)hs);
     long long TP = (long long)T * P;
     if (B <= 0 || T <= 0) return;
+    TRN__CUDA_SITE_GEMM("attention over the KV cache", sizeof(A) * ((double)B * T * (2.0 * C + 2.0 * Ckv) + 2.0 * B * (pos + T) * Ckv + 2.0 * B * NH * T * (pos + T)), T, pos + T, hs, 2 * B * NH);
     TRN__CUDA_ELEMENTWISE(trn__k_kv_append<A>, (size_t)B * T * Ckv, kcache, vcache, k, v, kv_stride, T, pos, maxT, Ckv, B);
     for (int b = 0; b < B; b++)
         for (int r = 0; r < grp; r++) {
@@ -2663,15 +2952,18 @@ static void trn__cuda_adamw_flat(float *p, float *g, float *m, float *v, size_t 
                           bias_corr1, bias_corr2, clip, (trn__bf16 *)p_bf16);
 }
 static void trn__cuda_convert(void *dst, int dt, const void *src, int st, size_t n, int accumulate, float s) {
+    int vec = trn__al16(dst) && trn__al16(src);
+    unsigned grid = trn__cuda_grid((n + 7) / 8);
+    if (n == 0) return;
     TRN__CUDA_SITE("convert", (double)n * ((st == TRN_BF16 ? 2 : 4) + (dt == TRN_BF16 ? 2 : 4) * (accumulate ? 2 : 1)), n);
-    if (dt == TRN_BF16 && st == TRN_BF16)
-        TRN__CUDA_ELEMENTWISE((trn__k_convert<trn__bf16, trn__bf16>), n, (trn__bf16 *)dst, (const trn__bf16 *)src, n, accumulate, s);
-    else if (dt == TRN_BF16)
-        TRN__CUDA_ELEMENTWISE((trn__k_convert<trn__bf16, float>), n, (trn__bf16 *)dst, (const float *)src, n, accumulate, s);
-    else if (st == TRN_BF16)
-        TRN__CUDA_ELEMENTWISE((trn__k_convert<float, trn__bf16>), n, (float *)dst, (const trn__bf16 *)src, n, accumulate, s);
-    else
-        TRN__CUDA_ELEMENTWISE((trn__k_convert<float, float>), n, (float *)dst, (const float *)src, n, accumulate, s);
+#define TRN__CONVERT(D, S)                                                                                        \
+    TRN_CUDA_LAUNCH((trn__k_convert<D, S>), dim3(grid), dim3(TRN__CUDA_BLOCK), 0, trn__cu.stream, (D *)dst, \
+                    (const S *)src, n, accumulate, s, vec)
+    if (dt == TRN_BF16 && st == TRN_BF16) TRN__CONVERT(trn__bf16, trn__bf16);
+    else if (dt == TRN_BF16) TRN__CONVERT(trn__bf16, float);
+    else if (st == TRN_BF16) TRN__CONVERT(float, trn__bf16);
+    else TRN__CONVERT(float, float);
+#undef TRN__CONVERT
 }
 
 /* attention, materialized: the reference (trn_attention runs the fused
@@ -2882,31 +3174,16 @@ static void trn__cuda_flash_attention_backward_bf16(float *dqkv, const float *do
     trn__cuda_flash_attention_backward<trn__bf16>(dqkv, dout, qkv, out, lse, B, T, NH, NKV, hs, causal);
 }
 
-template <typename A>
-static void trn__cuda_crossentropy_forward(float *losses, float *lse, const float *logits, const int *targets, int N,
-                                           int V, int Vp) {
-    if (N <= 0) return;
-    TRN__CUDA_SITE("cross-entropy fwd", sizeof(A) * (double)N * Vp + 12.0 * N, 3.0 * N * V); /* logits; targets, losses, lse */
-    TRN_CUDA_LAUNCH(trn__k_xent_fwd<A>, dim3((unsigned)N), dim3(256), 0, trn__cu.stream, losses, lse, TRN__CA(logits),
-                    targets, V, Vp);
-}
-template <typename A>
-static void trn__cuda_crossentropy_backward(float *dlogits, const float *logits, const float *lse, const int *targets,
-                                            float dloss, int N, int V, int Vp) {
-    if (!dlogits || N <= 0) return;
-    TRN__CUDA_SITE("cross-entropy bwd", 3.0 * sizeof(A) * N * Vp + 8.0 * N, 3.0 * N * V); /* logits; dlogits +=: read and written */
-    TRN_CUDA_LAUNCH(trn__k_xent_bwd<A>, dim3((unsigned)N), dim3(256), 0, trn__cu.stream, TRN__A(dlogits),
-                    TRN__CA(logits), lse, targets, dloss, V, Vp);
-}
-
 /* >>ops2 */
 template <typename A>
 static void trn__cuda_mul_forward(float *out, const float *a, const float *b, size_t N, size_t C) {
+    TRN__CUDA_SITE("mul fwd", 3.0 * sizeof(A) * N * C, (double)N * C);
     TRN__CUDA_ELEMENTWISE(trn__k_mul_fwd<A>, N * C, TRN__A(out), TRN__CA(a), TRN__CA(b), N * C, C);
 }
 template <typename A>
 static void trn__cuda_mul_backward(float *da, float *db, const float *dout, const float *a, const float *b, size_t N,
                                    size_t C) {
+    TRN__CUDA_SITE("mul bwd", sizeof(A) * ((da ? 3.0 : 0) + (db ? 2.0 : 0)) * N * C + (db ? sizeof(A) * (double)C : 0), 2.0 * N * C);
     if (da) TRN__CUDA_ELEMENTWISE(trn__k_mul_bwd_da<A>, N * C, TRN__A(da), TRN__CA(dout), TRN__CA(b), N * C, C);
     if (!db || N * C == 0) return;
     if (N == 1) { TRN__CUDA_ELEMENTWISE(trn__k_mul_bwd_same<A>, C, TRN__A(db), TRN__CA(dout), TRN__CA(a), C); return; }
@@ -2921,36 +3198,44 @@ static void trn__cuda_mul_backward(float *da, float *db, const float *dout, cons
 }
 template <typename A>
 static void trn__cuda_silu_forward(float *out, const float *inp, size_t n) {
+    TRN__CUDA_SITE("silu fwd", 2.0 * sizeof(A) * n, 4.0 * n);
     TRN__CUDA_ELEMENTWISE(trn__k_silu_fwd<A>, n, TRN__A(out), TRN__CA(inp), n);
 }
 template <typename A>
 static void trn__cuda_silu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+    TRN__CUDA_SITE("silu bwd", 3.0 * sizeof(A) * n, 6.0 * n);
     if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_silu_bwd<A>, n, TRN__A(dinp), TRN__CA(inp), TRN__CA(dout), n);
 }
 template <typename A>
 static void trn__cuda_sigmoid_forward(float *out, const float *inp, size_t n) {
+    TRN__CUDA_SITE("sigmoid fwd", 2.0 * sizeof(A) * n, 3.0 * n);
     TRN__CUDA_ELEMENTWISE(trn__k_sigmoid_fwd<A>, n, TRN__A(out), TRN__CA(inp), n);
 }
 template <typename A>
 static void trn__cuda_sigmoid_backward(float *dinp, const float *out, const float *dout, size_t n) {
+    TRN__CUDA_SITE("sigmoid bwd", 3.0 * sizeof(A) * n, 3.0 * n);
     if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_sigmoid_bwd<A>, n, TRN__A(dinp), TRN__CA(out), TRN__CA(dout), n);
 }
 template <typename A>
 static void trn__cuda_tanh_forward(float *out, const float *inp, size_t n) {
+    TRN__CUDA_SITE("tanh fwd", 2.0 * sizeof(A) * n, 3.0 * n);
     TRN__CUDA_ELEMENTWISE(trn__k_tanh_fwd<A>, n, TRN__A(out), TRN__CA(inp), n);
 }
 template <typename A>
 static void trn__cuda_tanh_backward(float *dinp, const float *out, const float *dout, size_t n) {
+    TRN__CUDA_SITE("tanh bwd", 3.0 * sizeof(A) * n, 3.0 * n);
     if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_tanh_bwd<A>, n, TRN__A(dinp), TRN__CA(out), TRN__CA(dout), n);
 }
 template <typename A>
 static void trn__cuda_softmax_forward(float *out, const float *inp, int N, int C) {
+    TRN__CUDA_SITE("softmax fwd", 2.0 * sizeof(A) * N * C, 4.0 * N * C);
     if (N <= 0) return;
     TRN_CUDA_LAUNCH(trn__k_softmax_rows_fwd<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, TRN__A(out),
                     TRN__CA(inp), N, C);
 }
 template <typename A>
 static void trn__cuda_softmax_backward(float *dinp, const float *out, const float *dout, int N, int C) {
+    TRN__CUDA_SITE("softmax bwd", 3.0 * sizeof(A) * N * C, 4.0 * N * C);
     if (!dinp || N <= 0) return;
     TRN_CUDA_LAUNCH(trn__k_softmax_rows_bwd<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream,
                     TRN__A(dinp), TRN__CA(out), TRN__CA(dout), N, C);
@@ -2958,6 +3243,7 @@ static void trn__cuda_softmax_backward(float *dinp, const float *out, const floa
 template <typename A>
 static void trn__cuda_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C,
                                       float eps) {
+    TRN__CUDA_SITE("rmsnorm fwd", sizeof(A) * (2.0 * N * C + C) + 4.0 * N, 4.0 * N * C);
     if (N <= 0) return;
     TRN_CUDA_LAUNCH(trn__k_rms_fwd<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, TRN__A(out), rstd,
                     TRN__CA(inp), TRN__CA(w), N, C, eps);
@@ -2965,6 +3251,7 @@ static void trn__cuda_rmsnorm_forward(float *out, float *rstd, const float *inp,
 template <typename A>
 static void trn__cuda_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
                                        const float *rstd, int N, int C) {
+    TRN__CUDA_SITE("rmsnorm bwd", sizeof(A) * ((dinp ? 4.0 : 2.0) * N * C + C) + 4.0 * N + (dw ? 8.0 * C : 0), 8.0 * N * C);
     if (N <= 0) return;
     if (dinp)
         TRN_CUDA_LAUNCH(trn__k_rms_bwd_dx<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, TRN__A(dinp),
@@ -2988,12 +3275,14 @@ static trn_rope_scaling trn__rope_sc_or_plain(const trn_rope_scaling *sc) { /* b
 template <typename A>
 static void trn__cuda_rope_forward(float *out, const float *inp, int B, int T, int H, int R, int hs, int pos0,
                                    float theta, const trn_rope_scaling *sc) {
+    TRN__CUDA_SITE("rope fwd", 2.0 * sizeof(A) * B * T * H * hs, 4.0 * B * T * H * hs);
     TRN__CUDA_ELEMENTWISE(trn__k_rope<A>, (size_t)B * T * H * hs, TRN__A(out), TRN__CA(inp), B, T, H, R, hs, pos0, theta,
                           trn__rope_sc_or_plain(sc), 1.0f, 0);
 }
 template <typename A>
 static void trn__cuda_rope_backward(float *dinp, const float *dout, int B, int T, int H, int R, int hs, int pos0,
                                     float theta, const trn_rope_scaling *sc) {
+    TRN__CUDA_SITE("rope bwd", 2.0 * sizeof(A) * B * T * H * hs, 4.0 * B * T * H * hs);
     if (dinp)
         TRN__CUDA_ELEMENTWISE(trn__k_rope<A>, (size_t)B * T * H * hs, TRN__A(dinp), TRN__CA(dout), B, T, H, R, hs, pos0,
                               theta, trn__rope_sc_or_plain(sc), -1.0f, 1);
@@ -3297,6 +3586,9 @@ static void trn__cuda_fill_table(trn_backend *t, int bf16) {
         t->attention_backward = TRN__CUDA_PICK(trn__cuda_attention_backward);
         t->crossentropy_forward = TRN__CUDA_PICK(trn__cuda_crossentropy_forward);
         t->crossentropy_backward = TRN__CUDA_PICK(trn__cuda_crossentropy_backward);
+        t->crossentropy_fused = TRN__CUDA_PICK(trn__cuda_crossentropy_fused);
+        t->xent_chunk_bytes = TRN__CUDA_XENT_CHUNK_BYTES;
+        t->matmul_backward_ex = TRN__CUDA_PICK(trn__cuda_matmul_backward_ex);
         t->mse_forward = TRN__CUDA_PICK(trn__cuda_mse_forward);
         t->mse_backward = TRN__CUDA_PICK(trn__cuda_mse_backward);
         t->meanpool_forward = TRN__CUDA_PICK(trn__cuda_meanpool_forward);

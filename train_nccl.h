@@ -59,7 +59,7 @@
    buckets that are views of the one flat gradient buffer, so the COMM line
    holds only a fixed 256 KiB (TCP) or 64 bytes (NCCL) whatever the model
    size (PyTorch's DDP copies gradients into separate buckets: one more
-   gradient-sized buffer). With ZeRO-1 (desc.zero1 = 1) each rank keeps
+   gradient-sized buffer). With ZeRO-1 (desc.shard = TRN_SHARD_ZERO1) each rank keeps
    AdamW's m and v for 1/W of the parameters: OPTIM shrinks W times.
    ZeRO-2 (desc.shard = TRN_SHARD_ZERO2) keeps only this rank's shard of
    the gradients too: GRADS = 1/W of them plus at most two buckets being
@@ -254,8 +254,9 @@ TRNDEF const char *trn_shard_name(trn_shard_mode s);
 TRNDEF trn_result trn_shard_parse(const char *name, trn_shard_mode *out);
 
 typedef struct trn_ddp_desc {
-    int zero1;            /* 1: shard the optimizer state (ZeRO stage 1);
-                             the same as shard = TRN_SHARD_ZERO1            */
+    int zero1;            /* deprecated spelling of shard = TRN_SHARD_ZERO1;
+                             after trn_ddp_init: 1 when m and v are sharded
+                             (every mode from ZeRO-1 on)                   */
     trn_shard_mode shard; /* default NONE (or ZERO1 when zero1 is set)     */
     size_t bucket_bytes;  /* default 25 MiB (PyTorch's bucket_cap_mb)      */
     int no_overlap;       /* 1: all-reduce only in trn_ddp_allreduce_grads */
@@ -335,7 +336,9 @@ TRNDEF trn_result trn_ddp_allreduce_grads(trn_ddp *ddp, trn_model *m);
 TRNDEF trn_result trn_ddp_clip_grad_norm(trn_ddp *ddp, trn_model *m, float max_norm,
                                          float *norm_out);
 /* DDP: trn_adamw_step. ZeRO-1: the step on this rank's shard (sets
-   opt->lo/hi on the first call), then all-gather the weights. */
+   opt->lo/hi on the first call), then all-gather the weights. The math:
+   trn_adamw_update (train.h's >>adamw, its plain loop trn_adamw_update_ref
+   directly above it). */
 TRNDEF trn_result trn_ddp_adamw_step(trn_ddp *ddp, trn_adamw *opt, trn_model *m, float lr);
 /* FSDP: every rank gets the whole weights back (the model is a plain
    model again, training goes on as ZeRO-2): for the end of a run (saving

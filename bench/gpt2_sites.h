@@ -79,13 +79,25 @@ static double plan_waves(const trn_cuda_site_row *r) {
 static double plan_efficiency(const trn_cuda_site_row *r, trn_cuda_precision p, int mem_bound, const char **why) {
     int bf16 = p == TRN_CUDA_BF16;
     if (!strcmp(r->scope ? r->scope : "", "(no site)")) { *why = "a launch with no site line: no estimate"; return 0.5; }
+    /* the fp32 fused kernels (FMA on shared-memory tiles) ran once on an
+       H100: the TF32 step took 447 ms, forward+loss 123.1, backward 322.5
+       (docs/gpu_h100_2026-11-25.md); less this table's prediction for the
+       other rows (64.3 and 35.3 ms) that leaves 58.8 ms for the forward and
+       287 ms for the backward (split 4:3 by their products): the
+       efficiencies below. The bf16 WMMA kernels have not run on a GPU. */
     if (plan_is(r, "flash attn fwd")) {
         *why = bf16 ? "WMMA; S, P, P.V through shared memory per 32-key tile; sync 2-byte K/V loads"
-                    : "fp32 FMA kernel, tiles in shared memory";
-        return bf16 ? 0.25 : 0.30;
+                    : "fp32 FMA on smem tiles; from the 2026-11-25 TF32 step";
+        return bf16 ? 0.25 : 0.098;
     }
-    if (plan_is(r, "flash bwd dkdv")) { *why = "4 products per key block, S and dS through shared memory"; return bf16 ? 0.20 : 0.25; }
-    if (plan_is(r, "flash bwd dq")) { *why = "recomputes S and dP: 3 products where 1 is needed"; return bf16 ? 0.07 : 0.08; }
+    if (plan_is(r, "flash bwd dkdv")) {
+        *why = bf16 ? "4 products per key block, S and dS through shared memory" : "fp32 FMA; from the 2026-11-25 TF32 step";
+        return bf16 ? 0.20 : 0.070;
+    }
+    if (plan_is(r, "flash bwd dq")) {
+        *why = bf16 ? "recomputes S and dP: 3 products where 1 is needed" : "fp32 FMA, 3 products for 1; from 2026-11-25";
+        return bf16 ? 0.07 : 0.0235;
+    }
     if (!strncmp(r->name, "attention", 9)) { *why = "cuBLAS batched, K = head size: (T,T) matrices through HBM"; return 0.5; }
     if (r->m) { /* cuBLAS(Lt) GEMMs */
         double w = plan_waves(r);

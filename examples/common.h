@@ -1064,4 +1064,499 @@ static void sample_run(const run_args *a, trn_model *m, logits_fn forward, void 
     trn_tokens_free(&p);
 }
 
+// ===========================================================================
+// >>run: the whole run, for every language model here (examples/gpt2.c and
+// examples/llama.c call run_main with their model's lm_example): flags,
+// data-parallel ranks (train_nccl.h: one rank of W; W = 1 without a
+// launcher), --resume (whole or sharded checkpoints), the data, the
+// training loop with its extras, and the end (the final validation, the
+// plot, the weights, a sample). Compiled where train_nccl.h is included.
+// ===========================================================================
+#ifdef TRAIN_NCCL_H_INCLUDED
+
+// what the run needs to know of a model's shape (V and Vp: lm_example)
+typedef struct lm_dims {
+    int n_layer, n_embd, block_size;
+    int kv_heads, head_dim; // of the key/value cache for sampling
+} lm_dims;
+
+// a model, as the run drives it: the program keeps the model itself
+typedef struct lm_example {
+    const char *models;    // --help's --model line; the known presets
+    int data_parallel;     // 0: --shard is refused
+    float beta2;           // AdamW's beta2 in the model's recipe
+    void *model;           // handed to logits / logits_cached
+    int *V, *Vp;           // the config's vocabulary: the tokenizer may set it
+    int *recompute;        // the model's --recompute switch
+    void (*usage)(FILE *f);
+    // the shape: the checkpoint's (ck), else --init's, else the preset's
+    // (0: no such preset); the preset's batch, sequence length and lr
+    int (*configure)(const run_args *a, const trn_safetensors *ck, const char *ck_path, lm_dims *d, int *batch,
+                     int *seq, float *lr);
+    trn_model *(*create)(void);                    // NULL: cannot (a reason is left)
+    void (*init)(const char *init, uint64_t seed); // --init's weights, or fresh ones
+    void (*describe)(void);                                // the "model: ..." line
+    void (*to_meta)(trn_meta *meta);                       // the config, into a checkpoint
+    trn_tensor *(*loss)(const int *x, const int *y, int B, int T); // mean loss of a batch
+    logits_fn logits;
+    cached_logits_fn logits_cached;
+    void (*free)(void);
+} lm_example;
+
+static trn_ddp ddp; // this rank of W
+
+// a collective failed (a rank died or hung): say why, close the
+// communicator so the other ranks stop now too, exit 1
+#define DDP_OK(call)                                                                         \
+    do {                                                                                     \
+        if ((call) != TRN_OK) {                                                              \
+            fprintf(stderr, EX_PROG ": rank %d: %s\n", ddp.rank, trn_error_reason());        \
+            trn_ddp_abort(&ddp);                                                             \
+            exit(1);                                                                         \
+        }                                                                                    \
+    } while (0)
+
+// This rank's next batch. The loader walks one global order on every rank;
+// each draw takes W batches and keeps the rank-th, so this rank's k-th
+// batch is global batch k*W + rank (trn_ddp_batch_index): the ranks never
+// overlap, together they see what one rank with a W times larger --batch
+// sees, and every loader stays at the same position (the one a checkpoint
+// saves).
+static void next_batch(trn_loader *ld, int *x, int *y, int *skip_x, int *skip_y) {
+    for (int r = 0; r < ddp.world; r++) trn_loader_next(ld, r == ddp.rank ? x : skip_x, r == ddp.rank ? y : skip_y);
+}
+
+// Sharded checkpoints (--shard with several ranks). Every rank holds only
+// part of the state, so every rank writes its slice: DIR/ckpt_<step>.shards/
+// holds one file per rank and, written last, manifest.json (train_nccl.h's
+// trn_ddp_checkpoint_save_sharded). tools/consolidate merges one into a
+// model.safetensors.
+// the newest DIR/ckpt_*.shards whose save finished (has its manifest) and
+// passes trn_checkpoint_verify_sharded (every rank file there, checksummed,
+// of the manifest's save), or "". A broken one is skipped, saying which
+// and why, as trn_checkpoint_latest does for whole-state checkpoints; none
+// valid exits 2 with the newest one's reason. Every rank decides alone,
+// from the same files, the same way.
+static void latest_shards(const char *dir, char *out, size_t cap) {
+    glob_t gl;
+    char pat[1100], first[600] = "";
+    out[0] = 0;
+    snprintf(pat, sizeof pat, "%s/ckpt_*.shards/manifest.json", dir);
+    if (glob(pat, 0, NULL, &gl) == 0 && gl.gl_pathc > 0) {
+        for (size_t i = gl.gl_pathc; i-- > 0 && !out[0];) { // zero-padded steps: the last is the newest
+            snprintf(out, cap, "%s", gl.gl_pathv[i]);
+            *strrchr(out, '/') = 0;
+            if (trn_checkpoint_verify_sharded(out) == TRN_OK) break;
+            if (trn_ddp_is_main(&ddp)) fprintf(stderr, EX_PROG ": skipping a broken sharded checkpoint: %s\n", trn_error_reason());
+            if (!first[0]) snprintf(first, sizeof first, "%s", trn_error_reason());
+            out[0] = 0;
+        }
+        if (!out[0]) die("--resume %s: no valid sharded checkpoint (%zu broken; newest: %s)", dir, gl.gl_pathc, first);
+    }
+    globfree(&gl);
+}
+
+// rank 0's file of a sharded checkpoint: its metadata has the run's flags
+static int shards_rank0(const char *sdir, char *out, size_t cap) {
+    glob_t gl;
+    char pat[1100];
+    int found = 0;
+    snprintf(pat, sizeof pat, "%s/rank-00000-of-*.safetensors", sdir);
+    if (glob(pat, 0, NULL, &gl) == 0 && gl.gl_pathc == 1) { snprintf(out, cap, "%s", gl.gl_pathv[0]); found = 1; }
+    globfree(&gl);
+    return found;
+}
+
+// rank 0, after a save: only the newest `keep` sharded checkpoints stay
+static void prune_shards(const char *dir, int keep) {
+    glob_t gl, files;
+    char pat[1100];
+    snprintf(pat, sizeof pat, "%s/ckpt_*.shards", dir);
+    if (glob(pat, 0, NULL, &gl) != 0) return;
+    for (size_t i = 0; keep > 0 && i + (size_t)keep < gl.gl_pathc; i++) {
+        snprintf(pat, sizeof pat, "%s/*", gl.gl_pathv[i]);
+        if (glob(pat, 0, NULL, &files) == 0)
+            for (size_t k = 0; k < files.gl_pathc; k++) remove(files.gl_pathv[k]);
+        globfree(&files);
+        rmdir(gl.gl_pathv[i]);
+    }
+    globfree(&gl);
+}
+
+// --resume PATH of a --shard run: PATH is a sharded checkpoint itself (it
+// has manifest.json) or a run directory with some; its folder goes to out
+// ("" if none: a whole-state checkpoint, resume_open)
+static void resume_shards(const char *resume, char *out, size_t cap) {
+    struct stat st;
+    out[0] = 0;
+    if (stat(resume, &st) != 0 || !S_ISDIR(st.st_mode)) return;
+    snprintf(out, cap, "%s/manifest.json", resume);
+    if (stat(out, &st) == 0) snprintf(out, cap, "%s", resume);
+    else latest_shards(resume, out, cap);
+}
+
+// The state of one run, from the flags to the end.
+typedef struct run {
+    const lm_example *ex;
+    run_args a;
+    double t_begin; // --max-time counts from here
+    int W, main_rank, files, sharded_ckpt;
+    trn_ddp_desc ddp_desc;
+    char ckpt_path[1024], shards_dir[1024], title[256];
+    trn_safetensors ck;
+    int have_ck;
+    lm_dims d;
+    int B, T;
+    trn_tokenizer tok;
+    trn_tokens tokens;
+    trn_loader ld;
+    int *x, *y, *skip_x, *skip_y;
+    float *mb_loss; // each micro-batch's loss
+    trn_model *m;
+    trn_adamw opt;
+    trn_adamw_desc od;
+    trn_rng sample_rng;
+    long long step;
+    history hist;
+    run_loop loop; // --skip-spikes' window and --patience's best go into the checkpoint
+    FILE *logf;
+    float val;
+    long long val_step;
+} run;
+
+// Mean validation loss over n validation batches (fixed, so every
+// evaluation sees the same tokens); with --overfit, the loss of the one
+// memorized batch already in x, y. Like torch.no_grad(): no tape. Rank r
+// of W takes batches r, r+W, ..., (n of them); the W means are averaged,
+// which is the mean over the first n*W batches, as one rank with a W
+// times larger batch would compute it.
+static float run_validate(run *R) {
+    double sum = 0.0;
+    int n = R->a.overfit ? 1 : R->a.eval_batches;
+    int grad_was = trn_no_grad(R->m); // no tape, and evaluation mode (no dropout)
+    trn_eval(R->m);
+    for (int i = 0; i < n; i++) {
+        if (!R->a.overfit) trn_loader_val_batch(&R->ld, (int64_t)i * ddp.world + ddp.rank, R->x, R->y);
+        trn_reset(R->m);
+        sum += trn_item(R->m, R->ex->loss(R->x, R->y, R->B, R->T));
+    }
+    trn_train(R->m);
+    trn_set_grad_enabled(R->m, grad_was);
+    double v = sum / n;
+    DDP_OK(trn_ddp_allreduce_host(&ddp, &v, 1, 1));
+    R->val = (float)v;
+    R->val_step = R->step;
+    loop_val(&R->loop, R->logf, &R->hist, R->step, R->val);
+    return R->val;
+}
+
+// Flags, ranks, the checkpoint to resume, the model's shape, the tokenizer
+// and the data. Every bad input exits 2 with one line.
+static void run_setup(run *R, int argc, char **argv, const lm_example *ex) {
+    run_args *a = &R->a;
+    memset(R, 0, sizeof *R);
+    R->ex = ex;
+    R->t_begin = now_s();
+    R->val = -1;
+    R->val_step = -1;
+    args_init(a, "runs/" EX_PROG);
+    if (parse_args(a, argc, argv)) { ex->usage(stdout); exit(0); }
+    if (a->shard && !ex->data_parallel) die("--shard: examples/%s trains on one process (examples/gpt2 trains data-parallel)", EX_PROG);
+    if (a->threads > 0) trn_set_threads(a->threads);
+
+    // data parallelism: which rank of how many (the launcher's variables;
+    // none: rank 0 of 1, no sockets). Before the model: under CUDA it picks
+    // this rank's GPU. Rank 0 prints and writes every file; the other
+    // ranks' stdout goes to /dev/null (their errors still reach stderr).
+    if (a->shard && trn_shard_parse(a->shard, &R->ddp_desc.shard) != TRN_OK) die("--shard: %s", trn_error_reason());
+    if (trn_ddp_init(&ddp, &R->ddp_desc) != TRN_OK) die("%s", trn_error_reason());
+#ifdef TRN_USE_CUDA
+    // this rank's GPU (already done by trn_ddp_init unless it talks TCP)
+    if (trn_cuda_init(ddp.local_rank) != TRN_OK) die("%s", trn_error_reason());
+#endif
+    apply_precision(a->precision);
+    R->W = ddp.world, R->main_rank = trn_ddp_is_main(&ddp);
+    if (!R->main_rank && !freopen("/dev/null", "w", stdout)) die("rank %d: /dev/null: %s", ddp.rank, strerror(errno));
+    if (R->W > 1) printf("ddp: %d ranks started by %s, communicator %s\n", R->W, ddp.env.launcher, ddp.comm.name);
+
+    // resume: find the checkpoint, read its model config and run flags
+    if (a->resume) {
+        if (ex->data_parallel) resume_shards(a->resume, R->shards_dir, sizeof R->shards_dir);
+        if (!R->shards_dir[0]) resume_open(a->resume, R->ckpt_path, sizeof R->ckpt_path, &R->ck);
+        else if (!shards_rank0(R->shards_dir, R->ckpt_path, sizeof R->ckpt_path)) die("--resume %s: no rank-00000 file", R->shards_dir);
+        else if (trn_safetensors_open(&R->ck, R->ckpt_path) != TRN_OK) die("--resume %s: %s", R->ckpt_path, trn_error_reason());
+        if (st_meta_long(&R->ck, EX_PROG ".n_layer") < 0 || st_meta_long(&R->ck, "run.step") < 0)
+            die("--resume %s: not a checkpoint of examples/" EX_PROG " (no " EX_PROG ".* / run.* metadata)", R->ckpt_path);
+        R->have_ck = 1;
+        if (a->init) { printf("note: --resume wins over --init\n"); a->init = NULL; }
+        if (a->model) printf("note: --resume wins over --model %s (the checkpoint's model is resumed)\n", a->model);
+        args_from_checkpoint(a, &R->ck);
+    }
+
+    // the model's shape: checkpoint > --init file > preset; the tokenizer
+    // (bytes, or GPT-2 BPE), whose vocabulary must fit the model
+    int batch, seq;
+    float lr;
+    if (!ex->configure(a, R->have_ck ? &R->ck : NULL, R->ckpt_path, &R->d, &batch, &seq, &lr))
+        die("unknown --model '%s' (known: %s)", a->model, ex->models);
+    load_tokenizer(&R->tok, a->bpe, !R->have_ck && !a->init, ex->V, ex->Vp);
+    args_defaults(a, batch, seq, lr, R->d.block_size, *ex->V);
+    R->B = a->batch, R->T = a->seq;
+
+    // data: tokens -> checked against the vocabulary -> loader
+    if (a->data && !a->bpe && *ex->V > 256) {
+        // a text file cannot be read without the BPE tokenizer; a shard can
+        FILE *fp = trn_check_regular(a->data) == TRN_OK ? fopen(a->data, "rb") : NULL; // (a FIFO: load_tokens says so)
+        int magic = 0;
+        if (fp && fread(&magic, 4, 1, fp) == 1 && magic != 20240520) {
+            fclose(fp);
+            die("--data %s: a text file for a %d-token model needs --bpe DIR", a->data, *ex->V);
+        }
+        if (fp) fclose(fp);
+    }
+    load_tokens(&R->tokens, a->data, &R->tok, argv[0]);
+    if (trn_tokens_check(R->tokens.ids, R->tokens.n, *ex->V) != TRN_OK)
+        die("%s: %s (the model's vocabulary is %d; a GPT-2 shard needs --model gpt2 or --init)",
+            a->data ? a->data : "data", trn_error_reason(), *ex->V);
+    trn_loader_desc dd;
+    memset(&dd, 0, sizeof dd);
+    dd.B = R->B;
+    dd.T = R->T;
+    dd.seed = (uint64_t)a->seed;
+    dd.no_val = a->overfit; // one memorized batch: no validation split
+    if (trn_loader_init(&R->ld, R->tokens.ids, R->tokens.n, &dd) != TRN_OK)
+        die("%s: %zu tokens: %s", a->data ? a->data : "data", R->tokens.n, trn_error_reason());
+    args_eval_batches(a, R->ld.val_batches, R->W);
+    size_t bt = (size_t)R->B * R->T;
+    R->x = (int *)malloc(sizeof(int) * bt), R->y = (int *)malloc(sizeof(int) * bt);
+    R->skip_x = (int *)malloc(sizeof(int) * bt), R->skip_y = (int *)malloc(sizeof(int) * bt);
+    R->mb_loss = (float *)malloc(sizeof(float) * (size_t)a->grad_accum);
+    if (!R->x || !R->y || !R->skip_x || !R->skip_y || !R->mb_loss) die("out of memory for a batch");
+    if (a->overfit) next_batch(&R->ld, R->x, R->y, R->skip_x, R->skip_y); // the one batch to memorize (the loader stops here)
+}
+
+// The model and its optimizer: from the checkpoint, --init, or fresh;
+// every rank starts from rank 0's weights. Then the files and the loop's
+// extras open, and what is about to happen is said.
+static void run_start(run *R) {
+    run_args *a = &R->a;
+    const lm_example *ex = R->ex;
+    if (!(R->m = ex->create())) {
+        fprintf(stderr, EX_PROG ": cannot create the model: %s\n", trn_error_reason());
+        exit(1);
+    }
+    *ex->recompute = a->recompute;
+    memset(&R->od, 0, sizeof R->od);
+    R->od.lr = a->lr;
+    R->od.beta1 = 0.9f;
+    R->od.beta2 = ex->beta2;
+    R->od.eps = 1e-8f;
+    R->od.weight_decay = a->weight_decay;
+    R->od.no_weight_decay = a->weight_decay == 0.0f;
+    trn_adamw_init(&R->opt, &R->od);
+    trn_rng_seed(&R->sample_rng, (uint64_t)a->seed ^ 0x5A4D504C45ull);
+    loop_init(&R->loop, a, R->t_begin);
+
+    int attached = 0;
+    if (R->have_ck) {
+        trn_safetensors_close(&R->ck);
+        trn_meta meta;
+        if (R->shards_dir[0]) { // every rank reads the slices it keeps
+            DDP_OK(trn_ddp_attach(&ddp, R->m));
+            attached = 1;
+            if (trn_ddp_checkpoint_load_sharded(&ddp, R->shards_dir, R->m, &R->opt, &meta) != TRN_OK)
+                die("--resume %s: %s", R->shards_dir, trn_error_reason());
+            snprintf(R->ckpt_path, sizeof R->ckpt_path, "%s", R->shards_dir);
+        } else if (trn_checkpoint_load(R->ckpt_path, R->m, &R->opt, &meta) != TRN_OK)
+            die("--resume %s: %s", R->ckpt_path, trn_error_reason());
+        // the load restored the AdamW settings saved in the file; this run's
+        // (the checkpoint's, unless a flag given again replaced them above)
+        // are what the next steps use and what the next checkpoint records
+        R->opt.desc = trn_adamw_defaults(&R->od);
+        if (trn_ddp_meta_check(&ddp, &meta, R->ckpt_path) != TRN_OK) die("--resume: %s", trn_error_reason());
+        R->step = run_state_from_meta(&meta, R->ckpt_path, &R->sample_rng, &R->ld);
+        loop_resume(&R->loop, &meta);
+        printf("resumed from %s at step %lld\n", R->ckpt_path, R->step);
+        if (a->log && R->main_rank) log_truncate_and_read(a->log, R->step, &R->hist);
+    } else {
+        ex->init(a->init, (uint64_t)a->seed);
+    }
+    if (R->step > a->steps) die("--steps %lld: the checkpoint is already at step %lld", a->steps, R->step);
+    // --shard (several ranks): no rank holds the whole state; every rank writes its slice
+    R->sharded_ckpt = R->W > 1 && R->ddp_desc.shard != TRN_SHARD_NONE;
+    if (R->have_ck && !R->shards_dir[0] && R->sharded_ckpt)
+        die("--resume %s: a whole-state checkpoint; a --shard %s run resumes from a sharded one (ckpt_*.shards)",
+            R->ckpt_path, a->shard);
+    if (!attached) DDP_OK(trn_ddp_attach(&ddp, R->m)); // every rank starts from rank 0's weights
+
+    ex->describe();
+    printf("data: %zu tokens (%zu train, %zu validation), %s tokenizer; batch %d x %d tokens x %d accumulation\n",
+           R->tokens.n, R->ld.n_train, R->ld.n_val, a->bpe ? "GPT-2 BPE" : "byte", R->B, R->T, a->grad_accum);
+    printf("train: %lld steps, lr %g -> %g (warmup %d, cosine), AdamW wd %g, clip %g, seed %lld, %d threads\n",
+           a->steps, a->lr, a->min_lr, a->warmup, a->weight_decay, a->clip, a->seed, trn_get_threads());
+    if (R->W > 1) printf("ddp: batch %d x %d ranks = %d sequences per micro-batch\n", R->B, R->W, R->B * R->W);
+    R->files = R->main_rank && !a->fast_dev_run; // --fast-dev-run writes nothing
+    if (R->files && trn_mkdirs(a->out) != TRN_OK) die("--out %s: %s", a->out, trn_error_reason());
+    if (R->main_rank && a->log && !(R->logf = log_open(a->log, R->have_ck))) die("--log %s", a->log);
+    loop_open(&R->loop, a, R->m, R->step, R->have_ck, R->main_rank); // progress and ETA, CSV, TensorBoard, profile
+    snprintf(R->title, sizeof R->title, "examples/" EX_PROG ": L=%d C=%d, %s, batch %dx%d", R->d.n_layer, R->d.n_embd,
+             a->data ? a->data : "the kit's text", R->B, R->T);
+}
+
+// A checkpoint of everything the next step depends on: weights, AdamW
+// (the file's tensors), step, RNG, data position, flags (the metadata).
+static void run_checkpoint(run *R) {
+    run_args *a = &R->a;
+    trn_meta meta;
+    memset(&meta, 0, sizeof meta);
+    R->ex->to_meta(&meta);
+    run_to_meta(a, &meta);
+    // the world size (trn_ddp_meta_set's key): resume with another is
+    // refused. Absent = 1 rank, so W = 1 adds nothing.
+    if (R->sharded_ckpt) trn_ddp_meta_set(&ddp, &meta); // world size and ZeRO: must match on resume
+    else if (R->W > 1) trn_meta_set_u64(&meta, "ddp.world_size", (uint64_t)R->W);
+    run_state_to_meta(&meta, R->step, &R->sample_rng, &R->ld);
+    loop_to_meta(&R->loop, a, &meta, R->val_step == R->step, R->val);
+    if (R->sharded_ckpt) { // every rank its slice, rank 0 the manifest last
+        char path[1200];
+        trn_progress_break(&R->loop.prog);
+        snprintf(path, sizeof path, "%s/ckpt_%08lld.shards", a->out, R->step);
+        DDP_OK(trn_ddp_checkpoint_save_sharded(&ddp, path, R->m, &R->opt, &meta));
+        if (R->main_rank) prune_shards(a->out, a->keep);
+        printf("checkpoint %s\n", path);
+    } else {
+        loop_save(&R->loop, a, R->step, R->m, &R->opt, &meta, R->val_step == R->step);
+    }
+}
+
+// The training loop: the step of train.h, with K micro-batches of gradient
+// accumulation, the mean gradient over W ranks, and the loop's extras.
+static void run_train(run *R) {
+    run_args *a = &R->a;
+    trn_model *m = R->m;
+    const char *stop = NULL; // why the loop ended early (--patience, --max-time)
+    if (R->step == 0 && a->eval_every > 0 && a->steps > 0) trn_early_stop_update(&R->loop.early, 0, run_validate(R));
+    while (R->step < a->steps) {
+        double t0 = now_s();
+        float lr = trn_lr_schedule(R->step, a->warmup, a->steps, a->lr, a->min_lr);
+        trn_zero_grad(m);
+        for (int k = 0; k < a->grad_accum; k++) {
+            if (!a->overfit) next_batch(&R->ld, R->x, R->y, R->skip_x, R->skip_y);
+            trn_reset(m);
+            trn_tensor *l = R->ex->loss(R->x, R->y, R->B, R->T);
+            trn_item_async(m, l, &R->mb_loss[k]);          // lands at trn_sync: the GPU does not stop here
+            trn_ddp_set_sync(&ddp, k == a->grad_accum - 1); // all-reduce during the last backward only
+            trn_backward(m, l);                             // grads += d(this micro-batch's mean loss)
+        }
+        DDP_OK(trn_ddp_allreduce_grads(&ddp, m)); // the mean gradient over the ranks
+        if (a->grad_accum > 1) trn_scale_grads(m, 1.0f / (float)a->grad_accum); // the mean over micro-batches
+        float norm, loss = 0.0f;
+        if (R->W == 1) trn_clip_grad_norm_async(m, a->clip, &norm); // on the GPU, applied inside AdamW
+        else DDP_OK(trn_ddp_clip_grad_norm(&ddp, m, a->clip, &norm));
+        // --skip-spikes decides from this step's loss and norm, so it waits
+        // for them before the update; otherwise the update is queued first
+        // and the step's one wait for the GPU comes after it
+        if (a->skip_spikes > 0) trn_sync(m);
+        else DDP_OK(trn_ddp_adamw_step(&ddp, &R->opt, m, lr)); // the same step on every rank
+        trn_sync(m); // the losses and the norm have landed
+        for (int k = 0; k < a->grad_accum; k++) loss += R->mb_loss[k] / (float)a->grad_accum;
+        double mean_loss = loss; // the loss logged: the mean over the ranks
+        DDP_OK(trn_ddp_allreduce_host(&ddp, &mean_loss, 1, 1));
+        loss = (float)mean_loss;
+        // --skip-spikes: the same loss and norm on every rank, so the same decision
+        int skipped = a->skip_spikes > 0 && trn_spike_guard_check(&R->loop.guard, loss, norm);
+        if (a->skip_spikes > 0 && !skipped) {
+            DDP_OK(trn_ddp_adamw_step(&ddp, &R->opt, m, lr));
+            trn_sync(m);
+        }
+        R->step++;
+        step_stats st = {R->step, loss, lr, norm, 1e3 * (now_s() - t0), 0, 0, skipped};
+        st.tps = (double)R->B * R->T * a->grad_accum * R->W / (st.ms / 1e3);
+        st.mem = trn_ledger_total(TRN_HOST) + trn_ledger_total(TRN_DEVICE);
+        loop_step(&R->loop, a, R->logf, &R->hist, &st); // the step's line (+ ETA), JSONL, TensorBoard, plot
+        int force_ckpt = 0; // a stop (--patience, --max-time) leaves a checkpoint to resume from
+        if (a->eval_every > 0 && (R->step % a->eval_every == 0 || R->step == a->steps)) {
+            run_validate(R);
+            if ((stop = loop_validated(&R->loop, a, &R->hist, R->title, R->step, R->val, R->files))) force_ckpt = 1;
+        }
+        if (R->step < a->steps) { // every rank stops at the same step: any rank's clock or Ctrl-C decides
+            double over[2] = {loop_over_time(&R->loop, a), loop_interrupted()};
+            if (R->W > 1) DDP_OK(trn_ddp_allreduce_host(&ddp, over, 2, 0));
+            if (over[1] > 0) stop = LOOP_CTRL_C, force_ckpt = 1;
+            else if (over[0] > 0) stop = "--max-time", force_ckpt = 1;
+        }
+        loop_step_end(&R->loop, &st, R->val_step == R->step ? R->val : NAN); // the CSV row
+        if ((R->files || (R->sharded_ckpt && !a->fast_dev_run)) &&
+            (force_ckpt || (a->ckpt_every > 0 && (R->step % a->ckpt_every == 0 || R->step == a->steps))))
+            run_checkpoint(R);
+        if (stop) {
+            loop_stopped(&R->loop, a, R->step, stop);
+            break;
+        }
+    }
+    loop_finish(&R->loop, a); // the last async checkpoint on disk, the profile
+}
+
+// The end: a final validation, the plot, the weights, the logits
+// (--dump-logits), a sample; then everything is given back.
+static void run_finish(run *R) {
+    run_args *a = &R->a;
+    const lm_example *ex = R->ex;
+    char path[1200];
+    if (R->val_step != R->step || a->eval_every == 0) run_validate(R);
+    loop_close(&R->loop, R->step, R->val); // the CSV, TensorBoard; what the run did
+    if (R->W > 1) DDP_OK(trn_ddp_print_memory(&ddp, "memory per rank (the ledger)"));
+    DDP_OK(trn_ddp_unshard(&ddp, R->m)); // FSDP: whole weights again, to save and sample on rank 0
+    if (a->fast_dev_run) printf("fast-dev-run: 1 training step and 1 validation batch ran, no files written\n");
+    if (R->files) {
+        snprintf(path, sizeof path, "%s/loss.svg", a->out);
+        write_plot(path, &R->hist, R->title);
+        trn_meta meta;
+        memset(&meta, 0, sizeof meta);
+        ex->to_meta(&meta);
+        snprintf(path, sizeof path, "%s/model.safetensors", a->out);
+        CHECK_OK(trn_safetensors_save(path, R->m, &meta));
+        printf("wrote %s and %s/loss.svg\n", path, a->out);
+    }
+    trn_ledger_print("memory: what the kit allocated (peak = the step's high-water mark)");
+    if (a->dump_logits && R->main_rank) { // the logits of validation batch 0 (--overfit: its one batch)
+        if (!a->overfit) trn_loader_val_batch(&R->ld, 0, R->x, R->y);
+        int grad_was = trn_no_grad(R->m);
+        trn_reset(R->m);
+        dump_logits(a->dump_logits, R->m, ex->logits(ex->model, R->x, R->B, R->T));
+        trn_set_grad_enabled(R->m, grad_was);
+    }
+    if (a->sample > 0 && R->main_rank) {
+        trn_kv_cache kv; // keys and values of the context: one position per new token
+        CHECK_OK(trn_kv_cache_init(&kv, R->m, R->d.n_layer, 1, R->T, R->d.kv_heads, R->d.head_dim));
+        sample_run(a, R->m, ex->logits, ex->model, *ex->V, *ex->Vp, &R->tok, R->T, &R->sample_rng,
+                   ex->logits_cached, &kv);
+        trn_kv_cache_free(&kv);
+    }
+    log_close(R->logf);
+    DDP_OK(trn_ddp_barrier(&ddp)); // no rank leaves while another may still need it
+    trn_ddp_free(&ddp);
+    free(R->x), free(R->y), free(R->skip_x), free(R->skip_y), free(R->mb_loss);
+    free(R->hist.step), free(R->hist.loss), free(R->hist.vstep), free(R->hist.vloss);
+    trn_loader_free(&R->ld);
+    trn_tokens_free(&R->tokens);
+    trn_tokenizer_free(&R->tok);
+    trn_adamw_free(&R->opt);
+    ex->free();
+}
+
+// A whole run of a language model: what examples/gpt2 and examples/llama
+// do from their flags to their sample.
+static int run_main(int argc, char **argv, const lm_example *ex) {
+    static run R; // big (paths, the state of the loop): not on the stack
+    trn_omp_wait_passive(argv); // OpenMP threads sleep when idle (unless OMP_WAIT_POLICY is set)
+    malloc_return_large_blocks(); // the OS's RSS follows the ledger
+    run_setup(&R, argc, argv, ex);
+    run_start(&R);
+    run_train(&R);
+    run_finish(&R);
+    return 0;
+}
+#endif // TRAIN_NCCL_H_INCLUDED
+
 #endif // EXAMPLES_COMMON_H

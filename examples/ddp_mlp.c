@@ -151,7 +151,7 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
-        else if (!strcmp(a, "--zero1")) dd.zero1 = 1;
+        else if (!strcmp(a, "--zero1")) dd.shard = TRN_SHARD_ZERO1;
         else if (!strcmp(a, "--no-overlap")) dd.no_overlap = 1;
         else if (v && !strcmp(a, "--steps")) { steps = atoi(v); i++; }
         else if (v && !strcmp(a, "--batch")) { B = atoi(v); i++; }
@@ -172,7 +172,7 @@ int main(int argc, char **argv) {
     // 1. who am I: the launcher's variables, the rendezvous, the GPU
     TRY(trn_ddp_init(&ddp, &dd));
     trn_ddp_log(&ddp, "ddp_mlp: %d rank(s) started by %s, communicator %s, %s, batch %d x %d ranks = %d\n",
-                ddp.world, ddp.env.launcher, ddp.comm.name, dd.zero1 ? "ZeRO-1" : "DDP", B, ddp.world, B * ddp.world);
+                ddp.world, ddp.env.launcher, ddp.comm.name, dd.shard == TRN_SHARD_ZERO1 ? "ZeRO-1" : "DDP", B, ddp.world, B * ddp.world);
 
     // 2. the model: each rank seeds differently on purpose; attach makes
     //    them all start from rank 0's weights

@@ -16,8 +16,9 @@
 //     ./build.sh && ./examples/gpt2
 //
 // and watch the loss fall from ln(256) = 5.5 and the sample at the end turn
-// into something that looks like C (600 steps: validation loss 5.4 -> 1.6,
-// about 70 s on 2 cores). Other things to try:
+// into something that looks like C (600 steps: validation loss 5.5 -> 1.7;
+// 1.8 to 4.7 s a step on a busy 2-core AMD EPYC with AVX2). Other things
+// to try:
 //
 //     ./examples/gpt2 --data my.txt --steps 2000         any text file
 //     ./examples/gpt2 --model gpt2 --data fineweb_val_000000.bin   llm.c shard
@@ -40,9 +41,10 @@
 // --batch is per rank (W ranks x B = one rank with W*B, the same windows);
 // a run resumes only with the world size that wrote its checkpoint.
 //
-// Sections: >>config (presets) >>model >>weights (--init, saving) >>train
-// (evaluation) >>main; examples/common.h has data, sampling, logs, plot,
-// flags and the loop's extras, shared with examples/llama.c.
+// Sections: >>config (presets) >>model >>weights (--init, saving) >>main.
+// examples/common.h has the run itself (run_main: flags, data-parallel
+// ranks, resume, the training loop and its extras, the sample), shared
+// with examples/llama.c.
 #define TRAIN_IMPLEMENTATION
 #include "train.h"
 #include "extras/train_data.h" // tokenizers, token shards, the batch loader
@@ -71,10 +73,6 @@ static const trn_backend *gpt2_backend(void) { return NULL; } // NULL = the CPU 
 #endif
 #define GPT2_BACKEND() gpt2_backend()
 
-// errors, flags, data, the log, the plot, sampling, the loop's extras
-#define EX_PROG "gpt2"
-#include "common.h"
-
 // Data parallelism, for main only (bench/ and tests/ include this file for
 // the model, with GPT2_NO_MAIN). Without launcher variables: one rank, no
 // sockets, every collective a no-op.
@@ -85,6 +83,11 @@ static const trn_backend *gpt2_backend(void) { return NULL; } // NULL = the CPU 
 #define TRAIN_NCCL_IMPLEMENTATION
 #include "train_nccl.h"
 #endif
+
+// errors, flags, data, the log, the plot, sampling, the loop's extras, and
+// (with train_nccl.h) the whole run: run_main
+#define EX_PROG "gpt2"
+#include "common.h"
 
 // ===========================================================================
 // >>config: the shapes of GPT-2, and a small one that trains in minutes
@@ -252,17 +255,24 @@ static trn_tensor *gpt2_block_forward(trn_model *m, trn_tensor *x, void *user) {
 // With --recompute a block keeps only its input for backward and runs
 // again inside backward (activation checkpointing: less memory, ~1/3 more
 // compute in the blocks; the gradients are bit-identical).
-static trn_tensor *gpt2_hidden(gpt2 *g, const int *ids, int B, int T) {
-    trn_model *m = &g->m;
+// The position ids of a (B,T) batch whose first position is pos0: the
+// id of (b,t) is pos0 + t (host memory, grown as needed)
+static const int *gpt2_positions(gpt2 *g, int B, int T, int pos0) {
     if (B * T > g->pos_cap) {
         free(g->pos);
         g->pos = (int *)malloc(sizeof(int) * (size_t)B * T);
-        if (!g->pos) trn_fatal("gpt2_forward: out of memory");
+        if (!g->pos) trn_fatal("gpt2: out of memory for %d position ids", B * T);
         g->pos_cap = B * T;
     }
-    for (int i = 0; i < B * T; i++) g->pos[i] = i % T; // position of (b,t) is t
-    // token embedding + position embedding                      (B,T,C)
-    trn_tensor *x = trn_add(m, trn_embedding(m, g->wte, ids, B, T), trn_embedding(m, g->wpe, g->pos, B, T));
+    for (int i = 0; i < B * T; i++) g->pos[i] = pos0 + i % T;
+    return g->pos;
+}
+
+static trn_tensor *gpt2_hidden(gpt2 *g, const int *ids, int B, int T) {
+    trn_model *m = &g->m;
+    // token embedding + position embedding (position of (b,t) is t)   (B,T,C)
+    const int *pos = gpt2_positions(g, B, T, 0);
+    trn_tensor *x = trn_add(m, trn_embedding(m, g->wte, ids, B, T), trn_embedding(m, g->wpe, pos, B, T));
     for (int l = 0; l < g->cfg.n_layer; l++) {
         trn_unit(m, g->h[l].ln1_w); // block l starts (FSDP gathers its weights here)
         x = g->recompute ? trn_recompute(m, gpt2_block_forward, &g->h[l], x) : gpt2_block_forward(m, x, &g->h[l]);
@@ -280,15 +290,8 @@ static trn_tensor *gpt2_hidden(gpt2 *g, const int *ids, int B, int T) {
 // Inference only: call with the tape off.
 static trn_tensor *gpt2_forward_cached(gpt2 *g, trn_kv_cache *kv, const int *ids, int B, int T) {
     trn_model *m = &g->m;
-    int C = g->cfg.n_embd, last_shape[3] = {B, 1, C};
-    if (B * T > g->pos_cap) {
-        free(g->pos);
-        g->pos = (int *)malloc(sizeof(int) * (size_t)B * T);
-        if (!g->pos) trn_fatal("gpt2_forward_cached: out of memory");
-        g->pos_cap = B * T;
-    }
-    for (int i = 0; i < B * T; i++) g->pos[i] = kv->len + i % T; // absolute positions
-    trn_tensor *x = trn_add(m, trn_embedding(m, g->wte, ids, B, T), trn_embedding(m, g->wpe, g->pos, B, T));
+    const int *pos = gpt2_positions(g, B, T, kv->len); // absolute positions
+    trn_tensor *x = trn_add(m, trn_embedding(m, g->wte, ids, B, T), trn_embedding(m, g->wpe, pos, B, T));
     for (int l = 0; l < g->cfg.n_layer; l++) { // the block of gpt2_forward, attention over the cache
         gpt2_block *b = &g->h[l];
         trn_tensor *h = trn_layernorm(m, x, b->ln1_w, b->ln1_b);
@@ -299,11 +302,7 @@ static trn_tensor *gpt2_forward_cached(gpt2 *g, trn_kv_cache *kv, const int *ids
         x = trn_add(m, x, trn_mlp(m, h, b->fc_w, b->fc_b, b->fcp_w, b->fcp_b));
     }
     trn_kv_cache_advance(kv, T);
-    trn_tensor *last = trn_tensor_new(m, "last", 3, last_shape); // x[:, T-1, :]
-    size_t es = trn_dtype_size(x->dtype);                        // bytes per value: 4, or 2 in bf16
-    for (int b = 0; b < B; b++)
-        m->backend->copy((char *)last->data + (size_t)b * C * es, (char *)x->data + ((size_t)b * T + T - 1) * C * es,
-                         es * (size_t)C);
+    trn_tensor *last = trn_last_position(m, x); // x[:, T-1, :], (B,1,C)
     last = trn_layernorm(m, last, g->lnf_w, g->lnf_b);
     return trn_linear(m, last, g->wte, NULL);                         // (B,1,Vp)
 }
@@ -350,13 +349,13 @@ static double gpt2_step_flops(const gpt2_config *c, int B, int T) {
 // >>weights: --init from Hugging Face or llm.c files; the metadata we save
 // ===========================================================================
 
+// The config in a file's metadata, "gpt2.<field>" for each field of
+// gpt2_config (an X-macro: GPT2_FIELDS(X) is X(n_layer) X(n_head) ...)
+#define GPT2_FIELDS(X) X(n_layer) X(n_head) X(n_embd) X(block_size) X(vocab_size) X(padded_vocab)
 static void config_to_meta(const gpt2_config *c, trn_meta *meta) {
-    trn_meta_set_u64(meta, "gpt2.n_layer", (uint64_t)c->n_layer);
-    trn_meta_set_u64(meta, "gpt2.n_head", (uint64_t)c->n_head);
-    trn_meta_set_u64(meta, "gpt2.n_embd", (uint64_t)c->n_embd);
-    trn_meta_set_u64(meta, "gpt2.block_size", (uint64_t)c->block_size);
-    trn_meta_set_u64(meta, "gpt2.vocab_size", (uint64_t)c->vocab_size);
-    trn_meta_set_u64(meta, "gpt2.padded_vocab", (uint64_t)c->padded_vocab);
+#define GPT2_PUT(f) trn_meta_set_u64(meta, "gpt2." #f, (uint64_t)c->f);
+    GPT2_FIELDS(GPT2_PUT)
+#undef GPT2_PUT
     // linear weights are (out,in) like nn.Linear; Hugging Face's are (in,out)
     trn_meta_set(meta, "gpt2.layout", "linear");
 }
@@ -602,32 +601,9 @@ static trn_result init_load_llmc(gpt2 *g, const char *path, const init_source *s
 }
 
 // ===========================================================================
-// >>train: evaluation (examples/common.h: sampling, the log, the plot)
-// ===========================================================================
-
-// mean validation loss over n validation batches (fixed, so every
-// evaluation sees the same tokens); with --overfit, the loss of the one
-// memorized batch already in x, y. Like torch.no_grad(): no tape.
-// Rank r of W takes batches r, r+W, ..., (n of them): main averages the W
-// means, which is the mean over the first n*W batches, as one rank with a
-// W times larger batch would compute it.
-static double evaluate(gpt2 *g, trn_loader *ld, int overfit, int n, int *x, int *y, int B, int T, int rank, int world) {
-    double sum = 0.0;
-    int grad_was = trn_no_grad(&g->m); // no tape, and evaluation mode (no dropout)
-    trn_eval(&g->m);
-    if (overfit) n = 1;
-    for (int i = 0; i < n; i++) {
-        if (!overfit) trn_loader_val_batch(ld, (int64_t)i * world + rank, x, y);
-        trn_reset(&g->m);
-        sum += trn_item(&g->m, gpt2_loss(g, x, y, B, T));
-    }
-    trn_train(&g->m);
-    trn_set_grad_enabled(&g->m, grad_was);
-    return sum / n;
-}
-
-// ===========================================================================
-// >>main
+// >>main: the run (examples/common.h's run_main: flags, data-parallel
+// ranks, resume, data, the training loop and its extras, the sample)
+// drives this model through the functions of an lm_example
 // ===========================================================================
 
 static void usage(FILE *f) {
@@ -639,438 +615,58 @@ static void usage(FILE *f) {
 }
 
 #ifndef GPT2_NO_MAIN
-// ---- data parallelism (train_nccl.h): one rank of W -------------------------
-static trn_ddp ddp;
+static gpt2 G;              // the model of this run
+static gpt2_config CFG;     // its shape
+static init_source SRC;     // what --init found
 
-// a collective failed (a rank died or hung): say why, close the
-// communicator so the other ranks stop now too, exit 1
-#define DDP_OK(call)                                                                         \
-    do {                                                                                     \
-        if ((call) != TRN_OK) {                                                              \
-            fprintf(stderr, "gpt2: rank %d: %s\n", ddp.rank, trn_error_reason());            \
-            trn_ddp_abort(&ddp);                                                             \
-            exit(1);                                                                         \
-        }                                                                                    \
-    } while (0)
-
-// This rank's next batch. The loader walks one global order on every rank;
-// each draw takes W batches and keeps the rank-th, so this rank's k-th
-// batch is global batch k*W + rank (trn_ddp_batch_index): the ranks never
-// overlap, together they see what one rank with a W times larger --batch
-// sees, and every loader stays at the same position (the one a checkpoint
-// saves).
-static void next_batch(trn_loader *ld, int *x, int *y, int *skip_x, int *skip_y) {
-    for (int r = 0; r < ddp.world; r++) trn_loader_next(ld, r == ddp.rank ? x : skip_x, r == ddp.rank ? y : skip_y);
+// the shape: a checkpoint's metadata, else the --init file's, else the preset
+static int configure(const run_args *a, const trn_safetensors *ck, const char *ck_path, lm_dims *d, int *batch,
+                     int *seq, float *lr) {
+    const preset *pre = find_preset(a->model ? a->model : "mini");
+    if (!pre) return 0;
+    CFG = pre->cfg, *batch = pre->batch, *seq = pre->seq, *lr = pre->lr;
+    if (ck) {
+#define GPT2_GET(f) CFG.f = (int)st_meta_long(ck, "gpt2." #f);
+        GPT2_FIELDS(GPT2_GET)
+#undef GPT2_GET
+        if (CFG.n_layer <= 0 || CFG.n_head <= 0 || CFG.n_embd <= 0 || CFG.block_size <= 0 || CFG.vocab_size <= 0 ||
+            CFG.padded_vocab < CFG.vocab_size || CFG.n_embd % CFG.n_head)
+            die("--resume %s: bad model config in its metadata", ck_path);
+    } else if (a->init) {
+        if (init_inspect(a->init, a->model ? &pre->cfg : NULL, &SRC) != TRN_OK) die("--init %s", trn_error_reason());
+        CFG = SRC.cfg;
+    }
+    d->n_layer = CFG.n_layer, d->n_embd = CFG.n_embd, d->block_size = CFG.block_size;
+    d->kv_heads = CFG.n_head, d->head_dim = CFG.n_embd / CFG.n_head;
+    return 1;
 }
 
-// >>sharded: checkpoints of a --shard run. Every rank holds only part of
-// the state, so every rank writes its slice: DIR/ckpt_<step>.shards/ holds
-// one file per rank and, written last, manifest.json (train_nccl.h's
-// trn_ddp_checkpoint_save_sharded). tools/consolidate merges one into a
-// model.safetensors.
-// the newest DIR/ckpt_*.shards whose save finished (has its manifest) and
-// passes trn_checkpoint_verify_sharded (every rank file there, checksummed,
-// of the manifest's save), or "". A broken one is skipped, saying which
-// and why, as trn_checkpoint_latest does for whole-state checkpoints; none
-// valid exits 2 with the newest one's reason. Every rank decides alone,
-// from the same files, the same way.
-static void latest_shards(const char *dir, char *out, size_t cap) {
-    glob_t gl;
-    char pat[1100], first[600] = "";
-    out[0] = 0;
-    snprintf(pat, sizeof pat, "%s/ckpt_*.shards/manifest.json", dir);
-    if (glob(pat, 0, NULL, &gl) == 0 && gl.gl_pathc > 0) {
-        for (size_t i = gl.gl_pathc; i-- > 0 && !out[0];) { // zero-padded steps: the last is the newest
-            snprintf(out, cap, "%s", gl.gl_pathv[i]);
-            *strrchr(out, '/') = 0;
-            if (trn_checkpoint_verify_sharded(out) == TRN_OK) break;
-            if (trn_ddp_is_main(&ddp)) fprintf(stderr, "gpt2: skipping a broken sharded checkpoint: %s\n", trn_error_reason());
-            if (!first[0]) snprintf(first, sizeof first, "%s", trn_error_reason());
-            out[0] = 0;
-        }
-        if (!out[0]) die("--resume %s: no valid sharded checkpoint (%zu broken; newest: %s)", dir, gl.gl_pathc, first);
-    }
-    globfree(&gl);
+static trn_model *create(void) { return gpt2_create(&G, &CFG, GPT2_BACKEND()) == TRN_OK ? &G.m : NULL; }
+
+static void init(const char *path, uint64_t seed) {
+    if (!path) { gpt2_init_weights(&G, seed); return; }
+    trn_result r = SRC.kind == 1 ? init_load_llmc(&G, path, &SRC) : init_load_safetensors(&G, path, &SRC);
+    if (r != TRN_OK) die("--init %s", trn_error_reason());
+    printf("loaded %s\n", path);
 }
 
-// rank 0's file of a sharded checkpoint: its metadata has the run's flags
-static int shards_rank0(const char *sdir, char *out, size_t cap) {
-    glob_t gl;
-    char pat[1100];
-    int found = 0;
-    snprintf(pat, sizeof pat, "%s/rank-00000-of-*.safetensors", sdir);
-    if (glob(pat, 0, NULL, &gl) == 0 && gl.gl_pathc == 1) { snprintf(out, cap, "%s", gl.gl_pathv[0]); found = 1; }
-    globfree(&gl);
-    return found;
+static void describe(void) {
+    printf("model: L=%d heads=%d C=%d context=%d vocab=%d (padded %d), %.2fM parameters, backend %s\n", CFG.n_layer,
+           CFG.n_head, CFG.n_embd, CFG.block_size, CFG.vocab_size, CFG.padded_vocab, G.m.n_floats / 1e6,
+           trn_backend_name(&G.m));
 }
 
-// rank 0, after a save: only the newest `keep` sharded checkpoints stay
-static void prune_shards(const char *dir, int keep) {
-    glob_t gl, files;
-    char pat[1100];
-    snprintf(pat, sizeof pat, "%s/ckpt_*.shards", dir);
-    if (glob(pat, 0, NULL, &gl) != 0) return;
-    for (size_t i = 0; keep > 0 && i + (size_t)keep < gl.gl_pathc; i++) {
-        snprintf(pat, sizeof pat, "%s/*", gl.gl_pathv[i]);
-        if (glob(pat, 0, NULL, &files) == 0)
-            for (size_t k = 0; k < files.gl_pathc; k++) remove(files.gl_pathv[k]);
-        globfree(&files);
-        rmdir(gl.gl_pathv[i]);
-    }
-    globfree(&gl);
-}
+static void to_meta(trn_meta *meta) { config_to_meta(&CFG, meta); }
+static trn_tensor *loss(const int *x, const int *y, int B, int T) { return gpt2_loss(&G, x, y, B, T); }
+static void release(void) { gpt2_free(&G); }
 
-// the validation loss: each rank its share of the batches, the mean over ranks
-static float validate(gpt2 *g, trn_loader *ld, int overfit, int n, int *x, int *y, int B, int T) {
-    double v = evaluate(g, ld, overfit, n, x, y, B, T, ddp.rank, ddp.world);
-    DDP_OK(trn_ddp_allreduce_host(&ddp, &v, 1, 1));
-    return (float)v;
-}
+static const lm_example GPT2 = {
+    "mini | tiny | gpt2 | gpt2-medium | gpt2-large | gpt2-xl",
+    1,     // data-parallel: --shard none | zero1 | zero2 | fsdp
+    0.95f, // AdamW's beta2: the GPT-2/3 recipe (Brown et al. 2020), as nanoGPT and llm.c
+    &G, &CFG.vocab_size, &CFG.padded_vocab, &G.recompute,
+    usage, configure, create, init, describe, to_meta, loss, gpt2_logits, gpt2_logits_cached, release,
+};
 
-// --resume PATH of a --shard run: PATH is a sharded checkpoint itself (it
-// has manifest.json) or a run directory with some; its folder goes to out
-// ("" if none: a whole-state checkpoint, common.h's resume_open)
-static void resume_shards(const char *resume, char *out, size_t cap) {
-    struct stat st;
-    out[0] = 0;
-    if (stat(resume, &st) != 0 || !S_ISDIR(st.st_mode)) return;
-    snprintf(out, cap, "%s/manifest.json", resume);
-    if (stat(out, &st) == 0) snprintf(out, cap, "%s", resume);
-    else latest_shards(resume, out, cap);
-}
-
-int main(int argc, char **argv) {
-    trn_omp_wait_passive(argv); // OpenMP threads sleep when idle (unless OMP_WAIT_POLICY is set)
-    malloc_return_large_blocks(); // the OS's RSS follows the ledger (common.h)
-    double t_begin = now_s();   // --max-time counts from here
-    // --- defaults: -1 (or NULL) means "decided below": from the
-    // checkpoint when resuming, else from the preset or the other flags
-    run_args a;
-    args_init(&a, "runs/gpt2");
-    if (parse_args(&a, argc, argv)) { usage(stdout); return 0; }
-    if (a.threads > 0) trn_set_threads(a.threads);
-
-    // --- data parallelism: which rank of how many (the launcher's variables;
-    // none: rank 0 of 1, no sockets). Before the model: under CUDA it picks
-    // this rank's GPU. Rank 0 prints and writes every file; the other ranks'
-    // stdout goes to /dev/null (their errors still reach stderr).
-    trn_ddp_desc ddp_desc;
-    memset(&ddp_desc, 0, sizeof ddp_desc);
-    if (a.shard && trn_shard_parse(a.shard, &ddp_desc.shard) != TRN_OK) die("--shard: %s", trn_error_reason());
-    if (trn_ddp_init(&ddp, &ddp_desc) != TRN_OK) die("%s", trn_error_reason());
-#ifdef TRN_USE_CUDA
-    // this rank's GPU (already done by trn_ddp_init unless it talks TCP)
-    if (trn_cuda_init(ddp.local_rank) != TRN_OK) die("%s", trn_error_reason());
-#endif
-    apply_precision(a.precision);
-    const int W = ddp.world, main_rank = trn_ddp_is_main(&ddp);
-    if (!main_rank && !freopen("/dev/null", "w", stdout)) die("rank %d: /dev/null: %s", ddp.rank, strerror(errno));
-    if (W > 1) printf("ddp: %d ranks started by %s, communicator %s\n", W, ddp.env.launcher, ddp.comm.name);
-
-    // --- resume: find the checkpoint, read its model config and run flags
-    char ckpt_path[1024] = "", shards_dir[1024] = "";
-    trn_safetensors ck;
-    int have_ck = 0;
-    if (a.resume) {
-        resume_shards(a.resume, shards_dir, sizeof shards_dir);
-        if (!shards_dir[0]) resume_open(a.resume, ckpt_path, sizeof ckpt_path, &ck);
-        else if (!shards_rank0(shards_dir, ckpt_path, sizeof ckpt_path)) die("--resume %s: no rank-00000 file", shards_dir);
-        else if (trn_safetensors_open(&ck, ckpt_path) != TRN_OK) die("--resume %s: %s", ckpt_path, trn_error_reason());
-        if (st_meta_long(&ck, "gpt2.n_layer") < 0 || st_meta_long(&ck, "run.step") < 0)
-            die("--resume %s: not a checkpoint of examples/gpt2 (no gpt2.* / run.* metadata)", ckpt_path);
-        have_ck = 1;
-        if (a.init) { printf("note: --resume wins over --init\n"); a.init = NULL; }
-        if (a.model) printf("note: --resume wins over --model %s (the checkpoint's model is resumed)\n", a.model);
-        args_from_checkpoint(&a, &ck);
-    }
-
-    // --- the model's shape: checkpoint > --init file > preset
-    const preset *pre = find_preset(a.model ? a.model : "mini");
-    if (!pre) {
-        char known[256] = "";
-        for (int i = 0; i < N_PRESETS; i++) strcat(strcat(known, i ? ", " : ""), PRESETS[i].name);
-        die("unknown --model '%s' (known: %s)", a.model, known);
-    }
-    gpt2_config cfg = pre->cfg;
-    init_source src;
-    if (have_ck) {
-        cfg.n_layer = (int)st_meta_long(&ck, "gpt2.n_layer");
-        cfg.n_head = (int)st_meta_long(&ck, "gpt2.n_head");
-        cfg.n_embd = (int)st_meta_long(&ck, "gpt2.n_embd");
-        cfg.block_size = (int)st_meta_long(&ck, "gpt2.block_size");
-        cfg.vocab_size = (int)st_meta_long(&ck, "gpt2.vocab_size");
-        cfg.padded_vocab = (int)st_meta_long(&ck, "gpt2.padded_vocab");
-        if (cfg.n_layer <= 0 || cfg.n_head <= 0 || cfg.n_embd <= 0 || cfg.block_size <= 0 || cfg.vocab_size <= 0 ||
-            cfg.padded_vocab < cfg.vocab_size || cfg.n_embd % cfg.n_head)
-            die("--resume %s: bad model config in its metadata", ckpt_path);
-    } else if (a.init) {
-        if (init_inspect(a.init, a.model ? &pre->cfg : NULL, &src) != TRN_OK) die("--init %s", trn_error_reason());
-        cfg = src.cfg;
-    }
-
-    // --- tokenizer: bytes, or GPT-2 BPE; its vocabulary must fit the model
-    trn_tokenizer tok;
-    load_tokenizer(&tok, a.bpe, !have_ck && !a.init, &cfg.vocab_size, &cfg.padded_vocab);
-
-    // --- the rest of the defaults
-    args_defaults(&a, pre->batch, pre->seq, pre->lr, cfg.block_size, cfg.vocab_size);
-    int B = a.batch, T = a.seq;
-
-    // --- data: tokens -> checked against the vocabulary -> loader
-    trn_tokens tokens;
-    if (a.data && !a.bpe && cfg.vocab_size > 256) {
-        // a text file cannot be read without the BPE tokenizer; a shard can
-        FILE *fp = trn_check_regular(a.data) == TRN_OK ? fopen(a.data, "rb") : NULL; // (a FIFO: load_tokens says so)
-        int magic = 0;
-        if (fp && fread(&magic, 4, 1, fp) == 1 && magic != 20240520) {
-            fclose(fp);
-            die("--data %s: a text file for a %d-token model needs --bpe DIR", a.data, cfg.vocab_size);
-        }
-        if (fp) fclose(fp);
-    }
-    load_tokens(&tokens, a.data, &tok, argv[0]);
-    if (trn_tokens_check(tokens.ids, tokens.n, cfg.vocab_size) != TRN_OK)
-        die("%s: %s (the model's vocabulary is %d; a GPT-2 shard needs --model gpt2 or --init)",
-            a.data ? a.data : "data", trn_error_reason(), cfg.vocab_size);
-    trn_loader ld;
-    trn_loader_desc dd;
-    memset(&dd, 0, sizeof dd);
-    dd.B = B;
-    dd.T = T;
-    dd.seed = (uint64_t)a.seed;
-    dd.no_val = a.overfit; // one memorized batch: no validation split
-    if (trn_loader_init(&ld, tokens.ids, tokens.n, &dd) != TRN_OK)
-        die("%s: %zu tokens: %s", a.data ? a.data : "data", tokens.n, trn_error_reason());
-    args_eval_batches(&a, ld.val_batches, W);
-    int *x = (int *)malloc(sizeof(int) * (size_t)B * T), *y = (int *)malloc(sizeof(int) * (size_t)B * T);
-    int *skip_x = (int *)malloc(sizeof(int) * (size_t)B * T), *skip_y = (int *)malloc(sizeof(int) * (size_t)B * T);
-    float *mb_loss = (float *)malloc(sizeof(float) * (size_t)a.grad_accum); // each micro-batch's loss
-    if (!x || !y || !skip_x || !skip_y || !mb_loss) die("out of memory for a batch");
-    if (a.overfit) next_batch(&ld, x, y, skip_x, skip_y); // the one batch to memorize (the loader stops here)
-
-    // --- the model
-    gpt2 g;
-    trn_result r = gpt2_create(&g, &cfg, GPT2_BACKEND());
-    if (r != TRN_OK) {
-        fprintf(stderr, "gpt2: cannot create the model: %s\n", trn_error_reason());
-        return 1;
-    }
-    g.recompute = a.recompute;
-    trn_adamw opt;
-    trn_adamw_desc od;
-    memset(&od, 0, sizeof od);
-    od.lr = a.lr;
-    od.beta1 = 0.9f;
-    od.beta2 = 0.95f; // GPT-2/3 recipe (Brown et al. 2020), as nanoGPT and llm.c
-    od.eps = 1e-8f;
-    od.weight_decay = a.weight_decay;
-    od.no_weight_decay = a.weight_decay == 0.0f;
-    trn_adamw_init(&opt, &od);
-    trn_rng sample_rng;
-    trn_rng_seed(&sample_rng, (uint64_t)a.seed ^ 0x5A4D504C45ull);
-    long long step = 0;
-    history hist;
-    memset(&hist, 0, sizeof hist);
-    run_loop loop; // --skip-spikes' window and --patience's best go into the checkpoint
-    loop_init(&loop, &a, t_begin);
-
-    int attached = 0;
-    if (have_ck) {
-        trn_safetensors_close(&ck);
-        trn_meta meta;
-        if (shards_dir[0]) { // every rank reads the slices it keeps
-            DDP_OK(trn_ddp_attach(&ddp, &g.m));
-            attached = 1;
-            if (trn_ddp_checkpoint_load_sharded(&ddp, shards_dir, &g.m, &opt, &meta) != TRN_OK)
-                die("--resume %s: %s", shards_dir, trn_error_reason());
-            snprintf(ckpt_path, sizeof ckpt_path, "%s", shards_dir);
-        } else if (trn_checkpoint_load(ckpt_path, &g.m, &opt, &meta) != TRN_OK)
-            die("--resume %s: %s", ckpt_path, trn_error_reason());
-        // the load restored the AdamW settings saved in the file; this run's
-        // (the checkpoint's, unless a flag given again replaced them above)
-        // are what the next steps use and what the next checkpoint records
-        opt.desc = trn_adamw_defaults(&od);
-        if (trn_ddp_meta_check(&ddp, &meta, ckpt_path) != TRN_OK) die("--resume: %s", trn_error_reason());
-        step = run_state_from_meta(&meta, ckpt_path, &sample_rng, &ld);
-        loop_resume(&loop, &meta);
-        printf("resumed from %s at step %lld\n", ckpt_path, step);
-        if (a.log && main_rank) log_truncate_and_read(a.log, step, &hist);
-    } else if (a.init) {
-        r = src.kind == 1 ? init_load_llmc(&g, a.init, &src) : init_load_safetensors(&g, a.init, &src);
-        if (r != TRN_OK) die("--init %s", trn_error_reason());
-        printf("loaded %s\n", a.init);
-    } else {
-        gpt2_init_weights(&g, (uint64_t)a.seed);
-    }
-    if (step > a.steps) die("--steps %lld: the checkpoint is already at step %lld", a.steps, step);
-    // --shard (several ranks): no rank holds the whole state; every rank writes its slice
-    const int sharded_ckpt = W > 1 && ddp_desc.shard != TRN_SHARD_NONE;
-    if (have_ck && !shards_dir[0] && sharded_ckpt)
-        die("--resume %s: a whole-state checkpoint; a --shard %s run resumes from a sharded one (ckpt_*.shards)", ckpt_path,
-            a.shard);
-    if (!attached) DDP_OK(trn_ddp_attach(&ddp, &g.m)); // every rank starts from rank 0's weights
-
-    // --- say what is about to happen
-    printf("model: L=%d heads=%d C=%d context=%d vocab=%d (padded %d), %.2fM parameters, backend %s\n", cfg.n_layer,
-           cfg.n_head, cfg.n_embd, cfg.block_size, cfg.vocab_size, cfg.padded_vocab, g.m.n_floats / 1e6,
-           g.m.backend->name);
-    printf("data: %zu tokens (%zu train, %zu validation), %s tokenizer; batch %d x %d tokens x %d accumulation\n",
-           tokens.n, ld.n_train, ld.n_val, a.bpe ? "GPT-2 BPE" : "byte", B, T, a.grad_accum);
-    printf("train: %lld steps, lr %g -> %g (warmup %d, cosine), AdamW wd %g, clip %g, seed %lld, %d threads\n",
-           a.steps, a.lr, a.min_lr, a.warmup, a.weight_decay, a.clip, a.seed, trn_get_threads());
-    if (W > 1) printf("ddp: batch %d x %d ranks = %d sequences per micro-batch\n", B, W, B * W);
-    const int files = main_rank && !a.fast_dev_run; // --fast-dev-run writes nothing
-    if (files && trn_mkdirs(a.out) != TRN_OK) die("--out %s: %s", a.out, trn_error_reason());
-    FILE *logf = NULL;
-    if (main_rank && a.log && !(logf = log_open(a.log, have_ck))) die("--log %s", a.log);
-    loop_open(&loop, &a, &g.m, step, have_ck, main_rank); // progress and ETA, CSV, TensorBoard, profile
-    const char *stop = NULL; // why the loop ended early (--patience, --max-time)
-
-    char path[1200], title[256];
-    snprintf(title, sizeof title, "examples/gpt2: L=%d C=%d, %s, batch %dx%d", cfg.n_layer, cfg.n_embd,
-             a.data ? a.data : "the kit's text", B, T);
-    float val = -1;
-    long long val_step = -1;
-
-#define VALIDATE()                                                                                 \
-    (val = validate(&g, &ld, a.overfit, a.eval_batches, x, y, B, T), val_step = step, loop_val(&loop, logf, &hist, step, val))
-    if (step == 0 && a.eval_every > 0 && a.steps > 0) {
-        VALIDATE();
-        trn_early_stop_update(&loop.early, step, val);
-    }
-
-    // --- the training loop
-    while (step < a.steps) {
-        double t0 = now_s();
-        float lr = trn_lr_schedule(step, a.warmup, a.steps, a.lr, a.min_lr);
-        float loss = 0.0f;
-        trn_zero_grad(&g.m);
-        for (int k = 0; k < a.grad_accum; k++) {
-            if (!a.overfit) next_batch(&ld, x, y, skip_x, skip_y);
-            trn_reset(&g.m);
-            trn_tensor *l = gpt2_loss(&g, x, y, B, T);
-            trn_item_async(&g.m, l, &mb_loss[k]); // lands at trn_sync: the GPU does not stop here
-            trn_ddp_set_sync(&ddp, k == a.grad_accum - 1); // all-reduce during the last backward only
-            trn_backward(&g.m, l); // grads += d(this micro-batch's mean loss)
-        }
-        DDP_OK(trn_ddp_allreduce_grads(&ddp, &g.m)); // the mean gradient over the ranks
-        // the mean over micro-batches: scale the summed gradients once
-        // (ZeRO-2, FSDP: only this rank's slice of the gradients exists)
-        size_t glo = g.m.grad_lo, ghi = g.m.grad_hi ? g.m.grad_hi : g.m.n_floats;
-        if (a.grad_accum > 1) g.m.backend->scale(g.m.grad_data + glo, 1.0f / (float)a.grad_accum, ghi - glo);
-        float norm;
-        if (W == 1) trn_clip_grad_norm_async(&g.m, a.clip, &norm); // on the GPU, applied inside AdamW
-        else DDP_OK(trn_ddp_clip_grad_norm(&ddp, &g.m, a.clip, &norm));
-        // --skip-spikes decides from this step's loss and norm, so it waits
-        // for them before the update; otherwise the update is queued first
-        // and the step's one wait for the GPU comes after it
-        if (a.skip_spikes > 0) trn_sync(&g.m);
-        else DDP_OK(trn_ddp_adamw_step(&ddp, &opt, &g.m, lr)); // the same step on every rank
-        trn_sync(&g.m); // the losses and the norm have landed
-        for (int k = 0; k < a.grad_accum; k++) loss += mb_loss[k] / (float)a.grad_accum;
-        double mean_loss = loss; // the loss logged: the mean over the ranks
-        DDP_OK(trn_ddp_allreduce_host(&ddp, &mean_loss, 1, 1));
-        loss = (float)mean_loss;
-        // --skip-spikes: the same loss and norm on every rank, so the same decision
-        int skipped = a.skip_spikes > 0 && trn_spike_guard_check(&loop.guard, loss, norm);
-        if (a.skip_spikes > 0 && !skipped) {
-            DDP_OK(trn_ddp_adamw_step(&ddp, &opt, &g.m, lr));
-            trn_sync(&g.m);
-        }
-        step++;
-        step_stats st = {step, loss, lr, norm, 1e3 * (now_s() - t0), 0, 0, skipped};
-        st.tps = (double)B * T * a.grad_accum * W / (st.ms / 1e3);
-        st.mem = trn_ledger_total(TRN_HOST) + trn_ledger_total(TRN_DEVICE);
-        loop_step(&loop, &a, logf, &hist, &st); // the step's line (+ ETA), JSONL, TensorBoard, plot
-        int force_ckpt = 0; // a stop (--patience, --max-time) leaves a checkpoint to resume from
-        if (a.eval_every > 0 && (step % a.eval_every == 0 || step == a.steps)) {
-            VALIDATE();
-            if ((stop = loop_validated(&loop, &a, &hist, title, step, val, files))) force_ckpt = 1; // --patience
-        }
-        if (step < a.steps) { // every rank stops at the same step: any rank's clock or Ctrl-C decides
-            double over[2] = {loop_over_time(&loop, &a), loop_interrupted()};
-            if (W > 1) DDP_OK(trn_ddp_allreduce_host(&ddp, over, 2, 0));
-            if (over[1] > 0) stop = LOOP_CTRL_C, force_ckpt = 1;
-            else if (over[0] > 0) stop = "--max-time", force_ckpt = 1;
-        }
-        loop_step_end(&loop, &st, val_step == step ? val : NAN); // the CSV row
-        if ((files || (sharded_ckpt && !a.fast_dev_run)) && (force_ckpt || (a.ckpt_every > 0 && (step % a.ckpt_every == 0 || step == a.steps)))) {
-            // everything the next step depends on: weights, AdamW (in the
-            // file's tensors), step, RNG, data position, flags (metadata)
-            trn_meta meta;
-            memset(&meta, 0, sizeof meta);
-            config_to_meta(&cfg, &meta);
-            run_to_meta(&a, &meta);
-            // the world size (trn_ddp_meta_set's key; no "ddp.zero1": this
-            // program does plain DDP, and the table holds 32 keys): resume
-            // with another is refused. Absent = 1 rank, so W = 1 adds nothing.
-            if (sharded_ckpt) trn_ddp_meta_set(&ddp, &meta); // world size and ZeRO: must match on resume
-            else if (W > 1) trn_meta_set_u64(&meta, "ddp.world_size", (uint64_t)W);
-            run_state_to_meta(&meta, step, &sample_rng, &ld);
-            loop_to_meta(&loop, &a, &meta, val_step == step, val);
-            if (sharded_ckpt) { // every rank its slice, rank 0 the manifest last
-                trn_progress_break(&loop.prog);
-                snprintf(path, sizeof path, "%s/ckpt_%08lld.shards", a.out, step);
-                DDP_OK(trn_ddp_checkpoint_save_sharded(&ddp, path, &g.m, &opt, &meta));
-                if (main_rank) prune_shards(a.out, a.keep);
-                printf("checkpoint %s\n", path);
-            } else {
-                loop_save(&loop, &a, step, &g.m, &opt, &meta, val_step == step);
-            }
-        }
-        if (stop) {
-            loop_stopped(&loop, &a, step, stop);
-            break;
-        }
-    }
-    loop_finish(&loop, &a); // the last async checkpoint on disk, the profile
-
-    // --- the end: a final validation, the plot, the weights, a sample
-    if (val_step != step || a.eval_every == 0) VALIDATE();
-#undef VALIDATE
-    loop_close(&loop, step, val); // the CSV, TensorBoard; what the run did
-    if (W > 1) DDP_OK(trn_ddp_print_memory(&ddp, "memory per rank (the ledger)"));
-    DDP_OK(trn_ddp_unshard(&ddp, &g.m)); // FSDP: whole weights again, to save and sample on rank 0
-    if (a.fast_dev_run) printf("fast-dev-run: 1 training step and 1 validation batch ran, no files written\n");
-    snprintf(path, sizeof path, "%s/loss.svg", a.out);
-    if (files) write_plot(path, &hist, title);
-    if (files) {
-        trn_meta meta;
-        memset(&meta, 0, sizeof meta);
-        config_to_meta(&cfg, &meta);
-        snprintf(path, sizeof path, "%s/model.safetensors", a.out);
-        CHECK_OK(trn_safetensors_save(path, &g.m, &meta));
-        printf("wrote %s and %s/loss.svg\n", path, a.out);
-    }
-    trn_ledger_print("memory: what the kit allocated (peak = the step's high-water mark)");
-    if (a.dump_logits && main_rank) { // the logits of validation batch 0 (--overfit: its one batch)
-        if (!a.overfit) trn_loader_val_batch(&ld, 0, x, y);
-        int grad_was = trn_no_grad(&g.m);
-        trn_reset(&g.m);
-        dump_logits(a.dump_logits, &g.m, gpt2_forward(&g, x, B, T));
-        trn_set_grad_enabled(&g.m, grad_was);
-    }
-    if (a.sample > 0 && main_rank) {
-        trn_kv_cache kv; // keys and values of the context: one position per new token
-        CHECK_OK(trn_kv_cache_init(&kv, &g.m, cfg.n_layer, 1, T, cfg.n_head, cfg.n_embd / cfg.n_head));
-        sample_run(&a, &g.m, gpt2_logits, &g, cfg.vocab_size, cfg.padded_vocab, &tok, T, &sample_rng,
-                   gpt2_logits_cached, &kv);
-        trn_kv_cache_free(&kv);
-    }
-    log_close(logf);
-    DDP_OK(trn_ddp_barrier(&ddp)); // no rank leaves while another may still need it
-    trn_ddp_free(&ddp);
-    free(x);
-    free(y);
-    free(skip_x);
-    free(mb_loss);
-    free(skip_y);
-    free(hist.step); free(hist.loss); free(hist.vstep); free(hist.vloss);
-    trn_loader_free(&ld);
-    trn_tokens_free(&tokens);
-    trn_tokenizer_free(&tok);
-    trn_adamw_free(&opt);
-    gpt2_free(&g);
-    return 0;
-}
+int main(int argc, char **argv) { return run_main(argc, argv, &GPT2); }
 #endif /* GPT2_NO_MAIN */

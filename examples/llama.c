@@ -33,8 +33,8 @@
 // HF checkpoints need no permutation (the permutation in HF's conversion
 // script turns Meta's interleaved-pair weights into this form).
 //
-// Sections: >>config (presets) >>model >>weights (--init, saving) >>train
-// (evaluation) >>main.
+// Sections: >>config (presets) >>model >>weights (--init, saving) >>main
+// (examples/common.h's run_main runs it, as it runs examples/gpt2).
 #define TRAIN_IMPLEMENTATION
 #include "train.h"
 #include "extras/train_data.h" // tokenizers, token shards, the batch loader
@@ -46,22 +46,29 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#ifdef TRN_USE_CUDA
-#ifndef TRAIN_CUDA_IMPLEMENTATION
+// The backend: train_cuda.h's when this file is built as llama_cuda.cu
+// (run_main has initialized this rank's GPU before it creates the model),
+// else the CPU's (NULL)
+#if defined(TRN_USE_CUDA) && !defined(TRAIN_CUDA_IMPLEMENTATION)
 #define TRAIN_CUDA_IMPLEMENTATION
 #endif
+#ifdef TRN_USE_CUDA
 #include "train_cuda.h"
-static const trn_backend *llama_backend(void) {
-    if (trn_cuda_init(0) != TRN_OK) {
-        fprintf(stderr, "llama: %s\n", trn_error_reason());
-        exit(1);
-    }
-    return trn_cuda_backend();
-}
+#define llama_backend() trn_cuda_backend()
 #else
-static const trn_backend *llama_backend(void) { return NULL; } // NULL = the CPU backend
+#define llama_backend() ((const trn_backend *)NULL)
 #endif
 
+// The run's ranks (train_nccl.h), for main only: one process without a
+// launcher; over TCP between CPU processes with one (no --shard)
+#ifndef LLAMA_NO_MAIN
+#define TRAIN_NCCL_CPU_ONLY
+#define TRAIN_NCCL_IMPLEMENTATION
+#include "train_nccl.h"
+#endif
+
+// errors, flags, data, the log, the plot, sampling, the loop's extras, and
+// (with train_nccl.h) the whole run: run_main
 #define EX_PROG "llama"
 #include "common.h"
 
@@ -159,12 +166,12 @@ static trn_result llama_create(llama *g, const llama_config *cfg, const trn_back
     trn_result r = trn_model_init(&g->m, backend);
     if (r != TRN_OK) return r;
     trn_model *m = &g->m;
+    char n[96]; // a parameter's name: HF's, so HF's files load by name
     g->embed = trn_param2(m, "model.embed_tokens.weight", cfg->padded_vocab, C);
     g->layers = (llama_block *)calloc((size_t)L, sizeof(llama_block));
     if (!g->layers) return trn_fail(TRN_ERR_NOMEM, "llama: out of memory for %d blocks", L);
     for (int l = 0; l < L; l++) {
         llama_block *b = &g->layers[l];
-        char n[96];
         b->n_head = cfg->n_head, b->n_kv_head = cfg->n_kv_head, b->rope_theta = cfg->rope_theta, b->eps = cfg->norm_eps;
         b->rope = cfg->rope;
 #define LLAMA_P(field, what, ...) \
@@ -259,7 +266,6 @@ static trn_tensor *llama_forward(llama *g, const int *ids, int B, int T) {
 static trn_tensor *llama_forward_cached(llama *g, trn_kv_cache *kv, const int *ids, int B, int T) {
     trn_model *m = &g->m;
     const llama_config *c = &g->cfg;
-    int C = c->n_embd, last_shape[3] = {B, 1, C};
     trn_tensor *x = trn_embedding(m, g->embed, ids, B, T);                    // (B,T,C)
     for (int l = 0; l < c->n_layer; l++) { // the block of llama_forward, attention over the cache
         llama_block *b = &g->layers[l];
@@ -274,11 +280,7 @@ static trn_tensor *llama_forward_cached(llama *g, trn_kv_cache *kv, const int *i
         x = trn_add(m, x, trn_linear(m, h, b->w_down, NULL));
     }
     trn_kv_cache_advance(kv, T);
-    trn_tensor *last = trn_tensor_new(m, "last", 3, last_shape); // x[:, T-1, :]
-    size_t es = trn_dtype_size(x->dtype);                        // bytes per value: 4, or 2 in bf16
-    for (int b = 0; b < B; b++)
-        m->backend->copy((char *)last->data + (size_t)b * C * es, (char *)x->data + ((size_t)b * T + T - 1) * C * es,
-                         es * (size_t)C);
+    trn_tensor *last = trn_last_position(m, x); // x[:, T-1, :], (B,1,C)
     last = trn_rmsnorm(m, last, g->norm, c->norm_eps);
     return trn_linear(m, last, g->head, NULL);                                 // (B,1,Vp)
 }
@@ -687,28 +689,9 @@ static trn_result init_load(llama *g, const init_source *src) {
 }
 
 // ===========================================================================
-// >>train: evaluation (examples/common.h: sampling, the log, the plot)
-// ===========================================================================
-
-// mean validation loss over n fixed validation batches (or the one
-// memorized batch with --overfit), without the tape
-static double evaluate(llama *g, trn_loader *ld, int overfit, int n, int *x, int *y, int B, int T) {
-    double sum = 0.0;
-    int grad_was = trn_no_grad(&g->m); // no tape, and evaluation mode (no dropout)
-    trn_eval(&g->m);
-    if (overfit) n = 1;
-    for (int i = 0; i < n; i++) {
-        if (!overfit) trn_loader_val_batch(ld, i, x, y);
-        trn_reset(&g->m);
-        sum += trn_item(&g->m, llama_loss(g, x, y, B, T));
-    }
-    trn_train(&g->m);
-    trn_set_grad_enabled(&g->m, grad_was);
-    return sum / n;
-}
-
-// ===========================================================================
-// >>main
+// >>main: the run (examples/common.h's run_main: flags, resume, data, the
+// training loop and its extras, the sample) drives this model through the
+// functions of an lm_example
 // ===========================================================================
 
 static void usage(FILE *f) {
@@ -717,226 +700,53 @@ static void usage(FILE *f) {
 }
 
 #ifndef LLAMA_NO_MAIN
-int main(int argc, char **argv) {
-    trn_omp_wait_passive(argv); // OpenMP threads sleep when idle (unless OMP_WAIT_POLICY is set)
-    malloc_return_large_blocks(); // the OS's RSS follows the ledger (common.h)
-    double t_begin = now_s();   // --max-time counts from here
-    run_args a;
-    args_init(&a, "runs/llama");
-    if (parse_args(&a, argc, argv)) { usage(stdout); return 0; }
-    if (a.shard) die("--shard: examples/llama trains on one process (examples/gpt2 trains data-parallel)");
-    if (a.threads > 0) trn_set_threads(a.threads);
+static llama L, *model = &L;  // the model of this run
+static llama_config C;        // its shape: the checkpoint's, else --init's, else the preset's
+static init_source S;         // what --init found
+static void meta_of(trn_meta *meta) { config_to_meta(&C, meta); }
+static trn_tensor *batch_loss(const int *x, const int *y, int B, int T) { return llama_loss(&L, x, y, B, T); }
+static void done(void) { llama_free(&L); }
 
-    // --- resume: find the checkpoint, read its model config and run flags
-    char ckpt_path[1024] = "";
-    trn_safetensors ck;
-    int have_ck = 0;
-    if (a.resume) {
-        resume_open(a.resume, ckpt_path, sizeof ckpt_path, &ck);
-        if (st_meta_long(&ck, "llama.n_layer") < 0 || st_meta_long(&ck, "run.step") < 0)
-            die("--resume %s: not a checkpoint of examples/llama (no llama.* / run.* metadata)", ckpt_path);
-        have_ck = 1;
-        if (a.init) { printf("note: --resume wins over --init\n"); a.init = NULL; }
-        if (a.model) printf("note: --resume wins over --model %s (the checkpoint's model is resumed)\n", a.model);
-        args_from_checkpoint(&a, &ck);
+static int shape_of(const run_args *a, const trn_safetensors *ck, const char *ck_path, lm_dims *d, int *batch,
+                    int *seq, float *lr) {
+    const preset *p = find_preset(a->model ? a->model : "mini");
+    if (p) *batch = p->batch, *seq = p->seq, *lr = p->lr; // the preset's run: batch, context, lr
+    if (ck) {
+        if (!config_from_st(ck, &C) || !config_ok(&C)) die("--resume %s: bad model config in its metadata", ck_path);
+    } else if (a->init) {
+        if (init_inspect(a->init, &S) != TRN_OK) die("--init %s", trn_error_reason());
+        C = S.cfg;
+    } else if (p) {
+        C = p->cfg;
     }
-
-    // --- the model's shape: checkpoint > --init > preset
-    const preset *pre = find_preset(a.model ? a.model : "mini");
-    if (!pre) {
-        char known[256] = "";
-        for (int i = 0; i < N_PRESETS; i++) strcat(strcat(known, i ? ", " : ""), PRESETS[i].name);
-        die("unknown --model '%s' (known: %s)", a.model, known);
-    }
-    llama_config cfg = pre->cfg;
-    init_source src;
-    if (have_ck) {
-        if (!config_from_st(&ck, &cfg) || !config_ok(&cfg)) die("--resume %s: bad model config in its metadata", ckpt_path);
-    } else if (a.init) {
-        if (init_inspect(a.init, &src) != TRN_OK) die("--init %s", trn_error_reason());
-        cfg = src.cfg;
-    }
-
-    // --- tokenizer: bytes, or GPT-2 BPE; its vocabulary must fit the model
-    trn_tokenizer tok;
-    load_tokenizer(&tok, a.bpe, !have_ck && !a.init, &cfg.vocab_size, &cfg.padded_vocab);
-    args_defaults(&a, pre->batch, pre->seq, pre->lr, cfg.block_size, cfg.vocab_size);
-    int B = a.batch, T = a.seq;
-
-    // --- data: tokens -> checked against the vocabulary -> loader
-    trn_tokens tokens;
-    load_tokens(&tokens, a.data, &tok, argv[0]);
-    if (trn_tokens_check(tokens.ids, tokens.n, cfg.vocab_size) != TRN_OK)
-        die("%s: %s (the model's vocabulary is %d)", a.data ? a.data : "data", trn_error_reason(), cfg.vocab_size);
-    trn_loader ld;
-    trn_loader_desc dd;
-    memset(&dd, 0, sizeof dd);
-    dd.B = B;
-    dd.T = T;
-    dd.seed = (uint64_t)a.seed;
-    dd.no_val = a.overfit;
-    if (trn_loader_init(&ld, tokens.ids, tokens.n, &dd) != TRN_OK)
-        die("%s: %zu tokens: %s", a.data ? a.data : "data", tokens.n, trn_error_reason());
-    args_eval_batches(&a, ld.val_batches, 1);
-    int *x = (int *)malloc(sizeof(int) * (size_t)B * T), *y = (int *)malloc(sizeof(int) * (size_t)B * T);
-    if (!x || !y) die("out of memory for a batch");
-    if (a.overfit) trn_loader_next(&ld, x, y); // the one batch to memorize
-
-    // --- the model and its optimizer
-    llama g;
-    apply_precision(a.precision);
-    if (llama_create(&g, &cfg, llama_backend()) != TRN_OK) {
-        fprintf(stderr, "llama: cannot create the model: %s\n", trn_error_reason());
-        return 1;
-    }
-    g.recompute = a.recompute;
-    trn_adamw opt;
-    trn_adamw_desc od;
-    memset(&od, 0, sizeof od);
-    od.lr = a.lr;
-    od.beta1 = 0.9f;
-    od.beta2 = 0.95f; // Llama's recipe (Touvron et al. 2023)
-    od.eps = 1e-8f;
-    od.weight_decay = a.weight_decay;
-    od.no_weight_decay = a.weight_decay == 0.0f;
-    trn_adamw_init(&opt, &od);
-    trn_rng sample_rng;
-    trn_rng_seed(&sample_rng, (uint64_t)a.seed ^ 0x5A4D504C45ull);
-    long long step = 0;
-    history hist;
-    memset(&hist, 0, sizeof hist);
-    run_loop loop; // --skip-spikes' window and --patience's best go into the checkpoint
-    loop_init(&loop, &a, t_begin);
-    if (have_ck) {
-        trn_safetensors_close(&ck);
-        trn_meta meta;
-        if (trn_checkpoint_load(ckpt_path, &g.m, &opt, &meta) != TRN_OK) die("--resume %s: %s", ckpt_path, trn_error_reason());
-        step = run_state_from_meta(&meta, ckpt_path, &sample_rng, &ld);
-        loop_resume(&loop, &meta);
-        printf("resumed from %s at step %lld\n", ckpt_path, step);
-        if (a.log) log_truncate_and_read(a.log, step, &hist);
-    } else if (a.init) {
-        if (init_load(&g, &src) != TRN_OK) die("--init %s", trn_error_reason());
-        printf("loaded %s%s\n", src.weights, src.hf ? (src.tied ? " (Hugging Face names, tied head)" : " (Hugging Face names)") : "");
-    } else {
-        llama_init_weights(&g, (uint64_t)a.seed);
-    }
-    if (step > a.steps) die("--steps %lld: the checkpoint is already at step %lld", a.steps, step);
-
-    printf("model: L=%d heads=%d kv_heads=%d C=%d head_dim=%d ffn=%d context=%d vocab=%d (padded %d), rope_theta %g, "
-           "%.2fM parameters, backend %s\n", cfg.n_layer, cfg.n_head, cfg.n_kv_head, cfg.n_embd, cfg.head_dim,
-           cfg.ffn_hidden, cfg.block_size, cfg.vocab_size, cfg.padded_vocab, cfg.rope_theta, g.m.n_floats / 1e6,
-           g.m.backend->name);
-    printf("data: %zu tokens (%zu train, %zu validation), %s tokenizer; batch %d x %d tokens x %d accumulation\n",
-           tokens.n, ld.n_train, ld.n_val, a.bpe ? "GPT-2 BPE" : "byte", B, T, a.grad_accum);
-    printf("train: %lld steps, lr %g -> %g (warmup %d, cosine), AdamW wd %g, clip %g, seed %lld, %d threads\n", a.steps,
-           a.lr, a.min_lr, a.warmup, a.weight_decay, a.clip, a.seed, trn_get_threads());
-    const int files = !a.fast_dev_run; // --fast-dev-run writes nothing
-    if (files && trn_mkdirs(a.out) != TRN_OK) die("--out %s: %s", a.out, trn_error_reason());
-    FILE *logf = NULL;
-    if (a.log && !(logf = log_open(a.log, have_ck))) die("--log %s", a.log);
-    loop_open(&loop, &a, &g.m, step, have_ck, 1); // progress and ETA, CSV, TensorBoard, profile
-    const char *stop = NULL; // why the loop ended early (--patience, --max-time)
-
-    char path[1200], title[256];
-    snprintf(title, sizeof title, "examples/llama: L=%d C=%d, %s, batch %dx%d", cfg.n_layer, cfg.n_embd,
-             a.data ? a.data : "the kit's text", B, T);
-    float val = -1;
-    long long val_step = -1;
-#define VALIDATE() \
-    (val = (float)evaluate(&g, &ld, a.overfit, a.eval_batches, x, y, B, T), val_step = step, loop_val(&loop, logf, &hist, step, val))
-    if (step == 0 && a.eval_every > 0 && a.steps > 0) {
-        VALIDATE();
-        trn_early_stop_update(&loop.early, step, val);
-    }
-
-    // --- the training loop
-    while (step < a.steps) {
-        double t0 = now_s();
-        float lr = trn_lr_schedule(step, a.warmup, a.steps, a.lr, a.min_lr);
-        float loss = 0.0f;
-        trn_zero_grad(&g.m);
-        for (int k = 0; k < a.grad_accum; k++) {
-            if (!a.overfit) trn_loader_next(&ld, x, y);
-            trn_reset(&g.m);
-            trn_tensor *l = llama_loss(&g, x, y, B, T);
-            loss += trn_item(&g.m, l) / (float)a.grad_accum;
-            trn_backward(&g.m, l); // grads += d(this micro-batch's mean loss)
-        }
-        if (a.grad_accum > 1) g.m.backend->scale(g.m.grad_data, 1.0f / (float)a.grad_accum, g.m.n_floats);
-        float norm = trn_clip_grad_norm(&g.m, a.clip);
-        // --skip-spikes: no update when the loss or the norm jumps
-        int skipped = a.skip_spikes > 0 && trn_spike_guard_check(&loop.guard, loss, norm);
-        if (!skipped) CHECK_OK(trn_adamw_step(&opt, &g.m, lr));
-        g.m.backend->sync();
-        step++;
-        step_stats st = {step, loss, lr, norm, 1e3 * (now_s() - t0), 0, 0, skipped};
-        st.tps = (double)B * T * a.grad_accum / (st.ms / 1e3);
-        st.mem = trn_ledger_total(TRN_HOST) + trn_ledger_total(TRN_DEVICE);
-        loop_step(&loop, &a, logf, &hist, &st); // the step's line (+ ETA), JSONL, TensorBoard, plot
-        int force_ckpt = 0; // a stop (--patience, --max-time) leaves a checkpoint to resume from
-        if (a.eval_every > 0 && (step % a.eval_every == 0 || step == a.steps)) {
-            VALIDATE();
-            if ((stop = loop_validated(&loop, &a, &hist, title, step, val, files))) force_ckpt = 1; // --patience
-        }
-        if (step < a.steps && loop_interrupted()) stop = LOOP_CTRL_C, force_ckpt = 1; // Ctrl-C
-        else if (step < a.steps && loop_over_time(&loop, &a)) stop = "--max-time", force_ckpt = 1;
-        loop_step_end(&loop, &st, val_step == step ? val : NAN); // the CSV row
-        if (files && (force_ckpt || (a.ckpt_every > 0 && (step % a.ckpt_every == 0 || step == a.steps)))) {
-            trn_meta meta;
-            memset(&meta, 0, sizeof meta);
-            config_to_meta(&cfg, &meta);
-            run_to_meta(&a, &meta);
-            run_state_to_meta(&meta, step, &sample_rng, &ld);
-            loop_to_meta(&loop, &a, &meta, val_step == step, val);
-            loop_save(&loop, &a, step, &g.m, &opt, &meta, val_step == step);
-        }
-        if (stop) {
-            loop_stopped(&loop, &a, step, stop);
-            break;
-        }
-    }
-    loop_finish(&loop, &a); // the last async checkpoint on disk, the profile
-
-    // --- the end: a final validation, the plot, the weights, a sample
-    if (val_step != step || a.eval_every == 0) VALIDATE();
-#undef VALIDATE
-    loop_close(&loop, step, val); // the CSV, TensorBoard; what the run did
-    if (a.fast_dev_run) printf("fast-dev-run: 1 training step and 1 validation batch ran, no files written\n");
-    snprintf(path, sizeof path, "%s/loss.svg", a.out);
-    if (files) {
-        write_plot(path, &hist, title);
-        trn_meta meta;
-        memset(&meta, 0, sizeof meta);
-        config_to_meta(&cfg, &meta);
-        snprintf(path, sizeof path, "%s/model.safetensors", a.out);
-        CHECK_OK(trn_safetensors_save(path, &g.m, &meta));
-        printf("wrote %s and %s/loss.svg\n", path, a.out);
-    }
-    trn_ledger_print("memory: what the kit allocated (peak = the step's high-water mark)");
-    if (a.dump_logits) { // the logits of validation batch 0 (--overfit: its one batch)
-        if (!a.overfit) trn_loader_val_batch(&ld, 0, x, y);
-        g.m.grad_enabled = 0;
-        trn_reset(&g.m);
-        dump_logits(a.dump_logits, &g.m, llama_forward(&g, x, B, T));
-        g.m.grad_enabled = 1;
-    }
-    if (a.sample > 0) {
-        trn_kv_cache kv; // keys and values of the context: one position per new token
-        CHECK_OK(trn_kv_cache_init(&kv, &g.m, cfg.n_layer, 1, T, cfg.n_kv_head, cfg.head_dim));
-        sample_run(&a, &g.m, llama_logits, &g, cfg.vocab_size, cfg.padded_vocab, &tok, T, &sample_rng,
-                   llama_logits_cached, &kv);
-        trn_kv_cache_free(&kv);
-    }
-    log_close(logf);
-    free(x);
-    free(y);
-    free(hist.step); free(hist.loss); free(hist.vstep); free(hist.vloss);
-    trn_loader_free(&ld);
-    trn_tokens_free(&tokens);
-    trn_tokenizer_free(&tok);
-    trn_adamw_free(&opt);
-    llama_free(&g);
-    return 0;
+    if (!p) return 0;
+    d->n_layer = C.n_layer, d->n_embd = C.n_embd, d->block_size = C.block_size;
+    d->kv_heads = C.n_kv_head, d->head_dim = C.head_dim; // grouped-query: the cache keeps the kv heads
+    return 1;
 }
+
+static void weights(const char *path, uint64_t seed) {
+    if (!path) { llama_init_weights(&L, seed); return; }
+    if (init_load(&L, &S) != TRN_OK) die("--init %s", trn_error_reason());
+    printf("loaded %s%s\n", S.weights, S.hf ? (S.tied ? " (Hugging Face names, tied head)" : " (Hugging Face names)") : "");
+}
+
+static trn_model *make(void) { return llama_create(model, &C, llama_backend()) != TRN_OK ? NULL : &model->m; }
+
+static void say(void) {
+    printf("model: L=%d heads=%d kv_heads=%d C=%d head_dim=%d ffn=%d context=%d vocab=%d (padded %d), rope_theta %g, "
+           "%.2fM parameters, backend %s\n", C.n_layer, C.n_head, C.n_kv_head, C.n_embd, C.head_dim,
+           C.ffn_hidden, C.block_size, C.vocab_size, C.padded_vocab, C.rope_theta, L.m.n_floats / 1e6,
+           trn_backend_name(&L.m));
+}
+
+static const lm_example LLAMA = {
+    "mini | tiny | tinyllama-1.1b",
+    0,     // no --shard: examples/gpt2 shows ZeRO and FSDP
+    0.95f, // AdamW's beta2: Llama's recipe (Touvron et al. 2023)
+    &L, &C.vocab_size, &C.padded_vocab, &L.recompute,
+    usage, shape_of, make, weights, say, meta_of, batch_loss, llama_logits, llama_logits_cached, done,
+};
+
+int main(int argc, char **argv) { return run_main(argc, argv, &LLAMA); }
 #endif /* LLAMA_NO_MAIN */

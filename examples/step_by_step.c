@@ -72,15 +72,15 @@ static double by_hand_max_diff(mlp *n, const float *x, const float *y, int B, in
     double diff = 0.0;
     size_t i;
     /* forward: save h1 (gelu's input) and a1 (the second linear's input) */
-    trn_matmul_forward(h1, x, n->w1->data, n->b1->data, B, D, H);   /* (B,H) */
+    trn_linear_forward(h1, x, n->w1->data, n->b1->data, B, D, H);   /* (B,H) */
     trn_gelu_forward(a1, h1, (size_t)B * H);                         /* (B,H) */
-    trn_matmul_forward(pred, a1, n->w2->data, n->b2->data, B, H, 1); /* (B,1) */
+    trn_linear_forward(pred, a1, n->w2->data, n->b2->data, B, H, 1); /* (B,1) */
     trn_mse_forward(losses, pred, y, (size_t)B);
     /* backward, last op first */
     trn_mse_backward(dpred, pred, y, 1.0f / (float)B, (size_t)B);
-    trn_matmul_backward(da1, gw2, gb2, dpred, a1, n->w2->data, B, H, 1);
+    trn_linear_backward(da1, gw2, gb2, dpred, a1, n->w2->data, B, H, 1);
     trn_gelu_backward(dh1, h1, da1, (size_t)B * H);
-    trn_matmul_backward(NULL, gw1, gb1, dh1, x, n->w1->data, B, D, H); /* x needs no grad */
+    trn_linear_backward(NULL, gw1, gb1, dh1, x, n->w1->data, B, D, H); /* x needs no grad */
     for (i = 0; i < n->m.n_floats; i++) diff = fmax(diff, fabs((double)g[i] - n->m.grad_data[i]));
     free(h1); free(a1); free(pred); free(losses); free(dpred); free(da1); free(dh1); free(g);
     return diff;

@@ -165,14 +165,19 @@ TRNDEF size_t trn_bpe_pretoken_len(const char *text, size_t len);
    llm.c token shard: a header of 256 little-endian int32, [0] = magic
    20240520, [1] = version 1, [2] = number of tokens N; then N uint16 ids.
    The file must be exactly 1024 + 2*N bytes. */
-#define TRN_SHARD_MAGIC 20240520
-#define TRN_SHARD_VERSION 1
+#define TRN_TOKEN_SHARD_MAGIC 20240520
+#define TRN_TOKEN_SHARD_VERSION 1
 /* append the shard's ids to *out. TRN_ERR_IO, or TRN_ERR_FORMAT with the
    reason (bad magic, bad version, size does not match the header) */
-TRNDEF trn_result trn_shard_read(trn_tokens *out, const char *path);
+TRNDEF trn_result trn_token_shard_read(trn_tokens *out, const char *path);
 /* write ids as a shard, atomically (path.tmp, then rename). TRN_ERR_INVALID
    when an id is outside [0, 65535] or n > INT32_MAX; TRN_ERR_IO */
-TRNDEF trn_result trn_shard_write(const char *path, const int *ids, size_t n);
+TRNDEF trn_result trn_token_shard_write(const char *path, const int *ids, size_t n);
+/* old names (deprecated; "shard" alone is train_nccl.h's ZeRO/FSDP word) */
+#define trn_shard_read trn_token_shard_read
+#define trn_shard_write trn_token_shard_write
+#define TRN_SHARD_MAGIC TRN_TOKEN_SHARD_MAGIC
+#define TRN_SHARD_VERSION TRN_TOKEN_SHARD_VERSION
 /* read files and concatenate their bytes into one trn_alloc'd buffer (free
    with trn_free), NUL-terminated for convenience (*len excludes it). With
    missing_ok, files that do not exist are skipped, but at least one must
@@ -650,7 +655,7 @@ static trn_result trn__bpe_read_vocab(trn_tokenizer *tok, const char *path, cons
         goto done;
     }
     if (!trn__jeat(&j, '}')) for (;;) {
-        uint32_t e[3], cp;
+        uint32_t e[3], cp = 0;
         int64_t v = 0;
         size_t start = text.n;
         if ((r = trn__jopen(&j)) != TRN_OK) goto done;
@@ -995,14 +1000,14 @@ static void trn__put_le32(unsigned char *p, uint32_t v) {
     p[2] = (unsigned char)(v >> 16); p[3] = (unsigned char)(v >> 24);
 }
 
-TRNDEF trn_result trn_shard_read(trn_tokens *out, const char *path) {
+TRNDEF trn_result trn_token_shard_read(trn_tokens *out, const char *path) {
     unsigned char hdr[1024], buf[65536];
     FILE *f;
     trn_result r = TRN_OK;
     size_t got, i, left;
     long size;
     int32_t magic, version, ntok;
-    if (!out || !path) return trn_fail(TRN_ERR_INVALID, "trn_shard_read: NULL argument");
+    if (!out || !path) return trn_fail(TRN_ERR_INVALID, "trn_token_shard_read: NULL argument");
     if (trn_check_regular(path) != TRN_OK) return trn_fail(TRN_ERR_IO, "open %s", trn_error_reason());
     if (!(f = fopen(path, "rb"))) return trn_fail(TRN_ERR_IO, "open %s: %s", path, strerror(errno));
     if (fseek(f, 0, SEEK_END) != 0 || (size = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
@@ -1019,12 +1024,12 @@ TRNDEF trn_result trn_shard_read(trn_tokens *out, const char *path) {
     magic = (int32_t)trn__le32(hdr);
     version = (int32_t)trn__le32(hdr + 4);
     ntok = (int32_t)trn__le32(hdr + 8);
-    if (magic != TRN_SHARD_MAGIC) {
+    if (magic != TRN_TOKEN_SHARD_MAGIC) {
         r = trn_fail(TRN_ERR_FORMAT, "%s: bad magic %d, a token shard starts with %d", path, (int)magic,
-                     TRN_SHARD_MAGIC);
+                     TRN_TOKEN_SHARD_MAGIC);
         goto done;
     }
-    if (version != TRN_SHARD_VERSION) {
+    if (version != TRN_TOKEN_SHARD_VERSION) {
         r = trn_fail(TRN_ERR_FORMAT, "%s: shard version %d, only version 1 (uint16 tokens) is read", path,
                      (int)version);
         goto done;
@@ -1050,13 +1055,13 @@ done:
     return r;
 }
 
-TRNDEF trn_result trn_shard_write(const char *path, const int *ids, size_t n) {
+TRNDEF trn_result trn_token_shard_write(const char *path, const int *ids, size_t n) {
     unsigned char hdr[1024], buf[65536];
     char *tmp;
     FILE *f;
     size_t i, k;
     int ok;
-    if (!path || (!ids && n)) return trn_fail(TRN_ERR_INVALID, "trn_shard_write: NULL argument");
+    if (!path || (!ids && n)) return trn_fail(TRN_ERR_INVALID, "trn_token_shard_write: NULL argument");
     if (n > INT32_MAX)
         return trn_fail(TRN_ERR_INVALID, "%s: %zu tokens do not fit one shard (at most 2^31-1)", path, n);
     for (i = 0; i < n; i++)
@@ -1071,8 +1076,8 @@ TRNDEF trn_result trn_shard_write(const char *path, const int *ids, size_t n) {
         return r;
     }
     memset(hdr, 0, sizeof hdr);
-    trn__put_le32(hdr, TRN_SHARD_MAGIC);
-    trn__put_le32(hdr + 4, TRN_SHARD_VERSION);
+    trn__put_le32(hdr, TRN_TOKEN_SHARD_MAGIC);
+    trn__put_le32(hdr + 4, TRN_TOKEN_SHARD_VERSION);
     trn__put_le32(hdr + 8, (uint32_t)n);
     ok = fwrite(hdr, 1, sizeof hdr, f) == sizeof hdr;
     for (i = 0; i < n && ok; i += k) {
@@ -1107,12 +1112,12 @@ TRNDEF trn_result trn_tokens_load(trn_tokens *out, const char *path, const trn_t
     if (!shard) { /* a text file that is secretly a shard? look at its magic */
         if (trn_check_regular(path) != TRN_OK) return trn_fail(TRN_ERR_IO, "open %s", trn_error_reason());
         if (!(f = fopen(path, "rb"))) return trn_fail(TRN_ERR_IO, "open %s: %s", path, strerror(errno));
-        shard = fread(head, 1, 4, f) == 4 && trn__le32(head) == TRN_SHARD_MAGIC;
+        shard = fread(head, 1, 4, f) == 4 && trn__le32(head) == TRN_TOKEN_SHARD_MAGIC;
         fclose(f);
     }
     n0 = out->n;
     if (shard) {
-        if ((r = trn_shard_read(out, path)) != TRN_OK) return r;
+        if ((r = trn_token_shard_read(out, path)) != TRN_OK) return r;
         if (out->n == n0) return trn_fail(TRN_ERR_INVALID, "%s: the shard holds no tokens", path);
         return TRN_OK;
     }

@@ -348,6 +348,13 @@ inline void error(const char *fmt, ...) {
     va_end(ap);
     fputc('\n', stderr);
 }
+/* a 16-byte vector load or store (ld/st.global.v4: float4, int4, 8 bf16)
+   needs an address that is a multiple of 16; a GPU raises a misaligned
+   address fault, the harness an error. train_cuda.h's trn__ld16/trn__st16
+   call it on every access. */
+inline void check_align16(const void *p, const char *what) {
+    if ((uintptr_t)p % 16) error("%s at %p: the address is not 16-byte aligned (a GPU faults)", what, p);
+}
 
 /* ---- fibers: switching stacks (annotated for AddressSanitizer) ----------- */
 inline void asan_start(void **fake, const void *bottom, size_t size) {

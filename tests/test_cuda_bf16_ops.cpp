@@ -242,6 +242,7 @@ static void test_table(void) {
     K1_PICKED(embedding_forward); K1_PICKED(embedding_backward); K1_PICKED(layernorm_forward);
     K1_PICKED(layernorm_backward); K1_PICKED(relu_forward); K1_PICKED(relu_backward); K1_PICKED(add_forward);
     K1_PICKED(accumulate); K1_PICKED(crossentropy_forward); K1_PICKED(crossentropy_backward);
+    K1_PICKED(crossentropy_fused);
     K1_PICKED(mse_forward); K1_PICKED(mse_backward); K1_PICKED(meanpool_forward); K1_PICKED(meanpool_backward);
     K1_PICKED(mul_forward); K1_PICKED(mul_backward); K1_PICKED(silu_forward); K1_PICKED(silu_backward);
     K1_PICKED(sigmoid_forward); K1_PICKED(sigmoid_backward); K1_PICKED(tanh_forward); K1_PICKED(tanh_backward);
@@ -401,6 +402,17 @@ static void test_crossentropy(int N, int V, int Vp) {
         be->crossentropy_backward(d.f(), l.f(), z.f(), (const int *)dtg_plain.p, dloss, N, V, Vp);
         return outs{d.get()};
     });
+    /* the classifier's fused kernel: the gradient written over the logits.
+       Losses 'f': the fp32 and bf16 instantiations sum a row in another
+       order (4 or 8 elements per 16-byte pack). Vp = 1003 starts rows off
+       16-byte boundaries (the scalar head), 72 - 67 columns of padding end
+       in one pack, and both leave a scalar tail. */
+    snprintf(name, sizeof name, "crossentropy_fused V=%d", V);
+    compare(name, "fa", 0, [&](const trn_backend *be, int bf, int) {
+        dv l(logits, bf), loss(zeros(N), 0);
+        be->crossentropy_fused(loss.f(), l.f(), (const int *)dtg_plain.p, dloss, N, V, Vp);
+        return outs{loss.get(), l.get()};
+    });
     snprintf(name, sizeof name, "crossentropy_ex_forward V=%d", V);
     compare(name, "xx", 0, [&](const trn_backend *be, int bf, int) {
         dv l(logits, bf), loss(zeros(N), 0), z(zeros(N), 0);
@@ -414,6 +426,38 @@ static void test_crossentropy(int N, int V, int Vp) {
         be->crossentropy_ex_backward(d.f(), l.f(), z.f(), (const int *)dtg.p, dloss, N, V, Vp, smoothing);
         return outs{d.get()};
     });
+}
+
+/* convert (the bf16 step's copies, casts and scaled adds): every dtype
+   pair, written and accumulated, scaled. n = 1037: packs of 8 and a
+   scalar tail of 5; off = 1 starts both pointers off a 16-byte boundary
+   (the element-wise path). The result must be exactly s * src (+ dst),
+   rounded once to the destination's type. */
+static void test_convert(size_t n) {
+    vec src = randbf(n, 3.0f), dst0 = randbf(n);
+    const float s = 0.37f;
+    long e0 = harness_errors(), bad = 0;
+    for (int dt = 0; dt < 2; dt++)
+        for (int st = 0; st < 2; st++)
+            for (int acc = 0; acc < 2; acc++)
+                for (size_t off = 0; off < 2; off++) {
+                    dv d(dst0, dt), x(src, st);
+                    F->convert((char *)d.p + off * (dt ? 2 : 4), dt ? TRN_BF16 : TRN_F32,
+                               (const char *)x.p + off * (st ? 2 : 4), st ? TRN_BF16 : TRN_F32, n - off, acc, s);
+                    vec got = d.get();
+                    for (size_t i = 0; i < n; i++) {
+                        float want = dst0[i];
+                        if (i >= off) {
+                            want = src[i] * s;
+                            if (acc) want += dst0[i];
+                            if (dt) want = rn(want);
+                        }
+                        bad += got[i] != want;
+                    }
+                }
+    printf("%-40s %ld of %zu elements wrong\n", "convert (4 dtype pairs, =, +=, offsets)", bad, 16 * n);
+    CHECK(bad == 0, "convert: %ld elements are not s * src (+ dst) rounded once\n", bad);
+    CHECK(harness_errors() == e0, "convert: the harness reported %ld errors\n", harness_errors() - e0);
 }
 
 static void test_meanpool_sum(int B, int T, int C) {
@@ -585,6 +629,9 @@ int main(int argc, char **argv) {
     test_embedding(37, 53, 7);
     test_layernorm(37, 53);
     test_layernorm(37, 777); /* 24 or 25 terms per lane */
+    test_layernorm(37, 768); /* GPT-2's C: 16-byte packs, 3 a lane */
+    test_embedding(37, 64, 7); /* 16-byte packs */
+    test_convert(1037);
     test_unary("relu", &trn_backend::relu_forward, &trn_backend::relu_backward, 1037, 1.0f);
     test_unary("silu", &trn_backend::silu_forward, &trn_backend::silu_backward, 1037, 3.0f);
     test_unary("sigmoid", &trn_backend::sigmoid_forward, &trn_backend::sigmoid_backward, 1037, 3.0f);

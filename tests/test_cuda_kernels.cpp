@@ -34,44 +34,7 @@
 #include <unistd.h>
 #include <vector>
 
-typedef std::vector<float> vec;
-static const trn_backend *GPU, *CPU;
-static trn_rng RNG;
-
-static vec randn(size_t n, float scale = 1.0f) {
-    vec v(n);
-    for (size_t i = 0; i < n; i++) v[i] = scale * trn_rng_normal(&RNG);
-    return v;
-}
-/* device copies that free themselves */
-struct dbuf {
-    void *p = nullptr;
-    size_t bytes = 0;
-    dbuf(const void *host, size_t b) : bytes(b) {
-        p = GPU->alloc(b ? b : 1, TRN_KIND_TEMP);
-        if (!p) trn_fatal("test: %s", trn_error_reason());
-        if (host && b) GPU->upload(p, host, b);
-    }
-    explicit dbuf(const vec &v) : dbuf(v.data(), v.size() * sizeof(float)) {}
-    ~dbuf() { GPU->free(p); }
-    float *f() { return (float *)p; }
-    int *i() { return (int *)p; }
-    vec get() {
-        vec h(bytes / sizeof(float));
-        GPU->download(h.data(), p, bytes);
-        return h;
-    }
-};
-
-static double maxdiff(const vec &a, const vec &b) {
-    double d = 0;
-    if (a.size() != b.size()) return INFINITY;
-    for (size_t i = 0; i < a.size(); i++) {
-        double e = fabs((double)a[i] - (double)b[i]);
-        if (!(e <= d)) d = e; /* NaN wins */
-    }
-    return d;
-}
+#include "tests/cuda_fixtures.h" // vec, GPU, CPU, RNG, randn, dbuf, maxdiff
 
 /* one line per kernel; the table at the end repeats them */
 struct result { char name[48]; double diff, tol; };
@@ -113,6 +76,23 @@ static void test_matmul(int N, int C, int OC, int with_bias, double tol, const c
     /* NULL outputs are skipped */
     GPU->matmul_backward(NULL, NULL, NULL, dg.f(), di.f(), dw.f(), N, C, OC);
     CHECK(maxdiff(ddi.get(), dinp_c) <= tol, "matmul_backward with NULL outputs changed something\n");
+    /* _ex writes (beta 0) what it is told is fresh: buffers of NaN come
+       out as the product alone; the bias still accumulates */
+    vec nan_i((size_t)N * C, NAN), nan_w((size_t)OC * C, NAN), zi((size_t)N * C, 0.0f), zw((size_t)OC * C, 0.0f);
+    vec wi_c = zi, ww_c = zw, wb_c = db0;
+    trn_matmul_backward(wi_c.data(), ww_c.data(), with_bias ? wb_c.data() : NULL, g.data(), inp.data(), w.data(), N, C,
+                        OC);
+    dbuf xi(nan_i), xw(nan_w), xb(db0);
+    GPU->matmul_backward_ex(xi.f(), xw.f(), with_bias ? xb.f() : NULL, dg.f(), di.f(), dw.f(), N, C, OC, 1, 1);
+    d = fmax(maxdiff(xi.get(), wi_c), maxdiff(xw.get(), ww_c));
+    d = fmax(d, maxdiff(xb.get(), wb_c));
+    snprintf(name, sizeof name, "matmul_backward_ex (written)%s", label);
+    report(name, d, tol, e0);
+    dbuf yi(dinp0), yw(dw0); /* write dinp, accumulate dw */
+    GPU->matmul_backward_ex(yi.f(), yw.f(), NULL, dg.f(), di.f(), dw.f(), N, C, OC, 1, 0);
+    d = fmax(maxdiff(yi.get(), wi_c), maxdiff(yw.get(), dw_c));
+    snprintf(name, sizeof name, "matmul_backward_ex (mixed)%s", label);
+    report(name, d, tol, e0);
 }
 
 static void test_embedding(int N, int C, int V) {
@@ -174,6 +154,13 @@ static void test_elementwise(size_t n) {
         trn_gelu_backward(cc.data(), x.data(), g.data(), n);
         GPU->gelu_backward(dd.f(), dx.f(), dg.f(), n);
         report("gelu_backward", maxdiff(dd.get(), cc), 3e-5, e0); /* tanhf ulps, times up to ~5 */
+    }
+    if (n > 1) { /* one element off a 16-byte boundary: the element-wise path */
+        vec c1(n - 1);
+        trn_gelu_forward(c1.data(), x.data() + 1, n - 1);
+        dbuf o1(NULL, (n - 1) * 4);
+        GPU->gelu_forward(o1.f(), dx.f() + 1, n - 1);
+        report("gelu_forward (unaligned)", maxdiff(o1.get(), c1), 1e-5, e0);
     }
     trn_relu_forward(c.data(), x.data(), n);
     GPU->relu_forward(dout.f(), dx.f(), n);
@@ -282,6 +269,49 @@ static void test_crossentropy(int N, int V, int Vp) {
     for (int n = 0; n < N; n++)
         for (int v = V; v < Vp; v++) pad_ok &= got[(size_t)n * Vp + v] == d0[(size_t)n * Vp + v];
     CHECK(pad_ok, "crossentropy_backward wrote into the padding columns\n");
+}
+
+/* the classifier's fused kernel against trn_crossentropy_fused: losses,
+   and the gradient written over the logits (padding 0). Vp * 4 bytes not a
+   multiple of 16 starts rows off a 16-byte boundary (the scalar head);
+   Vp % 4 != 0 leaves a scalar tail; the harness checks every 16-byte
+   access for alignment. */
+static void test_crossentropy_fused(int N, int V, int Vp, float dloss) {
+    long e0 = harness_errors();
+    vec logits = randn((size_t)N * Vp, 3.0f), grad_c = logits, loss_c((size_t)N);
+    std::vector<int> tg((size_t)N);
+    for (int i = 0; i < N; i++) tg[(size_t)i] = (int)trn_rng_below(&RNG, (uint32_t)V);
+    tg[0] = V - 1;
+    if (N > 1) tg[1] = 0;
+    trn_crossentropy_fused(loss_c.data(), grad_c.data(), tg.data(), dloss, N, V, Vp);
+    dbuf dl(logits), dt(tg.data(), tg.size() * sizeof(int)), dloss_(NULL, (size_t)N * 4);
+    GPU->crossentropy_fused(dloss_.f(), dl.f(), dt.i(), dloss, N, V, Vp);
+    char name[48];
+    snprintf(name, sizeof name, "crossentropy_fused V=%d Vp=%d", V, Vp);
+    report(name, fmax(maxdiff(dloss_.get(), loss_c), maxdiff(dl.get(), grad_c) / dloss), 1e-5, e0);
+    /* and the reference is the unfused pair: forward, then backward into zeros */
+    vec lse((size_t)N), loss2((size_t)N), d2((size_t)N * Vp, 0.0f);
+    trn_crossentropy_forward(loss2.data(), lse.data(), logits.data(), tg.data(), N, V, Vp);
+    trn_crossentropy_backward(d2.data(), logits.data(), lse.data(), tg.data(), dloss, N, V, Vp);
+    CHECK(maxdiff(loss2, loss_c) <= 1e-6 && maxdiff(d2, grad_c) <= 1e-6 * dloss,
+          "trn_crossentropy_fused is not trn_crossentropy_forward + _backward\n");
+}
+
+/* the harness's 16-byte alignment check: a pack read and written at a
+   16-byte boundary is fine, 4 bytes off is an error (a GPU faults) */
+static __global__ void k_ld16_at(float *p, int off) { trn__st16(p + off, trn__ld16(p + off)); }
+static void test_align16(void) {
+#ifdef TRN_CUDA_ON_CPU
+    dbuf b(NULL, 64);
+    long e0 = harness_errors();
+    TRN_CUDA_LAUNCH(k_ld16_at, dim3(1), dim3(1), 0, 0, b.f(), 4);
+    CHECK(harness_errors() == e0, "an aligned 16-byte access was reported\n");
+    fprintf(stderr, "(the next two harness errors are expected: the 16-byte alignment check)\n");
+    TRN_CUDA_LAUNCH(k_ld16_at, dim3(1), dim3(1), 0, 0, b.f(), 1);
+    CHECK(harness_errors() == e0 + 2, "a misaligned 16-byte load and store: %ld harness errors, expected 2\n",
+          harness_errors() - e0);
+    cuemu::S().errors = e0; /* expected: not the test's failure */
+#endif
 }
 
 static void test_meanpool(int B, int T, int C) {
@@ -627,12 +657,16 @@ int main(int argc, char **argv) {
     test_memory();
     test_matmul(37, 53, 29, 1, 2e-5, "");
     test_matmul(5, 200, 7, 0, 2e-5, " (no bias)");
+    test_matmul(70, 24, 264, 1, 2e-5, " (OC % 8 == 0)"); /* the bias's column sums by 16-byte packs */
     trn_cuda_set_tf32(1);
     test_matmul(37, 53, 29, 1, 3e-2, " (TF32)");
     trn_cuda_set_tf32(0);
     test_embedding(37, 53, 11);
     test_layernorm(37, 53);
     test_layernorm(9, 300);
+    test_layernorm(11, 64);     /* C % 8 == 0: 16-byte packs */
+    test_embedding(13, 64, 5);  /* the same */
+    test_elementwise(64);       /* packs alone, no tail */
     test_elementwise(1001);
     test_attention(2, 13, 3, 3, 10, 1);
     test_attention(2, 13, 3, 3, 10, 0);
@@ -642,6 +676,10 @@ int main(int argc, char **argv) {
     test_attention(1, 45, 8, 2, 40, 1);
     test_crossentropy(19, 67, 72);
     test_crossentropy(3, 1000, 1003);
+    test_crossentropy_fused(19, 67, 72, 1.0f / 19);  /* rows aligned, padding in the last pack */
+    test_crossentropy_fused(5, 1000, 1003, 0.37f);   /* rows start anywhere: head, packs, tail */
+    test_crossentropy_fused(3, 2, 3, 1.0f);          /* shorter than one pack */
+    test_align16();
     test_meanpool(3, 13, 53);
     test_adamw(1001);
 #ifndef CUEMU_TSAN /* the race detector build checks the kernels above; training adds only time */

@@ -25,7 +25,7 @@
    - 9 GPT-2 steps on both backends: loss and gradient norm within 1e-4
      (fp32, TF32 off), as tests/test_cuda_gpt2.cpp.
 
-   tests/test_cuda_sync_on_gpu.cu is this file compiled by nvcc: the same
+   tests/test_cuda_sync_gpu.cu is this file compiled by nvcc: the same
    checks on a real GPU, where the copies really are asynchronous (a
    staging buffer reused too early or a readback handed over before its
    copy ended shows there as a wrong loss); the counts need the harness. */

@@ -346,11 +346,11 @@ static void test_shards(void) {
     FILE *f;
     for (i = 0; i < 1000; i++) ids[i] = (i * 7919) % 65536;
     ids[0] = 0; ids[1] = 65535;
-    CHECK(trn_shard_write(path, ids, 1000) == TRN_OK, "shard write: %s\n", trn_error_reason());
+    CHECK(trn_token_shard_write(path, ids, 1000) == TRN_OK, "shard write: %s\n", trn_error_reason());
     CHECK(access(tmp_path("s.bin.tmp"), F_OK) != 0, "no temp file left behind\n");
-    CHECK(trn_shard_read(&t, path) == TRN_OK && t.n == 1000, "shard read: %s\n", trn_error_reason());
+    CHECK(trn_token_shard_read(&t, path) == TRN_OK && t.n == 1000, "shard read: %s\n", trn_error_reason());
     CHECK(t.n == 1000 && memcmp(t.ids, ids, sizeof ids) == 0, "shard round trip\n");
-    CHECK(trn_shard_read(&t, path) == TRN_OK && t.n == 2000 && t.ids[1000] == 0 && t.ids[1001] == 65535,
+    CHECK(trn_token_shard_read(&t, path) == TRN_OK && t.n == 2000 && t.ids[1000] == 0 && t.ids[1001] == 65535,
           "shard read appends\n");
     trn_tokens_free(&t);
 
@@ -364,34 +364,34 @@ static void test_shards(void) {
     /* corrupt shards */
     raw[0] ^= 1;
     write_file(tmp_path("magic.bin"), raw, 1024 + 2000);
-    CHECK(trn_shard_read(&t, tmp_path("magic.bin")) == TRN_ERR_FORMAT, "bad magic\n");
+    CHECK(trn_token_shard_read(&t, tmp_path("magic.bin")) == TRN_ERR_FORMAT, "bad magic\n");
     CHECK(strstr(trn_error_reason(), "magic") != NULL, "reason: %s\n", trn_error_reason());
     raw[0] ^= 1;
     raw[4] = 2;
     write_file(tmp_path("version.bin"), raw, 1024 + 2000);
-    CHECK(trn_shard_read(&t, tmp_path("version.bin")) == TRN_ERR_FORMAT, "bad version\n");
+    CHECK(trn_token_shard_read(&t, tmp_path("version.bin")) == TRN_ERR_FORMAT, "bad version\n");
     raw[4] = 1;
     write_file(tmp_path("trunc.bin"), raw, 1024 + 1999);
-    CHECK(trn_shard_read(&t, tmp_path("trunc.bin")) == TRN_ERR_FORMAT, "truncated shard\n");
+    CHECK(trn_token_shard_read(&t, tmp_path("trunc.bin")) == TRN_ERR_FORMAT, "truncated shard\n");
     CHECK(strstr(trn_error_reason(), "truncated") != NULL, "reason: %s\n", trn_error_reason());
     write_file(tmp_path("long.bin"), raw, 1024 + 2000 + 1);
-    CHECK(trn_shard_read(&t, tmp_path("long.bin")) == TRN_ERR_FORMAT, "shard longer than its header says\n");
+    CHECK(trn_token_shard_read(&t, tmp_path("long.bin")) == TRN_ERR_FORMAT, "shard longer than its header says\n");
     write_file(tmp_path("short.bin"), raw, 100);
-    CHECK(trn_shard_read(&t, tmp_path("short.bin")) == TRN_ERR_FORMAT, "shard shorter than a header\n");
+    CHECK(trn_token_shard_read(&t, tmp_path("short.bin")) == TRN_ERR_FORMAT, "shard shorter than a header\n");
     raw[11] = 0x80; /* negative count */
     write_file(tmp_path("neg.bin"), raw, 1024 + 2000);
-    CHECK(trn_shard_read(&t, tmp_path("neg.bin")) == TRN_ERR_FORMAT, "negative token count\n");
-    CHECK(trn_shard_read(&t, tmp_path("absent.bin")) == TRN_ERR_IO, "missing shard\n");
+    CHECK(trn_token_shard_read(&t, tmp_path("neg.bin")) == TRN_ERR_FORMAT, "negative token count\n");
+    CHECK(trn_token_shard_read(&t, tmp_path("absent.bin")) == TRN_ERR_IO, "missing shard\n");
     CHECK(t.n == 0, "failed reads added nothing\n");
 
     ids[5] = 70000;
-    CHECK(trn_shard_write(tmp_path("big.bin"), ids, 10) == TRN_ERR_INVALID, "id > 65535 cannot be written\n");
+    CHECK(trn_token_shard_write(tmp_path("big.bin"), ids, 10) == TRN_ERR_INVALID, "id > 65535 cannot be written\n");
     CHECK(strstr(trn_error_reason(), "70000") && strstr(trn_error_reason(), "position 5"), "reason: %s\n",
           trn_error_reason());
     ids[5] = -1;
-    CHECK(trn_shard_write(tmp_path("big.bin"), ids, 10) == TRN_ERR_INVALID, "negative id cannot be written\n");
+    CHECK(trn_token_shard_write(tmp_path("big.bin"), ids, 10) == TRN_ERR_INVALID, "negative id cannot be written\n");
     CHECK(access(tmp_path("big.bin"), F_OK) != 0, "nothing written on error\n");
-    CHECK(trn_shard_write("/nonexistent/dir/x.bin", ids, 1) == TRN_ERR_IO, "unwritable path\n");
+    CHECK(trn_token_shard_write("/nonexistent/dir/x.bin", ids, 1) == TRN_ERR_IO, "unwritable path\n");
     trn_tokens_free(&t);
 }
 
@@ -407,7 +407,7 @@ static void test_tokens_load(void) {
     write_str(tmp_path("b.txt"), "world");
     write_str(tmp_path("empty.txt"), "");
     CHECK(trn_tokens_load(&t, tmp_path("a.txt"), &tok) == TRN_OK && t.n == 6 && t.ids[0] == 'h', "text file\n");
-    CHECK(trn_shard_write(tmp_path("shard.txt"), ids, 3) == TRN_OK, "write shard with a .txt name\n");
+    CHECK(trn_token_shard_write(tmp_path("shard.txt"), ids, 3) == TRN_OK, "write shard with a .txt name\n");
     CHECK(trn_tokens_load(&t, tmp_path("shard.txt"), &tok) == TRN_OK && t.n == 9 && t.ids[6] == 5,
           "a shard is recognized by its magic\n");
     trn_tokens_free(&t);
@@ -415,7 +415,7 @@ static void test_tokens_load(void) {
     CHECK(trn_tokens_load(&t, tmp_path("fake.bin"), &tok) == TRN_ERR_FORMAT, ".bin that is no shard\n");
     CHECK(trn_tokens_load(&t, tmp_path("empty.txt"), &tok) == TRN_ERR_INVALID, "empty file\n");
     CHECK(strstr(trn_error_reason(), "empty") != NULL, "reason: %s\n", trn_error_reason());
-    CHECK(trn_shard_write(tmp_path("zero.bin"), ids, 0) == TRN_OK, "write a 0-token shard\n");
+    CHECK(trn_token_shard_write(tmp_path("zero.bin"), ids, 0) == TRN_OK, "write a 0-token shard\n");
     CHECK(trn_tokens_load(&t, tmp_path("zero.bin"), &tok) == TRN_ERR_INVALID, "0-token shard\n");
     CHECK(trn_tokens_load(&t, tmp_path("absent.txt"), &tok) == TRN_ERR_IO, "missing data file\n");
     CHECK(t.n == 0, "nothing loaded\n");

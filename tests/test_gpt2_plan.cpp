@@ -23,46 +23,50 @@
 /* ---- DESIGN: what the step must launch and the classifier must move ------
    GPT-2 124M: L = 12 layers, C = 768, Vp = 50304; N = B*T = 16384 rows,
    E = 2 bytes per bf16 activation.
-   The classifier as of 2026-11-27 (train.h trn_linear_cross_entropy,
-   "chunks"): R = 2^23 / Vp = 166 rows per chunk, K = ceil(N / R) = 99
-   chunks. Per chunk (n rows): the logits GEMM (reads W: E Vp C), the
-   cross-entropy forward, a zero of dlogits, the cross-entropy backward
-   (dlogits +=), a zero of dx's rows, the dinp GEMM (reads W again) and the
-   dW GEMM (reads and writes the fp32 dW: 8 Vp C): 7 launches. Once: the
-   targets' upload, the zero of dW, and in backward two converts (dx
-   handed on, dW added into the gradient: fp32 read, read, written).
+   The classifier since issue 23 (train.h trn_linear_cross_entropy,
+   "chunks", with train_cuda.h's 400 MiB chunk and fused cross-entropy):
+   at most 400 MiB / (E Vp) = 4169 rows, so K = ceil(N / 4169) = 4 chunks,
+   split evenly: R = 4096 rows. Per chunk: the logits GEMM (reads W:
+   E Vp C), the fused cross-entropy (reads the logits, writes their
+   gradient over them), the dinp GEMM (reads W again; WRITES dx's rows,
+   beta 0) and the dW GEMM (chunk 0 WRITES the fp32 dW, 4 Vp C; the others
+   read and write it, 8 Vp C): 4 launches. Once: the targets' upload, and
+   in backward two converts (dx handed on to a fresh gradient: read,
+   written; dW added into the gradient: fp32 read, read, written).
    Bytes:
-     W and dW, per chunk      K (2E + 8) Vp C
-     the (n, Vp) logits       8 E N Vp   (GEMM writes; xent fwd reads; zero;
-                                          xent bwd reads logits, reads and
-                                          writes dlogits; dinp and dW read)
-     the (n, C) rows          5 E N C    (x read by the logits and dW GEMMs,
-                                          dx zeroed, read and written by dinp)
-     once                     16 Vp C    (zero dW 4, convert dW 12)
+     W per chunk              K 2E Vp C
+     dW                       (8K - 4) Vp C
+     the (n, Vp) logits       5 E N Vp   (GEMM writes; the fused kernel
+                                          reads and writes; dinp and dW read)
+     the (n, C) rows          3 E N C    (x read by the logits and dW GEMMs,
+                                          dx written by dinp)
+     once                     12 Vp C    (convert dW)
                             + 2E N C     (convert dx: read, written)
-                            + 24 N       (targets 4 twice (upload, read by
-                                          xent fwd 4 + losses 4 + lse 4),
-                                          xent bwd's targets and lse 8)
-   Launches of the step: per layer 41 (forward: 2 layernorms, 3 GEMMs, the
+                            + 12 N       (targets 4 twice (upload, read by
+                                          the fused kernel) + losses 4)
+   Launches of the step: per layer 38 (forward: 2 layernorms, 3 GEMMs, the
    fused matmul+GELU, attention, 2 residual adds = 9; backward: 2
    layernorms x 4 launches, 2 copies (gradients handed on), 4 bias column
-   sums x 2, the matmul+dGELU, 3 dinp and 4 dW GEMMs, attention's 2, 4
-   zeros = 32); outside the layers 23 (ids upload 3, embedding 2+2, its add,
-   the final layernorm 1 + 4, a copy, 3 zeros, the loss mean, 2 downloads,
-   the gradient norm 2, AdamW 1); and the classifier's 2 + 7 K + 2. */
+   sums x 2, the matmul+dGELU, 3 dinp and 4 dW GEMMs, attention's 2, 1
+   zero = 29: the 3 dinp GEMMs write their fresh gradients with beta 0,
+   where they were zeroed and added to); outside the layers 23 (ids upload
+   3, embedding 2+2, its add, the final layernorm 1 + 4, a copy, 3 zeros,
+   the loss mean, 2 downloads, the gradient norm 2, AdamW 1); and the
+   classifier's 1 + 4 K + 2. */
 static const double D_N = 16384, D_C = 768, D_VP = 50304, D_E = 2;
-static const int D_L = 12, D_R = (1 << 23) / 50304, D_K = (16384 + D_R - 1) / D_R;
+static const int D_L = 12, D_RMAX = (int)((400.0 * 1048576) / (2 * 50304)), D_K = (16384 + D_RMAX - 1) / D_RMAX,
+                 D_R = (16384 + D_K - 1) / D_K;
 static double design_classifier_bytes(void) {
-    return D_K * (2 * D_E + 8) * D_VP * D_C + 8 * D_E * D_N * D_VP + 5 * D_E * D_N * D_C + 16 * D_VP * D_C +
-           2 * D_E * D_N * D_C + 24 * D_N;
+    return D_K * 2 * D_E * D_VP * D_C + (8.0 * D_K - 4) * D_VP * D_C + 5 * D_E * D_N * D_VP + 3 * D_E * D_N * D_C +
+           12 * D_VP * D_C + 2 * D_E * D_N * D_C + 12 * D_N;
 }
-static const long long D_CLASSIFIER_LAUNCHES = 2 + 7 * D_K + 2;
-static const long long D_STEP_LAUNCHES = D_L * 41 + 23 + D_CLASSIFIER_LAUNCHES;
+static const long long D_CLASSIFIER_LAUNCHES = 1 + 4 * D_K + 2;
+static const long long D_STEP_LAUNCHES = D_L * 38 + 23 + D_CLASSIFIER_LAUNCHES;
 /* the distinct cuBLASLt problems of the step: forward qkv, attention proj,
    fc+GELU, fc proj (4); backward dinp of qkv, proj, fc proj and the
    fc+dGELU (4), dW of the four (4); the classifier's logits, dinp and dW at
-   166 rows and at the last chunk's 116 (6) */
-static const int D_LT_PLANS = 4 + 4 + 4 + 6;
+   4096 rows (3) */
+static const int D_LT_PLANS = 4 + 4 + 4 + 3;
 /* ---- end of DESIGN ------------------------------------------------------- */
 
 int main(void) {

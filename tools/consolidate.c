@@ -5,8 +5,11 @@
    the checkpoint's metadata: the model.safetensors that Hugging Face's
    safetensors, PyTorch (load_state_dict) and the examples' --init read.
    One process, no ranks; it needs the memory of the whole weights.
-   Every shard's CRC-32C is checked; a directory without its manifest (a
-   save that did not finish) is refused.
+   Every shard's CRC-32C is checked, and that it belongs to the manifest's
+   save (its save id, rank, world size and slice: a rank file of another
+   run or step is refused, naming the file); a directory without its
+   manifest (a save that did not finish) is refused; a FIFO or directory
+   where a file should be is an error, not a hang.
 
      tools/consolidate DIR OUT.safetensors
 

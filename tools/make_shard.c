@@ -82,7 +82,7 @@ int main(int argc, char **argv) {
 
     if (decode) { /* shard -> text on stdout */
         size_t k;
-        if ((r = trn_shard_read(&ids, decode)) != TRN_OK) { code = fail("read", r); goto done; }
+        if ((r = trn_token_shard_read(&ids, decode)) != TRN_OK) { code = fail("read", r); goto done; }
         if ((r = trn_tokens_check(ids.ids, ids.n, tok.vocab_size)) != TRN_OK) {
             code = fail(decode, r);
             goto done;
@@ -110,7 +110,7 @@ int main(int argc, char **argv) {
         code = 2;
         goto done;
     }
-    if ((r = trn_shard_write(out, ids.ids, ids.n)) != TRN_OK) { code = fail("write", r); goto done; }
+    if ((r = trn_token_shard_write(out, ids.ids, ids.n)) != TRN_OK) { code = fail("write", r); goto done; }
     printf("make_shard: %d file%s, %zu bytes -> %zu tokens (%.2f bytes/token, %s vocab %d) -> %s\n", n_inputs,
            n_inputs > 1 ? "s" : "", n_bytes, ids.n, (double)n_bytes / (double)ids.n,
            bpe_dir ? "GPT-2 BPE" : "byte-level", tok.vocab_size, out);

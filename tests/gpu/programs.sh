@@ -4,9 +4,11 @@
 # Sourced (bash), not run.
 
 # the programs, by name: every tests/*_gpu.cu (new ones join by themselves),
-# the bench, and linear_memory_cuda (run last, if time is left)
+# the bench, and linear_memory_cuda (run last, if time is left);
+# GPU_PROGRAMS="a b" names a subset (prebuild.sh: build only those)
 gpu_programs() {
     local f
+    if [ -n "${GPU_PROGRAMS:-}" ]; then echo "$GPU_PROGRAMS" | tr ' ' '\n'; return; fi
     for f in tests/*_gpu.cu; do [ -e "$f" ] && basename "$f" .cu; done
     echo gpt2_cuda
     echo linear_memory_cuda
@@ -40,7 +42,7 @@ gpu_build() { # gpu_build NVCC SOURCE OUT: the source's own // build: flags afte
 }
 # what a program is built from: its source, the headers every CUDA program
 # of the kit may include, this file (the flags), the target; one sha256
-GPU_HEADERS="train.h train_cuda.h train_nccl.h tests/check.h examples/gpt2.c examples/common.h bench/gpt2_sites.h tests/gpu/programs.sh"
+GPU_HEADERS="train.h train_cuda.h train_nccl.h $(ls extras/*.h 2>/dev/null | tr "\n" " ")tests/check.h examples/gpt2.c examples/common.h bench/gpt2_sites.h tests/gpu/programs.sh"
 # (and the files the source itself #includes "..." from the repository root)
 src_hash() {
     local inc

@@ -1,5 +1,5 @@
 // build: -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined -Wno-maybe-uninitialized
-/* tests/test_cuda_ops2.cpp - the CUDA kernels of the >>ops2 ops (mul, SiLU,
+/* tests/test_cuda_ops_decoder.cpp - the CUDA kernels of the >>ops2 ops (mul, SiLU,
    sigmoid, tanh, softmax, RMSNorm, RoPE) against the CPU backend, run on
    the CPU by tests/cuda_on_cpu.h (threads as fibers in a random order,
    device memory under AddressSanitizer), as tests/test_cuda_kernels.cpp
@@ -11,7 +11,7 @@
    accumulate, so every gradient starts from nonzero values. Tolerances:
    1e-5 for elementwise math (expf/tanhf may differ by an ulp on a GPU),
    2e-5 for row reductions over ~50 terms, 1e-4 for column sums over 37
-   rows. tests/test_cuda_ops2_gpu.cu is the same file for a real GPU. */
+   rows. tests/test_cuda_ops_decoder_gpu.cu is the same file for a real GPU. */
 #define TRAIN_IMPLEMENTATION
 #include "train.h"
 #ifndef __CUDACC__
@@ -24,41 +24,7 @@
 #include <string.h>
 #include <vector>
 
-typedef std::vector<float> vec;
-static const trn_backend *GPU;
-static trn_rng RNG;
-
-static vec randn(size_t n, float scale = 1.0f) {
-    vec v(n);
-    for (size_t i = 0; i < n; i++) v[i] = scale * trn_rng_normal(&RNG);
-    return v;
-}
-struct dbuf { /* a device copy that frees itself */
-    void *p = nullptr;
-    size_t bytes = 0;
-    dbuf(const void *host, size_t b) : bytes(b) {
-        p = GPU->alloc(b ? b : 1, TRN_KIND_TEMP);
-        if (!p) trn_fatal("test: %s", trn_error_reason());
-        if (host && b) GPU->upload(p, host, b);
-    }
-    explicit dbuf(const vec &v) : dbuf(v.data(), v.size() * sizeof(float)) {}
-    ~dbuf() { GPU->free(p); }
-    float *f() { return (float *)p; }
-    vec get() {
-        vec h(bytes / sizeof(float));
-        GPU->download(h.data(), p, bytes);
-        return h;
-    }
-};
-static double maxdiff(const vec &a, const vec &b) {
-    double d = 0;
-    if (a.size() != b.size()) return INFINITY;
-    for (size_t i = 0; i < a.size(); i++) {
-        double e = fabs((double)a[i] - (double)b[i]);
-        if (!(e <= d)) d = e; /* NaN wins */
-    }
-    return d;
-}
+#include "tests/cuda_fixtures.h" // vec, GPU, CPU, RNG, randn, dbuf, maxdiff
 static void report(const char *name, double diff, double tol, long err0) {
     printf("%-36s max|cuda-cpu| %.3g (tol %.1g)\n", name, diff, tol);
     CHECK(diff <= tol, "%s: max|cuda-cpu| = %.3g > tol %.3g\n", name, diff, tol);

@@ -1,4 +1,4 @@
-/* test_ops2.c - the public op API (trn_op_apply, trn_grad, trn_gradcheck)
+/* test_ops_decoder.c - the public op API (trn_op_apply, trn_grad, trn_gradcheck)
    and the ops added for modern decoders, each checked against central
    finite differences with the public checker trn_gradcheck.
 

@@ -1,6 +1,6 @@
 // build: -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined -Wno-maybe-uninitialized
-/* tests/test_cuda_ops3.cpp - the >>ops3 kernels of train_cuda.h against the
-   CPU backend, run on the CPU by tests/cuda_on_cpu.h (tests/test_cuda_ops3_gpu.cu
+/* tests/test_cuda_ops_shape_loss.cpp - the >>ops3 kernels of train_cuda.h against the
+   CPU backend, run on the CPU by tests/cuda_on_cpu.h (tests/test_cuda_ops_shape_loss_gpu.cu
    is the same file for nvcc and a real GPU): dropout (the same mask bits),
    transpose, slice, concat, sum/mean, batched matmul (all four transposes),
    cross-entropy with ignored rows and label smoothing, BCE with logits, L1,
@@ -23,42 +23,7 @@
 #include <string.h>
 #include <vector>
 
-typedef std::vector<float> vec;
-static const trn_backend *GPU, *CPU;
-static trn_rng RNG;
-
-static vec randn(size_t n, float scale = 1.0f) {
-    vec v(n);
-    for (size_t i = 0; i < n; i++) v[i] = scale * trn_rng_normal(&RNG);
-    return v;
-}
-/* device copies that free themselves */
-struct dbuf {
-    void *p = nullptr;
-    size_t bytes = 0;
-    dbuf(const void *host, size_t b) : bytes(b) {
-        p = GPU->alloc(b ? b : 1, TRN_KIND_TEMP);
-        if (!p) trn_fatal("test: %s", trn_error_reason());
-        if (host && b) GPU->upload(p, host, b);
-    }
-    explicit dbuf(const vec &v) : dbuf(v.data(), v.size() * sizeof(float)) {}
-    ~dbuf() { GPU->free(p); }
-    float *f() { return (float *)p; }
-    int *i() { return (int *)p; }
-    vec get() {
-        vec h(bytes / sizeof(float));
-        GPU->download(h.data(), p, bytes);
-        return h;
-    }
-};
-static double maxdiff(const vec &a, const vec &b) {
-    double d = a.size() == b.size() ? 0.0 : INFINITY;
-    for (size_t i = 0; i < a.size() && i < b.size(); i++) {
-        double e = fabs((double)a[i] - (double)b[i]);
-        if (!(e <= d)) d = e;
-    }
-    return d;
-}
+#include "tests/cuda_fixtures.h" // vec, GPU, CPU, RNG, randn, dbuf, maxdiff
 static void report(const char *name, double diff, double tol, long e0) {
     CHECK(diff <= tol, "%s: max|cuda-cpu| = %.3g > tol %.3g\n", name, diff, tol);
     CHECK(harness_errors() == e0, "%s: the harness reported %ld errors\n", name, harness_errors() - e0);

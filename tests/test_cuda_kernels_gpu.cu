@@ -1,6 +1,6 @@
 // build: -lcublas -lcublasLt
 // requires: have_cuda_lib nvidia-cuda-dev cublas_v2.h cublasCreate_v2 -lcublas && have_cuda_lib nvidia-cuda-dev cublasLt.h cublasLtCreate -lcublasLt
-/* tests/test_cuda_on_gpu.cu - tests/test_cuda_kernels.cpp compiled by nvcc:
+/* tests/test_cuda_kernels_gpu.cu - tests/test_cuda_kernels.cpp compiled by nvcc:
    the same checks of every kernel against the CPU backend, and the same 10
    training steps, on a real GPU.
 

@@ -1,6 +1,6 @@
 // build: -lcublas -lcublasLt
 // requires: have_cuda_lib nvidia-cuda-dev cublas_v2.h cublasCreate_v2 -lcublas && have_cuda_lib nvidia-cuda-dev cublasLt.h cublasLtCreate -lcublasLt
-/* tests/test_cuda_ops3_gpu.cu - tests/test_cuda_ops3.cpp compiled by nvcc:
+/* tests/test_cuda_ops_shape_loss_gpu.cu - tests/test_cuda_ops_shape_loss.cpp compiled by nvcc:
    the same checks on a real GPU. Without a GPU it prints "no CUDA device
    ... nothing to test" and "0 passed, 0 failed" (the nvcc build check). */
-#include "test_cuda_ops3.cpp"
+#include "test_cuda_ops_shape_loss.cpp"

@@ -1,4 +1,4 @@
-/* test_ops3.c - dropout, reshape, transpose, slice, concat, sum/mean,
+/* test_ops_shape_loss.c - dropout, reshape, transpose, slice, concat, sum/mean,
    batched matmul, cross-entropy with ignore_index and label smoothing,
    BCE with logits, L1 and Huber: each op's forward against a formula
    written here, and its backward against central finite differences with
@@ -128,7 +128,7 @@ static void test_dropout_checkpoint(void) {
     char path[256];
     float a[128], b[128];
     trn_model m2;
-    snprintf(path, sizeof path, "/tmp/test_ops3_%ld.safetensors", (long)getpid());
+    snprintf(path, sizeof path, "/tmp/test_ops_shape_loss_%ld.safetensors", (long)getpid());
     model_new(1, s, n, -1.0f, 1.0f);
     trn_rng_seed(&M.rng, 99);
     trn_reset(&M);
