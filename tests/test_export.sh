@@ -60,7 +60,11 @@ one llama_tied_llama3 "$L" --init "$D/hf_l3"
 check "llama_tied_llama3: exported tied (no lm_head.weight, tie_word_embeddings true) with its rope_scaling" \
     "grep -q '\"tie_word_embeddings\": true' '$D/llama_tied_llama3_hf/config.json' && grep -q llama3 '$D/llama_tied_llama3_hf/config.json' && ! grep -q lm_head '$D/llama_tied_llama3_hf/model.safetensors'"
 python3 tests/llama_ref.py write "$D/hf_v300" --vocab 300
+# a 300-token model reads token shards, not text: the bytes as a shard
+"${MAKE_SHARD:-tools/make_shard}" -o "$D/text.bin" "$D/text.txt" > /dev/null
+R="--data $D/text.bin --batch 3 --seq 37 --sample 0 --threads 1"
 one llama_vocab300 "$L" --init "$D/hf_v300"
+R="--data $D/text.txt --batch 3 --seq 37 --sample 0 --threads 1"
 check "llama_vocab300: 384 rows here, 300 in the export" \
     "grep -q 'padded 384' '$D/llama_vocab300.out' && python3 -c \"from safetensors import safe_open; f = safe_open('$D/llama_vocab300_hf/model.safetensors', 'np'); import sys; sys.exit(f.get_slice('model.embed_tokens.weight').get_shape()[0] != 300)\""
 "$X" "$D/text.txt" "$D/nothing" > /dev/null 2> "$D/bad.err"
