@@ -110,7 +110,8 @@ static trn_result init_check_finite(const char *path, const char *name, const fl
 static trn_result init_check_unused(const trn_safetensors *f, const unsigned char *used, int (*ignorable)(const char *)) {
     if (init_lenient) return TRN_OK;
     for (int i = 0; i < f->n_tensors; i++)
-        if (!used[i] && !(ignorable && ignorable(f->tensors[i].name)))
+        if (!used[i] && strncmp(f->tensors[i].name, "optim.", 6) != 0 && // a checkpoint's optimizer state: --init takes the weights
+            !(ignorable && ignorable(f->tensors[i].name)))
             return trn_fail(TRN_ERR_MISMATCH, "%s: tensor %s is not part of this model (--init-lenient ignores it)",
                             f->path, f->tensors[i].name);
     return TRN_OK;

@@ -360,22 +360,26 @@ static void config_to_meta(const gpt2_config *c, trn_meta *meta) {
     trn_meta_set(meta, "gpt2.layout", "linear");
 }
 
-// "n_head": 12 from a Hugging Face config.json next to the weights, or -1
+// "n_head": 12 from a Hugging Face config.json next to the weights; -1
+// when there is no config.json; -2 (the reason set) when there is one that
+// is not strict JSON or whose n_head is not an integer in [1, 65536]: a
+// broken config is an error, never "no config" and a guessed head count
 static int n_head_from_config_json(const char *weights_path) {
     char path[1024];
     const char *slash = strrchr(weights_path, '/');
     int dir_len = slash ? (int)(slash - weights_path) : 1;
     snprintf(path, sizeof path, "%.*s/config.json", dir_len, slash ? weights_path : ".");
-    if (trn_check_regular(path) != TRN_OK) return -1; // (a FIFO would block fopen)
-    FILE *f = fopen(path, "rb");
-    if (!f) return -1;
-    char buf[8192];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    const char *p = strstr(buf, "\"n_head\"");
-    if (!p || !(p = strchr(p, ':'))) return -1;
-    return atoi(p + 1) > 0 ? atoi(p + 1) : -1;
+    struct stat st;
+    if (stat(path, &st) != 0 && errno == ENOENT) return -1;
+    trn_json doc;
+    if (trn_json_load(&doc, path) != TRN_OK) return -2;
+    int64_t nh = -1;
+    trn_json_value root = trn_json_root(&doc);
+    trn_result r = trn_json_typeof(root) != TRN_JSON_OBJECT ? trn_fail(TRN_ERR_FORMAT, "%s: not a JSON object", path)
+                   : trn_json_has(root, "n_head") ? trn_json_int(trn_json_key(root, "n_head"), 1, 65536, &nh)
+                                                  : TRN_OK;
+    trn_json_free(&doc);
+    return r != TRN_OK ? -2 : (int)nh;
 }
 
 // What --init found in a file: the model's shape and how to read it.
@@ -458,6 +462,10 @@ static trn_result init_inspect(const char *path, const gpt2_config *hint, init_s
     c->padded_vocab = pad_vocab(c->vocab_size);
     if (src->file_vocab_rows > c->padded_vocab) c->padded_vocab = src->file_vocab_rows;
     c->n_head = nh > 0 ? (int)nh : n_head_from_config_json(path);
+    if (c->n_head == -2) {
+        trn_safetensors_close(&f);
+        return TRN_ERR_FORMAT; // the reason (set) names config.json and what is wrong
+    }
     if (c->n_head <= 0) {
         int from_model = hint && hint->n_embd == c->n_embd;
         c->n_head = from_model ? hint->n_head : (c->n_embd % 64 == 0 ? c->n_embd / 64 : 1);

@@ -11,7 +11,8 @@
 //   Llama:  x + attn(rope(rmsnorm(x)))      x + W2 (silu(W1 h) * W3 h),  h = rmsnorm(x)
 // no biases anywhere, no position table (RoPE turns q and k by the token's
 // position instead), fewer key/value heads than query heads (each group of
-// query heads shares one), and a separate matrix for the output logits.
+// query heads shares one), and a separate matrix for the output logits
+// (or, tied as in Llama 3.2 1B, the embedding itself: one tensor).
 //
 // Run it (learns the kit's own text, byte by byte, like examples/gpt2):
 //
@@ -21,7 +22,8 @@
 //
 //     ./examples/llama --data my.txt --steps 2000
 //     ./examples/llama --init DIR --steps 0 --data shard.bin   a Hugging Face Llama:
-//                      DIR/config.json + DIR/model.safetensors (one file)
+//                      DIR/config.json + DIR/model.safetensors, or its shards
+//                      (model.safetensors.index.json); see docs/huggingface.md
 //     ./examples/llama --resume runs/llama                  continue a run
 //
 // --init reads Hugging Face's names (model.layers.0.self_attn.q_proj.weight,
@@ -99,10 +101,10 @@ typedef struct preset {
 } preset;
 
 static const preset PRESETS[] = {
-    {"mini", {4, 4, 2, 192, 48, 512, 256, 256, 256, 10000.0f, 1e-5f}, 16, 128, 2e-3f,
+    {"mini", {4, 4, 2, 192, 48, 512, 256, 256, 256, 10000.0f, 1e-5f, 0, {0}}, 16, 128, 2e-3f,
      "byte-level, 1.6M parameters: learns the kit's text in about a minute on a CPU"},
-    {"tiny", {2, 2, 1, 32, 16, 64, 64, 256, 256, 10000.0f, 1e-5f}, 4, 32, 3e-3f, "byte-level, 40K parameters: for tests"},
-    {"tinyllama-1.1b", {22, 32, 4, 2048, 64, 5632, 2048, 32000, 32000, 10000.0f, 1e-5f}, 4, 64, 4e-4f,
+    {"tiny", {2, 2, 1, 32, 16, 64, 64, 256, 256, 10000.0f, 1e-5f, 0, {0}}, 4, 32, 3e-3f, "byte-level, 40K parameters: for tests"},
+    {"tinyllama-1.1b", {22, 32, 4, 2048, 64, 5632, 2048, 32000, 32000, 10000.0f, 1e-5f, 0, {0}}, 4, 64, 4e-4f,
      "TinyLlama 1.1B's shape (use with --init)"},
 };
 #define N_PRESETS ((int)(sizeof PRESETS / sizeof PRESETS[0]))
@@ -353,26 +355,32 @@ static int config_from_st(const trn_safetensors *f, llama_config *c) {
     return 1;
 }
 
-// the value after "key": in config.json (spaces skipped), or NULL
-static const char *json_value(const char *json, const char *key) {
-    char pat[96];
-    snprintf(pat, sizeof pat, "\"%s\"", key);
-    const char *p = strstr(json, pat);
-    if (!p) return NULL;
-    p += strlen(pat);
-    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
-    if (*p != ':') return NULL;
-    p++;
-    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
-    return p;
+// config.json is read strictly (train.h's JSON reader): a file that is not
+// JSON, a key of the wrong type, a fraction or an out-of-range number where
+// a count belongs, a key given twice: an error naming the file and the key.
+// Optional keys may be absent or null (then the default of transformers'
+// LlamaConfig).
+static trn_result opt_int(trn_json_value obj, const char *key, int64_t lo, int64_t hi, int dflt, int *out) {
+    int64_t v;
+    trn_json_value k = trn_json_key(obj, key);
+    if (!k.twice && (!k.at || trn_json_typeof(k) == TRN_JSON_NULL)) return *out = dflt, TRN_OK;
+    trn_result r = trn_json_int(k, lo, hi, &v);
+    if (r == TRN_OK) *out = (int)v;
+    return r;
 }
-static long json_long(const char *json, const char *key, long dflt) {
-    const char *v = json_value(json, key);
-    return v && (isdigit((unsigned char)*v) || *v == '-') ? strtol(v, NULL, 10) : dflt;
+static trn_result opt_float(trn_json_value obj, const char *key, float dflt, float *out) {
+    double v;
+    trn_json_value k = trn_json_key(obj, key);
+    if (!k.twice && (!k.at || trn_json_typeof(k) == TRN_JSON_NULL)) return *out = dflt, TRN_OK;
+    trn_result r = trn_json_number(k, &v);
+    if (r == TRN_OK && !(fabs(v) < 3e38)) r = trn_fail(TRN_ERR_FORMAT, "%s: '%s' = %g is out of a float's range", obj.doc->name, key, v);
+    if (r == TRN_OK) *out = (float)v;
+    return r;
 }
-static double json_double(const char *json, const char *key, double dflt) {
-    const char *v = json_value(json, key);
-    return v && (isdigit((unsigned char)*v) || *v == '-' || *v == '.') ? strtod(v, NULL) : dflt;
+static trn_result opt_bool(trn_json_value obj, const char *key, int dflt, int *out) {
+    trn_json_value k = trn_json_key(obj, key);
+    if (!k.twice && (!k.at || trn_json_typeof(k) == TRN_JSON_NULL)) return *out = dflt, TRN_OK;
+    return trn_json_bool(k, out);
 }
 
 // RoPE as transformers writes it: 4.x "rope_scaling": {"rope_type" (or
@@ -382,22 +390,18 @@ static double json_double(const char *json, const char *key, double dflt) {
 // original_max_position_embeddings; dynamic scales past
 // max_position_embeddings, so the context it trains and samples grows to
 // factor x that. A type not computed here is refused by name.
-static trn_result rope_from_hf(const char *text, const char *path, llama_config *c) {
-    const char *which = "rope_parameters", *v = json_value(text, which);
-    if (!v || !strncmp(v, "null", 4)) v = json_value(text, which = "rope_scaling");
+static trn_result rope_from_hf(trn_json_value root, const char *path, llama_config *c) {
+    const char *which = "rope_parameters";
+    trn_json_value o = trn_json_key(root, which);
+    if (!o.at || trn_json_typeof(o) == TRN_JSON_NULL) o = trn_json_key(root, which = "rope_scaling");
     memset(&c->rope, 0, sizeof c->rope);
-    if (!v || !strncmp(v, "null", 4)) return TRN_OK; // plain RoPE
-    if (*v != '{') return trn_fail(TRN_ERR_FORMAT, "%s: %s is not an object", path, which);
-    const char *end = strchr(v, '}');
-    if (!end) return trn_fail(TRN_ERR_FORMAT, "%s: %s: no closing brace", path, which);
-    char obj[1024], type[32] = "";
-    if ((size_t)(end - v) >= sizeof obj) return trn_fail(TRN_ERR_FORMAT, "%s: %s is too long", path, which);
-    memcpy(obj, v, (size_t)(end - v + 1));
-    obj[end - v + 1] = 0;
-    const char *t = json_value(obj, "rope_type");
-    if (!t) t = json_value(obj, "type");
-    if (!t || *t != '"' || sscanf(t, "\"%31[^\"]\"", type) != 1)
-        return trn_fail(TRN_ERR_FORMAT, "%s: %s has no \"rope_type\"", path, which);
+    if (!o.twice && (!o.at || trn_json_typeof(o) == TRN_JSON_NULL)) return TRN_OK; // plain RoPE
+    if (o.twice || trn_json_typeof(o) != TRN_JSON_OBJECT) return trn_fail(TRN_ERR_FORMAT, "%s: %s is not an object", path, which);
+    char type[32] = "";
+    trn_json_value t = trn_json_key(o, "rope_type");
+    if (!t.at) t = trn_json_key(o, "type");
+    trn_result r = trn_json_string(t, type, sizeof type);
+    if (r != TRN_OK) return trn_fail(TRN_ERR_FORMAT, "%s: %s needs a \"rope_type\" string", path, which);
     int k = -1;
     for (int i = 0; i < 4; i++)
         if (!strcmp(type, ROPE_NAMES[i])) k = i;
@@ -405,13 +409,14 @@ static trn_result rope_from_hf(const char *text, const char *path, llama_config 
         return trn_fail(TRN_ERR_FORMAT, "%s: %s: rope_type \"%s\" is not supported (default, linear, dynamic, llama3 are)",
                         path, which, type);
     c->rope.type = k;
-    if (json_value(obj, "rope_theta")) c->rope_theta = (float)json_double(obj, "rope_theta", 0.0);
+    if ((r = opt_float(o, "rope_theta", c->rope_theta, &c->rope_theta)) != TRN_OK) return r;
     if (k == TRN_ROPE_DEFAULT) return TRN_OK;
-    c->rope.factor = (float)json_double(obj, "factor", 0.0);
+    if ((r = opt_float(o, "factor", 0.0f, &c->rope.factor)) != TRN_OK) return r;
     if (k == TRN_ROPE_LLAMA3) {
-        c->rope.low_freq_factor = (float)json_double(obj, "low_freq_factor", 0.0);
-        c->rope.high_freq_factor = (float)json_double(obj, "high_freq_factor", 0.0);
-        c->rope.original_max_pos = (int)json_long(obj, "original_max_position_embeddings", 0);
+        if ((r = opt_float(o, "low_freq_factor", 0.0f, &c->rope.low_freq_factor)) != TRN_OK ||
+            (r = opt_float(o, "high_freq_factor", 0.0f, &c->rope.high_freq_factor)) != TRN_OK ||
+            (r = opt_int(o, "original_max_position_embeddings", 1, 1 << 30, 0, &c->rope.original_max_pos)) != TRN_OK)
+            return r;
     } else if (k == TRN_ROPE_DYNAMIC) {
         c->rope.original_max_pos = c->block_size;
         if (c->rope.factor > 1.0f && c->rope.factor < 1024.0f) c->block_size = (int)(c->block_size * c->rope.factor);
@@ -423,45 +428,130 @@ static trn_result rope_from_hf(const char *text, const char *path, llama_config 
 }
 
 // Hugging Face's config.json -> llama_config; TRN_ERR_FORMAT for what this
-// model does not compute (another activation, RoPE scaling, biases).
+// model does not compute (another activation, a RoPE type, biases).
 static trn_result config_from_hf(const char *path, llama_config *c) {
-    char *text = NULL;
-    size_t len = 0;
-    const char *paths[1] = {path};
-    if (trn_text_read_files(&text, &len, paths, 1, 0) != TRN_OK) return trn_fail(TRN_ERR_IO, "%s: %s", path, trn_error_reason());
-    trn_result r = TRN_OK;
-    const char *v;
+    trn_json doc;
+    trn_result r = trn_json_load(&doc, path);
+    if (r != TRN_OK) return r; // the reason names the file and the byte
+    trn_json_value root = trn_json_root(&doc);
     memset(c, 0, sizeof *c);
-    c->n_layer = (int)json_long(text, "num_hidden_layers", -1);
-    c->n_head = (int)json_long(text, "num_attention_heads", -1);
-    c->n_kv_head = (int)json_long(text, "num_key_value_heads", c->n_head); // absent: multi-head
-    c->n_embd = (int)json_long(text, "hidden_size", -1);
-    c->head_dim = (int)json_long(text, "head_dim", c->n_head > 0 ? c->n_embd / c->n_head : -1);
-    c->ffn_hidden = (int)json_long(text, "intermediate_size", -1);
-    c->block_size = (int)json_long(text, "max_position_embeddings", 2048);
-    c->vocab_size = (int)json_long(text, "vocab_size", -1);
-    c->padded_vocab = pad_vocab(c->vocab_size);
-    c->rope_theta = (float)json_double(text, "rope_theta", 10000.0);
-    c->norm_eps = (float)json_double(text, "rms_norm_eps", 1e-6);
-    c->tied = -1; // absent: decided by the file (init_inspect)
-    if ((v = json_value(text, "tie_word_embeddings"))) c->tied = !strncmp(v, "true", 4) ? 1 : !strncmp(v, "false", 5) ? 0 : -2;
+    char act[32] = "silu";
+    int attn_bias = 0, mlp_bias = 0;
+    int64_t v;
+    const int64_t BIG = 1 << 30;
+    if (trn_json_typeof(root) != TRN_JSON_OBJECT) r = trn_fail(TRN_ERR_FORMAT, "%s: not a JSON object", path);
+#define NEED(key, lo, hi, field) \
+    if (r == TRN_OK && (r = trn_json_int(trn_json_key(root, key), lo, hi, &v)) == TRN_OK) c->field = (int)v
+    NEED("num_hidden_layers", 1, 100000, n_layer);
+    NEED("num_attention_heads", 1, 1 << 20, n_head);
+    NEED("hidden_size", 1, BIG, n_embd);
+    NEED("intermediate_size", 1, BIG, ffn_hidden);
+    NEED("vocab_size", 1, BIG, vocab_size);
+#undef NEED
+    if (r == TRN_OK) r = opt_int(root, "num_key_value_heads", 1, 1 << 20, c->n_head, &c->n_kv_head); // absent: multi-head
+    if (r == TRN_OK) r = opt_int(root, "head_dim", 1, BIG, c->n_embd / c->n_head, &c->head_dim);
+    if (r == TRN_OK) r = opt_int(root, "max_position_embeddings", 1, BIG, 2048, &c->block_size);
+    if (r == TRN_OK) r = opt_float(root, "rope_theta", 10000.0f, &c->rope_theta);
+    if (r == TRN_OK) r = opt_float(root, "rms_norm_eps", 1e-6f, &c->norm_eps);
+    if (r == TRN_OK && trn_json_has(root, "tie_word_embeddings")) r = opt_bool(root, "tie_word_embeddings", 0, &c->tied);
+    else c->tied = -1; // absent: decided by the file (init_inspect)
+    if (r == TRN_OK && trn_json_has(root, "hidden_act")) r = trn_json_string(trn_json_key(root, "hidden_act"), act, sizeof act);
+    if (r == TRN_OK) r = opt_bool(root, "attention_bias", 0, &attn_bias);
+    if (r == TRN_OK) r = opt_bool(root, "mlp_bias", 0, &mlp_bias);
+    if (r == TRN_OK) c->padded_vocab = pad_vocab(c->vocab_size);
     llama_config sizes = *c;
     sizes.tied = 0;
-    if ((v = json_value(text, "hidden_act")) && strncmp(v, "\"silu\"", 6) != 0)
-        r = trn_fail(TRN_ERR_FORMAT, "%s: hidden_act %.12s: only \"silu\" (SwiGLU) is supported", path, v);
-    else if ((r = rope_from_hf(text, path, c)) != TRN_OK)
+    if (r != TRN_OK)
         ;
-    else if (((v = json_value(text, "attention_bias")) && !strncmp(v, "true", 4)) ||
-             ((v = json_value(text, "mlp_bias")) && !strncmp(v, "true", 4)))
+    else if (strcmp(act, "silu") != 0)
+        r = trn_fail(TRN_ERR_FORMAT, "%s: hidden_act \"%s\": only \"silu\" (SwiGLU) is supported", path, act);
+    else if ((r = rope_from_hf(root, path, c)) != TRN_OK)
+        ;
+    else if (attn_bias || mlp_bias)
         r = trn_fail(TRN_ERR_FORMAT, "%s: attention_bias / mlp_bias: this Llama has no biases", path);
-    else if (c->tied == -2)
-        r = trn_fail(TRN_ERR_FORMAT, "%s: tie_word_embeddings must be true or false", path);
     else if (!config_ok(&sizes)) // (tied: decided by init_inspect)
-        r = trn_fail(TRN_ERR_FORMAT, "%s: missing or inconsistent sizes (layers %d, heads %d/%d, hidden %d, head_dim %d, "
-                     "intermediate %d, vocab %d)", path, c->n_layer, c->n_head, c->n_kv_head, c->n_embd, c->head_dim,
-                     c->ffn_hidden, c->vocab_size);
-    trn_free(text);
+        r = trn_fail(TRN_ERR_FORMAT, "%s: inconsistent sizes (layers %d, heads %d/%d, hidden %d, head_dim %d, "
+                     "intermediate %d, vocab %d, rope_theta %g, rms_norm_eps %g)", path, c->n_layer, c->n_head,
+                     c->n_kv_head, c->n_embd, c->head_dim, c->ffn_hidden, c->vocab_size, (double)c->rope_theta,
+                     (double)c->norm_eps);
+    trn_json_free(&doc);
     return r;
+}
+
+// The weights of an --init: one safetensors file, or Hugging Face's shards
+// (DIR/model.safetensors.index.json, whose "weight_map" names the file of
+// every tensor: {"model.norm.weight": "model-00002-of-00002.safetensors"}).
+// A shard is opened when a tensor in it is first asked for; each remembers
+// which of its tensors were read (the strict import's leftover check).
+typedef struct st_shards {
+    trn_json index;          // the index (sharded only)
+    trn_json_value map;      // its weight_map
+    int sharded, n;          // n files open
+    char dir[1100];          // where the shards are
+    trn_safetensors *f;      // [n]
+    unsigned char **used;    // [n][tensors of that file]
+} st_shards;
+
+static void shards_close(st_shards *s) {
+    for (int i = 0; i < s->n; i++) trn_safetensors_close(&s->f[i]), free(s->used[i]);
+    free(s->f), free(s->used);
+    if (s->sharded) trn_json_free(&s->index);
+    memset(s, 0, sizeof *s);
+}
+static trn_result shards_add(st_shards *s, const char *path) {
+    trn_safetensors *f = (trn_safetensors *)realloc(s->f, sizeof *f * (size_t)(s->n + 1));
+    unsigned char **u = f ? (unsigned char **)realloc(s->used, sizeof *u * (size_t)(s->n + 1)) : NULL;
+    if (f) s->f = f;
+    if (u) s->used = u;
+    if (!f || !u) return trn_fail(TRN_ERR_NOMEM, "%s: out of memory", path);
+    trn_result r = trn_safetensors_open(&s->f[s->n], path);
+    if (r != TRN_OK) return r;
+    if (!(s->used[s->n] = (unsigned char *)calloc((size_t)s->f[s->n].n_tensors + 1, 1))) {
+        trn_safetensors_close(&s->f[s->n]);
+        return trn_fail(TRN_ERR_NOMEM, "%s: out of memory", path);
+    }
+    s->n++;
+    return TRN_OK;
+}
+// path: a .safetensors file, or an index .json
+static trn_result shards_open(st_shards *s, const char *path) {
+    memset(s, 0, sizeof *s);
+    size_t n = strlen(path);
+    if (n < 5 || strcmp(path + n - 5, ".json") != 0) return shards_add(s, path);
+    trn_result r = trn_json_load(&s->index, path);
+    if (r != TRN_OK) return r;
+    s->sharded = 1;
+    s->map = trn_json_key(trn_json_root(&s->index), "weight_map");
+    if (s->map.twice || trn_json_typeof(s->map) != TRN_JSON_OBJECT) {
+        shards_close(s);
+        return trn_fail(TRN_ERR_FORMAT, "%s: no \"weight_map\" object", path);
+    }
+    const char *slash = strrchr(path, '/');
+    snprintf(s->dir, sizeof s->dir, "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
+    return TRN_OK;
+}
+// tensor `name`: its file and entry (marked used when mark); NULL *t: absent
+static trn_result shards_find(st_shards *s, const char *name, int mark, trn_safetensors **f, const trn_st_tensor **t) {
+    int k = 0;
+    *f = NULL, *t = NULL;
+    if (s->sharded) {
+        char file[256], path[1400];
+        trn_json_value v = trn_json_key(s->map, name);
+        if (!v.at && !v.twice) return TRN_OK; // not in the index
+        trn_result r = trn_json_string(v, file, sizeof file);
+        if (r != TRN_OK) return r;
+        if (strchr(file, '/') || !strcmp(file, "..") || !file[0])
+            return trn_fail(TRN_ERR_FORMAT, "%s: weight_map names file \"%s\" (a file beside the index is expected)", s->index.name, file);
+        snprintf(path, sizeof path, "%s/%s", s->dir, file);
+        for (k = 0; k < s->n && strcmp(s->f[k].path, path) != 0; k++) {}
+        if (k == s->n && (r = shards_add(s, path)) != TRN_OK) return r;
+    }
+    *f = &s->f[k];
+    *t = trn_safetensors_find(*f, name);
+    if (s->sharded && !*t)
+        return trn_fail(TRN_ERR_MISMATCH, "%s: the index puts tensor %s in this file, which has no such tensor", (*f)->path, name);
+    if (*t && mark) s->used[k][*t - (*f)->tensors] = 1;
+    return TRN_OK;
 }
 
 // What --init found: the model's shape and where the weights are.
@@ -482,24 +572,30 @@ static trn_result init_inspect(const char *path, init_source *src) {
     if (S_ISDIR(st.st_mode)) {
         snprintf(src->weights, sizeof src->weights, "%s/model.safetensors", path);
         snprintf(cfgpath, sizeof cfgpath, "%s/config.json", path);
-        if (stat(src->weights, &st) != 0)
-            return trn_fail(TRN_ERR_IO, "%s: no model.safetensors (a checkpoint in several shards must be merged into "
-                            "one file first)", path);
+        if (stat(src->weights, &st) != 0) {
+            snprintf(src->weights, sizeof src->weights, "%s/model.safetensors.index.json", path);
+            if (stat(src->weights, &st) != 0)
+                return trn_fail(TRN_ERR_IO, "%s: no model.safetensors, nor model.safetensors.index.json (shards)", path);
+        }
     } else {
         const char *slash = strrchr(path, '/');
         snprintf(src->weights, sizeof src->weights, "%s", path);
         snprintf(cfgpath, sizeof cfgpath, "%.*s/config.json", slash ? (int)(slash - path) : 1, slash ? path : ".");
     }
-    trn_safetensors f;
-    trn_result r = trn_safetensors_open(&f, src->weights);
+    st_shards sh;
+    trn_safetensors *f;
+    const trn_st_tensor *head;
+    trn_result r = shards_open(&sh, src->weights);
     if (r != TRN_OK) return r;
-    if (config_from_st(&f, &src->cfg)) { // a file written by this program
-        trn_safetensors_close(&f);
+    if (!sh.sharded && config_from_st(&sh.f[0], &src->cfg)) { // a file written by this program
+        shards_close(&sh);
         return config_ok(&src->cfg) ? TRN_OK : trn_fail(TRN_ERR_FORMAT, "%s: bad llama.* metadata", src->weights);
     }
     src->hf = 1;
-    int has_head = trn_safetensors_find(&f, "lm_head.weight") != NULL;
-    trn_safetensors_close(&f);
+    r = shards_find(&sh, "lm_head.weight", 0, &f, &head);
+    shards_close(&sh);
+    if (r != TRN_OK) return r;
+    int has_head = head != NULL;
     if (stat(cfgpath, &st) != 0) return trn_fail(TRN_ERR_IO, "%s: a Hugging Face model needs its config.json (%s)", path, cfgpath);
     r = config_from_hf(cfgpath, &src->cfg);
     if (r != TRN_OK) return r;
@@ -520,11 +616,12 @@ static trn_result init_inspect(const char *path, init_source *src) {
 
 // read tensor `name` (rows x cols floats) into dst, checking its shape and
 // (unless --init-lenient) that every value is finite; marks it used
-static trn_result read_checked(trn_safetensors *f, const char *name, int64_t rows, int64_t cols, float *dst,
-                               unsigned char *used) {
-    const trn_st_tensor *t = trn_safetensors_find(f, name);
-    if (!t) return trn_fail(TRN_ERR_MISMATCH, "%s: tensor %s is missing", f->path, name);
-    used[t - f->tensors] = 1;
+static trn_result read_checked(st_shards *s, const char *name, int64_t rows, int64_t cols, float *dst) {
+    trn_safetensors *f;
+    const trn_st_tensor *t;
+    trn_result r0 = shards_find(s, name, 1, &f, &t);
+    if (r0 != TRN_OK) return r0;
+    if (!t) return trn_fail(TRN_ERR_MISMATCH, "%s: tensor %s is missing", s->sharded ? s->index.name : s->f[0].path, name);
     int ok = cols == 1 ? (t->ndim == 1 && t->shape[0] == rows) : (t->ndim == 2 && t->shape[0] == rows && t->shape[1] == cols);
     if (!ok)
         return trn_fail(TRN_ERR_MISMATCH, "%s: tensor %s has %d dims (%lld,%lld), expected (%lld,%lld)", f->path, name,
@@ -547,15 +644,14 @@ static int llama_ignorable(const char *name) {
 static trn_result init_load(llama *g, const init_source *src) {
     const llama_config *c = &g->cfg;
     int hs = c->head_dim, V = c->vocab_size;
-    trn_safetensors f;
-    trn_result r = trn_safetensors_open(&f, src->weights);
+    st_shards f;
+    trn_result r = shards_open(&f, src->weights);
     if (r != TRN_OK) return r;
     size_t most = 0;
     for (int i = 0; i < g->m.n_params; i++) most = g->m.params[i]->size > most ? g->m.params[i]->size : most;
     float *buf = (float *)trn_alloc(most * sizeof(float), TRN_KIND_TEMP);
-    unsigned char *used = (unsigned char *)calloc((size_t)f.n_tensors + 1, 1);
-    if (!buf || !used) {
-        trn_free(buf), free(used), trn_safetensors_close(&f);
+    if (!buf) {
+        shards_close(&f);
         return trn_fail(TRN_ERR_NOMEM, "--init: out of memory");
     }
     for (int i = 0; i < g->m.n_params && r == TRN_OK; i++) {
@@ -563,32 +659,32 @@ static trn_result init_load(llama *g, const init_source *src) {
         int64_t rows = p->shape[0], cols = p->ndim == 2 ? p->shape[1] : 1;
         memset(buf, 0, p->size * sizeof(float));
         if (!src->hf) {
-            r = read_checked(&f, p->name, rows, cols, buf, used);
+            r = read_checked(&f, p->name, rows, cols, buf);
         } else if (p == g->embed || p == g->head) { // V rows in the file, Vp here
-            r = read_checked(&f, p == g->head && !src->tied ? "lm_head.weight" : "model.embed_tokens.weight", V, cols, buf, used);
+            r = read_checked(&f, p == g->head && !src->tied ? "lm_head.weight" : "model.embed_tokens.weight", V, cols, buf);
         } else if (strstr(p->name, "qkv_proj")) {
             char name[128], stem[96];
             snprintf(stem, sizeof stem, "%.*s", (int)(strstr(p->name, "qkv_proj") - p->name), p->name);
             int64_t nq = (int64_t)c->n_head * hs, nkv = (int64_t)c->n_kv_head * hs;
             snprintf(name, sizeof name, "%sq_proj.weight", stem);
-            r = read_checked(&f, name, nq, cols, buf, used);
+            r = read_checked(&f, name, nq, cols, buf);
             snprintf(name, sizeof name, "%sk_proj.weight", stem);
-            if (r == TRN_OK) r = read_checked(&f, name, nkv, cols, buf + nq * cols, used);
+            if (r == TRN_OK) r = read_checked(&f, name, nkv, cols, buf + nq * cols);
             snprintf(name, sizeof name, "%sv_proj.weight", stem);
-            if (r == TRN_OK) r = read_checked(&f, name, nkv, cols, buf + (nq + nkv) * cols, used);
+            if (r == TRN_OK) r = read_checked(&f, name, nkv, cols, buf + (nq + nkv) * cols);
         } else {
-            r = read_checked(&f, p->name, rows, cols, buf, used);
+            r = read_checked(&f, p->name, rows, cols, buf);
         }
         if (r == TRN_OK) trn_write(&g->m, p, buf);
     }
     if (r == TRN_OK && src->hf && src->tied) { // a tied file may carry its head's copy: transformers ties it away
-        const trn_st_tensor *h = trn_safetensors_find(&f, "lm_head.weight");
-        if (h) used[h - f.tensors] = 1;
+        trn_safetensors *hf;
+        const trn_st_tensor *h;
+        r = shards_find(&f, "lm_head.weight", 1, &hf, &h);
     }
-    if (r == TRN_OK) r = init_check_unused(&f, used, llama_ignorable);
-    free(used);
+    for (int k = 0; k < f.n && r == TRN_OK; k++) r = init_check_unused(&f.f[k], f.used[k], llama_ignorable);
     trn_free(buf);
-    trn_safetensors_close(&f);
+    shards_close(&f);
     return r;
 }
 

@@ -9,7 +9,9 @@
 #   (the export unpads it); each export loads back into the kit (--init DIR)
 #   (--init DIR/model.safetensors: config.json is read beside it) with
 #   bit-identical logits; a file that is not a model of the kit is
-#   refused with one line. tools/export_gguf: the two Llamas as GGUF in F32,
+#   refused with one line. An export cut into Hugging Face's shards
+#   (model.safetensors.index.json + 2 files) loads directly, bit-identical;
+#   an index naming a missing shard is refused. tools/export_gguf: the two Llamas as GGUF in F32,
 #   F16 and BF16, read back with the gguf package (tests/export_ref.py gguf):
 #   every key and every tensor (bit for bit); dynamic RoPE refused (no GGUF
 #   form). Skipped, with a line, without numpy + safetensors (the GGUF part
@@ -58,12 +60,55 @@ one llama_tied_llama3 "$L" --init "$D/hf_l3"
 check "llama_tied_llama3: exported tied (no lm_head.weight, tie_word_embeddings true) with its rope_scaling" \
     "grep -q '\"tie_word_embeddings\": true' '$D/llama_tied_llama3_hf/config.json' && grep -q llama3 '$D/llama_tied_llama3_hf/config.json' && ! grep -q lm_head '$D/llama_tied_llama3_hf/model.safetensors'"
 python3 tests/llama_ref.py write "$D/hf_v300" --vocab 300
+# a 300-token model reads token shards, not text: the bytes as a shard
+"${MAKE_SHARD:-tools/make_shard}" -o "$D/text.bin" "$D/text.txt" > /dev/null
+R="--data $D/text.bin --batch 3 --seq 37 --sample 0 --threads 1"
 one llama_vocab300 "$L" --init "$D/hf_v300"
+R="--data $D/text.txt --batch 3 --seq 37 --sample 0 --threads 1"
 check "llama_vocab300: 384 rows here, 300 in the export" \
     "grep -q 'padded 384' '$D/llama_vocab300.out' && python3 -c \"from safetensors import safe_open; f = safe_open('$D/llama_vocab300_hf/model.safetensors', 'np'); import sys; sys.exit(f.get_slice('model.embed_tokens.weight').get_shape()[0] != 300)\""
 "$X" "$D/text.txt" "$D/nothing" > /dev/null 2> "$D/bad.err"
 rc=$?
 check "a file that is not a model: exit 2, one line ($(head -1 "$D/bad.err"))" "[ $rc = 2 ] && [ \$(wc -l < '$D/bad.err') = 1 ]"
+
+# --- Hugging Face's shards (model.safetensors.index.json) load directly -------------
+# the untied llama's export cut into two files + the index, as transformers
+# saves a large model (Python's standard library)
+split() { # split SRC_DIR DST_DIR
+    python3 - "$1" "$2" <<'PY'
+import json, os, struct, sys
+src, dst = sys.argv[1:3]
+os.makedirs(dst, exist_ok=True)
+b = open(os.path.join(src, "model.safetensors"), "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+h.pop("__metadata__", None)
+names = sorted(h)
+wmap = {}
+for part, group in enumerate((names[:len(names) // 2], names[len(names) // 2:])):
+    fname = "model-%05d-of-00002.safetensors" % (part + 1)
+    hdr, off, blobs = {"__metadata__": {"format": "pt"}}, 0, []
+    for k in group:
+        v = h[k]
+        blob = b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]
+        hdr[k] = {"dtype": v["dtype"], "shape": v["shape"], "data_offsets": [off, off + len(blob)]}
+        off += len(blob)
+        blobs.append(blob)
+        wmap[k] = fname
+    j = json.dumps(hdr).encode()
+    j += b" " * (-len(j) % 8)
+    open(os.path.join(dst, fname), "wb").write(struct.pack("<Q", len(j)) + j + b"".join(blobs))
+json.dump({"metadata": {"total_size": len(b)}, "weight_map": wmap}, open(os.path.join(dst, "model.safetensors.index.json"), "w"))
+PY
+    cp "$1/config.json" "$2/"
+}
+split "$D/llama_hf" "$D/sharded"
+"$L" --init "$D/sharded" $R --steps 0 --out "$D/sh_out" --dump-logits "$D/sharded.logits" > "$D/sh.out" 2>&1
+check "sharded HF checkpoint (2 files + index.json): loads directly, bit-identical logits" "cmp -s '$D/llama.logits' '$D/sharded.logits'"
+sed 's/model-00002-of-00002/model-00003-of-00002/' "$D/sharded/model.safetensors.index.json" > "$D/idx" && mv "$D/idx" "$D/sharded/model.safetensors.index.json"
+"$L" --init "$D/sharded" $R --steps 0 --out "$D/sh_out" > /dev/null 2> "$D/bad.err"
+rc=$?
+check "sharded: an index naming a missing shard: exit 2, one line ($(head -1 "$D/bad.err"))" "[ $rc = 2 ] && [ \$(wc -l < '$D/bad.err') = 1 ] && grep -q 00003 '$D/bad.err'"
 
 # --- GGUF ------------------------------------------------------------------------
 if python3 -c 'import gguf' 2>/dev/null; then

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/test_init_strict.sh - --init is strict (issue 24, items 1, 6, 8):
+# tests/test_init_strict.sh - --init is strict (issue 24, items 1, 6, 7, 8):
 #   1. a GPT-2 file whose wte is zero columns wide: a one-line refusal, not a
 #      SIGFPE (the head count became 0 and was divided by)
 #   6. NaN or inf in any --init tensor (gpt2: safetensors and llm.c .bin;
@@ -7,9 +7,15 @@
 #   8. a tensor the model has no use for (a q_proj.bias, a layer past the
 #      model's, a gap in the layer numbers h.0, h.2): exit 2 naming it,
 #      not a model that silently differs from the file
+#   7. config.json is read as strict JSON: not JSON, malformed, 4294967298
+#      layers, a hidden size of 32.7, 1e9 heads, an eps of NaN, a key that
+#      sits only inside another object, a boolean that is a string: each
+#      exit 2 naming config.json (and the key); for GPT-2 a broken
+#      config.json beside the weights is an error, not "no config.json"
 #   --init-lenient loads the NaN and the extra tensors anyway (exit 0).
-# The files are the kit's own (--steps 0 of the tiny presets), edited by a
-# few lines of Python's standard library (no numpy needed).
+# The files are the kit's own (--steps 0 of the tiny presets, and their
+# tools/export_hf directories), edited by a few lines of Python's standard
+# library or sed (no numpy needed).
 set -u
 cd "$(dirname "$0")/.."
 G=${GPT2:-examples/gpt2}
@@ -19,7 +25,8 @@ fail=0
 ok() { pass=$((pass + 1)); echo "ok   - $1"; }
 bad() { fail=$((fail + 1)); echo "FAIL - $1"; }
 check() { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
-for p in "$G" "$L"; do
+X=${EXPORT_HF:-tools/export_hf}
+for p in "$G" "$L" "$X"; do
     if [ ! -x "$p" ]; then echo "FAIL - $p is not built (./build.sh)"; echo "0 passed, 1 failed"; exit 1; fi
 done
 if ! command -v python3 > /dev/null; then echo "skip - python3 is not available"; echo "0 passed, 0 failed"; exit 0; fi
@@ -125,6 +132,31 @@ edit "$D/g/model.safetensors" "$D/g_extra.safetensors" add h.0.attn.c_attn.scale
 WANT=h.0.attn.c_attn.scale run "gpt2: an extra tensor" 2 $G --init "$D/g_extra.safetensors"
 edit "$D/g/model.safetensors" "$D/g_mask.safetensors" add h.0.attn.bias 1 1 4 4
 WANT=x run "gpt2: Hugging Face's causal-mask buffer h.0.attn.bias is not a weight: loads" 0 $G --init "$D/g_mask.safetensors"
+
+# --- 7. config.json, strictly -------------------------------------------------------
+"$X" "$D/l/model.safetensors" "$D/lhf" > /dev/null && "$X" "$D/g/model.safetensors" "$D/ghf" > /dev/null
+WANT=x run "llama: the exported directory loads" 0 $L --init "$D/lhf"
+cfg() { # cfg NAME WANT SED-EXPRESSION: config.json edited, then --init
+    local name=$1 want=$2
+    mkdir -p "$D/c_$name" && ln -sf "$D/lhf/model.safetensors" "$D/c_$name/model.safetensors"
+    sed "$3" "$D/lhf/config.json" > "$D/c_$name/config.json"
+    WANT=$want run "llama config.json: $name" 2 $L --init "$D/c_$name"
+}
+cfg "not JSON at all" config.json 's/.*/hello/'
+cfg "malformed (a trailing comma)" config.json 's/"torch_dtype": "float32"/"torch_dtype": "float32",/'
+cfg "4294967298 layers" num_hidden_layers 's/"num_hidden_layers": 2/"num_hidden_layers": 4294967298/'
+cfg "hidden size 32.7" hidden_size 's/"hidden_size": 32/"hidden_size": 32.7/'
+cfg "1e9 heads" num_attention_heads 's/"num_attention_heads": 2/"num_attention_heads": 1e9/'
+cfg "eps NaN" config.json 's/"rms_norm_eps": [0-9.e-]*/"rms_norm_eps": NaN/'
+cfg "num_hidden_layers only inside another object" num_hidden_layers 's/"num_hidden_layers": 2/"text_config": {"num_hidden_layers": 2}/'
+cfg "tie_word_embeddings as a string" tie_word_embeddings 's/"tie_word_embeddings": false/"tie_word_embeddings": "false"/'
+cfg "a key given twice" hidden_size 's/"hidden_size": 32/"hidden_size": 32, "hidden_size": 64/'
+cfg "rope_scaling of type yarn" yarn 's/"rope_scaling": null/"rope_scaling": {"rope_type": "yarn", "factor": 4.0}/'
+sed 's/"n_head": [0-9]*/"n_head": 2,/' "$D/ghf/config.json" > "$D/ghf/bad.json" && mv "$D/ghf/bad.json" "$D/ghf/config.json"
+WANT=config.json run "gpt2: a malformed config.json beside the weights (was: 'no config.json', a guessed head count)" 2 \
+    $G --init "$D/ghf/model.safetensors"
+rm "$D/ghf/config.json" && mkdir "$D/ghf/config.json"
+WANT=config.json run "gpt2: a directory named config.json beside the weights" 2 $G --init "$D/ghf/model.safetensors"
 
 echo "$pass passed, $fail failed"
 [ $fail = 0 ]
