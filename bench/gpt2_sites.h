@@ -98,6 +98,16 @@ static double plan_efficiency(const trn_cuda_site_row *r, trn_cuda_precision p, 
         *why = bf16 ? "recomputes S and dP: 3 products where 1 is needed" : "fp32 FMA, 3 products for 1; from 2026-11-25";
         return bf16 ? 0.07 : 0.0235;
     }
+    /* FlashAttention-2 (>>cuda-fa2): mma.sync with S, P, O in registers.
+       The FA2 paper reports mma.sync kernels (no wgmma) at ~335 TFLOP/s
+       forward on an H100 at long sequences, 42% of the 790 measured here;
+       at head size 64 and T = 1024 (few key blocks per row block, the
+       causal half idle) and as a first version, less. Not yet run on a GPU. */
+    if (plan_is(r, "flash fwd")) { *why = "FA2 mma.sync, registers; hs 64, T 1024: short rows, first version"; return 0.30; }
+    if (plan_is(r, "flash bwd")) { *why = "FA2 5 products per key block, dS via smem, fp32 dQ partials"; return 0.22; }
+    if (plan_is(r, "flash bwd D") || plan_is(r, "flash bwd dq sum")) {
+        *why = "a streaming pass over (B,T,C) rows (rowsum; partials summed)"; return 0.60;
+    }
     if (!strncmp(r->name, "attention", 9)) { *why = "cuBLAS batched, K = head size: (T,T) matrices through HBM"; return 0.5; }
     if (r->m) { /* cuBLAS(Lt) GEMMs */
         double w = plan_waves(r);
@@ -115,10 +125,18 @@ static double plan_efficiency(const trn_cuda_site_row *r, trn_cuda_precision p, 
         *why = "one block per row (166 rows a chunk: 1.3 waves), one 2-byte load in flight per warp";
         return bf16 ? 0.30 : 0.40;
     }
-    if (plan_is(r, "layernorm fwd")) { *why = "a warp per row, scalar loads, 24 per lane"; return bf16 ? 0.45 : 0.60; }
-    if (plan_is(r, "layernorm bwd")) { *why = "dx pass, partial column sums, two finals"; return bf16 ? 0.35 : 0.45; }
+    if (plan_is(r, "cross-entropy fused fwd+bwd")) {
+        *why = "16-byte packs; one block per 100 KB row read twice (max/sum, then dlogits): the 2nd read mostly from L2";
+        return 0.70;
+    }
+    if (plan_is(r, "layernorm fwd")) { *why = "a warp per row, 16-byte packs"; return bf16 ? 0.65 : 0.70; }
+    if (plan_is(r, "layernorm bwd")) { *why = "dx pass in 16-byte packs; partial column sums scalar, two finals"; return bf16 ? 0.45 : 0.50; }
     if (plan_is(r, "embedding bwd")) { *why = "atomics: 16 rows (the batch) collide on each wpe row"; return 0.30; }
-    if (plan_is(r, "bias grad (column sums)")) { *why = "partials over 64 chunks, then a final pass"; return 0.40; }
+    if (plan_is(r, "bias grad (column sums)")) { *why = "16-byte partials over 64 chunks, then a final pass"; return 0.55; }
+    if (plan_is(r, "add") || plan_is(r, "accumulate") || plan_is(r, "convert") || plan_is(r, "gelu fwd") ||
+        plan_is(r, "gelu bwd") || plan_is(r, "embedding fwd")) {
+        *why = "16-byte packs (8 bf16 / 4 fp32), a scalar tail"; return 0.75;
+    }
     if (plan_is(r, "upload (host to device)") || plan_is(r, "download (device to host)")) {
         *why = "over PCIe, not HBM (tiny)"; return 0.01;
     }

@@ -101,10 +101,10 @@ typedef struct preset {
 } preset;
 
 static const preset PRESETS[] = {
-    {"mini", {4, 4, 2, 192, 48, 512, 256, 256, 256, 10000.0f, 1e-5f, 0, {0}}, 16, 128, 2e-3f,
+    {"mini", {4, 4, 2, 192, 48, 512, 256, 256, 256, 10000.0f, 1e-5f, 0, {0, 0.0f, 0.0f, 0.0f, 0}}, 16, 128, 2e-3f,
      "byte-level, 1.6M parameters: learns the kit's text in about a minute on a CPU"},
-    {"tiny", {2, 2, 1, 32, 16, 64, 64, 256, 256, 10000.0f, 1e-5f, 0, {0}}, 4, 32, 3e-3f, "byte-level, 40K parameters: for tests"},
-    {"tinyllama-1.1b", {22, 32, 4, 2048, 64, 5632, 2048, 32000, 32000, 10000.0f, 1e-5f, 0, {0}}, 4, 64, 4e-4f,
+    {"tiny", {2, 2, 1, 32, 16, 64, 64, 256, 256, 10000.0f, 1e-5f, 0, {0, 0.0f, 0.0f, 0.0f, 0}}, 4, 32, 3e-3f, "byte-level, 40K parameters: for tests"},
+    {"tinyllama-1.1b", {22, 32, 4, 2048, 64, 5632, 2048, 32000, 32000, 10000.0f, 1e-5f, 0, {0, 0.0f, 0.0f, 0.0f, 0}}, 4, 64, 4e-4f,
      "TinyLlama 1.1B's shape (use with --init)"},
 };
 #define N_PRESETS ((int)(sizeof PRESETS / sizeof PRESETS[0]))
