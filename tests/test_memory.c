@@ -149,6 +149,10 @@ static double max_abs(const float *a, size_t n) {
 
 static void test_fused_classifier(int B, int T, int chunked) {
     gpt2_config c = small_cfg();
+    /* C = 32 < Vp = 64: the op picks the cheaper way in bytes, and with a
+       fused cross-entropy (one (R,Vp) buffer) the chunks win only where
+       dlogits (N,Vp) outweighs dx (N,C) + the fp32 dW (Vp,C) */
+    c.n_embd = 32;
     const int N = B * T;
     int x[3 * 29], y[3 * 29];
     gpt2 g;
