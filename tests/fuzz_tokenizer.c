@@ -214,12 +214,13 @@ static void seed_files(fz_buf *v, fz_buf *m, int crlf, int bom) {
 static void make_seed(int i, fz_buf *out) {
     fz_buf v = {0}, m = {0};
     static const char *const texts[] = {" the 12 words, it's \xC3\xA9\n\n", "", "\xFF\xFE\x80 \xE2\x80\xA8 x",
-                                        "", "", ""};
+                                        "", "", "", ""};
     out->n = 0;
     if (i <= 2) seed_files(&v, &m, i == 1, i == 2);
     else if (i == 3) { puts_(&v, "{\"a\": 0}"); puts_(&m, "a a\n"); }              /* bytes missing */
     else if (i == 4) { puts_(&v, "{\"a\": 16777216, \"a\": 1}"); puts_(&m, ""); } /* an id over 2^24 - 1, a duplicate */
-    else { seed_files(&v, &m, 0, 0); puts_(&m, "h e x\nq\n"); }                   /* a bad merge line */
+    else if (i == 6) { puts_(&v, "{\"\": 0}"); puts_(&m, "a a\n"); } /* finding: an empty token, no bytes at all */
+    else if (i == 5) { seed_files(&v, &m, 0, 0); puts_(&m, "h e x\nq\n"); }     /* a bad merge line */
     put(out, v.p ? v.p : "", v.n);
     put(out, "", 1);
     put(out, m.p ? m.p : "", m.n);
@@ -228,7 +229,7 @@ static void make_seed(int i, fz_buf *out) {
     free(v.p);
     free(m.p);
 }
-#define N_SEEDS 6
+#define N_SEEDS 7
 
 static int write_seeds(const char *dir) {
     char p[600];
