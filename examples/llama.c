@@ -419,7 +419,12 @@ static trn_result rope_from_hf(trn_json_value root, const char *path, llama_conf
             return r;
     } else if (k == TRN_ROPE_DYNAMIC) {
         c->rope.original_max_pos = c->block_size;
-        if (c->rope.factor > 1.0f && c->rope.factor < 1024.0f) c->block_size = (int)(c->block_size * c->rope.factor);
+        if (c->rope.factor > 1.0f && c->rope.factor < 1024.0f) {
+            if ((double)c->block_size * c->rope.factor > (double)(1 << 30))
+                return trn_fail(TRN_ERR_FORMAT, "%s: %s: max_position_embeddings %d x factor %g is over 2^30 positions",
+                                path, which, c->block_size, (double)c->rope.factor);
+            c->block_size = (int)(c->block_size * c->rope.factor);
+        }
     }
     if (!rope_ok(&c->rope))
         return trn_fail(TRN_ERR_FORMAT, "%s: %s: rope_type %s needs factor > 0%s", path, which, type,
@@ -428,12 +433,12 @@ static trn_result rope_from_hf(trn_json_value root, const char *path, llama_conf
 }
 
 // Hugging Face's config.json -> llama_config; TRN_ERR_FORMAT for what this
-// model does not compute (another activation, a RoPE type, biases).
-static trn_result config_from_hf(const char *path, llama_config *c) {
-    trn_json doc;
-    trn_result r = trn_json_load(&doc, path);
-    if (r != TRN_OK) return r; // the reason names the file and the byte
-    trn_json_value root = trn_json_root(&doc);
+// model does not compute (another activation, a RoPE type, biases). The
+// parsed document (path names it in errors) -> *c; config_from_hf below
+// reads the file first. (tests/fuzz_config.c drives this one directly.)
+static trn_result config_from_hf_doc(const trn_json *doc, const char *path, llama_config *c) {
+    trn_result r = TRN_OK;
+    trn_json_value root = trn_json_root(doc);
     memset(c, 0, sizeof *c);
     char act[32] = "silu";
     int attn_bias = 0, mlp_bias = 0;
@@ -459,8 +464,7 @@ static trn_result config_from_hf(const char *path, llama_config *c) {
     if (r == TRN_OK) r = opt_bool(root, "attention_bias", 0, &attn_bias);
     if (r == TRN_OK) r = opt_bool(root, "mlp_bias", 0, &mlp_bias);
     if (r == TRN_OK) c->padded_vocab = pad_vocab(c->vocab_size);
-    llama_config sizes = *c;
-    sizes.tied = 0;
+    llama_config sizes;
     if (r != TRN_OK)
         ;
     else if (strcmp(act, "silu") != 0)
@@ -469,11 +473,18 @@ static trn_result config_from_hf(const char *path, llama_config *c) {
         ;
     else if (attn_bias || mlp_bias)
         r = trn_fail(TRN_ERR_FORMAT, "%s: attention_bias / mlp_bias: this Llama has no biases", path);
-    else if (!config_ok(&sizes)) // (tied: decided by init_inspect)
+    else if ((sizes = *c, sizes.tied = 0, !config_ok(&sizes))) // after RoPE (its rope_theta); tied: init_inspect
         r = trn_fail(TRN_ERR_FORMAT, "%s: inconsistent sizes (layers %d, heads %d/%d, hidden %d, head_dim %d, "
                      "intermediate %d, vocab %d, rope_theta %g, rms_norm_eps %g)", path, c->n_layer, c->n_head,
                      c->n_kv_head, c->n_embd, c->head_dim, c->ffn_hidden, c->vocab_size, (double)c->rope_theta,
                      (double)c->norm_eps);
+    return r;
+}
+static trn_result config_from_hf(const char *path, llama_config *c) {
+    trn_json doc;
+    trn_result r = trn_json_load(&doc, path);
+    if (r != TRN_OK) return r; // the reason names the file and the byte
+    r = config_from_hf_doc(&doc, path, c);
     trn_json_free(&doc);
     return r;
 }

@@ -694,6 +694,9 @@ static trn_result trn__bpe_read_vocab(trn_tokenizer *tok, const char *path, cons
         tok->off[e[2]] = e[0];
         tok->len[e[2]] = e[1];
     }
+    /* every token empty (vocab {"": 0}): still a buffer, so that bytes + off
+       is never arithmetic on NULL (UBSan; found by tests/fuzz_tokenizer.c) */
+    if (!text.p && (r = trn__dbuf_reserve(&text, 1)) != TRN_OK) goto done;
     tok->bytes = text.p;
     text.p = NULL;
 done:

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # tests/test_fuzz.sh - a short fuzz run of the safetensors reader
-# (tests/fuzz_safetensors.c) and of the sharded manifest's reader
-# (tests/fuzz_manifest.c, FUZZ_MANIFEST_SECONDS, default 10): libFuzzer with AddressSanitizer and UBSan,
+# (tests/fuzz_safetensors.c), of the sharded manifest's reader
+# (tests/fuzz_manifest.c, FUZZ_MANIFEST_SECONDS, default 10), of a Hugging
+# Face config.json as examples/llama reads it (tests/fuzz_config.c,
+# FUZZ_CONFIG_SECONDS, default 5) and of the GPT-2 tokenizer's vocab.json +
+# merges.txt with encode/decode (tests/fuzz_tokenizer.c,
+# FUZZ_TOKENIZER_SECONDS, default 5): libFuzzer with AddressSanitizer and UBSan,
 # built here with clang, for FUZZ_SECONDS (default 20) on a seed corpus
 # of files the kit writes plus hand-made foreign ones. Any crash, leak of
 # a TEMP buffer, sanitizer report or timeout fails the test; the crashing
@@ -132,4 +136,103 @@ else
         bad "manifest mutation fuzzing crashed:"; tail -15 "$tmp/mfuzz.log"
     fi
 fi
+
+# --- config.json (tests/fuzz_config.c) and the tokenizer files
+# (tests/fuzz_tokenizer.c): the same rules, one function.
+# fuzz_target NAME SECONDS MAX_LEN MUTATE_RUNS; the dictionary is
+# $tmp/NAME.dict
+fuzz_target() {
+    local name=$1 s=$2 max_len=$3 runs=$4 seeder=tests/bin/fuzz_$1 lf=tests/bin/fuzz_$1_libfuzzer rc execs asan
+    if [ ! -x "$seeder" ]; then bad "$seeder is missing (run ./build.sh)"; return; fi
+    if "$seeder" --write-seeds "$tmp/$name.corpus" > "$tmp/$name.seed.log" 2>&1; then ok
+    else bad "$name seeds: $(cat "$tmp/$name.seed.log")"; return; fi
+    if [ -n "$CLANG" ] && "$CLANG" -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+            -DTRN_LIBFUZZER -I. -std=c99 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE \
+            -o "$lf" "tests/fuzz_$name.c" -lm > "$tmp/$name.build.log" 2>&1; then
+        ok
+        ASAN_OPTIONS=detect_leaks=1 "$lf" -max_total_time="$s" -timeout=10 -rss_limit_mb=2048 -max_len="$max_len" \
+            -dict="$tmp/$name.dict" -artifact_prefix="tests/bin/fuzz-$name-crash-" -print_final_stats=1 \
+            "$tmp/$name.corpus" > "$tmp/$name.fuzz.log" 2>&1
+        rc=$?
+        execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$tmp/$name.fuzz.log")
+        if [ "$rc" = 0 ] && [ -n "$execs" ]; then
+            ok
+            echo "fuzz ($name): ${execs} executions, no crash"
+        else
+            bad "libFuzzer found a problem in fuzz_$name (exit $rc):"
+            grep -E 'ERROR|SUMMARY|invariant|Test unit written|runtime error' "$tmp/$name.fuzz.log" | head -10
+        fi
+    else
+        echo "no clang with libFuzzer: fuzz_$name's mutation loop"
+        asan=tests/bin/asan/fuzz_$name
+        [ -x "$asan" ] || asan=$seeder
+        if ASAN_OPTIONS=detect_leaks=1 timeout 600 "$asan" --mutate "$runs" > "$tmp/$name.fuzz.log" 2>&1; then
+            ok; cat "$tmp/$name.fuzz.log"
+        else
+            bad "fuzz_$name's mutation fuzzing crashed:"; tail -15 "$tmp/$name.fuzz.log"
+        fi
+    fi
+}
+
+if [ -f examples/llama.c ]; then # (the target includes the example)
+    cat > "$tmp/config.dict" <<'EOF'
+"\"num_hidden_layers\""
+"\"num_attention_heads\""
+"\"num_key_value_heads\""
+"\"hidden_size\""
+"\"intermediate_size\""
+"\"vocab_size\""
+"\"head_dim\""
+"\"max_position_embeddings\""
+"\"rope_theta\""
+"\"rms_norm_eps\""
+"\"tie_word_embeddings\""
+"\"hidden_act\""
+"\"silu\""
+"\"attention_bias\""
+"\"mlp_bias\""
+"\"rope_scaling\""
+"\"rope_parameters\""
+"\"rope_type\""
+"\"type\""
+"\"factor\""
+"\"low_freq_factor\""
+"\"high_freq_factor\""
+"\"original_max_position_embeddings\""
+"\"llama3\""
+"\"dynamic\""
+"\"linear\""
+"\"default\""
+"null"
+"true"
+"false"
+"1e5"
+"-0"
+"1e-400"
+"1e400"
+"2147483648"
+"1073741824"
+"18446744073709551616"
+"\\u00e9"
+"\\ud83d\\ude00"
+"\\u0000"
+EOF
+    fuzz_target config "${FUZZ_CONFIG_SECONDS:-5}" 4096 100000
+fi
+
+cat > "$tmp/tokenizer.dict" <<'EOF'
+"\"<|endoftext|>\""
+"\xc4\xa0"
+"\xc4\x8a"
+"#version: 0.2\x0a"
+"\\u0120"
+"\\ud83d\\ude00"
+"\\u0000"
+"\\\""
+"\": "
+"\x0d\x0a"
+"16777215"
+"\x00"
+EOF
+fuzz_target tokenizer "${FUZZ_TOKENIZER_SECONDS:-5}" 8192 3000
 finish
