@@ -361,7 +361,7 @@ static int config_from_st(const trn_safetensors *f, llama_config *c) {
 // Optional keys may be absent or null (then the default of transformers'
 // LlamaConfig).
 static trn_result opt_int(trn_json_value obj, const char *key, int64_t lo, int64_t hi, int dflt, int *out) {
-    int64_t v;
+    int64_t v = 0;
     trn_json_value k = trn_json_key(obj, key);
     if (!k.twice && (!k.at || trn_json_typeof(k) == TRN_JSON_NULL)) return *out = dflt, TRN_OK;
     trn_result r = trn_json_int(k, lo, hi, &v);
