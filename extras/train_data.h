@@ -162,17 +162,35 @@ TRNDEF int trn_tokenizer_find(const trn_tokenizer *tok, const char *bytes, size_
 TRNDEF size_t trn_bpe_pretoken_len(const char *text, size_t len);
 
 /* ---- files ------------------------------------------------------------
-   llm.c token shard: a header of 256 little-endian int32, [0] = magic
-   20240520, [1] = version 1, [2] = number of tokens N; then N uint16 ids.
-   The file must be exactly 1024 + 2*N bytes. */
-#define TRN_TOKEN_SHARD_MAGIC 20240520
-#define TRN_TOKEN_SHARD_VERSION 1
-/* append the shard's ids to *out. TRN_ERR_IO, or TRN_ERR_FORMAT with the
-   reason (bad magic, bad version, size does not match the header) */
-TRNDEF trn_result trn_token_shard_read(trn_tokens *out, const char *path);
-/* write ids as a shard, atomically (path.tmp, then rename). TRN_ERR_INVALID
-   when an id is outside [0, 65535] or n > INT32_MAX; TRN_ERR_IO */
-TRNDEF trn_result trn_token_shard_write(const char *path, const int *ids, size_t n);
+   llm.c token shards: a header of 256 little-endian int32, [0] = magic,
+   [1] = version, [2] = number of tokens N (the rest 0); then N ids.
+   Two kinds, both llm.c's own (dev/data/data_common.py, HEADERS_INFO):
+     magic 20240520, version 1: uint16 ids, 1024 + 2*N bytes (GPT-2's
+                                50,257 tokens; any vocabulary <= 65,536)
+     magic 20240801, version 7: uint32 ids, 1024 + 4*N bytes (llm.c's
+                                "llama-3" format: Llama 3's 128,256 tokens)
+   The reader takes both and is strict: a known (magic, version) pair, the
+   file exactly its header's size, every uint32 id < 2^31 (ids are int
+   here); anything else is TRN_ERR_FORMAT naming the file in one line. */
+#define TRN_TOKEN_SHARD_MAGIC 20240520   /* uint16 ids ...            */
+#define TRN_TOKEN_SHARD_VERSION 1        /* ... with this version     */
+#define TRN_TOKEN_SHARD_MAGIC32 20240801 /* uint32 ids ...            */
+#define TRN_TOKEN_SHARD_VERSION32 7      /* ... with this version     */
+/* append the shard's ids to *out; *bits, when not NULL, gets 16 or 32 (the
+   width the file holds). TRN_ERR_IO, or TRN_ERR_FORMAT with the reason
+   (bad magic, bad version, size does not match the header, an id >= 2^31);
+   a failed read appends nothing */
+TRNDEF trn_result trn_token_shard_read_bits(trn_tokens *out, const char *path, int *bits);
+TRNDEF trn_result trn_token_shard_read(trn_tokens *out, const char *path); /* (bits not wanted) */
+/* write ids as a shard, atomically (path.tmp, then rename). bits: 16 (the
+   uint16 format), 32 (the uint32 format), or 0: 16 when every id < 65536,
+   else 32. TRN_ERR_INVALID when an id is negative, or > 65535 with bits
+   16, or bits is none of these, or n > INT32_MAX; TRN_ERR_IO */
+TRNDEF trn_result trn_token_shard_write_bits(const char *path, const int *ids, size_t n, int bits);
+TRNDEF trn_result trn_token_shard_write(const char *path, const int *ids, size_t n); /* bits 0 */
+/* does the file start with either shard magic? (nothing else is checked;
+   0 when it cannot be read) */
+TRNDEF int trn_token_shard_sniff(const char *path);
 /* old names (deprecated; "shard" alone is train_nccl.h's ZeRO/FSDP word) */
 #define trn_shard_read trn_token_shard_read
 #define trn_shard_write trn_token_shard_write
@@ -186,7 +204,7 @@ TRNDEF trn_result trn_token_shard_write(const char *path, const int *ids, size_t
 TRNDEF trn_result trn_text_read_files(char **text, size_t *len, const char *const *paths,
                                       int n_paths, int missing_ok);
 /* one data file into *out (appended): an llm.c shard when the name ends in
-   ".bin" or the file starts with the shard magic, otherwise text encoded
+   ".bin" or the file starts with a shard magic, otherwise text encoded
    with tok. An empty file or a shard of 0 tokens is TRN_ERR_INVALID. */
 TRNDEF trn_result trn_tokens_load(trn_tokens *out, const char *path, const trn_tokenizer *tok);
 
@@ -1003,11 +1021,11 @@ static void trn__put_le32(unsigned char *p, uint32_t v) {
     p[2] = (unsigned char)(v >> 16); p[3] = (unsigned char)(v >> 24);
 }
 
-TRNDEF trn_result trn_token_shard_read(trn_tokens *out, const char *path) {
+TRNDEF trn_result trn_token_shard_read_bits(trn_tokens *out, const char *path, int *bits) {
     unsigned char hdr[1024], buf[65536];
     FILE *f;
     trn_result r = TRN_OK;
-    size_t got, i, left;
+    size_t got, i, left, w, n0;
     long size;
     int32_t magic, version, ntok;
     if (!out || !path) return trn_fail(TRN_ERR_INVALID, "trn_token_shard_read: NULL argument");
@@ -1027,50 +1045,77 @@ TRNDEF trn_result trn_token_shard_read(trn_tokens *out, const char *path) {
     magic = (int32_t)trn__le32(hdr);
     version = (int32_t)trn__le32(hdr + 4);
     ntok = (int32_t)trn__le32(hdr + 8);
-    if (magic != TRN_TOKEN_SHARD_MAGIC) {
-        r = trn_fail(TRN_ERR_FORMAT, "%s: bad magic %d, a token shard starts with %d", path, (int)magic,
-                     TRN_TOKEN_SHARD_MAGIC);
+    if (magic != TRN_TOKEN_SHARD_MAGIC && magic != TRN_TOKEN_SHARD_MAGIC32) {
+        r = trn_fail(TRN_ERR_FORMAT, "%s: bad magic %d, a token shard starts with %d (uint16 ids) or %d (uint32)",
+                     path, (int)magic, TRN_TOKEN_SHARD_MAGIC, TRN_TOKEN_SHARD_MAGIC32);
         goto done;
     }
-    if (version != TRN_TOKEN_SHARD_VERSION) {
-        r = trn_fail(TRN_ERR_FORMAT, "%s: shard version %d, only version 1 (uint16 tokens) is read", path,
-                     (int)version);
+    /* the (magic, version) pair says the width; llm.c never mixes them */
+    w = magic == TRN_TOKEN_SHARD_MAGIC ? 2 : 4;
+    if (version != (w == 2 ? TRN_TOKEN_SHARD_VERSION : TRN_TOKEN_SHARD_VERSION32)) {
+        r = trn_fail(TRN_ERR_FORMAT, "%s: shard magic %d with version %d; known: magic %d version %d (uint16 ids), "
+                     "magic %d version %d (uint32)", path, (int)magic, (int)version, TRN_TOKEN_SHARD_MAGIC,
+                     TRN_TOKEN_SHARD_VERSION, TRN_TOKEN_SHARD_MAGIC32, TRN_TOKEN_SHARD_VERSION32);
         goto done;
     }
-    if (ntok < 0 || (long long)size != 1024 + 2 * (long long)ntok) {
-        r = trn_fail(TRN_ERR_FORMAT, "%s: the header says %d tokens (%lld bytes) but the file has %ld "
-                     "bytes%s", path, (int)ntok, 1024 + 2 * (long long)ntok, size,
-                     (long long)size < 1024 + 2 * (long long)ntok ? " (truncated?)" : "");
+    if (ntok < 0 || (long long)size != 1024 + (long long)w * ntok) {
+        r = trn_fail(TRN_ERR_FORMAT, "%s: the header says %d uint%d tokens (%lld bytes) but the file has %ld "
+                     "bytes%s", path, (int)ntok, (int)w * 8, 1024 + (long long)w * ntok, size,
+                     (long long)size < 1024 + (long long)w * ntok ? " (truncated?)" : "");
         goto done;
     }
     if ((r = trn__tokens_reserve(out, (size_t)ntok)) != TRN_OK) goto done;
-    for (left = (size_t)ntok; left > 0; left -= got / 2) {
-        size_t want = TRN__MIN(left * 2, sizeof buf);
+    n0 = out->n;
+    for (left = (size_t)ntok; left > 0 && r == TRN_OK; left -= got / w) {
+        size_t want = TRN__MIN(left * w, sizeof buf);
         got = fread(buf, 1, want, f);
         if (got != want) {
             r = trn_fail(TRN_ERR_IO, "read %s: %s", path, ferror(f) ? strerror(errno) : "file shrank");
-            goto done;
+            break;
         }
-        for (i = 0; i < got; i += 2) out->ids[out->n++] = buf[i] | buf[i + 1] << 8;
+        if (w == 2)
+            for (i = 0; i < got; i += 2) out->ids[out->n++] = buf[i] | buf[i + 1] << 8;
+        else
+            for (i = 0; i < got && r == TRN_OK; i += 4) {
+                uint32_t id = trn__le32(buf + i);
+                if (id > (uint32_t)INT32_MAX) /* ids are int here; no vocabulary comes near 2^31 */
+                    r = trn_fail(TRN_ERR_FORMAT, "%s: token %u at position %zu is >= 2^31", path, (unsigned)id,
+                                 out->n - n0);
+                else
+                    out->ids[out->n++] = (int)id;
+            }
     }
+    if (r != TRN_OK) out->n = n0; /* nothing of a bad file is kept */
+    else if (bits) *bits = (int)w * 8;
 done:
     fclose(f);
     return r;
 }
 
-TRNDEF trn_result trn_token_shard_write(const char *path, const int *ids, size_t n) {
+TRNDEF trn_result trn_token_shard_read(trn_tokens *out, const char *path) {
+    return trn_token_shard_read_bits(out, path, NULL);
+}
+
+TRNDEF trn_result trn_token_shard_write_bits(const char *path, const int *ids, size_t n, int bits) {
     unsigned char hdr[1024], buf[65536];
     char *tmp;
     FILE *f;
-    size_t i, k;
-    int ok;
+    size_t i, k, w;
+    int ok, big = 0;
     if (!path || (!ids && n)) return trn_fail(TRN_ERR_INVALID, "trn_token_shard_write: NULL argument");
+    if (bits != 0 && bits != 16 && bits != 32)
+        return trn_fail(TRN_ERR_INVALID, "%s: a token shard holds 16- or 32-bit ids, not %d", path, bits);
     if (n > INT32_MAX)
         return trn_fail(TRN_ERR_INVALID, "%s: %zu tokens do not fit one shard (at most 2^31-1)", path, n);
-    for (i = 0; i < n; i++)
-        if (ids[i] < 0 || ids[i] > 65535)
+    for (i = 0; i < n; i++) {
+        if (ids[i] < 0)
+            return trn_fail(TRN_ERR_INVALID, "%s: token %d at position %zu is negative", path, ids[i], i);
+        if (ids[i] > 65535 && bits == 16)
             return trn_fail(TRN_ERR_INVALID, "%s: token %d at position %zu does not fit a uint16 shard", path,
                             ids[i], i);
+        big |= ids[i] > 65535;
+    }
+    w = bits == 32 || (bits == 0 && big) ? 4 : 2; /* bytes per id */
     if (!(tmp = (char *)trn_alloc(strlen(path) + 5, TRN_KIND_TEMP))) return TRN_ERR_NOMEM;
     sprintf(tmp, "%s.tmp", path);
     if (!(f = fopen(tmp, "wb"))) {
@@ -1079,16 +1124,17 @@ TRNDEF trn_result trn_token_shard_write(const char *path, const int *ids, size_t
         return r;
     }
     memset(hdr, 0, sizeof hdr);
-    trn__put_le32(hdr, TRN_TOKEN_SHARD_MAGIC);
-    trn__put_le32(hdr + 4, TRN_TOKEN_SHARD_VERSION);
+    trn__put_le32(hdr, w == 2 ? TRN_TOKEN_SHARD_MAGIC : TRN_TOKEN_SHARD_MAGIC32);
+    trn__put_le32(hdr + 4, w == 2 ? TRN_TOKEN_SHARD_VERSION : TRN_TOKEN_SHARD_VERSION32);
     trn__put_le32(hdr + 8, (uint32_t)n);
     ok = fwrite(hdr, 1, sizeof hdr, f) == sizeof hdr;
     for (i = 0; i < n && ok; i += k) {
-        for (k = 0; k < sizeof buf / 2 && i + k < n; k++) {
+        for (k = 0; k < sizeof buf / w && i + k < n; k++) {
+            if (w == 4) { trn__put_le32(buf + 4 * k, (uint32_t)ids[i + k]); continue; }
             buf[2 * k] = (unsigned char)ids[i + k];
             buf[2 * k + 1] = (unsigned char)(ids[i + k] >> 8);
         }
-        ok = fwrite(buf, 1, 2 * k, f) == 2 * k;
+        ok = fwrite(buf, 1, w * k, f) == w * k;
     }
     ok = (fclose(f) == 0) && ok;
     if (!ok || rename(tmp, path) != 0) {
@@ -1099,6 +1145,20 @@ TRNDEF trn_result trn_token_shard_write(const char *path, const int *ids, size_t
     }
     trn_free(tmp);
     return TRN_OK;
+}
+
+TRNDEF trn_result trn_token_shard_write(const char *path, const int *ids, size_t n) {
+    return trn_token_shard_write_bits(path, ids, n, 0);
+}
+
+TRNDEF int trn_token_shard_sniff(const char *path) {
+    unsigned char head[4];
+    uint32_t magic = 0;
+    FILE *f;
+    if (!path || trn_check_regular(path) != TRN_OK || !(f = fopen(path, "rb"))) return 0;
+    if (fread(head, 1, 4, f) == 4) magic = trn__le32(head);
+    fclose(f);
+    return magic == TRN_TOKEN_SHARD_MAGIC || magic == TRN_TOKEN_SHARD_MAGIC32;
 }
 
 TRNDEF trn_result trn_tokens_load(trn_tokens *out, const char *path, const trn_tokenizer *tok) {
@@ -1115,7 +1175,8 @@ TRNDEF trn_result trn_tokens_load(trn_tokens *out, const char *path, const trn_t
     if (!shard) { /* a text file that is secretly a shard? look at its magic */
         if (trn_check_regular(path) != TRN_OK) return trn_fail(TRN_ERR_IO, "open %s", trn_error_reason());
         if (!(f = fopen(path, "rb"))) return trn_fail(TRN_ERR_IO, "open %s: %s", path, strerror(errno));
-        shard = fread(head, 1, 4, f) == 4 && trn__le32(head) == TRN_TOKEN_SHARD_MAGIC;
+        shard = fread(head, 1, 4, f) == 4 &&
+                (trn__le32(head) == TRN_TOKEN_SHARD_MAGIC || trn__le32(head) == TRN_TOKEN_SHARD_MAGIC32);
         fclose(f);
     }
     n0 = out->n;

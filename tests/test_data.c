@@ -385,13 +385,111 @@ static void test_shards(void) {
     CHECK(t.n == 0, "failed reads added nothing\n");
 
     ids[5] = 70000;
-    CHECK(trn_token_shard_write(tmp_path("big.bin"), ids, 10) == TRN_ERR_INVALID, "id > 65535 cannot be written\n");
+    CHECK(trn_token_shard_write_bits(tmp_path("big.bin"), ids, 10, 16) == TRN_ERR_INVALID,
+          "id > 65535 cannot be written as uint16\n");
     CHECK(strstr(trn_error_reason(), "70000") && strstr(trn_error_reason(), "position 5"), "reason: %s\n",
           trn_error_reason());
     ids[5] = -1;
     CHECK(trn_token_shard_write(tmp_path("big.bin"), ids, 10) == TRN_ERR_INVALID, "negative id cannot be written\n");
     CHECK(access(tmp_path("big.bin"), F_OK) != 0, "nothing written on error\n");
     CHECK(trn_token_shard_write("/nonexistent/dir/x.bin", ids, 1) == TRN_ERR_IO, "unwritable path\n");
+    trn_tokens_free(&t);
+}
+
+/* one line, naming the file */
+static int one_line_naming(const char *path) {
+    const char *r = trn_error_reason();
+    return strchr(r, '\n') == NULL && strstr(r, path) != NULL;
+}
+
+/* 32-bit shards (llm.c's "llama-3" format: magic 20240801, version 7, uint32
+   ids): Llama 3's 128,256-token vocabulary does not fit uint16 */
+static void test_shards32(void) {
+    enum { N = 3000 };
+    static int ids[N];
+    static unsigned char raw[1024 + 4 * N + 1];
+    trn_tokens t = {0};
+    char path[300];
+    int i, bits = 0, same = 1;
+    FILE *f;
+    for (i = 0; i < N; i++) ids[i] = (int)(((long long)i * 104729) % 128256);
+    snprintf(path, sizeof path, "%s", tmp_path("s32.bin")); /* (tmp_path's buffers rotate) */
+    ids[0] = 65535; ids[1] = 65536; ids[2] = 128255; ids[3] = 0; ids[4] = INT32_MAX;
+    /* auto width: an id > 65535 makes it uint32 */
+    CHECK(trn_token_shard_write(path, ids, N) == TRN_OK, "shard32 write: %s\n", trn_error_reason());
+    CHECK(trn_token_shard_read_bits(&t, path, &bits) == TRN_OK && t.n == N && bits == 32, "shard32 read: %s (bits %d)\n",
+          trn_error_reason(), bits);
+    for (i = 0; i < N && t.n == N; i++) same &= t.ids[i] == ids[i];
+    CHECK(t.n == N && same, "shard32 round trip: ids above 65535 come back\n");
+    trn_tokens_free(&t);
+    f = fopen(path, "rb");
+    CHECK(f && fread(raw, 1, sizeof raw, f) == 1024 + 4 * N, "shard32 is 1024 + 4*N bytes\n");
+    if (f) fclose(f);
+    /* llm.c's header: 20240801 = 0x0134D9A1, version 7, count; ids little endian */
+    CHECK(raw[0] == 0xA1 && raw[1] == 0xD9 && raw[2] == 0x34 && raw[3] == 0x01 && raw[4] == 7 && raw[5] == 0 &&
+          raw[8] == (N & 0xFF) && raw[9] == (N >> 8) && raw[1024 + 4] == 0 && raw[1024 + 5] == 0 &&
+          raw[1024 + 6] == 1 && raw[1024 + 7] == 0, "shard32 header and id bytes (llm.c's layout)\n");
+    /* a uint16 shard still reads as before, and says so */
+    for (i = 0; i < N; i++) ids[i] &= 0xFFFF;
+    CHECK(trn_token_shard_write(tmp_path("s16.bin"), ids, N) == TRN_OK &&
+          trn_token_shard_read_bits(&t, tmp_path("s16.bin"), &bits) == TRN_OK && bits == 16 && t.n == N &&
+          t.ids[1] == 0 && t.ids[0] == 65535, "small ids: a uint16 shard, read back as 16 bits\n");
+    trn_tokens_free(&t);
+    /* an explicit width: 32 for small ids (llm.c's Llama 3 loader wants version 7) */
+    CHECK(trn_token_shard_write_bits(tmp_path("w32.bin"), ids, 10, 32) == TRN_OK &&
+          trn_token_shard_read_bits(&t, tmp_path("w32.bin"), &bits) == TRN_OK && bits == 32 && t.n == 10 &&
+          t.ids[0] == 65535, "--bits 32 with small ids\n");
+    trn_tokens_free(&t);
+    CHECK(trn_token_shard_write_bits(tmp_path("w24.bin"), ids, 10, 24) == TRN_ERR_INVALID, "24 bits refused\n");
+    /* the loader carries ids above 65535 unchanged */
+    {
+        trn_loader L;
+        trn_loader_desc d;
+        int x[2 * 8], y[2 * 8], ok = 1;
+        memset(&d, 0, sizeof d);
+        d.B = 2; d.T = 8; d.sequential = 1; d.no_val = 1;
+        CHECK(trn_token_shard_read(&t, path) == TRN_OK, "read: %s\n", trn_error_reason());
+        CHECK(trn_tokens_check(t.ids, t.n, 128256) == TRN_ERR_MISMATCH, "INT32_MAX is outside vocab 128,256\n");
+        t.ids[4] = 128255;
+        CHECK(trn_tokens_check(t.ids, t.n, 128256) == TRN_OK, "every id < 128,256\n");
+        CHECK(trn_loader_init(&L, t.ids, t.n, &d) == TRN_OK, "loader: %s\n", trn_error_reason());
+        trn_loader_next(&L, x, y);
+        for (i = 0; i < 8; i++) ok &= x[i] == t.ids[i] && y[i] == t.ids[i + 1];
+        CHECK(ok && x[1] == 65536 && x[2] == 128255, "loader batch: ids above 65535 intact (x[1] %d x[2] %d)\n", x[1],
+              x[2]);
+        trn_loader_free(&L);
+        trn_tokens_free(&t);
+    }
+    /* strict reads: each refusal one line naming the file, nothing appended */
+    write_file(tmp_path("t32.bin"), raw, 1024 + 4 * N - 1);
+    CHECK(trn_token_shard_read(&t, tmp_path("t32.bin")) == TRN_ERR_FORMAT && one_line_naming(tmp_path("t32.bin")) &&
+          strstr(trn_error_reason(), "truncated"), "truncated uint32 shard: %s\n", trn_error_reason());
+    write_file(tmp_path("l32.bin"), raw, 1024 + 4 * N + 1);
+    CHECK(trn_token_shard_read(&t, tmp_path("l32.bin")) == TRN_ERR_FORMAT && one_line_naming(tmp_path("l32.bin")),
+          "oversized uint32 shard: %s\n", trn_error_reason());
+    write_file(tmp_path("h32.bin"), raw, 1024 + 2 * N); /* the size a uint16 shard of N would have */
+    CHECK(trn_token_shard_read(&t, tmp_path("h32.bin")) == TRN_ERR_FORMAT, "uint32 header over uint16-sized data\n");
+    raw[4] = 1; /* the uint32 magic with the uint16 version */
+    write_file(tmp_path("v32.bin"), raw, 1024 + 4 * N);
+    CHECK(trn_token_shard_read(&t, tmp_path("v32.bin")) == TRN_ERR_FORMAT && one_line_naming(tmp_path("v32.bin")) &&
+          strstr(trn_error_reason(), "version 1"), "magic 20240801 with version 1: %s\n", trn_error_reason());
+    raw[0] = 0x88; raw[1] = 0xD8; raw[4] = 7; /* the uint16 magic with the uint32 version */
+    write_file(tmp_path("v16.bin"), raw, 1024 + 4 * N);
+    CHECK(trn_token_shard_read(&t, tmp_path("v16.bin")) == TRN_ERR_FORMAT && one_line_naming(tmp_path("v16.bin")) &&
+          strstr(trn_error_reason(), "version 7"), "magic 20240520 with version 7: %s\n", trn_error_reason());
+    raw[0] = 0xA1; raw[1] = 0xD9;
+    raw[1024 + 4 * 17 + 3] = 0x80; /* id 17 >= 2^31 */
+    write_file(tmp_path("n32.bin"), raw, 1024 + 4 * N);
+    CHECK(trn_token_shard_read(&t, tmp_path("n32.bin")) == TRN_ERR_FORMAT && one_line_naming(tmp_path("n32.bin")) &&
+          strstr(trn_error_reason(), "position 17"), "an id >= 2^31: %s\n", trn_error_reason());
+    CHECK(t.n == 0, "failed reads added nothing (%zu ids)\n", t.n);
+    /* trn_tokens_load knows the uint32 magic under any name */
+    raw[1024 + 4 * 17 + 3] = 0;
+    write_file(tmp_path("s32.txt"), raw, 1024 + 4 * N);
+    CHECK(trn_tokens_load(&t, tmp_path("s32.txt"), NULL) == TRN_OK && t.n == N && t.ids[2] == 128255,
+          "a uint32 shard named .txt is read as a shard: %s\n", trn_error_reason());
+    CHECK(trn_token_shard_sniff(tmp_path("s32.txt")) && trn_token_shard_sniff(tmp_path("s16.bin")) &&
+          !trn_token_shard_sniff(tmp_path("absent.bin")), "sniff: both magics\n");
     trn_tokens_free(&t);
 }
 
@@ -579,7 +677,9 @@ int main(void) {
     int i;
     const char *files[] = {"vocab.json", "merges.txt", "merges2.txt", "bad_vocab.json", "bad_merges.txt", "cut.json", "bom.json",
                            "s.bin", "magic.bin", "version.bin", "trunc.bin", "long.bin", "short.bin", "neg.bin",
-                           "a.txt", "b.txt", "empty.txt", "shard.txt", "fake.bin", "zero.bin"};
+                           "a.txt", "b.txt", "empty.txt", "shard.txt", "fake.bin", "zero.bin",
+                           "s32.bin", "s16.bin", "w32.bin", "t32.bin", "l32.bin", "h32.bin", "v32.bin", "v16.bin",
+                           "n32.bin", "s32.txt"};
     strcpy(g_dir, "/tmp/test_data_XXXXXX");
     if (!mkdtemp(g_dir)) { perror("mkdtemp"); return 1; }
     make_alphabet();
@@ -588,6 +688,7 @@ int main(void) {
     test_bpe();
     test_bpe_errors();
     test_shards();
+    test_shards32();
     test_tokens_load();
     test_tokens_check();
     test_loader();
