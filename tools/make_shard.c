@@ -1,8 +1,12 @@
 /* tools/make_shard.c - text files -> an llm.c token shard, and back.
 
    A token shard is what llm.c's data scripts write and what examples/gpt2
-   reads with --data FILE.bin: a 1024-byte header (magic 20240520,
-   version 1, token count) and then the tokens as uint16.
+   and examples/llama read with --data FILE.bin: a 1024-byte header (magic,
+   version, token count) and then the tokens, in one of llm.c's two
+   formats: uint16 (magic 20240520, version 1: vocabularies up to 65,536,
+   GPT-2's) or uint32 (magic 20240801, version 7: llm.c's Llama 3 format,
+   for 128,256 tokens). The narrower one is written when every id fits it
+   (--bits 16|32 asks for one); --decode reads both.
 
       ./tools/make_shard -o data.bin input.txt                  # byte-level
       ./tools/make_shard --bpe-dir gpt2/ --eot -o data.bin a.txt b.txt
@@ -21,12 +25,14 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: make_shard [--bpe-dir DIR] [--eot] -o OUT.bin INPUT.txt [INPUT.txt ...]\n"
             "       make_shard [--bpe-dir DIR] --decode SHARD.bin\n"
-            "Tokenizes text files into one llm.c token shard (uint16 tokens, magic 20240520).\n"
+            "Tokenizes text files into one llm.c token shard: uint16 ids (magic 20240520,\n"
+            "version 1) when every id < 65536, else uint32 (magic 20240801, version 7).\n"
             "  -o, --out FILE    the shard to write (written atomically)\n"
             "  --bpe-dir DIR     GPT-2 BPE from DIR/vocab.json and DIR/merges.txt\n"
             "                    (default: byte-level, one token per byte, vocab 256)\n"
             "  --eot             put <|endoftext|> before each input (llm.c's document\n"
             "                    separator; needs a vocabulary that has it)\n"
+            "  --bits 16|32      the id width to write (default: the narrower that fits)\n"
             "  --decode FILE     print the text of a shard instead (same tokenizer flags)\n"
             "  -h, --help        this text\n");
 }
@@ -39,7 +45,7 @@ static int fail(const char *what, trn_result r) {
 int main(int argc, char **argv) {
     const char *out = NULL, *bpe_dir = NULL, *decode = NULL;
     const char **inputs = NULL;
-    int n_inputs = 0, eot = 0, i, code = 0;
+    int n_inputs = 0, eot = 0, i, code = 0, bits = 0;
     size_t n_bytes = 0;
     trn_tokenizer tok;
     trn_tokens ids = {0};
@@ -55,13 +61,22 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--bpe-dir") && has_value) bpe_dir = argv[++i];
         else if (!strcmp(a, "--decode") && has_value) decode = argv[++i];
         else if (!strcmp(a, "--eot")) eot = 1;
+        else if (!strcmp(a, "--bits") && has_value) {
+            const char *v = argv[++i];
+            bits = !strcmp(v, "16") ? 16 : !strcmp(v, "32") ? 32 : -1;
+            if (bits < 0) {
+                fprintf(stderr, "make_shard: --bits %s: a shard holds 16- or 32-bit ids\n", v);
+                free(inputs);
+                return 2;
+            }
+        }
         else if (a[0] == '-' && a[1] != 0) {
             fprintf(stderr, "make_shard: unknown flag or missing value: %s (see --help)\n", a);
             free(inputs);
             return 2;
         } else inputs[n_inputs++] = a;
     }
-    if (decode ? (out || n_inputs || eot) : (!out || n_inputs == 0)) {
+    if (decode ? (out || n_inputs || eot || bits) : (!out || n_inputs == 0)) {
         fprintf(stderr, decode ? "make_shard: --decode takes one shard and no other inputs (see --help)\n"
                                : "make_shard: need -o OUT.bin and at least one input file (see --help)\n");
         free(inputs);
@@ -110,10 +125,17 @@ int main(int argc, char **argv) {
         code = 2;
         goto done;
     }
-    if ((r = trn_token_shard_write(out, ids.ids, ids.n)) != TRN_OK) { code = fail("write", r); goto done; }
+    if ((r = trn_token_shard_write_bits(out, ids.ids, ids.n, bits)) != TRN_OK) { code = fail("write", r); goto done; }
     printf("make_shard: %d file%s, %zu bytes -> %zu tokens (%.2f bytes/token, %s vocab %d) -> %s\n", n_inputs,
            n_inputs > 1 ? "s" : "", n_bytes, ids.n, (double)n_bytes / (double)ids.n,
            bpe_dir ? "GPT-2 BPE" : "byte-level", tok.vocab_size, out);
+    if (!bits) { /* what trn_token_shard_write_bits chose: the narrower width that holds every id */
+        size_t k;
+        for (k = 0, bits = 16; k < ids.n; k++) if (ids.ids[k] > 65535) bits = 32;
+    }
+    printf("make_shard: %s ids (llm.c's %s format: magic %d, version %d)\n", bits == 32 ? "uint32" : "uint16",
+           bits == 32 ? "Llama 3" : "GPT-2", bits == 32 ? TRN_TOKEN_SHARD_MAGIC32 : TRN_TOKEN_SHARD_MAGIC,
+           bits == 32 ? TRN_TOKEN_SHARD_VERSION32 : TRN_TOKEN_SHARD_VERSION);
 done:
     trn_tokens_free(&ids);
     trn_tokenizer_free(&tok);
