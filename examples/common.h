@@ -1308,7 +1308,7 @@ static void run_setup(run *R, int argc, char **argv, const lm_example *ex) {
         // a text file cannot be read without the BPE tokenizer; a shard can
         FILE *fp = trn_check_regular(a->data) == TRN_OK ? fopen(a->data, "rb") : NULL; // (a FIFO: load_tokens says so)
         int magic = 0;
-        if (fp && fread(&magic, 4, 1, fp) == 1 && magic != 20240520) {
+        if (fp && fread(&magic, 4, 1, fp) == 1 && magic != TRN_TOKEN_SHARD_MAGIC && magic != TRN_TOKEN_SHARD_MAGIC32) {
             fclose(fp);
             die("--data %s: a text file for a %d-token model needs --bpe DIR", a->data, *ex->V);
         }

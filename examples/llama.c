@@ -243,18 +243,23 @@ static trn_tensor *llama_block_forward(trn_model *m, trn_tensor *x, void *user) 
     return trn_add_inplace(m, x, trn_linear(m, h, b->w_down, NULL));       // (B,T,C)
 }
 
-// ids (B,T) -> logits (B,T,Vp); every op records itself on the tape (when
-// m->grad_enabled). Call trn_reset(&g->m) before. With --recompute a block
-// keeps only its input for backward and runs again inside backward.
-static trn_tensor *llama_forward(llama *g, const int *ids, int B, int T) {
+// ids (B,T) -> the final hidden state (B,T,C), normed: what the head
+// reads. Every op records itself on the tape (when m->grad_enabled). Call
+// trn_reset(&g->m) before. With --recompute a block keeps only its input
+// for backward and runs again inside backward.
+static trn_tensor *llama_hidden(llama *g, const int *ids, int B, int T) {
     trn_model *m = &g->m;
     const llama_config *c = &g->cfg;
     trn_tensor *x = trn_embedding(m, g->embed, ids, B, T);                    // (B,T,C)
     for (int l = 0; l < c->n_layer; l++)
         x = g->recompute ? trn_recompute(m, llama_block_forward, &g->layers[l], x)
                          : llama_block_forward(m, x, &g->layers[l]);
-    x = trn_rmsnorm(m, x, g->norm, c->norm_eps);
-    return trn_linear(m, x, g->head, NULL);                                    // (B,T,Vp)
+    return trn_rmsnorm(m, x, g->norm, c->norm_eps);                           // (B,T,C)
+}
+
+// ids (B,T) -> logits (B,T,Vp), for sampling and --dump-logits
+static trn_tensor *llama_forward(llama *g, const int *ids, int B, int T) {
+    return trn_linear(&g->m, llama_hidden(g, ids, B, T), g->head, NULL);       // (B,T,Vp)
 }
 
 // The forward pass for generation, with a key/value cache (train.h's
@@ -291,9 +296,13 @@ static trn_tensor *llama_logits_cached(void *g, trn_kv_cache *kv, const int *ids
     return llama_forward_cached((llama *)g, kv, ids, B, T);
 }
 
-// mean cross-entropy of the next token over the V real classes (scalar)
+// mean cross-entropy of the next token over the V real classes (scalar).
+// The head and the cross-entropy are one op (train.h's >>classifier): it
+// goes through the rows in chunks, so the (B,T,Vp) logits and their
+// gradient never exist whole. Unfused they are 2 x 4 x Vp bytes a
+// position: 1 MB at Llama 3's 128,256 tokens, 8.4 GB at B*T = 8192.
 static trn_tensor *llama_loss(llama *g, const int *x, const int *y, int B, int T) {
-    return trn_cross_entropy(&g->m, llama_forward(g, x, B, T), y, g->cfg.vocab_size);
+    return trn_linear_cross_entropy(&g->m, llama_hidden(g, x, B, T), g->head, NULL, y, g->cfg.vocab_size);
 }
 
 // ===========================================================================
