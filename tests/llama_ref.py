@@ -15,6 +15,13 @@ NumPy reference of its forward pass, for tests/test_llama.sh.
       100 and small contexts so that every scaling changes the logits at
       37 positions (dynamic: max_position_embeddings 16, factor 4).
       --vocab V: V rows of embedding (and head) instead of 256.
+  llama_ref.py shard FILE N V SEED
+      N random token ids in [0, V) (the first is V-1, about half are above
+      65535 when V = 128,256) as an llm.c token shard in its uint32 format,
+      written here from llm.c's published layout (dev/data/data_common.py:
+      256 int32 of header, magic 20240801, version 7, count; uint32 ids),
+      not by the kit. TEXT below may be such a shard (either llm.c format:
+      its ids) or a text file (its bytes).
   llama_ref.py check DIR TEXT LOGITS B T [--unscaled]
       recompute, in float64, the logits of validation batch 0 of TEXT (the
       kit's loader: the last 10% of the bytes, rows of T) and compare them
@@ -141,6 +148,29 @@ def load(d):
     return c, w
 
 
+def read_ids(path):
+    """the ids of an llm.c token shard (uint16: magic 20240520, version 1;
+    uint32: magic 20240801, version 7), else the file's bytes"""
+    raw = open(path, "rb").read()
+    if len(raw) >= 1024:
+        magic, version, n = np.frombuffer(raw[:12], "<i4")
+        for m, v, dt in ((20240520, 1, "<u2"), (20240801, 7, "<u4")):
+            if magic == m and version == v:
+                ids = np.frombuffer(raw[1024:], dt)
+                assert len(ids) == n, "%s: %d ids, the header says %d" % (path, len(ids), n)
+                return ids.astype(np.int64)
+    return np.frombuffer(raw, np.uint8).astype(np.int64)
+
+
+def write_shard(path, n, V, seed):
+    ids = np.random.default_rng(seed).integers(0, V, n).astype("<u4")
+    ids[0] = V - 1
+    header = np.zeros(256, "<i4")
+    header[:3] = (20240801, 7, n)
+    with open(path, "wb") as f:
+        f.write(header.tobytes() + ids.tobytes())
+
+
 def rmsnorm(x, g, eps):
     return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * g
 
@@ -214,7 +244,7 @@ def check(d, text, logits, B, T, unscaled=False):
     if unscaled:  # the same theta without the scaling: logits a kit that ignored it would give
         sc = c.pop("rope_parameters", None) or c.pop("rope_scaling", None) or {}
         c["rope_theta"] = sc.get("rope_theta", c.get("rope_theta"))
-    data = np.frombuffer(open(text, "rb").read(), np.uint8).astype(np.int64)
+    data = read_ids(text)
     n = len(data)
     n_val = int(n * float(np.float32(0.1)))  # the loader's (double)n * 0.1f
     n_train = n - n_val
@@ -361,7 +391,7 @@ def train(d, text, T, log, weights, steps, lr, min_lr, clip, untie):
     if tied and untie:
         w["lm_head.weight"] = w["model.embed_tokens.weight"].copy()
     tied_now = tied and not untie
-    data = np.frombuffer(open(text, "rb").read(), np.uint8).astype(np.int64)
+    data = read_ids(text)
     B = (len(data) - 1) // T  # B*T+1 bytes: B consecutive windows of T
     X = np.stack([data[i * T:i * T + T] for i in range(B)])
     Y = np.stack([data[i * T + 1:i * T + T + 1] for i in range(B)])
@@ -424,6 +454,8 @@ if __name__ == "__main__":
         a = sys.argv
         sys.exit(train(a[2], a[3], int(a[4]), a[5], a[6], int(a[7]), float(a[8]), float(a[9]), float(a[10]),
                        "--untie" in a))
+    elif len(sys.argv) == 6 and sys.argv[1] == "shard":
+        write_shard(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
     elif len(sys.argv) in (7, 8) and sys.argv[1] == "check":
         sys.exit(check(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), int(sys.argv[6]), "--unscaled" in sys.argv))
     else:

@@ -11,7 +11,9 @@
 #      --init equal a NumPy reference of the same forward; a wrong pairing
 #      or an ignored scaling is caught (the check can fail); 20 steps of
 #      tied and untied training equal a float64 NumPy reference (AdamW,
-#      clipping, cosine lr); yarn is refused by name. Skipped, with a line,
+#      clipping, cosine lr); yarn is refused by name; Llama 3's vocabulary
+#      (128,256 tokens) trains from a uint32 token shard as the reference
+#      does, and samples ids above 65535. Skipped, with a line,
 #      without numpy + safetensors.
 #   4. weights saved and loaded back (--init model.safetensors): identical logits
 #   5. resume: N steps uninterrupted == resume from the mid-run checkpoint
@@ -89,6 +91,22 @@ if python3 -c 'import numpy, safetensors' 2>/dev/null; then
     check "tied: the saved model loads back tied (identical logits)" "cmp -s '$D/tr_tied.logits' '$D/tr_tied2.logits'"
     python3 tests/llama_ref.py check "$D/hf_plain" "$D/text.txt" "$D/hf_tied.logits" 3 37 > "$D/neg.out"
     check "the reference check rejects another model's logits" "[ $? = 1 ]"
+    # Llama 3's vocabulary: 128,256 tokens, fed from a uint32 token shard
+    # (llm.c's format, written by NumPy): 3 steps equal the float64
+    # reference (losses and weights), and the sample draws ids above 65535
+    # (printed as <id>: the byte tokenizer has no text for them)
+    python3 tests/llama_ref.py write "$D/hf_big" --vocab 128256
+    python3 tests/llama_ref.py shard "$D/big.bin" 97 128256 5
+    $L --init "$D/hf_big" --data "$D/big.bin" --batch 3 --seq 32 --overfit --steps 3 --lr 1e-2 --min-lr 1e-3 --warmup 0 \
+        --weight-decay 0 --clip 1 --eval-every 0 --sample 12 --threads 2 --out "$D/tr_big" --log "$D/tr_big.jsonl" \
+        > "$D/tr_big.out" 2>&1
+    rc=$? # (the output holds a NUL: the prompt is token 0, so grep -a)
+    check "vocab 128,256: 3 steps on a uint32 shard (exit 0; $(grep -a -o 'vocab=[0-9]* (padded [0-9]*)' "$D/tr_big.out"))" "[ $rc = 0 ]"
+    python3 tests/llama_ref.py train "$D/hf_big" "$D/big.bin" 32 "$D/tr_big.jsonl" "$D/tr_big/model.safetensors" 3 1e-2 1e-3 1 > "$D/tr_big.ref"
+    rc=$?
+    check "vocab 128,256: 3 training steps equal the NumPy reference: $(tr '\n' ';' < "$D/tr_big.ref")" "[ $rc = 0 ]"
+    hi=$(sed -n '/^---- sample/,/^----$/p' "$D/tr_big.out" | grep -a -o '<[0-9]*>' | tr -d '<>' | sort -n | tail -1)
+    check "vocab 128,256: the sample draws ids above 65535 (largest ${hi:-none})" "[ -n '$hi' ] && [ '$hi' -gt 65535 ] && [ '$hi' -lt 128256 ]"
     # RoPE scaling as transformers 4.x (rope_scaling) and 5.x (rope_parameters)
     # write it: the logits equal the reference of transformers' formulas, and
     # not the unscaled ones (so a kit that ignored the scaling fails)
