@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/test_make_shard.sh - tools/make_shard end to end: text -> shard ->
-# text is the identity (byte-level), and bad input gives exit code 2 with one
-# line on stderr. (BPE itself is tested in tests/test_data.c.)
+# text is the identity (byte-level), in llm.c's uint16 format and, with
+# --bits 32, its uint32 one; bad input gives exit code 2 with one line on
+# stderr. (BPE itself is tested in tests/test_data.c.)
 set -u
 cd "$(dirname "$0")/.."
 tool=./tools/make_shard
