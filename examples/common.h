@@ -231,6 +231,22 @@ static void load_tokenizer(trn_tokenizer *tok, const char *bpe, int fresh, int *
 // the last half of the window. Without one (kv NULL: the reference that
 // tests and bench/gpt2_generate compare with), every token recomputes the
 // whole last `window` tokens.
+// idx[0..V) = the ids ordered by logit, largest first (ties: smaller id
+// first), by a sort of (logit, id) pairs
+typedef struct logit_id { float logit; int id; } logit_id;
+static int logit_id_desc(const void *a, const void *b) {
+    const logit_id *x = (const logit_id *)a, *y = (const logit_id *)b;
+    if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+static void top_pairs(int *idx, const float *logits, int V) {
+    logit_id *p = (logit_id *)malloc(sizeof *p * (size_t)V);
+    if (!p) trn_fatal("sample: out of memory");
+    for (int v = 0; v < V; v++) p[v].logit = logits[v], p[v].id = v;
+    qsort(p, (size_t)V, sizeof *p, logit_id_desc);
+    for (int v = 0; v < V; v++) idx[v] = p[v].id;
+    free(p);
+}
 typedef trn_tensor *(*logits_fn)(void *model, const int *ids, int B, int T);
 typedef trn_tensor *(*cached_logits_fn)(void *model, trn_kv_cache *kv, const int *ids, int B, int T);
 static void sample_text(trn_model *m, logits_fn forward, void *model, int V, int Vp, const trn_tokenizer *tok,
@@ -265,12 +281,19 @@ static void sample_text(trn_model *m, logits_fn forward, void *model, int V, int
             trn_tensor *lg = forward(model, ctx + start, 1, T);
             trn_read_range(m, lg, (size_t)(T - 1) * Vp, logits, (size_t)Vp);
         }
-        // top-k by partial selection sort (k is small), then softmax over them
-        for (int v = 0; v < V; v++) idx[v] = v;
-        for (int k = 0; k < top_k; k++) {
-            int best = k;
-            for (int v = k + 1; v < V; v++) if (logits[idx[v]] > logits[idx[best]]) best = v;
-            int t = idx[k]; idx[k] = idx[best]; idx[best] = t;
+        // top-k by partial selection sort: k passes over the V logits, for
+        // a small k (40 of Llama 3's 128,256: 5M compares). A large k (all
+        // 128,256 would be 8e9 compares a token) sorts (logit, id) pairs
+        // instead, V log V. Then softmax over the k.
+        if ((double)top_k * V <= (double)(1 << 24)) {
+            for (int v = 0; v < V; v++) idx[v] = v;
+            for (int k = 0; k < top_k; k++) {
+                int best = k;
+                for (int v = k + 1; v < V; v++) if (logits[idx[v]] > logits[idx[best]]) best = v;
+                int t = idx[k]; idx[k] = idx[best]; idx[best] = t;
+            }
+        } else {
+            top_pairs(idx, logits, V);
         }
         double sum = 0.0, mx = logits[idx[0]];
         for (int k = 0; k < top_k; k++) sum += exp((logits[idx[k]] - mx) / temperature);

@@ -11,7 +11,9 @@
         chunk formula dx (N,C) + dW (Vp,C) + logits (R,Vp) + lse (R),
         R = 2^23 / Vp rows split evenly, and no (N,Vp) tensor sits in
         the activations. Unfused (trn_linear + trn_cross_entropy, what
-        examples/llama did before) the logits alone were N*Vp*4 bytes.
+        examples/llama did before) the logits alone were N*Vp*4 bytes;
+     3. the sampler's top-k for a large k (a sort of (logit, id) pairs,
+        not k passes over V) orders ids as the selection sort does.
    The NumPy reference of the same model's training is in test_llama.sh
    (a 32-bit shard through examples/llama --init). */
 #define LLAMA_NO_MAIN
@@ -84,6 +86,31 @@ int main(void) {
     CHECK(got == chunks, "act grads %zu bytes, the chunk formula says %zu\n", got, chunks);
     CHECK(got < full / 2, "the classifier holds %zu bytes, not the (B,T,Vp) logits (%zu)\n", got, full);
     CHECK(act < full / 10, "activations %zu bytes hold no (B,T,Vp) logits (%zu)\n", act, full);
+
+    /* 3. sampling's top-k at this V: the (logit, id) sort that a large k
+       takes orders the ids as the selection sort of a small k does */
+    {
+        float *lg = (float *)malloc(sizeof(float) * (size_t)V);
+        int *a = (int *)malloc(sizeof(int) * (size_t)V), ordered = 1, same = 1;
+        for (i = 0; i < V; i++) lg[i] = (float)trn_rng_normal(&rng);
+        lg[V - 1] = 10.0f; lg[70000] = 9.0f; lg[3] = 9.0f; /* a tie: the smaller id first */
+        top_pairs(a, lg, V);
+        for (i = 1; i < V; i++) ordered &= lg[a[i - 1]] > lg[a[i]] || (lg[a[i - 1]] == lg[a[i]] && a[i - 1] < a[i]);
+        for (int k = 0; k < 40; k++) { /* the selection sort's first 40 */
+            int best = -1;
+            for (int v = 0; v < V; v++) {
+                int taken = 0;
+                for (int j = 0; j < k; j++) taken |= a[j] == v;
+                if (!taken && (best < 0 || lg[v] > lg[best])) best = v;
+            }
+            same &= a[k] == best;
+        }
+        CHECK(ordered && same && a[0] == V - 1 && a[1] == 3 && a[2] == 70000,
+              "top_pairs: every id, largest logit first (ordered %d, first 40 as selection %d; %d %d %d)\n", ordered,
+              same, a[0], a[1], a[2]);
+        free(lg);
+        free(a);
+    }
 
     /* evaluation (tape off): the same op, the loss only */
     trn_no_grad(&g.m);

@@ -107,6 +107,12 @@ if python3 -c 'import numpy, safetensors' 2>/dev/null; then
     check "vocab 128,256: 3 training steps equal the NumPy reference: $(tr '\n' ';' < "$D/tr_big.ref")" "[ $rc = 0 ]"
     hi=$(sed -n '/^---- sample/,/^----$/p' "$D/tr_big.out" | grep -a -o '<[0-9]*>' | tr -d '<>' | sort -n | tail -1)
     check "vocab 128,256: the sample draws ids above 65535 (largest ${hi:-none})" "[ -n '$hi' ] && [ '$hi' -gt 65535 ] && [ '$hi' -lt 128256 ]"
+    # top-k over all 128,256 (the sampler sorts instead of 128,256 passes)
+    $L --init "$D/tr_big/model.safetensors" --data "$D/big.bin" --batch 3 --seq 32 --overfit --steps 0 --sample 6 --top-k 1000000 \
+        --threads 2 --out "$D/tr_big2" > "$D/tr_big2.out" 2>&1
+    rc=$?
+    n=$(sed -n '/^---- sample/,/^----$/p' "$D/tr_big2.out" | grep -a -o '<[0-9]*>' | grep -c .)
+    check "vocab 128,256: --top-k beyond V samples from all of it (exit $rc, $n ids)" "[ $rc = 0 ] && grep -aq 'top-k 1000000' '$D/tr_big2.out' && [ $n -ge 5 ]"
     # RoPE scaling as transformers 4.x (rope_scaling) and 5.x (rope_parameters)
     # write it: the logits equal the reference of transformers' formulas, and
     # not the unscaled ones (so a kit that ignored the scaling fails)
