@@ -42,6 +42,7 @@
 // like model.to("cuda"), and every other line is the same.
 #define TRAIN_IMPLEMENTATION
 #include "train.h"
+#include "extras/train_run.h" // run directories: keep-K, resume, async saves
 #ifdef TRN_USE_CUDA
 #define TRAIN_CUDA_IMPLEMENTATION
 #include "train_cuda.h"

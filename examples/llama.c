@@ -39,6 +39,8 @@
 #include "train.h"
 #include "extras/train_data.h" // tokenizers, token shards, the batch loader
 #include "extras/train_loop.h" // progress/ETA, CSV, TensorBoard, spike guard, early stop
+#include "extras/train_run.h"  // run directories: keep-K, resume, keep-best, async saves
+#include "extras/train_generate.h" // sampling with a key/value cache
 
 #include <errno.h>
 #include <math.h>
