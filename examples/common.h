@@ -1435,10 +1435,12 @@ static void run_train(run *R) {
     run_args *a = &R->a;
     trn_model *m = R->m;
     const char *stop = NULL; // why the loop ended early (--patience, --max-time)
+    // warmup, then a cosine from lr to min_lr at the last step
+    const trn_schedule sched = {TRN_SCHEDULE_COSINE, a->warmup, a->steps, a->lr, a->min_lr, 0};
     if (R->step == 0 && a->eval_every > 0 && a->steps > 0) trn_early_stop_update(&R->loop.early, 0, run_validate(R));
     while (R->step < a->steps) {
         double t0 = now_s();
-        float lr = trn_lr_schedule(R->step, a->warmup, a->steps, a->lr, a->min_lr);
+        float lr = trn_schedule_lr(&sched, R->step);
         trn_zero_grad(m);
         for (int k = 0; k < a->grad_accum; k++) {
             if (!a->overfit) next_batch(&R->ld, R->x, R->y, R->skip_x, R->skip_y);
