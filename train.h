@@ -67,7 +67,8 @@
                     parameter groups, LR schedules, clipping
         >>sync-free the step with one host wait (clip + AdamW on a device)
       >>matmul      trn_sgemm: blocked, vectorized, OpenMP; trn_sgemm_ref
-      >>json        one strict JSON reader: safetensors headers, config.json
+      >>json        the one strict JSON reader (a cursor): safetensors
+                    headers (its typed calls: extras/train_json.h)
       >>checkpoint  safetensors weights, training-state checkpoints
       >>profile     the tape's time marks per op kind (--profile)
    (>>sharding marks the model's hooks that train_nccl.h fills.)
@@ -83,6 +84,8 @@
       extras/train_generate.h  generation with a key/value cache
       extras/train_ops.h   more tape ops (dropout, shapes, sums, bmm, more
                            losses), written as your own ops are
+      extras/train_json.h  your config.json: typed reads with the JSON
+                           reader of >>json
 
    License: MIT (see the end of the file).
 */
@@ -722,71 +725,85 @@ typedef struct trn_region {
     uint64_t rng_state;        /* m->rng at region entry, restored to re-run */
 } trn_region;
 
+/* The model. The fields at the top are the ones a reader of the step
+   meets; the tape's bookkeeping follows; the hooks that train_nccl.h and
+   the sync-free step fill, and the bf16 copy of the weights, sit in named
+   sub-structs (m.shard, m.sync_free, m.mp) that a program never touches. */
 typedef struct trn_model {
-    const trn_backend *backend;
+    const trn_backend *backend; /* whose kernels run the ops: CPU or CUDA   */
     trn_tensor **params;       /* the parameter table, in declaration order */
-    int n_params, cap_params;
+    int n_params;
     size_t n_floats;           /* total parameter elements                  */
     float *param_data;         /* ONE buffer with every weight (WEIGHTS)    */
     float *grad_data;          /* ONE buffer, same layout (GRADS); NULL until
                                   the first backward, as in PyTorch         */
-    int act_dtype;             /* the backend's: TRN_F32, or TRN_BF16 (bf16
-                                  precision: activations, their gradients
-                                  and the weights' copy below are bf16)     */
-    void *param_bf16;          /* bf16 precision: the bf16 copy of every
-                                  weight, same layout (WEIGHTS); params'
-                                  data point here, AdamW rewrites it in its
-                                  pass; NULL in fp32                       */
-    int param_bf16_stale;      /* param_data changed outside AdamW: the copy
-                                  is refreshed by the next trn_reset        */
     trn_arena arena;           /* activations of one step (ACTIVATIONS)     */
-    trn_tape_entry *tape;
-    int tape_len, tape_cap;
+    trn_tape_entry *tape;      /* the ops of this step, in order            */
+    int tape_len;
     int grad_enabled;          /* 0: no tape (evaluation), like no_grad     */
     int training;              /* 1: training mode (dropout drops); 0: eval */
-    int attention_materialized; /* 1: trn_attention keeps the (B,NH,T,T)
-                                  probabilities (the reference pair) instead
-                                  of running the fused kernels: more memory,
-                                  and faster on a GPU until the fused CUDA
-                                  kernels use tensor cores (README, CUDA) */
     trn_rng rng;               /* for ops that draw random numbers (dropout):
                                   draw from m->rng, never a private RNG; it is
                                   saved in checkpoints and trn_recompute
                                   replays the same numbers. Seeded with 0 by
                                   trn_model_init: reseed it for another */
+    int act_dtype;             /* the backend's: TRN_F32, or TRN_BF16 (bf16
+                                  precision: activations, their gradients
+                                  and the weights' copy m.mp.param_bf16)   */
+    int attention_materialized; /* 1: trn_attention keeps the (B,NH,T,T)
+                                  probabilities (the reference pair) instead
+                                  of running the fused kernels: more memory,
+                                  and faster on a GPU until the fused CUDA
+                                  kernels use tensor cores (README, CUDA) */
+    struct trn_profile *profile; /* --profile: time and bytes per op kind
+                                    (trn_profile_attach); NULL: off      */
+
+    /* the tape's bookkeeping */
+    int cap_params, tape_cap;
     trn_tensor **tblocks;      /* host-side headers of this step's tensors  */
     int n_tblocks, t_used;
-    /* called by trn_backward after tape entry i (i = tape_len-1 down to 0)
-       has run, with the tape still intact; NULL: none. train_nccl.h uses it
-       to start all-reducing a gradient bucket as soon as it is complete. */
-    void (*backward_hook)(struct trn_model *m, int i, void *user);
-    void *backward_hook_user;
     trn_grad_arena grads;      /* activation gradients (ACT_GRADS)          */
     trn_region *regions;       /* this step's recompute regions (host)      */
     int n_regions, cap_regions;
-    struct trn_profile *profile; /* --profile: time and bytes per op kind
-                                    (trn_profile_attach); NULL: off      */
-    /* >>sync-free step */
-    const trn_tensor *grad_one; /* during trn_backward: the loss it started
-                                  from, whose gradient is 1 (no download) */
-    float *gstat;              /* backend memory: [0] grad norm, [1] clip
+
+    /* >>sharding hooks: what train_nccl.h installs (NULL/0 otherwise).
+       backward_hook: called by trn_backward after tape entry i (i =
+       tape_len-1 down to 0) has run, the tape still intact (DDP starts
+       all-reducing a gradient bucket as soon as it is complete).
+       backward_pre_hook: called BEFORE tape entry i runs (ZeRO-2 points a
+       parameter's grad at a staging buffer before the first entry that
+       writes it). grad_lo/grad_hi, param_lo/param_hi: the slice of
+       grad_data / param_data that exists in this process when only a
+       shard is kept (the pointers are then shard - lo, so element j is
+       still grad_data[j] for j in the slice); 0,0: all of it. trn_zero_grad,
+       trn_grad_norm and trn_model_free touch only the slice. unit_hook:
+       see trn_unit (FSDP); unit_cur: the unit the forward is in (NULL: none) */
+    struct {
+        void (*backward_hook)(struct trn_model *m, int i, void *user);
+        void (*backward_pre_hook)(struct trn_model *m, int i, void *user);
+        void *backward_hook_user;
+        size_t grad_lo, grad_hi, param_lo, param_hi;
+        void (*unit_hook)(struct trn_model *m, struct trn_tensor *member, int phase, void *user);
+        void *unit_hook_user;
+        struct trn_tensor *unit_cur;
+    } shard;
+    /* >>sync-free step: the state that lets a step run with one host wait */
+    struct {
+        const trn_tensor *grad_one; /* during trn_backward: the loss it started
+                                       from, whose gradient is known (no download) */
+        float grad_one_value;  /* that gradient (trn_backward_scaled's scale) */
+        float *gstat;          /* backend memory: [0] grad norm, [1] clip
                                   factor, from trn_clip_grad_norm_async     */
-    int clip_pending;          /* 1: the next trn_adamw_step applies gstat[1] */
-    float grad_one_value;      /* that gradient (trn_backward_scaled's scale) */
-    /* >>sharding hooks (train_nccl.h's ZeRO-2 and FSDP; NULL/0 otherwise).
-       backward_pre_hook: called by trn_backward BEFORE tape entry i runs
-       (ZeRO-2 points a parameter's grad at a staging buffer before the
-       first entry that writes it). grad_lo/grad_hi, param_lo/param_hi: the
-       slice of grad_data / param_data that exists in this process when
-       only a shard is kept (the pointers are then shard - lo, so element j
-       is still grad_data[j] for j in the slice); 0,0: all of it.
-       trn_zero_grad, trn_grad_norm and trn_model_free touch only the slice. */
-    void (*backward_pre_hook)(struct trn_model *m, int i, void *user);
-    size_t grad_lo, grad_hi, param_lo, param_hi;
-    /* see trn_unit; unit_cur: the unit the forward is in (NULL: none) */
-    void (*unit_hook)(struct trn_model *m, struct trn_tensor *member, int phase, void *user);
-    void *unit_hook_user;
-    struct trn_tensor *unit_cur;
+        int clip_pending;      /* 1: the next trn_adamw_step applies gstat[1] */
+    } sync_free;
+    /* mixed precision (bf16, train_cuda.h): the bf16 copy of every weight,
+       same layout (WEIGHTS_BF16); params' data point here, AdamW rewrites
+       it in its pass; NULL in fp32. stale: param_data changed outside
+       AdamW, the copy is refreshed by the next trn_reset */
+    struct {
+        void *param_bf16;
+        int param_bf16_stale;
+    } mp;
 } trn_model;
 
 /* backend NULL = CPU */
@@ -824,7 +841,7 @@ TRNDEF void trn_eval(trn_model *m);          /* evaluation mode              */
 /* >>units: where a block starts (for train_nccl.h's FSDP; harmless
    elsewhere). trn_unit(m, member): the ops that follow belong to the
    block ("unit") that parameter `member` belongs to; NULL: to no block.
-   It calls m->unit_hook(m, member, TRN_UNIT_FORWARD, user) at once, so a
+   It calls m->shard.unit_hook(m, member, TRN_UNIT_FORWARD, user) at once, so a
    hook can fetch the block's weights before its first op runs, and puts
    a marker on the tape; when trn_backward passes that marker (the block's
    backward is done) it calls unit_hook(m, prev, TRN_UNIT_BACKWARD, user),
@@ -861,6 +878,11 @@ TRNDEF void trn_read_grad(trn_model *m, const trn_tensor *t, float *host);
    of an embedding), converting as trn_read/trn_write do */
 TRNDEF void trn_read_range(trn_model *m, const trn_tensor *t, size_t offset, float *host, size_t n);
 TRNDEF void trn_write_range(trn_model *m, trn_tensor *t, size_t offset, const float *host, size_t n);
+/* elements [lo, lo+n) of the flat weight buffer (every parameter, in
+   declaration order: param_data) to or from host memory, wherever the
+   model lives (a checksum of the weights, a model moved to a device) */
+TRNDEF void trn_read_params(trn_model *m, size_t lo, float *host, size_t n);
+TRNDEF void trn_write_params(trn_model *m, size_t lo, const float *host, size_t n);
 TRNDEF void trn_init_normal(trn_model *m, trn_tensor *t, float mean, float std, trn_rng *rng);
 TRNDEF void trn_init_const(trn_model *m, trn_tensor *t, float value);
 
@@ -1153,77 +1175,6 @@ TRNDEF void trn_sync(trn_model *m);
 TRNDEF void trn_scale_grads(trn_model *m, float s);
 TRNDEF const char *trn_backend_name(const trn_model *m);
 TRNDEF trn_tensor *trn_last_position(trn_model *m, trn_tensor *x);
-
-/* ------------------------------------------------------------------------
-   >>json declarations
-   One strict JSON reader (RFC 8259) serves the whole kit: the safetensors
-   header, vocab.json and tokenizer.json, and your config.json. Strict means
-   a document is read whole before you see a value: one value, UTF-8,
-   nothing after it but whitespace, no trailing comma, no comments, no NaN;
-   anything else is TRN_ERR_FORMAT naming the file and the byte. Then each
-   read checks its type (and an integer its range) and says which key.
-
-      trn_json cfg;
-      int64_t n_layer;
-      double theta = 10000.0;
-      char act[32];
-      trn_json_value root;
-      if (trn_json_load(&cfg, "config.json") != TRN_OK) ...;  // reason set
-      root = trn_json_root(&cfg);
-      rc = trn_json_int(trn_json_key(root, "num_hidden_layers"), 1, 1024, &n_layer);
-      if (trn_json_has(root, "rope_theta"))                   // optional key
-          rc = trn_json_number(trn_json_key(root, "rope_theta"), &theta);
-      rc = trn_json_string(trn_json_key(root, "hidden_act"), act, sizeof act);
-      trn_json_free(&cfg);
-
-   trn_json_key finds a member of that one object, never one nested deeper
-   ("rope_scaling": {"factor": 8} has no top-level "factor"; read it with
-   trn_json_key(trn_json_key(root, "rope_scaling"), "factor")). A key that
-   is missing gives a value of type TRN_JSON_NONE: reading it is
-   TRN_ERR_MISMATCH ("no key"); a key given twice is TRN_ERR_FORMAT.
-   32.7 or 1e3 read as an integer, or 4294967298 for [0, 2^31), is
-   TRN_ERR_FORMAT: integers are exact or refused.
-   ------------------------------------------------------------------------ */
-typedef enum trn_json_type {
-    TRN_JSON_NONE,   /* no such key / index (or not looked up in an object) */
-    TRN_JSON_NULL, TRN_JSON_BOOL, TRN_JSON_NUMBER, TRN_JSON_STRING, TRN_JSON_ARRAY, TRN_JSON_OBJECT
-} trn_json_type;
-
-typedef struct trn_json {
-    char *text;      /* the document, checked whole, NUL-terminated */
-    size_t n;        /* its length in bytes */
-    char name[256];  /* the file name (or the name given), for messages */
-} trn_json;
-
-/* a place in a document: a value, or none (at == NULL) */
-typedef struct trn_json_value {
-    const trn_json *doc;
-    const char *at;   /* the value's first byte; NULL: none */
-    const char *key;  /* the key it was found under (for messages), or NULL */
-    int twice;        /* the key was given twice in its object */
-} trn_json_value;
-
-/* read and check a whole file / a text (copied); free with trn_json_free */
-TRNDEF trn_result trn_json_load(trn_json *doc, const char *path);
-TRNDEF trn_result trn_json_parse(trn_json *doc, const char *text, size_t n, const char *name);
-TRNDEF void trn_json_free(trn_json *doc);
-TRNDEF trn_json_value trn_json_root(const trn_json *doc);
-TRNDEF trn_json_type trn_json_typeof(trn_json_value v);
-/* the member `key` of object obj (this level only); type NONE if absent */
-TRNDEF trn_json_value trn_json_key(trn_json_value obj, const char *key);
-TRNDEF int trn_json_has(trn_json_value obj, const char *key);
-/* elements of an array / members of an object (0 for anything else) */
-TRNDEF int trn_json_count(trn_json_value v);
-/* element i of an array, type NONE if out of range */
-TRNDEF trn_json_value trn_json_at(trn_json_value arr, int i);
-/* typed reads: TRN_OK, TRN_ERR_MISMATCH (none), TRN_ERR_FORMAT (wrong type,
-   not an integer, out of [lo, hi], twice); *out is untouched on error */
-TRNDEF trn_result trn_json_int(trn_json_value v, int64_t lo, int64_t hi, int64_t *out);
-TRNDEF trn_result trn_json_number(trn_json_value v, double *out);
-TRNDEF trn_result trn_json_bool(trn_json_value v, int *out);
-/* the decoded string (UTF-8, NUL-terminated) into buf[cap]: longer, or
-   holding \u0000, is TRN_ERR_FORMAT */
-TRNDEF trn_result trn_json_string(trn_json_value v, char *buf, size_t cap);
 
 /* ------------------------------------------------------------------------
    >>checkpoint declarations
@@ -3657,13 +3608,13 @@ TRNDEF trn_result trn_model_alloc(trn_model *m) {
     m->backend->zero(m->param_data, m->n_floats * sizeof(float));
     for (i = 0; i < m->n_params; i++) m->params[i]->data = m->param_data + m->params[i]->offset;
     if (m->act_dtype == TRN_BF16) { /* the copy kernels read; the master stays fp32 */
-        m->param_bf16 = m->backend->alloc(m->n_floats * 2, TRN_KIND_WEIGHTS_BF16);
-        if (!m->param_bf16) return trn_fail(TRN_ERR_NOMEM, "trn_model_alloc: bf16 weights: %s", trn_error_reason());
+        m->mp.param_bf16 = m->backend->alloc(m->n_floats * 2, TRN_KIND_WEIGHTS_BF16);
+        if (!m->mp.param_bf16) return trn_fail(TRN_ERR_NOMEM, "trn_model_alloc: bf16 weights: %s", trn_error_reason());
         for (i = 0; i < m->n_params; i++) {
-            m->params[i]->data = (float *)((uint16_t *)m->param_bf16 + m->params[i]->offset);
+            m->params[i]->data = (float *)((uint16_t *)m->mp.param_bf16 + m->params[i]->offset);
             m->params[i]->dtype = TRN_BF16;
         }
-        m->param_bf16_stale = 1;
+        m->mp.param_bf16_stale = 1;
     }
     return TRN_OK;
 }
@@ -3671,26 +3622,26 @@ TRNDEF trn_result trn_model_alloc(trn_model *m) {
 /* bf16: rewrite the weights' copy from the fp32 master (after anything
    but AdamW changed the master: init, a checkpoint, a broadcast) */
 static void trn__refresh_bf16(trn_model *m) {
-    size_t lo = m->param_hi ? m->param_lo : 0, hi = m->param_hi ? m->param_hi : m->n_floats;
-    if (m->param_bf16 && hi > lo)
-        m->backend->convert((uint16_t *)m->param_bf16 + lo, TRN_BF16, m->param_data + lo, TRN_F32, hi - lo, 0, 1.0f);
-    m->param_bf16_stale = 0;
+    size_t lo = m->shard.param_hi ? m->shard.param_lo : 0, hi = m->shard.param_hi ? m->shard.param_hi : m->n_floats;
+    if (m->mp.param_bf16 && hi > lo)
+        m->backend->convert((uint16_t *)m->mp.param_bf16 + lo, TRN_BF16, m->param_data + lo, TRN_F32, hi - lo, 0, 1.0f);
+    m->mp.param_bf16_stale = 0;
 }
-TRNDEF void trn_params_changed(trn_model *m) { if (m && m->param_bf16) m->param_bf16_stale = 1; }
+TRNDEF void trn_params_changed(trn_model *m) { if (m && m->mp.param_bf16) m->mp.param_bf16_stale = 1; }
 
 /* a parameter's gradient is fp32; an activation's has its dtype */
 static int trn__grad_dtype(const trn_tensor *t) { return t->is_param ? TRN_F32 : t->dtype; }
 /* where t's fp32 values live: a parameter's master under bf16, else data */
 static float *trn__master(const trn_model *m, const trn_tensor *t) {
-    return t->is_param && m->param_bf16 ? m->param_data + t->offset : t->data;
+    return t->is_param && m->mp.param_bf16 ? m->param_data + t->offset : t->data;
 }
 /* host floats <-> n elements of t at element off, converting to or from
    t's dtype (in chunks through a TEMP buffer). A parameter: its master. */
 static void trn__put(trn_model *m, trn_tensor *t, size_t off, const float *host, size_t n) {
     size_t done;
     uint16_t *buf;
-    if (t->is_param && m->param_bf16) m->param_bf16_stale = 1;
-    if (t->dtype == TRN_F32 || (t->is_param && m->param_bf16)) {
+    if (t->is_param && m->mp.param_bf16) m->mp.param_bf16_stale = 1;
+    if (t->dtype == TRN_F32 || (t->is_param && m->mp.param_bf16)) {
         m->backend->upload(trn__master(m, t) + off, host, n * sizeof(float));
         return;
     }
@@ -3746,19 +3697,19 @@ TRNDEF void trn_model_free(trn_model *m) {
     free(m->regions);
     for (i = 0; i < m->n_tblocks; i++) trn_free(m->tblocks[i]);
     free(m->tblocks);
-    if (m->param_data) m->backend->free(m->param_data + m->param_lo); /* (sharding: its slice) */
-    if (m->grad_data) m->backend->free(m->grad_data + m->grad_lo);
-    if (m->param_bf16) m->backend->free(m->param_bf16);
+    if (m->param_data) m->backend->free(m->param_data + m->shard.param_lo); /* (sharding: its slice) */
+    if (m->grad_data) m->backend->free(m->grad_data + m->shard.grad_lo);
+    if (m->mp.param_bf16) m->backend->free(m->mp.param_bf16);
     for (i = 0; i < m->n_params; i++) trn_free(m->params[i]);
     trn_free(m->params);
     trn_free(m->tape);
-    if (m->gstat) m->backend->free(m->gstat);
+    if (m->sync_free.gstat) m->backend->free(m->sync_free.gstat);
     memset(m, 0, sizeof *m);
 }
 
 TRNDEF void trn_zero_grad(trn_model *m) {
-    if (m && m->grad_data && m->grad_hi) /* sharding: only the slice exists */
-        m->backend->zero(m->grad_data + m->grad_lo, (m->grad_hi - m->grad_lo) * sizeof(float));
+    if (m && m->grad_data && m->shard.grad_hi) /* sharding: only the slice exists */
+        m->backend->zero(m->grad_data + m->shard.grad_lo, (m->shard.grad_hi - m->shard.grad_lo) * sizeof(float));
     else if (m && m->grad_data) m->backend->zero(m->grad_data, m->n_floats * sizeof(float));
 }
 
@@ -3821,7 +3772,7 @@ TRNDEF void trn_reset(trn_model *m) {
     a->used = 0;
     a->spilled = 0;
     m->t_used = 0;
-    m->unit_cur = NULL; /* a forward starts outside every unit (>>units) */
+    m->shard.unit_cur = NULL; /* a forward starts outside every unit (>>units) */
     m->tape_len = 0;
     if (m->profile) { m->profile->n_marks = 0; trn__prof_mark(m, NULL, -1); } /* a pass starts */
 }
@@ -3838,7 +3789,7 @@ TRNDEF trn_tensor *trn_tensor_new_dtype(trn_model *m, const char *name, int ndim
     if (!m) trn_fatal("trn_tensor_new %s: model is NULL", name ? name : "");
     trn__need_alloc(m, "trn_tensor_new", name);
     trn__check_shape("trn_tensor_new", name, ndim, shape);
-    if (m->param_bf16_stale) trn__refresh_bf16(m); /* the first op of a pass reads fresh weights */
+    if (m->mp.param_bf16_stale) trn__refresh_bf16(m); /* the first op of a pass reads fresh weights */
     t = trn__header(m);
     trn__fill_header(t, name, ndim, shape);
     t->dtype = dtype;
@@ -4012,7 +3963,7 @@ static void trn__backward_range(trn_model *m, int hi, int lo, int hooks) {
     int i;
     for (i = hi; i >= lo; i--) {
         trn_tape_entry *e = &m->tape[i];
-        if (hooks && m->backward_pre_hook) m->backward_pre_hook(m, i, m->backward_hook_user); /* ZeRO-2, FSDP */
+        if (hooks && m->shard.backward_pre_hook) m->shard.backward_pre_hook(m, i, m->shard.backward_hook_user); /* ZeRO-2, FSDP */
         e = &m->tape[i];
         if (e->out->grad) { /* no gradient reached it: skip */
             if (m->profile) { /* --profile: a mark on each side of the call */
@@ -4025,7 +3976,7 @@ static void trn__backward_range(trn_model *m, int hi, int lo, int hooks) {
             e = &m->tape[i];
             if (trn__grads_free(m, e->out->grad)) e->out->grad = NULL;
         }
-        if (hooks && m->backward_hook) m->backward_hook(m, i, m->backward_hook_user); /* DDP */
+        if (hooks && m->shard.backward_hook) m->shard.backward_hook(m, i, m->shard.backward_hook_user); /* DDP */
     }
 }
 
@@ -4050,14 +4001,14 @@ TRNDEF void trn_backward_scaled(trn_model *m, trn_tensor *loss, float scale) {
         uint16_t h = trn__f32_to_bf16(scale);
         m->backend->upload(trn__grad(m, loss, NULL), &h, sizeof h);
     } else m->backend->upload(trn__grad(m, loss, NULL), &scale, sizeof scale);
-    m->grad_one = loss; /* its gradient is known on the host: trn__scalar_grad needs no download */
-    m->grad_one_value = scale;
-    m->clip_pending = 0; /* a clip factor belongs to the gradients it was computed from */
+    m->sync_free.grad_one = loss; /* its gradient is known on the host: trn__scalar_grad needs no download */
+    m->sync_free.grad_one_value = scale;
+    m->sync_free.clip_pending = 0; /* a clip factor belongs to the gradients it was computed from */
     if (m->profile) trn__prof_mark(m, NULL, -1);
     /* parameters used inside recompute regions are not on this tape, so a
        hook cannot tell when their gradients are final: no hook then */
     trn__backward_range(m, m->tape_len - 1, 0, m->n_regions == 0);
-    m->grad_one = NULL;
+    m->sync_free.grad_one = NULL;
     m->tape_len = 0; /* the tape is consumed, as PyTorch frees its graph */
     trn__grads_grow(m); /* first step: now the block's size is known */
     if (m->profile) trn__prof_end(m);
@@ -4079,14 +4030,14 @@ TRNDEF void trn_eval(trn_model *m) { if (!m) trn_fatal("trn_eval: model is NULL"
    recorded) but is no parameter; its output's grad is set (so trn_backward
    does not skip it). saved[0]: the unit entered, saved[1]: the one left. */
 static void trn__unit_bw(trn_model *m, trn_tape_entry *e) {
-    if (m->unit_hook) m->unit_hook(m, (trn_tensor *)e->saved[1], TRN_UNIT_BACKWARD, m->unit_hook_user);
+    if (m->shard.unit_hook) m->shard.unit_hook(m, (trn_tensor *)e->saved[1], TRN_UNIT_BACKWARD, m->shard.unit_hook_user);
 }
 
 TRNDEF void trn_unit(trn_model *m, trn_tensor *member) {
-    trn_tensor *prev = m->unit_cur;
+    trn_tensor *prev = m->shard.unit_cur;
     if (member && !member->is_param) trn_fatal("trn_unit: '%s' is not a parameter", member->name);
-    m->unit_cur = member;
-    if (m->unit_hook) m->unit_hook(m, member, TRN_UNIT_FORWARD, m->unit_hook_user);
+    m->shard.unit_cur = member;
+    if (m->shard.unit_hook) m->shard.unit_hook(m, member, TRN_UNIT_FORWARD, m->shard.unit_hook_user);
     if (m->grad_enabled) {
         int one = 1;
         trn_tensor *dummy = trn_tensor_new(m, "unit", 1, &one), *out = trn_tensor_new(m, "unit", 1, &one);
@@ -4112,8 +4063,8 @@ TRNDEF void trn_sync(trn_model *m) { m->backend->sync(); }
 TRNDEF void trn_scale_grads(trn_model *m, float s) {
     size_t lo, hi;
     if (!m || !m->grad_data) return; /* no backward yet: nothing to scale */
-    lo = m->grad_lo;
-    hi = m->grad_hi ? m->grad_hi : m->n_floats;
+    lo = m->shard.grad_lo;
+    hi = m->shard.grad_hi ? m->shard.grad_hi : m->n_floats;
     m->backend->scale(m->grad_data + lo, s, hi - lo);
 }
 
@@ -4158,6 +4109,22 @@ TRNDEF void trn_read_range(trn_model *m, const trn_tensor *t, size_t offset, flo
 TRNDEF void trn_write_range(trn_model *m, trn_tensor *t, size_t offset, const float *host, size_t n) {
     trn__range("trn_write_range", t, host, offset, n);
     trn__put(m, t, offset, host, n);
+}
+static void trn__params_range(const char *call, const trn_model *m, const void *host, size_t lo, size_t n) {
+    size_t a = m->shard.param_hi ? m->shard.param_lo : 0, b = m->shard.param_hi ? m->shard.param_hi : m->n_floats;
+    if (!host || !m->param_data) trn_fatal("%s: host buffer NULL or weights not allocated", call);
+    if (lo < a || lo > b || n > b - lo) /* >>sharding: only this process's slice exists */
+        trn_fatal("%s: elements [%zu,%zu) of the weights, which hold [%zu,%zu) here", call, lo, lo + n, a, b);
+}
+TRNDEF void trn_read_params(trn_model *m, size_t lo, float *host, size_t n) {
+    trn__params_range("trn_read_params", m, host, lo, n);
+    m->backend->download(host, m->param_data + lo, n * sizeof(float));
+}
+TRNDEF void trn_write_params(trn_model *m, size_t lo, const float *host, size_t n) {
+    trn__params_range("trn_write_params", m, host, lo, n);
+    m->backend->upload(m->param_data + lo, host, n * sizeof(float));
+    m->backend->sync();
+    trn_params_changed(m); /* bf16: the copy follows */
 }
 TRNDEF void trn_read_grad(trn_model *m, const trn_tensor *t, float *host) {
     if (t->grad) trn__get(m, t->grad, trn__grad_dtype(t), host, t->size);
@@ -4214,7 +4181,7 @@ static void trn__cast_bw(trn_model *m, trn_tape_entry *e) {
 }
 static trn_tensor *trn__act(trn_model *m, trn_tensor *x) {
     trn_tensor *out;
-    if (!x || (x->dtype == m->act_dtype && !(x->is_param && m->param_bf16))) return x;
+    if (!x || (x->dtype == m->act_dtype && !(x->is_param && m->mp.param_bf16))) return x;
     out = trn_tensor_new(m, "cast", x->ndim, x->shape);
     m->backend->convert(out->data, out->dtype, trn__master(m, x), x->is_param ? TRN_F32 : x->dtype, x->size, 0, 1.0f);
     trn__record(m, "cast", trn__cast_bw, out, x, NULL, NULL);
@@ -4223,7 +4190,7 @@ static trn_tensor *trn__act(trn_model *m, trn_tensor *x) {
 /* a weight slot (linear, embedding, layernorm, rmsnorm, the classifier):
    kernels add its gradient in fp32, which under bf16 only a parameter has */
 static void trn__weight(const trn_model *m, const trn_tensor *w, const char *op) {
-    if (w && m->param_bf16 && !w->is_param)
+    if (w && m->mp.param_bf16 && !w->is_param)
         trn_fatal("%s: under bf16 precision a weight must be a parameter (its gradient is fp32); '%s' is an "
                   "activation: multiply activations with trn_bmm or trn_mul", op, w->name);
 }
@@ -4626,7 +4593,7 @@ static trn_tensor *trn__scalar_mean(trn_model *m, const char *name, const float 
    gradient 1 (no download, no host wait); any other is read back */
 static float trn__scalar_grad(trn_model *m, const trn_tensor *t) {
     float g;
-    if (t == m->grad_one) return m->grad_one_value;
+    if (t == m->sync_free.grad_one) return m->sync_free.grad_one_value;
     m->backend->download(&g, t->grad, sizeof g);
     return g;
 }
@@ -4901,7 +4868,7 @@ TRNDEF trn_tensor *trn_recompute(trn_model *m, trn_region_fn fn, void *user, trn
     if (!fn) trn_fatal("trn_recompute: fn is NULL");
     /* ZeRO-2 and FSDP act per tape entry in backward (train_nccl.h's
        pre-hook), and a region's inner entries are not on the tape */
-    if (m->grad_enabled && (m->backward_pre_hook || m->grad_hi || m->param_hi))
+    if (m->grad_enabled && (m->shard.backward_pre_hook || m->shard.grad_hi || m->shard.param_hi))
         trn_fatal("trn_recompute: not supported with ZeRO-2 or FSDP sharding (use --shard none or zero1)");
     r.fn = fn; r.user = user; r.rng_state = m->rng.state;
     k = trn__mark(m);
@@ -5452,10 +5419,10 @@ static int trn__has_groups(const trn_model *m) {
    download: this path waits once more) */
 static void trn__apply_pending_clip(trn_model *m) {
     float s;
-    if (!m->clip_pending) return;
-    m->backend->download(&s, m->gstat + 1, sizeof s);
+    if (!m->sync_free.clip_pending) return;
+    m->backend->download(&s, m->sync_free.gstat + 1, sizeof s);
     if (s != 1.0f) m->backend->scale(m->grad_data, s, m->n_floats);
-    m->clip_pending = 0;
+    m->sync_free.clip_pending = 0;
 }
 
 static trn_result trn__adamw_step_flat(trn_adamw *opt, trn_model *m, float lr, float bc1, float bc2) {
@@ -5475,9 +5442,9 @@ static trn_result trn__adamw_step_flat(trn_adamw *opt, trn_model *m, float lr, f
     }
     if (cur < hi) n = trn__seg_push(seg, n, hi - lo, TRN_ADAMW_SKIP);
     m->backend->adamw_flat(m->param_data + lo, m->grad_data + lo, opt->m, opt->v, hi - lo, seg, n, lr, d->beta1,
-                           d->beta2, d->eps, d->weight_decay, bc1, bc2, m->clip_pending ? m->gstat + 1 : NULL,
-                           m->param_bf16 ? (uint16_t *)m->param_bf16 + lo : NULL);
-    m->clip_pending = 0;
+                           d->beta2, d->eps, d->weight_decay, bc1, bc2, m->sync_free.clip_pending ? m->sync_free.gstat + 1 : NULL,
+                           m->mp.param_bf16 ? (uint16_t *)m->mp.param_bf16 + lo : NULL);
+    m->sync_free.clip_pending = 0;
     trn_free(seg);
     return TRN_OK;
 }
@@ -5627,13 +5594,13 @@ TRNDEF const char *trn_schedule_name(trn_schedule_kind kind) {
 TRNDEF float trn_grad_norm(trn_model *m) {
     size_t lo, hi;
     if (!m || !m->grad_data) return 0.0f;
-    lo = m->grad_lo; hi = m->grad_hi ? m->grad_hi : m->n_floats; /* (sharding: this process's slice) */
+    lo = m->shard.grad_lo; hi = m->shard.grad_hi ? m->shard.grad_hi : m->n_floats; /* (sharding: this process's slice) */
     return (float)sqrt(m->backend->sum_squares(m->grad_data + lo, hi - lo));
 }
 
 TRNDEF float trn_clip_grad_norm(trn_model *m, float max_norm) {
     float norm = trn_grad_norm(m);
-    size_t lo = m->grad_lo, hi = m->grad_hi ? m->grad_hi : m->n_floats;
+    size_t lo = m->shard.grad_lo, hi = m->shard.grad_hi ? m->shard.grad_hi : m->n_floats;
     /* as torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) if that is < 1 */
     if (max_norm > 0.0f && norm > max_norm) m->backend->scale(m->grad_data + lo, max_norm / (norm + 1e-6f), hi - lo);
     return norm;
@@ -5651,11 +5618,11 @@ TRNDEF void trn_clip_grad_norm_async(trn_model *m, float max_norm, float *norm_o
         if (norm_out) *norm_out = norm;
         return;
     }
-    if (!m->gstat && !(m->gstat = (float *)be->alloc(2 * sizeof(float), TRN_KIND_GRADS)))
+    if (!m->sync_free.gstat && !(m->sync_free.gstat = (float *)be->alloc(2 * sizeof(float), TRN_KIND_GRADS)))
         trn_fatal("trn_clip_grad_norm_async: %s", trn_error_reason());
-    be->grad_norm_clip(m->gstat, m->grad_data, m->n_floats, max_norm);
-    m->clip_pending = 1;
-    if (norm_out) be->download_async(norm_out, m->gstat, sizeof(float));
+    be->grad_norm_clip(m->sync_free.gstat, m->grad_data, m->n_floats, max_norm);
+    m->sync_free.clip_pending = 1;
+    if (norm_out) be->download_async(norm_out, m->sync_free.gstat, sizeof(float));
 }
 
 
@@ -6386,8 +6353,8 @@ TRNDEF void trn_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha
 /* ========================================================================
    >>json
    UTF-8 (decode, encode) and one JSON reader: a cursor (trn__jp) that
-   the safetensors header, vocab.json and the public trn_json_* calls all
-   walk with. Every read checks the bounds first.
+   the safetensors header, vocab.json and the public trn_json_* calls
+   (extras/train_json.h) all walk with. Every read checks the bounds first.
    ======================================================================== */
 #include <dirent.h>
 #include <fcntl.h>
@@ -6676,254 +6643,6 @@ static trn_result trn__jskip(trn__jp *j, int depth) {
         return TRN_OK;
     }
     }
-}
-
-/* --- the public reader: trn_json_* ----------------------------------- */
-TRNDEF trn_result trn_json_parse(trn_json *doc, const char *text, size_t n, const char *name) {
-    trn__jp j;
-    trn_result r;
-    if (!doc) return trn_fail(TRN_ERR_INVALID, "trn_json_parse: NULL document");
-    memset(doc, 0, sizeof *doc);
-    snprintf(doc->name, sizeof doc->name, "%s", name ? name : "(json)");
-    if (!text && n) return trn_fail(TRN_ERR_INVALID, "trn_json_parse: NULL text");
-    if (!(doc->text = (char *)trn_alloc(n + 1, TRN_KIND_TEMP))) return TRN_ERR_NOMEM;
-    if (n) memcpy(doc->text, text, n);
-    doc->text[n] = 0;
-    doc->n = n;
-    trn__jp_init(&j, doc->text, n, doc->name, "bad JSON", 0);
-    if (n >= 3 && memcmp(j.p, "\xEF\xBB\xBF", 3) == 0) j.p += 3; /* a UTF-8 byte order mark */
-    if ((r = trn__jskip(&j, 0)) == TRN_OK) {
-        trn__jws(&j);
-        if (j.p != j.end) r = trn__jerr(&j, "text after the value");
-    }
-    if (r != TRN_OK) trn_json_free(doc);
-    return r;
-}
-
-TRNDEF trn_result trn_json_load(trn_json *doc, const char *path) {
-    FILE *f;
-    struct stat st;
-    char *buf;
-    size_t got;
-    trn_result r;
-    if (!doc || !path) return trn_fail(TRN_ERR_INVALID, "trn_json_load: NULL argument");
-    memset(doc, 0, sizeof *doc);
-    if (trn_check_regular(path) != TRN_OK) return trn_fail(TRN_ERR_IO, "open %s", trn_error_reason()); /* a FIFO: fopen blocks */
-    if (!(f = fopen(path, "rb"))) return trn_fail(TRN_ERR_IO, "open %s: %s", path, strerror(errno));
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        fclose(f);
-        return trn_fail(TRN_ERR_IO, "%s: not a regular file", path);
-    }
-    if (!(buf = (char *)trn_alloc((size_t)st.st_size + 1, TRN_KIND_TEMP))) { fclose(f); return TRN_ERR_NOMEM; }
-    got = fread(buf, 1, (size_t)st.st_size, f);
-    if (got != (size_t)st.st_size || ferror(f)) {
-        r = trn_fail(TRN_ERR_IO, "read %s: %s", path, ferror(f) ? strerror(errno) : "shorter than its size");
-        fclose(f);
-        trn_free(buf);
-        return r;
-    }
-    fclose(f);
-    r = trn_json_parse(doc, buf, got, path);
-    trn_free(buf);
-    return r;
-}
-
-TRNDEF void trn_json_free(trn_json *doc) {
-    if (!doc) return;
-    trn_free(doc->text);
-    doc->text = NULL;
-    doc->n = 0;
-}
-
-TRNDEF trn_json_value trn_json_root(const trn_json *doc) {
-    trn_json_value v = {NULL, NULL, NULL, 0};
-    trn__jp j;
-    if (!doc || !doc->text) return v;
-    trn__jp_init(&j, doc->text, doc->n, doc->name, "bad JSON", 0);
-    if (doc->n >= 3 && memcmp(j.p, "\xEF\xBB\xBF", 3) == 0) j.p += 3;
-    trn__jws(&j);
-    v.doc = doc;
-    v.at = j.p;
-    return v;
-}
-
-TRNDEF trn_json_type trn_json_typeof(trn_json_value v) {
-    if (!v.at) return TRN_JSON_NONE;
-    switch (*v.at) {
-    case 'n': return TRN_JSON_NULL;
-    case 't': case 'f': return TRN_JSON_BOOL;
-    case '"': return TRN_JSON_STRING;
-    case '[': return TRN_JSON_ARRAY;
-    case '{': return TRN_JSON_OBJECT;
-    default: return TRN_JSON_NUMBER;
-    }
-}
-
-/* a cursor on a value of a checked document (its errors cannot happen) */
-static trn__jp trn__json_cursor(trn_json_value v) {
-    trn__jp j;
-    trn__jp_init(&j, v.doc->text, v.doc->n, v.doc->name, "bad JSON", 0);
-    j.p = v.at;
-    return j;
-}
-
-/* is the string at the cursor (on its quote) exactly key? leaves the
-   cursor after the string */
-static int trn__jkey_is(trn__jp *j, const char *key) {
-    size_t k = 0, n = strlen(key);
-    int same = 1;
-    uint32_t cp = 0;
-    char u[4];
-    j->p++;
-    while (trn__jchar(j, &cp) == TRN_OK && cp != TRN__JSTR_END) {
-        size_t w = trn__utf8_encode(cp, u);
-        if (same && k + w <= n && memcmp(key + k, u, w) == 0) k += w;
-        else same = 0;
-    }
-    return same && k == n;
-}
-
-TRNDEF trn_json_value trn_json_key(trn_json_value obj, const char *key) {
-    trn_json_value v = {NULL, NULL, NULL, 0};
-    trn__jp j;
-    v.doc = obj.doc;
-    v.key = key;
-    if (trn_json_typeof(obj) != TRN_JSON_OBJECT || !key) return v;
-    j = trn__json_cursor(obj);
-    j.p++;
-    if (trn__jeat(&j, '}')) return v;
-    for (;;) {
-        int hit;
-        trn__jws(&j);
-        hit = trn__jkey_is(&j, key);
-        trn__jeat(&j, ':');
-        trn__jws(&j);
-        if (hit) {
-            if (v.at) { v.twice = 1; return v; }
-            v.at = j.p;
-        }
-        if (trn__jskip(&j, 1) != TRN_OK || !trn__jeat(&j, ',')) return v;
-    }
-}
-
-TRNDEF int trn_json_has(trn_json_value obj, const char *key) {
-    return trn_json_key(obj, key).at != NULL;
-}
-
-TRNDEF int trn_json_count(trn_json_value v) {
-    trn_json_type t = trn_json_typeof(v);
-    trn__jp j;
-    int n = 0;
-    if (t != TRN_JSON_ARRAY && t != TRN_JSON_OBJECT) return 0;
-    j = trn__json_cursor(v);
-    j.p++;
-    if (trn__jeat(&j, t == TRN_JSON_ARRAY ? ']' : '}')) return 0;
-    for (;;) {
-        n++;
-        if (t == TRN_JSON_OBJECT) { trn__jskip(&j, 1); trn__jeat(&j, ':'); }
-        if (trn__jskip(&j, 1) != TRN_OK || !trn__jeat(&j, ',')) return n;
-    }
-}
-
-TRNDEF trn_json_value trn_json_at(trn_json_value arr, int i) {
-    trn_json_value v = {NULL, NULL, NULL, 0};
-    trn__jp j;
-    int k;
-    v.doc = arr.doc;
-    v.key = arr.key;
-    if (trn_json_typeof(arr) != TRN_JSON_ARRAY || i < 0) return v;
-    j = trn__json_cursor(arr);
-    j.p++;
-    if (trn__jeat(&j, ']')) return v;
-    for (k = 0;; k++) {
-        trn__jws(&j);
-        if (k == i) { v.at = j.p; return v; }
-        if (trn__jskip(&j, 1) != TRN_OK || !trn__jeat(&j, ',')) return v;
-    }
-}
-
-/* the text of a number value, for messages and strtod: 0 if too long */
-static size_t trn__json_span(trn_json_value v, char *buf, size_t cap) {
-    trn__jp j = trn__json_cursor(v);
-    size_t n;
-    trn__jskip(&j, 0);
-    n = (size_t)(j.p - v.at);
-    if (n >= cap) { snprintf(buf, cap, "%.*s...", (int)(cap - 4), v.at); return 0; }
-    memcpy(buf, v.at, n);
-    buf[n] = 0;
-    return n;
-}
-
-/* the checks every typed read starts with: present, once, of type t */
-static trn_result trn__json_want(trn_json_value v, trn_json_type t, const char *type_name) {
-    const char *name = v.doc ? v.doc->name : "(json)", *key = v.key ? v.key : "(value)";
-    if (v.twice) return trn_fail(TRN_ERR_FORMAT, "%s: key '%s' is given twice", name, key);
-    if (!v.at) return trn_fail(TRN_ERR_MISMATCH, "%s: no key '%s'", name, key);
-    if (trn_json_typeof(v) != t) return trn_fail(TRN_ERR_FORMAT, "%s: '%s' is not %s", name, key, type_name);
-    return TRN_OK;
-}
-
-TRNDEF trn_result trn_json_int(trn_json_value v, int64_t lo, int64_t hi, int64_t *out) {
-    trn_result r = trn__json_want(v, TRN_JSON_NUMBER, "a number");
-    trn__jp j;
-    int64_t x = 0;
-    if (r != TRN_OK) return r;
-    j = trn__json_cursor(v);
-    if (trn__jint(&j, lo, hi, &x) != TRN_OK) {
-        char num[48];
-        trn__json_span(v, num, sizeof num);
-        return trn_fail(TRN_ERR_FORMAT, "%s: '%s' = %s is not an integer in [%lld, %lld]", v.doc->name,
-                        v.key ? v.key : "(value)", num, (long long)lo, (long long)hi);
-    }
-    if (out) *out = x;
-    return TRN_OK;
-}
-
-TRNDEF trn_result trn_json_number(trn_json_value v, double *out) {
-    trn_result r = trn__json_want(v, TRN_JSON_NUMBER, "a number");
-    char buf[128], *end;
-    double x;
-    if (r != TRN_OK) return r;
-    if (!trn__json_span(v, buf, sizeof buf))
-        return trn_fail(TRN_ERR_FORMAT, "%s: '%s' = %s has more than %d characters", v.doc->name,
-                        v.key ? v.key : "(value)", buf, (int)sizeof buf - 1);
-    errno = 0;
-    x = strtod(buf, &end);
-    if (*end || (errno == ERANGE && fabs(x) > 1.0) || x != x)
-        return trn_fail(TRN_ERR_FORMAT, "%s: '%s' = %s is out of a double's range", v.doc->name,
-                        v.key ? v.key : "(value)", buf);
-    if (out) *out = x;
-    return TRN_OK;
-}
-
-TRNDEF trn_result trn_json_bool(trn_json_value v, int *out) {
-    trn_result r = trn__json_want(v, TRN_JSON_BOOL, "true or false");
-    if (r != TRN_OK) return r;
-    if (out) *out = *v.at == 't';
-    return TRN_OK;
-}
-
-TRNDEF trn_result trn_json_string(trn_json_value v, char *buf, size_t cap) {
-    trn_result r = trn__json_want(v, TRN_JSON_STRING, "a string");
-    trn__jp j;
-    size_t k = 0;
-    uint32_t cp = 0;
-    char u[4];
-    if (r != TRN_OK) return r;
-    if (!buf || !cap) return trn_fail(TRN_ERR_INVALID, "trn_json_string: no buffer");
-    j = trn__json_cursor(v);
-    j.p++;
-    while (trn__jchar(&j, &cp) == TRN_OK && cp != TRN__JSTR_END) {
-        size_t w = trn__utf8_encode(cp, u);
-        if (cp == 0) return trn_fail(TRN_ERR_FORMAT, "%s: '%s' holds \\u0000", v.doc->name, v.key ? v.key : "(value)");
-        if (k + w >= cap)
-            return trn_fail(TRN_ERR_FORMAT, "%s: '%s' is longer than %zu bytes", v.doc->name, v.key ? v.key : "(value)",
-                            cap - 1);
-        memcpy(buf + k, u, w);
-        k += w;
-    }
-    buf[k] = 0;
-    return TRN_OK;
 }
 
 /* <<json implementation end */
@@ -7693,7 +7412,7 @@ TRNDEF trn_result trn_safetensors_load(const char *path, trn_model *m, trn_meta 
     trn_result r;
     if (!path || !m || !m->param_data) return trn_fail(TRN_ERR_INVALID, "trn_safetensors_load: no path or model not allocated");
     trn_params_changed(m); /* bf16: the weights' copy follows the loaded master */
-    if (m->param_hi) /* >>sharding: FSDP keeps a slice of the weights */
+    if (m->shard.param_hi) /* >>sharding: FSDP keeps a slice of the weights */
         return trn_fail(TRN_ERR_INVALID, "trn_safetensors_load: this process holds a shard of the weights only (FSDP): "
                                          "use trn_ddp_checkpoint_load_sharded");
     if ((r = trn_safetensors_open(&f, path)) != TRN_OK) return r;
@@ -7903,7 +7622,7 @@ static trn_result trn__st_params(trn_model *m, trn__st_item **out, int extra) {
     int i;
     *out = NULL;
     if (!m || !m->param_data) return trn_fail(TRN_ERR_INVALID, "save: model not allocated (trn_model_alloc)");
-    if (m->param_hi) /* >>sharding: FSDP keeps a slice of the weights */
+    if (m->shard.param_hi) /* >>sharding: FSDP keeps a slice of the weights */
         return trn_fail(TRN_ERR_INVALID, "save: this process holds a shard of the weights only (FSDP): "
                                          "trn_ddp_checkpoint_save_sharded, or trn_ddp_unshard first");
     it = (trn__st_item *)trn_calloc(sizeof(trn__st_item) * (size_t)(m->n_params + extra), TRN_KIND_TEMP);
@@ -8051,7 +7770,7 @@ TRNDEF trn_result trn_checkpoint_load(const char *path, trn_model *m, trn_adamw 
     size_t n_mom = 0;
     if (!path || !m || !m->param_data) return trn_fail(TRN_ERR_INVALID, "trn_checkpoint_load: no path or model not allocated");
     trn_params_changed(m); /* bf16: the weights' copy follows the loaded master */
-    if (m->param_hi) /* >>sharding: FSDP keeps a slice of the weights */
+    if (m->shard.param_hi) /* >>sharding: FSDP keeps a slice of the weights */
         return trn_fail(TRN_ERR_INVALID, "trn_checkpoint_load: this process holds a shard of the weights only (FSDP): "
                                          "use trn_ddp_checkpoint_load_sharded");
     if ((r = trn__ckpt_open(&f, path)) != TRN_OK) return r;

@@ -41,6 +41,7 @@
 #include "extras/train_loop.h" // progress/ETA, CSV, TensorBoard, spike guard, early stop
 #include "extras/train_run.h"  // run directories: keep-K, resume, keep-best, async saves
 #include "extras/train_generate.h" // sampling with a key/value cache
+#include "extras/train_json.h" // config.json (--init DIR)
 
 #include <errno.h>
 #include <math.h>

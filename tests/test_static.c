@@ -9,6 +9,7 @@
 #include "extras/train_run.h"
 #include "extras/train_generate.h"
 #include "extras/train_ops.h"
+#include "extras/train_json.h"
 #include "check.h"
 
 int main(void) {
