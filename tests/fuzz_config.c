@@ -133,36 +133,13 @@ static const char *const seeds[] = {
     "\"factor\": 1000}}",
     "[1, 2, 3]",
     "not json at all"};
-#define N_SEEDS (int)(sizeof seeds / sizeof seeds[0])
-
-static int write_seeds(const char *dir) {
-    char p[600];
-    int i, ok = 1;
-    mkdir(dir, 0755);
-    for (i = 0; i < N_SEEDS; i++) {
-        FILE *f;
-        snprintf(p, sizeof p, "%s/config%d.json", dir, i);
-        f = fopen(p, "wb");
-        if (!f || fwrite(seeds[i], 1, strlen(seeds[i]), f) != strlen(seeds[i])) ok = 0;
-        if (f && fclose(f) != 0) ok = 0;
-    }
-    if (!ok) fprintf(stderr, "fuzz_config: could not write seeds to %s\n", dir);
-    return ok ? 0 : 2;
-}
 
 /* the shared main: --write-seeds, --mutate, replay (tests/fuzz_main.h) */
 #define FZ_NAME "fuzz_config"
 #define FZ_CAP (1 << 14)
+#define FZ_STRING_SEEDS seeds
+#define FZ_SEED_FILE "config%d.json"
 static const unsigned char fz_interesting[] = {0, '"', '\\', '{', '}', '[', ']', ',', ':', '0', '1', '9', '-',
                                                'e', '.', 'u', ' ', 0x7f, 0x80, 0xc3, 0xed, 0xf4, 0xff};
-static int fz_seeds(unsigned char **seed, size_t *len) {
-    int i;
-    for (i = 0; i < N_SEEDS; i++) {
-        len[i] = strlen(seeds[i]);
-        if (!(seed[i] = (unsigned char *)malloc(len[i] + 1))) return -1;
-        memcpy(seed[i], seeds[i], len[i]);
-    }
-    return N_SEEDS;
-}
 #include "tests/fuzz_main.h"
 #endif

@@ -21,15 +21,48 @@
       static const unsigned char fz_interesting[];       bytes edits write
 
    and, for edits of its own (a format with a length field), FZ_MUTATE:
-   the name of its function with fz_mutate's signature. */
+   the name of its function with fz_mutate's signature. A target whose
+   seeds are strings (const char *const seeds[]) defines instead of the two
+   functions FZ_STRING_SEEDS (the array) and FZ_SEED_FILE (a file name
+   pattern with one %d), and this file writes and copies them. */
 #ifndef FUZZ_MAIN_H
 #define FUZZ_MAIN_H
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define FZ_MAX_SEEDS 16
+
+#ifdef FZ_STRING_SEEDS
+#define FZ_N_STRING_SEEDS (int)(sizeof FZ_STRING_SEEDS / sizeof FZ_STRING_SEEDS[0])
+/* the string seeds as files DIR/<FZ_SEED_FILE with the seed's index> */
+static int write_seeds(const char *dir) {
+    char p[600];
+    int i, ok = 1;
+    mkdir(dir, 0755);
+    for (i = 0; i < FZ_N_STRING_SEEDS; i++) {
+        FILE *f;
+        size_t n = strlen(FZ_STRING_SEEDS[i]);
+        snprintf(p, sizeof p, "%s/" FZ_SEED_FILE, dir, i);
+        f = fopen(p, "wb");
+        if (!f || fwrite(FZ_STRING_SEEDS[i], 1, n, f) != n) ok = 0;
+        if (f && fclose(f) != 0) ok = 0;
+    }
+    if (!ok) fprintf(stderr, "%s: could not write seeds to %s\n", FZ_NAME, dir);
+    return ok ? 0 : 2;
+}
+static int fz_seeds(unsigned char **seed, size_t *len) {
+    int i;
+    for (i = 0; i < FZ_N_STRING_SEEDS && i < FZ_MAX_SEEDS; i++) {
+        len[i] = strlen(FZ_STRING_SEEDS[i]);
+        if (!(seed[i] = (unsigned char *)malloc(len[i] + 1))) return -1;
+        memcpy(seed[i], FZ_STRING_SEEDS[i], len[i]);
+    }
+    return i;
+}
+#endif
 
 /* a few random edits of b[0..n) (room for cap bytes); the new length */
 static size_t fz_mutate(unsigned char *b, size_t n, size_t cap, trn_rng *r) {

@@ -88,36 +88,13 @@ static const char *const seeds[] = {
     "{\"format\": \"train.h sharded checkpoint 2\", \"save_id\": \"ffffffffffffffff\", \"world_size\": 99999, \"n_floats\": "
     "18446744073709551615, \"params\": [{\"name\": \"a\", \"offset\": 0, \"shape\": [2147483647, 2147483647]}, {\"name\": "
     "\"a\", \"offset\": 3, \"shape\": [1]}]}"};
-#define N_SEEDS (int)(sizeof seeds / sizeof seeds[0])
-
-static int write_seeds(const char *dir) {
-    char p[600];
-    int i, ok = 1;
-    mkdir(dir, 0755);
-    for (i = 0; i < N_SEEDS; i++) {
-        FILE *f;
-        snprintf(p, sizeof p, "%s/manifest%d.json", dir, i);
-        f = fopen(p, "wb");
-        ok &= f && fwrite(seeds[i], 1, strlen(seeds[i]), f) == strlen(seeds[i]);
-        if (f && fclose(f) != 0) ok = 0;
-    }
-    if (!ok) fprintf(stderr, "fuzz_manifest: could not write seeds to %s\n", dir);
-    return ok ? 0 : 2;
-}
 
 /* the shared main: --write-seeds, --mutate, replay (tests/fuzz_main.h) */
 #define FZ_NAME "fuzz_manifest"
 #define FZ_CAP 4096
+#define FZ_STRING_SEEDS seeds
+#define FZ_SEED_FILE "manifest%d.json"
 static const unsigned char fz_interesting[] = {'"', '\\', '{', '}', '[', ']', ',', ':', ' ', '0', '1', '9', '-',
                                                '+', 'e', 'f', 'x', 0x80, 0xff};
-static int fz_seeds(unsigned char **seed, size_t *len) {
-    int i;
-    for (i = 0; i < N_SEEDS; i++) {
-        len[i] = strlen(seeds[i]);
-        if (!(seed[i] = (unsigned char *)malloc(len[i] + 1))) return -1;
-        memcpy(seed[i], seeds[i], len[i]);
-    }
-    return N_SEEDS;
-}
 #include "tests/fuzz_main.h"
 #endif
