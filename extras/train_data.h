@@ -136,7 +136,9 @@ typedef struct trn_tokenizer {
                                   2 first (only at offset 0 of the input)  */
     int byte_fallback, ignore_merges, fuse_unk, unk_id;
     int byte_token[256];       /* id of "<0xNN>" (byte fallback), or -1    */
-    int strip_space;           /* the decoder drops one leading space      */
+    int strip_space;           /* decoder: 1 drops the output's first byte if
+                                  a space (Strip); 2 drops the spaces of the
+                                  first token ("▁" in Metaspace's decoder) */
     int bos_id, eos_id;        /* TemplateProcessing's, or -1              */
     int n_added;
     trn_added_token *added;    /* added_tokens (RUNTIME memory)            */
@@ -1107,12 +1109,31 @@ TRNDEF const char *trn_tokenizer_token(const trn_tokenizer *tok, int id, size_t 
 
 TRNDEF size_t trn_tokenizer_decode(const trn_tokenizer *tok, const int *ids, size_t n, char *buf,
                                    size_t cap) {
-    size_t total = 0, i;
+    size_t total = 0, i, k;
+    int stripped = 0;
     if (!buf) cap = 0;
     for (i = 0; i < n && ids; i++) {
         size_t len;
         const char *s = trn_tokenizer_token(tok, ids[i], &len);
-        if (s && len && total == 0 && tok->strip_space && s[0] == ' ') { s++; len--; } /* Strip(" ", 1, 0) */
+        if (s && len && !stripped && tok->strip_space == 1) { /* Strip(" ", 1, 0) after Fuse */
+            stripped = 1;
+            if (s[0] == ' ') { s++; len--; }
+        }
+        if (s && i == 0 && tok->strip_space == 2) { /* Metaspace's decoder: no "▁" of token 0 is a space */
+            const char *raw = NULL;
+            size_t rn = 0;
+            int b, byte = 0;
+            for (b = 0; b < 256; b++) byte |= tok->byte_token[b] == ids[0];
+            if (tok->len[ids[0]] != UINT32_MAX) { raw = tok->bytes + tok->off[ids[0]]; rn = tok->len[ids[0]]; }
+            for (b = 0; b < tok->n_added && !raw; b++)
+                if (tok->added[b].id == ids[0]) { raw = tok->added_text + tok->added[b].poff; rn = tok->added[b].plen; }
+            for (k = 0; k < rn && !byte; k++) {
+                if (k + 3 <= rn && memcmp(raw + k, "\xE2\x96\x81", 3) == 0) { k += 2; continue; }
+                if (total < cap) buf[total] = raw[k];
+                total++;
+            }
+            if (!byte) continue;
+        }
         if (s && total < cap) memcpy(buf + total, s, TRN__MIN(len, cap - total));
         total += len;
     }
@@ -1512,7 +1533,7 @@ static trn_result trn__hf_decoder(trn_tokenizer *tok, trn_json_value v, int dept
         if (trn_json_has(v, "prepend_scheme") &&
             (r = trn_json_string(trn_json_key(v, "prepend_scheme"), scheme, sizeof scheme)) != TRN_OK) return r;
         if ((r = trn__hf_bool(v, "add_prefix_space", 1, &flag)) != TRN_OK) return r;
-        if (strcmp(scheme, "never") != 0 && flag) tok->strip_space = 1;
+        if (strcmp(scheme, "never") != 0 && flag) tok->strip_space = 2;
         return TRN_OK;
     }
     return trn__hf_unsupported(path, "decoder", type, "(implemented: ByteLevel, Metaspace, Replace, ByteFallback, "
@@ -1788,27 +1809,28 @@ TRNDEF trn_result trn_tokenizer_load_hf(trn_tokenizer *tok, const char *path) {
         if (r != TRN_OK || dec.n > 0xFFFFFFFFu / 2) { r = TRN_ERR_NOMEM; goto fail; }
         tok->dec_off[i] = (uint32_t)start; tok->dec_len[i] = (uint32_t)(dec.n - start);
     }
-    for (i = 0; i < n_added; i++) { /* added tokens decode from their content */
+    for (i = 0; i < n_added; i++) { /* added tokens decode from their content (normalized: its pattern,
+                                          as the package stores it: "TODO" becomes "▁TODO" for Llama 2) */
         const trn_added_token *at = &tok->added[i];
-        const char *t = tok->added_text + at->off;
+        const char *t = tok->added_text + at->poff;
         size_t start = dec.n, k, w;
         int all = 1;
         if (tok->byte_level) { /* ByteLevel maps the content back if every character is of its alphabet */
-            for (k = 0; k < at->len && all; k += w) {
+            for (k = 0; k < at->plen && all; k += w) {
                 uint32_t cp;
-                w = trn__utf8_decode((const unsigned char *)t + k, at->len - k, &cp);
+                w = trn__utf8_decode((const unsigned char *)t + k, at->plen - k, &cp);
                 all = cp < 256 + 68 && byte_of[cp] >= 0;
             }
             r = TRN_OK;
-            for (k = 0; k < at->len && r == TRN_OK; k += w) {
+            for (k = 0; k < at->plen && r == TRN_OK; k += w) {
                 uint32_t cp;
-                w = trn__utf8_decode((const unsigned char *)t + k, at->len - k, &cp);
+                w = trn__utf8_decode((const unsigned char *)t + k, at->plen - k, &cp);
                 r = all ? trn__bpe_put_char(&dec, byte_of, cp) : trn__dbuf_put(&dec, t + k, w);
             }
-        } else r = trn__hf_dec_meta(&dec, t, at->len);
+        } else r = trn__hf_dec_meta(&dec, t, at->plen);
         if (r != TRN_OK || dec.n > 0xFFFFFFFFu / 2) { r = TRN_ERR_NOMEM; goto fail; }
         tok->dec_off[at->id] = (uint32_t)start; tok->dec_len[at->id] = (uint32_t)(dec.n - start);
-        if (at->len == 13 && memcmp(t, "<|endoftext|>", 13) == 0) tok->eot_id = at->id;
+        if (at->len == 13 && memcmp(tok->added_text + at->off, "<|endoftext|>", 13) == 0) tok->eot_id = at->id;
     }
     if (tok->eot_id < 0) tok->eot_id = trn_tokenizer_find(tok, "<|endoftext|>", 13);
     tok->dec = dec.p; dec.p = NULL;
