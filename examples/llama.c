@@ -757,6 +757,7 @@ static const lm_example LLAMA = {
     0.95f, // AdamW's beta2: Llama's recipe (Touvron et al. 2023)
     &L, &C.vocab_size, &C.padded_vocab, &L.recompute,
     usage, shape_of, make, weights, say, meta_of, batch_loss, llama_logits, llama_logits_cached, done,
+    1, // --tokenizer: tokenizer.json beside --init by default
 };
 
 int main(int argc, char **argv) { return run_main(argc, argv, &LLAMA); }
