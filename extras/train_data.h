@@ -956,16 +956,31 @@ TRNDEF trn_result trn_tokenizer_load_bpe_dir(trn_tokenizer *tok, const char *dir
 
 /* ---- GPT-2 BPE: encoding and decoding ---------------------------------- */
 /* a candidate merge of the symbols at pos and the one after it */
-typedef struct trn__bpe_cand { int rank, pos, left, right; } trn__bpe_cand;
+typedef struct trn__bpe_cand {
+    uint64_t key;              /* rank << 32 | pos: lowest rank, then leftmost */
+    int left, right, id;       /* the pair, and the token it merges into       */
+} trn__bpe_cand;
 
-static int trn__bpe_cand_less(const trn__bpe_cand *a, const trn__bpe_cand *b) {
-    return a->rank < b->rank || (a->rank == b->rank && a->pos < b->pos);
-}
+static int trn__bpe_cand_less(const trn__bpe_cand *a, const trn__bpe_cand *b) { return a->key < b->key; }
 
 static void trn__bpe_heap_push(trn__bpe_cand *h, int *n, trn__bpe_cand c) {
     int i = (*n)++;
     while (i > 0 && trn__bpe_cand_less(&c, &h[(i - 1) / 2])) { h[i] = h[(i - 1) / 2]; i = (i - 1) / 2; }
     h[i] = c;
+}
+
+/* move h[i] down to its place in the heap h[0..n) */
+static void trn__bpe_sift(trn__bpe_cand *h, int n, int i) {
+    trn__bpe_cand x = h[i];
+    for (;;) {
+        int k = 2 * i + 1;
+        if (k >= n) break;
+        if (k + 1 < n && trn__bpe_cand_less(&h[k + 1], &h[k])) k++;
+        if (!trn__bpe_cand_less(&h[k], &x)) break;
+        h[i] = h[k];
+        i = k;
+    }
+    h[i] = x;
 }
 
 static trn__bpe_cand trn__bpe_heap_pop(trn__bpe_cand *h, int *n) {
@@ -984,7 +999,10 @@ static trn__bpe_cand trn__bpe_heap_pop(trn__bpe_cand *h, int *n) {
 }
 
 /* scratch for one piece: symbol ids, links, and the candidate heap */
-typedef struct trn__bpe_work { int *id, *prev, *next; trn__bpe_cand *heap; size_t cap; } trn__bpe_work;
+typedef struct trn__bpe_work {
+    int *id, *prev, *next; trn__bpe_cand *heap; size_t cap;
+    int heapify;               /* 1: trn__bpe_try appends, heapified later */
+} trn__bpe_work;
 
 static void trn__bpe_try(const trn_tokenizer *tok, trn__bpe_work *w, int *n_heap, int pos) {
     const trn_bpe_merge *m;
@@ -993,8 +1011,10 @@ static void trn__bpe_try(const trn_tokenizer *tok, trn__bpe_work *w, int *n_heap
     m = trn__bpe_merge_find(tok, w->id[pos], w->id[nx]);
     if (m) {
         trn__bpe_cand c;
-        c.rank = m->rank; c.pos = pos; c.left = m->left; c.right = m->right;
-        trn__bpe_heap_push(w->heap, n_heap, c);
+        c.key = (uint64_t)(uint32_t)m->rank << 32 | (uint32_t)pos;
+        c.left = m->left; c.right = m->right; c.id = m->id;
+        if (w->heapify) w->heap[(*n_heap)++] = c;
+        else trn__bpe_heap_push(w->heap, n_heap, c);
     }
 }
 
@@ -1026,23 +1046,24 @@ static trn_result trn__bpe_reserve(trn__bpe_work *w, size_t n) {
 static trn_result trn__bpe_merge_run(const trn_tokenizer *tok, trn__bpe_work *w, int n, trn_tokens *out) {
     int i, n_heap = 0;
     trn_result r;
+    w->heapify = 1;
     for (i = 0; i < n; i++) {
         w->prev[i] = i - 1;
         w->next[i] = i + 1 < n ? i + 1 : -1;
     }
     for (i = 0; i + 1 < n; i++) trn__bpe_try(tok, w, &n_heap, i);
+    for (i = n_heap / 2 - 1; i >= 0; i--) trn__bpe_sift(w->heap, n_heap, i); /* heapify: O(n) */
+    w->heapify = 0;
     while (n_heap > 0) {
         trn__bpe_cand c = trn__bpe_heap_pop(w->heap, &n_heap);
-        int nx = w->next[c.pos];
-        const trn_bpe_merge *m;
-        if (w->id[c.pos] != c.left || nx < 0 || w->id[nx] != c.right) continue; /* stale */
-        m = trn__bpe_merge_find(tok, c.left, c.right);
-        w->id[c.pos] = m->id;       /* the left symbol becomes the merged one */
+        int pos = (int)(uint32_t)c.key, nx = w->next[pos];
+        if (w->id[pos] != c.left || nx < 0 || w->id[nx] != c.right) continue; /* stale */
+        w->id[pos] = c.id;          /* the left symbol becomes the merged one */
         w->id[nx] = -1;             /* the right one leaves the list          */
-        w->next[c.pos] = w->next[nx];
-        if (w->next[nx] >= 0) w->prev[w->next[nx]] = c.pos;
-        trn__bpe_try(tok, w, &n_heap, w->prev[c.pos]);
-        trn__bpe_try(tok, w, &n_heap, c.pos);
+        w->next[pos] = w->next[nx];
+        if (w->next[nx] >= 0) w->prev[w->next[nx]] = pos;
+        trn__bpe_try(tok, w, &n_heap, w->prev[pos]);
+        trn__bpe_try(tok, w, &n_heap, pos);
     }
     if ((r = trn__tokens_reserve(out, (size_t)n)) != TRN_OK) return r;
     for (i = 0; i >= 0; i = w->next[i]) out->ids[out->n++] = w->id[i];
@@ -1234,6 +1255,23 @@ typedef struct trn__hf_enc {
     int flags;
 } trn__hf_enc;
 
+/* append s[0..n) to b with every " " as "▁" (after one "▁" with prepend) */
+static trn_result trn__meta_replace(trn__dbuf *b, const unsigned char *s, size_t n, int prepend) {
+    trn_result r;
+    size_t i;
+    char *o;
+    if (n > (size_t)-1 / 8 || (r = trn__dbuf_reserve(b, 3 * n + 3)) != TRN_OK) return TRN_ERR_NOMEM;
+    o = b->p + b->n;
+    if (prepend) { memcpy(o, "\xE2\x96\x81", 3); o += 3; }
+    for (i = 0; i < n; i++) {
+        if (s[i] == ' ') { memcpy(o, "\xE2\x96\x81", 3); o += 3; }
+        else *o++ = (char)s[i];
+    }
+    b->n = (size_t)(o - b->p);
+    b->p[b->n] = 0;
+    return TRN_OK;
+}
+
 /* BPE on one pre-token s[0..n), n >= 1 */
 static trn_result trn__hf_bpe(trn__hf_enc *e, const unsigned char *s, size_t n) {
     const trn_tokenizer *tok = e->tok;
@@ -1251,7 +1289,8 @@ static trn_result trn__hf_bpe(trn__hf_enc *e, const unsigned char *s, size_t n) 
         uint32_t cp;
         size_t b;
         w = trn__utf8_decode(s + i, n - i, &cp);
-        if ((id = trn_tokenizer_find(tok, (const char *)s + i, w)) >= 0) { e->w.id[k++] = id; last_unk = 0; continue; }
+        id = w == 1 && s[i] < 0x80 ? tok->byte_id[s[i]] : trn_tokenizer_find(tok, (const char *)s + i, w);
+        if (id >= 0) { e->w.id[k++] = id; last_unk = 0; continue; }
         if (tok->byte_fallback) {
             for (b = 0; b < w && tok->byte_token[s[i + b]] >= 0; b++) {}
             if (b == w) {
@@ -1287,9 +1326,7 @@ static trn_result trn__hf_stage(trn__hf_enc *e, int st, const unsigned char *s, 
         if (!(n >= 3 && memcmp(s, "\xE2\x96\x81", 3) == 0) && s[0] != ' ' &&
             (tok->meta_prepend == 1 || (tok->meta_prepend == 2 && first)))
             if ((r = trn__dbuf_put(b, "\xE2\x96\x81", 3)) != TRN_OK) return r;
-        for (pos = 0; pos < n; pos++)
-            if ((r = trn__dbuf_put(b, s[pos] == ' ' ? "\xE2\x96\x81" : (const char *)s + pos, s[pos] == ' ' ? 3 : 1)) != TRN_OK)
-                return r;
+        if ((r = trn__meta_replace(b, s, n, 0)) != TRN_OK) return r;
         if (tok->stage[st] == TRN__PT_META)
             return trn__hf_stage(e, st + 1, (const unsigned char *)b->p, b->n, first);
         for (m = 0, pos = 1; pos <= b->n; pos++) /* cut before each "▁" (MergedWithNext); m: piece start */
@@ -1342,15 +1379,12 @@ static trn_result trn__hf_segment(trn__hf_enc *e, const unsigned char *s, size_t
     const trn_tokenizer *tok = e->tok;
     trn__dbuf *b = &e->buf[7];
     trn_result r;
-    size_t pos = 0, at, i;
+    size_t pos = 0, at;
     int k;
     if (n == 0) return TRN_OK;
     if (tok->meta_norm) { /* Prepend("▁") + Replace(" ", "▁") */
         b->n = 0;
-        if ((r = trn__dbuf_put(b, "\xE2\x96\x81", 3)) != TRN_OK) return r;
-        for (i = 0; i < n; i++)
-            if ((r = trn__dbuf_put(b, s[i] == ' ' ? "\xE2\x96\x81" : (const char *)s + i, s[i] == ' ' ? 3 : 1)) != TRN_OK)
-                return r;
+        if ((r = trn__meta_replace(b, s, n, 1)) != TRN_OK) return r;
         s = (const unsigned char *)b->p;
         n = b->n;
     }
@@ -1736,7 +1770,8 @@ TRNDEF trn_result trn_tokenizer_load_hf(trn_tokenizer *tok, const char *path) {
         for (b = 0; b < 256; b++) {
             char name[8];
             snprintf(name, sizeof name, "<0x%02X>", b);
-            tok->byte_id[b] = -1;
+            name[7] = (char)b; /* the single-byte token, an ASCII character (none for 0x80..0xFF) */
+            tok->byte_id[b] = b < 0x80 ? trn_tokenizer_find(tok, name + 7, 1) : -1;
             tok->byte_token[b] = tok->byte_fallback ? trn_tokenizer_find(tok, name, 6) : -1;
         }
     }
