@@ -838,7 +838,7 @@ static int trn__bpe_merge_side(const trn_tokenizer *tok, const int *byte_of, con
 /* allocate the merge hash table for up to n merges */
 static trn_result trn__bpe_merges_alloc(trn_tokenizer *tok, size_t n) {
     size_t cap = 16, i;
-    while (cap < 2 * (n + 1)) cap *= 2;
+    while (cap < 4 * (n + 1)) cap *= 2; /* load <= 1/4: a pair with no merge (most lookups) ends in ~1.3 probes */
     tok->merges = (trn_bpe_merge *)trn_alloc(cap * sizeof(trn_bpe_merge), TRN_KIND_RUNTIME);
     if (!tok->merges) return TRN_ERR_NOMEM;
     tok->merges_cap = cap;
@@ -866,7 +866,7 @@ static trn_result trn__bpe_add_merge(trn_tokenizer *tok, const int *byte_of, con
     if (id < 0)
         return trn_fail(TRN_ERR_FORMAT, "%s: the merged token of \"%.*s %.*s\" is not in the vocabulary", where,
                         (int)TRN__MIN(ln, 40), l, (int)TRN__MIN(rn, 40), rr);
-    if ((size_t)tok->n_merges + 1 >= tok->merges_cap / 2)
+    if ((size_t)tok->n_merges + 1 >= tok->merges_cap / 4)
         return trn_fail(TRN_ERR_FORMAT, "%s: more merges than counted", where);
     h = (size_t)trn__mix64(((uint64_t)(uint32_t)left << 32) | (uint32_t)right) & mask;
     while (tok->merges[h].left >= 0 && !(tok->merges[h].left == left && tok->merges[h].right == right))
