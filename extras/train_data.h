@@ -1504,7 +1504,7 @@ static trn_result trn__hf_pre(trn_tokenizer *tok, trn_json_value v, int depth, c
         if (!strcmp(pat, trn__re_gpt2)) tok->stage[tok->n_stages++] = TRN__PT_GPT2;
         else if (!strcmp(pat, trn__re_llama3)) tok->stage[tok->n_stages++] = TRN__PT_LLAMA3;
         else if (!strcmp(pat, trn__re_qwen2)) tok->stage[tok->n_stages++] = TRN__PT_QWEN2;
-        else return trn_fail(TRN_ERR_FORMAT, "%s: split pattern %s is not one of the known ones (GPT-2's, "
+        else return trn_fail(TRN_ERR_FORMAT, "%s: split pattern \"%s\" is not one of the known ones (GPT-2's, "
                              "Llama 3's, Qwen2's)", path, pat);
         return TRN_OK;
     }

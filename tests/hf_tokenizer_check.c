@@ -1,6 +1,6 @@
 /* tests/hf_tokenizer_check.c - the kit's side of tests/test_hf_tokenizer.sh.
 
-      hf_tokenizer_check DIR NAME...
+      hf_tokenizer_check DIR NAME... [!NAME=WORDS ...]
 
    DIR holds what tests/hf_tokenizer_ref.py wrote with the `tokenizers`
    package: docs.bin (held-out documents) and, per NAME, NAME.json (the
@@ -13,6 +13,8 @@
    - the kit's decode of them identical to the package's decode;
    - for byte-level files, decode(encode(doc)) == doc byte for byte
      (documents without the BOS).
+   "!NAME=WORDS": DIR/NAME.json must be refused by the loader with one
+   line that contains WORDS, and leave the tokenizer empty.
    Prints one line per tokenizer (documents, bytes, ids, the first
    difference if any) and "N passed, M failed". */
 #define TRAIN_IMPLEMENTATION
@@ -130,7 +132,27 @@ int main(int argc, char **argv) {
     if (argc < 3) { fprintf(stderr, "usage: hf_tokenizer_check DIR NAME...\n"); return 2; }
     snprintf(path, sizeof path, "%s/docs.bin", argv[1]);
     docs = slurp(path, &n);
-    for (i = 2; i < argc; i++) check(argv[1], argv[i], docs);
+    for (i = 2; i < argc; i++) {
+        if (argv[i][0] == '!' && strchr(argv[i], '=')) { /* a file to refuse */
+            const char *eq = strchr(argv[i], '=');
+            trn_tokenizer tok;
+            snprintf(path, sizeof path, "%s/%.*s.json", argv[1], (int)(eq - argv[i] - 1), argv[i] + 1);
+            if (trn_tokenizer_load_hf(&tok, path) == TRN_OK) {
+                printf("FAIL %s: loaded, should be refused\n", path);
+                n_fail++;
+                trn_tokenizer_free(&tok);
+            } else if (!strstr(trn_error_reason(), eq + 1) || strchr(trn_error_reason(), '\n') || tok.merges || tok.bytes) {
+                printf("FAIL %s: refused, but the reason \"%s\" does not say \"%s\" on one line\n", path,
+                       trn_error_reason(), eq + 1);
+                n_fail++;
+            } else {
+                printf("ok %s refused: %s\n", path, trn_error_reason());
+                n_pass++;
+            }
+            continue;
+        }
+        check(argv[1], argv[i], docs);
+    }
     free(docs);
     printf("%d passed, %d failed\n", n_pass, n_fail);
     return n_fail != 0;

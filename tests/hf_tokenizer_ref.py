@@ -165,6 +165,23 @@ def main():
     m2 = json.loads(json.dumps(m))
     m2["pre_tokenizer"] = {"type": "Metaspace", "replacement": META, "prepend_scheme": "always", "split": True}
     files["metasplit"] = m2
+    # files the kit must refuse with a line naming what (tests/test_hf_tokenizer.sh lists the words)
+    bad = {}
+    u = json.loads(json.dumps(files["gpt2"])); u["model"] = {"type": "Unigram", "unk_id": 0, "vocab": [["a", 0.0]]}
+    bad["unigram"] = u
+    w = json.loads(json.dumps(files["gpt2"])); w["model"]["type"] = "WordPiece"
+    bad["wordpiece"] = w
+    n = json.loads(json.dumps(files["qwen2"])); n["normalizer"] = {"type": "NFC"}
+    bad["nfc"] = n
+    r = json.loads(json.dumps(files["llama3"])); r["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = r"\p{L}+|\s+"
+    bad["pattern"] = r
+    ls = json.loads(json.dumps(files["llama2"])); ls["added_tokens"][1]["lstrip"] = True
+    bad["lstrip"] = ls
+    for name, d in bad.items():
+        with open(os.path.join(OUT, name + ".json"), "w", encoding="utf-8") as f:
+            json.dump(d, f, ensure_ascii=False)
+    with open(os.path.join(OUT, "truncated.json"), "w", encoding="utf-8") as f:
+        f.write(json.dumps(files["gpt2"])[:5000])
     added = ["<|endoftext|>", "<|im_start|>", "<s>", "</s>", "foo bar", "TODO", "TODO:", "<tag>", " foo bar ", "<0x41>"]
     docs = heldout_docs(added)
     with open(os.path.join(OUT, "docs.bin"), "wb") as f:

@@ -12,7 +12,10 @@
 #      decodes;
 #   2. tests/hf_tokenizer_check.c requires identical ids document by
 #      document, identical decodes, and exact round trips where the
-#      tokenizer promises one.
+#      tokenizer promises one;
+#   3. and one-line refusals of a Unigram and a WordPiece model, the NFC
+#      normalizer, an unknown split regex, an added token with lstrip and
+#      a truncated file.
 # Needs python3 with `tokenizers` (.ci/run installs it; no network here):
 # without it the test prints SKIP.
 set -u
@@ -33,4 +36,8 @@ fi
 if ! python3 tests/hf_tokenizer_ref.py "$tmp"; then
     echo "FAIL: tests/hf_tokenizer_ref.py"; echo "0 passed, 1 failed"; exit 1
 fi
-"$check" "$tmp" gpt2 llama3 llama2 qwen2 smollm mistral metasplit
+"$check" "$tmp" gpt2 llama3 llama2 qwen2 smollm mistral metasplit \
+    '!unigram=model type "Unigram" is not implemented' '!wordpiece=model type "WordPiece" is not implemented' \
+    '!nfc=normalizer "NFC" is not implemented' '!pattern=split pattern "\p{L}+|\s+" is not one of the known' \
+    '!lstrip=lstrip: true is not implemented' '!truncated=bad JSON'
+
