@@ -17,7 +17,9 @@
    Contents (grep for the anchors):
       >>data        token arrays, llm.c token shards, text files, the
                     byte and GPT-2 BPE tokenizers (with GPT-2's Unicode
-                    character classes), the batch loader
+                    character classes), Hugging Face's tokenizer.json
+                    (BPE: byte-level and byte-fallback/metaspace), the
+                    batch loader
 
    License: MIT, as train.h.
 */
@@ -40,7 +42,8 @@ extern "C" {
 
       trn_tokenizer tok;  trn_tokens data = {0};  trn_loader loader;
       int x[4*64], y[4*64];
-      trn_tokenizer_init_bytes(&tok);                  // or _load_bpe_dir(&tok, dir)
+      trn_tokenizer_init_bytes(&tok);                  // or _load_bpe_dir(&tok, dir),
+                                                       // _load_hf(&tok, "tokenizer.json")
       trn_tokens_load(&data, "input.txt", &tok);       // text, or a .bin shard
       trn_tokens_check(data.ids, data.n, tok.vocab_size);
       trn_loader_desc ld = {0}; ld.B = 4; ld.T = 64; ld.seed = 1337;
@@ -70,7 +73,9 @@ TRNDEF void trn_tokens_free(trn_tokens *t);            /* back to {0}       */
 TRNDEF trn_result trn_tokens_check(const int *ids, size_t n, int vocab_size);
 
 /* ---- tokenizers -------------------------------------------------------
-   Both kinds sit behind one struct: encode bytes -> ids, decode ids -> bytes.
+   Three kinds sit behind one struct: encode bytes -> ids, decode ids ->
+   bytes: bytes, GPT-2's vocab.json + merges.txt, and a Hugging Face
+   tokenizer.json (trn_tokenizer_load_hf, below).
 
    Byte-level: id = byte value, vocab 256, no files, no <|endoftext|>.
 
