@@ -6,7 +6,8 @@
 #      pre-tokenizer; Llama 3's split regex) and a byte-fallback "▁"
 #      metaspace BPE (Llama 2 style) with the package on the repository's
 #      own text plus generated Unicode, derives Qwen2-, SmolLM-, Mistral-
-#      and Metaspace-split-style files from them, and writes held-out
+#      and Metaspace-split-style files from them (and a Llama 3 one with
+#      whole words that only ignore_merges finds), and writes held-out
 #      documents (CJK, emoji, accents, combining marks, whitespace and
 #      digit runs, contractions, added tokens) with the package's ids and
 #      decodes;
@@ -36,7 +37,7 @@ fi
 if ! python3 tests/hf_tokenizer_ref.py "$tmp"; then
     echo "FAIL: tests/hf_tokenizer_ref.py"; echo "0 passed, 1 failed"; exit 1
 fi
-"$check" "$tmp" gpt2 llama3 llama2 qwen2 smollm mistral metasplit \
+"$check" "$tmp" gpt2 llama3 llama3words llama2 qwen2 smollm mistral metasplit \
     '!unigram=model type "Unigram" is not implemented' '!wordpiece=model type "WordPiece" is not implemented' \
     '!nfc=normalizer "NFC" is not implemented' '!pattern=split pattern "\p{L}+|\s+" is not one of the known' \
     '!lstrip=lstrip: true is not implemented' '!truncated=bad JSON'
