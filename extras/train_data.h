@@ -968,9 +968,11 @@ typedef struct trn__bpe_cand {
 
 static int trn__bpe_cand_less(const trn__bpe_cand *a, const trn__bpe_cand *b) { return a->key < b->key; }
 
+/* a 4-ary min-heap: children of i are 4i+1 .. 4i+4 (half the depth of a
+   binary heap; the four keys of a node's children share a cache line or two) */
 static void trn__bpe_heap_push(trn__bpe_cand *h, int *n, trn__bpe_cand c) {
     int i = (*n)++;
-    while (i > 0 && trn__bpe_cand_less(&c, &h[(i - 1) / 2])) { h[i] = h[(i - 1) / 2]; i = (i - 1) / 2; }
+    while (i > 0 && trn__bpe_cand_less(&c, &h[(i - 1) / 4])) { h[i] = h[(i - 1) / 4]; i = (i - 1) / 4; }
     h[i] = c;
 }
 
@@ -978,28 +980,19 @@ static void trn__bpe_heap_push(trn__bpe_cand *h, int *n, trn__bpe_cand c) {
 static void trn__bpe_sift(trn__bpe_cand *h, int n, int i) {
     trn__bpe_cand x = h[i];
     for (;;) {
-        int k = 2 * i + 1;
+        int k = 4 * i + 1, best = k, j;
         if (k >= n) break;
-        if (k + 1 < n && trn__bpe_cand_less(&h[k + 1], &h[k])) k++;
-        if (!trn__bpe_cand_less(&h[k], &x)) break;
-        h[i] = h[k];
-        i = k;
+        for (j = k + 1; j < k + 4 && j < n; j++) if (trn__bpe_cand_less(&h[j], &h[best])) best = j;
+        if (!trn__bpe_cand_less(&h[best], &x)) break;
+        h[i] = h[best];
+        i = best;
     }
     h[i] = x;
 }
 
 static trn__bpe_cand trn__bpe_heap_pop(trn__bpe_cand *h, int *n) {
-    trn__bpe_cand top = h[0], last = h[--(*n)];
-    int i = 0;
-    for (;;) {
-        int k = 2 * i + 1;
-        if (k >= *n) break;
-        if (k + 1 < *n && trn__bpe_cand_less(&h[k + 1], &h[k])) k++;
-        if (!trn__bpe_cand_less(&h[k], &last)) break;
-        h[i] = h[k];
-        i = k;
-    }
-    if (*n > 0) h[i] = last;
+    trn__bpe_cand top = h[0];
+    if (--(*n) > 0) { h[0] = h[*n]; trn__bpe_sift(h, *n, 0); }
     return top;
 }
 
@@ -1057,7 +1050,8 @@ static trn_result trn__bpe_merge_run(const trn_tokenizer *tok, trn__bpe_work *w,
         w->next[i] = i + 1 < n ? i + 1 : -1;
     }
     for (i = 0; i + 1 < n; i++) trn__bpe_try(tok, w, &n_heap, i);
-    for (i = n_heap / 2 - 1; i >= 0; i--) trn__bpe_sift(w->heap, n_heap, i); /* heapify: O(n) */
+    if (n_heap > 1) /* heapify: O(n), from the last parent up */
+        for (i = (n_heap - 2) / 4; i >= 0; i--) trn__bpe_sift(w->heap, n_heap, i);
     w->heapify = 0;
     while (n_heap > 0) {
         trn__bpe_cand c = trn__bpe_heap_pop(w->heap, &n_heap);
