@@ -669,6 +669,7 @@ static const lm_example GPT2 = {
     0.95f, // AdamW's beta2: the GPT-2/3 recipe (Brown et al. 2020), as nanoGPT and llm.c
     &G, &CFG.vocab_size, &CFG.padded_vocab, &G.recompute,
     usage, configure, create, init, describe, to_meta, loss, gpt2_logits, gpt2_logits_cached, release,
+    0, // --tokenizer: only when given (--bpe DIR reads GPT-2's own files)
 };
 
 int main(int argc, char **argv) { return run_main(argc, argv, &GPT2); }
