@@ -8,7 +8,8 @@
    includes both plainly. This header's implementation comes with train.h's
    (it uses train.h's private helpers: the JSON reader, UTF-8, the ledger),
    so it needs no macro of its own; TRAIN_DATA_IMPLEMENTATION is accepted
-   and must sit in the same file as TRAIN_IMPLEMENTATION.
+   and must sit in the same file as TRAIN_IMPLEMENTATION. It includes
+   extras/train_json.h itself (tokenizer.json is read with its typed calls).
 
    Nothing in train.h, train_cuda.h or train_nccl.h calls this file: it is
    a leaf, used by the examples and by your program if you want it. Why a
@@ -26,6 +27,7 @@
 #ifndef TRAIN_H_INCLUDED
 #error "extras/train_data.h: include train.h first"
 #endif
+#include "train_json.h" /* trn_json_*: tokenizer.json (implemented with it, in the same file) */
 #ifndef TRAIN_DATA_H_INCLUDED
 #define TRAIN_DATA_H_INCLUDED
 
