@@ -163,13 +163,13 @@ plan() { # plan COMPILER FLAGS OUT SRC
 }
 
 run_job() { # run_job N: compile job N, report, mark failure
-    local cc flags out src extra log="$TMP/log.$1"
+    local cc flags out src extra log="$TMP/log.$1" t0=$SECONDS
     { read -r cc; read -r flags; read -r out; read -r src; read -r extra; } < "$TMP/job.$1"
     mkdir -p "$(dirname "$out")"
     # the source's own flags after it: libraries must follow what uses them
     # shellcheck disable=SC2086
     if $cc $flags -o "$out" "$src" $extra -lm > "$log" 2>&1; then
-        echo "  built $out"; cat "$log"
+        echo "  built $out ($((SECONDS - t0)) s)"; cat "$log"
     else
         cat "$log"; echo "build.sh: FAILED to build $out from $src"; touch "$TMP/failed.$1"
     fi

@@ -321,14 +321,11 @@ static void log_flush(FILE *logf) {
     if (fflush(logf) != 0 || ferror(logf)) die("--log: a write failed: %s", strerror(errno));
 }
 
-// --log PATH for appending (resume) or writing: a regular file, or a new
-// one, or a character device (/dev/null); a FIFO or directory is refused
+// --log PATH for appending (resume) or writing (trn_open_output: a file,
+// /dev/null, or a FIFO that something reads; never a hang)
 static FILE *log_open(const char *path, int append) {
-    struct stat st;
-    FILE *f;
-    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISCHR(st.st_mode))
-        die("--log %s: %s, not a regular file", path, S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISDIR(st.st_mode) ? "a directory" : "not a file");
-    if (!(f = fopen(path, append ? "a" : "w"))) die("--log %s: %s", path, strerror(errno));
+    FILE *f = trn_open_output(path, append ? "a" : "w");
+    if (!f) die("--log %s", trn_error_reason());
     return f;
 }
 

@@ -78,6 +78,12 @@ typedef struct trn_csv {
     int n_cols;
     char path[1024];
 } trn_csv;
+/* A stream the run writes to (the CSV; examples/common.h's --log):
+   opened for writing ("w") or appending ("a"). A regular file (made if
+   missing) or a character device such as /dev/null; a FIFO only while some
+   process reads it (nobody reading: an error, never a hang); a directory or
+   socket is an error naming the path. NULL with the reason set. */
+TRNDEF FILE *trn_open_output(const char *path, const char *mode);
 TRNDEF trn_result trn_csv_open(trn_csv *c, const char *path, const char *header, long long resume_step);
 TRNDEF trn_result trn_csv_row(trn_csv *c, const double *values); /* n_cols values */
 TRNDEF trn_result trn_csv_close(trn_csv *c);
@@ -218,6 +224,35 @@ TRNDEF void trn_progress_break(trn_progress *p) {
     if (p && p->open) { fputc('\n', p->out); p->open = 0; }
 }
 
+/* --- output streams ---------------------------------------------------------- */
+TRNDEF FILE *trn_open_output(const char *path, const char *mode) {
+    struct stat st;
+    int fd, e, flags;
+    FILE *f;
+    if (!path || !mode || (strcmp(mode, "w") != 0 && strcmp(mode, "a") != 0)) {
+        trn_fail(TRN_ERR_INVALID, "trn_open_output: NULL path or a mode other than \"w\", \"a\"");
+        return NULL;
+    }
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISCHR(st.st_mode) && !S_ISFIFO(st.st_mode)) {
+        trn_fail(TRN_ERR_IO, "%s: %s, not a file to write to", path, S_ISDIR(st.st_mode) ? "a directory" : "a socket or block device");
+        return NULL;
+    }
+    /* O_NONBLOCK: open() of a FIFO nobody reads fails (ENXIO) instead of
+       waiting for a reader forever; the writes after it block as usual */
+    fd = open(path, O_WRONLY | O_CREAT | O_NONBLOCK | (mode[0] == 'a' ? O_APPEND : O_TRUNC), 0666);
+    if (fd < 0) {
+        e = errno;
+        trn_fail(TRN_ERR_IO, "%s: %s", path, e == ENXIO ? "a FIFO that no process reads" : strerror(e));
+        return NULL;
+    }
+    if ((flags = fcntl(fd, F_GETFL)) < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0 || !(f = fdopen(fd, mode))) {
+        trn_fail(TRN_ERR_IO, "%s: %s", path, strerror(errno));
+        close(fd);
+        return NULL;
+    }
+    return f;
+}
+
 /* --- CSV ------------------------------------------------------------------- */
 TRNDEF trn_result trn_csv_open(trn_csv *c, const char *path, const char *header, long long resume_step) {
     const char *h;
@@ -254,11 +289,10 @@ TRNDEF trn_result trn_csv_open(trn_csv *c, const char *path, const char *header,
             fclose(in);
             if (first) fprintf(out, "%s\n", header); /* it was empty */
             if (fclose(out) != 0 || rename(tmp, path) != 0) return trn_fail(TRN_ERR_IO, "%s: %s", path, strerror(errno));
-            if (!(c->f = fopen(path, "a"))) return trn_fail(TRN_ERR_IO, "%s: %s", path, strerror(errno));
-            return TRN_OK;
+            return (c->f = trn_open_output(path, "a")) ? TRN_OK : TRN_ERR_IO;
         }
     }
-    if (!(c->f = fopen(path, "w"))) return trn_fail(TRN_ERR_IO, "%s: %s", path, strerror(errno));
+    if (!(c->f = trn_open_output(path, "w"))) return TRN_ERR_IO;
     fprintf(c->f, "%s\n", header);
     return TRN_OK;
 }

@@ -7,6 +7,10 @@
 #   - two SIGINTs: the second stops the process at once (killed by SIGINT)
 #   - the stop line of --max-time and Ctrl-C names no stale "best val_loss"
 #     (item 15: it showed step 0's next to a better final one)
+#   - two ranks (DDP, and FSDP with sharded checkpoints): Ctrl-C in the
+#     terminal (every rank gets SIGINT) or a signal to one rank only: every
+#     rank stops after the same step, that step's checkpoint is written,
+#     all exit 130, and 2 ranks resume from it
 # Prints "N passed, M failed"; exits non-zero on failure.
 set -u
 cd "$(dirname "$0")/.."
@@ -70,5 +74,46 @@ rc=$?
 check "--max-time: exit 0, the stop line names no best val_loss ($(grep '^stopped at' $D/mt.out))" \
       "[ $rc = 0 ] && grep -q '^stopped at step [0-9]*: --max-time; --resume .* continues$' $D/mt.out"
 check "one Ctrl-C: the stop line names no best val_loss either" "grep -q '^stopped at step [0-9]*: interrupted (Ctrl-C); --resume' $D/run.out"
+
+# --- several ranks: all stop after the same step, with one checkpoint -----------
+# ranks NAME ARGS...: 2 ranks as torchrun starts them, in the background; $pids
+export OMP_NUM_THREADS=1
+unset RANK WORLD_SIZE LOCAL_RANK MASTER_ADDR MASTER_PORT TRN_DDP_TIMEOUT SLURM_PROCID SLURM_NTASKS \
+      OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_SIZE PMI_RANK PMI_SIZE TORCHELASTIC_USE_AGENT_STORE
+ranks() {
+    local tag=$1 p r; shift
+    p=$((20000 + (RANDOM * 7 + $$) % 30000)); pids=""
+    for r in 0 1; do
+        RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$p \
+            "$G" $A "$@" > "$D/$tag.$r" 2> "$D/$tag.$r.err" &
+        pids="$pids $!"
+    done
+}
+for mode in none fsdp; do
+    for who in both one; do
+        t=$mode-$who
+        ranks "$t" --batch 1 --shard $mode --steps 100000 --out "$D/$t" --log "$D/$t.jsonl"
+        ( sleep 120; kill -9 $pids 2> /dev/null ) & wd=$!
+        wait_steps "$D/$t.jsonl" 3
+        if [ $who = both ]; then kill -INT $pids; else kill -INT ${pids##* }; fi # one: rank 1 only
+        codes=""
+        for p in $pids; do wait "$p"; codes="$codes $?"; done
+        kill $wd 2> /dev/null
+        step=$(sed -n 's/^stopped at step \([0-9]*\): interrupted (Ctrl-C).*--resume .* continues$/\1/p' "$D/$t.0")
+        check "$mode, Ctrl-C to $who rank(s): both exit 130 (codes:$codes), rank 0 says 'stopped at step N' (N=$step)" \
+              "[ \"\$codes\" = ' 130 130' ] && [ -n \"$step\" ]"
+        [ $mode = none ] && ck=$(printf '%s/%s/ckpt_%08d.safetensors' "$D" "$t" "${step:-0}") \
+                         || ck=$(printf '%s/%s/ckpt_%08d.shards/manifest.json' "$D" "$t" "${step:-0}")
+        check "$mode, Ctrl-C to $who rank(s): the checkpoint of step $step is on disk ($(basename "$(dirname "$ck")")/$(basename "$ck"))" \
+              "[ -n \"$step\" ] && [ -f $ck ]"
+        if [ $who = both ]; then
+            ranks "$t-res" --batch 1 --shard $mode --steps $((${step:-0} + 2)) --resume "$D/$t"
+            codes=""
+            for p in $pids; do wait "$p"; codes="$codes $?"; done
+            check "$mode: 2 ranks resume from step $step and finish (codes:$codes)" \
+                  "[ \"\$codes\" = ' 0 0' ] && grep -q \"resumed from .*ckpt_$(printf %08d "${step:-0}").* at step ${step:-x}\" $D/$t-res.0"
+        fi
+    done
+done
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

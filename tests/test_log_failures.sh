@@ -2,8 +2,10 @@
 # tests/test_log_failures.sh - examples/gpt2's log and plot (issue 24):
 #   - "--log failures are silent": --log /dev/full (every write fails: a
 #     full disk) stops the run with exit 2 and one line naming the log,
-#     not exit 0 with a log cut mid-record; a FIFO as --log is refused at
-#     once (it blocked the open forever)
+#     not exit 0 with a log cut mid-record; a FIFO as --log or --csv that
+#     no process reads is refused at once (it blocked the open forever),
+#     and one that a process reads gets the records; a directory as --csv
+#     is one line
 #   - "the loss plot is lost on resume": without --log the run's history
 #     goes to OUT/log.jsonl, so resuming a finished run redraws loss.svg
 #     with every step, not one point
@@ -30,10 +32,22 @@ else
     echo "SKIP --log /dev/full: no /dev/full here"
 fi
 mkfifo "$D/fifo"
-timeout 60 "$G" $A --steps 2 --log "$D/fifo" --out "$D/fifo_run" > "$D/fifo.out" 2>&1
+for flag in --log --csv; do
+    timeout 60 "$G" $A --steps 2 $flag "$D/fifo" --out "$D/fifo_run" > "$D/fifo.out" 2>&1
+    rc=$?
+    check "$flag FIFO nobody reads: exit 2 at once, not a hang (rc $rc: $(tail -1 "$D/fifo.out"))" \
+          "[ $rc = 2 ] && grep -q -- '$flag .*fifo: a FIFO that no process reads' $D/fifo.out"
+    timeout 60 cat "$D/fifo" > "$D/fifo.read" & reader=$!
+    sleep 0.5 # (the reader opens the FIFO first)
+    timeout 60 "$G" $A --steps 2 $flag "$D/fifo" --out "$D/fifo_run" > "$D/fifo.out" 2>&1
+    rc=$?
+    wait $reader
+    check "$flag FIFO that a process reads: exit 0 (rc $rc), the reader got the records ($(wc -l < "$D/fifo.read") lines)" \
+          "[ $rc = 0 ] && grep -q 'loss' $D/fifo.read"
+done
+timeout 60 "$G" $A --steps 2 --csv "$D" --out "$D/dir_run" > "$D/dir.out" 2>&1
 rc=$?
-check "--log FIFO: exit 2 at once, not a hang (rc $rc: $(tail -1 "$D/fifo.out"))" \
-      "[ $rc = 2 ] && grep -q 'a FIFO, not a regular file' $D/fifo.out"
+check "--csv DIRECTORY: exit 2, one line ($(tail -1 "$D/dir.out"))" "[ $rc = 2 ] && grep -q -- '--csv .*: a directory, not a file to write to' $D/dir.out"
 
 # loss.svg: training points (the blue polyline's pairs) and validation dots
 train_points() { grep -o 'stroke="#1f77b4" stroke-width="1.2" points="[^"]*"' "$1" | sed 's/.*points="//' | wc -w; }
