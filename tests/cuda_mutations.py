@@ -153,7 +153,7 @@ MUTATIONS = [  # (name, original text, broken text, sanitizer: "" | "address" | 
      "} else if (kb == (int)blockIdx.y) { /* the partial's first key block: store */",
      "} else if (0) { /* the partial's first key block: store */", "", "tests/test_cuda_fa2_bf16.cpp"),
     ("fa2 backward: the rows before a partial's first key block not zeroed",
-     "                dqa[(((size_t)b * NH + kvh * G + hg) * T) * HS + e] = 0.0f;\n", "", "",
+     "                dqa[(((size_t)b * NH + kvh * G + hg) * T) * HS + e] = 0.0f;\n", "                (void)dqa;\n", "",
      "tests/test_cuda_fa2_bf16.cpp"),
     ("fa2 backward, fresh dqkv: dK and dV added to its old (garbage) contents",
      "                if (write) {\n                    pk[n * 4] = trn__pack_bf16(scale * dk",
