@@ -55,19 +55,20 @@
                     after its tape op: trn_linear -> trn_linear_forward
       >>ops2        the ops of modern decoders: mul, SiLU, sigmoid, tanh,
                     softmax, RMSNorm, RoPE
-      >>ops3        dropout, reshape, transpose, slice/concat, sums, batched
-                    matmul, cross-entropy+, BCE, L1, Huber
+      >>ops3        the kernels of dropout, transpose, slice/concat, sums,
+                    batched matmul, cross-entropy+, BCE, L1, Huber (their
+                    tape ops: extras/train_ops.h)
       >>backend     the table of kernels a backend provides (CPU here)
       >>tape        the model: arena, tape, ops that record themselves
         >>units     recompute regions (trn_recompute) and units
         >>mlp       GPT-2's feed-forward as one call (trn_mlp)
       >>opapi       your own op: trn_op, trn_op_apply, trn_grad, trn_gradcheck
-      >>kvcache     generation with a key/value cache
       >>adamw       AdamW and SGD (their kernels: plain loop, then vector),
                     parameter groups, LR schedules, clipping
         >>sync-free the step with one host wait (clip + AdamW on a device)
       >>matmul      trn_sgemm: blocked, vectorized, OpenMP; trn_sgemm_ref
-      >>json        one strict JSON reader: safetensors headers, config.json
+      >>json        the one strict JSON reader (a cursor): safetensors
+                    headers (its typed calls: extras/train_json.h)
       >>checkpoint  safetensors weights, training-state checkpoints
       >>profile     the tape's time marks per op kind (--profile)
    (>>sharding marks the model's hooks that train_nccl.h fills.)
@@ -78,6 +79,13 @@
                            text files, the batch loader
       extras/train_loop.h  progress/ETA, CSV, TensorBoard, spike guard,
                            early stopping, the profile table
+      extras/train_run.h   run directories: keep-K checkpoints, resume from
+                           the newest good one, keep-best, async saves
+      extras/train_generate.h  generation with a key/value cache
+      extras/train_ops.h   more tape ops (dropout, shapes, sums, bmm, more
+                           losses), written as your own ops are
+      extras/train_json.h  your config.json: typed reads with the JSON
+                           reader of >>json
 
    License: MIT (see the end of the file).
 */
@@ -419,7 +427,7 @@ typedef struct trn_backend {
     /* SGD with momentum (see >>adamw); buf NULL when momentum == 0 */
     void (*sgd_update)(float *p, const float *g, float *buf, size_t n, float lr, float momentum,
                        float dampening, float weight_decay, int nesterov, int first);
-    /* generation: append keys/values to a cache and attend (see >>kvcache) */
+    /* generation: append keys/values to a cache and attend (extras/train_generate.h's >>kvcache) */
     void (*attention_kv_forward)(float *out, float *att, const float *q, int q_stride, const float *k,
                                  const float *v, int kv_stride, float *kcache, float *vcache, int B, int T,
                                  int pos, int maxT, int NH, int NKV, int hs);
@@ -636,7 +644,8 @@ TRNDEF void trn_rope_forward(float *out, const float *inp, int B, int T, int H, 
                              float theta, const trn_rope_scaling *sc);
 TRNDEF void trn_rope_backward(float *dinp, const float *dout, int B, int T, int H, int R, int hs, int pos0,
                               float theta, const trn_rope_scaling *sc);
-/* >>ops3: shapes, reductions, dropout, more losses (see each definition) */
+/* >>ops3: shapes, reductions, dropout, more losses (see each definition; the
+   tape ops that call them are in extras/train_ops.h) */
 TRNDEF void trn_dropout_forward(float *out, const float *inp, size_t n, float p, uint64_t key);
 TRNDEF void trn_dropout_backward(float *dinp, const float *dout, size_t n, float p, uint64_t key);
 TRNDEF void trn_transpose_forward(float *out, const float *inp, int A, int D0, int Bm, int D1, int C);
@@ -723,71 +732,85 @@ typedef struct trn_region {
     uint64_t rng_state;        /* m->rng at region entry, restored to re-run */
 } trn_region;
 
+/* The model. The fields at the top are the ones a reader of the step
+   meets; the tape's bookkeeping follows; the hooks that train_nccl.h and
+   the sync-free step fill, and the bf16 copy of the weights, sit in named
+   sub-structs (m.shard, m.sync_free, m.mp) that a program never touches. */
 typedef struct trn_model {
-    const trn_backend *backend;
+    const trn_backend *backend; /* whose kernels run the ops: CPU or CUDA   */
     trn_tensor **params;       /* the parameter table, in declaration order */
-    int n_params, cap_params;
+    int n_params;
     size_t n_floats;           /* total parameter elements                  */
     float *param_data;         /* ONE buffer with every weight (WEIGHTS)    */
     float *grad_data;          /* ONE buffer, same layout (GRADS); NULL until
                                   the first backward, as in PyTorch         */
-    int act_dtype;             /* the backend's: TRN_F32, or TRN_BF16 (bf16
-                                  precision: activations, their gradients
-                                  and the weights' copy below are bf16)     */
-    void *param_bf16;          /* bf16 precision: the bf16 copy of every
-                                  weight, same layout (WEIGHTS); params'
-                                  data point here, AdamW rewrites it in its
-                                  pass; NULL in fp32                       */
-    int param_bf16_stale;      /* param_data changed outside AdamW: the copy
-                                  is refreshed by the next trn_reset        */
     trn_arena arena;           /* activations of one step (ACTIVATIONS)     */
-    trn_tape_entry *tape;
-    int tape_len, tape_cap;
+    trn_tape_entry *tape;      /* the ops of this step, in order            */
+    int tape_len;
     int grad_enabled;          /* 0: no tape (evaluation), like no_grad     */
     int training;              /* 1: training mode (dropout drops); 0: eval */
-    int attention_materialized; /* 1: trn_attention keeps the (B,NH,T,T)
-                                  probabilities (the reference pair) instead
-                                  of running the fused kernels: more memory,
-                                  and faster on a GPU until the fused CUDA
-                                  kernels use tensor cores (README, CUDA) */
     trn_rng rng;               /* for ops that draw random numbers (dropout):
                                   draw from m->rng, never a private RNG; it is
                                   saved in checkpoints and trn_recompute
                                   replays the same numbers. Seeded with 0 by
                                   trn_model_init: reseed it for another */
+    int act_dtype;             /* the backend's: TRN_F32, or TRN_BF16 (bf16
+                                  precision: activations, their gradients
+                                  and the weights' copy m.mp.param_bf16)   */
+    int attention_materialized; /* 1: trn_attention keeps the (B,NH,T,T)
+                                  probabilities (the reference pair) instead
+                                  of running the fused kernels: more memory,
+                                  and faster on a GPU until the fused CUDA
+                                  kernels use tensor cores (README, CUDA) */
+    struct trn_profile *profile; /* --profile: time and bytes per op kind
+                                    (trn_profile_attach); NULL: off      */
+
+    /* the tape's bookkeeping */
+    int cap_params, tape_cap;
     trn_tensor **tblocks;      /* host-side headers of this step's tensors  */
     int n_tblocks, t_used;
-    /* called by trn_backward after tape entry i (i = tape_len-1 down to 0)
-       has run, with the tape still intact; NULL: none. train_nccl.h uses it
-       to start all-reducing a gradient bucket as soon as it is complete. */
-    void (*backward_hook)(struct trn_model *m, int i, void *user);
-    void *backward_hook_user;
     trn_grad_arena grads;      /* activation gradients (ACT_GRADS)          */
     trn_region *regions;       /* this step's recompute regions (host)      */
     int n_regions, cap_regions;
-    struct trn_profile *profile; /* --profile: time and bytes per op kind
-                                    (trn_profile_attach); NULL: off      */
-    /* >>sync-free step */
-    const trn_tensor *grad_one; /* during trn_backward: the loss it started
-                                  from, whose gradient is 1 (no download) */
-    float *gstat;              /* backend memory: [0] grad norm, [1] clip
+
+    /* >>sharding hooks: what train_nccl.h installs (NULL/0 otherwise).
+       backward_hook: called by trn_backward after tape entry i (i =
+       tape_len-1 down to 0) has run, the tape still intact (DDP starts
+       all-reducing a gradient bucket as soon as it is complete).
+       backward_pre_hook: called BEFORE tape entry i runs (ZeRO-2 points a
+       parameter's grad at a staging buffer before the first entry that
+       writes it). grad_lo/grad_hi, param_lo/param_hi: the slice of
+       grad_data / param_data that exists in this process when only a
+       shard is kept (the pointers are then shard - lo, so element j is
+       still grad_data[j] for j in the slice); 0,0: all of it. trn_zero_grad,
+       trn_grad_norm and trn_model_free touch only the slice. unit_hook:
+       see trn_unit (FSDP); unit_cur: the unit the forward is in (NULL: none) */
+    struct {
+        void (*backward_hook)(struct trn_model *m, int i, void *user);
+        void (*backward_pre_hook)(struct trn_model *m, int i, void *user);
+        void *backward_hook_user;
+        size_t grad_lo, grad_hi, param_lo, param_hi;
+        void (*unit_hook)(struct trn_model *m, struct trn_tensor *member, int phase, void *user);
+        void *unit_hook_user;
+        struct trn_tensor *unit_cur;
+    } shard;
+    /* >>sync-free step: the state that lets a step run with one host wait */
+    struct {
+        const trn_tensor *grad_one; /* during trn_backward: the loss it started
+                                       from, whose gradient is known (no download) */
+        float grad_one_value;  /* that gradient (trn_backward_scaled's scale) */
+        float *gstat;          /* backend memory: [0] grad norm, [1] clip
                                   factor, from trn_clip_grad_norm_async     */
-    int clip_pending;          /* 1: the next trn_adamw_step applies gstat[1] */
-    float grad_one_value;      /* that gradient (trn_backward_scaled's scale) */
-    /* >>sharding hooks (train_nccl.h's ZeRO-2 and FSDP; NULL/0 otherwise).
-       backward_pre_hook: called by trn_backward BEFORE tape entry i runs
-       (ZeRO-2 points a parameter's grad at a staging buffer before the
-       first entry that writes it). grad_lo/grad_hi, param_lo/param_hi: the
-       slice of grad_data / param_data that exists in this process when
-       only a shard is kept (the pointers are then shard - lo, so element j
-       is still grad_data[j] for j in the slice); 0,0: all of it.
-       trn_zero_grad, trn_grad_norm and trn_model_free touch only the slice. */
-    void (*backward_pre_hook)(struct trn_model *m, int i, void *user);
-    size_t grad_lo, grad_hi, param_lo, param_hi;
-    /* see trn_unit; unit_cur: the unit the forward is in (NULL: none) */
-    void (*unit_hook)(struct trn_model *m, struct trn_tensor *member, int phase, void *user);
-    void *unit_hook_user;
-    struct trn_tensor *unit_cur;
+        int clip_pending;      /* 1: the next trn_adamw_step applies gstat[1] */
+    } sync_free;
+    /* mixed precision (bf16, train_cuda.h): the bf16 copy of every weight,
+       same layout (WEIGHTS_BF16); params' data point here, AdamW rewrites
+       it in its pass; NULL in fp32. stale: param_data changed outside
+       AdamW, the copy is refreshed by the next trn_reset */
+    struct {
+        void *param_bf16;
+        int param_bf16_stale;
+    } mp;
 } trn_model;
 
 /* backend NULL = CPU */
@@ -825,7 +848,7 @@ TRNDEF void trn_eval(trn_model *m);          /* evaluation mode              */
 /* >>units: where a block starts (for train_nccl.h's FSDP; harmless
    elsewhere). trn_unit(m, member): the ops that follow belong to the
    block ("unit") that parameter `member` belongs to; NULL: to no block.
-   It calls m->unit_hook(m, member, TRN_UNIT_FORWARD, user) at once, so a
+   It calls m->shard.unit_hook(m, member, TRN_UNIT_FORWARD, user) at once, so a
    hook can fetch the block's weights before its first op runs, and puts
    a marker on the tape; when trn_backward passes that marker (the block's
    backward is done) it calls unit_hook(m, prev, TRN_UNIT_BACKWARD, user),
@@ -862,6 +885,11 @@ TRNDEF void trn_read_grad(trn_model *m, const trn_tensor *t, float *host);
    of an embedding), converting as trn_read/trn_write do */
 TRNDEF void trn_read_range(trn_model *m, const trn_tensor *t, size_t offset, float *host, size_t n);
 TRNDEF void trn_write_range(trn_model *m, trn_tensor *t, size_t offset, const float *host, size_t n);
+/* elements [lo, lo+n) of the flat weight buffer (every parameter, in
+   declaration order: param_data) to or from host memory, wherever the
+   model lives (a checksum of the weights, a model moved to a device) */
+TRNDEF void trn_read_params(trn_model *m, size_t lo, float *host, size_t n);
+TRNDEF void trn_write_params(trn_model *m, size_t lo, const float *host, size_t n);
 TRNDEF void trn_init_normal(trn_model *m, trn_tensor *t, float mean, float std, trn_rng *rng);
 TRNDEF void trn_init_const(trn_model *m, trn_tensor *t, float value);
 
@@ -953,56 +981,7 @@ TRNDEF trn_tensor *trn_rmsnorm(trn_model *m, trn_tensor *x, trn_tensor *w, float
 TRNDEF trn_tensor *trn_rope(trn_model *m, trn_tensor *qkv, int n_head, int n_kv_head, float theta, int pos0);
 TRNDEF trn_tensor *trn_rope_scaled(trn_model *m, trn_tensor *qkv, int n_head, int n_kv_head, float theta,
                                    const trn_rope_scaling *sc, int pos0);
-/* >>ops3 on the tape.
-   trn_dropout: in training mode zeroes each element with probability p and
-     scales the rest by 1/(1-p); the mask comes from the model's RNG m->rng
-     (one draw per call; saved in training checkpoints). In evaluation mode
-     (trn_eval) or with p = 0 it returns x itself. trn_gradcheck runs the
-     forward many times: reseed m->rng at the start of its build function
-     so that every probe sees the same mask (tests/test_ops_shape_loss does).
-   trn_reshape: a view with a new shape of the same size (no copy).
-   trn_transpose: swaps dims d0 and d1 (negative counts from the end).
-   trn_slice: x[..., start:start+len]; trn_concat: [a | b] on the last dim.
-   trn_sum, trn_mean: over the last dim, which goes away ((B,T,C) -> (B,T);
-     a 1-D x gives (1)); trn_sum_all, trn_mean_all: every element -> (1).
-   trn_bmm: op(a) @ op(b) over equal batch dims: a (...,M,K), b (...,K,N)
-     -> (...,M,N); trans_a / trans_b: the matrix is stored transposed.
-   trn_cross_entropy_ex: as trn_cross_entropy (logits (...,Vp), the first
-     n_valid classes real), plus torch's ignore_index (rows whose target is
-     ignore_index count for nothing; the mean is over the other rows; all
-     ignored: 0, where torch gives nan) and label_smoothing in [0,1].
-   trn_bce_with_logits (targets in [0,1]), trn_l1, trn_huber(delta > 0):
-     means over all elements, as torch's BCEWithLogitsLoss, L1Loss,
-     HuberLoss; targets are host arrays of pred's size. */
-/* kernels: trn_dropout_forward, trn_dropout_backward (>>ops3) */
-TRNDEF trn_tensor *trn_dropout(trn_model *m, trn_tensor *x, float p);
-/* no kernel: a view */
-TRNDEF trn_tensor *trn_reshape(trn_model *m, trn_tensor *x, int ndim, const int *shape);
-/* kernels: trn_transpose_forward, trn_transpose_backward (>>ops3) */
-TRNDEF trn_tensor *trn_transpose(trn_model *m, trn_tensor *x, int d0, int d1);
-/* kernels: trn_slice_forward, trn_slice_backward (>>ops3) */
-TRNDEF trn_tensor *trn_slice(trn_model *m, trn_tensor *x, int start, int len);
-/* kernels: trn_concat_forward, trn_concat_backward (>>ops3) */
-TRNDEF trn_tensor *trn_concat(trn_model *m, trn_tensor *a, trn_tensor *b);
-/* kernels: trn_sum_forward, trn_sum_backward (>>ops3) */
-TRNDEF trn_tensor *trn_sum(trn_model *m, trn_tensor *x);
-/* kernels: trn_sum_forward, trn_sum_backward with scale 1/C (>>ops3) */
-TRNDEF trn_tensor *trn_mean(trn_model *m, trn_tensor *x);
-/* kernels: trn_sum_forward, trn_sum_backward (>>ops3) */
-TRNDEF trn_tensor *trn_sum_all(trn_model *m, trn_tensor *x);
-/* kernels: trn_sum_forward, trn_sum_backward (>>ops3) */
-TRNDEF trn_tensor *trn_mean_all(trn_model *m, trn_tensor *x);
-/* kernels: trn_bmm_forward, trn_bmm_backward (>>ops3) */
-TRNDEF trn_tensor *trn_bmm(trn_model *m, trn_tensor *a, trn_tensor *b, int trans_a, int trans_b);
-/* kernels: trn_cross_entropy_ex_forward, trn_cross_entropy_ex_backward (>>ops3) */
-TRNDEF trn_tensor *trn_cross_entropy_ex(trn_model *m, trn_tensor *logits, const int *targets, int n_valid,
-                                        int ignore_index, float label_smoothing);
-/* kernels: trn_bce_with_logits_forward, trn_bce_with_logits_backward (>>ops3) */
-TRNDEF trn_tensor *trn_bce_with_logits(trn_model *m, trn_tensor *logits, const float *targets);
-/* kernels: trn_l1_forward, trn_l1_backward (>>ops3) */
-TRNDEF trn_tensor *trn_l1(trn_model *m, trn_tensor *pred, const float *target);
-/* kernels: trn_huber_forward, trn_huber_backward (>>ops3) */
-TRNDEF trn_tensor *trn_huber(trn_model *m, trn_tensor *pred, const float *target, float delta);
+/* (>>ops3's tape ops, dropout to Huber, are in extras/train_ops.h) */
 
 /* ------------------------------------------------------------------------
    >>opapi
@@ -1085,56 +1064,6 @@ TRNDEF trn_gradcheck_desc trn_gradcheck_defaults(const trn_gradcheck_desc *desc)
 /* returns the number of failed elements (0: all pass); res may be NULL */
 TRNDEF int trn_gradcheck(trn_model *m, trn_tensor *(*build)(trn_model *m, void *user), void *user,
                          const trn_gradcheck_desc *desc, trn_gradcheck_result *res);
-
-/* ------------------------------------------------------------------------
-   >>kvcache
-   Generation with a key/value cache. Causal attention at position p reads
-   the keys and values of positions 0..p, and those never change once
-   computed; so a generator keeps them. The prompt goes through the model
-   once (prefill: T positions), then every new token is a forward of ONE
-   position that attends over the cache, instead of re-running the whole
-   window for every token (today's cost of sampling without it: T times
-   more work per token). Memory: 2 * L * B * max_T * n_kv_head * head_dim
-   floats, under its own ledger kind, TRN_KIND_KV_CACHE ("kv cache").
-
-      trn_kv_cache kv;
-      trn_kv_cache_init(&kv, &m, L, 1, max_T, n_kv_head, head_dim);
-      int g = trn_no_grad(&m);               // inference only
-      // a forward over ids[0..T) at positions kv.len .. kv.len+T-1 whose
-      // attention layers call trn_attention_cached(&m, &kv, layer, ...),
-      // then trn_kv_cache_advance(&kv, T); repeat with T = 1 per token.
-      trn_kv_cache_free(&kv); trn_set_grad_enabled(&m, g);
-
-   Positional encodings are the model's business: it must use positions
-   kv.len + t (learned position table, RoPE). When kv.len reaches max_T
-   the cache is full; absolute positions cannot slide, so a generator then
-   resets it and prefills the last part of the context again.
-   ------------------------------------------------------------------------ */
-typedef struct trn_kv_cache {
-    int n_layer, batch, max_T, n_kv_head, head_dim;
-    int len;                  /* positions held; the next forward starts here */
-    float *k, *v;             /* (L, B, max_T, n_kv_head*head_dim) each,
-                                 backend memory (KV_CACHE)                 */
-    int dtype;                /* the model's activation dtype              */
-    const trn_backend *backend;
-} trn_kv_cache;
-
-TRNDEF trn_result trn_kv_cache_init(trn_kv_cache *c, trn_model *m, int n_layer, int batch, int max_T, int n_kv_head,
-                                    int head_dim);
-TRNDEF void trn_kv_cache_free(trn_kv_cache *c);
-TRNDEF void trn_kv_cache_reset(trn_kv_cache *c);         /* len = 0, memory kept */
-TRNDEF void trn_kv_cache_advance(trn_kv_cache *c, int T); /* after each forward  */
-/* Attention of T new positions (c->len ...) over all cached ones, causal:
-   q (B,T,n_head*hs), k and v (B,T,n_kv_head*hs) of the new positions are
-   first written into layer `layer`'s cache. n_head a multiple of
-   n_kv_head (grouped-query attention: query head h reads kv head
-   h / (n_head / n_kv_head)). Returns (B,T,n_head*hs). Inference only: it
-   records nothing, and stops the program if asked for a gradient. */
-TRNDEF trn_tensor *trn_attention_cached(trn_model *m, trn_kv_cache *c, int layer, trn_tensor *q, trn_tensor *k,
-                                        trn_tensor *v, int n_head);
-/* the same for a fused projection qkv (B,T,C+2*Ckv) = [q | k | v], as
-   trn_attention takes it (GPT-2: Ckv = C) */
-TRNDEF trn_tensor *trn_attention_cached_qkv(trn_model *m, trn_kv_cache *c, int layer, trn_tensor *qkv, int n_head);
 
 /* ------------------------------------------------------------------------
    >>adamw
@@ -1253,77 +1182,6 @@ TRNDEF void trn_sync(trn_model *m);
 TRNDEF void trn_scale_grads(trn_model *m, float s);
 TRNDEF const char *trn_backend_name(const trn_model *m);
 TRNDEF trn_tensor *trn_last_position(trn_model *m, trn_tensor *x);
-
-/* ------------------------------------------------------------------------
-   >>json declarations
-   One strict JSON reader (RFC 8259) serves the whole kit: the safetensors
-   header, vocab.json and tokenizer.json, and your config.json. Strict means
-   a document is read whole before you see a value: one value, UTF-8,
-   nothing after it but whitespace, no trailing comma, no comments, no NaN;
-   anything else is TRN_ERR_FORMAT naming the file and the byte. Then each
-   read checks its type (and an integer its range) and says which key.
-
-      trn_json cfg;
-      int64_t n_layer;
-      double theta = 10000.0;
-      char act[32];
-      trn_json_value root;
-      if (trn_json_load(&cfg, "config.json") != TRN_OK) ...;  // reason set
-      root = trn_json_root(&cfg);
-      rc = trn_json_int(trn_json_key(root, "num_hidden_layers"), 1, 1024, &n_layer);
-      if (trn_json_has(root, "rope_theta"))                   // optional key
-          rc = trn_json_number(trn_json_key(root, "rope_theta"), &theta);
-      rc = trn_json_string(trn_json_key(root, "hidden_act"), act, sizeof act);
-      trn_json_free(&cfg);
-
-   trn_json_key finds a member of that one object, never one nested deeper
-   ("rope_scaling": {"factor": 8} has no top-level "factor"; read it with
-   trn_json_key(trn_json_key(root, "rope_scaling"), "factor")). A key that
-   is missing gives a value of type TRN_JSON_NONE: reading it is
-   TRN_ERR_MISMATCH ("no key"); a key given twice is TRN_ERR_FORMAT.
-   32.7 or 1e3 read as an integer, or 4294967298 for [0, 2^31), is
-   TRN_ERR_FORMAT: integers are exact or refused.
-   ------------------------------------------------------------------------ */
-typedef enum trn_json_type {
-    TRN_JSON_NONE,   /* no such key / index (or not looked up in an object) */
-    TRN_JSON_NULL, TRN_JSON_BOOL, TRN_JSON_NUMBER, TRN_JSON_STRING, TRN_JSON_ARRAY, TRN_JSON_OBJECT
-} trn_json_type;
-
-typedef struct trn_json {
-    char *text;      /* the document, checked whole, NUL-terminated */
-    size_t n;        /* its length in bytes */
-    char name[256];  /* the file name (or the name given), for messages */
-} trn_json;
-
-/* a place in a document: a value, or none (at == NULL) */
-typedef struct trn_json_value {
-    const trn_json *doc;
-    const char *at;   /* the value's first byte; NULL: none */
-    const char *key;  /* the key it was found under (for messages), or NULL */
-    int twice;        /* the key was given twice in its object */
-} trn_json_value;
-
-/* read and check a whole file / a text (copied); free with trn_json_free */
-TRNDEF trn_result trn_json_load(trn_json *doc, const char *path);
-TRNDEF trn_result trn_json_parse(trn_json *doc, const char *text, size_t n, const char *name);
-TRNDEF void trn_json_free(trn_json *doc);
-TRNDEF trn_json_value trn_json_root(const trn_json *doc);
-TRNDEF trn_json_type trn_json_typeof(trn_json_value v);
-/* the member `key` of object obj (this level only); type NONE if absent */
-TRNDEF trn_json_value trn_json_key(trn_json_value obj, const char *key);
-TRNDEF int trn_json_has(trn_json_value obj, const char *key);
-/* elements of an array / members of an object (0 for anything else) */
-TRNDEF int trn_json_count(trn_json_value v);
-/* element i of an array, type NONE if out of range */
-TRNDEF trn_json_value trn_json_at(trn_json_value arr, int i);
-/* typed reads: TRN_OK, TRN_ERR_MISMATCH (none), TRN_ERR_FORMAT (wrong type,
-   not an integer, out of [lo, hi], twice); *out is untouched on error */
-TRNDEF trn_result trn_json_int(trn_json_value v, int64_t lo, int64_t hi, int64_t *out);
-TRNDEF trn_result trn_json_number(trn_json_value v, double *out);
-TRNDEF trn_result trn_json_bool(trn_json_value v, int *out);
-/* the decoded string (UTF-8, NUL-terminated) into buf[cap]: longer, or
-   holding \u0000, is TRN_ERR_FORMAT */
-TRNDEF trn_result trn_json_string(trn_json_value v, char *buf, size_t cap);
 
 /* ------------------------------------------------------------------------
    >>checkpoint declarations
@@ -1472,77 +1330,10 @@ TRNDEF trn_result trn_checkpoint_load(const char *path, trn_model *m, trn_adamw 
 /* header valid, a train.h checkpoint, checksum right (reads the file) */
 TRNDEF trn_result trn_checkpoint_verify(const char *path);
 
-/* Run directories: DIR/ckpt_<step, 8+ digits>.safetensors.
-   save_dir creates DIR if needed, writes the checkpoint atomically, reads
-   it back to verify it, and only then deletes older checkpoints so that
-   the newest `keep` remain (keep <= 0: keep all; checkpoints with a larger
-   step than this one, left by an earlier run, are neither counted nor
-   deleted) together with stale "*.tmp.<pid>" files of dead processes.
-   The written path goes to path_out (may be NULL). */
-TRNDEF trn_result trn_checkpoint_save_dir(const char *dir, long long step, int keep, trn_model *m,
-                                          const trn_adamw *opt, const trn_meta *meta,
-                                          char *path_out, size_t path_cap);
 /* Create DIR and the parents it lacks (like mkdir -p; mode 0755). TRN_OK
    also when DIR exists; TRN_ERR_IO names the part that could not be made
    (or that exists but is not a directory). */
 TRNDEF trn_result trn_mkdirs(const char *dir);
-/* The newest checkpoint in DIR that verifies; broken ones are skipped with
-   a line on stderr. TRN_ERR_IO: DIR holds no checkpoint at all (start
-   fresh). Another error: there are checkpoints but none is valid (do not
-   start fresh silently); the reason names the newest one's problem. */
-TRNDEF trn_result trn_checkpoint_latest(const char *dir, char *path_out, size_t path_cap,
-                                        long long *step_out);
-
-/* Asynchronous checkpoints (torchtitan's async mode): training waits only
-   for a copy of its state into a host staging buffer (one ledger line of
-   its own, "staging"; allocated on the first save and reused), then goes
-   on while a background thread writes that copy to DIR/ckpt_<step> with
-   every rule of trn_checkpoint_save_dir: temp file, checksum, fsync,
-   rename, read-back, keep-K, and then keep-best. At most one save is in
-   flight: a new save first waits for the previous one. A kill -9 during
-   the write leaves the older checkpoints as they were.
-
-      trn_ckpt_async ck = {0};  ck.keep = 3;         // zero = defaults
-      trn_checkpoint_save_async(&ck, dir, step, &model, &opt, &meta);
-      ... train on ...
-      trn_checkpoint_wait(&ck);  trn_ckpt_async_free(&ck);   // before exit
-
-   A failed write is reported by the next save or wait (its result and
-   reason). The staging buffer holds the weights and AdamW's m and v: as
-   much host memory again as the state being saved. On CUDA set host_alloc
-   to trn_cuda_host_alloc (pinned memory: the copy runs at full PCIe speed). */
-struct trn__ckpt_job;
-typedef struct trn_ckpt_async {
-    int keep;                   /* newest checkpoints kept (<= 0: all)     */
-    int keep_best;              /* > 0: trn_checkpoint_keep_best(K) too    */
-    void *(*host_alloc)(size_t bytes, trn_kind kind); /* NULL: trn_alloc  */
-    void (*host_free)(void *p);                        /* NULL: trn_free   */
-    /* read-only */
-    float *stage;               /* the staging copy (host memory)          */
-    size_t stage_floats;
-    int in_flight;              /* a save is being written now             */
-    long long saves;            /* saves started                           */
-    double stage_seconds;       /* last save: training waited this long    */
-    double wait_seconds;        /*   of which for the previous save       */
-    double write_seconds;       /* last finished save: the writer's time   */
-    char path[1100];            /* last save's file                        */
-    struct trn__ckpt_job *job;
-} trn_ckpt_async;
-TRNDEF trn_result trn_checkpoint_save_async(trn_ckpt_async *a, const char *dir, long long step, trn_model *m,
-                                            const trn_adamw *opt, const trn_meta *meta);
-/* wait for the save in flight (none: TRN_OK at once); its result */
-TRNDEF trn_result trn_checkpoint_wait(trn_ckpt_async *a);
-TRNDEF void trn_ckpt_async_free(trn_ckpt_async *a); /* waits, frees staging */
-
-/* Best-K checkpoints by validation loss (Lightning's ModelCheckpoint with
-   save_top_k). `path` is a checkpoint whose metadata holds "val_loss" (a
-   number: trn_meta_set_f64(meta, "val_loss", v) before saving). If it is
-   among the K lowest of DIR/best_<step>.safetensors, it is hard-linked
-   there (no bytes copied; keep-K pruning of ckpt_* then leaves it alone)
-   and the worst beyond K are deleted. The ranking is read from the files,
-   so it survives a resume. */
-TRNDEF trn_result trn_checkpoint_keep_best(const char *dir, const char *path, int k);
-
 /* <<checkpoint declarations end */
 
 
@@ -1612,7 +1403,7 @@ TRNDEF void trn_profile_free(trn_profile *p); /* detaches it from the model */
 #if defined(__unix__) || defined(__APPLE__)
 #include <sys/resource.h>
 #include <unistd.h>
-#include <pthread.h> /* the async checkpoint writer (>>checkpoint) */
+#include <pthread.h> /* the ledger's lock (extras/train_run.h's writer thread allocates too) */
 #define TRN__HAVE_PTHREAD 1
 #endif
 #if defined(__GLIBC__) && !defined(__USE_XOPEN2K8)
@@ -1738,7 +1529,7 @@ TRNDEF void trn_ledger_add(trn_place place, trn_kind kind, long long delta) {
 #ifdef _OPENMP
 #pragma omp critical(trn__ledger_lock)
 #elif defined(TRN__HAVE_PTHREAD)
-    pthread_mutex_lock(&trn__ledger_mutex); /* the async checkpoint writer allocates too */
+    pthread_mutex_lock(&trn__ledger_mutex); /* extras/train_run.h's async writer allocates too */
 #endif
     {
         size_t *cur = &trn__ledger.current[place][kind];
@@ -3582,7 +3373,7 @@ TRNDEF void trn_huber_backward(float *dpred, const float *pred, const float *tar
     }
 }
 
-/* --- attention over a key/value cache (generation; see >>kvcache) --------
+/* --- attention over a key/value cache (generation: extras/train_generate.h) -
    q (B,T,*) with row stride q_stride, head h at column h*hs; k, v (B,T,*)
    with row stride kv_stride, kv head g at column g*hs; the caches
    (B,maxT,Ckv), Ckv = NKV*hs. First the T new keys and values go to rows
@@ -3824,13 +3615,13 @@ TRNDEF trn_result trn_model_alloc(trn_model *m) {
     m->backend->zero(m->param_data, m->n_floats * sizeof(float));
     for (i = 0; i < m->n_params; i++) m->params[i]->data = m->param_data + m->params[i]->offset;
     if (m->act_dtype == TRN_BF16) { /* the copy kernels read; the master stays fp32 */
-        m->param_bf16 = m->backend->alloc(m->n_floats * 2, TRN_KIND_WEIGHTS_BF16);
-        if (!m->param_bf16) return trn_fail(TRN_ERR_NOMEM, "trn_model_alloc: bf16 weights: %s", trn_error_reason());
+        m->mp.param_bf16 = m->backend->alloc(m->n_floats * 2, TRN_KIND_WEIGHTS_BF16);
+        if (!m->mp.param_bf16) return trn_fail(TRN_ERR_NOMEM, "trn_model_alloc: bf16 weights: %s", trn_error_reason());
         for (i = 0; i < m->n_params; i++) {
-            m->params[i]->data = (float *)((uint16_t *)m->param_bf16 + m->params[i]->offset);
+            m->params[i]->data = (float *)((uint16_t *)m->mp.param_bf16 + m->params[i]->offset);
             m->params[i]->dtype = TRN_BF16;
         }
-        m->param_bf16_stale = 1;
+        m->mp.param_bf16_stale = 1;
     }
     return TRN_OK;
 }
@@ -3838,26 +3629,26 @@ TRNDEF trn_result trn_model_alloc(trn_model *m) {
 /* bf16: rewrite the weights' copy from the fp32 master (after anything
    but AdamW changed the master: init, a checkpoint, a broadcast) */
 static void trn__refresh_bf16(trn_model *m) {
-    size_t lo = m->param_hi ? m->param_lo : 0, hi = m->param_hi ? m->param_hi : m->n_floats;
-    if (m->param_bf16 && hi > lo)
-        m->backend->convert((uint16_t *)m->param_bf16 + lo, TRN_BF16, m->param_data + lo, TRN_F32, hi - lo, 0, 1.0f);
-    m->param_bf16_stale = 0;
+    size_t lo = m->shard.param_hi ? m->shard.param_lo : 0, hi = m->shard.param_hi ? m->shard.param_hi : m->n_floats;
+    if (m->mp.param_bf16 && hi > lo)
+        m->backend->convert((uint16_t *)m->mp.param_bf16 + lo, TRN_BF16, m->param_data + lo, TRN_F32, hi - lo, 0, 1.0f);
+    m->mp.param_bf16_stale = 0;
 }
-TRNDEF void trn_params_changed(trn_model *m) { if (m && m->param_bf16) m->param_bf16_stale = 1; }
+TRNDEF void trn_params_changed(trn_model *m) { if (m && m->mp.param_bf16) m->mp.param_bf16_stale = 1; }
 
 /* a parameter's gradient is fp32; an activation's has its dtype */
 static int trn__grad_dtype(const trn_tensor *t) { return t->is_param ? TRN_F32 : t->dtype; }
 /* where t's fp32 values live: a parameter's master under bf16, else data */
 static float *trn__master(const trn_model *m, const trn_tensor *t) {
-    return t->is_param && m->param_bf16 ? m->param_data + t->offset : t->data;
+    return t->is_param && m->mp.param_bf16 ? m->param_data + t->offset : t->data;
 }
 /* host floats <-> n elements of t at element off, converting to or from
    t's dtype (in chunks through a TEMP buffer). A parameter: its master. */
 static void trn__put(trn_model *m, trn_tensor *t, size_t off, const float *host, size_t n) {
     size_t done;
     uint16_t *buf;
-    if (t->is_param && m->param_bf16) m->param_bf16_stale = 1;
-    if (t->dtype == TRN_F32 || (t->is_param && m->param_bf16)) {
+    if (t->is_param && m->mp.param_bf16) m->mp.param_bf16_stale = 1;
+    if (t->dtype == TRN_F32 || (t->is_param && m->mp.param_bf16)) {
         m->backend->upload(trn__master(m, t) + off, host, n * sizeof(float));
         return;
     }
@@ -3913,19 +3704,19 @@ TRNDEF void trn_model_free(trn_model *m) {
     free(m->regions);
     for (i = 0; i < m->n_tblocks; i++) trn_free(m->tblocks[i]);
     free(m->tblocks);
-    if (m->param_data) m->backend->free(m->param_data + m->param_lo); /* (sharding: its slice) */
-    if (m->grad_data) m->backend->free(m->grad_data + m->grad_lo);
-    if (m->param_bf16) m->backend->free(m->param_bf16);
+    if (m->param_data) m->backend->free(m->param_data + m->shard.param_lo); /* (sharding: its slice) */
+    if (m->grad_data) m->backend->free(m->grad_data + m->shard.grad_lo);
+    if (m->mp.param_bf16) m->backend->free(m->mp.param_bf16);
     for (i = 0; i < m->n_params; i++) trn_free(m->params[i]);
     trn_free(m->params);
     trn_free(m->tape);
-    if (m->gstat) m->backend->free(m->gstat);
+    if (m->sync_free.gstat) m->backend->free(m->sync_free.gstat);
     memset(m, 0, sizeof *m);
 }
 
 TRNDEF void trn_zero_grad(trn_model *m) {
-    if (m && m->grad_data && m->grad_hi) /* sharding: only the slice exists */
-        m->backend->zero(m->grad_data + m->grad_lo, (m->grad_hi - m->grad_lo) * sizeof(float));
+    if (m && m->grad_data && m->shard.grad_hi) /* sharding: only the slice exists */
+        m->backend->zero(m->grad_data + m->shard.grad_lo, (m->shard.grad_hi - m->shard.grad_lo) * sizeof(float));
     else if (m && m->grad_data) m->backend->zero(m->grad_data, m->n_floats * sizeof(float));
 }
 
@@ -3988,7 +3779,7 @@ TRNDEF void trn_reset(trn_model *m) {
     a->used = 0;
     a->spilled = 0;
     m->t_used = 0;
-    m->unit_cur = NULL; /* a forward starts outside every unit (>>units) */
+    m->shard.unit_cur = NULL; /* a forward starts outside every unit (>>units) */
     m->tape_len = 0;
     if (m->profile) { m->profile->n_marks = 0; trn__prof_mark(m, NULL, -1); } /* a pass starts */
 }
@@ -4005,7 +3796,7 @@ TRNDEF trn_tensor *trn_tensor_new_dtype(trn_model *m, const char *name, int ndim
     if (!m) trn_fatal("trn_tensor_new %s: model is NULL", name ? name : "");
     trn__need_alloc(m, "trn_tensor_new", name);
     trn__check_shape("trn_tensor_new", name, ndim, shape);
-    if (m->param_bf16_stale) trn__refresh_bf16(m); /* the first op of a pass reads fresh weights */
+    if (m->mp.param_bf16_stale) trn__refresh_bf16(m); /* the first op of a pass reads fresh weights */
     t = trn__header(m);
     trn__fill_header(t, name, ndim, shape);
     t->dtype = dtype;
@@ -4179,7 +3970,7 @@ static void trn__backward_range(trn_model *m, int hi, int lo, int hooks) {
     int i;
     for (i = hi; i >= lo; i--) {
         trn_tape_entry *e = &m->tape[i];
-        if (hooks && m->backward_pre_hook) m->backward_pre_hook(m, i, m->backward_hook_user); /* ZeRO-2, FSDP */
+        if (hooks && m->shard.backward_pre_hook) m->shard.backward_pre_hook(m, i, m->shard.backward_hook_user); /* ZeRO-2, FSDP */
         e = &m->tape[i];
         if (e->out->grad) { /* no gradient reached it: skip */
             if (m->profile) { /* --profile: a mark on each side of the call */
@@ -4192,7 +3983,7 @@ static void trn__backward_range(trn_model *m, int hi, int lo, int hooks) {
             e = &m->tape[i];
             if (trn__grads_free(m, e->out->grad)) e->out->grad = NULL;
         }
-        if (hooks && m->backward_hook) m->backward_hook(m, i, m->backward_hook_user); /* DDP */
+        if (hooks && m->shard.backward_hook) m->shard.backward_hook(m, i, m->shard.backward_hook_user); /* DDP */
     }
 }
 
@@ -4217,14 +4008,14 @@ TRNDEF void trn_backward_scaled(trn_model *m, trn_tensor *loss, float scale) {
         uint16_t h = trn__f32_to_bf16(scale);
         m->backend->upload(trn__grad(m, loss, NULL), &h, sizeof h);
     } else m->backend->upload(trn__grad(m, loss, NULL), &scale, sizeof scale);
-    m->grad_one = loss; /* its gradient is known on the host: trn__scalar_grad needs no download */
-    m->grad_one_value = scale;
-    m->clip_pending = 0; /* a clip factor belongs to the gradients it was computed from */
+    m->sync_free.grad_one = loss; /* its gradient is known on the host: trn__scalar_grad needs no download */
+    m->sync_free.grad_one_value = scale;
+    m->sync_free.clip_pending = 0; /* a clip factor belongs to the gradients it was computed from */
     if (m->profile) trn__prof_mark(m, NULL, -1);
     /* parameters used inside recompute regions are not on this tape, so a
        hook cannot tell when their gradients are final: no hook then */
     trn__backward_range(m, m->tape_len - 1, 0, m->n_regions == 0);
-    m->grad_one = NULL;
+    m->sync_free.grad_one = NULL;
     m->tape_len = 0; /* the tape is consumed, as PyTorch frees its graph */
     trn__grads_grow(m); /* first step: now the block's size is known */
     if (m->profile) trn__prof_end(m);
@@ -4246,14 +4037,14 @@ TRNDEF void trn_eval(trn_model *m) { if (!m) trn_fatal("trn_eval: model is NULL"
    recorded) but is no parameter; its output's grad is set (so trn_backward
    does not skip it). saved[0]: the unit entered, saved[1]: the one left. */
 static void trn__unit_bw(trn_model *m, trn_tape_entry *e) {
-    if (m->unit_hook) m->unit_hook(m, (trn_tensor *)e->saved[1], TRN_UNIT_BACKWARD, m->unit_hook_user);
+    if (m->shard.unit_hook) m->shard.unit_hook(m, (trn_tensor *)e->saved[1], TRN_UNIT_BACKWARD, m->shard.unit_hook_user);
 }
 
 TRNDEF void trn_unit(trn_model *m, trn_tensor *member) {
-    trn_tensor *prev = m->unit_cur;
+    trn_tensor *prev = m->shard.unit_cur;
     if (member && !member->is_param) trn_fatal("trn_unit: '%s' is not a parameter", member->name);
-    m->unit_cur = member;
-    if (m->unit_hook) m->unit_hook(m, member, TRN_UNIT_FORWARD, m->unit_hook_user);
+    m->shard.unit_cur = member;
+    if (m->shard.unit_hook) m->shard.unit_hook(m, member, TRN_UNIT_FORWARD, m->shard.unit_hook_user);
     if (m->grad_enabled) {
         int one = 1;
         trn_tensor *dummy = trn_tensor_new(m, "unit", 1, &one), *out = trn_tensor_new(m, "unit", 1, &one);
@@ -4279,8 +4070,8 @@ TRNDEF void trn_sync(trn_model *m) { m->backend->sync(); }
 TRNDEF void trn_scale_grads(trn_model *m, float s) {
     size_t lo, hi;
     if (!m || !m->grad_data) return; /* no backward yet: nothing to scale */
-    lo = m->grad_lo;
-    hi = m->grad_hi ? m->grad_hi : m->n_floats;
+    lo = m->shard.grad_lo;
+    hi = m->shard.grad_hi ? m->shard.grad_hi : m->n_floats;
     m->backend->scale(m->grad_data + lo, s, hi - lo);
 }
 
@@ -4325,6 +4116,22 @@ TRNDEF void trn_read_range(trn_model *m, const trn_tensor *t, size_t offset, flo
 TRNDEF void trn_write_range(trn_model *m, trn_tensor *t, size_t offset, const float *host, size_t n) {
     trn__range("trn_write_range", t, host, offset, n);
     trn__put(m, t, offset, host, n);
+}
+static void trn__params_range(const char *call, const trn_model *m, const void *host, size_t lo, size_t n) {
+    size_t a = m->shard.param_hi ? m->shard.param_lo : 0, b = m->shard.param_hi ? m->shard.param_hi : m->n_floats;
+    if (!host || !m->param_data) trn_fatal("%s: host buffer NULL or weights not allocated", call);
+    if (lo < a || lo > b || n > b - lo) /* >>sharding: only this process's slice exists */
+        trn_fatal("%s: elements [%zu,%zu) of the weights, which hold [%zu,%zu) here", call, lo, lo + n, a, b);
+}
+TRNDEF void trn_read_params(trn_model *m, size_t lo, float *host, size_t n) {
+    trn__params_range("trn_read_params", m, host, lo, n);
+    m->backend->download(host, m->param_data + lo, n * sizeof(float));
+}
+TRNDEF void trn_write_params(trn_model *m, size_t lo, const float *host, size_t n) {
+    trn__params_range("trn_write_params", m, host, lo, n);
+    m->backend->upload(m->param_data + lo, host, n * sizeof(float));
+    m->backend->sync();
+    trn_params_changed(m); /* bf16: the copy follows */
 }
 TRNDEF void trn_read_grad(trn_model *m, const trn_tensor *t, float *host) {
     if (t->grad) trn__get(m, t->grad, trn__grad_dtype(t), host, t->size);
@@ -4381,7 +4188,7 @@ static void trn__cast_bw(trn_model *m, trn_tape_entry *e) {
 }
 static trn_tensor *trn__act(trn_model *m, trn_tensor *x) {
     trn_tensor *out;
-    if (!x || (x->dtype == m->act_dtype && !(x->is_param && m->param_bf16))) return x;
+    if (!x || (x->dtype == m->act_dtype && !(x->is_param && m->mp.param_bf16))) return x;
     out = trn_tensor_new(m, "cast", x->ndim, x->shape);
     m->backend->convert(out->data, out->dtype, trn__master(m, x), x->is_param ? TRN_F32 : x->dtype, x->size, 0, 1.0f);
     trn__record(m, "cast", trn__cast_bw, out, x, NULL, NULL);
@@ -4390,7 +4197,7 @@ static trn_tensor *trn__act(trn_model *m, trn_tensor *x) {
 /* a weight slot (linear, embedding, layernorm, rmsnorm, the classifier):
    kernels add its gradient in fp32, which under bf16 only a parameter has */
 static void trn__weight(const trn_model *m, const trn_tensor *w, const char *op) {
-    if (w && m->param_bf16 && !w->is_param)
+    if (w && m->mp.param_bf16 && !w->is_param)
         trn_fatal("%s: under bf16 precision a weight must be a parameter (its gradient is fp32); '%s' is an "
                   "activation: multiply activations with trn_bmm or trn_mul", op, w->name);
 }
@@ -4800,7 +4607,7 @@ static trn_tensor *trn__scalar_mean(trn_model *m, const char *name, const float 
    gradient 1 (no download, no host wait); any other is read back */
 static float trn__scalar_grad(trn_model *m, const trn_tensor *t) {
     float g;
-    if (t == m->grad_one) return m->grad_one_value;
+    if (t == m->sync_free.grad_one) return m->sync_free.grad_one_value;
     m->backend->download(&g, t->grad, sizeof g);
     return g;
 }
@@ -5075,7 +4882,7 @@ TRNDEF trn_tensor *trn_recompute(trn_model *m, trn_region_fn fn, void *user, trn
     if (!fn) trn_fatal("trn_recompute: fn is NULL");
     /* ZeRO-2 and FSDP act per tape entry in backward (train_nccl.h's
        pre-hook), and a region's inner entries are not on the tape */
-    if (m->grad_enabled && (m->backward_pre_hook || m->grad_hi || m->param_hi))
+    if (m->grad_enabled && (m->shard.backward_pre_hook || m->shard.grad_hi || m->shard.param_hi))
         trn_fatal("trn_recompute: not supported with ZeRO-2 or FSDP sharding (use --shard none or zero1)");
     r.fn = fn; r.user = user; r.rng_state = m->rng.state;
     k = trn__mark(m);
@@ -5283,362 +5090,6 @@ TRNDEF trn_tensor *trn_rope_scaled(trn_model *m, trn_tensor *qkv, int n_head, in
 }
 
 /* ========================================================================
-   >>ops3 on the tape: each written with the public op API (>>opapi), the
-   backend table picking CPU or CUDA kernels (TRN__OP2: one trn_op for both)
-   ======================================================================== */
-
-/* --- dropout: iarg[0..1] the call's 64-bit key, farg[0] p. Saves nothing
-   (the mask is recomputed from the key). Identity, and no op at all, in
-   evaluation mode (trn_eval) or for p = 0: the input itself comes back. */
-static uint64_t trn__dropout_key(const trn_tape_entry *e) {
-    return (uint64_t)(uint32_t)e->iarg[0] | (uint64_t)(uint32_t)e->iarg[1] << 32;
-}
-static void trn__dropout_fw(trn_model *m, trn_tape_entry *e) {
-    m->backend->dropout_forward(e->out->data, e->in[0]->data, e->out->size, e->farg[0], trn__dropout_key(e));
-}
-static void trn__dropout_bw(trn_model *m, trn_tape_entry *e) {
-    m->backend->dropout_backward(trn_grad(m, e->in[0]), trn_grad(m, e->out), e->out->size, e->farg[0],
-                                 trn__dropout_key(e));
-}
-static const trn_op trn__dropout_op = TRN__OP2("dropout", trn__dropout_fw, trn__dropout_bw);
-TRNDEF trn_tensor *trn_dropout(trn_model *m, trn_tensor *x, float p) {
-    trn_tensor *out;
-    trn_op_args args;
-    uint64_t key;
-    trn__not_null("trn_dropout", m, x);
-    x = trn__act(m, x);
-    if (!(p >= 0.0f && p <= 1.0f)) trn_fatal("trn_dropout: p = %g (must be in [0,1])", (double)p);
-    if (!m->training || p == 0.0f) return x;
-    key = trn_rng_next(&m->rng); /* one draw per call: the model's RNG is in the checkpoint */
-    memset(&args, 0, sizeof args);
-    args.i[0] = (int)(uint32_t)key; args.i[1] = (int)(uint32_t)(key >> 32);
-    args.f[0] = p;
-    out = trn_tensor_new(m, "dropout", x->ndim, x->shape);
-    trn_op_apply(m, &trn__dropout_op, out, x, NULL, NULL, &args);
-    return out;
-}
-
-/* --- reshape: a view. out's data IS x's data (no copy, nothing saved);
-   only the gradient needs a move: backward adds out's gradient into x's
-   (the same elements in the same order). */
-static void trn__reshape_fw(trn_model *m, trn_tape_entry *e) { (void)m; (void)e; /* the view is the output */ }
-static void trn__reshape_bw(trn_model *m, trn_tape_entry *e) {
-    float *dx = trn_grad(m, e->in[0]);
-    if (dx) m->backend->accumulate(dx, trn_grad(m, e->out), e->out->size);
-}
-static const trn_op trn__reshape_op = TRN__OP2("reshape", trn__reshape_fw, trn__reshape_bw);
-TRNDEF trn_tensor *trn_reshape(trn_model *m, trn_tensor *x, int ndim, const int *shape) {
-    trn_tensor *out;
-    char s[64];
-    trn__not_null("trn_reshape", m, x);
-    x = trn__act(m, x);
-    trn__check_shape("trn_reshape", x->name, ndim, shape);
-    if (trn_shape_size(ndim, shape) != x->size)
-        trn_fatal("trn_reshape: %s %s has %zu elements, the new shape %zu", x->name, trn_shape_str(x, s, 64), x->size,
-                  trn_shape_size(ndim, shape));
-    out = trn__header(m);
-    trn__fill_header(out, "reshape", ndim, shape);
-    out->data = x->data;
-    out->dtype = x->dtype;
-    trn_op_apply(m, &trn__reshape_op, out, x, NULL, NULL, NULL);
-    return out;
-}
-
-/* --- transpose of dims d0 < d1, in the 5-D view (A, D0, Bm, D1, C) of the
-   kernels; iarg: D0, Bm, D1, C (A = size / the rest). Saves nothing. */
-static void trn__transpose_dims(const trn_tape_entry *e, int *A, int *D0, int *Bm, int *D1, int *C) {
-    *D0 = e->iarg[0]; *Bm = e->iarg[1]; *D1 = e->iarg[2]; *C = e->iarg[3];
-    *A = (int)(e->out->size / ((size_t)*D0 * *Bm * *D1 * *C));
-}
-static void trn__transpose_fw(trn_model *m, trn_tape_entry *e) {
-    int A, D0, Bm, D1, C;
-    trn__transpose_dims(e, &A, &D0, &Bm, &D1, &C);
-    m->backend->transpose_forward(e->out->data, e->in[0]->data, A, D0, Bm, D1, C);
-}
-static void trn__transpose_bw(trn_model *m, trn_tape_entry *e) {
-    int A, D0, Bm, D1, C;
-    trn__transpose_dims(e, &A, &D0, &Bm, &D1, &C);
-    m->backend->transpose_backward(trn_grad(m, e->in[0]), trn_grad(m, e->out), A, D0, Bm, D1, C);
-}
-static const trn_op trn__transpose_op = TRN__OP2("transpose", trn__transpose_fw, trn__transpose_bw);
-TRNDEF trn_tensor *trn_transpose(trn_model *m, trn_tensor *x, int d0, int d1) {
-    int shape[TRN_MAX_DIMS], k, t, Bm = 1, C = 1;
-    trn_tensor *out;
-    trn_op_args args;
-    trn__not_null("trn_transpose", m, x);
-    x = trn__act(m, x);
-    if (d0 < 0) d0 += x->ndim;
-    if (d1 < 0) d1 += x->ndim;
-    if (d0 < 0 || d1 < 0 || d0 >= x->ndim || d1 >= x->ndim) {
-        char s[64];
-        trn_fatal("trn_transpose: dims %d, %d of %s %s", d0, d1, x->name, trn_shape_str(x, s, 64));
-    }
-    if (d0 == d1) return x;
-    if (d0 > d1) { t = d0; d0 = d1; d1 = t; }
-    for (k = d0 + 1; k < d1; k++) Bm *= x->shape[k];
-    for (k = d1 + 1; k < x->ndim; k++) C *= x->shape[k];
-    memcpy(shape, x->shape, sizeof shape);
-    shape[d0] = x->shape[d1]; shape[d1] = x->shape[d0];
-    memset(&args, 0, sizeof args);
-    args.i[0] = x->shape[d0]; args.i[1] = Bm; args.i[2] = x->shape[d1]; args.i[3] = C;
-    out = trn_tensor_new(m, "transpose", x->ndim, shape);
-    trn_op_apply(m, &trn__transpose_op, out, x, NULL, NULL, &args);
-    return out;
-}
-
-/* --- slice and concat along the last dim; iarg: slice C, start, len;
-   concat Ca, Cb. Save nothing. */
-static void trn__slice_fw(trn_model *m, trn_tape_entry *e) {
-    int len = e->iarg[2];
-    m->backend->slice_forward(e->out->data, e->in[0]->data, (int)(e->out->size / (size_t)len), e->iarg[0], e->iarg[1], len);
-}
-static void trn__slice_bw(trn_model *m, trn_tape_entry *e) {
-    int len = e->iarg[2];
-    m->backend->slice_backward(trn_grad(m, e->in[0]), trn_grad(m, e->out), (int)(e->out->size / (size_t)len), e->iarg[0],
-                               e->iarg[1], len);
-}
-static const trn_op trn__slice_op = TRN__OP2("slice", trn__slice_fw, trn__slice_bw);
-TRNDEF trn_tensor *trn_slice(trn_model *m, trn_tensor *x, int start, int len) {
-    int shape[TRN_MAX_DIMS];
-    trn_tensor *out;
-    trn_op_args args;
-    trn__not_null("trn_slice", m, x);
-    x = trn__act(m, x);
-    if (start < 0 || len <= 0 || start + len > TRN__LAST(x)) {
-        char s[64];
-        trn_fatal("trn_slice: columns [%d,%d) of %s %s", start, start + len, x->name, trn_shape_str(x, s, 64));
-    }
-    memcpy(shape, x->shape, sizeof shape);
-    shape[x->ndim - 1] = len;
-    memset(&args, 0, sizeof args);
-    args.i[0] = TRN__LAST(x); args.i[1] = start; args.i[2] = len;
-    out = trn_tensor_new(m, "slice", x->ndim, shape);
-    trn_op_apply(m, &trn__slice_op, out, x, NULL, NULL, &args);
-    return out;
-}
-
-static void trn__concat_fw(trn_model *m, trn_tape_entry *e) {
-    int Ca = e->iarg[0], Cb = e->iarg[1];
-    m->backend->concat_forward(e->out->data, e->in[0]->data, e->in[1]->data, (int)(e->out->size / (size_t)(Ca + Cb)), Ca, Cb);
-}
-static void trn__concat_bw(trn_model *m, trn_tape_entry *e) {
-    int Ca = e->iarg[0], Cb = e->iarg[1];
-    m->backend->concat_backward(trn_grad(m, e->in[0]), trn_grad(m, e->in[1]), trn_grad(m, e->out),
-                                (int)(e->out->size / (size_t)(Ca + Cb)), Ca, Cb);
-}
-static const trn_op trn__concat_op = TRN__OP2("concat", trn__concat_fw, trn__concat_bw);
-TRNDEF trn_tensor *trn_concat(trn_model *m, trn_tensor *a, trn_tensor *b) {
-    int shape[TRN_MAX_DIMS];
-    trn_tensor *out;
-    trn_op_args args;
-    trn__not_null("trn_concat", a, b);
-    a = trn__act(m, a); b = trn__act(m, b);
-    trn__need(a->ndim == b->ndim && memcmp(a->shape, b->shape, sizeof(int) * (size_t)(a->ndim - 1)) == 0, "trn_concat",
-              a, b, "all dims but the last must be equal");
-    memcpy(shape, a->shape, sizeof shape);
-    shape[a->ndim - 1] = TRN__LAST(a) + TRN__LAST(b);
-    memset(&args, 0, sizeof args);
-    args.i[0] = TRN__LAST(a); args.i[1] = TRN__LAST(b);
-    out = trn_tensor_new(m, "concat", a->ndim, shape);
-    trn_op_apply(m, &trn__concat_op, out, a, b, NULL, &args);
-    return out;
-}
-
-/* --- sum and mean: over the last dim (keepdim false; a 1-D input gives
-   (1)), or over everything (_all, a scalar (1)); iarg[0] C (the reduced
-   length, as two halves: iarg[0] low, iarg[1] high), farg[0] the scale
-   (1 or 1/C). Save nothing. */
-static size_t trn__sum_len(const trn_tape_entry *e) { return (size_t)(uint32_t)e->iarg[0] | (size_t)(uint32_t)e->iarg[1] << 32; }
-static void trn__sum_fw(trn_model *m, trn_tape_entry *e) {
-    m->backend->sum_forward(e->out->data, e->in[0]->data, (int)e->out->size, trn__sum_len(e), e->farg[0]);
-}
-static void trn__sum_bw(trn_model *m, trn_tape_entry *e) {
-    m->backend->sum_backward(trn_grad(m, e->in[0]), trn_grad(m, e->out), (int)e->out->size, trn__sum_len(e), e->farg[0]);
-}
-static const trn_op trn__sum_op = TRN__OP2("sum", trn__sum_fw, trn__sum_bw);
-static trn_tensor *trn__reduce(trn_model *m, trn_tensor *x, int all, int mean, const char *name) {
-    int shape[TRN_MAX_DIMS], nd = 1;
-    size_t C;
-    trn_tensor *out;
-    trn_op_args args;
-    trn__not_null(name, m, x);
-    x = trn__act(m, x);
-    C = all ? x->size : (size_t)TRN__LAST(x);
-    shape[0] = 1;
-    if (!all && x->ndim > 1) { nd = x->ndim - 1; memcpy(shape, x->shape, sizeof(int) * (size_t)nd); }
-    memset(&args, 0, sizeof args);
-    args.i[0] = (int)(uint32_t)C; args.i[1] = (int)(uint32_t)((uint64_t)C >> 32);
-    args.f[0] = mean ? (float)(1.0 / (double)C) : 1.0f;
-    out = trn_tensor_new(m, name, nd, shape);
-    trn_op_apply(m, &trn__sum_op, out, x, NULL, NULL, &args);
-    return out;
-}
-TRNDEF trn_tensor *trn_sum(trn_model *m, trn_tensor *x) { return trn__reduce(m, x, 0, 0, "sum"); }
-TRNDEF trn_tensor *trn_mean(trn_model *m, trn_tensor *x) { return trn__reduce(m, x, 0, 1, "mean"); }
-TRNDEF trn_tensor *trn_sum_all(trn_model *m, trn_tensor *x) { return trn__reduce(m, x, 1, 0, "sum_all"); }
-TRNDEF trn_tensor *trn_mean_all(trn_model *m, trn_tensor *x) { return trn__reduce(m, x, 1, 1, "mean_all"); }
-
-/* --- batched matmul: iarg M, N, K, ta | tb << 1. Saves nothing: backward
-   reads the inputs a and b. */
-static void trn__bmm_fw(trn_model *m, trn_tape_entry *e) {
-    int M = e->iarg[0], N = e->iarg[1], K = e->iarg[2];
-    m->backend->bmm_forward(e->out->data, e->in[0]->data, e->in[1]->data, (int)(e->out->size / ((size_t)M * N)), M, N, K,
-                            e->iarg[3] & 1, e->iarg[3] >> 1);
-}
-static void trn__bmm_bw(trn_model *m, trn_tape_entry *e) {
-    int M = e->iarg[0], N = e->iarg[1], K = e->iarg[2];
-    m->backend->bmm_backward(trn_grad(m, e->in[0]), trn_grad(m, e->in[1]), trn_grad(m, e->out), e->in[0]->data,
-                             e->in[1]->data, (int)(e->out->size / ((size_t)M * N)), M, N, K, e->iarg[3] & 1,
-                             e->iarg[3] >> 1);
-}
-static const trn_op trn__bmm_op = TRN__OP2("bmm", trn__bmm_fw, trn__bmm_bw);
-TRNDEF trn_tensor *trn_bmm(trn_model *m, trn_tensor *a, trn_tensor *b, int trans_a, int trans_b) {
-    int shape[TRN_MAX_DIMS], nd, M, N, K, Kb, ok;
-    trn_tensor *out;
-    trn_op_args args;
-    trn__not_null("trn_bmm", a, b);
-    a = trn__act(m, a); b = trn__act(m, b);
-    nd = a->ndim;
-    ok = nd >= 2 && b->ndim == nd && memcmp(a->shape, b->shape, sizeof(int) * (size_t)(nd - 2)) == 0;
-    trn__need(ok, "trn_bmm", a, b, "a and b must have the same batch dims and two matrix dims");
-    M = a->shape[nd - (trans_a ? 1 : 2)]; K = a->shape[nd - (trans_a ? 2 : 1)];
-    Kb = b->shape[nd - (trans_b ? 1 : 2)]; N = b->shape[nd - (trans_b ? 2 : 1)];
-    trn__need(K == Kb, "trn_bmm", a, b, "inner dims of op(a) (M,K) and op(b) (K,N) differ");
-    memcpy(shape, a->shape, sizeof shape);
-    shape[nd - 2] = M; shape[nd - 1] = N;
-    memset(&args, 0, sizeof args);
-    args.i[0] = M; args.i[1] = N; args.i[2] = K; args.i[3] = (trans_a != 0) | (trans_b != 0) << 1;
-    out = trn_tensor_new(m, "bmm", nd, shape);
-    trn_op_apply(m, &trn__bmm_op, out, a, b, NULL, &args);
-    return out;
-}
-
-/* --- the losses below: a scalar (1), the mean over `count` terms.
-   Forward writes each term into the arena and their mean into out
-   (trn__mean_into, as trn_cross_entropy does); backward starts from
-   dloss = d(out) / count per term. Targets come in as host arrays and are
-   uploaded into an input tensor, in[1] (no gradient), that backward reads. */
-static float trn__dloss(trn_model *m, trn_tape_entry *e, double count) {
-    float d;
-    d = trn__scalar_grad(m, e->out);
-    return count > 0.0 ? (float)(d / count) : 0.0f;
-}
-static trn_tensor *trn__loss_target(trn_model *m, trn_tensor *pred, const float *target, const char *op) {
-    trn__not_null(op, m, pred); trn__not_null(op, target, target);
-    return trn_input(m, "target", pred->ndim, pred->shape, target);
-}
-
-/* cross-entropy with ignore index and label smoothing. in[1] carries the
-   int targets (N) in its buffer (ignored rows as -1: the kernels' mark),
-   iarg: N, V, Vp, rows counted; farg[0] smoothing. saved[0]: lse (N). */
-static void trn__xent_ex_fw(trn_model *m, trn_tape_entry *e) {
-    int N = e->iarg[0], V = e->iarg[1], Vp = e->iarg[2];
-    float *losses = (float *)trn_arena_alloc(m, sizeof(float) * (size_t)N);
-    e->saved[0] = trn_arena_alloc(m, sizeof(float) * (size_t)N);
-    m->backend->crossentropy_ex_forward(losses, (float *)e->saved[0], e->in[0]->data, (const int *)e->in[1]->data, N, V,
-                                        Vp, e->farg[0]);
-    trn__mean_into(m, e->out, losses, (size_t)N, (double)e->iarg[3]);
-}
-static void trn__xent_ex_bw(trn_model *m, trn_tape_entry *e) {
-    m->backend->crossentropy_ex_backward(trn_grad(m, e->in[0]), e->in[0]->data, (const float *)e->saved[0],
-                                         (const int *)e->in[1]->data, trn__dloss(m, e, (double)e->iarg[3]), e->iarg[0],
-                                         e->iarg[1], e->iarg[2], e->farg[0]);
-}
-static const trn_op trn__xent_ex_op = TRN__OP2("cross_entropy_ex", trn__xent_ex_fw, trn__xent_ex_bw);
-TRNDEF trn_tensor *trn_cross_entropy_ex(trn_model *m, trn_tensor *logits, const int *targets, int n_valid,
-                                        int ignore_index, float label_smoothing) {
-    int N, Vp, i, counted = 0, one = 1, *ids;
-    trn_tensor *out, *tg;
-    trn_op_args args;
-    trn__not_null("trn_cross_entropy_ex", m, logits); trn__not_null("trn_cross_entropy_ex", targets, targets);
-    logits = trn__act(m, logits);
-    Vp = TRN__LAST(logits);
-    N = (int)(logits->size / (size_t)Vp);
-    if (n_valid <= 0 || n_valid > Vp) trn_fatal("trn_cross_entropy_ex: n_valid=%d must be in [1,%d]", n_valid, Vp);
-    if (!(label_smoothing >= 0.0f && label_smoothing <= 1.0f))
-        trn_fatal("trn_cross_entropy_ex: label_smoothing %g (must be in [0,1])", (double)label_smoothing);
-    ids = (int *)trn_alloc(sizeof(int) * (size_t)N, TRN_KIND_TEMP);
-    if (!ids) trn_fatal("trn_cross_entropy_ex: %s", trn_error_reason());
-    for (i = 0; i < N; i++) {
-        if (targets[i] == ignore_index) { ids[i] = -1; continue; }
-        if (targets[i] < 0 || targets[i] >= n_valid)
-            trn_fatal("trn_cross_entropy_ex: target %d at row %d is outside [0,%d) and is not ignore_index %d", targets[i],
-                      i, n_valid, ignore_index);
-        ids[i] = targets[i];
-        counted++;
-    }
-    tg = trn_tensor_new_dtype(m, "targets", 1, &N, TRN_F32); /* a carrier of N ints (same size as floats) */
-    m->backend->upload(tg->data, ids, sizeof(int) * (size_t)N);
-    trn_free(ids);
-    memset(&args, 0, sizeof args);
-    args.i[0] = N; args.i[1] = n_valid; args.i[2] = Vp; args.i[3] = counted;
-    args.f[0] = label_smoothing;
-    out = trn_tensor_new_dtype(m, "cross_entropy_ex", 1, &one, TRN_F32);
-    trn_op_apply(m, &trn__xent_ex_op, out, logits, tg, NULL, &args);
-    return out;
-}
-
-/* BCE with logits, L1, Huber: elementwise terms, mean over all of them;
-   farg[0]: Huber's delta. Save nothing beyond the target input. */
-static void trn__bce_fw(trn_model *m, trn_tape_entry *e) {
-    size_t n = e->in[0]->size;
-    float *terms = (float *)trn_arena_alloc(m, sizeof(float) * n);
-    m->backend->bce_logits_forward(terms, e->in[0]->data, e->in[1]->data, n);
-    trn__mean_into(m, e->out, terms, n, (double)n);
-}
-static void trn__bce_bw(trn_model *m, trn_tape_entry *e) {
-    size_t n = e->in[0]->size;
-    m->backend->bce_logits_backward(trn_grad(m, e->in[0]), e->in[0]->data, e->in[1]->data, trn__dloss(m, e, (double)n), n);
-}
-static void trn__l1_fw(trn_model *m, trn_tape_entry *e) {
-    size_t n = e->in[0]->size;
-    float *terms = (float *)trn_arena_alloc(m, sizeof(float) * n);
-    m->backend->l1_forward(terms, e->in[0]->data, e->in[1]->data, n);
-    trn__mean_into(m, e->out, terms, n, (double)n);
-}
-static void trn__l1_bw(trn_model *m, trn_tape_entry *e) {
-    size_t n = e->in[0]->size;
-    m->backend->l1_backward(trn_grad(m, e->in[0]), e->in[0]->data, e->in[1]->data, trn__dloss(m, e, (double)n), n);
-}
-static void trn__huber_fw(trn_model *m, trn_tape_entry *e) {
-    size_t n = e->in[0]->size;
-    float *terms = (float *)trn_arena_alloc(m, sizeof(float) * n);
-    m->backend->huber_forward(terms, e->in[0]->data, e->in[1]->data, e->farg[0], n);
-    trn__mean_into(m, e->out, terms, n, (double)n);
-}
-static void trn__huber_bw(trn_model *m, trn_tape_entry *e) {
-    size_t n = e->in[0]->size;
-    m->backend->huber_backward(trn_grad(m, e->in[0]), e->in[0]->data, e->in[1]->data, e->farg[0],
-                               trn__dloss(m, e, (double)n), n);
-}
-static const trn_op trn__bce_op = TRN__OP2("bce_with_logits", trn__bce_fw, trn__bce_bw);
-static const trn_op trn__l1_op = TRN__OP2("l1", trn__l1_fw, trn__l1_bw);
-static const trn_op trn__huber_op = TRN__OP2("huber", trn__huber_fw, trn__huber_bw);
-static trn_tensor *trn__pointwise_loss(trn_model *m, const trn_op *op, trn_tensor *pred, const float *target,
-                                       float arg) {
-    int one = 1;
-    trn_tensor *tg, *out;
-    trn_op_args args;
-    pred = trn__act(m, pred);
-    tg = trn__loss_target(m, pred, target, op->name);
-    memset(&args, 0, sizeof args);
-    args.f[0] = arg;
-    out = trn_tensor_new_dtype(m, op->name, 1, &one, TRN_F32);
-    trn_op_apply(m, op, out, pred, tg, NULL, &args);
-    return out;
-}
-TRNDEF trn_tensor *trn_bce_with_logits(trn_model *m, trn_tensor *logits, const float *targets) {
-    return trn__pointwise_loss(m, &trn__bce_op, logits, targets, 0.0f);
-}
-TRNDEF trn_tensor *trn_l1(trn_model *m, trn_tensor *pred, const float *target) {
-    return trn__pointwise_loss(m, &trn__l1_op, pred, target, 0.0f);
-}
-TRNDEF trn_tensor *trn_huber(trn_model *m, trn_tensor *pred, const float *target, float delta) {
-    if (!(delta > 0.0f)) trn_fatal("trn_huber: delta %g (must be > 0)", (double)delta);
-    return trn__pointwise_loss(m, &trn__huber_op, pred, target, delta);
-}
-
-/* ========================================================================
    >>opapi: trn_op_apply, trn_grad, trn_gradcheck
    ======================================================================== */
 static TRN__TLS trn_tape_entry trn__op_scratch; /* the entry of an op not recorded */
@@ -5806,93 +5257,6 @@ TRNDEF int trn_gradcheck(trn_model *m, trn_tensor *(*build)(trn_model *m, void *
     free(r); free(ybuf); free(grads); free(params);
     if (res) *res = R;
     return R.failed;
-}
-
-/* >>kvcache: the key/value cache (generation) ------------------------------ */
-TRNDEF trn_result trn_kv_cache_init(trn_kv_cache *c, trn_model *m, int n_layer, int batch, int max_T, int n_kv_head,
-                                    int head_dim) {
-    size_t n;
-    if (!c || !m) return trn_fail(TRN_ERR_INVALID, "trn_kv_cache_init: cache or model is NULL");
-    memset(c, 0, sizeof *c);
-    if (n_layer <= 0 || batch <= 0 || max_T <= 0 || n_kv_head <= 0 || head_dim <= 0)
-        return trn_fail(TRN_ERR_INVALID, "trn_kv_cache_init: L=%d B=%d max_T=%d n_kv_head=%d head_dim=%d (all must be > 0)",
-                        n_layer, batch, max_T, n_kv_head, head_dim);
-    n = (size_t)n_layer * batch * max_T * n_kv_head * head_dim * trn_dtype_size(m->act_dtype); /* bytes */
-    c->backend = m->backend;
-    c->dtype = m->act_dtype;
-    c->k = (float *)m->backend->alloc(n, TRN_KIND_KV_CACHE);
-    c->v = c->k ? (float *)m->backend->alloc(n, TRN_KIND_KV_CACHE) : NULL;
-    if (!c->k || !c->v) {
-        trn_result r = trn_fail(TRN_ERR_NOMEM, "trn_kv_cache_init: %zu bytes: %s", 2 * n, trn_error_reason());
-        trn_kv_cache_free(c);
-        return r;
-    }
-    c->n_layer = n_layer; c->batch = batch; c->max_T = max_T; c->n_kv_head = n_kv_head; c->head_dim = head_dim;
-    return TRN_OK;
-}
-TRNDEF void trn_kv_cache_free(trn_kv_cache *c) {
-    if (!c) return;
-    if (c->k) c->backend->free(c->k);
-    if (c->v) c->backend->free(c->v);
-    memset(c, 0, sizeof *c);
-}
-TRNDEF void trn_kv_cache_reset(trn_kv_cache *c) { if (c) c->len = 0; }
-TRNDEF void trn_kv_cache_advance(trn_kv_cache *c, int T) {
-    if (!c || T < 0 || c->len + T > c->max_T) trn_fatal("trn_kv_cache_advance: %d + %d positions exceed the cache's %d", c ? c->len : 0, T, c ? c->max_T : 0);
-    c->len += T;
-}
-
-/* the op behind both entry points: q, k, v are column offsets into rows
-   of the given strides (fused qkv: one tensor, three offsets) */
-static trn_tensor *trn__attention_cached(trn_model *m, trn_kv_cache *c, int layer, const char *op, trn_tensor *tq,
-                                         const float *q, int qs, const float *k, const float *v, int kvs, int B, int T,
-                                         int n_head, trn_tensor *tk, trn_tensor *tv) {
-    int hs = c->head_dim, shape[3];
-    size_t off = (size_t)layer * c->batch * c->max_T * c->n_kv_head * hs;
-    float *att;
-    trn_tensor *out;
-    if ((tq->requires_grad || (tk && tk->requires_grad) || (tv && tv->requires_grad)) && m->grad_enabled)
-        trn_fatal("%s: the cache is for inference; call trn_no_grad(m) first", op);
-    if (layer < 0 || layer >= c->n_layer || B != c->batch || n_head <= 0 || n_head % c->n_kv_head)
-        trn_fatal("%s: layer %d of %d, batch %d (cache: %d), n_head %d (must be a multiple of n_kv_head %d)", op, layer,
-                  c->n_layer, B, c->batch, n_head, c->n_kv_head);
-    if (c->len + T > c->max_T)
-        trn_fatal("%s: %d cached + %d new positions exceed the cache's %d (reset it and prefill again)", op, c->len, T,
-                  c->max_T);
-    if (!m->backend->attention_kv_forward) trn_fatal("%s: backend %s has no cached attention", op, m->backend->name);
-    shape[0] = B; shape[1] = T; shape[2] = n_head * hs;
-    out = trn_tensor_new(m, "attention_cached", 3, shape);
-    att = (float *)trn_arena_alloc(m, trn_dtype_size(c->dtype) * (size_t)B * n_head * T * (c->len + T));
-    m->backend->attention_kv_forward(out->data, att, q, qs, k, v, kvs, TRN__AT(c->k, off, c->dtype),
-                                     TRN__AT(c->v, off, c->dtype), B, T, c->len, c->max_T,
-                                     n_head, c->n_kv_head, hs);
-    return out;
-}
-
-TRNDEF trn_tensor *trn_attention_cached(trn_model *m, trn_kv_cache *c, int layer, trn_tensor *q, trn_tensor *k,
-                                        trn_tensor *v, int n_head) {
-    int Ckv;
-    trn__not_null("trn_attention_cached", m, c); trn__not_null("trn_attention_cached", q, k); trn__not_null("trn_attention_cached", v, v);
-    Ckv = c->n_kv_head * c->head_dim;
-    q = trn__act(m, q); k = trn__act(m, k); v = trn__act(m, v);
-    trn__need(q->ndim == 3 && TRN__LAST(q) == n_head * c->head_dim, "trn_attention_cached", q, q,
-              "q must be (B,T,n_head*head_dim)");
-    trn__need(k->ndim == 3 && v->ndim == 3 && TRN__LAST(k) == Ckv && TRN__LAST(v) == Ckv && k->shape[0] == q->shape[0] &&
-              k->shape[1] == q->shape[1] && memcmp(k->shape, v->shape, sizeof(int) * 3) == 0,
-              "trn_attention_cached", k, v, "k and v must be (B,T,n_kv_head*head_dim) like q's B,T");
-    return trn__attention_cached(m, c, layer, "trn_attention_cached", q, q->data, TRN__LAST(q), k->data, v->data, Ckv,
-                                 q->shape[0], q->shape[1], n_head, k, v);
-}
-
-TRNDEF trn_tensor *trn_attention_cached_qkv(trn_model *m, trn_kv_cache *c, int layer, trn_tensor *qkv, int n_head) {
-    int C, Ckv, W;
-    trn__not_null("trn_attention_cached_qkv", m, c); trn__not_null("trn_attention_cached_qkv", qkv, qkv);
-    C = n_head * c->head_dim; Ckv = c->n_kv_head * c->head_dim; W = C + 2 * Ckv;
-    trn__need(qkv->ndim == 3 && TRN__LAST(qkv) == W, "trn_attention_cached_qkv", qkv, qkv,
-              "qkv must be (B,T,n_head*hs + 2*n_kv_head*hs)");
-    qkv = trn__act(m, qkv);
-    return trn__attention_cached(m, c, layer, "trn_attention_cached_qkv", qkv, qkv->data, W, TRN__AT(qkv->data, C, qkv->dtype),
-                                 TRN__AT(qkv->data, C + Ckv, qkv->dtype), W, qkv->shape[0], qkv->shape[1], n_head, NULL, NULL);
 }
 
 /* ========================================================================
@@ -6069,10 +5433,10 @@ static int trn__has_groups(const trn_model *m) {
    download: this path waits once more) */
 static void trn__apply_pending_clip(trn_model *m) {
     float s;
-    if (!m->clip_pending) return;
-    m->backend->download(&s, m->gstat + 1, sizeof s);
+    if (!m->sync_free.clip_pending) return;
+    m->backend->download(&s, m->sync_free.gstat + 1, sizeof s);
     if (s != 1.0f) m->backend->scale(m->grad_data, s, m->n_floats);
-    m->clip_pending = 0;
+    m->sync_free.clip_pending = 0;
 }
 
 static trn_result trn__adamw_step_flat(trn_adamw *opt, trn_model *m, float lr, float bc1, float bc2) {
@@ -6092,9 +5456,9 @@ static trn_result trn__adamw_step_flat(trn_adamw *opt, trn_model *m, float lr, f
     }
     if (cur < hi) n = trn__seg_push(seg, n, hi - lo, TRN_ADAMW_SKIP);
     m->backend->adamw_flat(m->param_data + lo, m->grad_data + lo, opt->m, opt->v, hi - lo, seg, n, lr, d->beta1,
-                           d->beta2, d->eps, d->weight_decay, bc1, bc2, m->clip_pending ? m->gstat + 1 : NULL,
-                           m->param_bf16 ? (uint16_t *)m->param_bf16 + lo : NULL);
-    m->clip_pending = 0;
+                           d->beta2, d->eps, d->weight_decay, bc1, bc2, m->sync_free.clip_pending ? m->sync_free.gstat + 1 : NULL,
+                           m->mp.param_bf16 ? (uint16_t *)m->mp.param_bf16 + lo : NULL);
+    m->sync_free.clip_pending = 0;
     trn_free(seg);
     return TRN_OK;
 }
@@ -6244,13 +5608,13 @@ TRNDEF const char *trn_schedule_name(trn_schedule_kind kind) {
 TRNDEF float trn_grad_norm(trn_model *m) {
     size_t lo, hi;
     if (!m || !m->grad_data) return 0.0f;
-    lo = m->grad_lo; hi = m->grad_hi ? m->grad_hi : m->n_floats; /* (sharding: this process's slice) */
+    lo = m->shard.grad_lo; hi = m->shard.grad_hi ? m->shard.grad_hi : m->n_floats; /* (sharding: this process's slice) */
     return (float)sqrt(m->backend->sum_squares(m->grad_data + lo, hi - lo));
 }
 
 TRNDEF float trn_clip_grad_norm(trn_model *m, float max_norm) {
     float norm = trn_grad_norm(m);
-    size_t lo = m->grad_lo, hi = m->grad_hi ? m->grad_hi : m->n_floats;
+    size_t lo = m->shard.grad_lo, hi = m->shard.grad_hi ? m->shard.grad_hi : m->n_floats;
     /* as torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) if that is < 1 */
     if (max_norm > 0.0f && norm > max_norm) m->backend->scale(m->grad_data + lo, max_norm / (norm + 1e-6f), hi - lo);
     return norm;
@@ -6268,11 +5632,11 @@ TRNDEF void trn_clip_grad_norm_async(trn_model *m, float max_norm, float *norm_o
         if (norm_out) *norm_out = norm;
         return;
     }
-    if (!m->gstat && !(m->gstat = (float *)be->alloc(2 * sizeof(float), TRN_KIND_GRADS)))
+    if (!m->sync_free.gstat && !(m->sync_free.gstat = (float *)be->alloc(2 * sizeof(float), TRN_KIND_GRADS)))
         trn_fatal("trn_clip_grad_norm_async: %s", trn_error_reason());
-    be->grad_norm_clip(m->gstat, m->grad_data, m->n_floats, max_norm);
-    m->clip_pending = 1;
-    if (norm_out) be->download_async(norm_out, m->gstat, sizeof(float));
+    be->grad_norm_clip(m->sync_free.gstat, m->grad_data, m->n_floats, max_norm);
+    m->sync_free.clip_pending = 1;
+    if (norm_out) be->download_async(norm_out, m->sync_free.gstat, sizeof(float));
 }
 
 
@@ -7003,8 +6367,8 @@ TRNDEF void trn_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha
 /* ========================================================================
    >>json
    UTF-8 (decode, encode) and one JSON reader: a cursor (trn__jp) that
-   the safetensors header, vocab.json and the public trn_json_* calls all
-   walk with. Every read checks the bounds first.
+   the safetensors header, vocab.json and the public trn_json_* calls
+   (extras/train_json.h) all walk with. Every read checks the bounds first.
    ======================================================================== */
 #include <dirent.h>
 #include <fcntl.h>
@@ -7293,254 +6657,6 @@ static trn_result trn__jskip(trn__jp *j, int depth) {
         return TRN_OK;
     }
     }
-}
-
-/* --- the public reader: trn_json_* ----------------------------------- */
-TRNDEF trn_result trn_json_parse(trn_json *doc, const char *text, size_t n, const char *name) {
-    trn__jp j;
-    trn_result r;
-    if (!doc) return trn_fail(TRN_ERR_INVALID, "trn_json_parse: NULL document");
-    memset(doc, 0, sizeof *doc);
-    snprintf(doc->name, sizeof doc->name, "%s", name ? name : "(json)");
-    if (!text && n) return trn_fail(TRN_ERR_INVALID, "trn_json_parse: NULL text");
-    if (!(doc->text = (char *)trn_alloc(n + 1, TRN_KIND_TEMP))) return TRN_ERR_NOMEM;
-    if (n) memcpy(doc->text, text, n);
-    doc->text[n] = 0;
-    doc->n = n;
-    trn__jp_init(&j, doc->text, n, doc->name, "bad JSON", 0);
-    if (n >= 3 && memcmp(j.p, "\xEF\xBB\xBF", 3) == 0) j.p += 3; /* a UTF-8 byte order mark */
-    if ((r = trn__jskip(&j, 0)) == TRN_OK) {
-        trn__jws(&j);
-        if (j.p != j.end) r = trn__jerr(&j, "text after the value");
-    }
-    if (r != TRN_OK) trn_json_free(doc);
-    return r;
-}
-
-TRNDEF trn_result trn_json_load(trn_json *doc, const char *path) {
-    FILE *f;
-    struct stat st;
-    char *buf;
-    size_t got;
-    trn_result r;
-    if (!doc || !path) return trn_fail(TRN_ERR_INVALID, "trn_json_load: NULL argument");
-    memset(doc, 0, sizeof *doc);
-    if (trn_check_regular(path) != TRN_OK) return trn_fail(TRN_ERR_IO, "open %s", trn_error_reason()); /* a FIFO: fopen blocks */
-    if (!(f = fopen(path, "rb"))) return trn_fail(TRN_ERR_IO, "open %s: %s", path, strerror(errno));
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        fclose(f);
-        return trn_fail(TRN_ERR_IO, "%s: not a regular file", path);
-    }
-    if (!(buf = (char *)trn_alloc((size_t)st.st_size + 1, TRN_KIND_TEMP))) { fclose(f); return TRN_ERR_NOMEM; }
-    got = fread(buf, 1, (size_t)st.st_size, f);
-    if (got != (size_t)st.st_size || ferror(f)) {
-        r = trn_fail(TRN_ERR_IO, "read %s: %s", path, ferror(f) ? strerror(errno) : "shorter than its size");
-        fclose(f);
-        trn_free(buf);
-        return r;
-    }
-    fclose(f);
-    r = trn_json_parse(doc, buf, got, path);
-    trn_free(buf);
-    return r;
-}
-
-TRNDEF void trn_json_free(trn_json *doc) {
-    if (!doc) return;
-    trn_free(doc->text);
-    doc->text = NULL;
-    doc->n = 0;
-}
-
-TRNDEF trn_json_value trn_json_root(const trn_json *doc) {
-    trn_json_value v = {NULL, NULL, NULL, 0};
-    trn__jp j;
-    if (!doc || !doc->text) return v;
-    trn__jp_init(&j, doc->text, doc->n, doc->name, "bad JSON", 0);
-    if (doc->n >= 3 && memcmp(j.p, "\xEF\xBB\xBF", 3) == 0) j.p += 3;
-    trn__jws(&j);
-    v.doc = doc;
-    v.at = j.p;
-    return v;
-}
-
-TRNDEF trn_json_type trn_json_typeof(trn_json_value v) {
-    if (!v.at) return TRN_JSON_NONE;
-    switch (*v.at) {
-    case 'n': return TRN_JSON_NULL;
-    case 't': case 'f': return TRN_JSON_BOOL;
-    case '"': return TRN_JSON_STRING;
-    case '[': return TRN_JSON_ARRAY;
-    case '{': return TRN_JSON_OBJECT;
-    default: return TRN_JSON_NUMBER;
-    }
-}
-
-/* a cursor on a value of a checked document (its errors cannot happen) */
-static trn__jp trn__json_cursor(trn_json_value v) {
-    trn__jp j;
-    trn__jp_init(&j, v.doc->text, v.doc->n, v.doc->name, "bad JSON", 0);
-    j.p = v.at;
-    return j;
-}
-
-/* is the string at the cursor (on its quote) exactly key? leaves the
-   cursor after the string */
-static int trn__jkey_is(trn__jp *j, const char *key) {
-    size_t k = 0, n = strlen(key);
-    int same = 1;
-    uint32_t cp = 0;
-    char u[4];
-    j->p++;
-    while (trn__jchar(j, &cp) == TRN_OK && cp != TRN__JSTR_END) {
-        size_t w = trn__utf8_encode(cp, u);
-        if (same && k + w <= n && memcmp(key + k, u, w) == 0) k += w;
-        else same = 0;
-    }
-    return same && k == n;
-}
-
-TRNDEF trn_json_value trn_json_key(trn_json_value obj, const char *key) {
-    trn_json_value v = {NULL, NULL, NULL, 0};
-    trn__jp j;
-    v.doc = obj.doc;
-    v.key = key;
-    if (trn_json_typeof(obj) != TRN_JSON_OBJECT || !key) return v;
-    j = trn__json_cursor(obj);
-    j.p++;
-    if (trn__jeat(&j, '}')) return v;
-    for (;;) {
-        int hit;
-        trn__jws(&j);
-        hit = trn__jkey_is(&j, key);
-        trn__jeat(&j, ':');
-        trn__jws(&j);
-        if (hit) {
-            if (v.at) { v.twice = 1; return v; }
-            v.at = j.p;
-        }
-        if (trn__jskip(&j, 1) != TRN_OK || !trn__jeat(&j, ',')) return v;
-    }
-}
-
-TRNDEF int trn_json_has(trn_json_value obj, const char *key) {
-    return trn_json_key(obj, key).at != NULL;
-}
-
-TRNDEF int trn_json_count(trn_json_value v) {
-    trn_json_type t = trn_json_typeof(v);
-    trn__jp j;
-    int n = 0;
-    if (t != TRN_JSON_ARRAY && t != TRN_JSON_OBJECT) return 0;
-    j = trn__json_cursor(v);
-    j.p++;
-    if (trn__jeat(&j, t == TRN_JSON_ARRAY ? ']' : '}')) return 0;
-    for (;;) {
-        n++;
-        if (t == TRN_JSON_OBJECT) { trn__jskip(&j, 1); trn__jeat(&j, ':'); }
-        if (trn__jskip(&j, 1) != TRN_OK || !trn__jeat(&j, ',')) return n;
-    }
-}
-
-TRNDEF trn_json_value trn_json_at(trn_json_value arr, int i) {
-    trn_json_value v = {NULL, NULL, NULL, 0};
-    trn__jp j;
-    int k;
-    v.doc = arr.doc;
-    v.key = arr.key;
-    if (trn_json_typeof(arr) != TRN_JSON_ARRAY || i < 0) return v;
-    j = trn__json_cursor(arr);
-    j.p++;
-    if (trn__jeat(&j, ']')) return v;
-    for (k = 0;; k++) {
-        trn__jws(&j);
-        if (k == i) { v.at = j.p; return v; }
-        if (trn__jskip(&j, 1) != TRN_OK || !trn__jeat(&j, ',')) return v;
-    }
-}
-
-/* the text of a number value, for messages and strtod: 0 if too long */
-static size_t trn__json_span(trn_json_value v, char *buf, size_t cap) {
-    trn__jp j = trn__json_cursor(v);
-    size_t n;
-    trn__jskip(&j, 0);
-    n = (size_t)(j.p - v.at);
-    if (n >= cap) { snprintf(buf, cap, "%.*s...", (int)(cap - 4), v.at); return 0; }
-    memcpy(buf, v.at, n);
-    buf[n] = 0;
-    return n;
-}
-
-/* the checks every typed read starts with: present, once, of type t */
-static trn_result trn__json_want(trn_json_value v, trn_json_type t, const char *type_name) {
-    const char *name = v.doc ? v.doc->name : "(json)", *key = v.key ? v.key : "(value)";
-    if (v.twice) return trn_fail(TRN_ERR_FORMAT, "%s: key '%s' is given twice", name, key);
-    if (!v.at) return trn_fail(TRN_ERR_MISMATCH, "%s: no key '%s'", name, key);
-    if (trn_json_typeof(v) != t) return trn_fail(TRN_ERR_FORMAT, "%s: '%s' is not %s", name, key, type_name);
-    return TRN_OK;
-}
-
-TRNDEF trn_result trn_json_int(trn_json_value v, int64_t lo, int64_t hi, int64_t *out) {
-    trn_result r = trn__json_want(v, TRN_JSON_NUMBER, "a number");
-    trn__jp j;
-    int64_t x = 0;
-    if (r != TRN_OK) return r;
-    j = trn__json_cursor(v);
-    if (trn__jint(&j, lo, hi, &x) != TRN_OK) {
-        char num[48];
-        trn__json_span(v, num, sizeof num);
-        return trn_fail(TRN_ERR_FORMAT, "%s: '%s' = %s is not an integer in [%lld, %lld]", v.doc->name,
-                        v.key ? v.key : "(value)", num, (long long)lo, (long long)hi);
-    }
-    if (out) *out = x;
-    return TRN_OK;
-}
-
-TRNDEF trn_result trn_json_number(trn_json_value v, double *out) {
-    trn_result r = trn__json_want(v, TRN_JSON_NUMBER, "a number");
-    char buf[128], *end;
-    double x;
-    if (r != TRN_OK) return r;
-    if (!trn__json_span(v, buf, sizeof buf))
-        return trn_fail(TRN_ERR_FORMAT, "%s: '%s' = %s has more than %d characters", v.doc->name,
-                        v.key ? v.key : "(value)", buf, (int)sizeof buf - 1);
-    errno = 0;
-    x = strtod(buf, &end);
-    if (*end || (errno == ERANGE && fabs(x) > 1.0) || x != x)
-        return trn_fail(TRN_ERR_FORMAT, "%s: '%s' = %s is out of a double's range", v.doc->name,
-                        v.key ? v.key : "(value)", buf);
-    if (out) *out = x;
-    return TRN_OK;
-}
-
-TRNDEF trn_result trn_json_bool(trn_json_value v, int *out) {
-    trn_result r = trn__json_want(v, TRN_JSON_BOOL, "true or false");
-    if (r != TRN_OK) return r;
-    if (out) *out = *v.at == 't';
-    return TRN_OK;
-}
-
-TRNDEF trn_result trn_json_string(trn_json_value v, char *buf, size_t cap) {
-    trn_result r = trn__json_want(v, TRN_JSON_STRING, "a string");
-    trn__jp j;
-    size_t k = 0;
-    uint32_t cp = 0;
-    char u[4];
-    if (r != TRN_OK) return r;
-    if (!buf || !cap) return trn_fail(TRN_ERR_INVALID, "trn_json_string: no buffer");
-    j = trn__json_cursor(v);
-    j.p++;
-    while (trn__jchar(&j, &cp) == TRN_OK && cp != TRN__JSTR_END) {
-        size_t w = trn__utf8_encode(cp, u);
-        if (cp == 0) return trn_fail(TRN_ERR_FORMAT, "%s: '%s' holds \\u0000", v.doc->name, v.key ? v.key : "(value)");
-        if (k + w >= cap)
-            return trn_fail(TRN_ERR_FORMAT, "%s: '%s' is longer than %zu bytes", v.doc->name, v.key ? v.key : "(value)",
-                            cap - 1);
-        memcpy(buf + k, u, w);
-        k += w;
-    }
-    buf[k] = 0;
-    return TRN_OK;
 }
 
 /* <<json implementation end */
@@ -8310,7 +7426,7 @@ TRNDEF trn_result trn_safetensors_load(const char *path, trn_model *m, trn_meta 
     trn_result r;
     if (!path || !m || !m->param_data) return trn_fail(TRN_ERR_INVALID, "trn_safetensors_load: no path or model not allocated");
     trn_params_changed(m); /* bf16: the weights' copy follows the loaded master */
-    if (m->param_hi) /* >>sharding: FSDP keeps a slice of the weights */
+    if (m->shard.param_hi) /* >>sharding: FSDP keeps a slice of the weights */
         return trn_fail(TRN_ERR_INVALID, "trn_safetensors_load: this process holds a shard of the weights only (FSDP): "
                                          "use trn_ddp_checkpoint_load_sharded");
     if ((r = trn_safetensors_open(&f, path)) != TRN_OK) return r;
@@ -8520,7 +7636,7 @@ static trn_result trn__st_params(trn_model *m, trn__st_item **out, int extra) {
     int i;
     *out = NULL;
     if (!m || !m->param_data) return trn_fail(TRN_ERR_INVALID, "save: model not allocated (trn_model_alloc)");
-    if (m->param_hi) /* >>sharding: FSDP keeps a slice of the weights */
+    if (m->shard.param_hi) /* >>sharding: FSDP keeps a slice of the weights */
         return trn_fail(TRN_ERR_INVALID, "save: this process holds a shard of the weights only (FSDP): "
                                          "trn_ddp_checkpoint_save_sharded, or trn_ddp_unshard first");
     it = (trn__st_item *)trn_calloc(sizeof(trn__st_item) * (size_t)(m->n_params + extra), TRN_KIND_TEMP);
@@ -8668,7 +7784,7 @@ TRNDEF trn_result trn_checkpoint_load(const char *path, trn_model *m, trn_adamw 
     size_t n_mom = 0;
     if (!path || !m || !m->param_data) return trn_fail(TRN_ERR_INVALID, "trn_checkpoint_load: no path or model not allocated");
     trn_params_changed(m); /* bf16: the weights' copy follows the loaded master */
-    if (m->param_hi) /* >>sharding: FSDP keeps a slice of the weights */
+    if (m->shard.param_hi) /* >>sharding: FSDP keeps a slice of the weights */
         return trn_fail(TRN_ERR_INVALID, "trn_checkpoint_load: this process holds a shard of the weights only (FSDP): "
                                          "use trn_ddp_checkpoint_load_sharded");
     if ((r = trn__ckpt_open(&f, path)) != TRN_OK) return r;
@@ -8752,52 +7868,7 @@ done:
     return r;
 }
 
-/* --- run directories ------------------------------------------------------- */
-/* "ckpt_<digits>.safetensors" -> step; 0 if the name is anything else */
-static int trn__ckpt_name_step(const char *name, long long *step) {
-    const char *p = name;
-    long long s = 0;
-    if (strncmp(p, "ckpt_", 5) != 0) return 0;
-    p += 5;
-    if (*p < '0' || *p > '9') return 0;
-    while (*p >= '0' && *p <= '9') {
-        if (s > 100000000000000000LL) return 0;
-        s = s * 10 + (*p++ - '0');
-    }
-    if (strcmp(p, ".safetensors") != 0) return 0;
-    *step = s;
-    return 1;
-}
-
-static int trn__cmp_ll_desc(const void *a, const void *b) {
-    long long x = *(const long long *)a, y = *(const long long *)b;
-    return x < y ? 1 : x > y ? -1 : 0;
-}
-
-/* the steps of DIR's checkpoints, newest first; n = -1 if DIR cannot be read */
-static long long *trn__ckpt_list(const char *dir, int *n) {
-    DIR *d = opendir(dir);
-    struct dirent *de;
-    long long *steps = NULL, s;
-    int cap = 0;
-    *n = 0;
-    if (!d) { *n = -1; return NULL; }
-    while ((de = readdir(d)) != NULL) {
-        if (!trn__ckpt_name_step(de->d_name, &s)) continue;
-        if (!trn__grow((void **)&steps, &cap, *n, sizeof(long long))) break;
-        steps[(*n)++] = s;
-    }
-    closedir(d);
-    if (*n > 1) qsort(steps, (size_t)*n, sizeof(long long), trn__cmp_ll_desc);
-    return steps;
-}
-
-static trn_result trn__ckpt_path(char *out, size_t cap, const char *dir, long long step) {
-    if ((size_t)snprintf(out, cap, "%s/ckpt_%08lld.safetensors", dir, step) >= cap)
-        return trn_fail(TRN_ERR_INVALID, "checkpoint path in %s is too long", dir);
-    return TRN_OK;
-}
-
+/* --- directories ----------------------------------------------------------- */
 TRNDEF trn_result trn_mkdirs(const char *dir) {
     char buf[4096];
     char *p;
@@ -8815,327 +7886,13 @@ TRNDEF trn_result trn_mkdirs(const char *dir) {
     return TRN_OK;
 }
 
-/* remove "*.safetensors.tmp.<pid>" (checkpoints, best_*, the final
-   model.safetensors) left by processes that died mid-save */
-static void trn__ckpt_clean_tmp(const char *dir) {
-    DIR *d = opendir(dir);
-    struct dirent *de;
-    char path[1100];
-    if (!d) return;
-    while ((de = readdir(d)) != NULL) {
-        const char *t = strstr(de->d_name, ".safetensors.tmp.");
-        long pid;
-        char *end;
-        if (!t) continue;
-        pid = strtol(t + 17, &end, 10);
-        if (*end || pid <= 0 || pid == (long)getpid()) continue;
-        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive, or not ours to judge */
-        if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, de->d_name) < sizeof path) unlink(path);
-    }
-    closedir(d);
-}
-
-static trn_result trn__ckpt_dir_finish(const char *dir, const char *path, long long step, int keep);
-TRNDEF trn_result trn_checkpoint_save_dir(const char *dir, long long step, int keep, trn_model *m,
-                                          const trn_adamw *opt, const trn_meta *meta, char *path_out, size_t path_cap) {
-    char path[1100];
-    trn_result r;
-    if (!dir || step < 0) return trn_fail(TRN_ERR_INVALID, "trn_checkpoint_save_dir: no directory or step %lld < 0", step);
-    if ((r = trn_mkdirs(dir)) != TRN_OK) return r;
-    if ((r = trn__ckpt_path(path, sizeof path, dir, step)) != TRN_OK) return r;
-    if ((r = trn_checkpoint_save(path, m, opt, meta)) != TRN_OK) return r;
-    if ((r = trn__ckpt_dir_finish(dir, path, step, keep)) != TRN_OK) return r;
-    if (path_out && path_cap) snprintf(path_out, path_cap, "%s", path);
-    return TRN_OK;
-}
-
-/* after a save into DIR: verify, prune to the newest `keep`, clean temps */
-static trn_result trn__ckpt_dir_finish(const char *dir, const char *path, long long step, int keep) {
-    char old[1100];
-    trn_result r;
-    long long *steps;
-    int n, i, kept = 1;
-    /* read it back before deleting anything: the older ones stay until this one is known good */
-    if ((r = trn_checkpoint_verify(path)) != TRN_OK) return r;
-    steps = trn__ckpt_list(dir, &n);
-    for (i = 0; i < n; i++) {
-        if (steps[i] >= step) continue; /* this one, or newer ones of an earlier run */
-        if (keep > 0 && kept < keep) { kept++; continue; }
-        if (keep > 0 && trn__ckpt_path(old, sizeof old, dir, steps[i]) == TRN_OK && unlink(old) != 0)
-            fprintf(stderr, "train.h: could not delete old checkpoint %s: %s\n", old, strerror(errno));
-    }
-    trn_free(steps);
-    trn__ckpt_clean_tmp(dir);
-    return TRN_OK;
-}
-
-TRNDEF trn_result trn_checkpoint_latest(const char *dir, char *path_out, size_t path_cap, long long *step_out) {
-    char path[1100], first[512];
-    trn_result r, first_r = TRN_OK;
-    long long *steps;
-    int n, i;
-    if (!dir || !path_out || !path_cap) return trn_fail(TRN_ERR_INVALID, "trn_checkpoint_latest: NULL argument");
-    steps = trn__ckpt_list(dir, &n);
-    if (n <= 0) {
-        trn_free(steps);
-        return trn_fail(TRN_ERR_IO, "no checkpoint in %s%s", dir, n < 0 ? " (cannot open the directory)" : "");
-    }
-    first[0] = 0;
-    for (i = 0; i < n; i++) {
-        if ((r = trn__ckpt_path(path, sizeof path, dir, steps[i])) == TRN_OK) r = trn_checkpoint_verify(path);
-        if (r == TRN_OK) {
-            snprintf(path_out, path_cap, "%s", path);
-            if (step_out) *step_out = steps[i];
-            trn_free(steps);
-            return TRN_OK;
-        }
-        fprintf(stderr, "train.h: skipping a broken checkpoint: %s\n", trn_error_reason());
-        if (first_r == TRN_OK) { first_r = r; snprintf(first, sizeof first, "%s", trn_error_reason()); }
-    }
-    trn_free(steps);
-    return trn_fail(first_r, "no valid checkpoint in %s (%d broken; newest: %s)", dir, n, first);
-}
-/* --- best-K by validation loss -------------------------------------------- */
-/* "best_<digits>.safetensors" -> step; 0 if the name is anything else */
-static int trn__best_name_step(const char *name, long long *step) {
-    char buf[300];
-    if (strncmp(name, "best_", 5) != 0 || strlen(name) >= sizeof buf - 5) return 0;
-    snprintf(buf, sizeof buf, "ckpt_%s", name + 5);
-    return trn__ckpt_name_step(buf, step);
-}
-
-static trn_result trn__val_loss_of(const char *path, double *val) {
-    trn_safetensors f;
-    const char *s;
-    char *end;
-    trn_result r = trn_safetensors_open(&f, path);
-    if (r != TRN_OK) return r;
-    s = trn_safetensors_meta(&f, "val_loss");
-    if (!s) r = trn_fail(TRN_ERR_INVALID, "%s: no \"val_loss\" in its metadata (keep-best ranks by it)", path);
-    else {
-        *val = strtod(s, &end);
-        if (!*s || *end) r = trn_fail(TRN_ERR_FORMAT, "%s: val_loss '%.40s' is not a number", path, s);
-    }
-    trn_safetensors_close(&f);
-    return r;
-}
-
-TRNDEF trn_result trn_checkpoint_keep_best(const char *dir, const char *path, int k) {
-    DIR *d;
-    struct dirent *de;
-    char best[1100];
-    double val, *vals = NULL;
-    long long *steps = NULL, step, s;
-    int n = 0, cap = 0, capv = 0, i, have = 0;
-    trn_result r;
-    const char *base;
-    if (!dir || !path || k <= 0) return trn_fail(TRN_ERR_INVALID, "trn_checkpoint_keep_best: NULL argument or k %d <= 0", k);
-    base = strrchr(path, '/');
-    base = base ? base + 1 : path;
-    if (!trn__ckpt_name_step(base, &step))
-        return trn_fail(TRN_ERR_INVALID, "trn_checkpoint_keep_best: %s is not a ckpt_<step>.safetensors", path);
-    if ((r = trn__val_loss_of(path, &val)) != TRN_OK) return r;
-    if (!(val == val)) return TRN_OK; /* NaN is never among the best */
-    /* the best files there now, with their losses (read from their headers) */
-    if (!(d = opendir(dir))) return trn_fail(TRN_ERR_IO, "keep-best: cannot open %s: %s", dir, strerror(errno));
-    while ((de = readdir(d)) != NULL) {
-        double v;
-        if (!trn__best_name_step(de->d_name, &s)) continue;
-        if (s == step) have = 1;
-        snprintf(best, sizeof best, "%s/%s", dir, de->d_name);
-        if (trn__val_loss_of(best, &v) != TRN_OK) {
-            fprintf(stderr, "train.h: keep-best: ignoring %s: %s\n", best, trn_error_reason());
-            continue;
-        }
-        if (!trn__grow((void **)&steps, &cap, n, sizeof(long long)) || !trn__grow((void **)&vals, &capv, n, sizeof(double))) {
-            closedir(d);
-            trn_free(steps); trn_free(vals);
-            return trn_fail(TRN_ERR_NOMEM, "keep-best: out of memory");
-        }
-        steps[n] = s;
-        vals[n++] = v;
-    }
-    closedir(d);
-    if (!have) { /* add this one: a second name for the same file */
-        if ((size_t)snprintf(best, sizeof best, "%s/best_%08lld.safetensors", dir, step) >= sizeof best) {
-            trn_free(steps); trn_free(vals);
-            return trn_fail(TRN_ERR_INVALID, "keep-best: path too long");
-        }
-        if (link(path, best) != 0 && errno != EEXIST) {
-            r = trn_fail(TRN_ERR_IO, "keep-best: link %s to %s: %s (the file system must support hard links)", path,
-                         best, strerror(errno));
-            trn_free(steps); trn_free(vals);
-            return r;
-        }
-        if (!trn__grow((void **)&steps, &cap, n, sizeof(long long)) || !trn__grow((void **)&vals, &capv, n, sizeof(double))) {
-            trn_free(steps); trn_free(vals);
-            return trn_fail(TRN_ERR_NOMEM, "keep-best: out of memory");
-        }
-        steps[n] = step;
-        vals[n++] = val;
-    }
-    /* drop the worst (highest loss; on a tie the newer) until k remain */
-    while (n > k) {
-        int w = 0;
-        for (i = 1; i < n; i++)
-            if (vals[i] > vals[w] || (vals[i] == vals[w] && steps[i] > steps[w])) w = i;
-        snprintf(best, sizeof best, "%s/best_%08lld.safetensors", dir, steps[w]);
-        if (unlink(best) != 0 && errno != ENOENT)
-            fprintf(stderr, "train.h: keep-best: could not delete %s: %s\n", best, strerror(errno));
-        steps[w] = steps[n - 1];
-        vals[w] = vals[n - 1];
-        n--;
-    }
-    trn_free(steps);
-    trn_free(vals);
-    return trn__fsync_dir(path);
-}
-
-/* --- asynchronous checkpoints ----------------------------------------------
-   The training thread: wait for the previous save, copy weights + m + v
-   into the staging buffer (the only time training waits), start the
-   writer thread. The writer: trn__st_write from the staging copy (the CPU
-   backend's download is a memcpy), then the same finish as save_dir. */
-struct trn__ckpt_job {
-    char dir[1024], path[1100], reason[512];
-    long long step;
-    int keep, keep_best, n_items, running;
-    trn__st_item *items;     /* src pointers into the staging buffer */
-    trn_meta kit, user;
-    trn_result result;
-    double seconds;
-#ifdef TRN__HAVE_PTHREAD
-    pthread_t thread;
-#endif
-};
-
+/* seconds on a monotonic clock (the profile's host clock; the companions' timers) */
 static double trn__now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static void *trn__ckpt_writer(void *arg) {
-    struct trn__ckpt_job *j = (struct trn__ckpt_job *)arg;
-    double t0 = trn__now();
-    trn_result r = trn__st_write(j->path, trn_cpu_backend(), j->items, j->n_items, &j->kit, &j->user);
-    if (r == TRN_OK) r = trn__ckpt_dir_finish(j->dir, j->path, j->step, j->keep);
-    if (r == TRN_OK && j->keep_best > 0) r = trn_checkpoint_keep_best(j->dir, j->path, j->keep_best);
-    if (r != TRN_OK) snprintf(j->reason, sizeof j->reason, "%s", trn_error_reason()); /* reasons are per thread */
-    j->result = r;
-    j->seconds = trn__now() - t0;
-    return NULL;
-}
-
-/* the writer is done (joined, or it ran in this thread): collect it */
-static trn_result trn__ckpt_collect(trn_ckpt_async *a) {
-    struct trn__ckpt_job *j = a->job;
-    j->running = 0;
-    a->in_flight = 0;
-    a->write_seconds = j->seconds;
-    trn_free(j->items);
-    j->items = NULL;
-    if (j->result != TRN_OK) return trn_fail(j->result, "checkpoint %s: %s", j->path, j->reason);
-    return TRN_OK;
-}
-
-TRNDEF trn_result trn_checkpoint_wait(trn_ckpt_async *a) {
-    if (!a || !a->job || !a->job->running) return TRN_OK;
-#ifdef TRN__HAVE_PTHREAD
-    pthread_join(a->job->thread, NULL);
-#endif
-    return trn__ckpt_collect(a);
-}
-
-TRNDEF trn_result trn_checkpoint_save_async(trn_ckpt_async *a, const char *dir, long long step, trn_model *m,
-                                            const trn_adamw *opt, const trn_meta *meta) {
-    struct trn__ckpt_job *j;
-    trn__st_item *items;
-    size_t need = 0, at = 0;
-    double t0 = trn__now();
-    trn_result r;
-    int n, i;
-    if (!a || !dir || !m || step < 0) return trn_fail(TRN_ERR_INVALID, "trn_checkpoint_save_async: NULL argument or step < 0");
-    /* at most one save in flight: the staging buffer is reused */
-    r = trn_checkpoint_wait(a);
-    a->wait_seconds = trn__now() - t0;
-    if (r != TRN_OK) return r;
-    if (!a->job) {
-        a->job = (struct trn__ckpt_job *)trn_calloc(sizeof *a->job, TRN_KIND_RUNTIME);
-        if (!a->job) return trn_fail(TRN_ERR_NOMEM, "async checkpoint: %s", trn_error_reason());
-    }
-    j = a->job;
-    if ((r = trn_mkdirs(dir)) != TRN_OK) return r;
-    if ((size_t)snprintf(j->dir, sizeof j->dir, "%s", dir) >= sizeof j->dir) return trn_fail(TRN_ERR_INVALID, "%s: path too long", dir);
-    if ((r = trn__ckpt_path(j->path, sizeof j->path, dir, step)) != TRN_OK) return r;
-    memset(&j->user, 0, sizeof j->user);
-    if (meta) j->user = *meta; /* the caller may change its table while we write */
-    if ((r = trn__ckpt_items(m, opt, &items, &n, &j->kit)) != TRN_OK) return r;
-    for (i = 0; i < n; i++) need += items[i].n;
-    if (a->stage && a->stage_floats < need) { /* the state grew (AdamW's m, v appeared) */
-        if (a->host_free) a->host_free(a->stage); else trn_free(a->stage);
-        a->stage = NULL;
-    }
-    if (!a->stage) {
-        a->stage = (float *)(a->host_alloc ? a->host_alloc(need * sizeof(float), TRN_KIND_STAGING)
-                                           : trn_alloc(need * sizeof(float), TRN_KIND_STAGING));
-        if (!a->stage) {
-            trn_free(items);
-            return trn_fail(TRN_ERR_NOMEM, "async checkpoint: staging %zu bytes: %s", need * sizeof(float), trn_error_reason());
-        }
-        a->stage_floats = need;
-    }
-    /* the snapshot: the only part training waits for */
-    for (i = 0; i < n; i++) {
-        float *dst = a->stage + at;
-        const float *src = items[i].src;
-        size_t len = items[i].n, chunk = (size_t)1 << 20;
-        long long c, nc = (long long)((len + chunk - 1) / chunk);
-        if (m->backend->place == TRN_HOST) {
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static)
-#endif
-            for (c = 0; c < nc; c++) {
-                size_t lo = (size_t)c * chunk;
-                memcpy(dst + lo, src + lo, TRN__MIN(chunk, len - lo) * sizeof(float));
-            }
-        } else {
-            m->backend->download(dst, src, len * sizeof(float)); /* device -> (pinned) host */
-        }
-        items[i].src = dst;
-        at += len;
-    }
-    trn_crc32c(0, "", 0); /* build the CRC table here, not racing in the writer */
-    j->items = items;
-    j->n_items = n;
-    j->step = step;
-    j->keep = a->keep;
-    j->keep_best = a->keep_best;
-    j->result = TRN_OK;
-    j->reason[0] = 0;
-    snprintf(a->path, sizeof a->path, "%s", j->path);
-    a->saves++;
-    j->running = 1;
-    a->in_flight = 1;
-    a->stage_seconds = trn__now() - t0;
-#ifdef TRN__HAVE_PTHREAD
-    if (pthread_create(&j->thread, NULL, trn__ckpt_writer, j) == 0) return TRN_OK;
-#endif
-    trn__ckpt_writer(j); /* no thread to be had: write it now, synchronously */
-    r = trn__ckpt_collect(a);
-    a->stage_seconds = trn__now() - t0;
-    return r;
-}
-
-TRNDEF void trn_ckpt_async_free(trn_ckpt_async *a) {
-    if (!a) return;
-    if (trn_checkpoint_wait(a) != TRN_OK) fprintf(stderr, "train.h: %s\n", trn_error_reason());
-    if (a->stage) { if (a->host_free) a->host_free(a->stage); else trn_free(a->stage); }
-    trn_free(a->job);
-    a->stage = NULL;
-    a->stage_floats = 0;
-    a->job = NULL;
-}
 /* <<checkpoint implementation end */
 
 /* >>profile implementation */

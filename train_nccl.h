@@ -236,7 +236,7 @@ TRNDEF void trn_comm_shard(size_t n, int world, int rank, size_t *lo, size_t *hi
    use whole parameters per bucket (FSDP: one bucket per unit), reduce in
    every backward (trn_ddp_set_sync and no_overlap do not apply:
    accumulation adds into the shard), and leave the model with only its
-   slice of the gradients (trn_model.grad_lo/hi; FSDP: of the weights too,
+   slice of the gradients (trn_model.shard.grad_lo/hi; FSDP: of the weights too,
    param_lo/hi): the kit's whole-model calls (trn_checkpoint_save, ...)
    refuse such a model; use the trn_ddp_ ones.
    ------------------------------------------------------------------------ */
@@ -1733,7 +1733,7 @@ static int trn__ddp_param_at(const trn_model *m, size_t off) {
 
 /* the flat-buffer range a tape input writes gradients into, if any */
 static int trn__ddp_grad_range(const trn_model *m, const trn_tensor *t, size_t *off) {
-    size_t lo = m->grad_lo, hi = m->grad_hi ? m->grad_hi : m->n_floats; /* (ZeRO-2: only a shard exists) */
+    size_t lo = m->shard.grad_lo, hi = m->shard.grad_hi ? m->shard.grad_hi : m->n_floats; /* (ZeRO-2: only a shard exists) */
     if (!t || !t->requires_grad) return 0;
     if (t->is_param) { *off = t->offset; return 1; }
     if (t->grad && m->grad_data && t->grad >= m->grad_data + lo && t->grad < m->grad_data + hi) { /* a view */
@@ -1867,7 +1867,7 @@ static void trn__zero2_pre_hook(trn_model *m, int i, void *user) {
         if (d->error) return;
         if (d->units) { /* FSDP: backward starts in the unit where forward ended */
             d->bwd_pos = d->n_order - 1;
-            trn__fsdp_unit_hook(m, m->unit_cur, TRN_UNIT_BACKWARD, d);
+            trn__fsdp_unit_hook(m, m->shard.unit_cur, TRN_UNIT_BACKWARD, d);
             if (d->error) return;
         }
     }
@@ -1909,12 +1909,12 @@ static trn_result trn__zero2_attach(trn_ddp *d, trn_model *m) {
     d->grad_shard = (float *)m->backend->alloc(n * sizeof(float), TRN_KIND_GRADS);
     if (!d->first_use || !d->grad_shard) return trn_fail(TRN_ERR_NOMEM, "rank %d: ZeRO-2: %s", d->rank, trn_error_reason());
     m->backend->zero(d->grad_shard, n * sizeof(float));
-    if (m->grad_data) m->backend->free(m->grad_data + m->grad_lo); /* a full buffer from an earlier backward */
+    if (m->grad_data) m->backend->free(m->grad_data + m->shard.grad_lo); /* a full buffer from an earlier backward */
     m->grad_data = d->grad_shard - d->shard_lo; /* element j of the shard is still grad_data[j] */
-    m->grad_lo = d->shard_lo;
-    m->grad_hi = d->shard_hi;
+    m->shard.grad_lo = d->shard_lo;
+    m->shard.grad_hi = d->shard_hi;
     for (p = 0; p < m->n_params; p++) m->params[p]->grad = NULL;
-    m->backward_pre_hook = trn__zero2_pre_hook;
+    m->shard.backward_pre_hook = trn__zero2_pre_hook;
     return TRN_OK;
 }
 
@@ -2137,11 +2137,11 @@ static trn_result trn__fsdp_attach(trn_ddp *d, trn_model *m) {
     d->gathered_peak = d->gathered_bytes;
     m->backend->free(m->param_data); /* the whole weights go */
     m->param_data = d->weight_shard - d->shard_lo; /* element j of the shard is still param_data[j] */
-    m->param_lo = d->shard_lo;
-    m->param_hi = d->shard_hi;
+    m->shard.param_lo = d->shard_lo;
+    m->shard.param_hi = d->shard_hi;
     for (u = 0; u < nu; u++) trn__fsdp_point(d, u, d->units[u].full);
-    m->unit_hook = trn__fsdp_unit_hook;
-    m->unit_hook_user = d;
+    m->shard.unit_hook = trn__fsdp_unit_hook;
+    m->shard.unit_hook_user = d;
     return TRN_OK;
 }
 
@@ -2171,7 +2171,7 @@ TRNDEF trn_result trn_ddp_attach(trn_ddp *ddp, trn_model *m) {
     if (ddp->comm.kind == TRN_COMM_NCCL && m->backend->place != TRN_DEVICE)
         return trn_fail(TRN_ERR_INVALID, "trn_ddp_attach: NCCL needs a CUDA backend (model is on '%s'); "
                                          "use trn_ddp_desc.comm = TRN_COMM_TCP for CPU training", m->backend->name);
-    if (m->param_bf16 && ddp->world > 1 && ddp->desc.shard == TRN_SHARD_FSDP)
+    if (m->mp.param_bf16 && ddp->world > 1 && ddp->desc.shard == TRN_SHARD_FSDP)
         return trn_fail(TRN_ERR_INVALID, "trn_ddp_attach: FSDP with bf16 precision is not supported yet (its gathered "
                                          "blocks would need bf16 copies): use --shard none, zero1 or zero2");
     ddp->model = m;
@@ -2241,13 +2241,13 @@ TRNDEF trn_result trn_ddp_attach(trn_ddp *ddp, trn_model *m) {
     }
     /* 3. the hook that starts buckets during backward */
     if (ddp->world > 1 && !ddp->desc.zero1 && !ddp->desc.no_overlap) {
-        m->backward_hook = trn__ddp_hook;
-        m->backward_hook_user = ddp;
+        m->shard.backward_hook = trn__ddp_hook;
+        m->shard.backward_hook_user = ddp;
     }
     if (ddp->world > 1 && ddp->desc.shard >= TRN_SHARD_ZERO2) {
         if ((rc = trn__zero2_attach(ddp, m)) != TRN_OK) return trn__ddp_fail(ddp, rc);
-        m->backward_hook = trn__ddp_hook;
-        m->backward_hook_user = ddp;
+        m->shard.backward_hook = trn__ddp_hook;
+        m->shard.backward_hook_user = ddp;
     }
     return TRN_OK;
 }
@@ -2348,10 +2348,10 @@ TRNDEF trn_result trn_ddp_unshard(trn_ddp *ddp, trn_model *m) {
     m->backend->free(ddp->weight_shard);
     ddp->weight_shard = NULL;
     m->param_data = full;
-    m->param_lo = m->param_hi = 0;
+    m->shard.param_lo = m->shard.param_hi = 0;
     for (u = 0; u < m->n_params; u++) m->params[u]->data = full + m->params[u]->offset;
-    m->unit_hook = NULL;
-    m->unit_hook_user = NULL;
+    m->shard.unit_hook = NULL;
+    m->shard.unit_hook_user = NULL;
     trn_free(ddp->units);
     ddp->units = NULL;
     ddp->n_units = 0;
@@ -2437,10 +2437,10 @@ TRNDEF void trn_ddp_abort(trn_ddp *ddp) {
 
 TRNDEF void trn_ddp_free(trn_ddp *ddp) {
     if (!ddp) return;
-    if (ddp->model && ddp->model->backward_hook_user == ddp) {
-        ddp->model->backward_hook = NULL;
-        ddp->model->backward_pre_hook = NULL;
-        ddp->model->backward_hook_user = NULL;
+    if (ddp->model && ddp->model->shard.backward_hook_user == ddp) {
+        ddp->model->shard.backward_hook = NULL;
+        ddp->model->shard.backward_pre_hook = NULL;
+        ddp->model->shard.backward_hook_user = NULL;
     }
     /* ZeRO-2: staging still held (a failed step); the model keeps its
        gradient shard, which trn_model_free frees */
@@ -2452,7 +2452,7 @@ TRNDEF void trn_ddp_free(trn_ddp *ddp) {
     trn_free(ddp->first_use);
     if (ddp->model && ddp->units) { /* FSDP: the model keeps its weight shard (trn_model_free frees it) */
         int u;
-        if (ddp->model->unit_hook_user == ddp) { ddp->model->unit_hook = NULL; ddp->model->unit_hook_user = NULL; }
+        if (ddp->model->shard.unit_hook_user == ddp) { ddp->model->shard.unit_hook = NULL; ddp->model->shard.unit_hook_user = NULL; }
         for (u = 0; u < ddp->n_units; u++)
             if (ddp->units[u].full) {
                 ddp->model->backend->free(ddp->units[u].full);

@@ -176,6 +176,19 @@ static int kit_corpus_files(const char *argv0, char ***paths_out) {
 
 // Tokens of the run: --data FILE (text, tokenized; or an llm.c shard,
 // read as is) or the kit's own files. Every bad case exits with code 2.
+// A tokenizer.json's text is one document: its BOS first when the file's
+// post-processor has one, as tokenizer(text) gives in Python (special
+// tokens written in the text are matched, as there).
+static int is_shard_file(const char *path) {
+    size_t n = strlen(path);
+    int magic = 0;
+    FILE *f = n >= 4 && strcmp(path + n - 4, ".bin") == 0 ? NULL : fopen(path, "rb");
+    if (!f) return n >= 4 && strcmp(path + n - 4, ".bin") == 0;
+    int got = fread(&magic, 4, 1, f) == 1;
+    fclose(f);
+    return got && magic == 20240520;
+}
+
 static void load_tokens(trn_tokens *tokens, const char *data, const trn_tokenizer *tok, const char *argv0) {
     memset(tokens, 0, sizeof *tokens);
     if (data) {
@@ -184,6 +197,9 @@ static void load_tokens(trn_tokens *tokens, const char *data, const trn_tokenize
         if (S_ISDIR(st.st_mode)) die("--data %s: is a directory (give a text file or a .bin shard)", data);
         if (trn_check_regular(data) != TRN_OK) die("--data %s", trn_error_reason()); // a FIFO, a device
         if (st.st_size == 0) die("--data %s: the file is empty", data);
+        if (tok->kind == TRN_TOKENIZER_HF && tok->bos_id >= 0 && !is_shard_file(data) &&
+            trn_tokens_append(tokens, &tok->bos_id, 1) != TRN_OK)
+            die("--data %s: out of memory", data);
         trn_result r = trn_tokens_load(tokens, data, tok);
         if (r != TRN_OK) die("--data %s: %s", data, trn_error_reason());
         return;
@@ -198,22 +214,40 @@ static void load_tokens(trn_tokens *tokens, const char *data, const trn_tokenize
     printf("data: the kit's own text, %d files, %zu bytes\n", n, len);
     for (int i = 0; i < n; i++) free(paths[i]);
     free(paths);
-    trn_result r = trn_tokenizer_encode(tok, text, len, tokens);
+    trn_result r = trn_tokenizer_encode_ex(tok, text, len, TRN_ENCODE_BOS, tokens);
     trn_free(text);
     if (r != TRN_OK) die("tokenizing the kit's text: %s", trn_error_reason());
 }
 
-// The tokenizer: bytes, or GPT-2 BPE from --bpe DIR. Its vocabulary must
-// fit the model's (*V, padded *Vp); a fresh model (fresh: no checkpoint,
-// no --init) takes the tokenizer's size instead.
-static void load_tokenizer(trn_tokenizer *tok, const char *bpe, int fresh, int *V, int *Vp) {
-    if (!bpe) { trn_tokenizer_init_bytes(tok); return; }
-    if (trn_tokenizer_load_bpe_dir(tok, bpe) != TRN_OK) die("--bpe %s: %s", bpe, trn_error_reason());
+// The tokenizer: bytes, GPT-2 BPE from --bpe DIR, or a Hugging Face
+// tokenizer.json from --tokenizer FILE. Its vocabulary must fit the
+// model's (*V, padded *Vp); a fresh model (fresh: no checkpoint, no
+// --init) takes the tokenizer's size instead.
+static void load_tokenizer(trn_tokenizer *tok, const char *bpe, const char *file, int fresh, int *V, int *Vp) {
+    const char *flag = file ? "--tokenizer" : "--bpe", *path = file ? file : bpe;
+    if (bpe && file) die("--bpe and --tokenizer: give one tokenizer");
+    if (!path) { trn_tokenizer_init_bytes(tok); return; }
+    if ((file ? trn_tokenizer_load(tok, file) : trn_tokenizer_load_bpe_dir(tok, bpe)) != TRN_OK)
+        die("%s %s: %s", flag, path, trn_error_reason());
     if (fresh && *V != tok->vocab_size) {
         *V = tok->vocab_size;
         *Vp = pad_vocab(tok->vocab_size);
     }
-    if (tok->vocab_size > *V) die("--bpe %s: %d tokens, but the model predicts only %d", bpe, tok->vocab_size, *V);
+    if (tok->vocab_size > *V) die("%s %s: %d tokens, but the model predicts only %d", flag, path, tok->vocab_size, *V);
+}
+
+// --tokenizer's default: tokenizer.json beside --init (in its directory,
+// or beside its model.safetensors), where Hugging Face keeps it
+static const char *tokenizer_beside(const char *init) {
+    static char path[4200];
+    struct stat st;
+    if (!init || stat(init, &st) != 0) return NULL;
+    if (S_ISDIR(st.st_mode)) snprintf(path, sizeof path, "%s/tokenizer.json", init);
+    else {
+        const char *slash = strrchr(init, '/');
+        snprintf(path, sizeof path, "%.*stokenizer.json", slash ? (int)(slash - init + 1) : 0, init);
+    }
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode) ? path : NULL;
 }
 
 // ===========================================================================
@@ -281,7 +315,8 @@ static void sample_text(trn_model *m, logits_fn forward, void *model, int V, int
             if (u < acc) { pick = idx[k]; break; }
         }
         ctx[i] = pick;
-        len = trn_tokenizer_decode(tok, &pick, 1, text, sizeof text);
+        const char *piece = trn_tokenizer_token(tok, pick, &len); // as is: no decoder's strip mid-text
+        if (piece) memcpy(text, piece, len < sizeof text ? len : sizeof text);
         if (len == 0) len = (size_t)snprintf(text, sizeof text, "<%d>", pick); // no tokenizer knows it
         fwrite(text, 1, len < sizeof text ? len : sizeof text - 1, stdout);
         fflush(stdout);
@@ -444,6 +479,7 @@ static void write_plot(const char *path, const history *h, const char *title) {
 // The hyperparameters of a run, saved in every checkpoint so that
 // `--resume DIR` alone continues the same run (flags given again win).
 typedef struct run_args {
+    const char *tokenizer; // --tokenizer FILE (tokenizer.json)
     const char *model, *data, *bpe, *out, *resume, *init, *log, *prompt, *dump_logits;
     const char *shard; // --shard (examples/gpt2's data parallelism)
     const char *precision; // --precision fp32|tf32|bf16 (CUDA builds); not in the checkpoint
@@ -482,6 +518,7 @@ static void run_to_meta(const run_args *a, trn_meta *meta) {
     trn_meta_set_f64(meta, "run.clip", a->clip);
     trn_meta_set(meta, "run.data", a->data ? a->data : "");
     trn_meta_set(meta, "run.bpe", a->bpe ? a->bpe : "");
+    trn_meta_set(meta, "run.tokenizer", a->tokenizer ? a->tokenizer : "");
 }
 
 static long long parse_int(const char *flag, const char *s, long long lo, long long hi) {
@@ -557,7 +594,7 @@ static int parse_args(run_args *a, int argc, char **argv) {
         if (!strcmp(f, "--async-ckpt")) { a->async_ckpt = 1; continue; }
         if (!strcmp(f, "--fast-dev-run")) { a->fast_dev_run = 1; continue; }
         if (!strcmp(f, "--profile")) { a->profile = 1; continue; }
-        static const char *with_value[] = {"--model", "--data", "--bpe", "--init", "--out", "--resume", "--log",
+        static const char *with_value[] = {"--model", "--data", "--bpe", "--tokenizer", "--init", "--out", "--resume", "--log",
                                            "--prompt", "--dump-logits", "--steps", "--batch", "--seq",
                                            "--grad-accum", "--warmup", "--eval-every", "--eval-batches",
                                            "--ckpt-every", "--keep", "--sample", "--top-k", "--threads", "--seed",
@@ -572,6 +609,7 @@ static int parse_args(run_args *a, int argc, char **argv) {
         if (!strcmp(f, "--model")) a->model = v;
         else if (!strcmp(f, "--data")) a->data = v;
         else if (!strcmp(f, "--bpe")) a->bpe = v;
+        else if (!strcmp(f, "--tokenizer")) a->tokenizer = v;
         else if (!strcmp(f, "--init")) a->init = v;
         else if (!strcmp(f, "--out")) a->out = v, out_given = 1;
         else if (!strcmp(f, "--resume")) a->resume = v;
@@ -646,6 +684,8 @@ static void print_usage(FILE *f, const char *what, const char *models, const cha
             "  --model NAME       %s\n"
             "  --data FILE        text file, or llm.c token shard (.bin) [the kit's own text]\n"
             "  --bpe DIR          GPT-2 tokenizer from DIR/vocab.json + DIR/merges.txt [bytes]\n"
+            "  --tokenizer FILE   Hugging Face tokenizer.json (BPE) for text data, --prompt and samples\n"
+            "                     [examples/llama: tokenizer.json beside --init; else bytes]\n"
             "  --init PATH        start from weights: %s\n"
             "  --init-lenient     --init loads NaN/inf values and ignores tensors the model has no use for\n"
             "training\n"
@@ -720,6 +760,7 @@ static void args_from_checkpoint(run_args *a, const trn_safetensors *ck) {
     FROM_CK_F(clip, "run.clip");
     FROM_CK_STR(data, "run.data");
     FROM_CK_STR(bpe, "run.bpe");
+    FROM_CK_STR(tokenizer, "run.tokenizer");
 #undef FROM_CK_INT
 #undef FROM_CK_F
 #undef FROM_CK_STR
@@ -757,9 +798,9 @@ static void args_defaults(run_args *a, int batch, int seq, float lr, int block_s
     }
     if (a->seq > block_size) die("--seq %d is longer than the model's context of %d tokens", a->seq, block_size);
     if (a->min_lr > a->lr) die("--min-lr %g is above --lr %g", a->min_lr, a->lr);
-    if (!a->bpe && vocab_size > 256 && !a->data && a->steps > 0)
-        die("the model has a %d-token vocabulary: give --bpe DIR (GPT-2's vocab.json + merges.txt) or --data SHARD.bin",
-            vocab_size);
+    if (!a->bpe && !a->tokenizer && vocab_size > 256 && !a->data && a->steps > 0)
+        die("the model has a %d-token vocabulary: give --tokenizer FILE (tokenizer.json), --bpe DIR (GPT-2's "
+            "vocab.json + merges.txt) or --data SHARD.bin", vocab_size);
 }
 
 // What the next step depends on beyond the weights and AdamW (which are
@@ -1045,11 +1086,13 @@ static void sample_run(const run_args *a, trn_model *m, logits_fn forward, void 
     trn_tokens p;
     memset(&p, 0, sizeof p);
     int start[1];
-    start[0] = V <= 256 ? '\n' : (tok->eot_id >= 0 ? tok->eot_id : 0);
+    start[0] = V <= 256 ? '\n' : tok->bos_id >= 0 ? tok->bos_id : (tok->eot_id >= 0 ? tok->eot_id : 0);
     const int *prompt = start;
     int n_prompt = 1;
     if (a->prompt && *a->prompt) {
-        if (trn_tokenizer_encode(tok, a->prompt, strlen(a->prompt), &p) != TRN_OK) die("--prompt: %s", trn_error_reason());
+        // with the BOS of a tokenizer.json, as tokenizer(prompt) in Python
+        if (trn_tokenizer_encode_ex(tok, a->prompt, strlen(a->prompt), TRN_ENCODE_BOS, &p) != TRN_OK)
+            die("--prompt: %s", trn_error_reason());
         if (trn_tokens_check(p.ids, p.n, V) != TRN_OK) die("--prompt: %s", trn_error_reason());
         prompt = p.ids;
         n_prompt = (int)(p.n < (size_t)window ? p.n : (size_t)window);
@@ -1098,6 +1141,7 @@ typedef struct lm_example {
     logits_fn logits;
     cached_logits_fn logits_cached;
     void (*free)(void);
+    int tokenizer_beside_init; // 1: --tokenizer defaults to tokenizer.json beside --init
 } lm_example;
 
 static trn_ddp ddp; // this rank of W
@@ -1296,18 +1340,21 @@ static void run_setup(run *R, int argc, char **argv, const lm_example *ex) {
     float lr;
     if (!ex->configure(a, R->have_ck ? &R->ck : NULL, R->ckpt_path, &R->d, &batch, &seq, &lr))
         die("unknown --model '%s' (known: %s)", a->model, ex->models);
-    load_tokenizer(&R->tok, a->bpe, !R->have_ck && !a->init, ex->V, ex->Vp);
+    if (ex->tokenizer_beside_init && !a->tokenizer && !a->bpe && (a->tokenizer = tokenizer_beside(a->init)))
+        printf("tokenizer: %s (beside --init)\n", a->tokenizer);
+    load_tokenizer(&R->tok, a->bpe, a->tokenizer, !R->have_ck && !a->init, ex->V, ex->Vp);
     args_defaults(a, batch, seq, lr, R->d.block_size, *ex->V);
     R->B = a->batch, R->T = a->seq;
 
     // data: tokens -> checked against the vocabulary -> loader
-    if (a->data && !a->bpe && *ex->V > 256) {
+    if (a->data && !a->bpe && !a->tokenizer && *ex->V > 256) {
         // a text file cannot be read without the BPE tokenizer; a shard can
         FILE *fp = trn_check_regular(a->data) == TRN_OK ? fopen(a->data, "rb") : NULL; // (a FIFO: load_tokens says so)
         int magic = 0;
         if (fp && fread(&magic, 4, 1, fp) == 1 && magic != 20240520) {
             fclose(fp);
-            die("--data %s: a text file for a %d-token model needs --bpe DIR", a->data, *ex->V);
+            die("--data %s: a text file for a %d-token model needs its tokenizer: --tokenizer FILE (tokenizer.json) "
+                "or --bpe DIR", a->data, *ex->V);
         }
         if (fp) fclose(fp);
     }
@@ -1388,7 +1435,7 @@ static void run_start(run *R) {
 
     ex->describe();
     printf("data: %zu tokens (%zu train, %zu validation), %s tokenizer; batch %d x %d tokens x %d accumulation\n",
-           R->tokens.n, R->ld.n_train, R->ld.n_val, a->bpe ? "GPT-2 BPE" : "byte", R->B, R->T, a->grad_accum);
+           R->tokens.n, R->ld.n_train, R->ld.n_val, a->tokenizer ? "tokenizer.json" : a->bpe ? "GPT-2 BPE" : "byte", R->B, R->T, a->grad_accum);
     printf("train: %lld steps, lr %g -> %g (warmup %d, cosine), AdamW wd %g, clip %g, seed %lld, %d threads\n",
            a->steps, a->lr, a->min_lr, a->warmup, a->weight_decay, a->clip, a->seed, trn_get_threads());
     if (R->W > 1) printf("ddp: batch %d x %d ranks = %d sequences per micro-batch\n", R->B, R->W, R->B * R->W);
@@ -1432,10 +1479,12 @@ static void run_train(run *R) {
     run_args *a = &R->a;
     trn_model *m = R->m;
     const char *stop = NULL; // why the loop ended early (--patience, --max-time)
+    // warmup, then a cosine from lr to min_lr at the last step
+    const trn_schedule sched = {TRN_SCHEDULE_COSINE, a->warmup, a->steps, a->lr, a->min_lr, 0};
     if (R->step == 0 && a->eval_every > 0 && a->steps > 0) trn_early_stop_update(&R->loop.early, 0, run_validate(R));
     while (R->step < a->steps) {
         double t0 = now_s();
-        float lr = trn_lr_schedule(R->step, a->warmup, a->steps, a->lr, a->min_lr);
+        float lr = trn_schedule_lr(&sched, R->step);
         trn_zero_grad(m);
         for (int k = 0; k < a->grad_accum; k++) {
             if (!a->overfit) next_batch(&R->ld, R->x, R->y, R->skip_x, R->skip_y);

@@ -251,6 +251,7 @@ int main(int argc, char **argv) {
     /* 2. the training loop: the op is on the tape like any other */
     memset(&od, 0, sizeof od);
     trn_adamw_init(&opt, &od);
+    const trn_schedule sched = {TRN_SCHEDULE_COSINE, steps / 20, steps, lr, lr / 10, 0}; /* warmup, cosine */
     for (i = 0; i < steps; i++) {
         trn_tensor *loss;
         make_batch(&data, x, y, B, D);
@@ -258,7 +259,7 @@ int main(int argc, char **argv) {
         trn_reset(&n.m);
         loss = trn_mse(&n.m, net_forward(&n, x, B), y);
         trn_backward(&n.m, loss);
-        if (trn_adamw_step(&opt, &n.m, trn_lr_schedule(i, steps / 20, steps, lr, lr / 10)) != TRN_OK) {
+        if (trn_adamw_step(&opt, &n.m, trn_schedule_lr(&sched, i)) != TRN_OK) {
             fprintf(stderr, "custom_op: %s\n", trn_error_reason());
             return 1;
         }

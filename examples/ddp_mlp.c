@@ -235,7 +235,7 @@ int main(int argc, char **argv) {
     // 5. every rank holds the same weights: show it
     float *w = (float *)malloc(sizeof(float) * net.m.n_floats);
     if (!w) { fprintf(stderr, "ddp_mlp: out of memory\n"); return 1; }
-    net.m.backend->download(w, net.m.param_data, sizeof(float) * net.m.n_floats);
+    trn_read_params(&net.m, 0, w, net.m.n_floats);
     printf("rank %d/%d weights crc32c %08x\n", ddp.rank, ddp.world,
            (unsigned)trn_crc32c(0, w, sizeof(float) * net.m.n_floats));
     fflush(stdout);

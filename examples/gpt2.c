@@ -49,6 +49,9 @@
 #include "train.h"
 #include "extras/train_data.h" // tokenizers, token shards, the batch loader
 #include "extras/train_loop.h" // progress/ETA, CSV, TensorBoard, spike guard, early stop
+#include "extras/train_run.h"  // run directories: keep-K, resume, keep-best, async saves
+#include "extras/train_generate.h" // sampling with a key/value cache
+#include "extras/train_json.h" // config.json (--init DIR)
 
 #include <errno.h>
 #include <glob.h>
@@ -666,6 +669,7 @@ static const lm_example GPT2 = {
     0.95f, // AdamW's beta2: the GPT-2/3 recipe (Brown et al. 2020), as nanoGPT and llm.c
     &G, &CFG.vocab_size, &CFG.padded_vocab, &G.recompute,
     usage, configure, create, init, describe, to_meta, loss, gpt2_logits, gpt2_logits_cached, release,
+    0, // --tokenizer: only when given (--bpe DIR reads GPT-2's own files)
 };
 
 int main(int argc, char **argv) { return run_main(argc, argv, &GPT2); }

@@ -42,6 +42,7 @@
 // like model.to("cuda"), and every other line is the same.
 #define TRAIN_IMPLEMENTATION
 #include "train.h"
+#include "extras/train_run.h" // run directories: keep-K, resume, async saves
 #ifdef TRN_USE_CUDA
 #define TRAIN_CUDA_IMPLEMENTATION
 #include "train_cuda.h"
@@ -286,8 +287,7 @@ static void net_to_device(net *n, const trn_backend *device) {
     if (device == n->model.backend) return;
     net_declare(&d, device, n->w[0]->shape[1]);
     TRY(trn_model_alloc(&d.model));
-    device->upload(d.model.param_data, n->model.param_data, n->model.n_floats * sizeof(float));
-    device->sync();
+    trn_write_params(&d.model, 0, n->model.param_data, n->model.n_floats);
     trn_model_free(&n->model);
     *n = d; // the tensor headers are d's own (trn_param allocates each one)
 }
@@ -716,7 +716,7 @@ static double param_checksum(trn_model *m, trn_ddp *ddp) {
     if (!buf) { fprintf(stderr, "linear_memory: %s\n", trn_error_reason()); exit(1); }
     for (lo = from; lo < to; lo += chunk) {
         size_t n = to - lo < chunk ? to - lo : chunk;
-        m->backend->download(buf, m->param_data + lo, n * sizeof(float));
+        trn_read_params(m, lo, buf, n);
         for (i = 0; i < n; i++) sum += (double)buf[i] * (double)(1 + (lo + i) % 7);
     }
     trn_free(buf);

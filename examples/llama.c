@@ -24,6 +24,9 @@
 //     ./examples/llama --init DIR --steps 0 --data shard.bin   a Hugging Face Llama:
 //                      DIR/config.json + DIR/model.safetensors, or its shards
 //                      (model.safetensors.index.json); see docs/huggingface.md
+//     ./examples/llama --init DIR --data my.txt --tokenizer FILE   text through a
+//                      Hugging Face tokenizer.json (default: DIR/tokenizer.json;
+//                      the text is one document, its BOS first, as tokenizer(text))
 //     ./examples/llama --resume runs/llama                  continue a run
 //
 // --init reads Hugging Face's names (model.layers.0.self_attn.q_proj.weight,
@@ -39,6 +42,9 @@
 #include "train.h"
 #include "extras/train_data.h" // tokenizers, token shards, the batch loader
 #include "extras/train_loop.h" // progress/ETA, CSV, TensorBoard, spike guard, early stop
+#include "extras/train_run.h"  // run directories: keep-K, resume, keep-best, async saves
+#include "extras/train_generate.h" // sampling with a key/value cache
+#include "extras/train_json.h" // config.json (--init DIR)
 
 #include <errno.h>
 #include <math.h>
@@ -757,6 +763,7 @@ static const lm_example LLAMA = {
     0.95f, // AdamW's beta2: Llama's recipe (Touvron et al. 2023)
     &L, &C.vocab_size, &C.padded_vocab, &L.recompute,
     usage, shape_of, make, weights, say, meta_of, batch_loss, llama_logits, llama_logits_cached, done,
+    1, // --tokenizer: tokenizer.json beside --init by default
 };
 
 int main(int argc, char **argv) { return run_main(argc, argv, &LLAMA); }

@@ -119,6 +119,8 @@ int main(int argc, char **argv) {
     printf("== part 1: the loop, and what each line does to memory ==\n");
     {
         trn_ledger_snapshot before, after;
+        /* 20 steps of warmup, then a cosine from lr to lr/10 */
+        const trn_schedule sched = {TRN_SCHEDULE_COSINE, 20, steps, lr, lr / 10, 0};
         trn_ledger_read(&before);
         mlp_create(&n, D, H, 42);
         trn_ledger_read(&after);
@@ -127,7 +129,7 @@ int main(int argc, char **argv) {
         for (s = 0; s < steps; s++) {
             trn_tensor *loss;
             int show = s < 2;
-            float lr_now = trn_lr_schedule(s, 20, steps, lr, lr / 10);
+            float lr_now = trn_schedule_lr(&sched, s);
             make_batch(&data_rng, x, y, B, D);
             if (show) printf(" step %d\n", s + 1);
 #define LINE(what, stmt) do { trn_ledger_read(&before); stmt; trn_ledger_read(&after); \

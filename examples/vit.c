@@ -37,6 +37,7 @@
 #define TRAIN_IMPLEMENTATION
 #include "train.h"
 #include "extras/train_loop.h" // progress/ETA, CSV, TensorBoard, the profile table
+#include "extras/train_run.h"  // run directories: keep-K, resume, async saves
 
 #include <ctype.h>
 #include <dirent.h>
@@ -967,6 +968,7 @@ int main(int argc, char **argv) {
     long long steps_per_epoch = train.n / batch;        // the last partial batch is dropped
     long long total_steps = steps_per_epoch * epochs;
     if (warmup == 0) warmup = (int)(total_steps / 20 > 1 ? total_steps / 20 : 1);
+    const trn_schedule sched = {TRN_SCHEDULE_COSINE, warmup, total_steps, lr, lr * 0.01f, 0}; // cosine to lr/100
     printf("model: ViT %d blocks, dim %d, %d heads, MLP %d (%s), %d patches of %dx%d, %zu parameters\n",
            depth, dim, heads, mlp * dim, relu ? "relu" : "gelu", v.T, patch, patch, m->n_floats);
     printf("train: %d epochs x %lld steps of %d, AdamW lr %g (warmup %d, cosine to %g), wd %g, "
@@ -1026,7 +1028,7 @@ int main(int argc, char **argv) {
             trn_tensor *loss = trn_cross_entropy(m, logits, bb.y, K);   // K real classes
             trn_backward(m, loss);
             float norm = trn_clip_grad_norm(m, 1.0f);
-            float lr_now = trn_lr_schedule(step, warmup, total_steps, lr, lr * 0.01f);
+            float lr_now = trn_schedule_lr(&sched, step);
             CHECK_OK(trn_adamw_step(&opt, m, lr_now), "");
             float l = trn_item(m, loss);
             loss_sum += l;

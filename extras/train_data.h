@@ -8,7 +8,8 @@
    includes both plainly. This header's implementation comes with train.h's
    (it uses train.h's private helpers: the JSON reader, UTF-8, the ledger),
    so it needs no macro of its own; TRAIN_DATA_IMPLEMENTATION is accepted
-   and must sit in the same file as TRAIN_IMPLEMENTATION.
+   and must sit in the same file as TRAIN_IMPLEMENTATION. It includes
+   extras/train_json.h itself (tokenizer.json is read with its typed calls).
 
    Nothing in train.h, train_cuda.h or train_nccl.h calls this file: it is
    a leaf, used by the examples and by your program if you want it. Why a
@@ -17,13 +18,16 @@
    Contents (grep for the anchors):
       >>data        token arrays, llm.c token shards, text files, the
                     byte and GPT-2 BPE tokenizers (with GPT-2's Unicode
-                    character classes), the batch loader
+                    character classes), Hugging Face's tokenizer.json
+                    (BPE: byte-level and byte-fallback/metaspace), the
+                    batch loader
 
    License: MIT, as train.h.
 */
 #ifndef TRAIN_H_INCLUDED
 #error "extras/train_data.h: include train.h first"
 #endif
+#include "train_json.h" /* trn_json_*: tokenizer.json (implemented with it, in the same file) */
 #ifndef TRAIN_DATA_H_INCLUDED
 #define TRAIN_DATA_H_INCLUDED
 
@@ -40,7 +44,8 @@ extern "C" {
 
       trn_tokenizer tok;  trn_tokens data = {0};  trn_loader loader;
       int x[4*64], y[4*64];
-      trn_tokenizer_init_bytes(&tok);                  // or _load_bpe_dir(&tok, dir)
+      trn_tokenizer_init_bytes(&tok);                  // or _load_bpe_dir(&tok, dir),
+                                                       // _load_hf(&tok, "tokenizer.json")
       trn_tokens_load(&data, "input.txt", &tok);       // text, or a .bin shard
       trn_tokens_check(data.ids, data.n, tok.vocab_size);
       trn_loader_desc ld = {0}; ld.B = 4; ld.T = 64; ld.seed = 1337;
@@ -70,7 +75,9 @@ TRNDEF void trn_tokens_free(trn_tokens *t);            /* back to {0}       */
 TRNDEF trn_result trn_tokens_check(const int *ids, size_t n, int vocab_size);
 
 /* ---- tokenizers -------------------------------------------------------
-   Both kinds sit behind one struct: encode bytes -> ids, decode ids -> bytes.
+   Three kinds sit behind one struct: encode bytes -> ids, decode ids ->
+   bytes: bytes, GPT-2's vocab.json + merges.txt, and a Hugging Face
+   tokenizer.json (trn_tokenizer_load_hf, below).
 
    Byte-level: id = byte value, vocab 256, no files, no <|endoftext|>.
 
@@ -96,8 +103,17 @@ TRNDEF trn_result trn_tokens_check(const int *ids, size_t n, int vocab_size);
    they are not in this repository. */
 typedef enum trn_tokenizer_kind {
     TRN_TOKENIZER_BYTES = 0,   /* ids are byte values, vocab 256           */
-    TRN_TOKENIZER_BPE = 1      /* GPT-2 byte-level BPE                     */
+    TRN_TOKENIZER_BPE = 1,     /* GPT-2 byte-level BPE                     */
+    TRN_TOKENIZER_HF = 2       /* a BPE tokenizer.json (see below)         */
 } trn_tokenizer_kind;
+
+/* one added token of a tokenizer.json (matched in the text before BPE) */
+typedef struct trn_added_token {
+    uint32_t off, len;         /* its content in added_text                */
+    uint32_t poff, plen;       /* the pattern matched: the content, or the
+                                  content normalized (normalized = 1)      */
+    int id, special, normalized;
+} trn_added_token;
 
 typedef struct trn_bpe_merge { /* one slot of the merge hash table         */
     int left, right;           /* the pair of ids (left = -1: empty slot)  */
@@ -119,6 +135,25 @@ typedef struct trn_tokenizer {
     trn_bpe_merge *merges;     /* hash table: (left, right) -> rank, id    */
     size_t merges_cap;         /* power of two                             */
     int byte_id[256];          /* the id of each single-byte token         */
+    /* tokenizer.json only (kind TRN_TOKENIZER_HF; zero otherwise) */
+    int byte_level;            /* token strings use GPT-2's byte alphabet  */
+    int n_stages, stage[6];    /* the pre-tokenizer, as TRN__PT_* stages   */
+    int meta_norm;             /* normalizer Prepend("▁") + Replace(" ","▁") */
+    int meta_prepend;          /* Metaspace pre-tokenizer: 0 never, 1 always,
+                                  2 first (only at offset 0 of the input)  */
+    int byte_fallback, ignore_merges, fuse_unk, unk_id;
+    int byte_token[256];       /* id of "<0xNN>" (byte fallback), or -1    */
+    int strip_space;           /* decoder: 1 drops the output's first byte if
+                                  a space (Strip); 2 drops the spaces of the
+                                  first token ("▁" in Metaspace's decoder) */
+    int bos_id, eos_id;        /* TemplateProcessing's, or -1              */
+    int n_added;
+    trn_added_token *added;    /* added_tokens (RUNTIME memory)            */
+    char *added_text;
+    int *added_by_byte;        /* added indices sorted by pattern's 1st byte */
+    int added_first[257];      /* bucket b: added_by_byte[first[b]..first[b+1]) */
+    char *dec;                 /* what each id decodes to: dec[dec_off[id]..] */
+    uint32_t *dec_off, *dec_len;
 } trn_tokenizer;
 
 TRNDEF void trn_tokenizer_init_bytes(trn_tokenizer *tok);
@@ -160,6 +195,55 @@ TRNDEF int trn_tokenizer_find(const trn_tokenizer *tok, const char *bytes, size_
    other symbols are "other"; 99% of those characters classed right).
    A byte that is not valid UTF-8 counts as one "other" character. */
 TRNDEF size_t trn_bpe_pretoken_len(const char *text, size_t len);
+
+/* ---- Hugging Face tokenizer.json (the "fast tokenizer" file) -----------
+   trn_tokenizer_load_hf reads the BPE files that Llama 2/3, TinyLlama,
+   Mistral, SmolLM, GPT-2 and most causal LMs on the Hub ship. Encoding
+   follows the `tokenizers` package step by step:
+   1. added_tokens are cut out of the text first, leftmost-longest: those
+      with normalized = false in the raw text, then the others in the
+      normalized remainder (their pattern is their content normalized).
+      A matched added token is its id; the pieces between go on.
+   2. normalizer, per piece: none, or Prepend("▁") + Replace(" ", "▁")
+      (Llama 2, TinyLlama: "a b" -> "▁a▁b").
+   3. pre-tokenizer: ByteLevel (add_prefix_space; use_regex = GPT-2's
+      split), Split with one of three known regexes written out by hand
+      as scanners (no regex engine): GPT-2's, Llama 3's (cl100k-like:
+      letters with one leading non-letter, digits in runs of 1..3,
+      case-insensitive contractions, newlines kept with what precedes)
+      and Qwen2's (Llama 3's with single digits), Digits
+      (individual_digits or runs), Metaspace (replacement "▁",
+      prepend_scheme always/first/never, split), or a Sequence of these.
+   4. model BPE on each piece: byte-level (the piece's bytes mapped to
+      GPT-2's alphabet) or per character; ignore_merges (a piece that is
+      a whole token is that token), byte_fallback (a character outside
+      the vocabulary becomes its bytes' <0xNN> tokens), unk_token and
+      fuse_unk; then merges, lowest rank first as above. merges come as
+      "a b" strings or ["a", "b"] pairs.
+   Decoding maps ids back to bytes (ByteLevel; or "▁" -> " ", <0xNN> ->
+   the byte, and one leading space dropped when the decoder strips it).
+   Refused, with one line naming it: models other than BPE (Unigram,
+   WordPiece, WordLevel), normalizers other than the one above (NFC,
+   NFKC, Lowercase, ...), other pre-tokenizers or split patterns, Split
+   behaviours other than Isolated, dropout, subword prefixes/suffixes,
+   added tokens with single_word/lstrip/rstrip, post-processors other than
+   TemplateProcessing/ByteLevel/Sequence of them.
+   The file passes trn_check_regular and the kit's strict JSON reader. */
+TRNDEF trn_result trn_tokenizer_load_hf(trn_tokenizer *tok, const char *tokenizer_json_path);
+/* path is a tokenizer.json file, or a directory holding tokenizer.json,
+   or one holding vocab.json + merges.txt (GPT-2's files) */
+TRNDEF trn_result trn_tokenizer_load(trn_tokenizer *tok, const char *path);
+/* encode with options (flags OR'ed). trn_tokenizer_encode(...) is flags 0.
+   - TRN_ENCODE_BOS: the post-processor's BOS first (and its EOS last),
+     as `tokenizer(text)` does in Python (add_special_tokens=True);
+   - TRN_ENCODE_NO_SPECIAL: added tokens marked special ("<s>",
+     "<|endoftext|>") are plain text, like split_special_tokens=True.
+   Without it they are matched in the text, as the package does by
+   default. (vocab.json tokenizers: flags ignored, no added tokens.) */
+#define TRN_ENCODE_BOS 1
+#define TRN_ENCODE_NO_SPECIAL 2
+TRNDEF trn_result trn_tokenizer_encode_ex(const trn_tokenizer *tok, const char *text, size_t len, int flags,
+                                          trn_tokens *out);
 
 /* ---- files ------------------------------------------------------------
    llm.c token shard: a header of 256 little-endian int32, [0] = magic
@@ -265,6 +349,7 @@ TRNDEF trn_result trn_loader_seek(trn_loader *L, const trn_loader_pos *pos);
 #define TRAIN_DATA_IMPLEMENTATION_DONE
 
 /* >>data implementation */
+#include <ctype.h>
 #include <limits.h>
 
 /* ---- token arrays ------------------------------------------------------ */
@@ -578,7 +663,7 @@ static int trn__bpe_byte_of(uint32_t cp) {
 /* append what one character of a vocab/merges string means in bytes */
 static trn_result trn__bpe_put_char(trn__dbuf *out, const int *byte_of, uint32_t cp) {
     char u[4];
-    if (cp < 256 + 68 && byte_of[cp] >= 0) { u[0] = (char)byte_of[cp]; return trn__dbuf_put(out, u, 1); }
+    if (byte_of && cp < 256 + 68 && byte_of[cp] >= 0) { u[0] = (char)byte_of[cp]; return trn__dbuf_put(out, u, 1); }
     return trn__dbuf_put(out, u, trn__utf8_encode(cp, u)); /* outside the alphabet */
 }
 
@@ -624,14 +709,16 @@ TRNDEF void trn_tokenizer_init_bytes(trn_tokenizer *tok) {
     memset(tok, 0, sizeof *tok);
     tok->kind = TRN_TOKENIZER_BYTES;
     tok->vocab_size = 256;
-    tok->eot_id = -1;
-    for (b = 0; b < 256; b++) tok->byte_id[b] = b;
+    tok->eot_id = tok->unk_id = tok->bos_id = tok->eos_id = -1;
+    for (b = 0; b < 256; b++) { tok->byte_id[b] = b; tok->byte_token[b] = -1; }
 }
 
 TRNDEF void trn_tokenizer_free(trn_tokenizer *tok) {
     if (!tok) return;
     trn_free(tok->bytes); trn_free(tok->off); trn_free(tok->len);
     trn_free(tok->lookup); trn_free(tok->merges);
+    trn_free(tok->added); trn_free(tok->added_text); trn_free(tok->added_by_byte);
+    trn_free(tok->dec); trn_free(tok->dec_off); trn_free(tok->dec_len);
     trn_tokenizer_init_bytes(tok);
 }
 
@@ -639,17 +726,17 @@ TRNDEF void trn_tokenizer_free(trn_tokenizer *tok) {
 
 /* parse vocab.json into tok->bytes/off/len (ids without a token get
    len UINT32_MAX) and tok->vocab_size */
-static trn_result trn__bpe_read_vocab(trn_tokenizer *tok, const char *path, const int *byte_of) {
-    trn__dbuf file = {NULL, 0, 0, TRN_KIND_TEMP};
+/* the vocabulary object at the cursor (vocab.json's whole text, or the
+   "vocab" of tokenizer.json): ids 0 .. max(its ids, min_size - 1) get
+   tables. byte_of NULL: token strings are plain UTF-8 (no byte alphabet) */
+static trn_result trn__bpe_parse_vocab(trn_tokenizer *tok, trn__jp *jp, const char *path, const int *byte_of,
+                                       int min_size) {
     trn__dbuf text = {NULL, 0, 0, TRN_KIND_RUNTIME};
     trn__dbuf ent = {NULL, 0, 0, TRN_KIND_TEMP}; /* (off, len, id) triples */
-    trn__jp j;
+    trn__jp j = *jp;
     trn_result r;
     size_t i, n_ent;
-    int max_id = -1;
-    if ((r = trn__data_slurp(&file, path, NULL)) != TRN_OK) return r;
-    trn__jp_init(&j, file.p, file.n, path, "bad JSON", 0); /* the kit's one JSON reader (>>json) */
-    if (file.n >= 3 && memcmp(file.p, "\xEF\xBB\xBF", 3) == 0) j.p += 3; /* a UTF-8 byte order mark */
+    int max_id = min_size - 1;
     if (!trn__jeat(&j, '{')) {
         r = trn__jerr(&j, "expected '{' (vocab.json is one object)");
         goto done;
@@ -675,8 +762,7 @@ static trn_result trn__bpe_read_vocab(trn_tokenizer *tok, const char *path, cons
         r = trn__jerr(&j, "expected ',' or '}'");
         goto done;
     }
-    trn__jws(&j);
-    if (j.p != j.end) { r = trn__jerr(&j, "text after the object"); goto done; }
+    *jp = j;
     n_ent = ent.n / (3 * sizeof(uint32_t));
     if (n_ent == 0) { r = trn_fail(TRN_ERR_FORMAT, "%s: the vocabulary is empty", path); goto done; }
     tok->vocab_size = max_id + 1;
@@ -700,7 +786,22 @@ static trn_result trn__bpe_read_vocab(trn_tokenizer *tok, const char *path, cons
     tok->bytes = text.p;
     text.p = NULL;
 done:
-    trn_free(file.p); trn_free(ent.p); trn_free(text.p);
+    trn_free(ent.p); trn_free(text.p);
+    return r;
+}
+
+static trn_result trn__bpe_read_vocab(trn_tokenizer *tok, const char *path, const int *byte_of) {
+    trn__dbuf file = {NULL, 0, 0, TRN_KIND_TEMP};
+    trn__jp j;
+    trn_result r;
+    if ((r = trn__data_slurp(&file, path, NULL)) != TRN_OK) return r;
+    trn__jp_init(&j, file.p, file.n, path, "bad JSON", 0); /* the kit's one JSON reader (>>json) */
+    if (file.n >= 3 && memcmp(file.p, "\xEF\xBB\xBF", 3) == 0) j.p += 3; /* a UTF-8 byte order mark */
+    if ((r = trn__bpe_parse_vocab(tok, &j, path, byte_of, 0)) == TRN_OK) {
+        trn__jws(&j);
+        if (j.p != j.end) r = trn__jerr(&j, "text after the object");
+    }
+    trn_free(file.p);
     return r;
 }
 
@@ -741,24 +842,64 @@ static int trn__bpe_merge_side(const trn_tokenizer *tok, const int *byte_of, con
     return trn_tokenizer_find(tok, scratch->p, scratch->n);
 }
 
+/* allocate the merge hash table for up to n merges */
+static trn_result trn__bpe_merges_alloc(trn_tokenizer *tok, size_t n) {
+    size_t cap = 16, i;
+    while (cap < 4 * (n + 1)) cap *= 2; /* load <= 1/4: a pair with no merge (most lookups) ends in ~1.3 probes */
+    tok->merges = (trn_bpe_merge *)trn_alloc(cap * sizeof(trn_bpe_merge), TRN_KIND_RUNTIME);
+    if (!tok->merges) return TRN_ERR_NOMEM;
+    tok->merges_cap = cap;
+    for (i = 0; i < cap; i++) tok->merges[i].left = -1;
+    return TRN_OK;
+}
+
+/* the next merge (rank n_merges): sides l[0..ln) and rr[0..rn) as written
+   in the file (UTF-8, through byte_of). `where` names the place for errors */
+static trn_result trn__bpe_add_merge(trn_tokenizer *tok, const int *byte_of, const char *l, size_t ln,
+                                     const char *rr, size_t rn, trn__dbuf *a, trn__dbuf *both, const char *where) {
+    trn_result r;
+    size_t mask = tok->merges_cap - 1, h;
+    int left, right, id;
+    left = trn__bpe_merge_side(tok, byte_of, l, ln, a);
+    if (left >= 0) { both->n = 0; if ((r = trn__dbuf_put(both, a->p, a->n)) != TRN_OK) return r; }
+    right = left >= 0 ? trn__bpe_merge_side(tok, byte_of, rr, rn, a) : -1;
+    if (left == -3 || right == -3) return TRN_ERR_NOMEM;
+    if (left == -2 || right == -2) return trn_fail(TRN_ERR_FORMAT, "%s: invalid UTF-8", where);
+    if (left < 0 || right < 0)
+        return trn_fail(TRN_ERR_FORMAT, "%s: the %s token of \"%.*s %.*s\" is not in the vocabulary", where,
+                        left < 0 ? "left" : "right", (int)TRN__MIN(ln, 40), l, (int)TRN__MIN(rn, 40), rr);
+    if ((r = trn__dbuf_put(both, a->p, a->n)) != TRN_OK) return r;
+    id = trn_tokenizer_find(tok, both->p, both->n);
+    if (id < 0)
+        return trn_fail(TRN_ERR_FORMAT, "%s: the merged token of \"%.*s %.*s\" is not in the vocabulary", where,
+                        (int)TRN__MIN(ln, 40), l, (int)TRN__MIN(rn, 40), rr);
+    if ((size_t)tok->n_merges + 1 >= tok->merges_cap / 4)
+        return trn_fail(TRN_ERR_FORMAT, "%s: more merges than counted", where);
+    h = (size_t)trn__mix64(((uint64_t)(uint32_t)left << 32) | (uint32_t)right) & mask;
+    while (tok->merges[h].left >= 0 && !(tok->merges[h].left == left && tok->merges[h].right == right))
+        h = (h + 1) & mask;
+    if (tok->merges[h].left >= 0) return TRN_OK; /* listed twice: the first (better) rank stays */
+    tok->merges[h].left = left;
+    tok->merges[h].right = right;
+    tok->merges[h].rank = tok->n_merges++;
+    tok->merges[h].id = id;
+    return TRN_OK;
+}
+
 static trn_result trn__bpe_read_merges(trn_tokenizer *tok, const char *path, const int *byte_of) {
     trn__dbuf file = {NULL, 0, 0, TRN_KIND_TEMP};
     trn__dbuf a = {NULL, 0, 0, TRN_KIND_TEMP}, both = {NULL, 0, 0, TRN_KIND_TEMP};
     trn_result r;
-    size_t lines = 0, i, cap = 16, pos;
+    size_t lines = 0, i, pos;
     int line_no = 0;
     if ((r = trn__data_slurp(&file, path, NULL)) != TRN_OK) return r;
     for (i = 0; i < file.n; i++) lines += file.p[i] == '\n';
-    while (cap < 2 * (lines + 1)) cap *= 2;
-    tok->merges = (trn_bpe_merge *)trn_alloc(cap * sizeof(trn_bpe_merge), TRN_KIND_RUNTIME);
-    if (!tok->merges) { r = TRN_ERR_NOMEM; goto done; }
-    tok->merges_cap = cap;
-    for (i = 0; i < cap; i++) tok->merges[i].left = -1;
+    if ((r = trn__bpe_merges_alloc(tok, lines + 1)) != TRN_OK) goto done;
     pos = file.n >= 3 && memcmp(file.p, "\xEF\xBB\xBF", 3) == 0 ? 3 : 0; /* skip a byte order mark */
     for (; pos < file.n;) {
         const char *line = file.p + pos, *sp;
-        size_t n = 0, mask = cap - 1, h;
-        int left, right, id;
+        size_t n = 0;
+        char where[4096 + 32];
         while (pos + n < file.n && line[n] != '\n') n++;
         pos += n + 1;
         line_no++;
@@ -771,34 +912,10 @@ static trn_result trn__bpe_read_merges(trn_tokenizer *tok, const char *path, con
                          line_no);
             goto done;
         }
-        left = trn__bpe_merge_side(tok, byte_of, line, (size_t)(sp - line), &a);
-        if (left >= 0) { both.n = 0; r = trn__dbuf_put(&both, a.p, a.n); if (r != TRN_OK) goto done; }
-        right = left >= 0 ? trn__bpe_merge_side(tok, byte_of, sp + 1, (size_t)(line + n - sp - 1), &a) : -1;
-        if (left == -3 || right == -3) { r = TRN_ERR_NOMEM; goto done; }
-        if (left == -2 || right == -2) {
-            r = trn_fail(TRN_ERR_FORMAT, "%s line %d: invalid UTF-8", path, line_no);
-            goto done;
-        }
-        if (left < 0 || right < 0) {
-            r = trn_fail(TRN_ERR_FORMAT, "%s line %d: the %s token of \"%.*s\" is not in the vocabulary",
-                         path, line_no, left < 0 ? "left" : "right", (int)TRN__MIN(n, 80), line);
-            goto done;
-        }
-        if ((r = trn__dbuf_put(&both, a.p, a.n)) != TRN_OK) goto done;
-        id = trn_tokenizer_find(tok, both.p, both.n);
-        if (id < 0) {
-            r = trn_fail(TRN_ERR_FORMAT, "%s line %d: the merged token of \"%.*s\" is not in the "
-                         "vocabulary", path, line_no, (int)TRN__MIN(n, 80), line);
-            goto done;
-        }
-        h = (size_t)trn__mix64(((uint64_t)(uint32_t)left << 32) | (uint32_t)right) & mask;
-        while (tok->merges[h].left >= 0 && !(tok->merges[h].left == left && tok->merges[h].right == right))
-            h = (h + 1) & mask;
-        if (tok->merges[h].left >= 0) continue; /* listed twice: the first (better) rank stays */
-        tok->merges[h].left = left;
-        tok->merges[h].right = right;
-        tok->merges[h].rank = tok->n_merges++;
-        tok->merges[h].id = id;
+        snprintf(where, sizeof where, "%s line %d", path, line_no);
+        r = trn__bpe_add_merge(tok, byte_of, line, (size_t)(sp - line), sp + 1, (size_t)(line + n - sp - 1), &a,
+                               &both, where);
+        if (r != TRN_OK) goto done;
     }
 done:
     trn_free(file.p); trn_free(a.p); trn_free(both.p);
@@ -846,35 +963,46 @@ TRNDEF trn_result trn_tokenizer_load_bpe_dir(trn_tokenizer *tok, const char *dir
 
 /* ---- GPT-2 BPE: encoding and decoding ---------------------------------- */
 /* a candidate merge of the symbols at pos and the one after it */
-typedef struct trn__bpe_cand { int rank, pos, left, right; } trn__bpe_cand;
+typedef struct trn__bpe_cand {
+    uint64_t key;              /* rank << 32 | pos: lowest rank, then leftmost */
+    int left, right, id;       /* the pair, and the token it merges into       */
+} trn__bpe_cand;
 
-static int trn__bpe_cand_less(const trn__bpe_cand *a, const trn__bpe_cand *b) {
-    return a->rank < b->rank || (a->rank == b->rank && a->pos < b->pos);
-}
+static int trn__bpe_cand_less(const trn__bpe_cand *a, const trn__bpe_cand *b) { return a->key < b->key; }
 
+/* a 4-ary min-heap: children of i are 4i+1 .. 4i+4 (half the depth of a
+   binary heap; the four keys of a node's children share a cache line or two) */
 static void trn__bpe_heap_push(trn__bpe_cand *h, int *n, trn__bpe_cand c) {
     int i = (*n)++;
-    while (i > 0 && trn__bpe_cand_less(&c, &h[(i - 1) / 2])) { h[i] = h[(i - 1) / 2]; i = (i - 1) / 2; }
+    while (i > 0 && trn__bpe_cand_less(&c, &h[(i - 1) / 4])) { h[i] = h[(i - 1) / 4]; i = (i - 1) / 4; }
     h[i] = c;
 }
 
-static trn__bpe_cand trn__bpe_heap_pop(trn__bpe_cand *h, int *n) {
-    trn__bpe_cand top = h[0], last = h[--(*n)];
-    int i = 0;
+/* move h[i] down to its place in the heap h[0..n) */
+static void trn__bpe_sift(trn__bpe_cand *h, int n, int i) {
+    trn__bpe_cand x = h[i];
     for (;;) {
-        int k = 2 * i + 1;
-        if (k >= *n) break;
-        if (k + 1 < *n && trn__bpe_cand_less(&h[k + 1], &h[k])) k++;
-        if (!trn__bpe_cand_less(&h[k], &last)) break;
-        h[i] = h[k];
-        i = k;
+        int k = 4 * i + 1, best = k, j;
+        if (k >= n) break;
+        for (j = k + 1; j < k + 4 && j < n; j++) if (trn__bpe_cand_less(&h[j], &h[best])) best = j;
+        if (!trn__bpe_cand_less(&h[best], &x)) break;
+        h[i] = h[best];
+        i = best;
     }
-    if (*n > 0) h[i] = last;
+    h[i] = x;
+}
+
+static trn__bpe_cand trn__bpe_heap_pop(trn__bpe_cand *h, int *n) {
+    trn__bpe_cand top = h[0];
+    if (--(*n) > 0) { h[0] = h[*n]; trn__bpe_sift(h, *n, 0); }
     return top;
 }
 
 /* scratch for one piece: symbol ids, links, and the candidate heap */
-typedef struct trn__bpe_work { int *id, *prev, *next; trn__bpe_cand *heap; size_t cap; } trn__bpe_work;
+typedef struct trn__bpe_work {
+    int *id, *prev, *next; trn__bpe_cand *heap; size_t cap;
+    int heapify;               /* 1: trn__bpe_try appends, heapified later */
+} trn__bpe_work;
 
 static void trn__bpe_try(const trn_tokenizer *tok, trn__bpe_work *w, int *n_heap, int pos) {
     const trn_bpe_merge *m;
@@ -883,8 +1011,10 @@ static void trn__bpe_try(const trn_tokenizer *tok, trn__bpe_work *w, int *n_heap
     m = trn__bpe_merge_find(tok, w->id[pos], w->id[nx]);
     if (m) {
         trn__bpe_cand c;
-        c.rank = m->rank; c.pos = pos; c.left = m->left; c.right = m->right;
-        trn__bpe_heap_push(w->heap, n_heap, c);
+        c.key = (uint64_t)(uint32_t)m->rank << 32 | (uint32_t)pos;
+        c.left = m->left; c.right = m->right; c.id = m->id;
+        if (w->heapify) w->heap[(*n_heap)++] = c;
+        else trn__bpe_heap_push(w->heap, n_heap, c);
     }
 }
 
@@ -896,10 +1026,7 @@ static void trn__bpe_try(const trn_tokenizer *tok, trn__bpe_work *w, int *n_heap
    since they were pushed are skipped. Same result as the reference for
    merges learned by BPE (a merge's parts always rank better than the
    merge itself), in O(n log n) instead of O(n^2) for long pieces. */
-static trn_result trn__bpe_piece(const trn_tokenizer *tok, trn__bpe_work *w, const unsigned char *s,
-                                 size_t n, trn_tokens *out) {
-    int i, n_heap = 0;
-    trn_result r;
+static trn_result trn__bpe_reserve(trn__bpe_work *w, size_t n) {
     if (n > w->cap) {
         size_t cap = TRN__MAX(n, 2 * w->cap);
         if (cap > (size_t)INT_MAX / 4)
@@ -912,28 +1039,45 @@ static trn_result trn__bpe_piece(const trn_tokenizer *tok, trn__bpe_work *w, con
         w->cap = cap;
         if (!w->id || !w->prev || !w->next || !w->heap) { w->cap = 0; return TRN_ERR_NOMEM; }
     }
-    for (i = 0; i < (int)n; i++) {
-        w->id[i] = tok->byte_id[s[i]];
+    return TRN_OK;
+}
+
+/* merge the n >= 1 symbols w->id[0..n) (reserved) and append the result */
+static trn_result trn__bpe_merge_run(const trn_tokenizer *tok, trn__bpe_work *w, int n, trn_tokens *out) {
+    int i, n_heap = 0;
+    trn_result r;
+    w->heapify = 1;
+    for (i = 0; i < n; i++) {
         w->prev[i] = i - 1;
-        w->next[i] = i + 1 < (int)n ? i + 1 : -1;
+        w->next[i] = i + 1 < n ? i + 1 : -1;
     }
-    for (i = 0; i + 1 < (int)n; i++) trn__bpe_try(tok, w, &n_heap, i);
+    for (i = 0; i + 1 < n; i++) trn__bpe_try(tok, w, &n_heap, i);
+    if (n_heap > 1) /* heapify: O(n), from the last parent up */
+        for (i = (n_heap - 2) / 4; i >= 0; i--) trn__bpe_sift(w->heap, n_heap, i);
+    w->heapify = 0;
     while (n_heap > 0) {
         trn__bpe_cand c = trn__bpe_heap_pop(w->heap, &n_heap);
-        int nx = w->next[c.pos];
-        const trn_bpe_merge *m;
-        if (w->id[c.pos] != c.left || nx < 0 || w->id[nx] != c.right) continue; /* stale */
-        m = trn__bpe_merge_find(tok, c.left, c.right);
-        w->id[c.pos] = m->id;       /* the left symbol becomes the merged one */
+        int pos = (int)(uint32_t)c.key, nx = w->next[pos];
+        if (w->id[pos] != c.left || nx < 0 || w->id[nx] != c.right) continue; /* stale */
+        w->id[pos] = c.id;          /* the left symbol becomes the merged one */
         w->id[nx] = -1;             /* the right one leaves the list          */
-        w->next[c.pos] = w->next[nx];
-        if (w->next[nx] >= 0) w->prev[w->next[nx]] = c.pos;
-        trn__bpe_try(tok, w, &n_heap, w->prev[c.pos]);
-        trn__bpe_try(tok, w, &n_heap, c.pos);
+        w->next[pos] = w->next[nx];
+        if (w->next[nx] >= 0) w->prev[w->next[nx]] = pos;
+        trn__bpe_try(tok, w, &n_heap, w->prev[pos]);
+        trn__bpe_try(tok, w, &n_heap, pos);
     }
-    if ((r = trn__tokens_reserve(out, n)) != TRN_OK) return r;
+    if ((r = trn__tokens_reserve(out, (size_t)n)) != TRN_OK) return r;
     for (i = 0; i >= 0; i = w->next[i]) out->ids[out->n++] = w->id[i];
     return TRN_OK;
+}
+
+static trn_result trn__bpe_piece(const trn_tokenizer *tok, trn__bpe_work *w, const unsigned char *s,
+                                 size_t n, trn_tokens *out) {
+    trn_result r;
+    size_t i;
+    if ((r = trn__bpe_reserve(w, n)) != TRN_OK) return r;
+    for (i = 0; i < n; i++) w->id[i] = tok->byte_id[s[i]];
+    return trn__bpe_merge_run(tok, w, (int)n, out);
 }
 
 TRNDEF trn_result trn_tokenizer_encode(const trn_tokenizer *tok, const char *text, size_t len,
@@ -948,6 +1092,7 @@ TRNDEF trn_result trn_tokenizer_encode(const trn_tokenizer *tok, const char *tex
         for (i = 0; i < len; i++) out->ids[out->n++] = (unsigned char)text[i];
         return TRN_OK;
     }
+    if (tok->kind == TRN_TOKENIZER_HF) return trn_tokenizer_encode_ex(tok, text, len, 0, out);
     if (!tok->merges) return trn_fail(TRN_ERR_INVALID, "trn_tokenizer_encode: tokenizer not loaded");
     memset(&w, 0, sizeof w);
     for (pos = 0; pos < len && r == TRN_OK;) {
@@ -974,6 +1119,11 @@ TRNDEF const char *trn_tokenizer_token(const trn_tokenizer *tok, int id, size_t 
     *len = 0;
     if (!tok || id < 0 || id >= tok->vocab_size) return NULL;
     if (tok->kind == TRN_TOKENIZER_BYTES) { *len = 1; return (const char *)&trn__byte_values[id]; }
+    if (tok->dec) { /* tokenizer.json: what the decoder makes of it */
+        if (tok->dec_len[id] == UINT32_MAX) return NULL;
+        *len = tok->dec_len[id];
+        return tok->dec + tok->dec_off[id];
+    }
     if (tok->len[id] == UINT32_MAX) return NULL;
     *len = tok->len[id];
     return tok->bytes + tok->off[id];
@@ -981,16 +1131,766 @@ TRNDEF const char *trn_tokenizer_token(const trn_tokenizer *tok, int id, size_t 
 
 TRNDEF size_t trn_tokenizer_decode(const trn_tokenizer *tok, const int *ids, size_t n, char *buf,
                                    size_t cap) {
-    size_t total = 0, i;
+    size_t total = 0, i, k;
+    int stripped = 0;
     if (!buf) cap = 0;
     for (i = 0; i < n && ids; i++) {
         size_t len;
         const char *s = trn_tokenizer_token(tok, ids[i], &len);
+        if (s && len && !stripped && tok->strip_space == 1) { /* Strip(" ", 1, 0) after Fuse */
+            stripped = 1;
+            if (s[0] == ' ') { s++; len--; }
+        }
+        if (s && i == 0 && tok->strip_space == 2) { /* Metaspace's decoder: no "▁" of token 0 is a space */
+            const char *raw = NULL;
+            size_t rn = 0;
+            int b, byte = 0;
+            for (b = 0; b < 256; b++) byte |= tok->byte_token[b] == ids[0];
+            if (tok->len[ids[0]] != UINT32_MAX) { raw = tok->bytes + tok->off[ids[0]]; rn = tok->len[ids[0]]; }
+            for (b = 0; b < tok->n_added && !raw; b++)
+                if (tok->added[b].id == ids[0]) { raw = tok->added_text + tok->added[b].poff; rn = tok->added[b].plen; }
+            for (k = 0; k < rn && !byte; k++) {
+                if (k + 3 <= rn && memcmp(raw + k, "\xE2\x96\x81", 3) == 0) { k += 2; continue; }
+                if (total < cap) buf[total] = raw[k];
+                total++;
+            }
+            if (!byte) continue;
+        }
         if (s && total < cap) memcpy(buf + total, s, TRN__MIN(len, cap - total));
         total += len;
     }
     if (cap > 0) buf[TRN__MIN(total, cap - 1)] = 0;
     return total;
+}
+
+/* ---- Hugging Face tokenizer.json: pre-tokenizer scanners ---------------- */
+enum { /* pre-tokenizer stages, run in order on each piece */
+    TRN__PT_PREFIX = 1, /* ByteLevel add_prefix_space: " " before a piece that has none */
+    TRN__PT_GPT2,       /* GPT-2's regex (ByteLevel use_regex, or Split with it)      */
+    TRN__PT_LLAMA3,     /* Llama 3's regex (digits in runs of 1..3)                   */
+    TRN__PT_QWEN2,      /* Qwen2's regex (Llama 3's with single digits)               */
+    TRN__PT_DIGITS,     /* Digits: runs of digits isolated                            */
+    TRN__PT_DIGIT1,     /* Digits individual_digits: each digit isolated              */
+    TRN__PT_META,       /* Metaspace: " " -> "▁", prepend per meta_prepend            */
+    TRN__PT_META_SPLIT  /* Metaspace split: and cut before each "▁"                   */
+};
+
+/* The split patterns recognized, exactly as tokenizer.json writes them
+   (JSON-decoded). Any other pattern is refused with its text. */
+static const char trn__re_gpt2[] =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+static const char trn__re_llama3[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char trn__re_qwen2[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+/* Llama 3's pattern (max_digits 3) and Qwen2's (1), one piece at a time:
+   the length (>= 1) of the piece at s[0], len >= 1. The alternatives are
+   tried in order, as the regex engine does:
+     1. (?i:'s|'t|'re|'ve|'m|'ll|'d)   contractions, any case
+     2. [^\r\n\p{L}\p{N}]?\p{L}+       letters, with one leading character
+                                       that is no letter, digit or newline
+     3. \p{N}{1,max_digits}            digits
+     4.  ?[^\s\p{L}\p{N}]+[\r\n]*      other characters, then newlines
+     5. \s*[\r\n]+                     whitespace up to its last newline
+     6. \s+(?!\S)                      whitespace but the last character
+                                       before a non-space
+     7. \s+                            whitespace */
+static size_t trn__l3_pretoken_len(const unsigned char *s, size_t len, int max_digits) {
+    size_t w, w2, end, last_nl = 0, last_start = 0;
+    int c, c2, k, any_nl = 0;
+    uint32_t cp;
+    if (s[0] == '\'' && len >= 2) {
+        int a = s[1] | 0x20, b = len >= 3 ? s[2] | 0x20 : 0;
+        if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return 3;
+        if (a == 's' || a == 't' || a == 'm' || a == 'd') return 2;
+    }
+    w = trn__utf8_decode(s, len, &cp);
+    c = trn__char_class(cp);
+    if (c == TRN__CH_LETTER || (c != TRN__CH_NUMBER && cp != '\r' && cp != '\n' && w < len &&
+                                trn__class_at(s, len, w, &w2) == TRN__CH_LETTER)) {
+        end = c == TRN__CH_LETTER ? 0 : w;
+        while (end < len && trn__class_at(s, len, end, &w2) == TRN__CH_LETTER) end += w2;
+        return end;
+    }
+    if (c == TRN__CH_NUMBER) {
+        for (end = w, k = 1; k < max_digits && end < len && trn__class_at(s, len, end, &w2) == TRN__CH_NUMBER; k++)
+            end += w2;
+        return end;
+    }
+    end = (s[0] == ' ' && len > 1) ? 1 : 0;
+    if ((c2 = trn__class_at(s, len, end, &w2)) == TRN__CH_OTHER) {
+        while (end < len && trn__class_at(s, len, end, &w2) == TRN__CH_OTHER) end += w2;
+        while (end < len && (s[end] == '\r' || s[end] == '\n')) end++;
+        return end;
+    }
+    /* s[0] is whitespace: rules 5, 6, 7 over the run s[0..end) */
+    end = 0;
+    while (end < len && trn__class_at(s, len, end, &w2) == TRN__CH_SPACE) {
+        if (s[end] == '\r' || s[end] == '\n') { last_nl = end; any_nl = 1; }
+        last_start = end;
+        end += w2;
+    }
+    if (any_nl) return last_nl + 1;
+    if (end == len || last_start == 0) return end;
+    return last_start;
+}
+
+/* Digits: a run of digits (or one digit), or the run of non-digits before one */
+static size_t trn__digits_len(const unsigned char *s, size_t len, int individual) {
+    size_t w, end = 0;
+    int d = trn__class_at(s, len, 0, &w) == TRN__CH_NUMBER;
+    if (d && individual) return w;
+    while (end < len && (trn__class_at(s, len, end, &w) == TRN__CH_NUMBER) == d) end += w;
+    return end;
+}
+
+/* ---- Hugging Face tokenizer.json: encoding ------------------------------- */
+typedef struct trn__hf_enc {
+    const trn_tokenizer *tok;
+    trn__bpe_work w;
+    trn__dbuf buf[8];   /* one scratch per stage (prefix, metaspace), norm. */
+    trn_tokens *out;
+    int flags;
+} trn__hf_enc;
+
+/* append s[0..n) to b with every " " as "▁" (after one "▁" with prepend) */
+static trn_result trn__meta_replace(trn__dbuf *b, const unsigned char *s, size_t n, int prepend) {
+    trn_result r;
+    size_t i;
+    char *o;
+    if (n > (size_t)-1 / 8 || (r = trn__dbuf_reserve(b, 3 * n + 3)) != TRN_OK) return TRN_ERR_NOMEM;
+    o = b->p + b->n;
+    if (prepend) { memcpy(o, "\xE2\x96\x81", 3); o += 3; }
+    for (i = 0; i < n; i++) {
+        if (s[i] == ' ') { memcpy(o, "\xE2\x96\x81", 3); o += 3; }
+        else *o++ = (char)s[i];
+    }
+    b->n = (size_t)(o - b->p);
+    b->p[b->n] = 0;
+    return TRN_OK;
+}
+
+/* BPE on one pre-token s[0..n), n >= 1 */
+static trn_result trn__hf_bpe(trn__hf_enc *e, const unsigned char *s, size_t n) {
+    const trn_tokenizer *tok = e->tok;
+    trn_result r;
+    size_t i, w;
+    int k = 0, id, last_unk = 0;
+    if (tok->ignore_merges && (id = trn_tokenizer_find(tok, (const char *)s, n)) >= 0)
+        return trn_tokens_append(e->out, &id, 1);
+    if ((r = trn__bpe_reserve(&e->w, n)) != TRN_OK) return r;
+    if (tok->byte_level) {
+        for (i = 0; i < n; i++) e->w.id[i] = tok->byte_id[s[i]];
+        return trn__bpe_merge_run(tok, &e->w, (int)n, e->out);
+    }
+    for (i = 0; i < n; i += w) { /* one symbol per character */
+        uint32_t cp;
+        size_t b;
+        w = trn__utf8_decode(s + i, n - i, &cp);
+        id = w == 1 && s[i] < 0x80 ? tok->byte_id[s[i]] : trn_tokenizer_find(tok, (const char *)s + i, w);
+        if (id >= 0) { e->w.id[k++] = id; last_unk = 0; continue; }
+        if (tok->byte_fallback) {
+            for (b = 0; b < w && tok->byte_token[s[i + b]] >= 0; b++) {}
+            if (b == w) {
+                for (b = 0; b < w; b++) e->w.id[k++] = tok->byte_token[s[i + b]];
+                last_unk = 0;
+                continue;
+            }
+        }
+        if (tok->unk_id >= 0 && !(tok->fuse_unk && last_unk)) { e->w.id[k++] = tok->unk_id; last_unk = 1; }
+        /* no unk_token: the character is dropped, as the package does */
+    }
+    if (k == 0) return TRN_OK;
+    return trn__bpe_merge_run(tok, &e->w, k, e->out);
+}
+
+/* pre-tokenizer stage `st` on s[0..n); first: the piece starts the input */
+static trn_result trn__hf_stage(trn__hf_enc *e, int st, const unsigned char *s, size_t n, int first) {
+    const trn_tokenizer *tok = e->tok;
+    trn_result r = TRN_OK;
+    size_t pos, m;
+    trn__dbuf *b;
+    if (n == 0) return TRN_OK;
+    if (st == tok->n_stages) return trn__hf_bpe(e, s, n);
+    b = &e->buf[st];
+    switch (tok->stage[st]) {
+    case TRN__PT_PREFIX:
+        if (s[0] == ' ') return trn__hf_stage(e, st + 1, s, n, first);
+        b->n = 0;
+        if ((r = trn__dbuf_put(b, " ", 1)) != TRN_OK || (r = trn__dbuf_put(b, s, n)) != TRN_OK) return r;
+        return trn__hf_stage(e, st + 1, (const unsigned char *)b->p, b->n, first);
+    case TRN__PT_META: case TRN__PT_META_SPLIT:
+        b->n = 0;
+        if (!(n >= 3 && memcmp(s, "\xE2\x96\x81", 3) == 0) && s[0] != ' ' &&
+            (tok->meta_prepend == 1 || (tok->meta_prepend == 2 && first)))
+            if ((r = trn__dbuf_put(b, "\xE2\x96\x81", 3)) != TRN_OK) return r;
+        if ((r = trn__meta_replace(b, s, n, 0)) != TRN_OK) return r;
+        if (tok->stage[st] == TRN__PT_META)
+            return trn__hf_stage(e, st + 1, (const unsigned char *)b->p, b->n, first);
+        for (m = 0, pos = 1; pos <= b->n; pos++) /* cut before each "▁" (MergedWithNext); m: piece start */
+            if (pos == b->n || (pos + 3 <= b->n && memcmp(b->p + pos, "\xE2\x96\x81", 3) == 0)) {
+                if ((r = trn__hf_stage(e, st + 1, (const unsigned char *)b->p + m, pos - m, first && m == 0)) != TRN_OK)
+                    return r;
+                m = pos;
+            }
+        return TRN_OK;
+    default: break;
+    }
+    for (pos = 0; pos < n && r == TRN_OK; pos += m) { /* the splitting stages */
+        switch (tok->stage[st]) {
+        case TRN__PT_GPT2: m = trn_bpe_pretoken_len((const char *)s + pos, n - pos); break;
+        case TRN__PT_LLAMA3: m = trn__l3_pretoken_len(s + pos, n - pos, 3); break;
+        case TRN__PT_QWEN2: m = trn__l3_pretoken_len(s + pos, n - pos, 1); break;
+        case TRN__PT_DIGITS: m = trn__digits_len(s + pos, n - pos, 0); break;
+        default: m = trn__digits_len(s + pos, n - pos, 1); break;
+        }
+        r = trn__hf_stage(e, st + 1, s + pos, m, first && pos == 0);
+    }
+    return r;
+}
+
+/* the leftmost-longest added token at or after s[from..n) among those with
+   normalized == norm (special ones skipped with TRN_ENCODE_NO_SPECIAL):
+   its index, start in *at; -1 when none */
+static int trn__hf_added_find(const trn_tokenizer *tok, const unsigned char *s, size_t n, size_t from, int norm,
+                              int flags, size_t *at) {
+    size_t i;
+    for (i = from; i < n; i++) {
+        int k, best = -1;
+        uint32_t best_len = 0;
+        for (k = tok->added_first[s[i]]; k < tok->added_first[s[i] + 1]; k++) {
+            const trn_added_token *a = &tok->added[tok->added_by_byte[k]];
+            if (a->normalized != norm || (a->special && (flags & TRN_ENCODE_NO_SPECIAL))) continue;
+            if (a->plen > best_len && a->plen <= n - i && memcmp(s + i, tok->added_text + a->poff, a->plen) == 0) {
+                best = tok->added_by_byte[k];
+                best_len = a->plen;
+            }
+        }
+        if (best >= 0) { *at = i; return best; }
+    }
+    return -1;
+}
+
+/* one piece between non-normalized added tokens: normalize, cut out the
+   normalized added tokens, pre-tokenize and BPE the rest */
+static trn_result trn__hf_segment(trn__hf_enc *e, const unsigned char *s, size_t n, int first) {
+    const trn_tokenizer *tok = e->tok;
+    trn__dbuf *b = &e->buf[7];
+    trn_result r;
+    size_t pos = 0, at;
+    int k;
+    if (n == 0) return TRN_OK;
+    if (tok->meta_norm) { /* Prepend("▁") + Replace(" ", "▁") */
+        b->n = 0;
+        if ((r = trn__meta_replace(b, s, n, 1)) != TRN_OK) return r;
+        s = (const unsigned char *)b->p;
+        n = b->n;
+    }
+    while ((k = trn__hf_added_find(tok, s, n, pos, 1, e->flags, &at)) >= 0) {
+        if ((r = trn__hf_stage(e, 0, s + pos, at - pos, first && pos == 0)) != TRN_OK) return r;
+        if ((r = trn_tokens_append(e->out, &tok->added[k].id, 1)) != TRN_OK) return r;
+        pos = at + tok->added[k].plen;
+    }
+    return trn__hf_stage(e, 0, s + pos, n - pos, first && pos == 0);
+}
+
+TRNDEF trn_result trn_tokenizer_encode_ex(const trn_tokenizer *tok, const char *text, size_t len, int flags,
+                                          trn_tokens *out) {
+    trn__hf_enc e;
+    trn_result r = TRN_OK;
+    const unsigned char *s = (const unsigned char *)text;
+    size_t pos = 0, at;
+    int k, i;
+    if (!tok || !out || (!text && len))
+        return trn_fail(TRN_ERR_INVALID, "trn_tokenizer_encode_ex: NULL argument");
+    if (tok->kind != TRN_TOKENIZER_HF) return trn_tokenizer_encode(tok, text, len, out);
+    if (!tok->merges) return trn_fail(TRN_ERR_INVALID, "trn_tokenizer_encode_ex: tokenizer not loaded");
+    memset(&e, 0, sizeof e);
+    e.tok = tok; e.out = out; e.flags = flags;
+    for (i = 0; i < 8; i++) e.buf[i].kind = TRN_KIND_TEMP;
+    if ((flags & TRN_ENCODE_BOS) && tok->bos_id >= 0) r = trn_tokens_append(out, &tok->bos_id, 1);
+    while (r == TRN_OK && (k = trn__hf_added_find(tok, s, len, pos, 0, flags, &at)) >= 0) {
+        if ((r = trn__hf_segment(&e, s + pos, at - pos, pos == 0)) != TRN_OK) break;
+        r = trn_tokens_append(out, &tok->added[k].id, 1);
+        pos = at + tok->added[k].plen;
+    }
+    if (r == TRN_OK) r = trn__hf_segment(&e, s + pos, len - pos, pos == 0);
+    if (r == TRN_OK && (flags & TRN_ENCODE_BOS) && tok->eos_id >= 0) r = trn_tokens_append(out, &tok->eos_id, 1);
+    trn_free(e.w.id); trn_free(e.w.prev); trn_free(e.w.next); trn_free(e.w.heap);
+    for (i = 0; i < 8; i++) trn_free(e.buf[i].p);
+    return r;
+}
+
+/* ---- Hugging Face tokenizer.json: loading -------------------------------- */
+/* the JSON string at the cursor, decoded, into b (b->n = its length) */
+static trn_result trn__hf_jstr(trn__jp *j, trn__dbuf *b) {
+    trn_result r;
+    uint32_t cp = 0;
+    char u[4];
+    b->n = 0;
+    if ((r = trn__jopen(j)) != TRN_OK || (r = trn__dbuf_reserve(b, 0)) != TRN_OK) return r;
+    for (;;) {
+        if ((r = trn__jchar(j, &cp)) != TRN_OK) return r;
+        if (cp == TRN__JSTR_END) return TRN_OK;
+        if ((r = trn__dbuf_put(b, u, trn__utf8_encode(cp, u))) != TRN_OK) return r;
+    }
+}
+
+static int trn__hf_absent(trn_json_value v) {
+    trn_json_type t = trn_json_typeof(v);
+    return t == TRN_JSON_NONE || t == TRN_JSON_NULL;
+}
+
+/* obj["type"] into buf; refuses a value that is not an object with one */
+static trn_result trn__hf_type(trn_json_value v, const char *what, char *buf, size_t cap) {
+    if (trn_json_typeof(v) != TRN_JSON_OBJECT)
+        return trn_fail(TRN_ERR_FORMAT, "%s: %s is not an object", v.doc->name, what);
+    return trn_json_string(trn_json_key(v, "type"), buf, cap);
+}
+
+/* an optional boolean member (absent or null: dflt) */
+static trn_result trn__hf_bool(trn_json_value obj, const char *key, int dflt, int *out) {
+    trn_json_value v = trn_json_key(obj, key);
+    *out = dflt;
+    return trn__hf_absent(v) && !v.twice ? TRN_OK : trn_json_bool(v, out);
+}
+
+/* is obj[key] the string want? */
+static int trn__hf_str_is(trn_json_value obj, const char *key, const char *want) {
+    char buf[64];
+    return trn_json_string(trn_json_key(obj, key), buf, sizeof buf) == TRN_OK && strcmp(buf, want) == 0;
+}
+
+static trn_result trn__hf_unsupported(const char *path, const char *what, const char *name, const char *hint) {
+    return trn_fail(TRN_ERR_FORMAT, "%s: %s \"%s\" is not implemented%s%s", path, what, name, hint[0] ? " " : "",
+                    hint);
+}
+
+static trn_result trn__hf_pre(trn_tokenizer *tok, trn_json_value v, int depth, const char *path) {
+    char type[64], pat[512];
+    trn_result r;
+    int i, n, flag;
+    if (trn__hf_absent(v)) return TRN_OK;
+    if ((r = trn__hf_type(v, "pre_tokenizer", type, sizeof type)) != TRN_OK) return r;
+    if (!strcmp(type, "Sequence") && depth < 4) {
+        trn_json_value list = trn_json_key(v, "pretokenizers");
+        if (trn_json_typeof(list) != TRN_JSON_ARRAY)
+            return trn_fail(TRN_ERR_FORMAT, "%s: pre_tokenizer Sequence without a 'pretokenizers' list", path);
+        for (i = 0, n = trn_json_count(list); i < n; i++)
+            if ((r = trn__hf_pre(tok, trn_json_at(list, i), depth + 1, path)) != TRN_OK) return r;
+        return TRN_OK;
+    }
+    if (tok->n_stages + 2 > (int)(sizeof tok->stage / sizeof tok->stage[0]))
+        return trn_fail(TRN_ERR_FORMAT, "%s: more than %d pre-tokenizer steps", path, 4);
+    if (!strcmp(type, "ByteLevel")) {
+        tok->byte_level = 1;
+        if ((r = trn__hf_bool(v, "add_prefix_space", 1, &flag)) != TRN_OK) return r;
+        if (flag) tok->stage[tok->n_stages++] = TRN__PT_PREFIX;
+        if ((r = trn__hf_bool(v, "use_regex", 1, &flag)) != TRN_OK) return r;
+        if (flag) tok->stage[tok->n_stages++] = TRN__PT_GPT2;
+        return TRN_OK;
+    }
+    if (!strcmp(type, "Split")) {
+        trn_json_value p = trn_json_key(v, "pattern");
+        if ((r = trn__hf_bool(v, "invert", 0, &flag)) != TRN_OK) return r;
+        if (flag) return trn_fail(TRN_ERR_FORMAT, "%s: pre_tokenizer Split with invert: true is not implemented", path);
+        if (!trn__hf_str_is(v, "behavior", "Isolated"))
+            return trn_fail(TRN_ERR_FORMAT, "%s: pre_tokenizer Split: only behavior \"Isolated\" is implemented", path);
+        if (trn_json_typeof(p) != TRN_JSON_OBJECT || !trn_json_has(p, "Regex"))
+            return trn_fail(TRN_ERR_FORMAT, "%s: pre_tokenizer Split: only a \"Regex\" pattern is implemented", path);
+        if ((r = trn_json_string(trn_json_key(p, "Regex"), pat, sizeof pat)) != TRN_OK) return r;
+        if (!strcmp(pat, trn__re_gpt2)) tok->stage[tok->n_stages++] = TRN__PT_GPT2;
+        else if (!strcmp(pat, trn__re_llama3)) tok->stage[tok->n_stages++] = TRN__PT_LLAMA3;
+        else if (!strcmp(pat, trn__re_qwen2)) tok->stage[tok->n_stages++] = TRN__PT_QWEN2;
+        else return trn_fail(TRN_ERR_FORMAT, "%s: split pattern \"%s\" is not one of the known ones (GPT-2's, "
+                             "Llama 3's, Qwen2's)", path, pat);
+        return TRN_OK;
+    }
+    if (!strcmp(type, "Digits")) {
+        if ((r = trn__hf_bool(v, "individual_digits", 0, &flag)) != TRN_OK) return r;
+        tok->stage[tok->n_stages++] = flag ? TRN__PT_DIGIT1 : TRN__PT_DIGITS;
+        return TRN_OK;
+    }
+    if (!strcmp(type, "Metaspace")) {
+        char scheme[32];
+        if (!trn__hf_str_is(v, "replacement", "\xE2\x96\x81"))
+            return trn_fail(TRN_ERR_FORMAT, "%s: Metaspace: only the replacement \"\xE2\x96\x81\" is implemented", path);
+        if (trn_json_has(v, "prepend_scheme")) {
+            if ((r = trn_json_string(trn_json_key(v, "prepend_scheme"), scheme, sizeof scheme)) != TRN_OK) return r;
+            if (!strcmp(scheme, "always")) tok->meta_prepend = 1;
+            else if (!strcmp(scheme, "first")) tok->meta_prepend = 2;
+            else if (!strcmp(scheme, "never")) tok->meta_prepend = 0;
+            else return trn__hf_unsupported(path, "Metaspace prepend_scheme", scheme, "");
+        } else {
+            if ((r = trn__hf_bool(v, "add_prefix_space", 1, &flag)) != TRN_OK) return r;
+            tok->meta_prepend = flag;
+        }
+        if ((r = trn__hf_bool(v, "split", 1, &flag)) != TRN_OK) return r;
+        tok->stage[tok->n_stages++] = flag ? TRN__PT_META_SPLIT : TRN__PT_META;
+        return TRN_OK;
+    }
+    return trn__hf_unsupported(path, "pre_tokenizer", type,
+                               "(implemented: ByteLevel, Split, Digits, Metaspace, Sequence)");
+}
+
+static trn_result trn__hf_decoder(trn_tokenizer *tok, trn_json_value v, int depth, const char *path) {
+    char type[64];
+    trn_result r;
+    int i, n, flag;
+    int64_t start = 0, stop = 0;
+    if (trn__hf_absent(v)) return TRN_OK;
+    if ((r = trn__hf_type(v, "decoder", type, sizeof type)) != TRN_OK) return r;
+    if (!strcmp(type, "Sequence") && depth < 4) {
+        trn_json_value list = trn_json_key(v, "decoders");
+        for (i = 0, n = trn_json_count(list); i < n; i++)
+            if ((r = trn__hf_decoder(tok, trn_json_at(list, i), depth + 1, path)) != TRN_OK) return r;
+        return TRN_OK;
+    }
+    if (!strcmp(type, "ByteLevel") || !strcmp(type, "ByteFallback") || !strcmp(type, "Fuse")) return TRN_OK;
+    if (!strcmp(type, "Replace")) {
+        trn_json_value p = trn_json_key(v, "pattern");
+        if (trn__hf_str_is(p, "String", "\xE2\x96\x81") && trn__hf_str_is(v, "content", " ")) return TRN_OK;
+        return trn_fail(TRN_ERR_FORMAT, "%s: decoder Replace: only \"\xE2\x96\x81\" -> \" \" is implemented", path);
+    }
+    if (!strcmp(type, "Strip")) {
+        if ((r = trn_json_int(trn_json_key(v, "start"), 0, 1, &start)) != TRN_OK ||
+            (r = trn_json_int(trn_json_key(v, "stop"), 0, 0, &stop)) != TRN_OK || !trn__hf_str_is(v, "content", " "))
+            return trn_fail(TRN_ERR_FORMAT, "%s: decoder Strip: only content \" \", start 0 or 1, stop 0 is "
+                            "implemented", path);
+        if (start) tok->strip_space = 1;
+        return TRN_OK;
+    }
+    if (!strcmp(type, "Metaspace")) {
+        char scheme[32] = "always";
+        if (trn_json_has(v, "prepend_scheme") &&
+            (r = trn_json_string(trn_json_key(v, "prepend_scheme"), scheme, sizeof scheme)) != TRN_OK) return r;
+        if ((r = trn__hf_bool(v, "add_prefix_space", 1, &flag)) != TRN_OK) return r;
+        if (strcmp(scheme, "never") != 0 && flag) tok->strip_space = 2;
+        return TRN_OK;
+    }
+    return trn__hf_unsupported(path, "decoder", type, "(implemented: ByteLevel, Metaspace, Replace, ByteFallback, "
+                               "Fuse, Strip, Sequence)");
+}
+
+/* the BOS/EOS of a TemplateProcessing's "single" template */
+static trn_result trn__hf_post(trn_tokenizer *tok, trn_json_value v, int depth, const char *path) {
+    char type[64], name[256];
+    trn_result r;
+    int i, n, seen_seq = 0;
+    if (trn__hf_absent(v)) return TRN_OK;
+    if ((r = trn__hf_type(v, "post_processor", type, sizeof type)) != TRN_OK) return r;
+    if (!strcmp(type, "ByteLevel")) return TRN_OK; /* offsets only */
+    if (!strcmp(type, "Sequence") && depth < 4) {
+        trn_json_value list = trn_json_key(v, "processors");
+        for (i = 0, n = trn_json_count(list); i < n; i++)
+            if ((r = trn__hf_post(tok, trn_json_at(list, i), depth + 1, path)) != TRN_OK) return r;
+        return TRN_OK;
+    }
+    if (strcmp(type, "TemplateProcessing") != 0)
+        return trn__hf_unsupported(path, "post_processor", type, "(implemented: TemplateProcessing, ByteLevel, Sequence)");
+    {
+        trn_json_value single = trn_json_key(v, "single"), specials = trn_json_key(v, "special_tokens");
+        for (i = 0, n = trn_json_count(single); i < n; i++) {
+            trn_json_value item = trn_json_at(single, i), sp = trn_json_key(item, "SpecialToken");
+            int64_t id;
+            if (trn_json_has(item, "Sequence")) { seen_seq = 1; continue; }
+            if (trn_json_typeof(sp) != TRN_JSON_OBJECT)
+                return trn_fail(TRN_ERR_FORMAT, "%s: post_processor: a template item that is neither Sequence nor "
+                                "SpecialToken", path);
+            if ((r = trn_json_string(trn_json_key(sp, "id"), name, sizeof name)) != TRN_OK) return r;
+            if ((r = trn_json_int(trn_json_at(trn_json_key(trn_json_key(specials, name), "ids"), 0), 0,
+                                  TRN__MAX_VOCAB - 1, &id)) != TRN_OK) return r;
+            if (seen_seq ? tok->eos_id >= 0 : tok->bos_id >= 0)
+                return trn_fail(TRN_ERR_FORMAT, "%s: post_processor: more than one special token %s the text "
+                                "is not implemented", path, seen_seq ? "after" : "before");
+            if (seen_seq) tok->eos_id = (int)id; else tok->bos_id = (int)id;
+        }
+    }
+    return TRN_OK;
+}
+
+/* what the decoder makes of token string t[0..n) (metaspace files):
+   "<0xNN>" -> that byte (ByteFallback), "▁" -> " " (Replace) */
+static trn_result trn__hf_dec_meta(trn__dbuf *d, const char *t, size_t n) {
+    trn_result r = TRN_OK;
+    size_t i;
+    if (n == 6 && t[0] == '<' && t[1] == '0' && t[2] == 'x' && t[5] == '>' && isxdigit((unsigned char)t[3]) &&
+        isxdigit((unsigned char)t[4])) {
+        char hex[3] = {t[3], t[4], 0}, b = (char)strtol(hex, NULL, 16);
+        return trn__dbuf_put(d, &b, 1);
+    }
+    for (i = 0; i < n && r == TRN_OK; i++) {
+        if (i + 3 <= n && memcmp(t + i, "\xE2\x96\x81", 3) == 0) { r = trn__dbuf_put(d, " ", 1); i += 2; }
+        else r = trn__dbuf_put(d, t + i, 1);
+    }
+    return r;
+}
+
+TRNDEF trn_result trn_tokenizer_load_hf(trn_tokenizer *tok, const char *path) {
+    trn_json doc;
+    trn_json_value root, model, v, added, merges;
+    trn__dbuf atext = {NULL, 0, 0, TRN_KIND_RUNTIME}, a = {NULL, 0, 0, TRN_KIND_TEMP};
+    trn__dbuf both = {NULL, 0, 0, TRN_KIND_TEMP}, l = {NULL, 0, 0, TRN_KIND_TEMP}, rr = {NULL, 0, 0, TRN_KIND_TEMP};
+    trn__dbuf dec = {NULL, 0, 0, TRN_KIND_RUNTIME};
+    int byte_of[256 + 68];
+    char type[64], unk[256];
+    trn__jp j;
+    trn_result r;
+    int i, n_added, max_added = -1, b, flag;
+    uint32_t c;
+    if (!tok || !path) return trn_fail(TRN_ERR_INVALID, "trn_tokenizer_load_hf: NULL argument");
+    trn_tokenizer_init_bytes(tok);
+    tok->kind = TRN_TOKENIZER_HF;
+    tok->vocab_size = 0;
+    if ((r = trn_json_load(&doc, path)) != TRN_OK) return r; /* regular file, strict JSON */
+    root = trn_json_root(&doc);
+    model = trn_json_key(root, "model");
+    if (trn_json_typeof(root) != TRN_JSON_OBJECT || trn_json_typeof(model) != TRN_JSON_OBJECT) {
+        r = trn_fail(TRN_ERR_FORMAT, "%s: no \"model\" object: not a tokenizer.json", path);
+        goto fail;
+    }
+    if ((r = trn_json_string(trn_json_key(model, "type"), type, sizeof type)) != TRN_OK) goto fail;
+    if (strcmp(type, "BPE") != 0) {
+        r = trn__hf_unsupported(path, "model type", type, "(only BPE: Unigram, WordPiece and WordLevel are not)");
+        goto fail;
+    }
+    if (!trn__hf_absent(trn_json_key(model, "dropout")) ||
+        !(trn__hf_absent(trn_json_key(model, "continuing_subword_prefix")) || trn__hf_str_is(model, "continuing_subword_prefix", "")) ||
+        !(trn__hf_absent(trn_json_key(model, "end_of_word_suffix")) || trn__hf_str_is(model, "end_of_word_suffix", ""))) {
+        r = trn_fail(TRN_ERR_FORMAT, "%s: BPE dropout, continuing_subword_prefix and end_of_word_suffix are not "
+                     "implemented", path);
+        goto fail;
+    }
+    if ((r = trn__hf_bool(model, "byte_fallback", 0, &tok->byte_fallback)) != TRN_OK ||
+        (r = trn__hf_bool(model, "ignore_merges", 0, &tok->ignore_merges)) != TRN_OK ||
+        (r = trn__hf_bool(model, "fuse_unk", 0, &tok->fuse_unk)) != TRN_OK)
+        goto fail;
+    /* normalizer: none, or Llama 2's Prepend("▁") + Replace(" ", "▁") */
+    v = trn_json_key(root, "normalizer");
+    if (!trn__hf_absent(v)) {
+        trn_json_value list = trn_json_key(v, "normalizers"), p0, p1;
+        if ((r = trn__hf_type(v, "normalizer", type, sizeof type)) != TRN_OK) goto fail;
+        p0 = trn_json_at(list, 0); p1 = trn_json_at(list, 1);
+        if (strcmp(type, "Sequence") != 0 || trn_json_count(list) != 2 || !trn__hf_str_is(p0, "type", "Prepend") ||
+            !trn__hf_str_is(p0, "prepend", "\xE2\x96\x81") || !trn__hf_str_is(p1, "type", "Replace") ||
+            !trn__hf_str_is(trn_json_key(p1, "pattern"), "String", " ") ||
+            !trn__hf_str_is(p1, "content", "\xE2\x96\x81")) {
+            r = trn__hf_unsupported(path, "normalizer", type,
+                                    "(only none, or Sequence [Prepend \"\xE2\x96\x81\", Replace \" \" -> \"\xE2\x96\x81\"])");
+            goto fail;
+        }
+        tok->meta_norm = 1;
+    }
+    if ((r = trn__hf_pre(tok, trn_json_key(root, "pre_tokenizer"), 0, path)) != TRN_OK ||
+        (r = trn__hf_decoder(tok, trn_json_key(root, "decoder"), 0, path)) != TRN_OK)
+        goto fail;
+    if (tok->byte_level && (tok->meta_norm || tok->byte_fallback)) {
+        r = trn_fail(TRN_ERR_FORMAT, "%s: ByteLevel with a metaspace normalizer or byte_fallback is not "
+                     "implemented", path);
+        goto fail;
+    }
+    /* added tokens: their largest id sizes the tables */
+    added = trn_json_key(root, "added_tokens");
+    if (!trn__hf_absent(added) && trn_json_typeof(added) != TRN_JSON_ARRAY) {
+        r = trn_fail(TRN_ERR_FORMAT, "%s: 'added_tokens' is not a list", path);
+        goto fail;
+    }
+    n_added = trn_json_count(added);
+    if (n_added > 0) {
+        tok->added = (trn_added_token *)trn_alloc((size_t)n_added * sizeof(trn_added_token), TRN_KIND_RUNTIME);
+        if (!tok->added) { r = TRN_ERR_NOMEM; goto fail; }
+    }
+    j = trn__json_cursor(added);
+    if (n_added > 0) trn__jeat(&j, '[');
+    for (i = 0; i < n_added; i++) { /* walk the list once (trn_json_at would rescan it) */
+        trn_json_value t;
+        trn_added_token *at = &tok->added[i];
+        int64_t id;
+        const char *flags[3] = {"single_word", "lstrip", "rstrip"};
+        int f;
+        if (i > 0) trn__jeat(&j, ',');
+        trn__jws(&j);
+        t.doc = &doc; t.at = j.p; t.key = "added_tokens"; t.twice = 0;
+        if ((r = trn__jskip(&j, 1)) != TRN_OK) goto fail;
+        if (trn_json_typeof(t) != TRN_JSON_OBJECT) { r = trn_fail(TRN_ERR_FORMAT, "%s: added token %d is not an object", path, i); goto fail; }
+        if ((r = trn_json_int(trn_json_key(t, "id"), 0, TRN__MAX_VOCAB - 1, &id)) != TRN_OK) goto fail;
+        at->id = (int)id;
+        if ((int)id > max_added) max_added = (int)id;
+        if ((r = trn__hf_bool(t, "special", 0, &at->special)) != TRN_OK ||
+            (r = trn__hf_bool(t, "normalized", !at->special, &at->normalized)) != TRN_OK)
+            goto fail;
+        for (f = 0; f < 3; f++) {
+            if ((r = trn__hf_bool(t, flags[f], 0, &flag)) != TRN_OK) goto fail;
+            if (flag) { r = trn_fail(TRN_ERR_FORMAT, "%s: added token %d: %s: true is not implemented", path, (int)id, flags[f]); goto fail; }
+        }
+        { /* content, then the pattern matched */
+            trn__jp cj = trn__json_cursor(trn_json_key(t, "content"));
+            size_t k;
+            if (trn_json_typeof(trn_json_key(t, "content")) != TRN_JSON_STRING) {
+                r = trn_fail(TRN_ERR_FORMAT, "%s: added token %d has no string 'content'", path, (int)id);
+                goto fail;
+            }
+            if ((r = trn__hf_jstr(&cj, &a)) != TRN_OK) goto fail;
+            if (a.n == 0 || atext.n + 2 * a.n + 3 > 0x7FFFFFFFu) {
+                r = trn_fail(TRN_ERR_FORMAT, "%s: added token %d: empty or too long", path, (int)id);
+                goto fail;
+            }
+            at->off = (uint32_t)atext.n; at->len = (uint32_t)a.n;
+            if ((r = trn__dbuf_put(&atext, a.p, a.n)) != TRN_OK) goto fail;
+            at->poff = (uint32_t)atext.n;
+            if (at->normalized && tok->meta_norm) {
+                if ((r = trn__dbuf_put(&atext, "\xE2\x96\x81", 3)) != TRN_OK) goto fail;
+                for (k = 0; k < a.n; k++)
+                    if ((r = trn__dbuf_put(&atext, a.p[k] == ' ' ? "\xE2\x96\x81" : a.p + k, a.p[k] == ' ' ? 3 : 1)) != TRN_OK)
+                        goto fail;
+            } else if ((r = trn__dbuf_put(&atext, a.p, a.n)) != TRN_OK) goto fail;
+            at->plen = (uint32_t)(atext.n - at->poff);
+        }
+    }
+    tok->n_added = n_added;
+    /* the model's vocabulary and lookup (added tokens are not looked up by bytes) */
+    v = trn_json_key(model, "vocab");
+    if (trn_json_typeof(v) != TRN_JSON_OBJECT) { r = trn_fail(TRN_ERR_FORMAT, "%s: model.vocab is not an object", path); goto fail; }
+    for (c = 0; c < 256 + 68; c++) byte_of[c] = trn__bpe_byte_of(c);
+    j = trn__json_cursor(v);
+    if ((r = trn__bpe_parse_vocab(tok, &j, path, tok->byte_level ? byte_of : NULL, max_added + 1)) != TRN_OK ||
+        (r = trn__bpe_build_lookup(tok, path)) != TRN_OK)
+        goto fail;
+    if (tok->byte_level) {
+        for (b = 0; b < 256; b++) {
+            char ch = (char)b;
+            if ((tok->byte_id[b] = trn_tokenizer_find(tok, &ch, 1)) < 0) {
+                r = trn_fail(TRN_ERR_FORMAT, "%s: no token for byte 0x%02X (a byte-level vocabulary has all 256)", path, b);
+                goto fail;
+            }
+        }
+    } else {
+        for (b = 0; b < 256; b++) {
+            char name[8];
+            snprintf(name, sizeof name, "<0x%02X>", b);
+            name[7] = (char)b; /* the single-byte token, an ASCII character (none for 0x80..0xFF) */
+            tok->byte_id[b] = b < 0x80 ? trn_tokenizer_find(tok, name + 7, 1) : -1;
+            tok->byte_token[b] = tok->byte_fallback ? trn_tokenizer_find(tok, name, 6) : -1;
+        }
+    }
+    v = trn_json_key(model, "unk_token");
+    if (!trn__hf_absent(v)) {
+        if ((r = trn_json_string(v, unk, sizeof unk)) != TRN_OK) goto fail;
+        if ((tok->unk_id = trn_tokenizer_find(tok, unk, strlen(unk))) < 0) {
+            r = trn_fail(TRN_ERR_FORMAT, "%s: unk_token \"%s\" is not in the vocabulary", path, unk);
+            goto fail;
+        }
+    }
+    /* merges: "a b" strings or ["a", "b"] pairs, best first */
+    merges = trn_json_key(model, "merges");
+    if (trn_json_typeof(merges) != TRN_JSON_ARRAY) { r = trn_fail(TRN_ERR_FORMAT, "%s: model.merges is not a list", path); goto fail; }
+    if ((r = trn__bpe_merges_alloc(tok, (size_t)trn_json_count(merges))) != TRN_OK) goto fail;
+    j = trn__json_cursor(merges);
+    trn__jeat(&j, '[');
+    if (!trn__jeat(&j, ']')) for (i = 0;; i++) {
+        char where[600];
+        snprintf(where, sizeof where, "%s: merge %d", path, i);
+        trn__jws(&j);
+        if (j.p < j.end && *j.p == '[') {
+            j.p++;
+            if ((r = trn__hf_jstr(&j, &l)) != TRN_OK) goto fail;
+            if (!trn__jeat(&j, ',')) { r = trn__jerr(&j, "expected a pair of strings"); goto fail; }
+            if ((r = trn__hf_jstr(&j, &rr)) != TRN_OK) goto fail;
+            if (!trn__jeat(&j, ']')) { r = trn__jerr(&j, "expected a pair of strings"); goto fail; }
+            r = trn__bpe_add_merge(tok, tok->byte_level ? byte_of : NULL, l.p, l.n, rr.p, rr.n, &a, &both, where);
+        } else {
+            const char *sp;
+            if ((r = trn__hf_jstr(&j, &l)) != TRN_OK) goto fail;
+            sp = (const char *)memchr(l.p, ' ', l.n);
+            if (!sp || sp == l.p || sp == l.p + l.n - 1 || memchr(sp + 1, ' ', (size_t)(l.p + l.n - sp - 1))) {
+                r = trn_fail(TRN_ERR_FORMAT, "%s: expected two tokens separated by one space", where);
+                goto fail;
+            }
+            r = trn__bpe_add_merge(tok, tok->byte_level ? byte_of : NULL, l.p, (size_t)(sp - l.p), sp + 1,
+                                   (size_t)(l.p + l.n - sp - 1), &a, &both, where);
+        }
+        if (r != TRN_OK) goto fail;
+        if (trn__jeat(&j, ']')) break;
+        if (!trn__jeat(&j, ',')) { r = trn__jerr(&j, "expected ',' or ']'"); goto fail; }
+    }
+    if ((r = trn__hf_post(tok, trn_json_key(root, "post_processor"), 0, path)) != TRN_OK) goto fail;
+    if ((tok->bos_id >= tok->vocab_size) || (tok->eos_id >= tok->vocab_size)) {
+        r = trn_fail(TRN_ERR_FORMAT, "%s: post_processor: a special token id is outside the vocabulary", path);
+        goto fail;
+    }
+    /* added tokens bucketed by the first byte of their pattern */
+    tok->added_text = atext.p; atext.p = NULL;
+    if (n_added > 0) {
+        int cnt[257] = {0};
+        tok->added_by_byte = (int *)trn_alloc((size_t)n_added * sizeof(int), TRN_KIND_RUNTIME);
+        if (!tok->added_by_byte) { r = TRN_ERR_NOMEM; goto fail; }
+        for (i = 0; i < n_added; i++) cnt[(unsigned char)tok->added_text[tok->added[i].poff] + 1]++;
+        for (b = 0; b < 256; b++) cnt[b + 1] += cnt[b];
+        memcpy(tok->added_first, cnt, sizeof cnt);
+        for (i = 0; i < n_added; i++) tok->added_by_byte[cnt[(unsigned char)tok->added_text[tok->added[i].poff]]++] = i;
+    }
+    /* what each id decodes to */
+    tok->dec_off = (uint32_t *)trn_alloc((size_t)tok->vocab_size * sizeof(uint32_t), TRN_KIND_RUNTIME);
+    tok->dec_len = (uint32_t *)trn_alloc((size_t)tok->vocab_size * sizeof(uint32_t), TRN_KIND_RUNTIME);
+    if (!tok->dec_off || !tok->dec_len || (r = trn__dbuf_reserve(&dec, 0)) != TRN_OK) { r = TRN_ERR_NOMEM; goto fail; }
+    for (i = 0; i < tok->vocab_size; i++) { tok->dec_off[i] = 0; tok->dec_len[i] = UINT32_MAX; }
+    for (i = 0; i < tok->vocab_size; i++) {
+        size_t start = dec.n;
+        if (tok->len[i] == UINT32_MAX) continue;
+        r = tok->byte_level ? trn__dbuf_put(&dec, tok->bytes + tok->off[i], tok->len[i])
+                            : trn__hf_dec_meta(&dec, tok->bytes + tok->off[i], tok->len[i]);
+        if (r != TRN_OK || dec.n > 0xFFFFFFFFu / 2) { r = TRN_ERR_NOMEM; goto fail; }
+        tok->dec_off[i] = (uint32_t)start; tok->dec_len[i] = (uint32_t)(dec.n - start);
+    }
+    for (i = 0; i < n_added; i++) { /* added tokens decode from their content (normalized: its pattern,
+                                          as the package stores it: "TODO" becomes "▁TODO" for Llama 2) */
+        const trn_added_token *at = &tok->added[i];
+        const char *t = tok->added_text + at->poff;
+        size_t start = dec.n, k, w;
+        int all = 1;
+        if (tok->byte_level) { /* ByteLevel maps the content back if every character is of its alphabet */
+            for (k = 0; k < at->plen && all; k += w) {
+                uint32_t cp;
+                w = trn__utf8_decode((const unsigned char *)t + k, at->plen - k, &cp);
+                all = cp < 256 + 68 && byte_of[cp] >= 0;
+            }
+            r = TRN_OK;
+            for (k = 0; k < at->plen && r == TRN_OK; k += w) {
+                uint32_t cp;
+                w = trn__utf8_decode((const unsigned char *)t + k, at->plen - k, &cp);
+                r = all ? trn__bpe_put_char(&dec, byte_of, cp) : trn__dbuf_put(&dec, t + k, w);
+            }
+        } else r = trn__hf_dec_meta(&dec, t, at->plen);
+        if (r != TRN_OK || dec.n > 0xFFFFFFFFu / 2) { r = TRN_ERR_NOMEM; goto fail; }
+        tok->dec_off[at->id] = (uint32_t)start; tok->dec_len[at->id] = (uint32_t)(dec.n - start);
+        if (at->len == 13 && memcmp(tok->added_text + at->off, "<|endoftext|>", 13) == 0) tok->eot_id = at->id;
+    }
+    if (tok->eot_id < 0) tok->eot_id = trn_tokenizer_find(tok, "<|endoftext|>", 13);
+    tok->dec = dec.p; dec.p = NULL;
+    trn_free(a.p); trn_free(both.p); trn_free(l.p); trn_free(rr.p);
+    trn_json_free(&doc);
+    return TRN_OK;
+fail:
+    trn_free(atext.p); trn_free(a.p); trn_free(both.p); trn_free(l.p); trn_free(rr.p); trn_free(dec.p);
+    trn_json_free(&doc);
+    trn_tokenizer_free(tok);
+    return r;
+}
+
+TRNDEF trn_result trn_tokenizer_load(trn_tokenizer *tok, const char *path) {
+    struct stat st;
+    char file[4096];
+    if (!tok || !path) return trn_fail(TRN_ERR_INVALID, "trn_tokenizer_load: NULL argument");
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        if ((size_t)snprintf(file, sizeof file, "%s/tokenizer.json", path) >= sizeof file)
+            return trn_fail(TRN_ERR_INVALID, "tokenizer directory name too long");
+        if (stat(file, &st) == 0) return trn_tokenizer_load_hf(tok, file);
+        return trn_tokenizer_load_bpe_dir(tok, path);
+    }
+    return trn_tokenizer_load_hf(tok, path);
 }
 
 /* ---- llm.c token shards ------------------------------------------------ */

@@ -43,7 +43,7 @@ extern "C" {
      trn_early_stop   stop after N validations without improvement
      trn_profile_print  the table of train.h's profile (>>profile there):
                       time and bytes per op kind, forward and backward
-   Async checkpoints and keep-best are in train.h's >>checkpoint.
+   Run directories, async checkpoints and keep-best: extras/train_run.h.
    ------------------------------------------------------------------------ */
 typedef struct trn_progress {
     long long total;     /* the run's last step                             */

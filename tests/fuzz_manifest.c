@@ -88,87 +88,13 @@ static const char *const seeds[] = {
     "{\"format\": \"train.h sharded checkpoint 2\", \"save_id\": \"ffffffffffffffff\", \"world_size\": 99999, \"n_floats\": "
     "18446744073709551615, \"params\": [{\"name\": \"a\", \"offset\": 0, \"shape\": [2147483647, 2147483647]}, {\"name\": "
     "\"a\", \"offset\": 3, \"shape\": [1]}]}"};
-#define N_SEEDS (int)(sizeof seeds / sizeof seeds[0])
 
-static int write_seeds(const char *dir) {
-    char p[600];
-    int i, ok = 1;
-    mkdir(dir, 0755);
-    for (i = 0; i < N_SEEDS; i++) {
-        FILE *f;
-        snprintf(p, sizeof p, "%s/manifest%d.json", dir, i);
-        f = fopen(p, "wb");
-        ok &= f && fwrite(seeds[i], 1, strlen(seeds[i]), f) == strlen(seeds[i]);
-        if (f && fclose(f) != 0) ok = 0;
-    }
-    if (!ok) fprintf(stderr, "fuzz_manifest: could not write seeds to %s\n", dir);
-    return ok ? 0 : 2;
-}
-
-/* a few random edits: flips, interesting bytes, inserts, deletes, cuts */
-static size_t mutate(unsigned char *b, size_t n, size_t cap, trn_rng *r) {
-    static const unsigned char interesting[] = {'"', '\\', '{', '}', '[', ']', ',', ':', ' ', '0', '1', '9', '-',
-                                                '+', 'e', 'f', 'x', 0x80, 0xff};
-    int k, edits = 1 + (int)trn_rng_below(r, 4);
-    for (k = 0; k < edits && n > 0; k++) {
-        size_t at = trn_rng_below(r, (uint32_t)n);
-        switch (trn_rng_below(r, 5)) {
-        case 0: b[at] ^= (unsigned char)(1u << trn_rng_below(r, 8)); break;
-        case 1: b[at] = interesting[trn_rng_below(r, sizeof interesting)]; break;
-        case 2: if (n < cap) { memmove(b + at + 1, b + at, n - at); b[at] = interesting[trn_rng_below(r, sizeof interesting)]; n++; } break;
-        case 3: memmove(b + at, b + at + 1, n - at - 1); n--; break;
-        default: n = at + 1; break;
-        }
-    }
-    return n;
-}
-
-static unsigned char *read_file(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    unsigned char *p = NULL;
-    long sz;
-    if (!f) return NULL;
-    if (fseek(f, 0, SEEK_END) == 0 && (sz = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0) {
-        p = (unsigned char *)malloc((size_t)sz + 1);
-        if (p) *n = fread(p, 1, (size_t)sz, f);
-    }
-    fclose(f);
-    return p;
-}
-
-int main(int argc, char **argv) {
-    int i;
-    if (argc == 3 && strcmp(argv[1], "--write-seeds") == 0) return write_seeds(argv[2]);
-    if (argc >= 2 && strcmp(argv[1], "--help") == 0) {
-        printf("usage: fuzz_manifest --write-seeds DIR | --mutate N | FILE...\n");
-        return 0;
-    }
-    if (argc == 3 && strcmp(argv[1], "--mutate") == 0) {
-        long long runs = atoll(argv[2]), it;
-        size_t cap = 4096;
-        unsigned char *buf = (unsigned char *)malloc(cap);
-        trn_rng r;
-        if (!buf) return 2;
-        trn_rng_seed(&r, 12345);
-        for (it = 0; it < runs; it++) {
-            int s = (int)trn_rng_below(&r, N_SEEDS);
-            size_t n = strlen(seeds[s]);
-            memcpy(buf, seeds[s], n);
-            n = mutate(buf, n, cap, &r);
-            LLVMFuzzerTestOneInput(buf, n);
-        }
-        printf("fuzz_manifest: %lld mutated inputs, no crash\n", runs);
-        free(buf);
-        return 0;
-    }
-    for (i = 1; i < argc; i++) {
-        size_t n = 0;
-        unsigned char *p = read_file(argv[i], &n);
-        if (!p) { fprintf(stderr, "fuzz_manifest: cannot read %s\n", argv[i]); return 2; }
-        LLVMFuzzerTestOneInput(p, n);
-        free(p);
-    }
-    printf("fuzz_manifest: replayed %d inputs, no crash\n", argc - 1);
-    return 0;
-}
+/* the shared main: --write-seeds, --mutate, replay (tests/fuzz_main.h) */
+#define FZ_NAME "fuzz_manifest"
+#define FZ_CAP 4096
+#define FZ_STRING_SEEDS seeds
+#define FZ_SEED_FILE "manifest%d.json"
+static const unsigned char fz_interesting[] = {'"', '\\', '{', '}', '[', ']', ',', ':', ' ', '0', '1', '9', '-',
+                                               '+', 'e', 'f', 'x', 0x80, 0xff};
+#include "tests/fuzz_main.h"
 #endif

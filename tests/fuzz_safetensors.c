@@ -96,19 +96,6 @@ static int write_file(const char *path, const void *p, size_t n) {
     return ok;
 }
 
-static unsigned char *read_file(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    unsigned char *p = NULL;
-    long sz;
-    if (!f) return NULL;
-    if (fseek(f, 0, SEEK_END) == 0 && (sz = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0) {
-        p = (unsigned char *)malloc((size_t)sz + 1);
-        *n = fread(p, 1, (size_t)sz, f);
-    }
-    fclose(f);
-    return p;
-}
-
 static int craft(const char *path, const char *hdr, const void *data, size_t n) {
     size_t hl = strlen(hdr), i;
     unsigned char *b = (unsigned char *)malloc(8 + hl + n + 1);
@@ -159,16 +146,16 @@ static int write_seeds(const char *dir) {
 
 /* a few random edits of a seed: flips, interesting bytes, inserts,
    deletes, truncation, and sometimes a header length that fits again */
-static size_t mutate(unsigned char *b, size_t n, size_t cap, trn_rng *r) {
-    static const unsigned char interesting[] = {0, '"', '\\', '{', '}', '[', ']', ',', ':', '0', '9', '-', 'e',
-                                                '.', 'u', ' ', 0x7f, 0x80, 0xc3, 0xed, 0xf4, 0xff};
+static const unsigned char fz_interesting[] = {0, '"', '\\', '{', '}', '[', ']', ',', ':', '0', '9', '-', 'e',
+                                               '.', 'u', ' ', 0x7f, 0x80, 0xc3, 0xed, 0xf4, 0xff};
+static size_t st_mutate(unsigned char *b, size_t n, size_t cap, trn_rng *r) {
     int k, edits = 1 + (int)trn_rng_below(r, 4);
     for (k = 0; k < edits && n > 0; k++) {
         size_t at = trn_rng_below(r, (uint32_t)n);
         switch (trn_rng_below(r, 6)) {
         case 0: b[at] ^= (unsigned char)(1u << trn_rng_below(r, 8)); break;
-        case 1: b[at] = interesting[trn_rng_below(r, sizeof interesting)]; break;
-        case 2: if (n < cap) { memmove(b + at + 1, b + at, n - at); b[at] = interesting[trn_rng_below(r, sizeof interesting)]; n++; } break;
+        case 1: b[at] = fz_interesting[trn_rng_below(r, sizeof fz_interesting)]; break;
+        case 2: if (n < cap) { memmove(b + at + 1, b + at, n - at); b[at] = fz_interesting[trn_rng_below(r, sizeof fz_interesting)]; n++; } break;
         case 3: memmove(b + at, b + at + 1, n - at - 1); n--; break;
         case 4: n = at + 1; break;
         default: if (at >= 8 && at < 16) b[at] = (unsigned char)trn_rng_next(r); break;
@@ -182,51 +169,26 @@ static size_t mutate(unsigned char *b, size_t n, size_t cap, trn_rng *r) {
     return n;
 }
 
-int main(int argc, char **argv) {
-    int i;
-    if (argc == 3 && strcmp(argv[1], "--write-seeds") == 0) return write_seeds(argv[2]);
-    if (argc >= 2 && strcmp(argv[1], "--help") == 0) {
-        printf("usage: fuzz_safetensors --write-seeds DIR | --mutate N | FILE...\n");
-        return 0;
+/* the seeds in memory: written to a temporary folder and read back */
+static unsigned char *fz_read_file(const char *path, size_t *n);
+static int fz_seeds(unsigned char **seed, size_t *len) {
+    char dir[] = "/tmp/trn_fuzz_seeds_XXXXXX", p[600];
+    const char *names[] = {"weights", "checkpoint", "foreign", "empty", "meta", "ab"};
+    int i, ok = 1;
+    if (!mkdtemp(dir) || write_seeds(dir) != 0) return -1;
+    for (i = 0; i < 6; i++) {
+        snprintf(p, sizeof p, "%s/%s.safetensors", dir, names[i]);
+        seed[i] = fz_read_file(p, &len[i]);
+        remove(p);
+        if (!seed[i]) { fprintf(stderr, "fuzz_safetensors: bad seed %s\n", p); ok = 0; }
     }
-    if (argc == 3 && strcmp(argv[1], "--mutate") == 0) {
-        char dir[] = "/tmp/trn_fuzz_seeds_XXXXXX";
-        const char *names[] = {"weights", "checkpoint", "foreign", "empty", "meta", "ab"};
-        unsigned char *seed[6], *buf;
-        size_t len[6], cap = 1 << 16;
-        long long runs = atoll(argv[2]), it;
-        trn_rng r;
-        char p[600];
-        if (!mkdtemp(dir) || write_seeds(dir) != 0) return 2;
-        for (i = 0; i < 6; i++) {
-            snprintf(p, sizeof p, "%s/%s.safetensors", dir, names[i]);
-            seed[i] = read_file(p, &len[i]);
-            remove(p);
-            if (!seed[i] || len[i] > cap) { fprintf(stderr, "fuzz_safetensors: bad seed %s\n", p); return 2; }
-        }
-        rmdir(dir);
-        buf = (unsigned char *)malloc(cap);
-        trn_rng_seed(&r, 12345);
-        for (it = 0; it < runs; it++) {
-            int s = (int)trn_rng_below(&r, 6);
-            size_t n;
-            memcpy(buf, seed[s], len[s]);
-            n = mutate(buf, len[s], cap, &r);
-            LLVMFuzzerTestOneInput(buf, n);
-        }
-        printf("fuzz_safetensors: %lld mutated inputs, no crash\n", runs);
-        for (i = 0; i < 6; i++) free(seed[i]);
-        free(buf);
-        return 0;
-    }
-    for (i = 1; i < argc; i++) {
-        size_t n = 0;
-        unsigned char *p = read_file(argv[i], &n);
-        if (!p) { fprintf(stderr, "fuzz_safetensors: cannot read %s\n", argv[i]); return 2; }
-        LLVMFuzzerTestOneInput(p, n);
-        free(p);
-    }
-    printf("fuzz_safetensors: replayed %d inputs, no crash\n", argc - 1);
-    return 0;
+    rmdir(dir);
+    return ok ? 6 : -1;
 }
+
+/* the shared main: --write-seeds, --mutate, replay (tests/fuzz_main.h) */
+#define FZ_NAME "fuzz_safetensors"
+#define FZ_CAP (1 << 16)
+#define FZ_MUTATE st_mutate
+#include "tests/fuzz_main.h"
 #endif

@@ -17,6 +17,13 @@
      ids in [0, vocab_size) that all have a token, and decoding them gives
      back the text byte for byte (a byte-level BPE promises that for any
      bytes, UTF-8 or not), also through a short buffer (snprintf's rule).
+   The first part is also loaded as a Hugging Face tokenizer.json
+   (trn_tokenizer_load_hf; seeds 7 and 8 are small ones, byte-level with
+   Llama 3's split and added tokens, and metaspace with byte fallback): a
+   refused file leaves the tokenizer empty and every byte freed; a loaded
+   one encodes both texts to ids in [0, vocab_size) that each decode to
+   something, with and without special tokens and the BOS, and decodes
+   them through a short buffer as through a long one.
    Nothing may crash, leak or exit.
 
    Built two ways, as tests/fuzz_safetensors.c:
@@ -35,9 +42,10 @@
 
 #define FZ_ASSERT(c) do { if (!(c)) { fprintf(stderr, "fuzz invariant failed: %s\n", #c); abort(); } } while (0)
 
-static char fz_dir[64], fz_vocab[128], fz_merges[128];
+static char fz_dir[64], fz_vocab[128], fz_merges[128], fz_hfpath[128];
 
 static void fz_cleanup(void) {
+    remove(fz_hfpath);
     remove(fz_vocab);
     remove(fz_merges);
     rmdir(fz_dir);
@@ -49,6 +57,7 @@ static void fz_setup(void) {
     if (!mkdtemp(fz_dir)) { perror("fuzz_tokenizer: mkdtemp"); abort(); }
     snprintf(fz_vocab, sizeof fz_vocab, "%s/vocab.json", fz_dir);
     snprintf(fz_merges, sizeof fz_merges, "%s/merges.txt", fz_dir);
+    snprintf(fz_hfpath, sizeof fz_hfpath, "%s/tokenizer.json", fz_dir);
     atexit(fz_cleanup);
 }
 
@@ -77,6 +86,43 @@ static void fz_roundtrip(const trn_tokenizer *tok, const char *s, size_t n) {
     FZ_ASSERT(memcmp(small, s, n < sizeof small ? n : sizeof small - 1) == 0);
     trn_tokens_free(&ids);
     free(back);
+}
+
+/* tokenizer.json: encode s (flags), check the ids, decode long and short */
+static void fz_hf_encode(const trn_tokenizer *tok, const char *s, size_t n, int flags) {
+    trn_tokens ids = {0};
+    char small[8], *big;
+    size_t i, full, got;
+    FZ_ASSERT(trn_tokenizer_encode_ex(tok, s, n, flags, &ids) == TRN_OK);
+    for (i = 0; i < ids.n; i++) FZ_ASSERT(ids.ids[i] >= 0 && ids.ids[i] < tok->vocab_size);
+    full = trn_tokenizer_decode(tok, ids.ids, ids.n, NULL, 0);
+    big = (char *)malloc(full + 1);
+    FZ_ASSERT(big != NULL);
+    FZ_ASSERT(trn_tokenizer_decode(tok, ids.ids, ids.n, big, full + 1) == full && big[full] == 0);
+    got = trn_tokenizer_decode(tok, ids.ids, ids.n, small, sizeof small);
+    FZ_ASSERT(got == full && memcmp(small, big, full < sizeof small ? full : sizeof small - 1) == 0);
+    free(big);
+    trn_tokens_free(&ids);
+}
+
+static void fz_hf(const uint8_t *p, size_t n, const char *fixed, size_t n_fixed, const uint8_t *text, size_t n_text) {
+    size_t runtime0 = trn_ledger_current(TRN_HOST, TRN_KIND_RUNTIME);
+    trn_tokenizer tok;
+    int f;
+    fz_write(fz_hfpath, p, n);
+    if (trn_tokenizer_load_hf(&tok, fz_hfpath) != TRN_OK) {
+        FZ_ASSERT(tok.bytes == NULL && tok.lookup == NULL && tok.merges == NULL && tok.added == NULL && tok.dec == NULL);
+        FZ_ASSERT(trn_ledger_current(TRN_HOST, TRN_KIND_RUNTIME) == runtime0);
+        trn_tokenizer_free(&tok);
+        return;
+    }
+    FZ_ASSERT(tok.kind == TRN_TOKENIZER_HF && tok.vocab_size >= 1 && tok.vocab_size <= (1 << 24));
+    for (f = 0; f < 4; f++) {
+        fz_hf_encode(&tok, fixed, n_fixed, f);
+        if (text) fz_hf_encode(&tok, (const char *)text, n_text < 512 ? n_text : 512, f);
+    }
+    trn_tokenizer_free(&tok);
+    FZ_ASSERT(trn_ledger_current(TRN_HOST, TRN_KIND_RUNTIME) == runtime0);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -129,6 +175,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         trn_tokenizer_free(&tok);
         FZ_ASSERT(trn_ledger_current(TRN_HOST, TRN_KIND_RUNTIME) == runtime0);
     }
+    fz_hf(data, n_vocab, fixed, sizeof fixed - 1, text, n_text);
     FZ_ASSERT(trn_ledger_current(TRN_HOST, TRN_KIND_TEMP) == 0);
     return 0;
 }
@@ -210,17 +257,69 @@ static void seed_files(fz_buf *v, fz_buf *m, int crlf, int bom) {
     }
 }
 
+/* a tokenizer.json: byte-level with Llama 3's split (meta = 0), or a
+   metaspace BPE with byte fallback (meta = 1) */
+static void seed_hf(fz_buf *o, int meta) {
+    fz_buf v = {0}, m = {0};
+    const char *re = trn__re_llama3;
+    int i;
+    puts_(o, "{\"version\": \"1.0\", \"added_tokens\": [{\"id\": 300, \"content\": \"<|endoftext|>\", \"special\": true, "
+             "\"normalized\": false}, {\"id\": 301, \"content\": \"TODO\", \"special\": false, \"normalized\": true}],\n");
+    if (meta) {
+        puts_(o, "\"normalizer\": {\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"Prepend\", \"prepend\": \"\xE2\x96\x81\"}, "
+                 "{\"type\": \"Replace\", \"pattern\": {\"String\": \" \"}, \"content\": \"\xE2\x96\x81\"}]},\n"
+                 "\"pre_tokenizer\": null, \"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": "
+                 "[{\"SpecialToken\": {\"id\": \"<|endoftext|>\", \"type_id\": 0}}, {\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}], "
+                 "\"special_tokens\": {\"<|endoftext|>\": {\"id\": \"<|endoftext|>\", \"ids\": [300], \"tokens\": [\"<|endoftext|>\"]}}},\n"
+                 "\"decoder\": {\"type\": \"Sequence\", \"decoders\": [{\"type\": \"Replace\", \"pattern\": {\"String\": \"\xE2\x96\x81\"}, "
+                 "\"content\": \" \"}, {\"type\": \"ByteFallback\"}, {\"type\": \"Fuse\"}, {\"type\": \"Strip\", \"content\": \" \", "
+                 "\"start\": 1, \"stop\": 0}]},\n\"model\": {\"type\": \"BPE\", \"byte_fallback\": true, \"unk_token\": \"<unk>\", "
+                 "\"vocab\": {\"<unk>\": 0");
+        for (i = 0; i < 256; i++) {
+            char t[48];
+            snprintf(t, sizeof t, ", \"<0x%02X>\": %d", i, 1 + i);
+            puts_(o, t);
+        }
+        puts_(o, ", \"\xE2\x96\x81\": 257, \"t\": 258, \"h\": 259, \"e\": 260, \"\xE2\x96\x81t\": 261, \"he\": 262, "
+                 "\"\xE2\x96\x81the\": 263, \"\xC3\xA9\": 264}, \"merges\": [\"\xE2\x96\x81 t\", [\"h\", \"e\"], "
+                 "\"\xE2\x96\x81t he\"]}}\n");
+        return;
+    }
+    puts_(o, "\"normalizer\": null, \"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", "
+             "\"pattern\": {\"Regex\": \"");
+    for (i = 0; re[i]; i++) { if (re[i] == '\\' || re[i] == '"') put(o, "\\", 1); put(o, re + i, 1); }
+    puts_(o, "\"}, \"behavior\": \"Isolated\", \"invert\": false}, {\"type\": \"ByteLevel\", \"add_prefix_space\": false, "
+             "\"use_regex\": false}]},\n\"post_processor\": null, \"decoder\": {\"type\": \"ByteLevel\"},\n"
+             "\"model\": {\"type\": \"BPE\", \"ignore_merges\": true, \"vocab\": ");
+    seed_files(&v, &m, 0, 0);
+    v.n = (size_t)(strstr(v.p, ", \"<|endoftext|>\"") - v.p); /* the vocabulary without its last entries */
+    put(o, v.p, v.n);
+    puts_(o, "}, \"merges\": [");
+    for (i = 0; i < N_MERGES; i++) {
+        puts_(o, i ? ", [\"" : "[\"");
+        put_token(o, k_merges[i][0], strlen(k_merges[i][0]), 1);
+        puts_(o, "\", \"");
+        put_token(o, k_merges[i][1], strlen(k_merges[i][1]), 1);
+        puts_(o, "\"]");
+    }
+    puts_(o, "]}}\n");
+    free(v.p);
+    free(m.p);
+}
+
 /* seed i as one input (vocab NUL merges NUL text) */
 static void make_seed(int i, fz_buf *out) {
     fz_buf v = {0}, m = {0};
     static const char *const texts[] = {" the 12 words, it's \xC3\xA9\n\n", "", "\xFF\xFE\x80 \xE2\x80\xA8 x",
-                                        "", "", "", ""};
+                                        "", "", "", "", "the TODO <|endoftext|> 12345 it'S \xC3\xA9\n\n x",
+                                        "the TODO <|endoftext|>  \xC3\xA9\xE4\xB8\x80\xFF\n"};
     out->n = 0;
     if (i <= 2) seed_files(&v, &m, i == 1, i == 2);
     else if (i == 3) { puts_(&v, "{\"a\": 0}"); puts_(&m, "a a\n"); }              /* bytes missing */
     else if (i == 4) { puts_(&v, "{\"a\": 16777216, \"a\": 1}"); puts_(&m, ""); } /* an id over 2^24 - 1, a duplicate */
     else if (i == 6) { puts_(&v, "{\"\": 0}"); puts_(&m, "a a\n"); } /* finding: an empty token, no bytes at all */
     else if (i == 5) { seed_files(&v, &m, 0, 0); puts_(&m, "h e x\nq\n"); }     /* a bad merge line */
+    else if (i >= 7) seed_hf(&v, i == 8);                                         /* tokenizer.json */
     put(out, v.p ? v.p : "", v.n);
     put(out, "", 1);
     put(out, m.p ? m.p : "", m.n);
@@ -229,7 +328,7 @@ static void make_seed(int i, fz_buf *out) {
     free(v.p);
     free(m.p);
 }
-#define N_SEEDS 7
+#define N_SEEDS 9
 
 static int write_seeds(const char *dir) {
     char p[600];
@@ -249,72 +348,21 @@ static int write_seeds(const char *dir) {
     return ok ? 0 : 2;
 }
 
-static size_t mutate(unsigned char *b, size_t n, size_t cap, trn_rng *r) {
-    static const unsigned char interesting[] = {0, '"', '\\', '{', '}', ',', ':', ' ', '\n', '\r', '#', '0', '9',
-                                                'u', 0x80, 0xc4, 0xa0, 0xed, 0xf4, 0xff};
-    int k, edits = 1 + (int)trn_rng_below(r, 4);
-    for (k = 0; k < edits && n > 0; k++) {
-        size_t at = trn_rng_below(r, (uint32_t)n);
-        switch (trn_rng_below(r, 5)) {
-        case 0: b[at] ^= (unsigned char)(1u << trn_rng_below(r, 8)); break;
-        case 1: b[at] = interesting[trn_rng_below(r, sizeof interesting)]; break;
-        case 2: if (n < cap) { memmove(b + at + 1, b + at, n - at); b[at] = interesting[trn_rng_below(r, sizeof interesting)]; n++; } break;
-        case 3: memmove(b + at, b + at + 1, n - at - 1); n--; break;
-        default: n = at + 1; break;
-        }
-    }
-    return n;
-}
-
-static unsigned char *read_all(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    unsigned char *p = NULL;
-    long sz;
-    if (!f) return NULL;
-    if (fseek(f, 0, SEEK_END) == 0 && (sz = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0) {
-        p = (unsigned char *)malloc((size_t)sz + 1);
-        if (p) *n = fread(p, 1, (size_t)sz, f);
-    }
-    fclose(f);
-    return p;
-}
-
-int main(int argc, char **argv) {
+/* the shared main: --write-seeds, --mutate, replay (tests/fuzz_main.h) */
+#define FZ_NAME "fuzz_tokenizer"
+#define FZ_CAP (1 << 14)
+static const unsigned char fz_interesting[] = {0, '"', '\\', '{', '}', ',', ':', ' ', '\n', '\r', '#', '0', '9',
+                                               'u', 0x80, 0xc4, 0xa0, 0xed, 0xf4, 0xff};
+static int fz_seeds(unsigned char **seed, size_t *len) {
     int i;
-    if (argc == 3 && strcmp(argv[1], "--write-seeds") == 0) return write_seeds(argv[2]);
-    if (argc >= 2 && strcmp(argv[1], "--help") == 0) {
-        printf("usage: fuzz_tokenizer --write-seeds DIR | --mutate N | FILE...\n");
-        return 0;
+    for (i = 0; i < N_SEEDS; i++) {
+        fz_buf b;
+        memset(&b, 0, sizeof b);
+        make_seed(i, &b);
+        seed[i] = (unsigned char *)b.p;
+        len[i] = b.n;
     }
-    if (argc == 3 && strcmp(argv[1], "--mutate") == 0) {
-        size_t cap = 1 << 14;
-        unsigned char *buf = (unsigned char *)malloc(cap);
-        fz_buf seed[N_SEEDS];
-        long long runs = atoll(argv[2]), it;
-        trn_rng r;
-        memset(seed, 0, sizeof seed);
-        for (i = 0; i < N_SEEDS; i++) make_seed(i, &seed[i]);
-        trn_rng_seed(&r, 12345);
-        for (it = 0; it < runs; it++) {
-            int s = (int)trn_rng_below(&r, N_SEEDS);
-            size_t n = seed[s].n;
-            memcpy(buf, seed[s].p, n);
-            n = mutate(buf, n, cap, &r);
-            LLVMFuzzerTestOneInput(buf, n);
-        }
-        printf("fuzz_tokenizer: %lld mutated inputs, no crash\n", runs);
-        for (i = 0; i < N_SEEDS; i++) free(seed[i].p);
-        free(buf);
-        return 0;
-    }
-    for (i = 1; i < argc; i++) {
-        size_t n = 0;
-        unsigned char *p = read_all(argv[i], &n);
-        if (!p) { fprintf(stderr, "fuzz_tokenizer: cannot read %s\n", argv[i]); return 2; }
-        LLVMFuzzerTestOneInput(p, n);
-        free(p);
-    }
-    printf("fuzz_tokenizer: replayed %d inputs, no crash\n", argc - 1);
-    return 0;
+    return N_SEEDS;
 }
+#include "tests/fuzz_main.h"
 #endif

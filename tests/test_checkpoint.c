@@ -13,6 +13,7 @@
 */
 #define TRAIN_IMPLEMENTATION
 #include "train.h"
+#include "extras/train_run.h"
 #include "tests/check.h"
 
 #include <signal.h>

@@ -6,8 +6,16 @@
 #include "train.h"  // a second include expands nothing
 #include "extras/train_data.h"
 #include "extras/train_loop.h"
+#include "extras/train_run.h"
+#include "extras/train_generate.h"
+#include "extras/train_ops.h"
+#include "extras/train_json.h"
 #include "extras/train_data.h" // nor here
 #include "extras/train_loop.h"
+#include "extras/train_run.h"
+#include "extras/train_generate.h"
+#include "extras/train_ops.h"
+#include "extras/train_json.h"
 #include "check.h"
 
 int main() {

@@ -64,7 +64,7 @@ for cc in gcc clang; do
 done
 # the companions (extras/): the same program with both included and used,
 # under the strictest flags of each language
-sed -e 's|^#include "train.h"$|#include "train.h"\n#include "extras/train_data.h"\n#include "extras/train_loop.h"|' \
+sed -e 's|^#include "train.h"$|#include "train.h"\n#include "extras/train_data.h"\n#include "extras/train_loop.h"\n#include "extras/train_run.h"\n#include "extras/train_generate.h"\n#include "extras/train_ops.h"\n#include "extras/train_json.h"|' \
     -e 's|^int main(\(.*\)) {$|int main(\1) {\n    { trn_tokenizer tok; char buf[16]; trn_tokenizer_init_bytes(\&tok); if (tok.vocab_size != 256 \|\| strcmp(trn_duration_str(75.0, buf, sizeof buf), "1:15")) return 7; }|' \
     "$D/first.c" > "$D/extras.c"
 cp "$D/extras.c" "$D/extras.cpp"

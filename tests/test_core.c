@@ -240,6 +240,33 @@ static void test_fatal(void) {
     }
 }
 
+/* trn_read_params / trn_write_params: a range of the flat weight buffer
+   (two parameters: the range crosses from one into the next) */
+static void params_out_of_range(void *mp) {
+    float h[4];
+    trn_read_params((trn_model *)mp, 5, h, 4); /* [5,9) of 7 */
+}
+static void test_params_io(void) {
+    trn_model m;
+    trn_tensor *a, *b;
+    float in[3] = {1.5f, -2.0f, 3.25f}, out[7], back[2];
+    char buf[512];
+    trn_model_init(&m, NULL);
+    a = trn_param1(&m, "a", 4);
+    b = trn_param1(&m, "b", 3);
+    trn_model_alloc(&m);
+    trn_write_params(&m, 3, in, 3); /* a[3], b[0], b[1] */
+    trn_read_params(&m, 0, out, 7);
+    CHECK(out[0] == 0 && out[2] == 0 && out[3] == 1.5f && out[4] == -2.0f && out[5] == 3.25f && out[6] == 0,
+          "write [3,6), read all: %g %g %g %g\n", out[2], out[3], out[4], out[5]);
+    trn_read(&m, b, out);
+    CHECK(out[0] == -2.0f && out[1] == 3.25f, "the tensor sees the flat write: %g %g\n", out[0], out[1]);
+    trn_read_params(&m, 4, back, 2);
+    CHECK(back[0] == -2.0f && back[1] == 3.25f && a->size == 4, "read [4,6)\n");
+    check_fatal("read past the end", params_out_of_range, &m, "trn_read_params", "[5,9)", buf, sizeof buf);
+    trn_model_free(&m);
+}
+
 /* issue 24 item 9, "garbled error lines": a failure that wraps the reason
    below it (trn_fail(r, "%s: %s", path, trn_error_reason())) is printed
    intact, even when it is longer than the one it wraps */
@@ -268,6 +295,7 @@ int main(void) {
     test_schedule_clip_rng();
     test_mlp();
     test_fatal();
+    test_params_io();
     trn_ledger_print("end of test_core");
     return check_summary();
 }

@@ -138,7 +138,7 @@ static run train(trn_cuda_precision prec, const char *ckpt) {
     trn_cuda_backend()->download(R.master.data(), g.m.param_data, g.m.n_floats * 4);
     if (prec == TRN_CUDA_BF16) { /* 4. the copy is the master, rounded */
         std::vector<uint16_t> copy(g.m.n_floats);
-        trn_cuda_backend()->download(copy.data(), g.m.param_bf16, g.m.n_floats * 2);
+        trn_cuda_backend()->download(copy.data(), g.m.mp.param_bf16, g.m.n_floats * 2);
         size_t bad = 0;
         for (size_t i = 0; i < copy.size(); i++) bad += copy[i] != __float2bfloat16(R.master[i]).x;
         CHECK(bad == 0, "%zu of %zu bf16 weights are not their master rounded to nearest even\n", bad, copy.size());

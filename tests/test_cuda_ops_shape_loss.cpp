@@ -13,6 +13,7 @@
    2e-5 for the GEMMs. */
 #define TRAIN_IMPLEMENTATION
 #include "train.h"
+#include "extras/train_ops.h"
 #ifndef __CUDACC__
 #include "tests/cuda_on_cpu.h"
 #endif

@@ -644,7 +644,7 @@ static void test_shards_and_buckets(void) {
         CHECK(ddp.n_buckets == 14, "bucket count %d\n", ddp.n_buckets);
         CHECK(ddp.bucket_cnt[9] == 6 && ddp.buckets[ddp.bucket_of[9]].hi == nt.m.n_floats &&
               ddp.buckets[ddp.bucket_of[9]].lo == nt.m.n_floats - 50, "w2: 6 pieces, the first is its last 50 floats\n");
-        CHECK(nt.m.backward_hook == NULL, "no hook with one rank\n");
+        CHECK(nt.m.shard.backward_hook == NULL, "no hook with one rank\n");
         CHECK(trn_ddp_batch_index(&ddp, 5) == 5 && trn_ddp_is_main(&ddp), "one rank: batch k is k\n");
         trn_ddp_free(&ddp);
         trn_model_free(&nt.m);
@@ -693,7 +693,7 @@ static void test_hook(void) {
     ddp.comm.wait = rec_wait;
     net_build(&n, 7);
     ddp.comm.impl = &n.m;
-    CHECK(trn_ddp_attach(&ddp, &n.m) == TRN_OK && n.m.backward_hook != NULL, "attach installs the hook\n");
+    CHECK(trn_ddp_attach(&ddp, &n.m) == TRN_OK && n.m.shard.backward_hook != NULL, "attach installs the hook\n");
     g_snap = (float *)calloc(n.m.n_floats, sizeof(float));
     for (step = 0; step < 2; step++) {
         g_launches = g_during = 0;
@@ -730,7 +730,7 @@ static void test_hook(void) {
     free(g_snap);
     ddp.comm.destroy = NULL;
     trn_ddp_free(&ddp);
-    CHECK(n.m.backward_hook == NULL, "free removes the hook\n");
+    CHECK(n.m.shard.backward_hook == NULL, "free removes the hook\n");
     trn_model_free(&n.m);
 }
 

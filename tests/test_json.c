@@ -4,6 +4,7 @@
    reader; test_checkpoint, test_data and the fuzz test cover those. */
 #define TRAIN_IMPLEMENTATION
 #include "train.h"
+#include "extras/train_json.h"
 #include "tests/check.h"
 
 #include <stdlib.h>

@@ -21,6 +21,7 @@
 #define TRAIN_IMPLEMENTATION
 #include "train.h"
 #include "extras/train_loop.h"
+#include "extras/train_run.h"
 #include "tests/check.h"
 
 #include <sys/stat.h>

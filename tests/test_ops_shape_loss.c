@@ -7,6 +7,7 @@
    its RNG position through a training checkpoint. */
 #define TRAIN_IMPLEMENTATION
 #include "train.h"
+#include "extras/train_ops.h"
 #include "check.h"
 
 #include <stdlib.h>

@@ -24,6 +24,7 @@
 */
 #define TRAIN_IMPLEMENTATION
 #include "train.h"
+#include "extras/train_run.h"
 #include "tests/check.h"
 
 #include <dirent.h>

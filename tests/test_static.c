@@ -6,6 +6,10 @@
 #include "train.h"
 #include "extras/train_data.h"
 #include "extras/train_loop.h"
+#include "extras/train_run.h"
+#include "extras/train_generate.h"
+#include "extras/train_ops.h"
+#include "extras/train_json.h"
 #include "check.h"
 
 int main(void) {
@@ -18,6 +22,11 @@ int main(void) {
         trn_tokenizer_init_bytes(&tok);
         CHECK(tok.vocab_size == 256, "static train_data.h\n");
         CHECK(strcmp(trn_duration_str(75, buf, sizeof buf), "1:15") == 0, "static train_loop.h: %s\n", buf);
+        {   /* no save in flight: waiting returns at once */
+            trn_ckpt_async ack = {0};
+            CHECK(trn_checkpoint_wait(&ack) == TRN_OK && ack.saves == 0, "static train_run.h\n");
+            trn_ckpt_async_free(&ack);
+        }
     }
     return check_summary();
 }

@@ -35,28 +35,8 @@
 #define TRAIN_IMPLEMENTATION
 #include "train.h"
 
-#include <errno.h>
-#include <stdlib.h>
-#include <string.h>
-
-static void die(const char *fmt, const char *a, const char *b) {
-    fprintf(stderr, "export_gguf: ");
-    fprintf(stderr, fmt, a, b);
-    fputc('\n', stderr);
-    exit(2);
-}
-static long meta_long(const trn_safetensors *f, const char *key) {
-    const char *v = trn_safetensors_meta(f, key);
-    char *end;
-    long x;
-    if (!v) return -1;
-    x = strtol(v, &end, 10);
-    return (*end || end == v || x < 0 || x > 100000000) ? -1 : x;
-}
-static double meta_double(const trn_safetensors *f, const char *key, double dflt) {
-    const char *v = trn_safetensors_meta(f, key);
-    return v ? atof(v) : dflt;
-}
+#define EXPORT_PROG "export_gguf"
+#include "export_common.h" // die, meta_long, meta_double
 
 /* ---- the GGUF writer: a growing byte buffer for the header ---------------- */
 static unsigned char *hb;

@@ -7,9 +7,12 @@
       ./tools/make_shard -o data.bin input.txt                  # byte-level
       ./tools/make_shard --bpe-dir gpt2/ --eot -o data.bin a.txt b.txt
       ./tools/make_shard --bpe-dir gpt2/ --decode data.bin | head
+      ./tools/make_shard --tokenizer llama/tokenizer.json --bos -o data.bin *.txt
 
    --bpe-dir takes a directory with GPT-2's vocab.json and merges.txt (the
-   Hugging Face files); without it every byte is a token (vocab 256). */
+   Hugging Face files); --tokenizer a Hugging Face tokenizer.json (BPE:
+   GPT-2, Llama 2/3, Mistral, SmolLM style; see extras/train_data.h);
+   without either every byte is a token (vocab 256). */
 #define TRAIN_IMPLEMENTATION
 #include "train.h"
 #include "extras/train_data.h"
@@ -19,12 +22,16 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: make_shard [--bpe-dir DIR] [--eot] -o OUT.bin INPUT.txt [INPUT.txt ...]\n"
-            "       make_shard [--bpe-dir DIR] --decode SHARD.bin\n"
+            "usage: make_shard [--bpe-dir DIR | --tokenizer FILE] [--eot] [--bos] -o OUT.bin INPUT.txt [INPUT.txt ...]\n"
+            "       make_shard [--bpe-dir DIR | --tokenizer FILE] --decode SHARD.bin\n"
             "Tokenizes text files into one llm.c token shard (uint16 tokens, magic 20240520).\n"
             "  -o, --out FILE    the shard to write (written atomically)\n"
             "  --bpe-dir DIR     GPT-2 BPE from DIR/vocab.json and DIR/merges.txt\n"
             "                    (default: byte-level, one token per byte, vocab 256)\n"
+            "  --tokenizer FILE  a Hugging Face tokenizer.json (BPE), or a directory with one;\n"
+            "                    added/special tokens written in the text are matched\n"
+            "  --bos             put the tokenizer's BOS before each input (and its EOS\n"
+            "                    after), as tokenizer(text) does in Python (--tokenizer)\n"
             "  --eot             put <|endoftext|> before each input (llm.c's document\n"
             "                    separator; needs a vocabulary that has it)\n"
             "  --decode FILE     print the text of a shard instead (same tokenizer flags)\n"
@@ -37,9 +44,9 @@ static int fail(const char *what, trn_result r) {
 }
 
 int main(int argc, char **argv) {
-    const char *out = NULL, *bpe_dir = NULL, *decode = NULL;
+    const char *out = NULL, *bpe_dir = NULL, *decode = NULL, *tok_file = NULL;
     const char **inputs = NULL;
-    int n_inputs = 0, eot = 0, i, code = 0;
+    int n_inputs = 0, eot = 0, bos = 0, i, code = 0;
     size_t n_bytes = 0;
     trn_tokenizer tok;
     trn_tokens ids = {0};
@@ -54,28 +61,42 @@ int main(int argc, char **argv) {
         else if ((!strcmp(a, "-o") || !strcmp(a, "--out")) && has_value) out = argv[++i];
         else if (!strcmp(a, "--bpe-dir") && has_value) bpe_dir = argv[++i];
         else if (!strcmp(a, "--decode") && has_value) decode = argv[++i];
+        else if (!strcmp(a, "--tokenizer") && has_value) tok_file = argv[++i];
         else if (!strcmp(a, "--eot")) eot = 1;
+        else if (!strcmp(a, "--bos")) bos = 1;
         else if (a[0] == '-' && a[1] != 0) {
             fprintf(stderr, "make_shard: unknown flag or missing value: %s (see --help)\n", a);
             free(inputs);
             return 2;
         } else inputs[n_inputs++] = a;
     }
-    if (decode ? (out || n_inputs || eot) : (!out || n_inputs == 0)) {
+    if (bpe_dir && tok_file) {
+        fprintf(stderr, "make_shard: --bpe-dir and --tokenizer: give one tokenizer\n");
+        free(inputs);
+        return 2;
+    }
+    if (decode ? (out || n_inputs || eot || bos) : (!out || n_inputs == 0)) {
         fprintf(stderr, decode ? "make_shard: --decode takes one shard and no other inputs (see --help)\n"
                                : "make_shard: need -o OUT.bin and at least one input file (see --help)\n");
         free(inputs);
         return 2;
     }
 
-    if (bpe_dir) {
-        if ((r = trn_tokenizer_load_bpe_dir(&tok, bpe_dir)) != TRN_OK) { free(inputs); return fail("tokenizer", r); }
+    if (bpe_dir || tok_file) {
+        r = bpe_dir ? trn_tokenizer_load_bpe_dir(&tok, bpe_dir) : trn_tokenizer_load(&tok, tok_file);
+        if (r != TRN_OK) { free(inputs); return fail("tokenizer", r); }
     } else {
         trn_tokenizer_init_bytes(&tok);
     }
     if (eot && tok.eot_id < 0) {
         fprintf(stderr, "make_shard: --eot: this vocabulary has no <|endoftext|> token%s\n",
-                bpe_dir ? "" : " (byte-level has none; use --bpe-dir)");
+                bpe_dir || tok_file ? "" : " (byte-level has none; use --bpe-dir)");
+        code = 2;
+        goto done;
+    }
+    if (bos && tok.kind == TRN_TOKENIZER_HF ? tok.bos_id < 0 && tok.eos_id < 0 : bos) {
+        fprintf(stderr, "make_shard: --bos: this tokenizer has no BOS (only a tokenizer.json's post_processor "
+                "gives one)\n");
         code = 2;
         goto done;
     }
@@ -85,6 +106,15 @@ int main(int argc, char **argv) {
         if ((r = trn_token_shard_read(&ids, decode)) != TRN_OK) { code = fail("read", r); goto done; }
         if ((r = trn_tokens_check(ids.ids, ids.n, tok.vocab_size)) != TRN_OK) {
             code = fail(decode, r);
+            goto done;
+        }
+        if (tok.kind == TRN_TOKENIZER_HF) { /* the decoder's rules (a leading space stripped, ...) */
+            size_t n = trn_tokenizer_decode(&tok, ids.ids, ids.n, NULL, 0);
+            char *buf = (char *)malloc(n + 1);
+            if (!buf) { fprintf(stderr, "make_shard: out of memory\n"); code = 2; goto done; }
+            trn_tokenizer_decode(&tok, ids.ids, ids.n, buf, n + 1);
+            fwrite(buf, 1, n, stdout);
+            free(buf);
             goto done;
         }
         for (k = 0; k < ids.n; k++) {
@@ -101,7 +131,7 @@ int main(int argc, char **argv) {
         if ((r = trn_text_read_files(&text, &len, &inputs[i], 1, 0)) != TRN_OK) { code = fail("read", r); goto done; }
         n_bytes += len;
         if (eot) r = trn_tokens_append(&ids, &tok.eot_id, 1);
-        if (r == TRN_OK) r = trn_tokenizer_encode(&tok, text, len, &ids);
+        if (r == TRN_OK) r = trn_tokenizer_encode_ex(&tok, text, len, bos ? TRN_ENCODE_BOS : 0, &ids);
         trn_free(text);
         if (r != TRN_OK) { code = fail(inputs[i], r); goto done; }
     }
@@ -113,7 +143,7 @@ int main(int argc, char **argv) {
     if ((r = trn_token_shard_write(out, ids.ids, ids.n)) != TRN_OK) { code = fail("write", r); goto done; }
     printf("make_shard: %d file%s, %zu bytes -> %zu tokens (%.2f bytes/token, %s vocab %d) -> %s\n", n_inputs,
            n_inputs > 1 ? "s" : "", n_bytes, ids.n, (double)n_bytes / (double)ids.n,
-           bpe_dir ? "GPT-2 BPE" : "byte-level", tok.vocab_size, out);
+           tok_file ? "tokenizer.json" : bpe_dir ? "GPT-2 BPE" : "byte-level", tok.vocab_size, out);
 done:
     trn_tokens_free(&ids);
     trn_tokenizer_free(&tok);

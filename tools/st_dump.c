@@ -11,6 +11,7 @@
 */
 #define TRAIN_IMPLEMENTATION
 #include "train.h"
+#include "extras/train_run.h" // trn_checkpoint_latest
 
 #include <stdlib.h>
 

@@ -1,0 +1,159 @@
+/* tests/hf_tokenizer_check.c - the kit's side of tests/test_hf_tokenizer.sh.
+
+      hf_tokenizer_check DIR NAME... [!NAME=WORDS ...]
+
+   DIR holds what tests/hf_tokenizer_ref.py wrote with the `tokenizers`
+   package: docs.bin (held-out documents) and, per NAME, NAME.json (the
+   tokenizer), NAME.ids (the package's ids per document) and NAME.dec (the
+   package's decode of them). For each NAME this loads NAME.json with
+   trn_tokenizer_load_hf, encodes every document with the same options
+   the package used (document i: TRN_ENCODE_BOS when i % 10 == 0,
+   TRN_ENCODE_NO_SPECIAL when i % 10 == 1) and requires
+   - the ids identical to the package's, document by document;
+   - the kit's decode of them identical to the package's decode;
+   - for byte-level files, decode(encode(doc)) == doc byte for byte
+     (documents without the BOS).
+   "!NAME=WORDS": DIR/NAME.json must be refused by the loader with one
+   line that contains WORDS, and leave the tokenizer empty.
+   Prints one line per tokenizer (documents, bytes, ids, the first
+   difference if any) and "N passed, M failed". */
+#define TRAIN_IMPLEMENTATION
+#include "train.h"
+#include "extras/train_data.h"
+
+#include <stdlib.h>
+
+static int n_pass, n_fail;
+
+static unsigned char *slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    unsigned char *p;
+    long sz;
+    if (!f || fseek(f, 0, SEEK_END) != 0 || (sz = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        fprintf(stderr, "hf_tokenizer_check: cannot read %s\n", path);
+        exit(2);
+    }
+    p = (unsigned char *)malloc((size_t)sz + 1);
+    if (!p || fread(p, 1, (size_t)sz, f) != (size_t)sz) { fprintf(stderr, "hf_tokenizer_check: read %s\n", path); exit(2); }
+    fclose(f);
+    *n = (size_t)sz;
+    return p;
+}
+
+static int32_t rd32(const unsigned char **p) {
+    int32_t v;
+    memcpy(&v, *p, 4);
+    *p += 4;
+    return v;
+}
+
+static void check(const char *dir, const char *name, const unsigned char *docs) {
+    char path[4096];
+    size_t n_ids_file, n_dec_file, total_bytes = 0, total_ids = 0;
+    unsigned char *ids_file, *dec_file;
+    const unsigned char *d = docs, *pi, *pd;
+    trn_tokenizer tok;
+    trn_tokens ids = {0};
+    trn_result r;
+    int n_docs, i, prefix = 0, bad_ids = 0, bad_dec = 0, bad_round = 0, first_bad = -1;
+    char *buf = NULL;
+    size_t buf_cap = 0;
+    snprintf(path, sizeof path, "%s/%s.json", dir, name);
+    if ((r = trn_tokenizer_load_hf(&tok, path)) != TRN_OK) {
+        printf("FAIL %s: load: %s\n", name, trn_error_reason());
+        n_fail++;
+        return;
+    }
+    snprintf(path, sizeof path, "%s/%s.ids", dir, name);
+    pi = ids_file = slurp(path, &n_ids_file);
+    snprintf(path, sizeof path, "%s/%s.dec", dir, name);
+    pd = dec_file = slurp(path, &n_dec_file);
+    n_docs = rd32(&d);
+    for (i = 0; i < tok.n_stages; i++) prefix |= tok.stage[i] == 1; /* add_prefix_space: no exact round trip */
+    for (i = 0; i < n_docs; i++) {
+        int32_t len = rd32(&d), n_ref = rd32(&pi), dec_len;
+        const char *text = (const char *)d;
+        int flags = i % 10 == 0 ? TRN_ENCODE_BOS : i % 10 == 1 ? TRN_ENCODE_NO_SPECIAL : 0;
+        size_t got;
+        d += len;
+        total_bytes += (size_t)len;
+        ids.n = 0;
+        if ((r = trn_tokenizer_encode_ex(&tok, text, (size_t)len, flags, &ids)) != TRN_OK) {
+            printf("FAIL %s: encode doc %d: %s\n", name, i, trn_error_reason());
+            n_fail++;
+            break;
+        }
+        total_ids += ids.n;
+        if ((int32_t)ids.n != n_ref || memcmp(ids.ids, pi, 4 * (size_t)n_ref) != 0) {
+            size_t k = 0;
+            while (k < ids.n && (int32_t)k < n_ref && memcmp(&ids.ids[k], pi + 4 * k, 4) == 0) k++;
+            if (bad_ids++ == 0) {
+                int32_t want = (int32_t)k < n_ref ? ((const int32_t *)(const void *)pi)[0] : -1;
+                size_t at = 0, j;
+                memcpy(&want, pi + 4 * ((int32_t)k < n_ref ? k : 0), 4);
+                for (j = 0; j < k; j++) { size_t l; trn_tokenizer_token(&tok, ids.ids[j], &l); at += l; }
+                printf("  %s doc %d: %zu ids vs the package's %d, first difference at id %zu: kit %d, package %d "
+                       "(near byte %zu: \"%.40s\")\n", name, i, ids.n, n_ref, k, k < ids.n ? ids.ids[k] : -1,
+                       (int32_t)k < n_ref ? want : -1, at, text + (at < (size_t)len ? at : 0));
+                first_bad = i;
+            }
+        }
+        pi += 4 * (size_t)n_ref;
+        dec_len = rd32(&pd);
+        got = trn_tokenizer_decode(&tok, (const int *)(const void *)(pi - 4 * (size_t)n_ref), (size_t)n_ref, NULL, 0);
+        if (got + 1 > buf_cap) { buf_cap = 2 * (got + 1); free(buf); buf = (char *)malloc(buf_cap); }
+        trn_tokenizer_decode(&tok, (const int *)(const void *)(pi - 4 * (size_t)n_ref), (size_t)n_ref, buf, buf_cap);
+        if ((int32_t)got != dec_len || memcmp(buf, pd, (size_t)dec_len) != 0) {
+            if (bad_dec++ == 0) printf("  %s doc %d: decode differs from the package's (%zu vs %d bytes)\n", name, i, got, dec_len);
+        }
+        pd += dec_len;
+        if (tok.byte_level && !prefix && flags != TRN_ENCODE_BOS && (got != (size_t)len || memcmp(buf, text, (size_t)len) != 0))
+            if (bad_round++ == 0) printf("  %s doc %d: decode(encode(text)) is not the text\n", name, i);
+    }
+    if (bad_ids || bad_dec || bad_round) {
+        printf("FAIL %s: %d of %d documents with other ids (first: doc %d), %d decodes differ, %d round trips "
+               "differ\n", name, bad_ids, n_docs, first_bad, bad_dec, bad_round);
+        n_fail++;
+    } else {
+        printf("ok %s: %d documents, %zu bytes, %zu ids identical to the package's, decode identical%s\n", name,
+               n_docs, total_bytes, total_ids, tok.byte_level && !prefix ? ", round trip exact" : "");
+        n_pass++;
+    }
+    free(buf); free(ids_file); free(dec_file);
+    trn_tokens_free(&ids);
+    trn_tokenizer_free(&tok);
+}
+
+int main(int argc, char **argv) {
+    char path[4096];
+    size_t n;
+    unsigned char *docs;
+    int i;
+    if (argc < 3) { fprintf(stderr, "usage: hf_tokenizer_check DIR NAME...\n"); return 2; }
+    snprintf(path, sizeof path, "%s/docs.bin", argv[1]);
+    docs = slurp(path, &n);
+    for (i = 2; i < argc; i++) {
+        if (argv[i][0] == '!' && strchr(argv[i], '=')) { /* a file to refuse */
+            const char *eq = strchr(argv[i], '=');
+            trn_tokenizer tok;
+            snprintf(path, sizeof path, "%s/%.*s.json", argv[1], (int)(eq - argv[i] - 1), argv[i] + 1);
+            if (trn_tokenizer_load_hf(&tok, path) == TRN_OK) {
+                printf("FAIL %s: loaded, should be refused\n", path);
+                n_fail++;
+                trn_tokenizer_free(&tok);
+            } else if (!strstr(trn_error_reason(), eq + 1) || strchr(trn_error_reason(), '\n') || tok.merges || tok.bytes) {
+                printf("FAIL %s: refused, but the reason \"%s\" does not say \"%s\" on one line\n", path,
+                       trn_error_reason(), eq + 1);
+                n_fail++;
+            } else {
+                printf("ok %s refused: %s\n", path, trn_error_reason());
+                n_pass++;
+            }
+            continue;
+        }
+        check(argv[1], argv[i], docs);
+    }
+    free(docs);
+    printf("%d passed, %d failed\n", n_pass, n_fail);
+    return n_fail != 0;
+}

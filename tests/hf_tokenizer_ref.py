@@ -1,0 +1,221 @@
+#!/usr/bin/env python3
+"""tests/hf_tokenizer_ref.py OUTDIR - the `tokenizers` side of
+tests/test_hf_tokenizer.sh (no network, no torch).
+
+Trains with the `tokenizers` package, on text made from the repository's
+own files (README.md, docs/*.md, the comments of the headers) plus
+generated Unicode:
+  gpt2    byte-level BPE, ByteLevel pre-tokenizer (GPT-2's regex)
+  llama3  byte-level BPE, Split(Llama 3's regex) + ByteLevel, ignore_merges,
+          TemplateProcessing "<|begin_of_text|> $A"
+  llama2  BPE with byte_fallback and the "▁" metaspace normalizer
+          (Prepend + Replace, Llama 2 / TinyLlama), "<s> $A"
+and derives, from the same vocabularies, files that differ only in the
+pre-tokenizer: qwen2 (Qwen2's regex), smollm (Digits + ByteLevel with
+add_prefix_space), mistral (Metaspace pre-tokenizer, prepend_scheme
+"first", no normalizer) and metasplit (Metaspace split: true, "always").
+Every tokenizer has special and non-special added tokens.
+
+Then writes held-out text (generated from a different seed, never seen in
+training: >= 1 MB of documents mixing the corpus' words in new orders with
+CJK, emoji, accented Latin, combining marks, whitespace runs, digit runs,
+contractions and added tokens) and, per tokenizer, the package's ids and
+decoded text for each document:
+  docs.bin          int32 n_docs, then per document int32 length + bytes
+  NAME.json         the tokenizer
+  NAME.ids          per document int32 n + n int32 ids
+  NAME.dec          per document int32 length + the package's decode
+Document i is encoded with add_special_tokens=True (the BOS) when
+i % 10 == 0, with encode_special_tokens=True (special added tokens as
+plain text) when i % 10 == 1, and plainly otherwise.
+"""
+import glob, json, os, random, re, struct, sys, time
+
+from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers,
+                        processors, trainers)
+
+OUT = sys.argv[1]
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+META = "\u2581"
+L3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+      r"\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2 = L3.replace(r"\p{N}{1,3}", r"\p{N}")
+
+
+def repo_text():
+    parts = []
+    for p in [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md"))):
+        parts.append(open(p, encoding="utf-8", errors="replace").read())
+    for h in ("train.h", "extras/train_data.h", "train_cuda.h"):
+        src = open(os.path.join(ROOT, h), encoding="utf-8", errors="replace").read()
+        parts.extend(re.findall(r"/\*(.*?)\*/", src, flags=re.S))
+    return "\n".join(parts)
+
+
+def rand_unicode(rng):
+    kind = rng.randrange(12)
+    if kind == 0: return "".join(chr(rng.randrange(0x4E00, 0x9FA0)) for _ in range(rng.randrange(1, 12)))
+    if kind == 1: return "".join(chr(rng.randrange(0x3041, 0x3097)) for _ in range(rng.randrange(1, 8)))
+    if kind == 2: return "".join(chr(rng.randrange(0x1F600, 0x1F650)) for _ in range(rng.randrange(1, 4)))
+    if kind == 3: return "\U0001F469\u200D\U0001F4BB" + rng.choice(["", "\uFE0F", " \U0001F44D\U0001F3FD"])
+    if kind == 4: return "".join(rng.choice("àáâãäåæçèéêëìíîïñòóôõöøùúûüýÿÀÉÎÕÜßœŒ") for _ in range(rng.randrange(1, 6))) + "n"
+    if kind == 5: return "".join(rng.choice("aeiounc") + rng.choice("\u0301\u0300\u0308\u0327\u0303") for _ in range(rng.randrange(1, 4)))
+    if kind == 6: return rng.choice(["Привет мир", "Ελληνικά γράμματα", "مرحبا بالعالم", "नमस्ते दुनिया", "한국어 문장", "Grüße aus Köln"])
+    if kind == 7: return "".join(rng.choice("0123456789") for _ in range(rng.randrange(1, 14)))
+    if kind == 8: return rng.choice(["٣٤٥", "１２３", "½", "²³", "Ⅻ", "①②"])
+    if kind == 9: return rng.choice([" " * rng.randrange(2, 9), "\t" * rng.randrange(1, 4), "\n" * rng.randrange(2, 5),
+                                      "\r\n", " \n ", "\u00A0", "\u3000", "  \t\n  "])
+    if kind == 10: return rng.choice(["it's", "WE'LL", "don't", "'S", "they're", "I'd", "you've", "O'Neil", "'m"])
+    return rng.choice(["{}", "()", "->", "==", "/* */", "...", "!!", "?!", "#include", "$", "€", "§"])
+
+
+def training_text():
+    rng = random.Random(1)
+    base = repo_text()
+    extra = " ".join(rand_unicode(rng) for _ in range(20000))
+    lines = (base + "\n" + extra).split("\n")
+    return lines
+
+
+def heldout_docs(added, n_bytes=1 << 20):
+    rng = random.Random(12345)
+    words = re.findall(r"\S+", repo_text())
+    docs, total = [], 0
+    while total < n_bytes:
+        parts = []
+        size = rng.randrange(500, 8000)
+        length = 0
+        while length < size:
+            r = rng.random()
+            if r < 0.62: s = rng.choice(words)
+            elif r < 0.9: s = rand_unicode(rng)
+            elif r < 0.95: s = rng.choice(added)
+            else: s = "\n"
+            sep = rng.choice([" ", " ", " ", " ", "", "\n", "  "])
+            parts.append(s + sep)
+            length += len(s) + 1
+        d = "".join(parts)
+        if rng.random() < 0.2: d = " " + d
+        docs.append(d)
+        total += len(d.encode("utf-8"))
+    return docs
+
+
+def train_bytelevel(lines, split_llama3):
+    tok = Tokenizer(models.BPE(ignore_merges=split_llama3))
+    if split_llama3:
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(L3), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    else:
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    specials = ["<|begin_of_text|>", "<|endoftext|>", "<|im_start|>"]
+    tr = trainers.BpeTrainer(vocab_size=2000, special_tokens=specials, show_progress=False,
+                             initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(lines, tr)
+    tok.add_tokens(["foo bar", "TODO", "TODO:", AddedToken("<tag>", normalized=False)])
+    if split_llama3:
+        bos = tok.token_to_id("<|begin_of_text|>")
+        tok.post_processor = processors.TemplateProcessing(single="<|begin_of_text|> $A",
+                                                           special_tokens=[("<|begin_of_text|>", bos)])
+    return tok
+
+
+def train_metaspace(lines):
+    tok = Tokenizer(models.BPE(byte_fallback=True, unk_token="<unk>"))
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend(META), normalizers.Replace(" ", META)])
+    tok.decoder = decoders.Sequence([decoders.Replace(META, " "), decoders.ByteFallback(), decoders.Fuse(),
+                                     decoders.Strip(" ", 1, 0)])
+    bytes_ = ["<0x%02X>" % i for i in range(256)]
+    tr = trainers.BpeTrainer(vocab_size=2300, special_tokens=["<unk>", "<s>", "</s>"] + bytes_,
+                             show_progress=False, limit_alphabet=300)
+    tok.train_from_iterator(lines, tr)
+    tok.add_tokens(["foo bar", "TODO", "TODO:", AddedToken("<tag>", normalized=False)])
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    d = json.loads(tok.to_str())
+    # as in Llama 2's file: the <0xNN> tokens are in the vocabulary, not added tokens
+    d["added_tokens"] = [a for a in d["added_tokens"] if not re.fullmatch(r"<0x[0-9A-F]{2}>", a["content"])]
+    return d
+
+
+def main():
+    t0 = time.time()
+    os.makedirs(OUT, exist_ok=True)
+    lines = training_text()
+    files = {}
+    files["gpt2"] = json.loads(train_bytelevel(lines, False).to_str())
+    files["llama3"] = json.loads(train_bytelevel(lines, True).to_str())
+    files["llama2"] = train_metaspace(lines)
+    print("trained 3 tokenizers in %.1f s" % (time.time() - t0))
+    q = json.loads(json.dumps(files["llama3"]))
+    q["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = QWEN2
+    files["qwen2"] = q
+    # ignore_merges matters only for a word in the vocabulary that the merges
+    # do not build: drop the merges that make some whole words ("Ġ" = space)
+    w = json.loads(json.dumps(files["llama3"]))
+    words = {t for t in w["model"]["vocab"] if t.startswith("\u0120") and len(t) >= 4}
+    gone = set(sorted(words)[::3])
+    w["model"]["merges"] = [m for m in w["model"]["merges"]
+                            if (m[0] + m[1] if isinstance(m, list) else m.replace(" ", "")) not in gone]
+    files["llama3words"] = w
+    s = json.loads(json.dumps(files["gpt2"]))
+    s["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "Digits", "individual_digits": True},
+        {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True}]}
+    files["smollm"] = s
+    m = json.loads(json.dumps(files["llama2"]))
+    m["normalizer"] = None
+    m["pre_tokenizer"] = {"type": "Metaspace", "replacement": META, "prepend_scheme": "first", "split": False}
+    m["decoder"] = {"type": "Sequence", "decoders": [{"type": "ByteFallback"}, {"type": "Metaspace", "replacement": META,
+                                                                              "prepend_scheme": "first", "split": False}]}
+    files["mistral"] = m
+    m2 = json.loads(json.dumps(m))
+    m2["pre_tokenizer"] = {"type": "Metaspace", "replacement": META, "prepend_scheme": "always", "split": True}
+    files["metasplit"] = m2
+    # files the kit must refuse with a line naming what (tests/test_hf_tokenizer.sh lists the words)
+    bad = {}
+    u = json.loads(json.dumps(files["gpt2"])); u["model"] = {"type": "Unigram", "unk_id": 0, "vocab": [["a", 0.0]]}
+    bad["unigram"] = u
+    w = json.loads(json.dumps(files["gpt2"])); w["model"]["type"] = "WordPiece"
+    bad["wordpiece"] = w
+    n = json.loads(json.dumps(files["qwen2"])); n["normalizer"] = {"type": "NFC"}
+    bad["nfc"] = n
+    r = json.loads(json.dumps(files["llama3"])); r["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = r"\p{L}+|\s+"
+    bad["pattern"] = r
+    ls = json.loads(json.dumps(files["llama2"])); ls["added_tokens"][1]["lstrip"] = True
+    bad["lstrip"] = ls
+    for name, d in bad.items():
+        with open(os.path.join(OUT, name + ".json"), "w", encoding="utf-8") as f:
+            json.dump(d, f, ensure_ascii=False)
+    with open(os.path.join(OUT, "truncated.json"), "w", encoding="utf-8") as f:
+        f.write(json.dumps(files["gpt2"])[:5000])
+    added = ["<|endoftext|>", "<|im_start|>", "<s>", "</s>", "foo bar", "TODO", "TODO:", "<tag>", " foo bar ", "<0x41>"]
+    docs = heldout_docs(added)
+    with open(os.path.join(OUT, "docs.bin"), "wb") as f:
+        f.write(struct.pack("<i", len(docs)))
+        for d in docs:
+            b = d.encode("utf-8")
+            f.write(struct.pack("<i", len(b)) + b)
+    total = sum(len(d.encode("utf-8")) for d in docs)
+    for name, d in files.items():
+        path = os.path.join(OUT, name + ".json")
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(d, f, ensure_ascii=False)
+        tok = Tokenizer.from_file(path)
+        encs = [None] * len(docs)
+        for kind in range(3):  # 0: with the BOS, 1: special tokens as text, 2: plain
+            which = [i for i in range(len(docs)) if min(i % 10, 2) == kind]
+            tok.encode_special_tokens = kind == 1
+            for i, e in zip(which, tok.encode_batch([docs[i] for i in which], add_special_tokens=kind == 0)):
+                encs[i] = e.ids
+        with open(os.path.join(OUT, name + ".ids"), "wb") as f, open(os.path.join(OUT, name + ".dec"), "wb") as g:
+            for ids in encs:
+                f.write(struct.pack("<i", len(ids)) + struct.pack("<%di" % len(ids), *ids))
+                b = tok.decode(ids, skip_special_tokens=False).encode("utf-8")
+                g.write(struct.pack("<i", len(b)) + b)
+        print("ref %s: vocab %d, %d docs, %d bytes, %d ids" % (name, tok.get_vocab_size(), len(docs), total,
+                                                            sum(map(len, encs))))
+
+
+main()
