@@ -509,6 +509,13 @@ typedef struct trn_backend {
        train.h zeroes what is to be written, then calls matmul_backward */
     void (*matmul_backward_ex)(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                                const float *w, int N, int C, int OC, int write_dinp, int write_dw);
+    /* flash_attention_backward whose dqkv is WRITTEN where write says so
+       (a fresh gradient: its memset and the reads of its old values
+       skipped), accumulated otherwise. NULL: train.h zeroes dqkv, then
+       calls flash_attention_backward */
+    void (*flash_attention_backward_ex)(float *dqkv, const float *dout, const float *qkv, const float *out,
+                                        const float *lse, int B, int T, int NH, int NKV, int hs, int causal,
+                                        int write);
 } trn_backend;
 
 TRNDEF const trn_backend *trn_cpu_backend(void);
@@ -4501,10 +4508,17 @@ TRNDEF trn_tensor *trn_add_inplace(trn_model *m, trn_tensor *a, trn_tensor *b) {
 /* --- attention: the fused kernel pair; saved: lse (B,NH,T) and the output
    itself (backward reads O for D = rowsum(dO * O)) ------------------------ */
 static void trn__attention_bw(trn_model *m, trn_tape_entry *e) {
-    int B = e->iarg[0], T = e->iarg[1], NH = e->iarg[2], NKV = e->iarg[3];
+    int B = e->iarg[0], T = e->iarg[1], NH = e->iarg[2], NKV = e->iarg[3], fresh = 0;
     int hs = e->in[0]->shape[2] / (NH + 2 * NKV);
-    m->backend->flash_attention_backward(trn__grad(m, e->in[0], NULL), e->out->grad, e->in[0]->data, e->out->data,
-                                         (const float *)e->saved[0], B, T, NH, NKV, hs, (int)e->farg[0]);
+    const trn_backend *bk = m->backend;
+    /* a fresh dqkv (its first gradient) is written, not zeroed and added to, where the backend can */
+    float *dqkv = trn__grad(m, e->in[0], bk->flash_attention_backward_ex ? &fresh : NULL);
+    if (bk->flash_attention_backward_ex)
+        bk->flash_attention_backward_ex(dqkv, e->out->grad, e->in[0]->data, e->out->data, (const float *)e->saved[0],
+                                        B, T, NH, NKV, hs, (int)e->farg[0], fresh);
+    else
+        bk->flash_attention_backward(dqkv, e->out->grad, e->in[0]->data, e->out->data, (const float *)e->saved[0], B,
+                                     T, NH, NKV, hs, (int)e->farg[0]);
 }
 /* m->attention_materialized: the reference pair; saved: att (B,NH,T,T).
    Its backward workspace (B,NH,T,T) lives in the gradient block only while

@@ -292,6 +292,8 @@ static struct {
     double *partials;            /* sum_squares: one double per block        */
     float *tmp;                  /* grows: partial column sums               */
     size_t tmp_bytes;
+    unsigned *counts;            /* grows, all 0 between launches: the column */
+    size_t n_counts;             /* sums' "which block is last" counters      */
     trn__cuda_block *blocks;     /* live allocations: pointer -> bytes, kind */
     int n_blocks, cap_blocks;
     char name[320];              /* "<device name> (sm_XY)"                   */
@@ -590,6 +592,19 @@ static float *trn__cuda_tmp(size_t floats) {
     return trn__cu.tmp;
 }
 
+/* n counters, 0 (zeroed when they grow; every kernel that takes them leaves
+   them at 0, see trn__last_block) */
+static unsigned *trn__cuda_counts(size_t n) {
+    if (n > trn__cu.n_counts) {
+        if (trn__cu.counts) trn__cuda_free(trn__cu.counts);
+        trn__cu.counts = (unsigned *)trn__cuda_alloc(n * sizeof(unsigned), TRN_KIND_TEMP);
+        if (!trn__cu.counts) trn_fatal("train_cuda.h: %zu counters: %s", n, trn_error_reason());
+        trn__cu.n_counts = n;
+        trn__cuda_zero(trn__cu.counts, n * sizeof(unsigned));
+    }
+    return trn__cu.counts;
+}
+
 /* the driver's view for the ledger: used = total - free */
 static void trn__cuda_probe(size_t *used, size_t *total) {
     size_t fr = 0, tot = 0;
@@ -703,12 +718,46 @@ static __global__ void trn__k_bias_add(float *out, const float *bias, size_t N, 
     TRN__GRID_STRIDE(i, N * (size_t)OC) out[i] += bias[i % (size_t)OC];
 }
 
-/* Column sums of x (N,C), in two deterministic passes. Pass 1: block
-   (32,8) owns 32 columns and one chunk of `rows` rows; its 8 thread rows
-   stride the chunk, then add their 8 partials in shared memory: part
-   (nchunk, C). Pass 2: dst[c] += part[0][c] + part[1][c] + ... in order. */
+/* Column sums of x (N,C), deterministic, in one launch of two steps. Step
+   1: block (32,8) owns 32 columns and one chunk of `rows` rows; its 8
+   thread rows stride the chunk, then add their 8 partials in shared
+   memory: part (nchunk, C). Step 2, by the LAST block of each column group
+   to finish (trn__last_block): dst[c] += part[0][c] + part[1][c] + ... in
+   order. The plain two-launch form, the reference: trn__k_colsum_part's
+   step 1, then trn__k_colsum_final as its own pass (the same bits). */
+
+/* The finish of a two-step column sum in the same launch (the CUDA
+   samples' threadFenceReduction pattern): each block of column group
+   blockIdx.x, its partials written, fences them (visible to every block)
+   and counts itself in count[blockIdx.x]; the block that counts last
+   (gridDim.y - 1 before it) sees all of the group's partials and sums
+   them; it sets the counter back to 0 for the next launch. Every thread
+   of the block calls it (two barriers); flag: a __shared__ int. */
+static __device__ int trn__last_block(unsigned *count, int *flag) {
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0 && threadIdx.y == 0) {
+        *flag = atomicAdd(count + blockIdx.x, 1u) == gridDim.y - 1;
+        if (*flag) count[blockIdx.x] = 0;
+    }
+    __syncthreads();
+    return *flag;
+}
+/* dst[c] += part[0][c] + part[1][c] + ... (nchunk, in order: the bits of
+   trn__k_colsum_final) for the n columns from c0, by the block's threads;
+   volatile: the other blocks' partials, read past a cache that may hold
+   stale lines */
+static __device__ void trn__colsum_finish(float *dst, const float *part, int nchunk, int C, int c0, int n) {
+    int nt = blockDim.x * blockDim.y;
+    for (int c = c0 + threadIdx.y * blockDim.x + threadIdx.x; c < c0 + n && c < C; c += nt) {
+        float s = 0.0f;
+        for (int k = 0; k < nchunk; k++) s += ((const volatile float *)part)[(size_t)k * C + c];
+        dst[c] += s;
+    }
+}
+
 template <typename X>
-static __global__ void trn__k_colsum_part(float *part, const X *x, int N, int C, int rows) {
+static __global__ void trn__k_colsum_part(float *part, const X *x, int N, int C, int rows, float *dst, unsigned *count) {
     __shared__ float acc[8][33];
     int c = blockIdx.x * 32 + threadIdx.x, r0 = blockIdx.y * rows, r1 = min(N, r0 + rows);
     float s = 0.0f;
@@ -720,12 +769,14 @@ static __global__ void trn__k_colsum_part(float *part, const X *x, int N, int C,
         for (int k = 1; k < 8; k++) s += acc[k][threadIdx.x];
         part[(size_t)blockIdx.y * C + c] = s;
     }
+    __shared__ int last;
+    if (dst && trn__last_block(count, &last)) trn__colsum_finish(dst, part, (int)gridDim.y, C, blockIdx.x * 32, 32);
 }
 /* the same, 8 columns a thread through 16-byte loads (C a multiple of 8, x
    16-byte aligned): a warp reads 256 columns of a row at once. Every
    column's sum is taken in the scalar kernel's order: the same bits. */
 template <typename X>
-static __global__ void trn__k_colsum_part8(float *part, const X *x, int N, int C, int rows) {
+static __global__ void trn__k_colsum_part8(float *part, const X *x, int N, int C, int rows, float *dst, unsigned *count) {
     __shared__ float acc8[8][32][9];
     int c = (blockIdx.x * 32 + threadIdx.x) * 8, r0 = blockIdx.y * rows, r1 = min(N, r0 + rows);
     float s[8] = {0, 0, 0, 0, 0, 0, 0, 0}, f[8];
@@ -741,7 +792,10 @@ static __global__ void trn__k_colsum_part8(float *part, const X *x, int N, int C
             for (int k = 0; k < 8; k++) s[k] += acc8[j][threadIdx.x][k];
         for (int k = 0; k < 8; k++) part[(size_t)blockIdx.y * C + c + k] = s[k];
     }
+    __shared__ int last;
+    if (dst && trn__last_block(count, &last)) trn__colsum_finish(dst, part, (int)gridDim.y, C, blockIdx.x * 256, 256);
 }
+/* step 2 as a pass of its own (the reference; other ops' partials) */
 static __global__ void trn__k_colsum_final(float *dst, const float *part, int nchunk, int C) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
@@ -850,10 +904,11 @@ static __global__ void trn__k_ln_bwd_dx(A *dinp, const A *dout, const A *inp, co
         for (int i = lane; i < C; i += 32)
             dx[i] = trn__to<A>(trn__ld(dx[i]) + r * (trn__ld(g[i]) * trn__ld(w[i]) - mg - (trn__ld(x[i]) - m) * r * mgx));
 }
-/* dw = sum_n dout * xhat, db = sum_n dout: as trn__k_colsum_part, twice */
+/* dw = sum_n dout * xhat, db = sum_n dout: as trn__k_colsum_part, twice, the last block of each 32 columns summing both */
 template <typename A>
 static __global__ void trn__k_ln_bwd_part(float *pw, float *pb, const A *dout, const A *inp, const float *mean,
-                                          const float *rstd, int N, int C, int rows) {
+                                          const float *rstd, int N, int C, int rows, float *dw, float *db,
+                                          unsigned *count) {
     __shared__ float aw[8][33], ab[8][33];
     int c = blockIdx.x * 32 + threadIdx.x, r0 = blockIdx.y * rows, r1 = min(N, r0 + rows);
     float sw = 0.0f, sb = 0.0f;
@@ -870,6 +925,53 @@ static __global__ void trn__k_ln_bwd_part(float *pw, float *pb, const A *dout, c
         for (int k = 1; k < 8; k++) { sw += aw[k][threadIdx.x]; sb += ab[k][threadIdx.x]; }
         pw[(size_t)blockIdx.y * C + c] = sw;
         pb[(size_t)blockIdx.y * C + c] = sb;
+    }
+    __shared__ int last; /* the last block of the 32 columns sums the partials (trn__last_block) */
+    if (trn__last_block(count, &last)) {
+        if (dw) trn__colsum_finish(dw, pw, (int)gridDim.y, C, blockIdx.x * 32, 32);
+        if (db) trn__colsum_finish(db, pb, (int)gridDim.y, C, blockIdx.x * 32, 32);
+    }
+}
+/* the same, 8 columns a thread through 16-byte packs of dout and inp (C a
+   multiple of 8, both 16-byte aligned; trn__cuda_ln_vec): a warp reads 256
+   columns of a row at once, and every column's sums are taken in the
+   scalar kernel's order above, its reference */
+template <typename A>
+static __global__ void trn__k_ln_bwd_part8(float *pw, float *pb, const A *dout, const A *inp, const float *mean,
+                                           const float *rstd, int N, int C, int rows, float *dw, float *db,
+                                           unsigned *count) {
+    __shared__ float aw8[8][32][9], ab8[8][32][9];
+    int c = (blockIdx.x * 32 + threadIdx.x) * 8, r0 = blockIdx.y * rows, r1 = min(N, r0 + rows);
+    float sw[8] = {0, 0, 0, 0, 0, 0, 0, 0}, sb[8] = {0, 0, 0, 0, 0, 0, 0, 0}, g[8], x[8];
+    if (c < C)
+        for (int r = r0 + (int)threadIdx.y; r < r1; r += 8) {
+            trn__ld8(g, dout + (size_t)r * C + c);
+            trn__ld8(x, inp + (size_t)r * C + c);
+            for (int k = 0; k < 8; k++) {
+                sw[k] += g[k] * ((x[k] - mean[r]) * rstd[r]);
+                sb[k] += g[k];
+            }
+        }
+    for (int k = 0; k < 8; k++) {
+        aw8[threadIdx.y][threadIdx.x][k] = sw[k];
+        ab8[threadIdx.y][threadIdx.x][k] = sb[k];
+    }
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        for (int j = 1; j < 8; j++)
+            for (int k = 0; k < 8; k++) {
+                sw[k] += aw8[j][threadIdx.x][k];
+                sb[k] += ab8[j][threadIdx.x][k];
+            }
+        for (int k = 0; k < 8; k++) {
+            pw[(size_t)blockIdx.y * C + c + k] = sw[k];
+            pb[(size_t)blockIdx.y * C + c + k] = sb[k];
+        }
+    }
+    __shared__ int last; /* the last block of the 256 columns sums the partials */
+    if (trn__last_block(count, &last)) {
+        if (dw) trn__colsum_finish(dw, pw, (int)gridDim.y, C, blockIdx.x * 256, 256);
+        if (db) trn__colsum_finish(db, pb, (int)gridDim.y, C, blockIdx.x * 256, 256);
     }
 }
 
@@ -1788,8 +1890,10 @@ TRN__UNROLL
     }
 }
 
-/* backward, pass 1: D = rowsum(dO * O) per (b, h, i), fp32, and the fp32 dQ
-   accumulators (S partials) zeroed. One warp per row, 16-byte loads. */
+/* backward, pass 1: D = rowsum(dO * O) per (b, h, i), fp32, and S fp32 dQ
+   accumulators zeroed (S = 1 with atomic dQ: the blocks add into one; S = 0
+   when deterministic: each partial's first key block stores, pass 2 below).
+   One warp per row, 16-byte loads. */
 template <int HS>
 static __global__ void trn__k_fa2_bwd_d(float *D, float *dq_acc, const trn__bf16 *dout, const trn__bf16 *out, int B,
                                         int T, int NH, int S) {
@@ -1822,12 +1926,17 @@ static __global__ void trn__k_fa2_bwd_d(float *D, float *dq_acc, const trn__bf16
    then dS^T goes to shared memory (bf16) and the block computes
      dQ  += dS K               (16 x 16 tiles dealt round-robin to the warps)
    added to its fp32 partial dq_acc + s B NH T HS (atomic = 1: one partial,
-   grid (B*NKV, key blocks), atomicAdd). dK (times scale) and dV are added
-   to dqkv at the end of each key block. */
+   grid (B*NKV, key blocks), atomicAdd, zeroed by pass 1). Deterministic,
+   the partial needs no zero pass: the block's first key block (kb = s)
+   STORES dQ for every query row it reaches (all rows from i_start on:
+   every step of every head of the group), the later ones add; the rows
+   before the first i_start (causal: they see none of the block's keys) are
+   stored as zeros before the loop. dK (times scale) and dV are added to
+   dqkv at the end of each key block. */
 template <int HS>
 static __global__ void trn__k_fa2_bwd(trn__bf16 *dqkv, float *dq_acc, const trn__bf16 *dout, const trn__bf16 *qkv,
                                       const float *lse, const float *D, int T, int NH, int NKV, int causal, float scale,
-                                      int atomic) {
+                                      int atomic, int write) {
     typedef trn__fa2<HS> F;
     enum { LD = F::LD, BC = F::BBC, BR = F::BBR, LDS = F::LDS, BW = F::BW };
     TRN__CUDA_SHARED_128(trn__bf16, sm);
@@ -1840,6 +1949,13 @@ static __global__ void trn__k_fa2_bwd(trn__bf16 *dqkv, float *dq_acc, const trn_
     const trn__bf16 *x = qkv + (size_t)b * T * ld, *dO = dout + (size_t)b * T * NH * HS;
     float *dqa = dq_acc + (atomic ? 0 : (size_t)blockIdx.y * rows * HS);
     const float log2e = 1.44269504089f;
+    if (!atomic) { /* rows [0, i_first) of the group's heads: no key of this block reaches them */
+        int kb0 = (int)blockIdx.y, i_first = kb0 >= nkb ? T : causal ? kb0 * BC / BR * BR : 0;
+        if (i_first > T) i_first = T;
+        for (int hg = 0; hg < G; hg++)
+            for (int e = threadIdx.x; e < i_first * HS; e += blockDim.x)
+                dqa[(((size_t)b * NH + kvh * G + hg) * T) * HS + e] = 0.0f;
+    }
     for (int kb = blockIdx.y; kb < nkb; kb += gridDim.y) {
         int j0 = kb * BC, i_start = causal ? j0 / BR * BR : 0; /* causal: queries before j0 see none of it */
         int nqs = (T - i_start + BR - 1) / BR, steps = G * nqs;
@@ -1956,6 +2072,9 @@ TRN__UNROLL
                         if (atomic) {
                             atomicAdd(dst + n * 8, q[n][2 * r]);
                             atomicAdd(dst + n * 8 + 1, q[n][2 * r + 1]);
+                        } else if (kb == (int)blockIdx.y) { /* the partial's first key block: store */
+                            dst[n * 8] = q[n][2 * r];
+                            dst[n * 8 + 1] = q[n][2 * r + 1];
                         } else {
                             dst[n * 8] += q[n][2 * r];
                             dst[n * 8 + 1] += q[n][2 * r + 1];
@@ -1965,7 +2084,8 @@ TRN__UNROLL
             }
             __syncthreads(); /* buffer u and dS^T are free */
         }
-        /* dqkv += dK scale, dV (fp32 add, one rounding) */
+        /* dqkv += dK scale, dV (fp32 add, one rounding); write: dqkv = dK scale, dV (a fresh gradient,
+           its old bits garbage: every key row is in exactly one key block, so each is stored once) */
 TRN__UNROLL
         for (int r = 0; r < 2; r++) {
             int j = j0 + warp * 16 + g + r * 8;
@@ -1974,6 +2094,11 @@ TRN__UNROLL
             unsigned *pv = pk + (size_t)NKV * HS / 2;
 TRN__UNROLL
             for (int n = 0; n < HS / 8; n++) {
+                if (write) {
+                    pk[n * 4] = trn__pack_bf16(scale * dk[n][2 * r], scale * dk[n][2 * r + 1]);
+                    pv[n * 4] = trn__pack_bf16(dv[n][2 * r], dv[n][2 * r + 1]);
+                    continue;
+                }
                 unsigned wk = pk[n * 4], wv = pv[n * 4];
                 pk[n * 4] = trn__pack_bf16(trn__bf16_lo(wk) + scale * dk[n][2 * r], trn__bf16_hi(wk) + scale * dk[n][2 * r + 1]);
                 pv[n * 4] = trn__pack_bf16(trn__bf16_lo(wv) + dv[n][2 * r], trn__bf16_hi(wv) + dv[n][2 * r + 1]);
@@ -1983,10 +2108,10 @@ TRN__UNROLL
 }
 
 /* backward, pass 3: dqkv's Q part += scale * (sum of the S partials, in
-   order); one thread per pair of columns */
+   order) (write: = , a fresh gradient); one thread per pair of columns */
 template <int HS>
 static __global__ void trn__k_fa2_bwd_dq(trn__bf16 *dqkv, const float *dq_acc, int B, int T, int NH, int NKV, int S,
-                                         float scale) {
+                                         float scale, int write) {
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x, rows = (size_t)B * NH * T;
     if (idx >= rows * (HS / 2)) return;
     size_t row = idx / (HS / 2), d = idx % (HS / 2) * 2, bh = row / (size_t)T, i = row % (size_t)T;
@@ -1998,7 +2123,7 @@ static __global__ void trn__k_fa2_bwd_dq(trn__bf16 *dqkv, const float *dq_acc, i
         a1 += p[1];
     }
     unsigned *q = (unsigned *)(dqkv + (b * (size_t)T + i) * (size_t)(NH + 2 * NKV) * HS + h * HS + d);
-    *q = trn__pack_bf16(trn__bf16_lo(*q) + scale * a0, trn__bf16_hi(*q) + scale * a1);
+    *q = write ? trn__pack_bf16(scale * a0, scale * a1) : trn__pack_bf16(trn__bf16_lo(*q) + scale * a0, trn__bf16_hi(*q) + scale * a1);
 }
 
 /* the launchers. The kernels take 16-byte aligned qkv, out, dout, dqkv
@@ -2028,31 +2153,33 @@ static int trn__cuda_fa2_split(int B, int NKV, int nkb) {
 }
 template <int HS>
 static void trn__cuda_fa2_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
-                                   const float *lse, int B, int T, int NH, int NKV, int causal) {
+                                   const float *lse, int B, int T, int NH, int NKV, int causal, int write) {
     typedef trn__fa2<HS> F;
     size_t rows = (size_t)B * NH * T;
     int nkb = (T + F::BBC - 1) / F::BBC, atomic = trn__fa2_cfg.dq_atomic;
     int S = atomic ? 1 : trn__cuda_fa2_split(B, NKV, nkb);
     size_t lead = (rows + 3) / 4 * 4; /* D, padded: the partials start 16-byte aligned */
     float *D = trn__cuda_tmp(lead + (size_t)S * rows * HS), *acc = D + lead;
-    {   /* dO, O read (bf16); D written, the S dQ partials zeroed (fp32) */
-        TRN__CUDA_SITE("flash bwd D", 4.0 * rows * HS + 4.0 * rows + 4.0 * S * rows * HS, 2.0 * rows * HS);
+    {   /* dO, O read (bf16); D written; with atomic dQ its one accumulator zeroed (fp32) */
+        TRN__CUDA_SITE("flash bwd D", 4.0 * rows * HS + 4.0 * rows + 4.0 * atomic * rows * HS, 2.0 * rows * HS);
         TRN_CUDA_LAUNCH(trn__k_fa2_bwd_d<HS>, dim3((unsigned)((rows + 7) / 8)), dim3(256), 0, trn__cu.stream, D, acc,
-                    (const trn__bf16 *)dout, (const trn__bf16 *)out, B, T, NH, S);
+                    (const trn__bf16 *)dout, (const trn__bf16 *)out, B, T, NH, atomic);
     }
-    {   /* Q, dO, K, V, lse, D read; dK, dV read and written (backward accumulates); each dQ partial read and
-           written; five products of 2 T T HS per head (half under causal) */
-        TRN__CUDA_SITE_GEMM("flash bwd", 2.0 * B * T * (2 * NH + 2 * NKV) * HS + 8.0 * rows + 2.0 * 2.0 * B * T * 2 * NKV * HS +
-                                             8.0 * S * rows * HS, T, T, HS, (causal ? 2.5 : 5.0) * B * NH);
+    {   /* Q, dO, K, V, lse, D read; dK, dV written (write), else read and written (backward accumulates);
+           each dQ partial written (deterministic: its first key block stores; atomic: read and written); five
+           products of 2 T T HS per head (half under causal) */
+        TRN__CUDA_SITE_GEMM("flash bwd", 2.0 * B * T * (2 * NH + 2 * NKV) * HS + 8.0 * rows + 2.0 * (2.0 - write) * B * T * 2 * NKV * HS +
+                                             (4.0 + 4.0 * atomic) * S * rows * HS, T, T, HS, (causal ? 2.5 : 5.0) * B * NH);
         TRN_CUDA_LAUNCH(trn__k_fa2_bwd<HS>, dim3((unsigned)(B * NKV), (unsigned)(atomic ? nkb : S)), dim3(32 * F::BW),
                     trn__fa2_shmem<HS>(1), trn__cu.stream, (trn__bf16 *)dqkv, acc, (const trn__bf16 *)dout,
                     (const trn__bf16 *)qkv, lse, (const float *)D, T, NH, NKV, causal, 1.0f / sqrtf((float)HS),
-                    atomic);
+                    atomic, write);
     }
-    /* the S partials read (fp32), dQ of dqkv read and written (bf16) */
-    TRN__CUDA_SITE("flash bwd dq sum", 4.0 * S * rows * HS + 4.0 * rows * HS, (double)(S + 1) * rows * HS);
+    /* the S partials read (fp32), dQ of dqkv written, or read and written (bf16) */
+    TRN__CUDA_SITE("flash bwd dq sum", 4.0 * S * rows * HS + 2.0 * (2.0 - write) * rows * HS, (double)(S + 1) * rows * HS);
     TRN_CUDA_LAUNCH(trn__k_fa2_bwd_dq<HS>, dim3((unsigned)((rows * (HS / 2) + 255) / 256)), dim3(256), 0,
-                    trn__cu.stream, (trn__bf16 *)dqkv, (const float *)acc, B, T, NH, NKV, S, 1.0f / sqrtf((float)HS));
+                    trn__cu.stream, (trn__bf16 *)dqkv, (const float *)acc, B, T, NH, NKV, S, 1.0f / sqrtf((float)HS),
+                    write);
 }
 
 /* ------------------------------------------------------------------------
@@ -3001,15 +3128,15 @@ static void trn__cuda_colsum(float *dst, const X *x, int N, int C) {
     if (nchunk < 1) nchunk = 1;
     rows = (N + nchunk - 1) / nchunk;
     part = trn__cuda_tmp((size_t)nchunk * C);
+    unsigned *count = trn__cuda_counts((size_t)(C + 31) / 32); /* one per column group (of 32 or 256) */
+    /* one launch: the partials, and the last block of each column group sums them (trn__last_block) */
     TRN__CUDA_SITE("bias grad (column sums)", sizeof(X) * (double)N * C + 8.0 * C, 0); /* dst read and written */
     if (C % 8 == 0 && trn__al16(x))
         TRN_CUDA_LAUNCH(trn__k_colsum_part8<X>, dim3((unsigned)(C + 255) / 256, (unsigned)nchunk), dim3(32, 8), 0,
-                        trn__cu.stream, part, x, N, C, rows);
+                        trn__cu.stream, part, x, N, C, rows, dst, count);
     else
         TRN_CUDA_LAUNCH(trn__k_colsum_part<X>, dim3((unsigned)(C + 31) / 32, (unsigned)nchunk), dim3(32, 8), 0,
-                        trn__cu.stream, part, x, N, C, rows);
-    TRN_CUDA_LAUNCH(trn__k_colsum_final, dim3((unsigned)(C + 255) / 256), dim3(256), 0, trn__cu.stream, dst,
-                    (const float *)part, nchunk, C);
+                        trn__cu.stream, part, x, N, C, rows, dst, count);
 }
 
 /* dinp (N,C) += dout (N,OC) @ w;  dw (OC,C) += dout^T @ inp;  dbias += column sums of dout.
@@ -3096,6 +3223,7 @@ template <typename A>
 static void trn__cuda_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                                          const float *w, const float *mean, const float *rstd, int N, int C) {
     if (N <= 0) return;
+    unsigned *count = dw || db ? trn__cuda_counts((size_t)(C + 31) / 32) : NULL; /* (before the site: it may zero them) */
     TRN__CUDA_SITE("layernorm bwd", sizeof(A) * ((dinp ? 4.0 : 2.0) * N * C + C) + 8.0 * N + 16.0 * C, 10.0 * N * C); /* dinp +=: read and written */
     if (dinp)
         TRN_CUDA_LAUNCH(trn__k_ln_bwd_dx<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, (A *)dinp,
@@ -3108,14 +3236,15 @@ static void trn__cuda_layernorm_backward(float *dinp, float *dw, float *db, cons
         rows = (N + nchunk - 1) / nchunk;
         pw = trn__cuda_tmp(2 * (size_t)nchunk * C);
         pb = pw + (size_t)nchunk * C;
-        TRN_CUDA_LAUNCH(trn__k_ln_bwd_part<A>, dim3((unsigned)(C + 31) / 32, (unsigned)nchunk), dim3(32, 8), 0,
-                        trn__cu.stream, pw, pb, (const A *)dout, (const A *)inp, mean, rstd, N, C, rows);
-        if (dw)
-            TRN_CUDA_LAUNCH(trn__k_colsum_final, dim3((unsigned)(C + 255) / 256), dim3(256), 0, trn__cu.stream, dw,
-                            (const float *)pw, nchunk, C);
-        if (db)
-            TRN_CUDA_LAUNCH(trn__k_colsum_final, dim3((unsigned)(C + 255) / 256), dim3(256), 0, trn__cu.stream, db,
-                            (const float *)pb, nchunk, C);
+        /* one launch: the partials of dw and db, summed by the last block of each column group */
+        if (trn__cuda_ln_vec(C, dout, inp, dout, inp))
+            TRN_CUDA_LAUNCH(trn__k_ln_bwd_part8<A>, dim3((unsigned)(C + 255) / 256, (unsigned)nchunk), dim3(32, 8), 0,
+                            trn__cu.stream, pw, pb, (const A *)dout, (const A *)inp, mean, rstd, N, C, rows, dw, db,
+                            count);
+        else
+            TRN_CUDA_LAUNCH(trn__k_ln_bwd_part<A>, dim3((unsigned)(C + 31) / 32, (unsigned)nchunk), dim3(32, 8), 0,
+                            trn__cu.stream, pw, pb, (const A *)dout, (const A *)inp, mean, rstd, N, C, rows, dw, db,
+                            count);
     }
 }
 
@@ -3706,21 +3835,30 @@ static void trn__cuda_flash_attention_forward_bf16(float *out, float *lse, const
 #undef TRN__FLASH_FWD
     trn__cuda_flash_attention_forward<trn__bf16>(out, lse, qkv, B, T, NH, NKV, hs, causal);
 }
-static void trn__cuda_flash_attention_backward_bf16(float *dqkv, const float *dout, const float *qkv, const float *out,
-                                                    const float *lse, int B, int T, int NH, int NKV, int hs,
-                                                    int causal) {
+/* write: dqkv is a fresh gradient (the backend table's
+   flash_attention_backward_ex): FA2 stores it; the other kernels add, so
+   it is zeroed for them first */
+static void trn__cuda_flash_attention_backward_ex_bf16(float *dqkv, const float *dout, const float *qkv,
+                                                       const float *out, const float *lse, int B, int T, int NH,
+                                                       int NKV, int hs, int causal, int write) {
     if (!dqkv || B <= 0 || T <= 0) return;
     if (trn__cuda_fa2_ok(hs, dqkv, dout, qkv, out)) { /* >>cuda-fa2 */
 #define TRN__FA2_BWD(HS) \
-    if (hs == HS) return trn__cuda_fa2_backward<HS>(dqkv, dout, qkv, out, lse, B, T, NH, NKV, causal);
+    if (hs == HS) return trn__cuda_fa2_backward<HS>(dqkv, dout, qkv, out, lse, B, T, NH, NKV, causal, write);
         TRN__FLASH_BF16_HS(TRN__FA2_BWD)
 #undef TRN__FA2_BWD
     }
+    if (write) trn__cuda_zero(dqkv, (size_t)B * T * (NH + 2 * NKV) * hs * sizeof(trn__bf16));
 #define TRN__FLASH_BWD(HS) \
     if (hs == HS) return trn__cuda_flash_bwd_bf16<HS>(dqkv, dout, qkv, out, lse, B, T, NH, NKV, causal);
     TRN__FLASH_BF16_HS(TRN__FLASH_BWD)
 #undef TRN__FLASH_BWD
     trn__cuda_flash_attention_backward<trn__bf16>(dqkv, dout, qkv, out, lse, B, T, NH, NKV, hs, causal);
+}
+static void trn__cuda_flash_attention_backward_bf16(float *dqkv, const float *dout, const float *qkv, const float *out,
+                                                    const float *lse, int B, int T, int NH, int NKV, int hs,
+                                                    int causal) {
+    trn__cuda_flash_attention_backward_ex_bf16(dqkv, dout, qkv, out, lse, B, T, NH, NKV, hs, causal, 0);
 }
 
 /* >>ops2 */
@@ -3852,6 +3990,7 @@ static void trn__cuda_release(void) {
     trn__cu.seg_dev = trn__cu.seg_host = NULL;
     trn__cu.n_seg = trn__cu.cap_seg = 0;
     if (trn__cu.tmp) { trn__cuda_free(trn__cu.tmp); trn__cu.tmp = NULL; trn__cu.tmp_bytes = 0; }
+    if (trn__cu.counts) { trn__cuda_free(trn__cu.counts); trn__cu.counts = NULL; trn__cu.n_counts = 0; }
     if (trn__cu.partials) { trn__cuda_free(trn__cu.partials); trn__cu.partials = NULL; }
     if (trn__cu.cublas) { TRN_CUBLAS_CHECK(cublasDestroy(trn__cu.cublas)); trn__cu.cublas = NULL; }
     trn__cuda_lt_release(); /* the plans, before their handle */
@@ -4172,6 +4311,7 @@ static void trn__cuda_fill_table(trn_backend *t, int bf16) {
             bf16 ? trn__cuda_flash_attention_forward_bf16 : trn__cuda_flash_attention_forward<float>;
         t->flash_attention_backward =
             bf16 ? trn__cuda_flash_attention_backward_bf16 : trn__cuda_flash_attention_backward<float>;
+        t->flash_attention_backward_ex = bf16 ? trn__cuda_flash_attention_backward_ex_bf16 : NULL;
         t->sgd_update = trn__cuda_sgd_update;
         t->attention_kv_forward = TRN__CUDA_PICK(trn__cuda_attention_kv_forward);
         t->dropout_forward = TRN__CUDA_PICK(trn__cuda_dropout_forward);

@@ -149,6 +149,22 @@ MUTATIONS = [  # (name, original text, broken text, sanitizer: "" | "address" | 
     ("fa2 backward: no barrier between the dS^T stores and the dQ product",
      "            __syncthreads(); /* dS^T of every warp is in shared memory */\n", "", "",
      "tests/test_cuda_fa2_bf16.cpp"),
+    ("fa2 backward: a dQ partial's first key block adds (to memory no pass zeroed)",
+     "} else if (kb == (int)blockIdx.y) { /* the partial's first key block: store */",
+     "} else if (0) { /* the partial's first key block: store */", "", "tests/test_cuda_fa2_bf16.cpp"),
+    ("fa2 backward: the rows before a partial's first key block not zeroed",
+     "                dqa[(((size_t)b * NH + kvh * G + hg) * T) * HS + e] = 0.0f;\n", "                (void)dqa;\n", "",
+     "tests/test_cuda_fa2_bf16.cpp"),
+    ("fa2 backward, fresh dqkv: dK and dV added to its old (garbage) contents",
+     "                if (write) {\n                    pk[n * 4] = trn__pack_bf16(scale * dk",
+     "                if (0) {\n                    pk[n * 4] = trn__pack_bf16(scale * dk", "",
+     "tests/test_cuda_fa2_bf16.cpp"),
+    # column sums in one launch (trn__last_block)
+    ("column sums: the last block leaves its counter set (the next launch's sums never finish)",
+     "        if (*flag) count[blockIdx.x] = 0;\n", "", ""),
+    ("column sums: the last block sums before the others' partials are counted (>= for ==)",
+     "*flag = atomicAdd(count + blockIdx.x, 1u) == gridDim.y - 1;", "*flag = atomicAdd(count + blockIdx.x, 1u) + 2 >= gridDim.y;",
+     ""),
 ]
 
 

@@ -868,6 +868,9 @@ inline bool is_pinned(const void *p, size_t n) {
 } /* namespace cuemu */
 
 #define __syncthreads() cuemu::syncthreads(__FILE__, __LINE__)
+/* a memory fence between blocks: nothing to do here (blocks run whole, one
+   after another, with no caches; see "What it cannot catch" above) */
+static inline void __threadfence(void) {}
 #define TRN_CUDA_DYNAMIC_SHARED(T, name) T *name = (T *)cuemu::dynamic_shared()
 
 /* ---- warp intrinsics ------------------------------------------------------ */

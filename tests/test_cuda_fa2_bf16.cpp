@@ -99,6 +99,7 @@ static double worst(const vec &got, const vec &want, const std::vector<double> &
     worst_at = 0;
     for (size_t i = 0; i < got.size(); i++) {
         double r = fabs((double)got[i] - (double)want[i]) / tol[i];
+        if (r != r) { worst_at = i; return r; } /* a NaN: the worst there is (a later finite one must not hide it) */
         if (!(r <= w)) { w = r; worst_at = i; }
     }
     return w;
@@ -325,6 +326,25 @@ static void test_fa2(int B, int T, int NH, int NKV, int hs, int causal, const ch
           shape, wd, at / ld / T, at / ld % T, at % ld, at % ld < (size_t)C ? "dQ" : at % ld < (size_t)C + NKV * hs ? "dK" : "dV",
           dqkv_g[at], dqkv_c[at], tol_d[at]);
     CHECK(worst(dqkv_g, overwritten, tol_d) > 1, "fa2 backward %s: also passes as if it overwrote dqkv\n", shape);
+    /* a fresh gradient (flash_attention_backward_ex, write = 1): dqkv's old
+       contents are NaN and must never be read; the result is the gradient
+       alone (the overwritten reference), every element stored: the same
+       bound, its last rounding that of the gradient alone */
+    {
+        std::vector<double> tol_w(nq);
+        for (size_t n = 0; n < nq; n++)
+            tol_w[n] = U * ((1 + U) * acc[n] + fabs(overwritten[n])) + moved[n] + 3e-5 * (acc[n] + 1);
+        vec nan_q(nq, NAN);
+        dbuf ddw(nan_q, 1);
+        CHECK(GPU->flash_attention_backward_ex != NULL, "no flash_attention_backward_ex in bf16\n");
+        if (GPU->flash_attention_backward_ex) {
+            GPU->flash_attention_backward_ex(ddw.f(), dg.f(), dq.f(), dout.f(), dlse.f(), B, T, NH, NKV, hs, causal, 1);
+            vec wr = ddw.get();
+            double ww = worst(wr, overwritten, tol_w);
+            CHECK(ww <= 1, "fa2 backward %s, written: error %.3g of the tolerance at element %zu: %g, want %g\n", shape,
+                  ww, worst_at, wr[worst_at], overwritten[worst_at]);
+        }
+    }
     /* deterministic: a second backward gives the same bits */
     if (!trn__fa2_cfg.dq_atomic) {
         dbuf ddq2(dqkv0, 1);

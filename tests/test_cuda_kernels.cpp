@@ -669,6 +669,9 @@ int main(int argc, char **argv) {
     test_layernorm(37, 53);
     test_layernorm(9, 300);
     test_layernorm(11, 64);     /* C % 8 == 0: 16-byte packs */
+    test_layernorm(200, 40);    /* 4 row chunks, 2 column groups (one ragged): the last block of each sums dw, db */
+    test_layernorm(200, 40);    /* again: the launch before left its "which block is last" counters at 0 */
+    test_layernorm(200, 264);   /* C % 8 == 0, 4 row chunks: dw, db partials by 16-byte packs, 2 groups of 256 */
     test_embedding(13, 64, 5);  /* the same */
     test_elementwise(64);       /* packs alone, no tail */
     test_elementwise(1001);

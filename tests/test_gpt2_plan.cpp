@@ -44,16 +44,20 @@
                             + 2E N C     (convert dx: read, written)
                             + 12 N       (targets 4 twice (upload, read by
                                           the fused kernel) + losses 4)
-   Launches of the step: per layer 39 (forward: 2 layernorms, 3 GEMMs, the
+   Launches of the step: per layer 30 (forward: 2 layernorms, 3 GEMMs, the
    fused matmul+GELU, attention, 2 residual adds = 9; backward: 2
-   layernorms x 4 launches, 2 copies (gradients handed on), 4 bias column
-   sums x 2, the matmul+dGELU, 3 dinp and 4 dW GEMMs, attention's 3
+   layernorms x 2 launches (dx; dw and db partials, summed by the last
+   block of each column group in the same launch), 2 copies (gradients
+   handed on), 4 bias column sums x 1 (the same: partials and their sum in
+   one launch), the matmul+dGELU, 3 dinp and 4 dW GEMMs, attention's 3
    (FlashAttention-2: D = rowsum(dO O), the key-block kernel, the dQ
-   partials' sum), 1 zero = 30: the 3 dinp GEMMs write their fresh gradients with beta 0,
-   where they were zeroed and added to); outside the layers 23 (ids upload
-   3, embedding 2+2, its add, the final layernorm 1 + 4, a copy, 3 zeros,
-   the loss mean, 2 downloads, the gradient norm 2, AdamW 1); and the
-   classifier's 1 + 4 K + 2. */
+   partials' sum; the partials need no zero pass: each one's first key
+   block stores) = 21, and no zero: the 3 dinp GEMMs write their fresh
+   gradients with beta 0, and attention WRITES its fresh dqkv
+   (flash_attention_backward_ex), where they were zeroed and added to); outside
+   the layers 21 (ids upload 3, embedding 2+2, its add, the final
+   layernorm 1 + 2, a copy, 3 zeros, the loss mean, 2 downloads, the
+   gradient norm 2, AdamW 1); and the classifier's 1 + 4 K + 2. */
 static const double D_N = 16384, D_C = 768, D_VP = 50304, D_E = 2;
 static const int D_L = 12, D_RMAX = (int)((400.0 * 1048576) / (2 * 50304)), D_K = (16384 + D_RMAX - 1) / D_RMAX,
                  D_R = (16384 + D_K - 1) / D_K;
@@ -62,7 +66,7 @@ static double design_classifier_bytes(void) {
            12 * D_VP * D_C + 2 * D_E * D_N * D_C + 12 * D_N;
 }
 static const long long D_CLASSIFIER_LAUNCHES = 1 + 4 * D_K + 2;
-static const long long D_STEP_LAUNCHES = D_L * 39 + 23 + D_CLASSIFIER_LAUNCHES;
+static const long long D_STEP_LAUNCHES = D_L * 30 + 21 + D_CLASSIFIER_LAUNCHES;
 /* the distinct cuBLASLt problems of the step: forward qkv, attention proj,
    fc+GELU, fc proj (4); backward dinp of qkv, proj, fc proj and the
    fc+dGELU (4), dW of the four (4); the classifier's logits, dinp and dW at
