@@ -12,8 +12,7 @@
 #define CUSTOM_OP_NO_MAIN
 #include "examples/custom_op.c"
 #include "tests/check.h"
-
-#include <vector>
+#include "tests/cuda_fixtures.h" /* maxdiff */
 
 static float run(net *n, const float *x, const float *y, int B, std::vector<float> *pred, std::vector<float> *grads) {
     trn_zero_grad(&n->m);
@@ -27,12 +26,6 @@ static float run(net *n, const float *x, const float *y, int B, std::vector<floa
     n->m.backend->download(grads->data(), n->m.grad_data, n->m.n_floats * sizeof(float));
     return trn_item(&n->m, loss);
 }
-static double maxdiff(const std::vector<float> &a, const std::vector<float> &b) {
-    double d = a.size() == b.size() ? 0.0 : INFINITY;
-    for (size_t i = 0; i < a.size() && i < b.size(); i++) d = fmax(d, fabs((double)a[i] - b[i]));
-    return d;
-}
-
 int main(void) {
     const int D = 4, H = 40, B = 37;
     trn_cuda_set_tf32(0);

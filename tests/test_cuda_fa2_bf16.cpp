@@ -51,59 +51,9 @@
 #include <string.h>
 #include <vector>
 
-typedef std::vector<float> vec;
-static const trn_backend *GPU;
-static trn_rng RNG;
-static const double U = 1.0 / 256; /* bf16 unit roundoff */
+#include "tests/cuda_fixtures.h" /* vec, GPU, RNG, randn_bf, dbuf_bf (bf16 or fp32), worst */
 
-static float bf(float x) { return __bfloat162float(__float2bfloat16(x)); }
-static vec randn_bf(size_t n) {
-    vec v(n);
-    for (size_t i = 0; i < n; i++) v[i] = bf(trn_rng_normal(&RNG));
-    return v;
-}
-/* a device buffer of bf16 (from floats) or of fp32 */
-struct dbuf {
-    void *p = nullptr;
-    size_t n = 0;
-    int is_bf16 = 0;
-    dbuf(const vec &h, int b16) : n(h.size()), is_bf16(b16) {
-        p = GPU->alloc(n * esize() + 16, TRN_KIND_TEMP);
-        if (!p) trn_fatal("test: %s", trn_error_reason());
-        if (b16) {
-            std::vector<__nv_bfloat16> t(n);
-            for (size_t i = 0; i < n; i++) t[i] = __float2bfloat16(h[i]);
-            GPU->upload(p, t.data(), n * 2);
-        } else {
-            GPU->upload(p, h.data(), n * 4);
-        }
-    }
-    ~dbuf() { GPU->free(p); }
-    size_t esize() const { return is_bf16 ? 2 : 4; }
-    float *f() { return (float *)p; }
-    vec get() {
-        vec h(n);
-        if (is_bf16) {
-            std::vector<__nv_bfloat16> t(n);
-            GPU->download(t.data(), p, n * 2);
-            for (size_t i = 0; i < n; i++) h[i] = __bfloat162float(t[i]);
-        } else {
-            GPU->download(h.data(), p, n * 4);
-        }
-        return h;
-    }
-};
-static size_t worst_at; /* where the last worst() found its maximum */
-static double worst(const vec &got, const vec &want, const std::vector<double> &tol) {
-    double w = 0;
-    worst_at = 0;
-    for (size_t i = 0; i < got.size(); i++) {
-        double r = fabs((double)got[i] - (double)want[i]) / tol[i];
-        if (r != r) { worst_at = i; return r; } /* a NaN: the worst there is (a later finite one must not hide it) */
-        if (!(r <= w)) { w = r; worst_at = i; }
-    }
-    return w;
-}
+static const double U = 1.0 / 256; /* bf16 unit roundoff */
 
 /* ------------------------------------------------ 1. fragment layouts */
 /* x1 and x2 (the kit's kernels use x4 only): the test's own wrappers */
@@ -163,7 +113,7 @@ static void test_fragments(void) {
         vec a = randn_bf(16 * 24), bm = randn_bf(128), c = randn_bf(128);
         /* B (k, n): how < 2 stores B^T (row n: 16 k's), how 2 stores B (row k: 8 n's) */
         auto B = [&](int k, int n) -> double { return how < 2 ? bm[(size_t)n * 16 + k] : bm[(size_t)k * 8 + n]; };
-        dbuf da(a, 1), db(bm, 1), dc(c, 0), dd(vec(128, 0.0f), 0);
+        dbuf_bf da(a, 1), db(bm, 1), dc(c, 0), dd(vec(128, 0.0f), 0);
         TRN_CUDA_LAUNCH(k_frag, dim3(1), dim3(32), 16 * 24 * 2 + 256 * 2, trn__cu.stream, dd.f(),
                         (const trn__bf16 *)da.p, (const trn__bf16 *)db.p, dc.f(), how);
         vec d = dd.get();
@@ -209,7 +159,7 @@ static __global__ void k_cp(float *out, const trn__bf16 *src, int how) {
 static void test_cp_async(void) {
     vec src(64);
     for (int i = 0; i < 64; i++) src[i] = (float)(i + 1);
-    dbuf ds(src, 1), dout(vec(32, 0.0f), 0);
+    dbuf_bf ds(src, 1), dout(vec(32, 0.0f), 0);
     long e0 = harness_errors();
     TRN_CUDA_LAUNCH(k_cp, dim3(1), dim3(32), 128 + 64, trn__cu.stream, dout.f(), (const trn__bf16 *)ds.p, 0);
     vec o = dout.get();
@@ -244,7 +194,7 @@ static void test_fa2(int B, int T, int NH, int NKV, int hs, int causal, const ch
     vec qkv = randn_bf(nq), out_c(no), att(na), out_w(no), att_w(na);
     trn_attention_forward(out_c.data(), att.data(), qkv.data(), B, T, NH, NKV, hs, causal);
     trn_attention_forward(out_w.data(), att_w.data(), qkv.data(), B, T, NH, NKV, hs, !causal); /* wrong */
-    dbuf dq(qkv, 1), dout(vec(no, 0.0f), 1), dlse(vec(nl, 0.0f), 0);
+    dbuf_bf dq(qkv, 1), dout(vec(no, 0.0f), 1), dlse(vec(nl, 0.0f), 0);
     GPU->flash_attention_forward(dout.f(), dlse.f(), dq.f(), B, T, NH, NKV, hs, causal);
     vec out_g = dout.get(), lse_g = dlse.get();
     std::vector<double> tol_o(no), tol_l(nl), L(nl);
@@ -285,7 +235,7 @@ static void test_fa2(int B, int T, int NH, int NKV, int hs, int causal, const ch
        and lse, into a dqkv that holds values already (backward accumulates) */
     vec g = randn_bf(no), dqkv0 = randn_bf(nq), dqkv_c = dqkv0, scratch(na);
     trn_attention_backward(dqkv_c.data(), scratch.data(), g.data(), qkv.data(), att.data(), B, T, NH, NKV, hs, causal);
-    dbuf dg(g, 1), ddq(dqkv0, 1);
+    dbuf_bf dg(g, 1), ddq(dqkv0, 1);
     GPU->flash_attention_backward(ddq.f(), dg.f(), dq.f(), dout.f(), dlse.f(), B, T, NH, NKV, hs, causal);
     vec dqkv_g = ddq.get();
     std::vector<double> acc(nq, 0.0), moved(nq, 0.0), tol_d(nq); /* moved: what the error in D moves */
@@ -335,7 +285,7 @@ static void test_fa2(int B, int T, int NH, int NKV, int hs, int causal, const ch
         for (size_t n = 0; n < nq; n++)
             tol_w[n] = U * ((1 + U) * acc[n] + fabs(overwritten[n])) + moved[n] + 3e-5 * (acc[n] + 1);
         vec nan_q(nq, NAN);
-        dbuf ddw(nan_q, 1);
+        dbuf_bf ddw(nan_q, 1);
         CHECK(GPU->flash_attention_backward_ex != NULL, "no flash_attention_backward_ex in bf16\n");
         if (GPU->flash_attention_backward_ex) {
             GPU->flash_attention_backward_ex(ddw.f(), dg.f(), dq.f(), dout.f(), dlse.f(), B, T, NH, NKV, hs, causal, 1);
@@ -347,7 +297,7 @@ static void test_fa2(int B, int T, int NH, int NKV, int hs, int causal, const ch
     }
     /* deterministic: a second backward gives the same bits */
     if (!trn__fa2_cfg.dq_atomic) {
-        dbuf ddq2(dqkv0, 1);
+        dbuf_bf ddq2(dqkv0, 1);
         GPU->flash_attention_backward(ddq2.f(), dg.f(), dq.f(), dout.f(), dlse.f(), B, T, NH, NKV, hs, causal);
         vec again = ddq2.get();
         CHECK(!memcmp(again.data(), dqkv_g.data(), nq * sizeof(float)), "fa2 backward %s: two runs differ\n", shape);

@@ -57,59 +57,9 @@
 #include <string.h>
 #include <vector>
 
-typedef std::vector<float> vec;
-static const trn_backend *GPU;
-static trn_rng RNG;
+#include "tests/cuda_fixtures.h" /* vec, GPU, RNG, randn_bf, dbuf_bf (bf16 or fp32), worst */
+
 static const double U = 1.0 / 256; /* bf16 unit roundoff */
-
-static float bf(float x) { return __bfloat162float(__float2bfloat16(x)); }
-/* n normal values, rounded to bf16 (so CPU and GPU see the same numbers) */
-static vec randn_bf(size_t n) {
-    vec v(n);
-    for (size_t i = 0; i < n; i++) v[i] = bf(trn_rng_normal(&RNG));
-    return v;
-}
-/* a device buffer of bf16 (from floats) or of fp32 */
-struct dbuf {
-    void *p = nullptr;
-    size_t n = 0;
-    int is_bf16 = 0;
-    dbuf(const vec &h, int b16) : n(h.size()), is_bf16(b16) {
-        p = GPU->alloc(n * esize() + 1, TRN_KIND_TEMP);
-        if (!p) trn_fatal("test: %s", trn_error_reason());
-        if (b16) {
-            std::vector<__nv_bfloat16> t(n);
-            for (size_t i = 0; i < n; i++) t[i] = __float2bfloat16(h[i]);
-            GPU->upload(p, t.data(), n * 2);
-        } else {
-            GPU->upload(p, h.data(), n * 4);
-        }
-    }
-    ~dbuf() { GPU->free(p); }
-    size_t esize() const { return is_bf16 ? 2 : 4; }
-    float *f() { return (float *)p; }
-    vec get() {
-        vec h(n);
-        if (is_bf16) {
-            std::vector<__nv_bfloat16> t(n);
-            GPU->download(t.data(), p, n * 2);
-            for (size_t i = 0; i < n; i++) h[i] = __bfloat162float(t[i]);
-        } else {
-            GPU->download(h.data(), p, n * 4);
-        }
-        return h;
-    }
-};
-
-/* max over elements of |got - want| / tol (<= 1 passes; NaN fails) */
-static double worst(const vec &got, const vec &want, const std::vector<double> &tol) {
-    double w = 0;
-    for (size_t i = 0; i < got.size(); i++) {
-        double r = fabs((double)got[i] - (double)want[i]) / tol[i];
-        if (!(r <= w)) w = r;
-    }
-    return w;
-}
 
 /* ------------------------------------------------- 1. the wmma emulation */
 namespace wm = nvcuda::wmma;
@@ -133,7 +83,7 @@ template <class LA, class LB> static void test_wmma_layout(int c_col) {
     long e0 = harness_errors();
     int acol = std::is_same<LA, wm::col_major>::value, bcol = std::is_same<LB, wm::col_major>::value;
     vec a = randn_bf(16 * lda), b = randn_bf(16 * ldb), c = randn_bf(16 * ldc);
-    dbuf da(a, 1), db(b, 1), dc(c, 0), dd(vec(16 * ldc, 0.0f), 0);
+    dbuf_bf da(a, 1), db(b, 1), dc(c, 0), dd(vec(16 * ldc, 0.0f), 0);
     TRN_CUDA_LAUNCH((k_wmma<LA, LB>), dim3(1), dim3(32), 0, trn__cu.stream, dd.f(), (const trn__bf16 *)da.p,
                     (const trn__bf16 *)db.p, dc.f(), lda, ldb, ldc, c_col);
     vec d = dd.get();
@@ -173,7 +123,7 @@ static __global__ void k_wmma_bad(float *d, const trn__bf16 *a, int how) {
 static void test_wmma_misuse(void) {
     const char *what[] = {"", "a pointer not 32-byte aligned", "ldm of 24 bytes", "lanes with different pointers",
                           "half a warp at mma_sync"};
-    dbuf da(vec(16 * 16 + 16, 1.0f), 1), dd(vec(256, 0.0f), 0);
+    dbuf_bf da(vec(16 * 16 + 16, 1.0f), 1), dd(vec(256, 0.0f), 0);
     for (int how = 1; how <= 4; how++) {
         long e0 = harness_errors();
         fprintf(stderr, "(expected: the harness reports %s)\n", what[how]);
@@ -196,7 +146,7 @@ static void test_flash(int B, int T, int NH, int NKV, int hs, int causal) {
     vec qkv = randn_bf(nq), out_c(no), lse_c(nl), out_w(no), lse_w(nl);
     trn_flash_attention_forward(out_c.data(), lse_c.data(), qkv.data(), B, T, NH, NKV, hs, causal);
     trn_flash_attention_forward(out_w.data(), lse_w.data(), qkv.data(), B, T, NH, NKV, hs, !causal); /* wrong */
-    dbuf dq(qkv, 1), dout(vec(no, 0.0f), 1), dlse(vec(nl, 0.0f), 0);
+    dbuf_bf dq(qkv, 1), dout(vec(no, 0.0f), 1), dlse(vec(nl, 0.0f), 0);
     GPU->flash_attention_forward(dout.f(), dlse.f(), dq.f(), B, T, NH, NKV, hs, causal);
     vec out_g = dout.get(), lse_g = dlse.get();
     /* the bound: u sum_j p_j |v_j| + u |ref| + fp32 slack, p from the CPU's lse */
@@ -234,7 +184,7 @@ static void test_flash(int B, int T, int NH, int NKV, int hs, int causal) {
     vec g = randn_bf(no), dqkv0 = randn_bf(nq), dqkv_c = dqkv0;
     trn_flash_attention_backward(dqkv_c.data(), g.data(), qkv.data(), out_r.data(), lse_c.data(), B, T, NH, NKV, hs,
                                  causal);
-    dbuf dg(g, 1), dor(out_r, 1), dl(lse_c, 0), ddq(dqkv0, 1);
+    dbuf_bf dg(g, 1), dor(out_r, 1), dl(lse_c, 0), ddq(dqkv0, 1);
     GPU->flash_attention_backward(ddq.f(), dg.f(), dq.f(), dor.f(), dl.f(), B, T, NH, NKV, hs, causal);
     vec dqkv_g = ddq.get();
     /* the bound: u sum |rounded term| + u |ref| + fp32 slack */

@@ -24,15 +24,8 @@
 #include <unistd.h>
 #include <vector>
 
-typedef std::vector<float> vec;
-static const trn_backend *GPU, *CPU;
-static trn_rng RNG;
+#include "tests/cuda_fixtures.h" /* vec, GPU, CPU, RNG, randn, maxdiff */
 
-static vec randn(size_t n) {
-    vec v(n);
-    for (size_t i = 0; i < n; i++) v[i] = trn_rng_normal(&RNG);
-    return v;
-}
 static float *dev(const vec &h) {
     float *p = (float *)GPU->alloc(h.size() * 4, TRN_KIND_TEMP);
     GPU->upload(p, h.data(), h.size() * 4);
@@ -43,15 +36,6 @@ static vec host(const float *d, size_t n) {
     GPU->download(h.data(), d, n * 4);
     return h;
 }
-static double maxdiff(const vec &a, const vec &b) {
-    double d = 0;
-    for (size_t i = 0; i < a.size(); i++) {
-        double e = fabs((double)a[i] - (double)b[i]);
-        if (!(e <= d)) d = e;
-    }
-    return d;
-}
-
 /* ---- the SGD kernel ------------------------------------------------------ */
 static void test_sgd_kernel(size_t n, float mom, float damp, float wd, int nesterov) {
     long e0 = harness_errors();
