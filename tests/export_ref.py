@@ -21,6 +21,20 @@ with the logits examples/gpt2 or examples/llama wrote with --dump-logits.
       frequency, from the NumPy formulas of llama_ref.py), bit for bit in
       F32, and as NumPy rounds them (float16; bfloat16 to nearest even) in
       F16/BF16 (vectors stay F32).
+  export_ref.py tok-train OUTDIR
+      trains two tokenizers with the `tokenizers` package, with
+      tests/hf_tokenizer_ref.py's trainers: OUTDIR/bytelevel.json (Llama 3
+      style: Split + ByteLevel, "<|begin_of_text|> $A"), OUTDIR/gpt2.json
+      (GPT-2 style, the same vocabulary size) and OUTDIR/metaspace.json
+      (Llama 2 style: byte fallback, "▁", "<s> $A"); prints "NAME V" lines.
+  export_ref.py tok-check STYLE TOKJSON HFDIR GGUF
+      the tokenizer exported from TOKJSON (STYLE llama3, gpt2 or llama2):
+      HFDIR/tokenizer.json byte-identical, encoding a sample as the
+      original, HFDIR/tokenizer_config.json's class and special tokens
+      (HFDIR "-": not checked); GGUF's tokenizer.ggml.* read back with the
+      gguf package: model, pre, tokens = the file's vocabulary in id order,
+      merges = the file's (gpt2) or none and scores -1000 (llama), each
+      token's type, bos/eos/unk ids, add_bos_token.
 """
 import json
 import os
@@ -183,7 +197,105 @@ def gguf_check(ckpt, path, kind):
     return 1 if bad else 0
 
 
+def tok_train(out):
+    import hf_tokenizer_ref as h
+    os.makedirs(out, exist_ok=True)
+    lines = h.training_text()
+    files = {"bytelevel": json.loads(h.train_bytelevel(lines, True).to_str()),
+             "gpt2": json.loads(h.train_bytelevel(lines, False).to_str()), "metaspace": h.train_metaspace(lines)}
+    for name, d in files.items():
+        with open(os.path.join(out, name + ".json"), "w", encoding="utf-8") as f:
+            json.dump(d, f, ensure_ascii=False)
+        ids = list(d["model"]["vocab"].values()) + [a["id"] for a in d["added_tokens"]]
+        print(name, max(ids) + 1)
+    return 0
+
+
+SAMPLE = "Hello wörld,  it's 12345 TODO: <tag> 你好 \U0001F600 foo bar\n\tthe end <|endoftext|> </s>"
+
+
+def tok_check(style, tokjson, hfdir, path):
+    from gguf import GGUFReader
+    from tokenizers import Tokenizer
+    bad = 0
+
+    def say(ok, what):
+        nonlocal bad
+        bad += not ok
+        print(("ok   " if ok else "FAIL ") + what)
+    raw = open(tokjson, "rb").read()
+    d = json.loads(raw)
+    added = {a["id"]: a for a in d["added_tokens"]}
+    vocab = dict((i, t) for t, i in d["model"]["vocab"].items())
+    vocab.update((i, a["content"]) for i, a in added.items())
+    V = max(vocab) + 1
+    want_tokens = [vocab.get(i, "[PAD%d]" % i) for i in range(V)]
+    post = d.get("post_processor") or {}
+    bos = [v["ids"][0] for v in (post.get("special_tokens") or {}).values()]
+    bos = bos[0] if bos else None
+    specials = {a["content"]: i for i, a in added.items() if a["special"]}
+    eos = next((specials[n] for n in ("</s>", "<|end_of_text|>", "<|endoftext|>") if n in specials), None)
+    unk = d["model"]["vocab"].get(d["model"].get("unk_token")) if d["model"].get("unk_token") else None
+    if hfdir != "-":
+        got = open(os.path.join(hfdir, "tokenizer.json"), "rb").read()
+        say(got == raw, "%s: DIR/tokenizer.json is byte-identical to the input (%d bytes)" % (style, len(raw)))
+        a, b = Tokenizer.from_file(tokjson), Tokenizer.from_file(os.path.join(hfdir, "tokenizer.json"))
+        ea, eb = a.encode(SAMPLE).ids, b.encode(SAMPLE).ids
+        say(ea == eb and len(ea) > 10, "%s: the copy encodes a sample as the original (%d ids)" % (style, len(ea)))
+        c = json.load(open(os.path.join(hfdir, "tokenizer_config.json")))
+        want = {"tokenizer_class": "PreTrainedTokenizerFast", "clean_up_tokenization_spaces": False}
+        for k, i in (("bos_token", bos), ("eos_token", eos), ("unk_token", unk)):
+            if i is not None:
+                want[k] = vocab[i]
+        say(c == want, "%s: tokenizer_config.json is %s" % (style, c if c == want else "%s, not %s" % (c, want)))
+    r = GGUFReader(path)
+
+    def val(k):
+        if k not in r.fields:
+            return None
+        fl = r.fields[k]
+        if fl.types[0].name == "STRING":
+            return bytes(fl.parts[fl.data[0]]).decode()
+        if fl.types[0].name == "ARRAY":
+            return [bytes(fl.parts[i]).decode() if fl.types[1].name == "STRING" else fl.parts[i][0].item() for i in fl.data]
+        return fl.parts[fl.data[0]][0].item()
+    llama = style == "llama2"
+    pre = {"llama3": "llama-bpe", "gpt2": "gpt-2", "llama2": None}[style]
+    say(val("tokenizer.ggml.model") == ("llama" if llama else "gpt2") and val("tokenizer.ggml.pre") == pre,
+        "%s: tokenizer.ggml.model %s, pre %s" % (style, val("tokenizer.ggml.model"), val("tokenizer.ggml.pre")))
+    toks = val("tokenizer.ggml.tokens")
+    say(toks == want_tokens and val("llama.vocab_size") == V,
+        "%s: %d tokens, equal to tokenizer.json's vocabulary + added tokens in id order" % (style, len(toks or [])))
+    types = val("tokenizer.ggml.token_type") or []
+    want_types = []
+    for i in range(V):
+        t = want_tokens[i]
+        if i == unk: want_types.append(2)
+        elif i in added: want_types.append(3 if added[i]["special"] else 4)
+        elif llama and len(t) == 6 and t.startswith("<0x") and t.endswith(">"): want_types.append(6)
+        else: want_types.append(1)
+    say(types == want_types, "%s: token types right: %d control, %d user-defined, %d byte, %d unknown%s" % (
+        style, want_types.count(3), want_types.count(4), want_types.count(6), want_types.count(2),
+        "" if types == want_types else "; first wrong id %d" % next((i for i in range(V) if i >= len(types) or types[i] != want_types[i]), -1)))
+    if llama:
+        sc = val("tokenizer.ggml.scores") or []
+        say(val("tokenizer.ggml.merges") is None and len(sc) == V and set(sc) == {-1000.0},
+            "%s: no merges, %d scores of -1000 (llama.cpp's converter for a tokenizer.json)" % (style, len(sc)))
+    else:
+        m = [x if isinstance(x, str) else " ".join(x) for x in d["model"]["merges"]]
+        got = val("tokenizer.ggml.merges") or []
+        say(got == m, "%s: %d merges, equal to tokenizer.json's in order%s" % (style, len(got), "" if got == m else " (want %d)" % len(m)))
+    ids = (val("tokenizer.ggml.bos_token_id"), val("tokenizer.ggml.eos_token_id"), val("tokenizer.ggml.unknown_token_id"),
+           val("tokenizer.ggml.add_bos_token"))
+    say(ids == (bos, eos, unk, bos is not None), "%s: bos %s, eos %s, unk %s, add_bos_token %s" % ((style,) + ids))
+    return 1 if bad else 0
+
+
 if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "tok-train":
+        sys.exit(tok_train(sys.argv[2]))
+    if len(sys.argv) == 6 and sys.argv[1] == "tok-check":
+        sys.exit(tok_check(*sys.argv[2:6]))
     if len(sys.argv) == 5 and sys.argv[1] == "gguf":
         sys.exit(gguf_check(sys.argv[2], sys.argv[3], sys.argv[4]))
     if len(sys.argv) == 7 and sys.argv[1] == "check":

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """tests/hf_tokenizer_ref.py OUTDIR - the `tokenizers` side of
-tests/test_hf_tokenizer.sh (no network, no torch).
+tests/test_hf_tokenizer.sh (no network, no torch); tests/export_ref.py
+imports its trainers.
 
 Trains with the `tokenizers` package, on text made from the repository's
 own files (README.md, docs/*.md, the comments of the headers) plus
@@ -34,7 +35,6 @@ import glob, json, os, random, re, struct, sys, time
 from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers,
                         processors, trainers)
 
-OUT = sys.argv[1]
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 META = "\u2581"
 L3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
@@ -218,4 +218,6 @@ def main():
                                                             sum(map(len, encs))))
 
 
-main()
+if __name__ == "__main__":  # (tests/export_ref.py imports the trainers)
+    OUT = sys.argv[1]
+    main()

@@ -16,6 +16,17 @@
 #   every key and every tensor (bit for bit); dynamic RoPE refused (no GGUF
 #   form). Skipped, with a line, without numpy + safetensors (the GGUF part
 #   without the gguf package).
+# The tokenizer.json the run used (skipped without the tokenizers and gguf
+# packages): tests/export_ref.py tok-train trains a Llama-3-style byte-level
+# BPE, a GPT-2-style one and a Llama-2-style byte-fallback "▁" BPE with the
+# tokenizers package; a Llama of each vocabulary (tests/llama_ref.py write
+# --vocab V) trains 3 steps on text with --tokenizer; both exports, without
+# --tokenizer (found through the run's run.tokenizer), are checked by
+# export_ref.py tok-check: tokenizer.json byte-identical and encoding a
+# sample alike, tokenizer_config.json's special tokens, and the GGUF's
+# tokenizer.ggml.* read back with the gguf package (model, pre, tokens in id
+# order, merges or scores, token types, bos/eos/unk ids); a tokenizer of
+# another size is refused, and a byte model without one says so.
 set -u
 cd "$(dirname "$0")/.."
 G=${GPT2:-examples/gpt2}
@@ -128,6 +139,53 @@ if python3 -c 'import gguf' 2>/dev/null; then
     check "export_gguf: dynamic RoPE refused, one line ($(head -1 "$D/bad.err"))" "[ $rc = 2 ] && [ \$(wc -l < '$D/bad.err') = 1 ] && [ ! -e '$D/dyn.gguf' ]"
 else
     echo "skip - GGUF read-back: the gguf package is not installed (pip install gguf)"
+fi
+
+# --- the tokenizer.json the run used ---------------------------------------------------
+# lines FILE RC: each "ok ..." / "FAIL ..." line of FILE as a check; a non-zero RC without a FAIL line fails too
+lines() {
+    local line nfail=0
+    while IFS= read -r line; do
+        case "$line" in
+            "ok   "*) ok "${line#ok   }" ;;
+            "FAIL "*) bad "${line#FAIL }"; nfail=$((nfail + 1)) ;;
+        esac
+    done < "$1"
+    if [ "$2" != 0 ] && [ $nfail = 0 ]; then bad "$1: exit $2: $(tail -1 "$1")"; fi
+}
+if python3 -c 'import tokenizers, gguf' 2>/dev/null; then
+    python3 tests/export_ref.py tok-train "$D/tok" > "$D/tok.out" 2>&1
+    check "the tokenizers package trained 3 tokenizers (name, vocabulary): $(tr '\n' ' ' < "$D/tok.out")" "[ $? = 0 ]"
+    for fs in bytelevel:llama3 metaspace:llama2; do
+        f=${fs%%:*} style=${fs##*:}
+        V=$(sed -n "s/^$f //p" "$D/tok.out")
+        python3 tests/llama_ref.py write "$D/hf_$f" --vocab "${V:-0}"
+        "$L" --init "$D/hf_$f" --tokenizer "$D/tok/$f.json" --data "$D/text.txt" --batch 3 --seq 37 --sample 0 \
+            --threads 1 --steps 3 --out "$D/run_$f" > "$D/run_$f.out" 2>&1
+        check "$style: a $V-token Llama trains 3 steps on text with --tokenizer" "[ $? = 0 ] && grep -q 'tokenizer.json tokenizer' '$D/run_$f.out'"
+        "$X" "$D/run_$f/model.safetensors" "$D/${f}_hf" > "$D/x_$f.out" 2>&1 # no --tokenizer: the run's
+        check "$style: export_hf finds the run's tokenizer: $(tail -1 "$D/x_$f.out")" "[ $? = 0 ] && grep -q 'tokenizer.json (copied' '$D/x_$f.out'"
+        "$XG" "$D/run_$f/model.safetensors" "$D/$f.gguf" > "$D/g_$f.out" 2>&1
+        check "$style: export_gguf: $(head -1 "$D/g_$f.out")" "[ $? = 0 ]"
+        python3 tests/export_ref.py tok-check $style "$D/tok/$f.json" "$D/${f}_hf" "$D/$f.gguf" > "$D/tc_$f.out" 2>&1
+        lines "$D/tc_$f.out" $?
+    done
+    # GPT-2's split: the same vocabulary size, so the byte-level model takes it
+    "$XG" --tokenizer "$D/tok/gpt2.json" "$D/run_bytelevel/model.safetensors" "$D/gpt2tok.gguf" > "$D/g_gpt2.out" 2>&1
+    check "gpt2: export_gguf --tokenizer: $(head -1 "$D/g_gpt2.out")" "[ $? = 0 ]"
+    python3 tests/export_ref.py tok-check gpt2 "$D/tok/gpt2.json" - "$D/gpt2tok.gguf" > "$D/tc_gpt2.out" 2>&1
+    lines "$D/tc_gpt2.out" $?
+    "$XG" --tokenizer "$D/tok/metaspace.json" "$D/run_bytelevel/model.safetensors" "$D/wrong.gguf" > /dev/null 2> "$D/bad.err"
+    rc=$?
+    check "export_gguf: a tokenizer of another size refused, one line ($(head -1 "$D/bad.err"))" \
+        "[ $rc = 2 ] && [ \$(wc -l < '$D/bad.err') = 1 ] && grep -q '2304 tokens' '$D/bad.err' && [ ! -e '$D/wrong.gguf' ]"
+    "$X" --tokenizer "$D/tok/nothing.json" "$D/run_bytelevel/model.safetensors" "$D/nothing_hf" > /dev/null 2> "$D/bad.err"
+    rc=$?
+    check "export_hf --tokenizer of a missing file: exit 2, one line ($(head -1 "$D/bad.err"))" "[ $rc = 2 ] && [ \$(wc -l < '$D/bad.err') = 1 ]"
+    check "a byte model (no tokenizer in its run): export_hf says so in one line, writes none ($(grep '^note' "$D/llama.x"))" \
+        "[ \$(grep -c '^note: no --tokenizer' '$D/llama.x') = 1 ] && [ ! -e '$D/llama_hf/tokenizer.json' ]"
+else
+    echo "skip - tokenizer export: python3 cannot import tokenizers and gguf (pip install tokenizers gguf)"
 fi
 
 echo "$pass passed, $fail failed"

@@ -2,7 +2,7 @@
    one GGUF file (version 3) with the llama architecture's metadata keys and
    tensor names.
 
-     tools/export_gguf [--type f32|f16|bf16] CKPT FILE
+     tools/export_gguf [--type f32|f16|bf16] [--tokenizer FILE] CKPT FILE
 
    CKPT: a model.safetensors or ckpt_*.safetensors of examples/llama. The
    file (the GGUF format as llama.cpp's docs/gguf.md describe it):
@@ -27,16 +27,39 @@
      types     --type f16/bf16 store matrices in that type (round to nearest
                even); vectors (norms, rope_freqs) stay F32, as llama.cpp's
                converter keeps them
-     tokenizer the kit's byte vocabulary (256 tokens) as a "gpt2" BPE with no
-               merges: token b is byte b in GPT-2's byte-to-character map, so
-               llama.cpp encodes text byte by byte as the kit does; another
-               vocabulary is written without a tokenizer (a note says so)
+     tokenizer the run's tokenizer.json (--tokenizer FILE, else the
+               checkpoint's run.tokenizer when that file exists), in the
+               keys llama.cpp reads (tokenizer.ggml.*); its vocabulary must
+               be the model's, id for id (a mismatch is refused):
+               byte-level BPE (GPT-2, Llama 3, Qwen2, SmolLM style): model
+                 "gpt2", pre the name llama.cpp knows the split by ("gpt-2",
+                 "llama-bpe", "qwen2", "smollm"), tokens as the file stores
+                 them ("Ġthe"), merges "left right" in rank order;
+               byte fallback + "▁" (Llama 2, TinyLlama, Mistral): model
+                 "llama" (llama.cpp's SentencePiece-style tokenizer), tokens
+                 as stored ("▁the", "<0x0A>"), scores -1000 for every token
+                 as llama.cpp's converter writes for a tokenizer.json (it
+                 has no scores; llama.cpp then merges by position, not by
+                 the file's merge ranks), no merges, add_space_prefix;
+               token types: control (special added tokens), user-defined
+                 (other added tokens), byte ("<0xNN>" of a byte-fallback
+                 file), unknown (the unk_token), unused (an id no token
+                 has, "[PADn]"), normal; bos_token_id / add_bos_token from
+                 the post-processor's template, eos_token_id from it or the
+                 conventional name (tools/export_common.h, eos_of),
+                 unknown_token_id.
+               Without a tokenizer.json, a model of the kit's bytes gets its
+               byte vocabulary (a "gpt2" BPE with no merges: token b is byte
+               b in GPT-2's byte-to-character map, so llama.cpp encodes text
+               byte by byte as the kit does); another vocabulary is written
+               without a tokenizer (a note says so)
    Exit status: 0 written, 2 bad input (one line on stderr). */
 #define TRAIN_IMPLEMENTATION
 #include "train.h"
+#include "extras/train_data.h" // the tokenizer.json reader
 
 #define EXPORT_PROG "export_gguf"
-#include "export_common.h" // die, meta_long, meta_double
+#include "export_common.h" // die, meta_long, meta_double, run_tokenizer, token_text, byte_char, eos_of
 
 /* ---- the GGUF writer: a growing byte buffer for the header ---------------- */
 static unsigned char *hb;
@@ -52,12 +75,88 @@ static void put(const void *p, size_t n) {
 static void put_u32(uint32_t v) { put(&v, 4); } /* x86 and ARM: little endian, as GGUF */
 static void put_u64(uint64_t v) { put(&v, 8); }
 static void put_str(const char *s, size_t n) { put_u64(n), put(s, n); }
-enum { G_U32 = 4, G_I32 = 5, G_F32 = 6, G_STRING = 8, G_ARRAY = 9 };
+enum { G_U32 = 4, G_I32 = 5, G_F32 = 6, G_BOOL = 7, G_STRING = 8, G_ARRAY = 9 };
 static int n_kv;
 static void kv_key(const char *k, uint32_t type) { put_str(k, strlen(k)), put_u32(type), n_kv++; }
 static void kv_u32(const char *k, uint32_t v) { kv_key(k, G_U32), put_u32(v); }
 static void kv_f32(const char *k, float v) { kv_key(k, G_F32), put(&v, 4); }
 static void kv_str(const char *k, const char *v) { kv_key(k, G_STRING), put_str(v, strlen(v)); }
+static void kv_bool(const char *k, int v) { unsigned char b = (unsigned char)(v != 0); kv_key(k, G_BOOL), put(&b, 1); }
+
+/* ---- the tokenizer: tokenizer.ggml.* from a tokenizer.json ----------------- */
+enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER = 4, TT_UNUSED = 5, TT_BYTE = 6 };
+/* the name llama.cpp gives a byte-level file's split (its pre-tokenizer),
+   from the kit's stages; NULL for one llama.cpp has no name for here */
+static const char *pre_name(const trn_tokenizer *tok) {
+    int n = tok->n_stages;
+    const int *st = tok->stage;
+    if (n == 1 && st[0] == TRN__PT_GPT2) return "gpt-2";     /* ByteLevel(use_regex) */
+    if (n == 1 && st[0] == TRN__PT_LLAMA3) return "llama-bpe"; /* Split(Llama 3's) + ByteLevel */
+    if (n == 1 && st[0] == TRN__PT_QWEN2) return "qwen2";
+    if (n >= 2 && st[0] == TRN__PT_DIGIT1 && st[n - 1] == TRN__PT_GPT2 && (n == 2 || st[1] == TRN__PT_PREFIX))
+        return "smollm"; /* Digits(individual) + ByteLevel */
+    return NULL;
+}
+static void write_tokenizer(const trn_tokenizer *tok, const char *from) {
+    static char text[1 << 12];
+    int V = tok->vocab_size, bytes = 0, specials = 0;
+    int llama = !tok->byte_level, eos = eos_of(tok);
+    const char *pre = llama ? NULL : pre_name(tok);
+    kv_str("tokenizer.ggml.model", llama ? "llama" : "gpt2");
+    if (!llama) {
+        if (!pre) printf("note: %s: a split llama.cpp has no name for here: tokenizer.ggml.pre \"default\"\n", from);
+        kv_str("tokenizer.ggml.pre", pre ? pre : "default");
+    }
+    kv_key("tokenizer.ggml.tokens", G_ARRAY), put_u32(G_STRING), put_u64((uint64_t)V);
+    for (int id = 0; id < V; id++) {
+        long n = token_text(tok, id, text, sizeof text);
+        if (n < 0) n = snprintf(text, sizeof text, "[PAD%d]", id); /* as llama.cpp's converter names a hole */
+        put_str(text, (size_t)n);
+    }
+    kv_key("tokenizer.ggml.token_type", G_ARRAY), put_u32(G_I32), put_u64((uint64_t)V);
+    for (int id = 0; id < V; id++) {
+        const trn_added_token *at = added_of(tok, id);
+        int type = TT_NORMAL;
+        if (token_text(tok, id, text, sizeof text) < 0) type = TT_UNUSED;
+        else if (id == tok->unk_id) type = TT_UNKNOWN;
+        else if (at) type = at->special ? TT_CONTROL : TT_USER;
+        else if (llama && tok->byte_fallback) /* "<0xNN>": the token byte fallback spells a byte with */
+            for (int b = 0; b < 256 && type == TT_NORMAL; b++) type = tok->byte_token[b] == id ? TT_BYTE : type;
+        bytes += type == TT_BYTE, specials += type == TT_CONTROL;
+        put_u32((uint32_t)type);
+    }
+    if (llama) { /* what llama.cpp's converter gives a tokenizer.json without scores */
+        float score = -1000.0f;
+        kv_key("tokenizer.ggml.scores", G_ARRAY), put_u32(G_F32), put_u64((uint64_t)V);
+        for (int id = 0; id < V; id++) put(&score, 4);
+        kv_bool("tokenizer.ggml.add_space_prefix", tok->meta_norm || tok->meta_prepend != 0);
+    } else { /* merges in rank order: the kit's table is hashed, so place each by its rank */
+        int *left = (int *)malloc(sizeof(int) * (size_t)(tok->n_merges + 1)), *right;
+        right = (int *)malloc(sizeof(int) * (size_t)(tok->n_merges + 1));
+        if (!left || !right) die("out of memory%s%s", "", "");
+        for (size_t h = 0; h < tok->merges_cap; h++)
+            if (tok->merges[h].left >= 0) left[tok->merges[h].rank] = tok->merges[h].left, right[tok->merges[h].rank] = tok->merges[h].right;
+        kv_key("tokenizer.ggml.merges", G_ARRAY), put_u32(G_STRING), put_u64((uint64_t)tok->n_merges);
+        for (int r = 0; r < tok->n_merges; r++) {
+            long a = token_text(tok, left[r], text, sizeof text), b;
+            if (a < 0 || (size_t)a + 2 >= sizeof text) die("%s: a merge of a token without text%s", from, "");
+            text[a] = ' ';
+            b = token_text(tok, right[r], text + a + 1, sizeof text - (size_t)a - 1);
+            if (b < 0) die("%s: a merge of a token without text%s", from, "");
+            put_str(text, (size_t)(a + 1 + b));
+        }
+        free(left);
+        free(right);
+    }
+    if (tok->bos_id >= 0) kv_u32("tokenizer.ggml.bos_token_id", (uint32_t)tok->bos_id);
+    if (eos >= 0) kv_u32("tokenizer.ggml.eos_token_id", (uint32_t)eos);
+    if (tok->unk_id >= 0) kv_u32("tokenizer.ggml.unknown_token_id", (uint32_t)tok->unk_id);
+    kv_bool("tokenizer.ggml.add_bos_token", tok->bos_id >= 0);
+    kv_bool("tokenizer.ggml.add_eos_token", tok->eos_id >= 0);
+    printf("tokenizer: %s as a \"%s\" vocabulary%s%s: %d tokens (%d control, %d byte), %d merges, bos %d, eos %d\n",
+           from, llama ? "llama" : "gpt2", pre ? ", pre " : "", pre ? pre : "", V, specials, bytes,
+           llama ? 0 : tok->n_merges, tok->bos_id, eos);
+}
 
 /* ---- the tensors ------------------------------------------------------------ */
 enum { T_F32 = 0, T_F16 = 1, T_BF16 = 30 };
@@ -142,17 +241,23 @@ int main(int argc, char **argv) {
     int type = T_F32, a = 1;
     const char *tname = "f32";
     if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        printf("usage: export_gguf [--type f32|f16|bf16] CKPT FILE   (a model of examples/llama -> GGUF for llama.cpp)\n");
+        printf("usage: export_gguf [--type f32|f16|bf16] [--tokenizer FILE] CKPT FILE   (a model of examples/llama -> "
+               "GGUF for llama.cpp; the tokenizer.json: FILE, else the run's)\n");
         return 0;
     }
-    if (argc >= 3 && !strcmp(argv[1], "--type")) {
-        tname = argv[2];
-        type = !strcmp(tname, "f32") ? T_F32 : !strcmp(tname, "f16") ? T_F16 : !strcmp(tname, "bf16") ? T_BF16 : -1;
-        if (type < 0) die("--type %s: f32, f16 or bf16%s", tname, "");
-        a = 3;
+    const char *tok_flag = NULL;
+    while (a + 1 < argc && (!strcmp(argv[a], "--type") || !strcmp(argv[a], "--tokenizer"))) {
+        if (!strcmp(argv[a], "--tokenizer")) {
+            tok_flag = argv[a + 1];
+        } else {
+            tname = argv[a + 1];
+            type = !strcmp(tname, "f32") ? T_F32 : !strcmp(tname, "f16") ? T_F16 : !strcmp(tname, "bf16") ? T_BF16 : -1;
+            if (type < 0) die("--type %s: f32, f16 or bf16%s", tname, "");
+        }
+        a += 2;
     }
     if (argc - a != 2) {
-        fprintf(stderr, "usage: export_gguf [--type f32|f16|bf16] CKPT FILE\n");
+        fprintf(stderr, "usage: export_gguf [--type f32|f16|bf16] [--tokenizer FILE] CKPT FILE\n");
         return 2;
     }
     const char *ckpt = argv[a], *path = argv[a + 1];
@@ -168,6 +273,14 @@ int main(int argc, char **argv) {
         die("%s: its llama.* metadata is incomplete or inconsistent%s", ckpt, "");
     if (rope == 2) die("%s: dynamic RoPE scaling has no GGUF form (llama.cpp has linear, yarn and llama3's rope_freqs)%s", ckpt, "");
     if (rope > 3) die("%s: llama.rope_type %s is not one this tool knows", ckpt, trn_safetensors_meta(&src, "llama.rope_type"));
+    trn_tokenizer tok;
+    trn_tokenizer_init_bytes(&tok);
+    const char *tok_path = run_tokenizer(&tok, &src, tok_flag);
+    if (tok_path && tok.vocab_size != V) {
+        char msg[96];
+        snprintf(msg, sizeof msg, "has %d tokens, the model's vocabulary is %ld", tok.vocab_size, V);
+        die("%s: %s (llama.cpp needs one token per row)", tok_path, msg);
+    }
 
     /* tensors, in llama.cpp's names and order */
     char n[96], k[160];
@@ -246,16 +359,15 @@ int main(int argc, char **argv) {
         kv_str("llama.rope.scaling.type", "linear");
         kv_f32("llama.rope.scaling.factor", (float)meta_double(&src, "llama.rope_factor", 1.0));
     }
-    if (V == 256) { /* the kit's bytes: GPT-2's byte-to-character map, no merges */
+    if (tok_path) {
+        write_tokenizer(&tok, tok_path);
+    } else if (V == 256) { /* the kit's bytes: GPT-2's byte-to-character map, no merges */
         char tok[8];
         kv_str("tokenizer.ggml.model", "gpt2");
         kv_str("tokenizer.ggml.pre", "default");
         kv_key("tokenizer.ggml.tokens", G_ARRAY), put_u32(G_STRING), put_u64(256);
-        for (int b = 0, shift = 0; b < 256; b++) {
-            /* printable Latin-1 stands for itself; the other bytes are 256 + their rank among them */
-            int vis = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
-            int cp = vis ? b : 256 + shift++;
-            int len = cp < 0x80 ? 1 : 2;
+        for (int b = 0; b < 256; b++) {
+            int cp = byte_char(b), len = cp < 0x80 ? 1 : 2;
             if (len == 1) tok[0] = (char)cp;
             else tok[0] = (char)(0xC0 | (cp >> 6)), tok[1] = (char)(0x80 | (cp & 0x3F));
             put_str(tok, (size_t)len);
@@ -266,6 +378,7 @@ int main(int argc, char **argv) {
     } else {
         printf("note: vocabulary %ld is not the kit's bytes: no tokenizer written (llama.cpp needs one to run it)\n", V);
     }
+    trn_tokenizer_free(&tok);
     memcpy(hb + kv_count_at, &(uint64_t){(uint64_t)n_kv}, 8);
     uint64_t off = 0;
     for (int i = 0; i < n_ts; i++) {

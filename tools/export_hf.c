@@ -2,7 +2,7 @@
    DIR/config.json + DIR/model.safetensors in transformers' own layout, so
    that AutoModelForCausalLM.from_pretrained(DIR) loads it as it is.
 
-     tools/export_hf CKPT DIR
+     tools/export_hf [--tokenizer FILE] CKPT DIR
 
    CKPT: a model.safetensors or a ckpt_*.safetensors written by
    examples/gpt2 or examples/llama (their gpt2.* / llama.* metadata say the
@@ -16,12 +16,24 @@
      gpt2    the matrices transposed into HF's Conv1D layout (in,out): the
              kit's are (out,in) like nn.Linear; the head is wte (tied)
    The safetensors metadata says {"format": "pt"}, which transformers asks of
-   every file. Exit status: 0 written, 2 bad input (one line on stderr). */
+   every file.
+   The tokenizer: the tokenizer.json the run used (--tokenizer FILE, else the
+   checkpoint's run.tokenizer when that file exists) is copied into DIR byte
+   for byte, after the kit has loaded it and checked that its ids fit the
+   model's vocabulary. Beside it a small tokenizer_config.json: transformers
+   (5.24, checked) loads a bare tokenizer.json with AutoTokenizer, ids and
+   all, but then knows no bos_token or eos_token (generate() stops on the
+   EOS); the file says PreTrainedTokenizerFast (tokenizer.json taken as it
+   is), the BOS/EOS/UNK of the file (tools/export_common.h, eos_of), and no
+   clean-up of spaces when decoding (so that decode gives
+   what the tokenizers package gives). Without a tokenizer one line says so.
+   Exit status: 0 written, 2 bad input (one line on stderr). */
 #define TRAIN_IMPLEMENTATION
 #include "train.h"
+#include "extras/train_data.h" // the tokenizer.json reader
 
 #define EXPORT_PROG "export_hf"
-#include "export_common.h" // die, meta_long, meta_double
+#include "export_common.h" // die, meta_long, meta_double, run_tokenizer, token_text
 
 static trn_safetensors src;
 static trn_model out;
@@ -41,16 +53,63 @@ static void put(const char *name, int rows, int cols, int transpose) {
     (void)p;
 }
 
+/* a JSON string: quotes, backslash and control characters escaped, the
+   rest (UTF-8) as it is */
+static void json_str(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') fputc('\\', f), fputc(c, f);
+        else if (c < 0x20) fprintf(f, "\\u%04x", c);
+        else fputc(c, f);
+    }
+    fputc('"', f);
+}
+/* DIR/tokenizer.json: the file, byte for byte; DIR/tokenizer_config.json
+   (see the top) */
+static void write_tokenizer(const trn_tokenizer *tok, const char *from, const char *dir) {
+    char path[1200], text[1024];
+    static char chunk[1 << 16];
+    size_t n;
+    FILE *in = fopen(from, "rb"), *out;
+    int ok = 1, ids[3] = {tok->bos_id, eos_of(tok), tok->unk_id};
+    static const char *keys[3] = {"bos_token", "eos_token", "unk_token"};
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    if (!in) die("%s: %s", from, strerror(errno));
+    if (!(out = fopen(path, "wb"))) die("%s: %s", path, strerror(errno));
+    while ((n = fread(chunk, 1, sizeof chunk, in)) > 0) ok &= fwrite(chunk, 1, n, out) == n;
+    ok &= !ferror(in);
+    fclose(in);
+    if (fclose(out) != 0 || !ok) die("%s: write failed: %s", path, strerror(errno));
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    if (!(out = fopen(path, "w"))) die("%s: %s", path, strerror(errno));
+    fprintf(out, "{\n  \"tokenizer_class\": \"PreTrainedTokenizerFast\",\n");
+    for (int k = 0; k < 3; k++)
+        if (ids[k] >= 0 && token_text(tok, ids[k], text, sizeof text) >= 0) {
+            fprintf(out, "  \"%s\": ", keys[k]);
+            json_str(out, text);
+            fprintf(out, ",\n");
+        }
+    fprintf(out, "  \"clean_up_tokenization_spaces\": false\n}\n");
+    if (fclose(out) != 0) die("%s: %s", path, strerror(errno));
+    printf("wrote %s/tokenizer.json (copied from %s, %d tokens) and %s/tokenizer_config.json\n", dir, from,
+           tok->vocab_size, dir);
+}
+
 int main(int argc, char **argv) {
+    const char *tok_flag = NULL;
+    int a = 1;
     if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        printf("usage: export_hf CKPT DIR   (a model of examples/gpt2 or examples/llama -> transformers' layout)\n");
+        printf("usage: export_hf [--tokenizer FILE] CKPT DIR   (a model of examples/gpt2 or examples/llama -> "
+               "transformers' layout; the tokenizer.json: FILE, else the run's)\n");
         return 0;
     }
-    if (argc != 3) {
-        fprintf(stderr, "usage: export_hf CKPT DIR\n");
+    if (argc >= 3 && !strcmp(argv[1], "--tokenizer")) tok_flag = argv[2], a = 3;
+    if (argc - a != 2) {
+        fprintf(stderr, "usage: export_hf [--tokenizer FILE] CKPT DIR\n");
         return 2;
     }
-    const char *ckpt = argv[1], *dir = argv[2];
+    const char *ckpt = argv[a], *dir = argv[a + 1];
     if (trn_safetensors_open(&src, ckpt) != TRN_OK) die("%s%s", trn_error_reason(), "");
     int llama = meta_long(&src, "llama.n_layer") > 0, gpt2 = meta_long(&src, "gpt2.n_layer") > 0;
     if (!llama && !gpt2) die("%s: not a model of examples/gpt2 or examples/llama (no gpt2.* / llama.* metadata)%s", ckpt, "");
@@ -63,6 +122,14 @@ int main(int argc, char **argv) {
 #undef M
     if (L <= 0 || NH <= 0 || C <= 0 || maxT <= 0 || V <= 0 || Vp < V || NKV <= 0 || hs <= 0 || F <= 0 || NH % NKV)
         die("%s: its %s* metadata is incomplete or inconsistent", ckpt, pre);
+    trn_tokenizer tok;
+    trn_tokenizer_init_bytes(&tok);
+    const char *tok_path = run_tokenizer(&tok, &src, tok_flag);
+    if (tok_path && tok.vocab_size > V) {
+        char msg[96];
+        snprintf(msg, sizeof msg, "has ids up to %d, the model's vocabulary is %ld", tok.vocab_size - 1, V);
+        die("%s: %s", tok_path, msg);
+    }
     if (trn_mkdirs(dir) != TRN_OK) die("%s: %s", dir, trn_error_reason());
     trn_model_init(&out, NULL);
     size_t most = (size_t)Vp * C;
@@ -182,6 +249,9 @@ int main(int argc, char **argv) {
     if (fclose(cf) != 0) die("%s: %s", path, strerror(errno));
     printf("wrote %s/config.json and %s/model.safetensors (%s, %ld layers, vocabulary %ld%s)\n", dir, dir,
            llama ? "LlamaForCausalLM" : "GPT2LMHeadModel", L, V, tied ? ", tied head" : "");
+    if (tok_path) write_tokenizer(&tok, tok_path, dir);
+    else printf("%s\n", tokenizer_note);
+    trn_tokenizer_free(&tok);
     trn_model_free(&out);
     trn_safetensors_close(&src);
     free(buf);
