@@ -117,7 +117,7 @@ static const trn_added_token *added_of(const trn_tokenizer *tok, int id) {
         if (tok->added[i].id == id) return &tok->added[i];
     return NULL;
 }
-/* Token `id` as tokenizer.json writes it, into buf (NUL-terminated; its
+/* Token `id` as tokenizer.json writes it, into buf (4 KB: NUL-terminated; its
    length returned): an added token's content; a vocabulary token of a
    byte-level file in the byte alphabet above ("Ġthe"), of a metaspace file
    as it is ("▁the", "<0x0A>"); -1 for an id no token has. The kit keeps a
@@ -128,7 +128,7 @@ static long token_text(const trn_tokenizer *tok, int id, char *buf, size_t cap) 
     const char *s;
     size_t n = 0, len;
     if (at) {
-        if ((size_t)at->len >= cap) die("an added token of %s bytes is too long%s", "over 1 K", "");
+        if ((size_t)at->len >= cap) die("a token of %s: too long%s", "more than 4 KB", "");
         memcpy(buf, tok->added_text + at->off, at->len);
         buf[at->len] = 0;
         return (long)at->len;
@@ -138,7 +138,7 @@ static long token_text(const trn_tokenizer *tok, int id, char *buf, size_t cap) 
     len = tok->len[id];
     for (size_t i = 0; i < len; i++) {
         int cp = tok->byte_level ? byte_char((unsigned char)s[i]) : (unsigned char)s[i];
-        if (n + 3 > cap) die("a token of %s bytes is too long%s", "over 1 K", "");
+        if (n + 3 > cap) die("a token of %s: too long%s", "more than 4 KB", "");
         if (cp < 0x80 || !tok->byte_level) buf[n++] = (char)cp;
         else buf[n++] = (char)(0xC0 | (cp >> 6)), buf[n++] = (char)(0x80 | (cp & 0x3F));
     }

@@ -90,6 +90,8 @@ enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER = 4, TT_UNUSED = 5
 static const char *pre_name(const trn_tokenizer *tok) {
     int n = tok->n_stages;
     const int *st = tok->stage;
+    /* (TRN__PT_*: extras/train_data.h's stage names, seen here because this
+       file holds the kit's implementation) */
     if (n == 1 && st[0] == TRN__PT_GPT2) return "gpt-2";     /* ByteLevel(use_regex) */
     if (n == 1 && st[0] == TRN__PT_LLAMA3) return "llama-bpe"; /* Split(Llama 3's) + ByteLevel */
     if (n == 1 && st[0] == TRN__PT_QWEN2) return "qwen2";
@@ -98,7 +100,7 @@ static const char *pre_name(const trn_tokenizer *tok) {
     return NULL;
 }
 static void write_tokenizer(const trn_tokenizer *tok, const char *from) {
-    static char text[1 << 12];
+    static char text[4096];
     int V = tok->vocab_size, bytes = 0, specials = 0;
     int llama = !tok->byte_level, eos = eos_of(tok);
     const char *pre = llama ? NULL : pre_name(tok);
@@ -376,7 +378,7 @@ int main(int argc, char **argv) {
         for (int b = 0; b < 256; b++) put_u32(1); /* NORMAL */
         kv_key("tokenizer.ggml.merges", G_ARRAY), put_u32(G_STRING), put_u64(0);
     } else {
-        printf("note: vocabulary %ld is not the kit's bytes: no tokenizer written (llama.cpp needs one to run it)\n", V);
+        printf("%s (llama.cpp needs one to run a vocabulary of %ld)\n", tokenizer_note, V);
     }
     trn_tokenizer_free(&tok);
     memcpy(hb + kv_count_at, &(uint64_t){(uint64_t)n_kv}, 8);

@@ -18,7 +18,8 @@
    The safetensors metadata says {"format": "pt"}, which transformers asks of
    every file.
    The tokenizer: the tokenizer.json the run used (--tokenizer FILE, else the
-   checkpoint's run.tokenizer when that file exists) is copied into DIR byte
+   checkpoint's run.tokenizer when that file exists; tools/export_common.h,
+   run_tokenizer, says where else it looks) is copied into DIR byte
    for byte, after the kit has loaded it and checked that its ids fit the
    model's vocabulary. Beside it a small tokenizer_config.json: transformers
    (5.24, checked) loads a bare tokenizer.json with AutoTokenizer, ids and
@@ -68,7 +69,7 @@ static void json_str(FILE *f, const char *s) {
 /* DIR/tokenizer.json: the file, byte for byte; DIR/tokenizer_config.json
    (see the top) */
 static void write_tokenizer(const trn_tokenizer *tok, const char *from, const char *dir) {
-    char path[1200], text[1024];
+    char path[1200], text[4096];
     static char chunk[1 << 16];
     size_t n;
     FILE *in = fopen(from, "rb"), *out;
