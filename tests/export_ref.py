@@ -30,8 +30,9 @@ with the logits examples/gpt2 or examples/llama wrote with --dump-logits.
   export_ref.py tok-check STYLE TOKJSON HFDIR GGUF
       the tokenizer exported from TOKJSON (STYLE llama3, gpt2 or llama2):
       HFDIR/tokenizer.json byte-identical, encoding a sample as the
-      original, HFDIR/tokenizer_config.json's class and special tokens
-      (HFDIR "-": not checked); GGUF's tokenizer.ggml.* read back with the
+      original, HFDIR/tokenizer_config.json's class and special tokens,
+      and where transformers is installed AutoTokenizer on HFDIR (HFDIR "-":
+      not checked); GGUF's tokenizer.ggml.* read back with the
       gguf package: model, pre, tokens = the file's vocabulary in id order,
       merges = the file's (gpt2) or none and scores -1000 (llama), each
       token's type, bos/eos/unk ids, add_bos_token.
@@ -248,6 +249,16 @@ def tok_check(style, tokjson, hfdir, path):
             if i is not None:
                 want[k] = vocab[i]
         say(c == want, "%s: tokenizer_config.json is %s" % (style, c if c == want else "%s, not %s" % (c, want)))
+        try:  # where transformers is installed (not in CI: no network there): AutoTokenizer on the directory
+            from transformers import AutoTokenizer
+        except ImportError:
+            AutoTokenizer = None
+            print("skip %s: transformers is not installed (AutoTokenizer not tried)" % style)
+        if AutoTokenizer is not None:
+            t = AutoTokenizer.from_pretrained(hfdir)
+            got = (t(SAMPLE)["input_ids"], t.bos_token, t.eos_token)
+            exp = (a.encode(SAMPLE).ids, want.get("bos_token"), want.get("eos_token"))
+            say(got == exp, "%s: transformers' AutoTokenizer loads DIR: same ids, bos %s, eos %s" % (style, got[1], got[2]))
     r = GGUFReader(path)
 
     def val(k):

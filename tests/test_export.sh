@@ -149,6 +149,7 @@ lines() {
         case "$line" in
             "ok   "*) ok "${line#ok   }" ;;
             "FAIL "*) bad "${line#FAIL }"; nfail=$((nfail + 1)) ;;
+            "skip "*) echo "$line" ;;
         esac
     done < "$1"
     if [ "$2" != 0 ] && [ $nfail = 0 ]; then bad "$1: exit $2: $(tail -1 "$1")"; fi
