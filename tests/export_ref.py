@@ -282,8 +282,8 @@ def tok_check(style, tokjson, hfdir, path):
     for i in range(V):
         t = want_tokens[i]
         if i == unk: want_types.append(2)
-        elif i in added: want_types.append(3 if added[i]["special"] else 4)
         elif llama and len(t) == 6 and t.startswith("<0x") and t.endswith(">"): want_types.append(6)
+        elif i in added: want_types.append(3 if added[i]["special"] else 4)
         else: want_types.append(1)
     say(types == want_types, "%s: token types right: %d control, %d user-defined, %d byte, %d unknown%s" % (
         style, want_types.count(3), want_types.count(4), want_types.count(6), want_types.count(2),

@@ -121,9 +121,9 @@ static void write_tokenizer(const trn_tokenizer *tok, const char *from) {
         int type = TT_NORMAL;
         if (token_text(tok, id, text, sizeof text) < 0) type = TT_UNUSED;
         else if (id == tok->unk_id) type = TT_UNKNOWN;
-        else if (at) type = at->special ? TT_CONTROL : TT_USER;
         else if (llama && tok->byte_fallback) /* "<0xNN>": the token byte fallback spells a byte with */
             for (int b = 0; b < 256 && type == TT_NORMAL; b++) type = tok->byte_token[b] == id ? TT_BYTE : type;
+        if (type == TT_NORMAL && at) type = at->special ? TT_CONTROL : TT_USER; /* (a byte first, as the converter) */
         bytes += type == TT_BYTE, specials += type == TT_CONTROL;
         put_u32((uint32_t)type);
     }
