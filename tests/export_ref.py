@@ -34,7 +34,7 @@ with the logits examples/gpt2 or examples/llama wrote with --dump-logits.
       and where transformers is installed AutoTokenizer on HFDIR (HFDIR "-":
       not checked); GGUF's tokenizer.ggml.* read back with the
       gguf package: model, pre, tokens = the file's vocabulary in id order,
-      merges = the file's (gpt2) or none and scores -1000 (llama), each
+      merges = the file's (gpt2) or none and scores -rank (llama), each
       token's type, bos/eos/unk ids, add_bos_token.
 """
 import json
@@ -290,8 +290,17 @@ def tok_check(style, tokjson, hfdir, path):
         "" if types == want_types else "; first wrong id %d" % next((i for i in range(V) if i >= len(types) or types[i] != want_types[i]), -1)))
     if llama:
         sc = val("tokenizer.ggml.scores") or []
-        say(val("tokenizer.ggml.merges") is None and len(sc) == V and set(sc) == {-1000.0},
-            "%s: no merges, %d scores of -1000 (llama.cpp's converter for a tokenizer.json)" % (style, len(sc)))
+        # the token merge r makes scores -r (the earliest such merge); the others 0
+        vocab = d["model"]["vocab"]
+        want_sc = [0.0] * V
+        for rank, mg in enumerate(d["model"]["merges"]):
+            a, b = mg.split(" ", 1) if isinstance(mg, str) else mg
+            t = vocab.get(a + b)
+            if t is not None and t < V and want_sc[t] == 0.0 and rank > 0: want_sc[t] = -float(rank)
+        say(val("tokenizer.ggml.merges") is None and len(sc) == V and sc == want_sc,
+            "%s: no merges, %d scores: minus the rank of the merge that makes each token (%d tokens made by merges)%s" % (
+                style, len(sc), sum(1 for x in want_sc if x < 0),
+                "" if sc == want_sc else "; first wrong id %d" % next((i for i in range(V) if i >= len(sc) or sc[i] != want_sc[i]), -1)))
     else:
         m = [x if isinstance(x, str) else " ".join(x) for x in d["model"]["merges"]]
         got = val("tokenizer.ggml.merges") or []

@@ -37,7 +37,7 @@
                  them ("Ġthe"), merges "left right" in rank order;
                byte fallback + "▁" (Llama 2, TinyLlama, Mistral): model
                  "llama" (llama.cpp's SentencePiece-style tokenizer), tokens
-                 as stored ("▁the", "<0x0A>"), scores -1000 for every token
+                 as stored ("▁the", "<0x0A>"), scores minus the merge rank
                  as llama.cpp's converter writes for a tokenizer.json (it
                  has no scores; llama.cpp then merges by position, not by
                  the file's merge ranks), no merges, add_space_prefix;
@@ -127,10 +127,27 @@ static void write_tokenizer(const trn_tokenizer *tok, const char *from) {
         bytes += type == TT_BYTE, specials += type == TT_CONTROL;
         put_u32((uint32_t)type);
     }
-    if (llama) { /* what llama.cpp's converter gives a tokenizer.json without scores */
-        float score = -1000.0f;
+    if (llama) {
+        /* scores: llama.cpp's SentencePiece-style tokenizer merges the pair
+           whose result scores highest. A BPE file has no scores, but its
+           merge order is the same information: the token that merge r makes
+           scores -r, so the earliest merge wins, as in the tokenizers
+           package (a token no merge makes scores 0: it is a starting
+           symbol, never a merge result). llama.cpp's own converter writes
+           -1000 for every token of a tokenizer.json, which makes it merge
+           by position instead. */
+        float *score = (float *)malloc(sizeof(float) * (size_t)V);
+        if (!score) die("out of memory%s%s", "", "");
+        for (int id = 0; id < V; id++) score[id] = 1.0f; /* (1: no merge makes it yet) */
+        for (size_t h = 0; h < tok->merges_cap; h++) { /* two merges may make one token: the earlier counts */
+            const trn_bpe_merge *mg = &tok->merges[h];
+            if (mg->left >= 0 && mg->id >= 0 && mg->id < V && (score[mg->id] > 0 || -(float)mg->rank > score[mg->id]))
+                score[mg->id] = -(float)mg->rank;
+        }
+        for (int id = 0; id < V; id++) score[id] = score[id] > 0 ? 0.0f : score[id];
         kv_key("tokenizer.ggml.scores", G_ARRAY), put_u32(G_F32), put_u64((uint64_t)V);
-        for (int id = 0; id < V; id++) put(&score, 4);
+        put(score, 4 * (size_t)V);
+        free(score);
         kv_bool("tokenizer.ggml.add_space_prefix", tok->meta_norm || tok->meta_prepend != 0);
     } else { /* merges in rank order: the kit's table is hashed, so place each by its rank */
         int *left = (int *)malloc(sizeof(int) * (size_t)(tok->n_merges + 1)), *right;
