@@ -75,8 +75,9 @@
 
    Companions (stb-style, each one concern; include after train.h, and they
    are implemented in the file that defines TRAIN_IMPLEMENTATION):
-      extras/train_data.h  tokenizers (bytes, GPT-2 BPE), token shards,
-                           text files, the batch loader
+      extras/train_data.h  tokenizers (bytes, GPT-2 BPE, Hugging Face
+                           tokenizer.json), token shards (uint16 and
+                           uint32 ids), text files, the batch loader
       extras/train_loop.h  progress/ETA, CSV, TensorBoard, spike guard,
                            early stopping, the profile table
       extras/train_run.h   run directories: keep-K checkpoints, resume from
