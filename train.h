@@ -517,6 +517,19 @@ typedef struct trn_backend {
     void (*flash_attention_backward_ex)(float *dqkv, const float *dout, const float *qkv, const float *out,
                                         const float *lse, int B, int T, int NH, int NKV, int hs, int causal,
                                         int write);
+    /* >>addln: the residual add fused into the layernorm that follows it
+       (trn_add_layernorm). NULL (either): add_forward, then
+       layernorm_forward / layernorm_backward, then a copy, the same math.
+       add_layernorm_forward: sum = a + b (rounded to act_dtype; sum may be
+       b), out = layernorm(sum, w, bias), mean and rstd as layernorm_forward.
+       layernorm_backward_ex: layernorm_backward, and where dinp2 is not
+       NULL it is WRITTEN with dinp's final values (the residual's gradient
+       handed to the branch in the same pass, no copy) */
+    void (*add_layernorm_forward)(float *sum, float *out, float *mean, float *rstd, const float *a, const float *b,
+                                  const float *w, const float *bias, int N, int C);
+    void (*layernorm_backward_ex)(float *dinp, float *dinp2, float *dw, float *db, const float *dout,
+                                  const float *inp, const float *w, const float *mean, const float *rstd, int N,
+                                  int C);
 } trn_backend;
 
 TRNDEF const trn_backend *trn_cpu_backend(void);
@@ -923,6 +936,15 @@ TRNDEF trn_tensor *trn_add(trn_model *m, trn_tensor *a, trn_tensor *b);
    (your part: its values are gone) */
 /* kernels: trn_add_forward; backward trn_accumulate (>>ops) */
 TRNDEF trn_tensor *trn_add_inplace(trn_model *m, trn_tensor *a, trn_tensor *b);
+/* the residual add and the layernorm after it: *sum = a + b (over b's
+   memory, as trn_add_inplace, with its rules for b), returns
+   layernorm(*sum, w, bias). The same math as trn_add_inplace then
+   trn_layernorm; a backend with the >>addln entries (CUDA) runs both in
+   one pass forward, and backward hands the residual's gradient to b in
+   the layernorm's backward pass instead of a copy after it */
+/* kernels: trn_add_forward + trn_layernorm_forward; backward trn_layernorm_backward, a copy (>>ops, >>addln) */
+TRNDEF trn_tensor *trn_add_layernorm(trn_model *m, trn_tensor *a, trn_tensor *b, trn_tensor *w, trn_tensor *bias,
+                                     trn_tensor **sum);
 /* kernels: trn_flash_attention_forward, trn_flash_attention_backward (>>ops: tiled, the default); the
    readable reference is trn_attention_forward, trn_attention_backward (>>ops;
    m->attention_materialized = 1 runs it) */
@@ -4456,6 +4478,7 @@ static void trn__add_bw(trn_model *m, trn_tape_entry *e) {
     for (k = 0; k < 2; k++) {
         float *g, *dout = taken >= 0 ? e->in[taken]->grad : out->grad;
         int fresh;
+        if (k == 1 && e->iarg[0]) continue; /* b's gradient was written by trn_add_layernorm's backward */
         if (k == taken || !(g = trn__want(m, e->in[k], &fresh))) continue;
         if (fresh) m->backend->copy(g, dout, e->in[k]->size * trn_dtype_size(trn__grad_dtype(e->in[k])));
         else m->backend->accumulate(g, dout, e->in[k]->size);
@@ -4478,7 +4501,8 @@ TRNDEF trn_tensor *trn_add(trn_model *m, trn_tensor *a, trn_tensor *b) {
    backward reads b's values: not its producer's (the ops whose backward
    reads only their inputs are allowed), not any op's that took b as an
    input (none may have). */
-TRNDEF trn_tensor *trn_add_inplace(trn_model *m, trn_tensor *a, trn_tensor *b) {
+static void trn__add_layernorm_bw(trn_model *m, trn_tape_entry *e);
+static trn_tensor *trn__add_inplace(trn_model *m, trn_tensor *a, trn_tensor *b, int run) {
     trn_tensor *out;
     int i, k;
     trn__not_null("trn_add_inplace", a, b);
@@ -4493,6 +4517,7 @@ TRNDEF trn_tensor *trn_add_inplace(trn_model *m, trn_tensor *a, trn_tensor *b) {
         for (k = 0; k < 3; k++)
             if (e->in[k] == b) trn_fatal("trn_add_inplace: %s was already used by %s, whose backward may read it", b->name, e->op);
         if (e->out == b && e->backward != trn__linear_bw && e->backward != trn__layernorm_bw &&
+            e->backward != trn__add_layernorm_bw &&
             e->backward != trn__gelu_bw && e->backward != trn__embedding_bw && e->backward != trn__add_bw &&
             e->backward != trn__gelu_linear_bw)
             trn_fatal("trn_add_inplace: %s comes from %s, whose backward reads its output: use trn_add", b->name, e->op);
@@ -4501,8 +4526,66 @@ TRNDEF trn_tensor *trn_add_inplace(trn_model *m, trn_tensor *a, trn_tensor *b) {
     trn__fill_header(out, "add", b->ndim, b->shape);
     out->dtype = b->dtype;
     out->data = b->data;
-    m->backend->add_forward(out->data, a->data, b->data, a->size); /* elementwise: out may be b */
+    if (run) m->backend->add_forward(out->data, a->data, b->data, a->size); /* elementwise: out may be b */
     trn__record(m, "add", trn__add_bw, out, a, b, NULL);
+    return out;
+}
+TRNDEF trn_tensor *trn_add_inplace(trn_model *m, trn_tensor *a, trn_tensor *b) { return trn__add_inplace(m, a, b, 1); }
+
+/* >>addln: the tape holds the two ops as two entries, "add" (sum = a + b)
+   then "layernorm" (of sum), recorded one after the other; only the
+   kernels are fused. Backward reaches the layernorm first: when sum's
+   gradient is complete (every later use of the residual stream has run),
+   its pass adds the layernorm's part into it and also WRITES it into b's
+   fresh gradient; the flag iarg[0] on the add entry tells trn__add_bw
+   that b has it (a then takes sum's buffer, no copy). iarg: N, C, 1 when
+   the add entry precedes. Saved: mean, rstd. */
+static void trn__add_layernorm_bw(trn_model *m, trn_tape_entry *e) {
+    trn_tensor *s = e->in[0], *w = e->in[1], *bias = e->in[2], *b = NULL;
+    trn_tape_entry *add = e->iarg[2] ? e - 1 : NULL; /* (no recompute runs in between: the tape has not moved) */
+    float *ds = trn_grad(m, s), *db2 = NULL;
+    if (add && add->out == s && add->backward == trn__add_bw) b = add->in[1];
+    if (ds && b && b->requires_grad && !b->grad && b != add->in[0] && trn__grad_dtype(b) == trn__grad_dtype(s)) {
+        int fresh;
+        db2 = trn__grad(m, b, &fresh); /* fresh: written below */
+        add->iarg[0] = 1;
+    }
+    m->backend->layernorm_backward_ex(ds, db2, trn_grad(m, w), trn_grad(m, bias), trn_grad(m, e->out), s->data, w->data,
+                                      (const float *)e->saved[0], (const float *)e->saved[1], e->iarg[0], e->iarg[1]);
+}
+TRNDEF trn_tensor *trn_add_layernorm(trn_model *m, trn_tensor *a, trn_tensor *b, trn_tensor *w, trn_tensor *bias,
+                                     trn_tensor **sum) {
+    const trn_backend *bk;
+    trn_tensor *s, *out;
+    trn_tape_entry *e;
+    float *mean, *rstd;
+    int C, N, n_tape;
+    if (!m || !sum) trn_fatal("trn_add_layernorm: model or sum is NULL");
+    bk = m->backend;
+    if (!bk->add_layernorm_forward || !bk->layernorm_backward_ex) { /* the unfused ops, the same math */
+        *sum = trn_add_inplace(m, a, b);
+        return trn_layernorm(m, *sum, w, bias);
+    }
+    trn__not_null("trn_add_layernorm", w, bias);
+    trn__weight(m, w, "trn_add_layernorm"); trn__weight(m, bias, "trn_add_layernorm");
+    a = trn__act(m, a); /* (a cast recorded first, if a needs one) */
+    n_tape = m->tape_len;
+    s = trn__add_inplace(m, a, b, 0); /* checked and recorded; its values come from the fused kernel below */
+    C = TRN__LAST(s);
+    trn__need(w->size == (size_t)C && bias->size == (size_t)C, "trn_add_layernorm", s, w,
+              "weight and bias must have C elements");
+    N = (int)(s->size / (size_t)C);
+    out = trn_tensor_new(m, "layernorm", s->ndim, s->shape);
+    mean = (float *)trn_arena_alloc(m, sizeof(float) * (size_t)N);
+    rstd = (float *)trn_arena_alloc(m, sizeof(float) * (size_t)N);
+    bk->add_layernorm_forward(s->data, out->data, mean, rstd, a->data, s->data, w->data, bias->data, N, C);
+    e = trn__record(m, "layernorm", trn__add_layernorm_bw, out, s, w, bias);
+    if (e) {
+        e->saved[0] = mean; e->saved[1] = rstd;
+        e->iarg[0] = N; e->iarg[1] = C;
+        e->iarg[2] = m->tape_len == n_tape + 2; /* the add was recorded just before */
+    }
+    *sum = s;
     return out;
 }
 

@@ -832,16 +832,37 @@ static __global__ void trn__k_embed_bwd(float *dtable, const A *dout, const int 
    of 8, every row pointer 16-byte aligned, see trn__cuda_ln_vec): lane l
    takes the 8-element packs l, l + 32, ... (GPT-2's C = 768: 3 packs a
    lane, 16-byte loads), otherwise the elements l, l + 32, ... The
-   reference: train.h's trn_layernorm_forward / _backward. */
+   reference: train.h's trn_layernorm_forward / _backward.
+   >>addln (res not NULL): the residual add first, in the same pass: sum =
+   inp + res rounded to A (sum may be res), written, and the row that is
+   normalized is that sum: each lane writes and then reads back its own
+   elements, so the result is bit for bit that of the add kernel followed
+   by this one (the reference: trn_add_forward, then
+   trn_layernorm_forward). */
 template <typename A>
 static __global__ void trn__k_ln_fwd(A *out, float *mean, float *rstd, const A *inp, const A *w, const A *b, int N,
-                                     int C, int vec) {
+                                     int C, int vec, const A *res, A *sum) {
     int lane = threadIdx.x % 32, row = blockIdx.x * 8 + threadIdx.x / 32;
     if (row >= N) return; /* the whole warp leaves together */
     const A *x = inp + (size_t)row * C;
     A *y = out + (size_t)row * C;
     float s = 0.0f, f[8], g[8], h[8];
-    if (vec)
+    if (res) { /* x + res, rounded as the add kernel rounds; the sum's row is x from here on */
+        const A *r = res + (size_t)row * C;
+        A *z = sum + (size_t)row * C;
+        if (vec)
+            for (int i = 8 * lane; i < C; i += 256) {
+                trn__ld8(f, x + i); trn__ld8(g, r + i);
+                for (int k = 0; k < 8; k++) { f[k] = trn__ld(trn__to<A>(f[k] + g[k])); s += f[k]; } /* rounded to A */
+                trn__st8(z + i, f);
+            }
+        else
+            for (int i = lane; i < C; i += 32) {
+                z[i] = trn__to<A>(trn__ld(x[i]) + trn__ld(r[i]));
+                s += trn__ld(z[i]);
+            }
+        x = z;
+    } else if (vec)
         for (int i = 8 * lane; i < C; i += 256) { trn__ld8(f, x + i); for (int k = 0; k < 8; k++) s += f[k]; }
     else
         for (int i = lane; i < C; i += 32) s += trn__ld(x[i]);
@@ -868,10 +889,12 @@ static __global__ void trn__k_ln_fwd(A *out, float *mean, float *rstd, const A *
         if (rstd) rstd[row] = r;
     }
 }
-/* dx += rstd * (g - mean(g) - xhat * mean(g * xhat)),  g = dout * w */
+/* dx += rstd * (g - mean(g) - xhat * mean(g * xhat)),  g = dout * w;
+   dinp2 (>>addln; NULL: none) is written with the new dx as well: the
+   residual's gradient handed to the branch without a copy pass */
 template <typename A>
 static __global__ void trn__k_ln_bwd_dx(A *dinp, const A *dout, const A *inp, const A *w, const float *mean,
-                                        const float *rstd, int N, int C, int vec) {
+                                        const float *rstd, int N, int C, int vec, A *dinp2) {
     int lane = threadIdx.x % 32, row = blockIdx.x * 8 + threadIdx.x / 32;
     if (row >= N) return;
     const A *x = inp + (size_t)row * C, *g = dout + (size_t)row * C;
@@ -899,10 +922,14 @@ static __global__ void trn__k_ln_bwd_dx(A *dinp, const A *dout, const A *inp, co
             trn__ld8(fg, g + i); trn__ld8(fw, w + i); trn__ld8(fx, x + i); trn__ld8(fd, dx + i);
             for (int k = 0; k < 8; k++) fd[k] += r * (fg[k] * fw[k] - mg - (fx[k] - m) * r * mgx);
             trn__st8(dx + i, fd);
+            if (dinp2) trn__st8(dinp2 + (size_t)row * C + i, fd);
         }
     else
-        for (int i = lane; i < C; i += 32)
-            dx[i] = trn__to<A>(trn__ld(dx[i]) + r * (trn__ld(g[i]) * trn__ld(w[i]) - mg - (trn__ld(x[i]) - m) * r * mgx));
+        for (int i = lane; i < C; i += 32) {
+            A d = trn__to<A>(trn__ld(dx[i]) + r * (trn__ld(g[i]) * trn__ld(w[i]) - mg - (trn__ld(x[i]) - m) * r * mgx));
+            dx[i] = d;
+            if (dinp2) dinp2[(size_t)row * C + i] = d;
+        }
 }
 /* dw = sum_n dout * xhat, db = sum_n dout: as trn__k_colsum_part, twice, the last block of each 32 columns summing both */
 template <typename A>
@@ -3217,18 +3244,34 @@ static void trn__cuda_layernorm_forward(float *out, float *mean, float *rstd, co
     if (N <= 0) return;
     TRN__CUDA_SITE("layernorm fwd", sizeof(A) * (2.0 * N * C + 2.0 * C) + 8.0 * N, 7.0 * N * C);
     TRN_CUDA_LAUNCH(trn__k_ln_fwd<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, (A *)out, mean,
-                    rstd, (const A *)inp, (const A *)w, (const A *)b, N, C, trn__cuda_ln_vec(C, out, inp, w, b));
+                    rstd, (const A *)inp, (const A *)w, (const A *)b, N, C, trn__cuda_ln_vec(C, out, inp, w, b),
+                    (const A *)NULL, (A *)NULL);
 }
+/* >>addln: the residual add and the layernorm in one pass (sum may be b) */
 template <typename A>
-static void trn__cuda_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                                         const float *w, const float *mean, const float *rstd, int N, int C) {
+static void trn__cuda_add_layernorm_forward(float *sum, float *out, float *mean, float *rstd, const float *a,
+                                            const float *b, const float *w, const float *bias, int N, int C) {
     if (N <= 0) return;
+    /* a, b read; sum, out written; w, bias read; mean, rstd written */
+    TRN__CUDA_SITE("add+layernorm fwd", sizeof(A) * (4.0 * N * C + 2.0 * C) + 8.0 * N, 8.0 * N * C);
+    TRN_CUDA_LAUNCH(trn__k_ln_fwd<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, (A *)out, mean,
+                    rstd, (const A *)a, (const A *)w, (const A *)bias, N, C,
+                    trn__cuda_ln_vec(C, out, a, w, bias) && trn__al16(b) && trn__al16(sum), (const A *)b, (A *)sum);
+}
+/* dinp2 (>>addln): NULL, or written with dinp's final values */
+template <typename A>
+static void trn__cuda_layernorm_backward_ex(float *dinp, float *dinp2, float *dw, float *db, const float *dout,
+                                            const float *inp, const float *w, const float *mean, const float *rstd,
+                                            int N, int C) {
+    if (N <= 0) return;
+    if (!dinp) dinp2 = NULL;
     unsigned *count = dw || db ? trn__cuda_counts((size_t)(C + 31) / 32) : NULL; /* (before the site: it may zero them) */
-    TRN__CUDA_SITE("layernorm bwd", sizeof(A) * ((dinp ? 4.0 : 2.0) * N * C + C) + 8.0 * N + 16.0 * C, 10.0 * N * C); /* dinp +=: read and written */
+    TRN__CUDA_SITE("layernorm bwd", sizeof(A) * ((dinp ? 4.0 : 2.0) * N * C + (dinp2 ? 1.0 : 0.0) * N * C + C) +
+                                        8.0 * N + 16.0 * C, 10.0 * N * C); /* dinp +=: read and written; dinp2 written */
     if (dinp)
         TRN_CUDA_LAUNCH(trn__k_ln_bwd_dx<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, (A *)dinp,
                         (const A *)dout, (const A *)inp, (const A *)w, mean, rstd, N, C,
-                        trn__cuda_ln_vec(C, dinp, dout, inp, w));
+                        trn__cuda_ln_vec(C, dinp, dout, inp, w) && (!dinp2 || trn__al16(dinp2)), (A *)dinp2);
     if (dw || db) {
         int nchunk = (N + 63) / 64, rows;
         float *pw, *pb;
@@ -3246,6 +3289,11 @@ static void trn__cuda_layernorm_backward(float *dinp, float *dw, float *db, cons
                             trn__cu.stream, pw, pb, (const A *)dout, (const A *)inp, mean, rstd, N, C, rows, dw, db,
                             count);
     }
+}
+template <typename A>
+static void trn__cuda_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                                         const float *w, const float *mean, const float *rstd, int N, int C) {
+    trn__cuda_layernorm_backward_ex<A>(dinp, NULL, dw, db, dout, inp, w, mean, rstd, N, C);
 }
 
 #define TRN__CUDA_ELEMENTWISE(kernel, n, ...)                                                                  \
@@ -4272,6 +4320,8 @@ static void trn__cuda_fill_table(trn_backend *t, int bf16) {
         t->embedding_backward = TRN__CUDA_PICK(trn__cuda_embedding_backward);
         t->layernorm_forward = TRN__CUDA_PICK(trn__cuda_layernorm_forward);
         t->layernorm_backward = TRN__CUDA_PICK(trn__cuda_layernorm_backward);
+        t->add_layernorm_forward = TRN__CUDA_PICK(trn__cuda_add_layernorm_forward);
+        t->layernorm_backward_ex = TRN__CUDA_PICK(trn__cuda_layernorm_backward_ex);
         t->gelu_forward = TRN__CUDA_PICK(trn__cuda_gelu_forward);
         t->gelu_backward = TRN__CUDA_PICK(trn__cuda_gelu_backward);
         t->relu_forward = TRN__CUDA_PICK(trn__cuda_relu_forward);

@@ -130,6 +130,9 @@ static double plan_efficiency(const trn_cuda_site_row *r, trn_cuda_precision p, 
         return 0.70;
     }
     if (plan_is(r, "layernorm fwd")) { *why = "a warp per row, 16-byte packs"; return bf16 ? 0.65 : 0.70; }
+    if (plan_is(r, "add+layernorm fwd")) { /* the layernorm kernel with the add in its first pass (>>addln) */
+        *why = "the layernorm's warp per row, 16-byte packs; the add in its first pass"; return bf16 ? 0.65 : 0.70;
+    }
     if (plan_is(r, "layernorm bwd")) { *why = "16-byte packs; dout, inp read twice (dx pass, then dw/db partials), last block sums"; return bf16 ? 0.45 : 0.50; }
     if (plan_is(r, "embedding bwd")) { *why = "atomics: 16 rows (the batch) collide on each wpe row"; return 0.30; }
     if (plan_is(r, "bias grad (column sums)")) { *why = "16-byte partials over 64 chunks, last block sums"; return 0.55; }

@@ -244,10 +244,11 @@ static trn_tensor *gpt2_block_forward(trn_model *m, trn_tensor *x, void *user) {
     h = trn_linear(m, h, b->qkv_w, b->qkv_b);                      // (B,T,3C)
     h = trn_attention(m, h, b->n_head, 1);                         // (B,T,C) causal
     h = trn_linear(m, h, b->proj_w, b->proj_b);                    // (B,T,C)
-    x = trn_add_inplace(m, x, h);                                  // (into h: nothing reads it)
+    // x = x + h (into h: nothing reads it), then h = ln_2(x): one call, so
+    // that a GPU adds and normalizes in one pass (train.h's >>addln)
+    h = trn_add_layernorm(m, x, h, b->ln2_w, b->ln2_b, &x);        // (B,T,C)
     // x = x + mlp(ln_2(x)), the MLP 4C wide with GELU: fcp(gelu(fc(h))),
     // one call so that a GPU runs GELU inside the GEMMs (train.h's >>mlp)
-    h = trn_layernorm(m, x, b->ln2_w, b->ln2_b);                   // (B,T,C)
     h = trn_mlp(m, h, b->fc_w, b->fc_b, b->fcp_w, b->fcp_b);       // (B,T,C), 4C inside
     return trn_add_inplace(m, x, h);
 }

@@ -44,15 +44,17 @@
                             + 2E N C     (convert dx: read, written)
                             + 12 N       (targets 4 twice (upload, read by
                                           the fused kernel) + losses 4)
-   Launches of the step: per layer 30 (forward: 2 layernorms, 3 GEMMs, the
-   fused matmul+GELU, attention, 2 residual adds = 9; backward: 2
-   layernorms x 2 launches (dx; dw and db partials, summed by the last
-   block of each column group in the same launch), 2 copies (gradients
-   handed on), 4 bias column sums x 1 (the same: partials and their sum in
+   Launches of the step: per layer 28 (forward: a layernorm, the residual
+   add fused into the second layernorm (>>addln), 3 GEMMs, the fused
+   matmul+GELU, attention, 1 residual add = 8; backward: 2 layernorms x 2
+   launches (dx; dw and db partials, summed by the last block of each
+   column group in the same launch), 1 copy (the block's last residual
+   add hands its gradient on; the fused one's layernorm writes it in its
+   dx pass), 4 bias column sums x 1 (the same: partials and their sum in
    one launch), the matmul+dGELU, 3 dinp and 4 dW GEMMs, attention's 3
    (FlashAttention-2: D = rowsum(dO O), the key-block kernel, the dQ
    partials' sum; the partials need no zero pass: each one's first key
-   block stores) = 21, and no zero: the 3 dinp GEMMs write their fresh
+   block stores) = 20, and no zero: the 3 dinp GEMMs write their fresh
    gradients with beta 0, and attention WRITES its fresh dqkv
    (flash_attention_backward_ex), where they were zeroed and added to); outside
    the layers 21 (ids upload 3, embedding 2+2, its add, the final
@@ -66,7 +68,7 @@ static double design_classifier_bytes(void) {
            12 * D_VP * D_C + 2 * D_E * D_N * D_C + 12 * D_N;
 }
 static const long long D_CLASSIFIER_LAUNCHES = 1 + 4 * D_K + 2;
-static const long long D_STEP_LAUNCHES = D_L * 30 + 21 + D_CLASSIFIER_LAUNCHES;
+static const long long D_STEP_LAUNCHES = D_L * 28 + 21 + D_CLASSIFIER_LAUNCHES;
 /* the distinct cuBLASLt problems of the step: forward qkv, attention proj,
    fc+GELU, fc proj (4); backward dinp of qkv, proj, fc proj and the
    fc+dGELU (4), dW of the four (4); the classifier's logits, dinp and dW at
