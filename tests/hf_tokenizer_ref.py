@@ -84,7 +84,8 @@ def nfc_piece(rng):
     if k == 1: return "".join(chr(0x1100 + rng.randrange(19)) + chr(0x1161 + rng.randrange(21)) +
                               rng.choice(["", chr(0x11A8 + rng.randrange(27))]) for _ in range(rng.randrange(1, 5)))
     if k == 2: return chr(0xAC00 + 28 * rng.randrange(399)) + chr(0x11A8 + rng.randrange(27))  # LV + T
-    if k == 3: return rng.choice("aoqsdAOQ") + "".join(rng.sample("\u0301\u0323\u0307\u0328\u031b\u0345\u0300", 3))
+    if k == 3: return rng.choice(["\u05d1\u05bc\u05b0", "\u05e9\u05c2\u05bc", "x\u0350\u0316",  # marks that never compose
+                                  rng.choice("aoqsdAOQ") + "".join(rng.sample("\u0301\u0323\u0307\u0328\u031b\u0345\u0300", 3))])
     if k == 4: return rng.choice(["\u212b", "\u2126", "\u212a", "\u0958\u0959", "\u2adc", "\u0340\u0341", "\u0344", "\u0f73", "\u1f82"])
     if k == 5: return "".join(chr(rng.choice([0x0915, 0x0916, 0x0917, 0x091C, 0x0921, 0x0922, 0x092B, 0x092F])) + "\u093c" for _ in range(2))
     if k == 6: return rng.choice(["\u0b47\u0b3e", "\u0bc6\u0bbe", "\u0cbf\u0cd5", "\u1b05\u1b35", "\U00011099\U000110ba"])
