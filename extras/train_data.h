@@ -205,8 +205,10 @@ TRNDEF size_t trn_bpe_pretoken_len(const char *text, size_t len);
       with normalized = false in the raw text, then the others in the
       normalized remainder (their pattern is their content normalized).
       A matched added token is its id; the pieces between go on.
-   2. normalizer, per piece: none, or Prepend("▁") + Replace(" ", "▁")
-      (Llama 2, TinyLlama: "a b" -> "▁a▁b").
+   2. normalizer, per piece: none, NFC (Qwen2, Qwen2.5: Unicode's
+      canonical composition, "e" + U+0301 -> "é"; Unicode 14 tables in
+      extras/train_unicode.h), Prepend("▁") + Replace(" ", "▁") (Llama 2,
+      TinyLlama: "a b" -> "▁a▁b"), or a Sequence of NFC and that pair.
    3. pre-tokenizer: ByteLevel (add_prefix_space; use_regex = GPT-2's
       split), Split with one of three known regexes written out by hand
       as scanners (no regex engine): GPT-2's, Llama 3's (cl100k-like:
@@ -224,8 +226,8 @@ TRNDEF size_t trn_bpe_pretoken_len(const char *text, size_t len);
    Decoding maps ids back to bytes (ByteLevel; or "▁" -> " ", <0xNN> ->
    the byte, and one leading space dropped when the decoder strips it).
    Refused, with one line naming it: models other than BPE (Unigram,
-   WordPiece, WordLevel), normalizers other than the one above (NFC,
-   NFKC, Lowercase, ...), other pre-tokenizers or split patterns, Split
+   WordPiece, WordLevel), normalizers other than those above (NFKC, NFD,
+   Lowercase, Strip, ...), other pre-tokenizers or split patterns, Split
    behaviours other than Isolated, dropout, subword prefixes/suffixes,
    added tokens with single_word/lstrip/rstrip, post-processors other than
    TemplateProcessing/ByteLevel/Sequence of them.
@@ -1289,10 +1291,11 @@ static size_t trn__digits_len(const unsigned char *s, size_t len, int individual
    from composing with what comes before (they act as starters).
    Quick check: most text is NFC already. A piece whose bytes are all below
    0xCC (ASCII, and every character below U+0300: Latin-1, Latin Extended)
-   is returned as it is without decoding; otherwise each character in a
-   128-code-point block that holds a mark or a non-NFC character is looked
-   up, and only a piece with a character that is not NFC_Quick_Check=Yes
-   or with marks out of class order is normalized. */
+   is returned as it is without decoding; otherwise only characters in a
+   128-code-point block that holds a mark or a non-NFC character are looked
+   up (not CJK, not most of any script), and only the stretches around a
+   character that is not NFC_Quick_Check=Yes or marks out of class order
+   are normalized (trn__nfc_text). */
 #include "train_unicode.h"
 
 #define TRN__NFC_RAW 0x110000u /* + b: the byte b that is not UTF-8 */
@@ -1320,25 +1323,6 @@ static int trn__nfc_not_yes(uint32_t cp) {
         else return 1;
     }
     return 0;
-}
-
-/* is s[0..n) NFC already (the quick check; 0 means "maybe not")? */
-static int trn__nfc_quick(const unsigned char *s, size_t n) {
-    size_t i = 0, w;
-    int last = 0, c;
-    uint32_t cp;
-    while (i < n && s[i] < 0xCC) i++; /* nothing below U+0300 changes */
-    if (i == n) return 1; /* (s[i] >= 0xCC is no continuation byte: a character starts there) */
-    for (; i < n; i += w) {
-        if (s[i] < 0xCC) { w = 1; last = 0; continue; }
-        w = trn__utf8_decode(s + i, n - i, &cp);
-        if (cp == TRN__NO_CHAR || !(trn__nfc_block[cp >> 12] >> ((cp >> 7) & 31) & 1)) { last = 0; continue; }
-        if (trn__nfc_not_yes(cp)) return 0;
-        c = trn__nfc_class(cp);
-        if (c != 0 && last > c) return 0; /* marks out of order */
-        last = c;
-    }
-    return 1;
 }
 
 /* the one-level decomposition of cp: its index in trn__nfc_dec, or -1 */
@@ -1431,12 +1415,61 @@ static trn_result trn__nfc(trn__dbuf *out, trn__dbuf *cps, const unsigned char *
     return TRN_OK;
 }
 
+/* NFC of s[0..n) the quick way: 0 when s is NFC already (out untouched),
+   1 with the NFC in out. The text is cut before every "stable" character
+   (class 0 and NFC_Quick_Check=Yes: nothing before it can change it or
+   what follows; tools/gen_unicode_nfc.py asserts this of the tables):
+   only the stretches that hold a character that is not Yes or marks out of
+   class order go through trn__nfc, the rest is copied. */
+static trn_result trn__nfc_text(trn__dbuf *out, trn__dbuf *cps, trn__dbuf *tmp, const unsigned char *s, size_t n,
+                                int *changed) {
+    trn_result r;
+    size_t i = 0, w, cut = 0, done = 0;
+    int last = 0, c, need = 0;
+    uint32_t cp;
+    *changed = 0;
+    while (i < n && s[i] < 0xCC) i++; /* nothing below U+0300 changes */
+    if (i == n) return TRN_OK;        /* (a byte >= 0xCC starts a character) */
+    for (cut = i; cut > 0 && (s[cut - 1] & 0xC0) == 0x80; cut--) {} /* the stretch starts with the */
+    if (cut > 0) cut--;                                              /* character before s[i]      */
+    for (; i <= n; i += w) {
+        w = 1;
+        if (i < n && (s[i] & 0xC0) == 0x80) continue; /* inside a character: no cut here */
+        if (i < n && s[i] >= 0xCC) {
+            w = trn__utf8_decode(s + i, n - i, &cp);
+            if (cp != TRN__NO_CHAR && (trn__nfc_block[cp >> 12] >> ((cp >> 7) & 31) & 1)) {
+                int no = trn__nfc_not_yes(cp);
+                c = trn__nfc_class(cp);
+                if (c != 0 || no) { /* not stable: a mark, or may change */
+                    if (no || last > c) need = 1;
+                    last = c;
+                    continue;
+                }
+            }
+        }
+        /* s[i] starts a stable character (or i == n) */
+        if (need) { /* normalize s[cut..i): copy what came before it first */
+            if (!*changed) out->n = 0;
+            *changed = 1;
+            if ((r = trn__dbuf_put(out, s + done, cut - done)) != TRN_OK ||
+                (r = trn__nfc(tmp, cps, s + cut, i - cut)) != TRN_OK || (r = trn__dbuf_put(out, tmp->p, tmp->n)) != TRN_OK)
+                return r;
+            done = i;
+            need = 0;
+        }
+        cut = i;
+        last = 0;
+    }
+    if (*changed) return trn__dbuf_put(out, s + done, n - done);
+    return TRN_OK;
+}
+
 /* ---- Hugging Face tokenizer.json: encoding ------------------------------- */
 typedef struct trn__hf_enc {
     const trn_tokenizer *tok;
     trn__bpe_work w;
-    trn__dbuf buf[10];  /* one scratch per stage (prefix, metaspace), 7: the
-                           metaspace normalizer, 8, 9: NFC (text, code points) */
+    trn__dbuf buf[11];  /* one scratch per stage (prefix, metaspace), 7: the
+                           metaspace normalizer, 8..10: NFC (text, code points, a stretch) */
     trn_tokens *out;
     int flags;
 } trn__hf_enc;
@@ -1568,10 +1601,10 @@ static trn_result trn__hf_segment(trn__hf_enc *e, const unsigned char *s, size_t
     size_t pos = 0, at;
     int k;
     if (n == 0) return TRN_OK;
-    if (tok->nfc && !trn__nfc_quick(s, n)) { /* NFC (first, as the Sequence lists it) */
-        if ((r = trn__nfc(&e->buf[8], &e->buf[9], s, n)) != TRN_OK) return r;
-        s = (const unsigned char *)e->buf[8].p;
-        n = e->buf[8].n;
+    if (tok->nfc) { /* NFC (first, as the Sequence lists it) */
+        int changed;
+        if ((r = trn__nfc_text(&e->buf[8], &e->buf[9], &e->buf[10], s, n, &changed)) != TRN_OK) return r;
+        if (changed) { s = (const unsigned char *)e->buf[8].p; n = e->buf[8].n; }
     }
     if (tok->meta_norm) { /* Prepend("▁") + Replace(" ", "▁") */
         b->n = 0;
@@ -1600,7 +1633,7 @@ TRNDEF trn_result trn_tokenizer_encode_ex(const trn_tokenizer *tok, const char *
     if (!tok->merges) return trn_fail(TRN_ERR_INVALID, "trn_tokenizer_encode_ex: tokenizer not loaded");
     memset(&e, 0, sizeof e);
     e.tok = tok; e.out = out; e.flags = flags;
-    for (i = 0; i < 10; i++) e.buf[i].kind = TRN_KIND_TEMP;
+    for (i = 0; i < 11; i++) e.buf[i].kind = TRN_KIND_TEMP;
     if ((flags & TRN_ENCODE_BOS) && tok->bos_id >= 0) r = trn_tokens_append(out, &tok->bos_id, 1);
     while (r == TRN_OK && (k = trn__hf_added_find(tok, s, len, pos, 0, flags, &at)) >= 0) {
         if ((r = trn__hf_segment(&e, s + pos, at - pos, pos == 0)) != TRN_OK) break;
@@ -1610,7 +1643,7 @@ TRNDEF trn_result trn_tokenizer_encode_ex(const trn_tokenizer *tok, const char *
     if (r == TRN_OK) r = trn__hf_segment(&e, s + pos, len - pos, pos == 0);
     if (r == TRN_OK && (flags & TRN_ENCODE_BOS) && tok->eos_id >= 0) r = trn_tokens_append(out, &tok->eos_id, 1);
     trn_free(e.w.id); trn_free(e.w.prev); trn_free(e.w.next); trn_free(e.w.heap);
-    for (i = 0; i < 10; i++) trn_free(e.buf[i].p);
+    for (i = 0; i < 11; i++) trn_free(e.buf[i].p);
     return r;
 }
 

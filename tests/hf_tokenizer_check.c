@@ -15,10 +15,10 @@
      (documents without the BOS; not with add_prefix_space or NFC).
    "!NAME=WORDS": DIR/NAME.json must be refused by the loader with one
    line that contains WORDS, and leave the tokenizer empty.
-   "@nfc": the NFC normalizer alone (trn__nfc, trn__nfc_quick) on every
+   "@nfc": the NFC normalizer alone (trn__nfc, trn__nfc_text) on every
    case of DIR/nfc.bin (every assigned code point with marks around it, and
    Hangul jamo; Python's unicodedata.normalize('NFC', ...) beside each):
-   the output must be Python's; the quick check may say "already NFC"
+   both outputs must be Python's, and trn__nfc_text may say "already NFC"
    only where it is; plus bytes that are not UTF-8, which pass through.
    Prints one line per tokenizer (documents, bytes, ids, the first
    difference if any) and "N passed, M failed". */
@@ -136,7 +136,8 @@ static void check_nfc(const char *dir) {
     size_t n_file;
     unsigned char *file;
     const unsigned char *p;
-    trn__dbuf out = {NULL, 0, 0, TRN_KIND_TEMP}, cps = {NULL, 0, 0, TRN_KIND_TEMP};
+    trn__dbuf out = {NULL, 0, 0, TRN_KIND_TEMP}, cps = {NULL, 0, 0, TRN_KIND_TEMP}, tmp = {NULL, 0, 0, TRN_KIND_TEMP};
+    trn__dbuf q = {NULL, 0, 0, TRN_KIND_TEMP};
     int n, i, bad = 0, bad_quick = 0, quick = 0, changed = 0;
     static const char *raw[][2] = { /* not UTF-8 (in, NFC) */
         {"\xFF" "e\xCC\x81", "\xFF\xC3\xA9"}, {"e\xFF\xCC\x81", "e\xFF\xCC\x81"}, {"\xCC", "\xCC"},
@@ -154,11 +155,15 @@ static void check_nfc(const char *dir) {
             in = raw[i - n][0]; want = raw[i - n][1];
             n_in = (int32_t)strlen(in); n_want = (int32_t)strlen(want);
         }
+        int ch;
         changed += n_in != n_want || memcmp(in, want, (size_t)n_in) != 0;
-        if (trn__nfc_quick((const unsigned char *)in, (size_t)n_in)) {
+        if (trn__nfc_text(&q, &cps, &tmp, (const unsigned char *)in, (size_t)n_in, &ch) != TRN_OK) { printf("  nfc: %s\n", trn_error_reason()); bad++; continue; }
+        if (!ch) {
             quick++;
             if (n_in != n_want || memcmp(in, want, (size_t)n_in) != 0)
                 if (bad_quick++ < 3) printf("  nfc case %d: the quick check says NFC, it is not\n", i);
+        } else if ((int32_t)q.n != n_want || memcmp(q.p, want, (size_t)n_want) != 0) {
+            if (bad_quick++ < 3) printf("  nfc case %d: trn__nfc_text differs from Python\n", i);
         }
         if (trn__nfc(&out, &cps, (const unsigned char *)in, (size_t)n_in) != TRN_OK) { printf("  nfc: %s\n", trn_error_reason()); bad++; continue; }
         if ((int32_t)out.n != n_want || memcmp(out.p, want, (size_t)n_want) != 0) {
@@ -175,14 +180,14 @@ static void check_nfc(const char *dir) {
         }
     }
     if (bad || bad_quick) {
-        printf("FAIL nfc: %d of %d cases differ from unicodedata's NFC, %d wrong quick checks\n", bad, n + 5, bad_quick);
+        printf("FAIL nfc: %d of %d cases differ from unicodedata's NFC (trn__nfc), %d (trn__nfc_text)\n", bad, n + 5, bad_quick);
         n_fail++;
     } else {
         printf("ok nfc: %d cases (%d changed by NFC) identical to Python's unicodedata (Unicode %s), the quick "
                "check right (%d said NFC)\n", n + 5, changed, TRN__UNICODE_VERSION, quick);
         n_pass++;
     }
-    trn_free(out.p); trn_free(cps.p); free(file);
+    trn_free(out.p); trn_free(cps.p); trn_free(tmp.p); trn_free(q.p); free(file);
 }
 
 int main(int argc, char **argv) {

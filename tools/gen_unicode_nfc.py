@@ -60,8 +60,18 @@ def tables():
     block = [0] * (0x110000 // 128 // 32)
     for cp in [c for c, _ in ccc] + notyes:
         block[cp >> 12] |= 1 << ((cp >> 7) & 31)
-    # the fast paths of extras/train_data.h assume these
+    # the fast paths of extras/train_data.h assume these: nothing below
+    # U+0300 is a mark or changes; and a character of class 0 that is
+    # NFC_Quick_Check=Yes ("stable") starts its full decomposition with a
+    # stable character too, so no text before it can change it or what
+    # follows it: NFC(a + x + b) = NFC(a) + NFC(x + b) (trn__nfc_text cuts
+    # text there)
     assert all(cp >= 0x300 for cp, _ in ccc) and all(cp >= 0x300 for cp in notyes)
+    bad = set(notyes) | {cp for cp, _ in ccc}
+    for cp in chars():
+        if cp not in bad:
+            d0 = ord(ud.normalize("NFD", chr(cp))[0])
+            assert d0 not in bad and ud.combining(chr(d0)) == 0, hex(cp)
     return ccc, dec, comp, qc, block
 
 
