@@ -1292,7 +1292,7 @@ static size_t trn__digits_len(const unsigned char *s, size_t len, int individual
    Quick check: most text is NFC already. A piece whose bytes are all below
    0xCC (ASCII, and every character below U+0300: Latin-1, Latin Extended)
    is returned as it is without decoding; otherwise only characters in a
-   128-code-point block that holds a mark or a non-NFC character are looked
+   32-code-point block that holds a mark or a non-NFC character are looked
    up (not CJK, not most of any script), and only the stretches around a
    character that is not NFC_Quick_Check=Yes or marks out of class order
    are normalized (trn__nfc_text). */
@@ -1303,7 +1303,7 @@ static size_t trn__digits_len(const unsigned char *s, size_t len, int individual
 /* canonical combining class (0 for most characters and for raw bytes) */
 static int trn__nfc_class(uint32_t cp) {
     size_t lo = 0, hi = sizeof trn__nfc_ccc / sizeof trn__nfc_ccc[0];
-    if (cp < 0x300 || cp >= 0x110000 || !(trn__nfc_block[cp >> 12] >> ((cp >> 7) & 31) & 1)) return 0;
+    if (cp < 0x300 || cp >= 0x110000 || !(trn__nfc_block[cp >> 10] >> ((cp >> 5) & 31) & 1)) return 0;
     while (lo < hi) { /* binary search on the code point (the top 24 bits) */
         size_t mid = (lo + hi) / 2;
         uint32_t c = trn__nfc_ccc[mid] >> 8;
@@ -1437,7 +1437,7 @@ static trn_result trn__nfc_text(trn__dbuf *out, trn__dbuf *cps, trn__dbuf *tmp, 
         if (i < n && (s[i] & 0xC0) == 0x80) continue; /* inside a character: no cut here */
         if (i < n && s[i] >= 0xCC) {
             w = trn__utf8_decode(s + i, n - i, &cp);
-            if (cp != TRN__NO_CHAR && (trn__nfc_block[cp >> 12] >> ((cp >> 7) & 31) & 1)) {
+            if (cp != TRN__NO_CHAR && (trn__nfc_block[cp >> 10] >> ((cp >> 5) & 31) & 1)) {
                 int no = trn__nfc_not_yes(cp);
                 c = trn__nfc_class(cp);
                 if (c != 0 || no) { /* not stable: a mark, or may change */

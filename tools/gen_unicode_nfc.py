@@ -18,7 +18,7 @@ same Unicode version gives the same bytes. Tables:
           mappings not in Full_Composition_Exclusion), sorted by the pair
   qc      code points whose NFC_Quick_Check is No or Maybe, as inclusive
           ranges (Hangul jamo vowels and trailing consonants included)
-  block   one bit per 128 code points: set where the block holds a code
+  block   one bit per 32 code points: set where the block holds a code
           point of ccc or qc (a text whose code points all fall in clear
           blocks is already NFC)
 """
@@ -57,9 +57,9 @@ def tables():
     for cp in notyes:
         if qc and qc[-1][1] == cp - 1: qc[-1][1] = cp
         else: qc.append([cp, cp])
-    block = [0] * (0x110000 // 128 // 32)
+    block = [0] * (0x110000 // 32 // 32)
     for cp in [c for c, _ in ccc] + notyes:
-        block[cp >> 12] |= 1 << ((cp >> 7) & 31)
+        block[cp >> 10] |= 1 << ((cp >> 5) & 31)
     # the fast paths of extras/train_data.h assume these: nothing below
     # U+0300 is a mark or changes; and a character of class 0 that is
     # NFC_Quick_Check=Yes ("stable") starts its full decomposition with a
@@ -114,7 +114,7 @@ def header():
     h.append(rows(["{0x%X,0x%X}" % tuple(r) for r in qc], 6))
     h.append("};")
     h.append("")
-    h.append("/* bit (cp >> 7) & 31 of word cp >> 12: the 128 code points from cp & ~127")
+    h.append("/* bit (cp >> 5) & 31 of word cp >> 10: the 32 code points from cp & ~31")
     h.append("   hold one with a class != 0 or in trn__nfc_qc */")
     h.append("static const uint32_t trn__nfc_block[%d] = {" % len(block))
     h.append(rows(["0x%X" % w for w in block], 8))
