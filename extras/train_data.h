@@ -1459,6 +1459,13 @@ static trn_result trn__nfc_text(trn__dbuf *out, trn__dbuf *cps, trn__dbuf *tmp, 
         }
         cut = i;
         last = 0;
+        if (i < n && s[i] < 0xCC) { /* more characters below U+0300: cut before the last of them */
+            size_t j = i + 1;
+            while (j < n && s[j] < 0xCC) j++;
+            for (cut = j; cut > i && (s[cut - 1] & 0xC0) == 0x80; cut--) {}
+            if (cut > i) cut--;
+            w = j - i;
+        }
     }
     if (*changed) return trn__dbuf_put(out, s + done, n - done);
     return TRN_OK;
