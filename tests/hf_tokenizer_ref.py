@@ -14,18 +14,24 @@ generated Unicode:
 and derives, from the same vocabularies, files that differ only in the
 pre-tokenizer: qwen2 (Qwen2's regex), smollm (Digits + ByteLevel with
 add_prefix_space), mistral (Metaspace pre-tokenizer, prepend_scheme
-"first", no normalizer) and metasplit (Metaspace split: true, "always").
+"first", no normalizer) and metasplit (Metaspace split: true, "always"),
+and two with the NFC normalizer: qwen2nfc (qwen2 + "NFC") and llama2nfc
+(llama2 with Sequence [NFC, Prepend, Replace]), each with added tokens
+that NFC changes and one U+212B with normalized=False.
 Every tokenizer has special and non-special added tokens.
 
 Then writes held-out text (generated from a different seed, never seen in
 training: >= 1 MB of documents mixing the corpus' words in new orders with
 CJK, emoji, accented Latin, combining marks, whitespace runs, digit runs,
-contractions and added tokens) and, per tokenizer, the package's ids and
+contractions, added tokens and NFC cases: decomposed and precomposed
+accents, Hangul jamo, marks out of canonical order, singletons,
+composition exclusions) and, per tokenizer, the package's ids and
 decoded text for each document:
   docs.bin          int32 n_docs, then per document int32 length + bytes
   NAME.json         the tokenizer
   NAME.ids          per document int32 n + n int32 ids
   NAME.dec          per document int32 length + the package's decode
+  nfc.bin           NFC cases for hf_tokenizer_check @nfc (write_nfc_cases)
 Document i is encoded with add_special_tokens=True (the BOS) when
 i % 10 == 0, with encode_special_tokens=True (special added tokens as
 plain text) when i % 10 == 1, and plainly otherwise.
