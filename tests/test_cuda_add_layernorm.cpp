@@ -18,7 +18,8 @@
    2. examples/gpt2.c's model, 2 steps on the CUDA table and on a copy of it
       with the two >>addln entries removed (train.h then runs the unfused
       ops): losses, every gradient and the weights after AdamW equal bit
-      for bit, fp32 and bf16.
+      for bit, fp32 and bf16; and the fused model with --recompute (each
+      block recorded again inside backward) equal to it without.
    A check that cannot fail is not a check: each kernel comparison is also
    made against the same unfused run started from other gradients (or
    with the add left out), which must differ. The whole test failed as it
@@ -138,12 +139,13 @@ static void test_kernels(int bf, int N, int C, int off, int in_place) {
 
 /* ---- examples/gpt2.c's model: fused table against the unfused one ------- */
 struct run_out { std::vector<float> loss, grads, weights; };
-static run_out gpt2_run(const trn_backend *be, int B, int T) {
+static run_out gpt2_run(const trn_backend *be, int B, int T, int recompute) {
     const gpt2_config cfg = find_preset("tiny")->cfg;
     run_out o;
     gpt2 g;
     if (gpt2_create(&g, &cfg, be) != TRN_OK) trn_fatal("gpt2_create: %s", trn_error_reason());
     gpt2_init_weights(&g, 7);
+    g.recompute = recompute;
     trn_adamw_desc d;
     memset(&d, 0, sizeof d);
     d.lr = 1e-3f;
@@ -173,11 +175,12 @@ static void test_gpt2(trn_cuda_precision p, const char *pr) {
     unfused.add_layernorm_forward = NULL;
     unfused.layernorm_backward_ex = NULL;
     trn_cuda_sites_start(0);
-    run_out f = gpt2_run(trn_cuda_backend(), 2, 13);
+    run_out f = gpt2_run(trn_cuda_backend(), 2, 13, 0);
     const trn_cuda_site_row *rows;
     int nr = trn_cuda_sites_read(&rows), fused_calls = 0;
     for (int i = 0; i < nr; i++) if (!strcmp(rows[i].name, "add+layernorm fwd")) fused_calls += (int)rows[i].calls;
-    run_out u = gpt2_run(&unfused, 2, 13);
+    run_out u = gpt2_run(&unfused, 2, 13, 0);
+    run_out r = gpt2_run(trn_cuda_backend(), 2, 13, 1); /* --recompute: the blocks run again inside backward */
     const gpt2_config cfg = find_preset("tiny")->cfg;
     printf("gpt2 'tiny' %s, 2 steps: losses %.6f %.6f; fused %d add+layernorm launches (want 2 x %d layers); losses %s, "
            "grads %zu differ, weights %zu differ\n", pr, f.loss[0], f.loss[1], fused_calls, cfg.n_layer,
@@ -186,6 +189,10 @@ static void test_gpt2(trn_cuda_precision p, const char *pr) {
           fused_calls, 2 * cfg.n_layer);
     CHECK(same(f.loss, u.loss) && same(f.grads, u.grads) && same(f.weights, u.weights),
           "%s: the fused model differs from the unfused one\n", pr);
+    printf("gpt2 'tiny' %s, fused with --recompute: grads %zu differ, weights %zu differ\n", pr, n_diff(r.grads, f.grads),
+           n_diff(r.weights, f.weights));
+    CHECK(same(r.loss, f.loss) && same(r.grads, f.grads) && same(r.weights, f.weights),
+          "%s: the fused model with --recompute differs from the one without\n", pr);
 }
 
 int main(int argc, char **argv) {
