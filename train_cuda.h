@@ -2675,17 +2675,19 @@ static __global__ void trn__k_mul_bwd_final(A *db, const float *part, int nchunk
     db[c] = trn__to<A>(trn__ld(db[c]) + s);
 }
 static __device__ __forceinline__ float trn__sigmoid_d(float x) { return 1.0f / (1.0f + expf(-x)); }
-template <typename A>
-static __global__ void trn__k_silu_fwd(A *out, const A *inp, size_t n) {
-    TRN__GRID_STRIDE(i, n) { float x = trn__ld(inp[i]); out[i] = trn__to<A>(x * trn__sigmoid_d(x)); }
-}
-template <typename A>
-static __global__ void trn__k_silu_bwd(A *dinp, const A *inp, const A *dout, size_t n) {
-    TRN__GRID_STRIDE(i, n) {
-        float x = trn__ld(inp[i]), s = trn__sigmoid_d(x);
-        dinp[i] = trn__to<A>(trn__ld(dinp[i]) + trn__ld(dout[i]) * (s + x * s * (1.0f - s)));
+/* SiLU through trn__k_map (>>elementwise: 16-byte packs, a scalar tail):
+   silu(x) = x sigmoid(x); backward dinp += dout (s + x s (1 - s)), s =
+   sigmoid(x), with a = dinp, b = inp, c = dout. The references: train.h's
+   trn_silu_forward / _backward */
+struct trn__op_silu {
+    __device__ float operator()(float x, float, float) const { return x * trn__sigmoid_d(x); }
+};
+struct trn__op_silu_bwd {
+    __device__ float operator()(float d, float x, float g) const {
+        float s = trn__sigmoid_d(x);
+        return d + g * (s + x * s * (1.0f - s));
     }
-}
+};
 template <typename A>
 static __global__ void trn__k_sigmoid_fwd(A *out, const A *inp, size_t n) {
     TRN__GRID_STRIDE(i, n) out[i] = trn__to<A>(trn__sigmoid_d(trn__ld(inp[i])));
@@ -2735,31 +2737,60 @@ static __global__ void trn__k_softmax_rows_bwd(A *dinp, const A *out, const A *d
     for (int i = lane; i < C; i += 32) dx[i] = trn__to<A>(trn__ld(dx[i]) + trn__ld(y[i]) * (trn__ld(g[i]) - dot));
 }
 /* RMSNorm: one warp per row; dw as trn__k_colsum_part on dout * x * rstd.
-   x, w, out, dout, dinp are A; rstd, dw and its partials fp32 */
+   x, w, out, dout, dinp are A; rstd, dw and its partials fp32. vec
+   (trn__cuda_ln_vec: C a multiple of 8, rows 16-byte aligned): lane l
+   takes the 8-element packs l, l + 32, ... through 16-byte loads and
+   stores, as layernorm; otherwise the elements l, l + 32, ... (the sums
+   then run in another order: the same math to rounding). The references:
+   train.h's trn_rmsnorm_forward / _backward */
 template <typename A>
-static __global__ void trn__k_rms_fwd(A *out, float *rstd, const A *inp, const A *w, int N, int C, float eps) {
+static __global__ void trn__k_rms_fwd(A *out, float *rstd, const A *inp, const A *w, int N, int C, float eps, int vec) {
     int lane = threadIdx.x % 32, row = blockIdx.x * 8 + threadIdx.x / 32;
     if (row >= N) return;
     const A *x = inp + (size_t)row * C;
     A *y = out + (size_t)row * C;
-    float ss = 0.0f;
-    for (int i = lane; i < C; i += 32) { float xi = trn__ld(x[i]); ss += xi * xi; }
+    float ss = 0.0f, f[8], g[8];
+    if (vec)
+        for (int i = 8 * lane; i < C; i += 256) { trn__ld8(f, x + i); for (int k = 0; k < 8; k++) ss += f[k] * f[k]; }
+    else
+        for (int i = lane; i < C; i += 32) { float xi = trn__ld(x[i]); ss += xi * xi; }
     float r = rsqrtf(trn__warp_sum(ss) / C + eps);
-    for (int i = lane; i < C; i += 32) y[i] = trn__to<A>((trn__ld(x[i]) * r) * trn__ld(w[i]));
+    if (vec)
+        for (int i = 8 * lane; i < C; i += 256) {
+            trn__ld8(f, x + i); trn__ld8(g, w + i);
+            for (int k = 0; k < 8; k++) f[k] = (f[k] * r) * g[k];
+            trn__st8(y + i, f);
+        }
+    else
+        for (int i = lane; i < C; i += 32) y[i] = trn__to<A>((trn__ld(x[i]) * r) * trn__ld(w[i]));
     if (lane == 0) rstd[row] = r;
 }
+/* dx += r dy w - x mean(dy w x) r^3 */
 template <typename A>
 static __global__ void trn__k_rms_bwd_dx(A *dinp, const A *dout, const A *inp, const A *w, const float *rstd, int N,
-                                         int C) {
+                                         int C, int vec) {
     int lane = threadIdx.x % 32, row = blockIdx.x * 8 + threadIdx.x / 32;
     if (row >= N) return;
     const A *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
     A *dx = dinp + (size_t)row * C;
-    float r = rstd[row], mgx = 0.0f;
-    for (int i = lane; i < C; i += 32) mgx += trn__ld(dy[i]) * trn__ld(w[i]) * trn__ld(x[i]);
+    float r = rstd[row], mgx = 0.0f, fg[8], fw[8], fx[8], fd[8];
+    if (vec)
+        for (int i = 8 * lane; i < C; i += 256) {
+            trn__ld8(fg, dy + i); trn__ld8(fw, w + i); trn__ld8(fx, x + i);
+            for (int k = 0; k < 8; k++) mgx += fg[k] * fw[k] * fx[k];
+        }
+    else
+        for (int i = lane; i < C; i += 32) mgx += trn__ld(dy[i]) * trn__ld(w[i]) * trn__ld(x[i]);
     mgx = trn__warp_sum(mgx) / C * r * r * r;
-    for (int i = lane; i < C; i += 32)
-        dx[i] = trn__to<A>(trn__ld(dx[i]) + (r * trn__ld(dy[i]) * trn__ld(w[i]) - trn__ld(x[i]) * mgx));
+    if (vec)
+        for (int i = 8 * lane; i < C; i += 256) {
+            trn__ld8(fg, dy + i); trn__ld8(fw, w + i); trn__ld8(fx, x + i); trn__ld8(fd, dx + i);
+            for (int k = 0; k < 8; k++) fd[k] += r * fg[k] * fw[k] - fx[k] * mgx;
+            trn__st8(dx + i, fd);
+        }
+    else
+        for (int i = lane; i < C; i += 32)
+            dx[i] = trn__to<A>(trn__ld(dx[i]) + (r * trn__ld(dy[i]) * trn__ld(w[i]) - trn__ld(x[i]) * mgx));
 }
 template <typename A>
 static __global__ void trn__k_rms_bwd_part(float *part, const A *dout, const A *inp, const float *rstd, int N, int C,
@@ -3934,12 +3965,12 @@ static void trn__cuda_mul_backward(float *da, float *db, const float *dout, cons
 template <typename A>
 static void trn__cuda_silu_forward(float *out, const float *inp, size_t n) {
     TRN__CUDA_SITE("silu fwd", 2.0 * sizeof(A) * n, 4.0 * n);
-    TRN__CUDA_ELEMENTWISE(trn__k_silu_fwd<A>, n, TRN__A(out), TRN__CA(inp), n);
+    trn__cuda_map<A>(trn__op_silu(), out, inp, NULL, NULL, n);
 }
 template <typename A>
 static void trn__cuda_silu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
     TRN__CUDA_SITE("silu bwd", 3.0 * sizeof(A) * n, 6.0 * n);
-    if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_silu_bwd<A>, n, TRN__A(dinp), TRN__CA(inp), TRN__CA(dout), n);
+    if (dinp) trn__cuda_map<A>(trn__op_silu_bwd(), dinp, dinp, inp, dout, n);
 }
 template <typename A>
 static void trn__cuda_sigmoid_forward(float *out, const float *inp, size_t n) {
@@ -3981,7 +4012,7 @@ static void trn__cuda_rmsnorm_forward(float *out, float *rstd, const float *inp,
     TRN__CUDA_SITE("rmsnorm fwd", sizeof(A) * (2.0 * N * C + C) + 4.0 * N, 4.0 * N * C);
     if (N <= 0) return;
     TRN_CUDA_LAUNCH(trn__k_rms_fwd<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, TRN__A(out), rstd,
-                    TRN__CA(inp), TRN__CA(w), N, C, eps);
+                    TRN__CA(inp), TRN__CA(w), N, C, eps, trn__cuda_ln_vec(C, out, inp, w, w));
 }
 template <typename A>
 static void trn__cuda_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
@@ -3990,7 +4021,7 @@ static void trn__cuda_rmsnorm_backward(float *dinp, float *dw, const float *dout
     if (N <= 0) return;
     if (dinp)
         TRN_CUDA_LAUNCH(trn__k_rms_bwd_dx<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, TRN__A(dinp),
-                        TRN__CA(dout), TRN__CA(inp), TRN__CA(w), rstd, N, C);
+                        TRN__CA(dout), TRN__CA(inp), TRN__CA(w), rstd, N, C, trn__cuda_ln_vec(C, dinp, dout, inp, w));
     if (dw) {
         int nchunk = (N + 63) / 64, rows;
         if (nchunk > 64) nchunk = 64;

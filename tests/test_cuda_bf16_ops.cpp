@@ -648,6 +648,7 @@ int main(int argc, char **argv) {
     test_softmax(5, 777);
     test_rmsnorm(37, 53);
     test_rmsnorm(11, 777);
+    test_rmsnorm(11, 768); /* 16-byte packs, 3 a lane */
     test_rope(2, 13, 4, 2, 6, 0);
     test_rope(1, 5, 3, 1, 8, 1000);
     trn_cuda_shutdown();

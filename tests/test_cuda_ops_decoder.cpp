@@ -231,6 +231,7 @@ int main(int argc, char **argv) {
     test_unary("tanh", trn_tanh_forward, trn_tanh_backward, GPU->tanh_forward, GPU->tanh_backward, 1, 1001);
     test_softmax(37, 53);
     test_rmsnorm(37, 53);
+    test_rmsnorm(37, 768); /* 16-byte packs (C a multiple of 8), 3 a lane */
     test_rope(2, 13, 4, 2, 6, 0);
     test_rope(1, 5, 3, 1, 8, 1000);
     { // the scaled frequencies reach the kernel (Llama 3.1's numbers; context 64 for dynamic)
