@@ -62,6 +62,8 @@
       >>tape        the model: arena, tape, ops that record themselves
         >>units     recompute regions (trn_recompute) and units
         >>mlp       GPT-2's feed-forward as one call (trn_mlp)
+        >>addln     the residual add and the next layernorm as one call
+                    (trn_add_layernorm)
       >>opapi       your own op: trn_op, trn_op_apply, trn_grad, trn_gradcheck
       >>adamw       AdamW and SGD (their kernels: plain loop, then vector),
                     parameter groups, LR schedules, clipping
