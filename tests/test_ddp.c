@@ -321,10 +321,12 @@ static void spawn(job *j, int rank, int world_env, int port, char **opts) {
         snprintf(log, sizeof log, "%s/%s.log%d", g_dir, j->tag, rank);
         fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         if (fd >= 0) { dup2(fd, 1); dup2(fd, 2); close(fd); }
+        /* TEST_RUNNER: what runs this program (tests/test_arm.sh: qemu-aarch64) */
+        if (getenv("TEST_RUNNER") && *getenv("TEST_RUNNER")) argv[k++] = getenv("TEST_RUNNER");
         argv[k++] = g_self; argv[k++] = (char *)"--worker"; argv[k++] = g_dir; argv[k++] = j->tag;
         while (opts && *opts && k < 23) argv[k++] = *opts++;
         argv[k] = NULL;
-        execv(g_self, argv);
+        execvp(argv[0], argv);
         _exit(127);
     }
     j->pid[j->n] = pid;
