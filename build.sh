@@ -52,7 +52,7 @@ NVCC_FLAGS="-O3 -I. -std=c++17 -gencode arch=compute_80,code=sm_80 -gencode arch
 # builds for every target above, so code that breaks only for sm_80 still
 # fails the build (./build.sh cuda builds them all for every target)
 NVCC_CHECK_FLAGS="-O3 -I. -std=c++17 -gencode arch=compute_90,code=sm_90 -Xcompiler -fopenmp"
-HEADERS="train.h train_cuda.h train_nccl.h extras/train_data.h extras/train_loop.h extras/train_run.h extras/train_generate.h extras/train_ops.h extras/train_json.h tests/check.h examples/gpt2.c tests/cuda_on_cpu.h tests/nccl_on_cpu.h bench/gpt2_sites.h"
+HEADERS="train.h train_cuda.h train_nccl.h extras/train_data.h extras/train_unicode.h extras/train_loop.h extras/train_run.h extras/train_generate.h extras/train_ops.h extras/train_json.h tests/check.h examples/gpt2.c tests/cuda_on_cpu.h tests/nccl_on_cpu.h bench/gpt2_sites.h"
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/build.sh.XXXXXX") || exit 1
 trap 'rm -rf "$TMP"' EXIT
 

@@ -2049,6 +2049,36 @@ TRNDEF void trn_embedding_backward(float *dtable, const float *dout, const int *
    With xhat = (x - mean) * rstd and y = xhat * w + b, backward is
      dw += sum_n dout * xhat,   db += sum_n dout,
      dx += rstd * (g - mean_c(g) - xhat * mean_c(g * xhat)),  g = dout * w  */
+
+/* The sums over a row's C channels, in 8 partial sums (element i goes to
+   lane i % 8) added pairwise at the end. One running sum is a chain of
+   dependent adds, ~4 cycles each; 8 independent lanes let the compiler use
+   vector adds (AVX2: 2 x 4 doubles, NEON: 4 x 2), about 5x faster here. The
+   order is fixed by the code, so the bits do not depend on the thread
+   count or the instruction set. */
+static double trn__lanes8_d(const double *s) {
+    return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+}
+static float trn__lanes8_f(const float *s) {
+    return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+}
+static double trn__row_sum_d(const float *x, int n) { /* sum x, in double */
+    double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int i = 0, j;
+    for (; i + 8 <= n; i += 8)
+        for (j = 0; j < 8; j++) s[j] += x[i + j];
+    for (; i < n; i++) s[i % 8] += x[i];
+    return trn__lanes8_d(s);
+}
+static double trn__row_sq_d(const float *x, int n, double m) { /* sum (x - m)^2 */
+    double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int i = 0, j;
+    for (; i + 8 <= n; i += 8)
+        for (j = 0; j < 8; j++) s[j] += (x[i + j] - m) * (x[i + j] - m);
+    for (; i < n; i++) s[i % 8] += (x[i] - m) * (x[i] - m);
+    return trn__lanes8_d(s);
+}
+
 TRNDEF void trn_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                                   const float *w, const float *b, int N, int C) {
     int n;
@@ -2058,13 +2088,9 @@ TRNDEF void trn_layernorm_forward(float *out, float *mean, float *rstd, const fl
     for (n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
         float *y = out + (size_t)n * C;
-        double m = 0.0, v = 0.0;
+        double m = trn__row_sum_d(x, C) / C, v = trn__row_sq_d(x, C, m) / C;
         float s;
         int i;
-        for (i = 0; i < C; i++) m += x[i];
-        m /= C;
-        for (i = 0; i < C; i++) v += (x[i] - m) * (x[i] - m);
-        v /= C;
         s = (float)(1.0 / sqrt(v + 1e-5));
         for (i = 0; i < C; i++) y[i] = ((x[i] - (float)m) * s) * w[i] + b[i];
         mean[n] = (float)m;
@@ -2083,15 +2109,22 @@ TRNDEF void trn_layernorm_backward(float *dinp, float *dw, float *db, const floa
         for (n = 0; n < N; n++) {
             const float *x = inp + (size_t)n * C, *g = dout + (size_t)n * C;
             float *dx = dinp + (size_t)n * C;
-            float m = mean[n], s = rstd[n], mg = 0.0f, mgx = 0.0f;
-            int i;
-            for (i = 0; i < C; i++) {
+            float m = mean[n], s = rstd[n], mg, mgx, sg[8] = {0}, sgx[8] = {0};
+            int i = 0, j;
+            /* mg = mean(g w), mgx = mean(g w xhat), in 8 lanes as above */
+            for (; i + 8 <= C; i += 8)
+                for (j = 0; j < 8; j++) {
+                    float xhat = (x[i + j] - m) * s, gi = g[i + j] * w[i + j];
+                    sg[j] += gi;
+                    sgx[j] += gi * xhat;
+                }
+            for (; i < C; i++) {
                 float xhat = (x[i] - m) * s, gi = g[i] * w[i];
-                mg += gi;
-                mgx += gi * xhat;
+                sg[i % 8] += gi;
+                sgx[i % 8] += gi * xhat;
             }
-            mg /= C;
-            mgx /= C;
+            mg = trn__lanes8_f(sg) / C;
+            mgx = trn__lanes8_f(sgx) / C;
             for (i = 0; i < C; i++) {
                 float xhat = (x[i] - m) * s;
                 dx[i] += s * (g[i] * w[i] - mg - xhat * mgx);
@@ -6037,8 +6070,10 @@ static void trn__pack_rows(const float *src, size_t lds, int width, int lanes, i
         float *d = dst + (size_t)k * lanes;
         for (p = 0; p < width; p += lanes, d += (size_t)lanes * kc) {
             int n = TRN__MIN(lanes, width - p);
-            if (n == lanes) {
-                for (l = 0; l < lanes; l++) d[l] = s[p + l];
+            if (n == lanes) { /* a copy of a size the compiler knows is 2 or 3 vector moves */
+                if (lanes == TRN__NR) memcpy(d, s + p, sizeof(float) * TRN__NR);
+                else if (lanes == TRN__MR) memcpy(d, s + p, sizeof(float) * TRN__MR);
+                else for (l = 0; l < lanes; l++) d[l] = s[p + l];
             } else {
                 for (l = 0; l < n; l++) d[l] = s[p + l];
                 for (; l < lanes; l++) d[l] = 0.0f;

@@ -12,9 +12,14 @@
    - the ids identical to the package's, document by document;
    - the kit's decode of them identical to the package's decode;
    - for byte-level files, decode(encode(doc)) == doc byte for byte
-     (documents without the BOS).
+     (documents without the BOS; not with add_prefix_space or NFC).
    "!NAME=WORDS": DIR/NAME.json must be refused by the loader with one
    line that contains WORDS, and leave the tokenizer empty.
+   "@nfc": the NFC normalizer alone (trn__nfc, trn__nfc_text) on every
+   case of DIR/nfc.bin (every assigned code point with marks around it, and
+   Hangul jamo; Python's unicodedata.normalize('NFC', ...) beside each):
+   both outputs must be Python's, and trn__nfc_text may say "already NFC"
+   only where it is; plus bytes that are not UTF-8, which pass through.
    Prints one line per tokenizer (documents, bytes, ids, the first
    difference if any) and "N passed, M failed". */
 #define TRAIN_IMPLEMENTATION
@@ -70,6 +75,7 @@ static void check(const char *dir, const char *name, const unsigned char *docs) 
     pd = dec_file = slurp(path, &n_dec_file);
     n_docs = rd32(&d);
     for (i = 0; i < tok.n_stages; i++) prefix |= tok.stage[i] == 1; /* add_prefix_space: no exact round trip */
+    prefix |= tok.nfc; /* NFC changes the text: no exact round trip either */
     for (i = 0; i < n_docs; i++) {
         int32_t len = rd32(&d), n_ref = rd32(&pi), dec_len;
         const char *text = (const char *)d;
@@ -124,6 +130,66 @@ static void check(const char *dir, const char *name, const unsigned char *docs) 
     trn_tokenizer_free(&tok);
 }
 
+/* hf_tokenizer_check's @nfc (see the top) */
+static void check_nfc(const char *dir) {
+    char path[4096];
+    size_t n_file;
+    unsigned char *file;
+    const unsigned char *p;
+    trn__dbuf out = {NULL, 0, 0, TRN_KIND_TEMP}, cps = {NULL, 0, 0, TRN_KIND_TEMP}, tmp = {NULL, 0, 0, TRN_KIND_TEMP};
+    trn__dbuf q = {NULL, 0, 0, TRN_KIND_TEMP};
+    int n, i, bad = 0, bad_quick = 0, quick = 0, changed = 0;
+    static const char *raw[][2] = { /* not UTF-8 (in, NFC) */
+        {"\xFF" "e\xCC\x81", "\xFF\xC3\xA9"}, {"e\xFF\xCC\x81", "e\xFF\xCC\x81"}, {"\xCC", "\xCC"},
+        {"\xE1\x84", "\xE1\x84"}, {"\xED\xA0\x80\xCC\x81", "\xED\xA0\x80\xCC\x81"}};
+    snprintf(path, sizeof path, "%s/nfc.bin", dir);
+    p = file = slurp(path, &n_file);
+    n = rd32(&p);
+    for (i = 0; i < n + 5; i++) {
+        const char *in, *want;
+        int32_t n_in, n_want;
+        if (i < n) {
+            n_in = rd32(&p); in = (const char *)p; p += n_in;
+            n_want = rd32(&p); want = (const char *)p; p += n_want;
+        } else {
+            in = raw[i - n][0]; want = raw[i - n][1];
+            n_in = (int32_t)strlen(in); n_want = (int32_t)strlen(want);
+        }
+        int ch;
+        changed += n_in != n_want || memcmp(in, want, (size_t)n_in) != 0;
+        if (trn__nfc_text(&q, &cps, &tmp, (const unsigned char *)in, (size_t)n_in, &ch) != TRN_OK) { printf("  nfc: %s\n", trn_error_reason()); bad++; continue; }
+        if (!ch) {
+            quick++;
+            if (n_in != n_want || memcmp(in, want, (size_t)n_in) != 0)
+                if (bad_quick++ < 3) printf("  nfc case %d: the quick check says NFC, it is not\n", i);
+        } else if ((int32_t)q.n != n_want || memcmp(q.p, want, (size_t)n_want) != 0) {
+            if (bad_quick++ < 3) printf("  nfc case %d: trn__nfc_text differs from Python\n", i);
+        }
+        if (trn__nfc(&out, &cps, (const unsigned char *)in, (size_t)n_in) != TRN_OK) { printf("  nfc: %s\n", trn_error_reason()); bad++; continue; }
+        if ((int32_t)out.n != n_want || memcmp(out.p, want, (size_t)n_want) != 0) {
+            if (bad++ < 5) {
+                int k;
+                printf("  nfc case %d:", i);
+                for (k = 0; k < n_in; k++) printf(" %02X", (unsigned char)in[k]);
+                printf(" -> kit");
+                for (k = 0; k < (int)out.n; k++) printf(" %02X", (unsigned char)out.p[k]);
+                printf(", Python");
+                for (k = 0; k < n_want; k++) printf(" %02X", (unsigned char)want[k]);
+                printf("\n");
+            }
+        }
+    }
+    if (bad || bad_quick) {
+        printf("FAIL nfc: %d of %d cases differ from unicodedata's NFC (trn__nfc), %d (trn__nfc_text)\n", bad, n + 5, bad_quick);
+        n_fail++;
+    } else {
+        printf("ok nfc: %d cases (%d changed by NFC) identical to Python's unicodedata (Unicode %s), the quick "
+               "check right (%d said NFC)\n", n + 5, changed, TRN__UNICODE_VERSION, quick);
+        n_pass++;
+    }
+    trn_free(out.p); trn_free(cps.p); trn_free(tmp.p); trn_free(q.p); free(file);
+}
+
 int main(int argc, char **argv) {
     char path[4096];
     size_t n;
@@ -133,6 +199,7 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof path, "%s/docs.bin", argv[1]);
     docs = slurp(path, &n);
     for (i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "@nfc")) { check_nfc(argv[1]); continue; }
         if (argv[i][0] == '!' && strchr(argv[i], '=')) { /* a file to refuse */
             const char *eq = strchr(argv[i], '=');
             trn_tokenizer tok;

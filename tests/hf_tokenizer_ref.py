@@ -14,18 +14,24 @@ generated Unicode:
 and derives, from the same vocabularies, files that differ only in the
 pre-tokenizer: qwen2 (Qwen2's regex), smollm (Digits + ByteLevel with
 add_prefix_space), mistral (Metaspace pre-tokenizer, prepend_scheme
-"first", no normalizer) and metasplit (Metaspace split: true, "always").
+"first", no normalizer) and metasplit (Metaspace split: true, "always"),
+and two with the NFC normalizer: qwen2nfc (qwen2 + "NFC") and llama2nfc
+(llama2 with Sequence [NFC, Prepend, Replace]), each with added tokens
+that NFC changes and one U+212B with normalized=False.
 Every tokenizer has special and non-special added tokens.
 
 Then writes held-out text (generated from a different seed, never seen in
 training: >= 1 MB of documents mixing the corpus' words in new orders with
 CJK, emoji, accented Latin, combining marks, whitespace runs, digit runs,
-contractions and added tokens) and, per tokenizer, the package's ids and
+contractions, added tokens and NFC cases: decomposed and precomposed
+accents, Hangul jamo, marks out of canonical order, singletons,
+composition exclusions) and, per tokenizer, the package's ids and
 decoded text for each document:
   docs.bin          int32 n_docs, then per document int32 length + bytes
   NAME.json         the tokenizer
   NAME.ids          per document int32 n + n int32 ids
   NAME.dec          per document int32 length + the package's decode
+  nfc.bin           NFC cases for hf_tokenizer_check @nfc (write_nfc_cases)
 Document i is encoded with add_special_tokens=True (the BOS) when
 i % 10 == 0, with encode_special_tokens=True (special added tokens as
 plain text) when i % 10 == 1, and plainly otherwise.
@@ -77,6 +83,21 @@ def training_text():
     return lines
 
 
+def nfc_piece(rng):
+    """text that NFC changes, or that NFC must leave alone"""
+    k = rng.randrange(8)
+    if k == 0: return rng.choice(["cafe\u0301", "caf\u00e9", "e\u0301t\u00e9", "n\u0303o", "\u00c5ngstr\u00f6m", "A\u030angstro\u0308m"])
+    if k == 1: return "".join(chr(0x1100 + rng.randrange(19)) + chr(0x1161 + rng.randrange(21)) +
+                              rng.choice(["", chr(0x11A8 + rng.randrange(27))]) for _ in range(rng.randrange(1, 5)))
+    if k == 2: return chr(0xAC00 + 28 * rng.randrange(399)) + chr(0x11A8 + rng.randrange(27))  # LV + T
+    if k == 3: return rng.choice(["\u05d1\u05bc\u05b0", "\u05e9\u05c2\u05bc", "x\u0350\u0316",  # marks that never compose
+                                  rng.choice("aoqsdAOQ") + "".join(rng.sample("\u0301\u0323\u0307\u0328\u031b\u0345\u0300", 3))])
+    if k == 4: return rng.choice(["\u212b", "\u2126", "\u212a", "\u0958\u0959", "\u2adc", "\u0340\u0341", "\u0344", "\u0f73", "\u1f82"])
+    if k == 5: return "".join(chr(rng.choice([0x0915, 0x0916, 0x0917, 0x091C, 0x0921, 0x0922, 0x092B, 0x092F])) + "\u093c" for _ in range(2))
+    if k == 6: return rng.choice(["\u0b47\u0b3e", "\u0bc6\u0bbe", "\u0cbf\u0cd5", "\u1b05\u1b35", "\U00011099\U000110ba"])
+    return "\u0301" + rng.choice(["a", " ", "\u0323", "\u1161"])  # a leading mark, a lone vowel jamo
+
+
 def heldout_docs(added, n_bytes=1 << 20):
     rng = random.Random(12345)
     words = re.findall(r"\S+", repo_text())
@@ -88,7 +109,7 @@ def heldout_docs(added, n_bytes=1 << 20):
         while length < size:
             r = rng.random()
             if r < 0.62: s = rng.choice(words)
-            elif r < 0.9: s = rand_unicode(rng)
+            elif r < 0.9: s = rand_unicode(rng) if rng.random() < 0.7 else nfc_piece(rng)
             elif r < 0.95: s = rng.choice(added)
             else: s = "\n"
             sep = rng.choice([" ", " ", " ", " ", "", "\n", "  "])
@@ -139,6 +160,33 @@ def train_metaspace(lines):
     return d
 
 
+def write_nfc_cases(path):
+    """nfc.bin for hf_tokenizer_check's @nfc: int32 n, then n records of
+    int32 length + UTF-8 text, int32 length + unicodedata.normalize('NFC',
+    text). Every assigned code point (surrogates aside) once, with a prefix
+    that it may compose with and a few marks after it in varying orders;
+    then every Hangul L+V(+T) and LV+T."""
+    import unicodedata as ud
+    marks = ["", "\u0301", "\u0323\u0301", "\u0301\u0323", "\u0345\u0308\u0300", "\u031b\u0301\u0323\u0307",
+             "\u093c", "\u05b0\u05bc", "\u302a\u0316\u0301"]
+    pre = ["", "a", "e\u0301", "\u0915", "\u0b47", "\u1100", "\u0627", "\u03b1\u0313"]
+    cases = []
+    for cp in range(0x110000):
+        if 0xD800 <= cp <= 0xDFFF or ud.category(chr(cp)) == "Cn": continue
+        cases.append(pre[cp % len(pre)] + chr(cp) + marks[(cp // len(pre)) % len(marks)])
+    for l in range(19):
+        for v in range(21):
+            for t in (0, 1 + (l + v) % 27):
+                cases.append(chr(0x1100 + l) + chr(0x1161 + v) + (chr(0x11A7 + t) if t else ""))
+            cases.append(chr(0xAC00 + (l * 21 + v) * 28) + chr(0x11A8 + (l * v) % 27) + "\u0301")
+    with open(path, "wb") as f:
+        f.write(struct.pack("<i", len(cases)))
+        for s in cases:
+            for x in (s, ud.normalize("NFC", s)):
+                b = x.encode("utf-8")
+                f.write(struct.pack("<i", len(b)) + b)
+
+
 def main():
     t0 = time.time()
     os.makedirs(OUT, exist_ok=True)
@@ -173,14 +221,31 @@ def main():
     m2 = json.loads(json.dumps(m))
     m2["pre_tokenizer"] = {"type": "Metaspace", "replacement": META, "prepend_scheme": "always", "split": True}
     files["metasplit"] = m2
+    # NFC (Qwen2's normalizer): alone on the qwen2 file, and first in a
+    # Sequence with llama2's metaspace pair; each with added tokens that NFC
+    # changes (matched as NFC(content): Hangul jamo, marks out of order,
+    # "cafe" + U+0301; a byte-level file decodes such a token from NFC(content)
+    # mapped through the byte alphabet, so "é" alone would decode to the bare
+    # byte 0xE9) and one it must not touch (U+212B, normalized=False: raw)
+    for name, src, norm, new in (
+            ("qwen2nfc", "qwen2", {"type": "NFC"}, ["\u1100\u1161\u11a8", "x\u0323\u0307"]),
+            ("llama2nfc", "llama2", {"type": "Sequence", "normalizers": [{"type": "NFC"}] +
+                                     files["llama2"]["normalizer"]["normalizers"]}, ["cafe\u0301"])):
+        d = json.loads(json.dumps(files[src])); d["normalizer"] = norm
+        t = Tokenizer.from_str(json.dumps(d))
+        t.add_tokens([AddedToken(a, normalized=True) for a in new] + [AddedToken("\u212b", normalized=False)])
+        files[name] = json.loads(t.to_str())
     # files the kit must refuse with a line naming what (tests/test_hf_tokenizer.sh lists the words)
     bad = {}
     u = json.loads(json.dumps(files["gpt2"])); u["model"] = {"type": "Unigram", "unk_id": 0, "vocab": [["a", 0.0]]}
     bad["unigram"] = u
     w = json.loads(json.dumps(files["gpt2"])); w["model"]["type"] = "WordPiece"
     bad["wordpiece"] = w
-    n = json.loads(json.dumps(files["qwen2"])); n["normalizer"] = {"type": "NFC"}
-    bad["nfc"] = n
+    n = json.loads(json.dumps(files["qwen2"])); n["normalizer"] = {"type": "NFKC"}
+    bad["nfkc"] = n
+    n = json.loads(json.dumps(files["qwen2"])); n["normalizer"] = {"type": "Sequence", "normalizers": [
+        {"type": "NFC"}, {"type": "Lowercase"}]}
+    bad["lowercase"] = n
     r = json.loads(json.dumps(files["llama3"])); r["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = r"\p{L}+|\s+"
     bad["pattern"] = r
     ls = json.loads(json.dumps(files["llama2"])); ls["added_tokens"][1]["lstrip"] = True
@@ -190,7 +255,9 @@ def main():
             json.dump(d, f, ensure_ascii=False)
     with open(os.path.join(OUT, "truncated.json"), "w", encoding="utf-8") as f:
         f.write(json.dumps(files["gpt2"])[:5000])
-    added = ["<|endoftext|>", "<|im_start|>", "<s>", "</s>", "foo bar", "TODO", "TODO:", "<tag>", " foo bar ", "<0x41>"]
+    added = ["<|endoftext|>", "<|im_start|>", "<s>", "</s>", "foo bar", "TODO", "TODO:", "<tag>", " foo bar ", "<0x41>",
+             "cafe\u0301", "caf\u00e9", "\u212b", "\u00c5", "\u1100\u1161\u11a8", "\uac01", "x\u0307\u0323",
+             "x\u0323\u0307", "\u1e8b\u0323"]
     docs = heldout_docs(added)
     with open(os.path.join(OUT, "docs.bin"), "wb") as f:
         f.write(struct.pack("<i", len(docs)))
@@ -198,6 +265,7 @@ def main():
             b = d.encode("utf-8")
             f.write(struct.pack("<i", len(b)) + b)
     total = sum(len(d.encode("utf-8")) for d in docs)
+    write_nfc_cases(os.path.join(OUT, "nfc.bin"))
     for name, d in files.items():
         path = os.path.join(OUT, name + ".json")
         with open(path, "w", encoding="utf-8") as f:

@@ -7,16 +7,25 @@
 #      metaspace BPE (Llama 2 style) with the package on the repository's
 #      own text plus generated Unicode, derives Qwen2-, SmolLM-, Mistral-
 #      and Metaspace-split-style files from them (and a Llama 3 one with
-#      whole words that only ignore_merges finds), and writes held-out
-#      documents (CJK, emoji, accents, combining marks, whitespace and
-#      digit runs, contractions, added tokens) with the package's ids and
-#      decodes;
+#      whole words that only ignore_merges finds, and two with the NFC
+#      normalizer: Qwen2's byte-level file with "NFC", Llama 2's with a
+#      Sequence [NFC, Prepend, Replace]), and writes held-out documents
+#      (CJK, emoji, accents, combining marks, whitespace and digit runs,
+#      contractions, added tokens; decomposed and precomposed accents,
+#      Hangul jamo, marks out of canonical order, singletons such as
+#      U+212B, composition exclusions) with the package's ids and decodes,
+#      and nfc.bin: every assigned code point with marks around it and
+#      Python's unicodedata NFC of it;
 #   2. tests/hf_tokenizer_check.c requires identical ids document by
 #      document, identical decodes, and exact round trips where the
 #      tokenizer promises one;
-#   3. and one-line refusals of a Unigram and a WordPiece model, the NFC
-#      normalizer, an unknown split regex, an added token with lstrip and
-#      a truncated file.
+#      @nfc requires the kit's NFC (extras/train_data.h) to give Python's
+#      output on every case of nfc.bin;
+#   3. and one-line refusals of a Unigram and a WordPiece model, the NFKC
+#      normalizer, a Sequence holding Lowercase, an unknown split regex, an
+#      added token with lstrip and a truncated file;
+#   4. extras/train_unicode.h is the output of tools/gen_unicode_nfc.py
+#      (where Python's unicodedata has the same Unicode version).
 # Needs python3 with `tokenizers` (.ci/run installs it; no network here):
 # without it the test prints SKIP.
 set -u
@@ -29,7 +38,8 @@ fi
 tmp=$(mktemp -d /tmp/trn_hf_tok.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 check=tests/bin/hf_tokenizer_check
-if [ ! -x "$check" ] || [ "$check" -ot tests/hf_tokenizer_check.c ] || [ "$check" -ot extras/train_data.h ]; then
+if [ ! -x "$check" ] || [ "$check" -ot tests/hf_tokenizer_check.c ] || [ "$check" -ot extras/train_data.h ] ||
+   [ "$check" -ot extras/train_unicode.h ]; then
     check=$tmp/hf_tokenizer_check
     ${CC:-cc} -O2 -std=c99 -D_POSIX_C_SOURCE=200809L -I. -o "$check" tests/hf_tokenizer_check.c -lm || {
         echo "FAIL: cannot build tests/hf_tokenizer_check.c"; echo "0 passed, 1 failed"; exit 1; }
@@ -38,9 +48,10 @@ if ! python3 tests/hf_tokenizer_ref.py "$tmp"; then
     echo "FAIL: tests/hf_tokenizer_ref.py"; echo "0 passed, 1 failed"; exit 1
 fi
 log=$tmp/check.log
-"$check" "$tmp" gpt2 llama3 llama3words llama2 qwen2 smollm mistral metasplit \
+"$check" "$tmp" gpt2 llama3 llama3words llama2 qwen2 smollm mistral metasplit qwen2nfc llama2nfc @nfc \
     '!unigram=model type "Unigram" is not implemented' '!wordpiece=model type "WordPiece" is not implemented' \
-    '!nfc=normalizer "NFC" is not implemented' '!pattern=split pattern "\p{L}+|\s+" is not one of the known' \
+    '!nfkc=normalizer "NFKC" is not implemented' '!lowercase=normalizer "Lowercase" is not implemented' \
+    '!pattern=split pattern "\p{L}+|\s+" is not one of the known' \
     '!lstrip=lstrip: true is not implemented' '!truncated=bad JSON' > "$log"
 rc=$?
 cat "$log"
@@ -51,7 +62,15 @@ ok() { pass=$((pass + 1)); echo "ok $1"; }
 bad() { fail=$((fail + 1)); echo "FAIL $1"; }
 check() { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
 
-# 4. the programs: examples/llama finds tokenizer.json beside --init and
+if [ "$(python3 -c 'import unicodedata; print(unicodedata.unidata_version)')" = \
+     "$(sed -n 's/^#define TRN__UNICODE_VERSION "\(.*\)"$/\1/p' extras/train_unicode.h)" ]; then
+    check "extras/train_unicode.h is tools/gen_unicode_nfc.py's output" \
+        "python3 tools/gen_unicode_nfc.py --check extras/train_unicode.h"
+else
+    echo "note: python3's unicodedata is not extras/train_unicode.h's Unicode version: the table was not regenerated"
+fi
+
+# 5. the programs: examples/llama finds tokenizer.json beside --init and
 #    counts the tokens of its text as tokenizer(text) does in Python (BOS
 #    included); without one, text for a 2304-token model is a one-line
 #    error; tools/make_shard --tokenizer writes the same count and decodes
