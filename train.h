@@ -6155,8 +6155,10 @@ static void trn__pack_rows(const float *src, size_t lds, int width, int lanes, i
         float *d = dst + (size_t)k * lanes;
         for (p = 0; p < width; p += lanes, d += (size_t)lanes * kc) {
             int n = TRN__MIN(lanes, width - p);
-            if (n == lanes) {
-                for (l = 0; l < lanes; l++) d[l] = s[p + l];
+            if (n == lanes) { /* a copy of a size the compiler knows is 2 or 3 vector moves */
+                if (lanes == TRN__NR) memcpy(d, s + p, sizeof(float) * TRN__NR);
+                else if (lanes == TRN__MR) memcpy(d, s + p, sizeof(float) * TRN__MR);
+                else for (l = 0; l < lanes; l++) d[l] = s[p + l];
             } else {
                 for (l = 0; l < n; l++) d[l] = s[p + l];
                 for (; l < lanes; l++) d[l] = 0.0f;

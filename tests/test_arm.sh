@@ -27,6 +27,7 @@ command -v "$QEMU" >/dev/null 2>&1 || skip "no $QEMU (Debian package qemu-user)"
 SYSROOT=${ARM_SYSROOT:-/usr/aarch64-linux-gnu}
 export QEMU_LD_PREFIX=$SYSROOT
 export OMP_WAIT_POLICY=passive
+export TEST_RUNNER=$QEMU # a test that runs itself again (test_first_use) runs it under qemu
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/test_arm.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT
 

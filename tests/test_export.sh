@@ -27,6 +27,16 @@
 # tokenizer.ggml.* read back with the gguf package (model, pre, tokens in id
 # order, merges or scores, token types, bos/eos/unk ids); a tokenizer of
 # another size is refused, and a byte model without one says so.
+# Where they are installed (each skipped with a line otherwise; CI has
+# neither): llama.cpp, through the llama_cpp Python module (llama-cpp-
+# python, or its llama_cpp/ on PYTHONPATH with LLAMA_CPP_LIB_PATH naming a
+# libllama.so), runs the GGUF files: logits of validation batch 0 equal
+# the kit's (F32 to 1e-4 x the largest logit; F16, BF16 looser), greedy 40
+# tokens equal the kit's --top-k 1 sample, and its tokenizer gives the
+# kit's ids (tools/make_shard) for the text; transformers with PyTorch
+# loads the export_hf directories (AutoModelForCausalLM): logits to 1e-4 x,
+# greedy generate equal to the kit's sample (tests/export_ref.py llamacpp*,
+# hf). Here with both: 96 checks in 2 min 13 s (66 in 30 s without them).
 set -u
 cd "$(dirname "$0")/.."
 G=${GPT2:-examples/gpt2}
@@ -57,7 +67,8 @@ one() {
     "$prog" "$@" $R --steps 5 --out "$D/$name" --dump-logits "$D/$name.logits" > "$D/$name.out" 2>&1
     check "$name: 5 training steps (exit 0)" "[ $? = 0 ]"
     "$X" "$D/$name/model.safetensors" "$D/${name}_hf" > "$D/$name.x" 2>&1
-    check "$name: export_hf (exit 0): $(head -1 "$D/$name.x")" "[ $? = 0 ]"
+    rc=$?
+    check "$name: export_hf (exit 0): $(head -1 "$D/$name.x")" "[ $rc = 0 ]"
     local r
     r=$(python3 tests/export_ref.py check "$D/${name}_hf" "$D/text.txt" "$D/$name.logits" 3 37)
     check "$name: the export's NumPy forward equals the kit's logits: $r" "echo '$r' | grep -q '^ok'"
@@ -126,7 +137,8 @@ if python3 -c 'import gguf' 2>/dev/null; then
     for m in llama llama_tied_llama3; do
         for t in f32 f16 bf16; do
             "$XG" --type $t "$D/$m/model.safetensors" "$D/$m.$t.gguf" > "$D/gg.out" 2>&1
-            check "$m: export_gguf --type $t (exit 0): $(head -1 "$D/gg.out")" "[ $? = 0 ]"
+            rc=$?
+            check "$m: export_gguf --type $t (exit 0): $(head -1 "$D/gg.out")" "[ $rc = 0 ]"
             python3 tests/export_ref.py gguf "$D/$m/model.safetensors" "$D/$m.$t.gguf" $t > "$D/gg.ref" 2>&1
             rc=$?
             check "$m: the GGUF file ($t) read back by the gguf package: $(tr '\n' ' ' < "$D/gg.ref")" "[ $rc = 0 ]"
@@ -139,6 +151,43 @@ if python3 -c 'import gguf' 2>/dev/null; then
     check "export_gguf: dynamic RoPE refused, one line ($(head -1 "$D/bad.err"))" "[ $rc = 2 ] && [ \$(wc -l < '$D/bad.err') = 1 ] && [ ! -e '$D/dyn.gguf' ]"
 else
     echo "skip - GGUF read-back: the gguf package is not installed (pip install gguf)"
+fi
+
+# --- the exports run in llama.cpp and in transformers (each where it is installed) -------
+# greedy NAME PROG CKPT PROMPT [FLAGS]: the kit's --top-k 1 sample of 40 tokens from CKPT into $D/NAME.greedy
+# (--seq 64: the kit samples in a window of --seq tokens, and prompt + 40 must fit in it to be
+# compared with programs that keep the whole context)
+greedy() {
+    "$2" --init "$3" --data "$D/text.txt" --batch 3 --seq 64 --threads 1 --steps 0 --sample 40 --top-k 1 \
+        --prompt "$4" --out "$D/$1_g" ${5:-} > "$D/$1.greedy" 2>&1
+}
+LCPP=; python3 -c 'import gguf, llama_cpp' 2>/dev/null && LCPP=1
+HFPT=; python3 -c 'import torch, transformers' 2>/dev/null && HFPT=1
+if [ -n "$LCPP$HFPT" ]; then
+    greedy llama "$L" "$D/llama/model.safetensors" "The kit"
+    greedy llama_tied_llama3 "$L" "$D/llama_tied_llama3/model.safetensors" "The kit"
+fi
+if [ -n "$LCPP" ]; then
+    for m in llama llama_tied_llama3; do
+        for t in f32 f16 bf16; do
+            python3 tests/export_ref.py llamacpp "$D/$m.$t.gguf" "$D/text.txt" "$D/$m.logits" 3 37 $t > "$D/lc.out" 2>&1
+            rc=$?
+            check "$m: $(tail -1 "$D/lc.out")" "[ $rc = 0 ]"
+        done
+        python3 tests/export_ref.py llamacpp-gen "$D/$m.f32.gguf" "The kit" 40 "$D/$m.greedy" > "$D/lc.out" 2>&1
+        rc=$?
+        check "$m: $(tail -1 "$D/lc.out")" "[ $rc = 0 ]"
+    done
+else
+    echo "skip - llama.cpp: python3 cannot import llama_cpp (pip install llama-cpp-python; or its llama_cpp/ on PYTHONPATH with LLAMA_CPP_LIB_PATH=the directory of a libllama.so built from llama.cpp)"
+fi
+# transformers: the models are collected in HF_JOBS and checked by one python3 at the end
+HF_JOBS=()
+if [ -n "$HFPT" ]; then
+    greedy gpt2 "$G" "$D/gpt2/model.safetensors" "The kit"
+    for m in gpt2 llama llama_tied_llama3; do
+        HF_JOBS+=("$D/${m}_hf" "$D/text.txt" "$D/$m.logits" 3 37 "The kit" 40 "$D/$m.greedy")
+    done
 fi
 
 # --- the tokenizer.json the run used ---------------------------------------------------
@@ -156,7 +205,8 @@ lines() {
 }
 if python3 -c 'import tokenizers, gguf' 2>/dev/null; then
     python3 tests/export_ref.py tok-train "$D/tok" > "$D/tok.out" 2>&1
-    check "the tokenizers package trained 3 tokenizers (name, vocabulary): $(tr '\n' ' ' < "$D/tok.out")" "[ $? = 0 ]"
+    rc=$?
+    check "the tokenizers package trained 3 tokenizers (name, vocabulary): $(tr '\n' ' ' < "$D/tok.out")" "[ $rc = 0 ]"
     for fs in bytelevel:llama3 metaspace:llama2; do
         f=${fs%%:*} style=${fs##*:}
         V=$(sed -n "s/^$f //p" "$D/tok.out")
@@ -165,17 +215,41 @@ if python3 -c 'import tokenizers, gguf' 2>/dev/null; then
             --threads 1 --steps 3 --out "$D/run_$f" > "$D/run_$f.out" 2>&1
         check "$style: a $V-token Llama trains 3 steps on text with --tokenizer" "[ $? = 0 ] && grep -q 'tokenizer.json tokenizer' '$D/run_$f.out'"
         "$X" "$D/run_$f/model.safetensors" "$D/${f}_hf" > "$D/x_$f.out" 2>&1 # no --tokenizer: the run's
-        check "$style: export_hf finds the run's tokenizer: $(tail -1 "$D/x_$f.out")" "[ $? = 0 ] && grep -q 'tokenizer.json (copied' '$D/x_$f.out'"
+        rc=$?
+        check "$style: export_hf finds the run's tokenizer: $(tail -1 "$D/x_$f.out")" "[ $rc = 0 ] && grep -q 'tokenizer.json (copied' '$D/x_$f.out'"
         "$XG" "$D/run_$f/model.safetensors" "$D/$f.gguf" > "$D/g_$f.out" 2>&1
-        check "$style: export_gguf: $(head -1 "$D/g_$f.out")" "[ $? = 0 ]"
+        rc=$?
+        check "$style: export_gguf: $(head -1 "$D/g_$f.out")" "[ $rc = 0 ]"
         python3 tests/export_ref.py tok-check $style "$D/tok/$f.json" "$D/${f}_hf" "$D/$f.gguf" > "$D/tc_$f.out" 2>&1
         lines "$D/tc_$f.out" $?
+        # the kit's ids for the text, and its logits and greedy sample on them, for llama.cpp and transformers
+        [ -n "$LCPP$HFPT" ] && "${MAKE_SHARD:-tools/make_shard}" --tokenizer "$D/tok/$f.json" --bos -o "$D/$f.bin" "$D/text.txt" > /dev/null 2>&1
+        [ -n "$LCPP$HFPT" ] && "$L" --init "$D/run_$f/model.safetensors" --data "$D/$f.bin" --batch 3 --seq 37 \
+            --threads 1 --steps 0 --sample 0 --out "$D/run_${f}_l" --dump-logits "$D/$f.logits" > /dev/null 2>&1
+        [ -n "$LCPP$HFPT" ] && greedy $f "$L" "$D/run_$f/model.safetensors" "The kit" "--tokenizer $D/tok/$f.json"
+        if [ -n "$LCPP" ]; then
+            python3 tests/export_ref.py llamacpp-tok "$D/$f.gguf" "$D/$f.bin" "$D/text.txt" > "$D/lc.out" 2>&1
+            lines "$D/lc.out" $?
+            python3 tests/export_ref.py llamacpp "$D/$f.gguf" "$D/$f.bin" "$D/$f.logits" 3 37 f32 > "$D/lc.out" 2>&1
+            rc=$?
+            check "$style: $(tail -1 "$D/lc.out")" "[ $rc = 0 ]"
+            python3 tests/export_ref.py llamacpp-gen "$D/$f.gguf" "The kit" 40 "$D/$f.greedy" > "$D/lc.out" 2>&1
+            rc=$?
+            check "$style: $(tail -1 "$D/lc.out")" "[ $rc = 0 ]"
+        fi
+        [ -n "$HFPT" ] && HF_JOBS+=("$D/${f}_hf" "$D/$f.bin" "$D/$f.logits" 3 37 "The kit" 40 "$D/$f.greedy")
     done
     # GPT-2's split: the same vocabulary size, so the byte-level model takes it
     "$XG" --tokenizer "$D/tok/gpt2.json" "$D/run_bytelevel/model.safetensors" "$D/gpt2tok.gguf" > "$D/g_gpt2.out" 2>&1
-    check "gpt2: export_gguf --tokenizer: $(head -1 "$D/g_gpt2.out")" "[ $? = 0 ]"
+    rc=$?
+    check "gpt2: export_gguf --tokenizer: $(head -1 "$D/g_gpt2.out")" "[ $rc = 0 ]"
     python3 tests/export_ref.py tok-check gpt2 "$D/tok/gpt2.json" - "$D/gpt2tok.gguf" > "$D/tc_gpt2.out" 2>&1
     lines "$D/tc_gpt2.out" $?
+    if [ -n "$LCPP" ]; then
+        "${MAKE_SHARD:-tools/make_shard}" --tokenizer "$D/tok/gpt2.json" -o "$D/gpt2tok.bin" "$D/text.txt" > /dev/null 2>&1
+        python3 tests/export_ref.py llamacpp-tok "$D/gpt2tok.gguf" "$D/gpt2tok.bin" "$D/text.txt" > "$D/lc.out" 2>&1
+        lines "$D/lc.out" $?
+    fi
     "$XG" --tokenizer "$D/tok/metaspace.json" "$D/run_bytelevel/model.safetensors" "$D/wrong.gguf" > /dev/null 2> "$D/bad.err"
     rc=$?
     check "export_gguf: a tokenizer of another size refused, one line ($(head -1 "$D/bad.err"))" \
@@ -187,6 +261,15 @@ if python3 -c 'import tokenizers, gguf' 2>/dev/null; then
         "[ \$(grep -c '^note: no --tokenizer' '$D/llama.x') = 1 ] && [ ! -e '$D/llama_hf/tokenizer.json' ]"
 else
     echo "skip - tokenizer export: python3 cannot import tokenizers and gguf (pip install tokenizers gguf)"
+fi
+
+
+# --- transformers (PyTorch) on the export_hf directories: logits and greedy generate --------
+if [ -n "$HFPT" ]; then
+    python3 tests/export_ref.py hf "${HF_JOBS[@]}" > "$D/hf.out" 2>&1
+    lines "$D/hf.out" $?
+else
+    echo "skip - transformers: python3 cannot import torch and transformers"
 fi
 
 echo "$pass passed, $fail failed"

@@ -197,7 +197,9 @@ static void test_wait_policy(const char *self) {
     want[0] = "(unset)"; /* nothing to do without OpenMP */
 #endif
     for (i = 0; i < 2; i++) {
-        snprintf(cmd, sizeof cmd, "%s '%s' --print-wait-policy", env[i], self);
+        /* TEST_RUNNER: what runs this program (tests/test_arm.sh: qemu-aarch64) */
+        snprintf(cmd, sizeof cmd, "%s %s '%s' --print-wait-policy", env[i],
+                 getenv("TEST_RUNNER") ? getenv("TEST_RUNNER") : "", self);
         out[0] = 0;
         p = popen(cmd, "r");
         if (p) {

@@ -57,8 +57,8 @@ static void test_gpt2_cached(void) {
         lg = gpt2_forward_cached(&g, &kv, t == n_prompt ? ctx : ctx + t - 1, 1, t == n_prompt ? t : 1);
         memcpy(cached, lg->data, sizeof cached);
         CHECK(kv.len == t, "cache length %d after %d tokens\n", kv.len, t);
-        for (v = 0; v < 256; v++) d = fmax(d, fabs((double)full[v] - cached[v]));
-        worst = fmax(worst, d);
+        for (v = 0; v < 256; v++) d = check_worse(d, fabs((double)full[v] - cached[v]));
+        worst = check_worse(worst, d);
         a = argmax(full, 256); b = argmax(cached, 256);
         if (a != b) same = 0;
         ctx[t] = a;
@@ -107,7 +107,7 @@ static void test_gqa(void) {
     trn_reset(&m);
     memcpy(got, trn_attention_cached(&m, &kv, 1, trn_input(&m, "q", 3, sq, q), trn_input(&m, "k", 3, sk, k),
                                      trn_input(&m, "v", 3, sk, v), NH)->data, sizeof got);
-    for (j = 0; j < T * C; j++) d1 = fmax(d1, fabs((double)got[j] - ref[j]));
+    for (j = 0; j < T * C; j++) d1 = check_worse(d1, fabs((double)got[j] - ref[j]));
     /* one position at a time, into layer 0 */
     for (t = 0; t < T; t++) {
         trn_reset(&m);
@@ -116,7 +116,7 @@ static void test_gqa(void) {
                                                  trn_input(&m, "v", 3, s1k, v + t * CKV), NH)->data, sizeof(float) * C);
         trn_kv_cache_advance(&kv, 1);
     }
-    for (j = 0; j < T * C; j++) d2 = fmax(d2, fabs((double)got[j] - ref[j]));
+    for (j = 0; j < T * C; j++) d2 = check_worse(d2, fabs((double)got[j] - ref[j]));
     CHECK(d1 < 1e-5 && d2 < 1e-5, "grouped-query cached attention: prefill %.3g, step by step %.3g\n", d1, d2);
     CHECK(memcmp(kv.k, k, sizeof k) == 0 && memcmp(kv.v + (size_t)16 * CKV, v, sizeof v) == 0,
           "the cache does not hold the keys and values\n");

@@ -46,8 +46,8 @@ int main(void) {
         trn_reset(&g.m);
         lg = llama_forward_cached(&g, &kv, t == n_prompt ? ctx : ctx + t - 1, 1, t == n_prompt ? t : 1);
         memcpy(cached, lg->data, sizeof cached);
-        for (v = 0; v < 256; v++) d = fmax(d, fabs((double)full[v] - cached[v]));
-        worst = fmax(worst, d);
+        for (v = 0; v < 256; v++) d = check_worse(d, fabs((double)full[v] - cached[v]));
+        worst = check_worse(worst, d);
         if (argmax(full, 256) != argmax(cached, 256)) same = 0;
         ctx[t] = argmax(full, 256);
     }
