@@ -62,18 +62,20 @@ def main():
     for m in models:
         B, T = MODELS[m]
         k_ms, t_ms = [], []
-        isa = ""
+        isa, blas = "", ""
         for r in range(a.rounds):
             ms, out = run([kit, "--model", m, "--threads", str(a.threads), "--steps", str(a.steps)],
                           r"^\s+step\s+([0-9.]+) ms")
             k_ms.append(ms)
             hit = re.search(r"train\.h kernels: ([^;\n]+)", out)
             isa = hit.group(1) if hit else isa
+            hit = re.search(r"step rate / OpenBLAS rate: ([0-9]+%)", out)
+            blas = " (%s of OpenBLAS's rate)" % hit.group(1) if hit else ""
             ms, _ = run([sys.executable, "tests/gpu/torch_gpt2.py", "--device", "cpu", "--precision", "fp32",
                          "--model", m, "--batch", str(B), "--seq", str(T), "--threads", str(a.threads),
                          "--steps", str(a.steps), "--warmup", "1"], r"^step ([0-9.]+) ms median")
             t_ms.append(ms)
-            print("  %-5s round %d: kit %8.1f ms/step   torch %8.1f ms/step" % (m, r + 1, k_ms[-1], t_ms[-1]))
+            print("  %-5s round %d: kit %8.1f ms/step%s   torch %8.1f ms/step" % (m, r + 1, k_ms[-1], blas, t_ms[-1]))
         k, t = statistics.median(k_ms), statistics.median(t_ms)
         print("%-5s B=%d T=%d: kit %.1f ms/step (%s), torch %.1f ms/step: torch / kit = %.2fx"
               % (m, B, T, k, isa, t, t / k))
