@@ -263,6 +263,15 @@ typedef struct trn_tensor {
     float lr_scale;     /* parameters: lr multiplier, 1 (see trn_param_group) */
     float weight_decay; /* parameters: own weight decay if >= 0 (overrides
                            decay and the optimizer's); -1: the optimizer's */
+    int grad_zero;      /* parameters: the gradient is known to be all zero
+                           (trn_zero_grad zeroed it and no backward has
+                           touched it since), so the first backward to use
+                           it may WRITE it (a beta 0 product, a bias
+                           gradient from a GEMM's epilogue) instead of
+                           adding to it. Set by trn_zero_grad, cleared by
+                           every trn_grad of the tensor and at the end of
+                           trn_backward (what runs after it, an all-reduce
+                           say, may change the buffer)                    */
     char name[64];
 } trn_tensor;
 
@@ -368,6 +377,11 @@ typedef struct trn_backend {
                             const float *inp, const float *w, int N, int C, int OC);
     void (*embedding_forward)(float *out, const int *ids, const float *table, int N, int C);
     void (*embedding_backward)(float *dtable, const float *dout, const int *ids, int N, int C);
+    /* embedding_backward for ids made of B equal rows of T ids (positions:
+       ids[b T + t] = ids[t]): dtable[ids[t]] += sum over b of dout[b][t],
+       the batch summed before the table is touched. NULL:
+       embedding_backward (the same sums) */
+    void (*embedding_backward_rows)(float *dtable, const float *dout, const int *ids, int B, int T, int C);
     void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
                               const float *w, const float *b, int N, int C);
     void (*layernorm_backward)(float *dinp, float *dw, float *db, const float *dout,
@@ -506,12 +520,16 @@ typedef struct trn_backend {
        whole fp32 (Vp,C) dW once per chunk */
     size_t xent_chunk_bytes;
     /* matmul_backward whose dinp and dw are WRITTEN (beta = 0: the old
-       contents are never read) where write_dinp / write_dw say so, and
-       accumulated otherwise; dbias always accumulates. It is how a fresh
-       gradient (trn__grad's *fresh) skips its memset and a read. NULL:
-       train.h zeroes what is to be written, then calls matmul_backward */
+       contents are never read) where write_dinp / write_dw / write_dbias
+       say so, and accumulated otherwise: 0 accumulate; 1 the contents are
+       garbage (a fresh buffer), write; 2 they are zero (a parameter's
+       grad_zero), writing and adding are the same. It is how a fresh
+       gradient skips its memset and a read, and how dbias can come out of
+       the dW GEMM's epilogue (which can only write). NULL: train.h zeroes what is to be written, then calls
+       matmul_backward */
     void (*matmul_backward_ex)(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
-                               const float *w, int N, int C, int OC, int write_dinp, int write_dw);
+                               const float *w, int N, int C, int OC, int write_dinp, int write_dw,
+                               int write_dbias);
     /* flash_attention_backward whose dqkv is WRITTEN where write says so
        (a fresh gradient: its memset and the reads of its old values
        skipped), accumulated otherwise. NULL: train.h zeroes dqkv, then
@@ -3734,7 +3752,10 @@ TRNDEF trn_result trn_model_alloc_grads(trn_model *m) {
     m->grad_data = (float *)m->backend->alloc(m->n_floats * sizeof(float), TRN_KIND_GRADS);
     if (!m->grad_data) return trn_fail(TRN_ERR_NOMEM, "trn_model_alloc_grads: %s", trn_error_reason());
     m->backend->zero(m->grad_data, m->n_floats * sizeof(float));
-    for (i = 0; i < m->n_params; i++) m->params[i]->grad = m->grad_data + m->params[i]->offset;
+    for (i = 0; i < m->n_params; i++) {
+        m->params[i]->grad = m->grad_data + m->params[i]->offset;
+        m->params[i]->grad_zero = 1; /* (zeroed just above) */
+    }
     return TRN_OK;
 }
 
@@ -3773,9 +3794,16 @@ TRNDEF void trn_model_free(trn_model *m) {
 }
 
 TRNDEF void trn_zero_grad(trn_model *m) {
+    int i;
     if (m && m->grad_data && m->shard.grad_hi) /* sharding: only the slice exists */
         m->backend->zero(m->grad_data + m->shard.grad_lo, (m->shard.grad_hi - m->shard.grad_lo) * sizeof(float));
-    else if (m && m->grad_data) m->backend->zero(m->grad_data, m->n_floats * sizeof(float));
+    else if (m && m->grad_data) {
+        m->backend->zero(m->grad_data, m->n_floats * sizeof(float));
+        /* every parameter's gradient is zero now (its view of grad_data): the
+           first backward to reach it may write it (trn_tensor's grad_zero) */
+        for (i = 0; i < m->n_params; i++)
+            m->params[i]->grad_zero = m->params[i]->grad == m->grad_data + m->params[i]->offset;
+    }
 }
 
 /* The arena hands out backend memory by bumping an offset. The first step
@@ -3968,6 +3996,7 @@ static void trn__grads_grow(trn_model *m) {
    backward can overwrite (a copy, a beta = 0 product). */
 static float *trn__grad(trn_model *m, trn_tensor *t, int *fresh) {
     if (fresh) *fresh = 0;
+    t->grad_zero = 0; /* whoever asks may add to it */
     if (!t->grad) {
         size_t bytes = t->size * trn_dtype_size(trn__grad_dtype(t));
         t->grad = (float *)trn__grads_alloc(m, bytes);
@@ -3984,6 +4013,16 @@ static float *trn__want(trn_model *m, trn_tensor *t, int *fresh) {
 }
 
 TRNDEF float *trn_grad(trn_model *m, trn_tensor *t) { return trn__want(m, t, NULL); }
+
+/* a parameter's gradient for a backward that can WRITE it: *zero = 2
+   (trn__matmul_bw's TRN__ZERO) when it is known to be all zero
+   (trn_tensor's grad_zero), so writing it is the same as adding to it,
+   else 0; NULL when no gradient is wanted */
+static float *trn__want_param(trn_model *m, trn_tensor *t, int *zero) {
+    *zero = t && t->requires_grad && t->is_param && t->grad && t->grad == m->grad_data + t->offset && t->grad_zero
+                ? 2 : 0;
+    return trn__want(m, t, NULL);
+}
 
 /* --profile: op's forward has just run (see >>profile) */
 static void trn__prof_forward(trn_model *m, const char *op) {
@@ -4073,6 +4112,11 @@ TRNDEF void trn_backward_scaled(trn_model *m, trn_tensor *loss, float scale) {
     /* parameters used inside recompute regions are not on this tape, so a
        hook cannot tell when their gradients are final: no hook then */
     trn__backward_range(m, m->tape_len - 1, 0, m->n_regions == 0);
+    { /* what runs after a backward (an all-reduce, a user's edit) may change
+         any gradient: until the next trn_zero_grad none is known zero */
+        int i;
+        for (i = 0; i < m->n_params; i++) m->params[i]->grad_zero = 0;
+    }
     m->sync_free.grad_one = NULL;
     m->tape_len = 0; /* the tape is consumed, as PyTorch frees its graph */
     trn__grads_grow(m); /* first step: now the block's size is known */
@@ -4260,21 +4304,33 @@ static void trn__weight(const trn_model *m, const trn_tensor *w, const char *op)
                   "activation: multiply activations with trn_bmm or trn_mul", op, w->name);
 }
 
-/* dinp (N,C) and dw (OC,C, fp32) of a linear layer, each WRITTEN when its
-   flag says the buffer is fresh (trn__grad's *fresh: nothing was added to
-   it yet, so a beta = 0 product replaces memset + accumulate), else
-   accumulated; dbias accumulates */
+/* dinp (N,C), dw (OC,C, fp32) and dbias (OC, fp32) of a linear layer.
+   Each flag says what may be done with that buffer's old contents:
+     0  TRN__ADD    keep them: accumulate
+     1  TRN__WRITE  none to keep (a fresh buffer, trn__grad's *fresh):
+                    WRITE it (a beta = 0 product replaces memset + add)
+     2  TRN__ZERO   they are zero (a parameter's grad_zero, see
+                    trn__want_param): writing and adding are the same
+   matmul_backward_ex gets the flags as they are and may write where one
+   is not 0: the GEMMs with beta 0, and dbias from the dW GEMM's epilogue
+   (cuBLASLt's BGRADB) instead of a column-sum pass; what it can only add
+   to, it zeroes first where the flag is TRN__WRITE. The plain path zeroes
+   what is TRN__WRITE and adds. */
+enum { TRN__ADD = 0, TRN__WRITE = 1, TRN__ZERO = 2 };
 static void trn__matmul_bw(trn_model *m, float *dinp, int write_dinp, float *dw, int write_dw, float *dbias,
-                           const float *dout, const float *inp, const float *w, int N, int C, int OC) {
+                           int write_dbias, const float *dout, const float *inp, const float *w, int N, int C,
+                           int OC) {
     const trn_backend *bk = m->backend;
-    write_dinp = dinp && write_dinp;
-    write_dw = dw && write_dw;
+    write_dinp = dinp ? write_dinp : TRN__ADD;
+    write_dw = dw ? write_dw : TRN__ADD;
+    write_dbias = dbias ? write_dbias : TRN__ADD;
     if (bk->matmul_backward_ex) {
-        bk->matmul_backward_ex(dinp, dw, dbias, dout, inp, w, N, C, OC, write_dinp, write_dw);
+        bk->matmul_backward_ex(dinp, dw, dbias, dout, inp, w, N, C, OC, write_dinp, write_dw, write_dbias);
         return;
     }
-    if (write_dinp) bk->zero(dinp, trn_dtype_size(m->act_dtype) * (size_t)N * C);
-    if (write_dw) bk->zero(dw, sizeof(float) * (size_t)OC * C);
+    if (write_dinp == TRN__WRITE) bk->zero(dinp, trn_dtype_size(m->act_dtype) * (size_t)N * C);
+    if (write_dw == TRN__WRITE) bk->zero(dw, sizeof(float) * (size_t)OC * C);
+    if (write_dbias == TRN__WRITE) bk->zero(dbias, sizeof(float) * (size_t)OC);
     bk->matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC);
 }
 
@@ -4289,10 +4345,11 @@ static void trn__linear_fw(trn_model *m, trn_tape_entry *e) {
 }
 static void trn__linear_bw(trn_model *m, trn_tape_entry *e) {
     trn_tensor *x = e->in[0], *w = e->in[1], *b = e->in[2];
-    int fresh;
+    int fresh, zw, zb;
     float *dx = trn__want(m, x, &fresh); /* fresh: x's first gradient, written (beta 0), not zeroed and added */
-    trn__matmul_bw(m, dx, fresh, trn__want(m, w, NULL), 0, trn__want(m, b, NULL), e->out->grad, x->data, w->data,
-                   e->iarg[0], e->iarg[1], e->iarg[2]);
+    float *dw = trn__want_param(m, w, &zw), *db = trn__want_param(m, b, &zb); /* zero: may be written */
+    trn__matmul_bw(m, dx, fresh, dw, zw, db, zb, e->out->grad, x->data, w->data, e->iarg[0], e->iarg[1],
+                   e->iarg[2]);
 }
 static const trn_op trn__linear_op = {"linear", trn__linear_fw, trn__linear_bw, trn__linear_fw, trn__linear_bw, 1};
 
@@ -4317,10 +4374,17 @@ TRNDEF trn_tensor *trn_linear(trn_model *m, trn_tensor *x, trn_tensor *w, trn_te
 }
 
 /* --- embedding ------------------------------------------------------------ */
+/* iarg: N = B T, C, and B when the B rows of ids are equal (positions:
+   embedding_backward_rows sums the batch first), else 0 */
 static void trn__embedding_bw(trn_model *m, trn_tape_entry *e) {
     trn_tensor *table = e->in[0];
-    if (table->requires_grad)
-        m->backend->embedding_backward(trn__grad(m, table, NULL), e->out->grad, (const int *)e->saved[0], e->iarg[0], e->iarg[1]);
+    if (!table->requires_grad) return;
+    if (e->iarg[2] > 1 && m->backend->embedding_backward_rows)
+        m->backend->embedding_backward_rows(trn__grad(m, table, NULL), e->out->grad, (const int *)e->saved[0],
+                                            e->iarg[2], e->iarg[0] / e->iarg[2], e->iarg[1]);
+    else
+        m->backend->embedding_backward(trn__grad(m, table, NULL), e->out->grad, (const int *)e->saved[0], e->iarg[0],
+                                       e->iarg[1]);
 }
 
 /* copy host ints into the arena (backend memory): saved for backward */
@@ -4334,7 +4398,7 @@ static int *trn__upload_ids(trn_model *m, const int *ids, int n, int limit, cons
 }
 
 TRNDEF trn_tensor *trn_embedding(trn_model *m, trn_tensor *table, const int *ids, int B, int T) {
-    int shape[3], V, C, *dev;
+    int shape[3], V, C, *dev, rows_equal, b;
     trn_tensor *out;
     trn_tape_entry *e;
     trn__not_null("trn_embedding", m, table); trn__not_null("trn_embedding", ids, ids);
@@ -4346,7 +4410,11 @@ TRNDEF trn_tensor *trn_embedding(trn_model *m, trn_tensor *table, const int *ids
     out = trn_tensor_new(m, "embedding", 3, shape);
     m->backend->embedding_forward(out->data, dev, table->data, B * T, C);
     e = trn__record(m, "embedding", trn__embedding_bw, out, table, NULL, NULL);
-    if (e) { e->saved[0] = dev; e->iarg[0] = B * T; e->iarg[1] = C; }
+    if (e) {
+        rows_equal = B > 1;
+        for (b = 1; b < B && rows_equal; b++) rows_equal = !memcmp(ids + (size_t)b * T, ids, sizeof(int) * (size_t)T);
+        e->saved[0] = dev; e->iarg[0] = B * T; e->iarg[1] = C; e->iarg[2] = rows_equal ? B : 0;
+    }
     return out;
 }
 
@@ -4417,23 +4485,23 @@ TRNDEF trn_tensor *trn_gelu(trn_model *m, trn_tensor *x) {
 static void trn__gelu_linear_bw(trn_model *m, trn_tape_entry *e) {
     trn_tensor *pre = e->in[0], *w = e->in[1], *b = e->in[2];
     const float *g = (const float *)e->saved[0], *dy = e->out->grad;
-    int N = e->iarg[0], H = e->iarg[1], OC = e->iarg[2], fresh = 0;
+    int N = e->iarg[0], H = e->iarg[1], OC = e->iarg[2], fresh = 0, zw, zb;
     int fused = m->backend->matmul_dgelu_backward != NULL;
-    float *dpre, *dg;
+    float *dpre, *dg, *dw = trn__want_param(m, w, &zw), *db = trn__want_param(m, b, &zb); /* zero: may be written */
     size_t bytes = (size_t)N * H * trn_dtype_size(m->act_dtype);
     if (!pre->requires_grad) {
-        m->backend->matmul_backward(NULL, trn__want(m, w, NULL), trn__want(m, b, NULL), dy, g, w->data, N, H, OC);
+        trn__matmul_bw(m, NULL, 0, dw, zw, db, zb, dy, g, w->data, N, H, OC);
         return;
     }
     dpre = trn__grad(m, pre, fused ? &fresh : NULL);
     if (fused && fresh) { /* the fused way writes d(pre): only into a new buffer */
-        m->backend->matmul_backward(NULL, trn__want(m, w, NULL), trn__want(m, b, NULL), dy, g, w->data, N, H, OC);
+        trn__matmul_bw(m, NULL, 0, dw, zw, db, zb, dy, g, w->data, N, H, OC);
         m->backend->matmul_dgelu_backward(dpre, dy, w->data, pre->data, N, H, OC);
         return;
     }
     /* plain: d(g) = dy W written into a scratch (N,H), then d(pre) += gelu'(pre) d(g) */
     dg = (float *)trn__grads_alloc(m, bytes);
-    trn__matmul_bw(m, dg, 1, trn__want(m, w, NULL), 0, trn__want(m, b, NULL), dy, g, w->data, N, H, OC);
+    trn__matmul_bw(m, dg, 1, dw, zw, db, zb, dy, g, w->data, N, H, OC);
     m->backend->gelu_backward(dpre, pre->data, dg, (size_t)N * H);
     trn__grads_free(m, dg);
 }
@@ -4813,8 +4881,8 @@ static void trn__linear_xent_bw(trn_model *m, trn_tape_entry *e) {
         float *dl = (float *)e->saved[0], *dx;
         if (dloss != 1.0f) m->backend->convert(dl, m->act_dtype, dl, m->act_dtype, (size_t)N * Vp, 0, dloss);
         dx = trn__want(m, x, &fresh);
-        trn__matmul_bw(m, dx, fresh, trn__want(m, w, NULL), 0, trn__want(m, b, NULL), dl, x->data, w->data, N, C,
-                       Vp);
+        trn__matmul_bw(m, dx, fresh, trn__want(m, w, NULL), 0, trn__want(m, b, NULL), 0, dl, x->data, w->data, N,
+                       C, Vp);
         trn__grads_free(m, dl);
         TRN__SITE_SCOPE(m->backend, NULL);
         return;
@@ -4825,7 +4893,11 @@ static void trn__linear_xent_bw(trn_model *m, trn_tape_entry *e) {
         int dt;
         if (!saved) continue;
         dt = trn__grad_dtype(t); /* saved in the gradient's dtype */
-        g = trn__grad(m, t, &fresh);
+        if (t->is_param) { /* dW, db: written when known zero (no read of the old fp32 values) */
+            int z;
+            g = trn__want_param(m, t, &z);
+            fresh = z != 0;
+        } else g = trn__grad(m, t, &fresh);
         if (m->act_dtype != TRN_F32) /* bf16: dx is bf16, dW and db fp32; accumulate is bf16-only */
             m->backend->convert(g, dt, saved, dt, t->size, !fresh, dloss);
         else {
@@ -4895,7 +4967,7 @@ TRNDEF trn_tensor *trn_linear_cross_entropy(trn_model *m, trn_tensor *x, trn_ten
             dl = dlogits;
         }
         if (keep_dlogits) { dlogits = dl; continue; }
-        trn__matmul_bw(m, dxc, 1, dw, r0 == 0, db, dl, xc, w->data, n, C, Vp); /* dx rows written, dW from chunk 1 on added */
+        trn__matmul_bw(m, dxc, 1, dw, r0 == 0, db, 0, dl, xc, w->data, n, C, Vp); /* dx rows written, dW from chunk 1 on added */
     }
     TRN__SITE_SCOPE(bk, NULL);
     trn__grads_free(m, lse);

@@ -825,6 +825,36 @@ template <typename A>
 static __global__ void trn__k_embed_bwd(float *dtable, const A *dout, const int *ids, int N, int C) {
     TRN__GRID_STRIDE(i, (size_t)N * C) atomicAdd(&dtable[(size_t)ids[i / (size_t)C] * C + i % (size_t)C], trn__ld(dout[i]));
 }
+/* ids made of B equal rows of T (ids[b T + t] = ids[t]: GPT-2's positions),
+   dout (B,T,C): dtable[ids[t]] += sum over b of dout[b][t]. The kernel
+   above sends the B rows of each position to one table row, B atomics
+   colliding on every element; here a thread sums its element (vec: 8
+   elements, 16-byte loads) over the batch in fp32 registers first, then
+   adds once: T C atomics instead of B T C, colliding only where a row of
+   ids repeats an id (never for positions). The reference: trn__k_embed_bwd
+   (the same sums, in another order). */
+template <typename A>
+static __global__ void trn__k_embed_bwd_rows(float *dtable, const A *dout, const int *ids, int B, int T, int C,
+                                             int vec) {
+    size_t per = vec ? (size_t)C / 8 : (size_t)C; /* threads per position */
+    TRN__GRID_STRIDE(i, (size_t)T * per) {
+        int t = (int)(i / per);
+        size_t c = (i % per) * (vec ? 8 : 1);
+        float *d = dtable + (size_t)ids[t] * C + c;
+        if (vec) {
+            float s[8] = {0, 0, 0, 0, 0, 0, 0, 0}, f[8];
+            for (int b = 0; b < B; b++) {
+                trn__ld8(f, dout + ((size_t)b * T + t) * C + c);
+                for (int k = 0; k < 8; k++) s[k] += f[k];
+            }
+            for (int k = 0; k < 8; k++) atomicAdd(&d[k], s[k]);
+        } else {
+            float s = 0.0f;
+            for (int b = 0; b < B; b++) s += trn__ld(dout[((size_t)b * T + t) * C + c]);
+            atomicAdd(d, s);
+        }
+    }
+}
 
 /* --- layernorm: one warp per row (block of 8 warps = 8 rows) ----------------
    x, w, b, out, dout, dinp are A; mean, rstd, the partials of dw and db and
@@ -2970,7 +3000,11 @@ static void trn__cuda_gemm(const char *file, int line, cublasOperation_t ta, cub
        TRN__LT_NONE   D = acc + bias                  (DEFAULT; BIAS with a bias)
        TRN__LT_GELU   v = acc + bias, aux = v, D = gelu(v)   (GELU_AUX[_BIAS])
        TRN__LT_DGELU  D = acc * gelu'(aux)            (DGELU; beta 0, no bias)
-   bias: one value per row of D (per output feature), or NULL. aux: the
+       TRN__LT_BGRADB D = acc, and bias[j] = sum over k of op(B)[k][j]
+                      WRITTEN (BGRADB: the bias gradient, one value per
+                      column of D, from the B operand the GEMM reads anyway)
+   bias: one value per row of D (per output feature), or NULL; for BGRADB
+   the output vector (n values of D's type), written, never read. aux: the
    pre-activation, a matrix with D's layout: written by GELU (forward saves
    it for backward), read by DGELU (backward). A and B are bf16; D (= C) is
    bf16 or fp32 (TD), accumulated in fp32 and rounded once after the
@@ -2989,7 +3023,7 @@ static void trn__cuda_gemm(const char *file, int line, cublasOperation_t ta, cub
    kit asks for 16 bytes (one vector access), what cudaMalloc gives.
    trn__cuda_lt_aux_ok says whether a shape qualifies; callers that get 0
    take the unfused path (GEMM, then a kernel). */
-enum { TRN__LT_NONE, TRN__LT_GELU, TRN__LT_DGELU };
+enum { TRN__LT_NONE, TRN__LT_GELU, TRN__LT_DGELU, TRN__LT_BGRADB };
 static int trn__cuda_lt_aux_ok(const void *aux, int ld) { return ld % 8 == 0 && (uintptr_t)aux % 16 == 0; }
 /* >>lt-plans: cuBLASLt once per problem. A descriptor, three layouts, a
    preference and a heuristic query cost host time (and the heuristic a lot
@@ -3043,7 +3077,7 @@ static void trn__cuda_lt_release(void) {
 /* the plan of a problem: found in the cache, or made (one heuristic query) */
 static trn__lt_plan *trn__cuda_lt_plan(const char *file, int line, int ta, int tb, int m, int n, int k, int lda,
                                        int ldb, int ldd, int dtype, int act, int bias, unsigned align) {
-    static const char *names[] = {"", "+GELU", "+DGELU"};
+    static const char *names[] = {"", "+GELU", "+DGELU", "+BGRADB"};
     trn__lt_plan *q;
     int i;
     for (i = 0; i < trn__lt.n; i++) {
@@ -3067,6 +3101,7 @@ static trn__lt_plan *trn__cuda_lt_plan(const char *file, int line, int ta, int t
     int64_t aux_ld = ldd;
     uint32_t epilogue = act == TRN__LT_GELU    ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
                         : act == TRN__LT_DGELU ? CUBLASLT_EPILOGUE_DGELU
+                        : act == TRN__LT_BGRADB ? CUBLASLT_EPILOGUE_BGRADB
                         : bias                 ? CUBLASLT_EPILOGUE_BIAS
                                                : CUBLASLT_EPILOGUE_DEFAULT;
     uint64_t ws = trn__cu.workspace_bytes;
@@ -3080,7 +3115,7 @@ static trn__lt_plan *trn__cuda_lt_plan(const char *file, int line, int ta, int t
     if (bias)
         TRN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(q->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
                                                         sizeof bias_type));
-    if (act != TRN__LT_NONE)
+    if (act == TRN__LT_GELU || act == TRN__LT_DGELU)
         TRN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(q->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld));
     /* a layout is (rows, cols, ld) of the matrix as stored, before op() */
     TRN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&q->la, CUDA_R_16BF, ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m, lda));
@@ -3111,27 +3146,39 @@ template <typename A>
 static __global__ void trn__k_bias_add_a(A *out, const A *bias, size_t N, int OC) {
     TRN__GRID_STRIDE(i, N * (size_t)OC) out[i] = trn__to<A>(trn__ld(out[i]) + trn__ld(bias[i % (size_t)OC]));
 }
+template <typename X>
+static void trn__cuda_colsum(float *dst, const X *x, int N, int C); /* (below, >>cuda-ops) */
 template <typename TD>
 static void trn__cuda_lt_gemm(const char *file, int line, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
                               int k, const trn__bf16 *A, int lda, const trn__bf16 *B, int ldb, float beta, TD *D,
                               int ldd, int act, const TD *bias, TD *aux) {
     float one = 1.0f;
-    int dtype = trn__cuda_dt(D);
+    int dtype = trn__cuda_dt(D), with_aux = act == TRN__LT_GELU || act == TRN__LT_DGELU;
     if (act == TRN__LT_DGELU && (beta != 0.0f || bias))
         trn_fatal("%s:%d: cuBLASLt DGELU epilogue: the kit uses it with beta 0 and no bias only (beta %g, bias %p)",
                   file, line, beta, (const void *)bias);
-    if (act != TRN__LT_NONE && !trn__cuda_lt_aux_ok(aux, ldd))
+    if (act == TRN__LT_BGRADB && !bias)
+        trn_fatal("%s:%d: cuBLASLt BGRADB epilogue: no bias gradient vector given", file, line);
+    if (with_aux && !trn__cuda_lt_aux_ok(aux, ldd))
         trn_fatal("%s:%d: cuBLASLt GELU epilogue: the pre-activation (aux) needs a leading dimension that is a "
                   "multiple of 8 and a 16-byte aligned address, got ld %d at %p (m=%d n=%d k=%d); the caller should "
                   "have taken the unfused path (trn__cuda_lt_aux_ok)", file, line, ldd, (void *)aux, m, n, k);
     unsigned align = trn__cuda_align_log2(A) | trn__cuda_align_log2(B) << 4 | trn__cuda_align_log2(D) << 8 |
-                     (act != TRN__LT_NONE ? trn__cuda_align_log2(aux) : 4u) << 12;
+                     (with_aux ? trn__cuda_align_log2(aux) : act == TRN__LT_BGRADB ? trn__cuda_align_log2(bias) : 4u)
+                         << 12;
     trn__lt_plan *q = trn__cuda_lt_plan(file, line, ta, tb, m, n, k, lda, ldb, ldd, dtype, act, bias != NULL, align);
     if (q->found < 1) { /* unfused: the GEMM, then the epilogue as a kernel (over D as (n, m) rows) */
         size_t mn = (size_t)m * n;
         if (ldd != m && (bias || act != TRN__LT_NONE))
             trn_fatal("%s:%d: the unfused epilogue needs a contiguous D (ld %d, m %d)", file, line, ldd, m);
-        if (act == TRN__LT_GELU) { /* aux = acc (+ bias), D = gelu(aux) */
+        if (act == TRN__LT_BGRADB) { /* the GEMM, then bias = the column sums of op(B) (k rows of n) */
+            if (tb != CUBLAS_OP_T || ldb != n || dtype != CUDA_R_32F)
+                trn_fatal("%s:%d: the unfused BGRADB needs op(B) as contiguous rows (transposed B, ld %d = n %d) "
+                          "and an fp32 bias gradient", file, line, ldb, n);
+            trn__cuda_gemm(file, line, ta, tb, m, n, k, 1.0f, A, lda, 0, B, ldb, 0, beta, D, ldd, 0, 1);
+            trn__cuda_zero((void *)bias, sizeof(float) * (size_t)n); /* BGRADB writes; the column sums add */
+            trn__cuda_colsum((float *)(void *)bias, B, k, n);
+        } else if (act == TRN__LT_GELU) { /* aux = acc (+ bias), D = gelu(aux) */
             trn__cuda_gemm(file, line, ta, tb, m, n, k, 1.0f, A, lda, 0, B, ldb, 0, beta, aux, ldd, 0, 1);
             TRN_CUDA_LAUNCH(trn__k_bias_gelu<TD>, dim3(trn__cuda_grid(mn)), dim3(TRN__CUDA_BLOCK), 0, trn__cu.stream, D,
                             aux, bias, (size_t)n, m);
@@ -3145,9 +3192,9 @@ static void trn__cuda_lt_gemm(const char *file, int line, cublasOperation_t ta, 
         }
         return;
     }
-    const void *bp = bias, *ap = aux;
+    const void *bp = bias, *ap = aux; /* (BGRADB: the library writes through bp) */
     if (bias) TRN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(q->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp));
-    if (act != TRN__LT_NONE)
+    if (with_aux)
         TRN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(q->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &ap, sizeof ap));
     /* C = D: beta 0 writes D (never reads it), beta 1 adds to it */
     trn__cublas_check(cublasLtMatmul(trn__cu.cublaslt, q->op, &one, A, q->la, B, q->lb, &beta, D, q->ld, D, q->ld,
@@ -3200,18 +3247,27 @@ static void trn__cuda_colsum(float *dst, const X *x, int N, int C) {
 /* dinp (N,C) += dout (N,OC) @ w;  dw (OC,C) += dout^T @ inp;  dbias += column sums of dout.
    bf16: dinp, dout, inp and w are bf16; two cuBLASLt GEMMs with beta = 1:
    dinp accumulates in its bf16 D (old value + fp32 sum, rounded once), dw
-   in an fp32 D (bf16 A and B). dbias (fp32) comes from the kit's column
-   sums, not from cuBLASLt's BGRADB epilogue: that epilogue overwrites its
-   bias gradient (in D's type), where the kit's backward adds to dbias, as
-   to every gradient (several uses of a weight, several micro-batches).
-   fp32/tf32: the same two products through cublasGemmEx.
+   in an fp32 D (bf16 A and B). dbias (fp32): where it may be WRITTEN
+   (write_dbias: train.h knows it is zero) and dw is computed, the dW
+   GEMM's BGRADB epilogue makes it: dout is that GEMM's B operand (op T:
+   k = N rows of n = OC), and the epilogue sums it over k as the GEMM
+   streams it, one fp32 value per column of D (D's type), written: no pass
+   of its own over dout. The epilogue can only write, so a dbias that
+   holds a partial sum (a second use of the layer, a second micro-batch)
+   takes the column-sum kernel, which adds.
+   fp32/tf32: the same two products through cublasGemmEx, dbias by the
+   column sums.
    _ex (the backend's matmul_backward_ex): write_dinp / write_dw make that
-   GEMM's beta 0, so a fresh gradient is written, never zeroed and read. */
+   GEMM's beta 0, so a fresh gradient is written, never zeroed and read;
+   write_dbias lets the epilogue above write dbias (1: its contents are
+   garbage, 2: zero; the column sums, which add, zero it first for 1). */
 template <typename A>
 static void trn__cuda_matmul_backward_ex(float *dinp_, float *dw, float *dbias, const float *dout_, const float *inp_,
-                                         const float *w_, int N, int C, int OC, int write_dinp, int write_dw) {
+                                         const float *w_, int N, int C, int OC, int write_dinp, int write_dw,
+                                         int write_dbias) {
     A *dinp = (A *)dinp_;
     const A *dout = (const A *)dout_, *inp = (const A *)inp_, *w = (const A *)w_;
+    write_dinp = write_dinp != 0; write_dw = write_dw != 0; /* (2, "zero", writes as 1 does) */
     const float bx = write_dinp ? 0.0f : 1.0f, bw = write_dw ? 0.0f : 1.0f;
     if (N <= 0 || OC <= 0 || C <= 0) return;
     if (trn__cuda_dt(dout) == CUDA_R_16BF) {
@@ -3222,11 +3278,17 @@ static void trn__cuda_matmul_backward_ex(float *dinp_, float *dw, float *dbias, 
             trn__cuda_lt_gemm<trn__bf16>(__FILE__, __LINE__, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, (const trn__bf16 *)w,
                                          C, g, OC, bx, (trn__bf16 *)dinp, C, TRN__LT_NONE, NULL, NULL);
         }
-        /* dw^T (C,OC) (+)= inp^T (C,N) dout (N,OC); fp32 dw read too unless written */
+        /* dw^T (C,OC) (+)= inp^T (C,N) dout (N,OC); fp32 dw read too unless written; with BGRADB
+           dbias (OC, fp32) = sum over the N rows of dout, written by the same GEMM */
+        int bgrad = dw && dbias && write_dbias;
         if (dw) {
-            TRN__CUDA_SITE_GEMM("matmul bwd dW gemm", 2.0 * ((double)N * OC + (double)N * C) + (8.0 - 4.0 * write_dw) * OC * C, OC, C, N, 1);
+            TRN__CUDA_SITE_GEMM(bgrad ? "matmul bwd dW gemm+bgrad" : "matmul bwd dW gemm",
+                                2.0 * ((double)N * OC + (double)N * C) + (8.0 - 4.0 * write_dw) * OC * C +
+                                    (bgrad ? 4.0 * OC : 0.0), OC, C, N, 1); /* + dbias written */
             trn__cuda_lt_gemm<float>(__FILE__, __LINE__, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, (const trn__bf16 *)inp,
-                                     C, g, OC, bw, dw, C, TRN__LT_NONE, NULL, NULL);
+                                     C, g, OC, bw, dw, C, bgrad ? TRN__LT_BGRADB : TRN__LT_NONE, bgrad ? dbias : NULL,
+                                     NULL);
+            if (bgrad) dbias = NULL; /* done */
         }
     } else {
         /* dinp^T = w^T dout^T */
@@ -3240,12 +3302,13 @@ static void trn__cuda_matmul_backward_ex(float *dinp_, float *dw, float *dbias, 
             TRN__CUDA_GEMM(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, 1.0f, inp, C, 0, dout, OC, 0, bw, dw, C, 0, 1);
         }
     }
+    if (dbias && write_dbias == 1) trn__cuda_zero(dbias, sizeof(float) * (size_t)OC); /* garbage: the sums add */
     if (dbias) trn__cuda_colsum(dbias, dout, N, OC);
 }
 template <typename A>
 static void trn__cuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                                       const float *w, int N, int C, int OC) {
-    trn__cuda_matmul_backward_ex<A>(dinp, dw, dbias, dout, inp, w, N, C, OC, 0, 0);
+    trn__cuda_matmul_backward_ex<A>(dinp, dw, dbias, dout, inp, w, N, C, OC, 0, 0, 0);
 }
 
 template <typename A>
@@ -3262,6 +3325,16 @@ static void trn__cuda_embedding_backward(float *dtable, const float *dout, const
     TRN__CUDA_SITE("embedding bwd", 4.0 * N + (sizeof(A) + 8.0) * N * C, 0); /* dout read; dtable rows read+written */
     TRN_CUDA_LAUNCH(trn__k_embed_bwd<A>, dim3(trn__cuda_grid((size_t)N * C)), dim3(TRN__CUDA_BLOCK), 0, trn__cu.stream,
                     dtable, (const A *)dout, ids, N, C);
+}
+/* the backend's embedding_backward_rows: ids of B equal rows of T */
+template <typename A>
+static void trn__cuda_embedding_backward_rows(float *dtable, const float *dout, const int *ids, int B, int T, int C) {
+    if (!dtable || (size_t)B * T * C == 0) return;
+    int vec = C % 8 == 0 && trn__al16(dout);
+    /* ids (T) and dout read; the T table rows read + written */
+    TRN__CUDA_SITE("embedding bwd (batch summed)", 4.0 * T + sizeof(A) * (double)B * T * C + 8.0 * T * C, (double)B * T * C);
+    TRN_CUDA_LAUNCH(trn__k_embed_bwd_rows<A>, dim3(trn__cuda_grid((size_t)T * C / (vec ? 8 : 1))),
+                    dim3(TRN__CUDA_BLOCK), 0, trn__cu.stream, dtable, (const A *)dout, ids, B, T, C, vec);
 }
 
 /* 16-byte packs in a row kernel: C a multiple of 8 keeps every row at a
@@ -4349,6 +4422,7 @@ static void trn__cuda_fill_table(trn_backend *t, int bf16) {
         t->matmul_backward = TRN__CUDA_PICK(trn__cuda_matmul_backward);
         t->embedding_forward = TRN__CUDA_PICK(trn__cuda_embedding_forward);
         t->embedding_backward = TRN__CUDA_PICK(trn__cuda_embedding_backward);
+        t->embedding_backward_rows = TRN__CUDA_PICK(trn__cuda_embedding_backward_rows);
         t->layernorm_forward = TRN__CUDA_PICK(trn__cuda_layernorm_forward);
         t->layernorm_backward = TRN__CUDA_PICK(trn__cuda_layernorm_backward);
         t->add_layernorm_forward = TRN__CUDA_PICK(trn__cuda_add_layernorm_forward);

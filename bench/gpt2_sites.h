@@ -111,10 +111,26 @@ static double plan_efficiency(const trn_cuda_site_row *r, trn_cuda_precision p, 
     if (!strncmp(r->name, "attention", 9)) { *why = "cuBLAS batched, K = head size: (T,T) matrices through HBM"; return 0.5; }
     if (r->m) { /* cuBLAS(Lt) GEMMs */
         double w = plan_waves(r);
+        /* "+bgrad": the dW GEMM whose BGRADB epilogue also writes the bias
+           gradient (train_cuda.h, matmul backward). Its cost is modelled as
+           the plain GEMM's: the sums run over tiles of B that the GEMM
+           loads anyway, k x n adds against the product's 2 m k n FLOPs
+           (1 / (2 m): m >= 768 here), and its extra bytes (the n fp32
+           values written) are in the row. Not yet measured on a GPU. */
+        int bg = strstr(r->name, "+bgrad") != NULL;
         if (mem_bound) { *why = "memory-bound GEMM: the epilogue streams C (read + write)"; return 0.70; }
-        if (w < 0.5 && r->k >= 4096) { *why = "few output tiles (< half a wave), long K: split-K at best"; return 0.35; }
-        if (w < 0.9) { *why = "tail wave partly empty (128x128 tiles on 132 SMs)"; return 0.75 * w; }
-        *why = "cuBLAS, full waves: at most 75% of the 8192^3 rate at this size";
+        if (w < 0.5 && r->k >= 4096) {
+            *why = bg ? "few output tiles (< half a wave), long K: split-K at best; + BGRADB as the plain GEMM"
+                      : "few output tiles (< half a wave), long K: split-K at best";
+            return 0.35;
+        }
+        if (w < 0.9) {
+            *why = bg ? "tail wave partly empty (128x128 tiles on 132 SMs); + BGRADB as the plain GEMM"
+                      : "tail wave partly empty (128x128 tiles on 132 SMs)";
+            return 0.75 * w;
+        }
+        *why = bg ? "cuBLAS, full waves: at most 75% of the 8192^3 rate; + BGRADB as the plain GEMM"
+                  : "cuBLAS, full waves: at most 75% of the 8192^3 rate at this size";
         return 0.75;
     }
     if (plan_is(r, "copy (device)")) { *why = "cudaMemcpyAsync: the yardstick itself"; return 0.95; }
@@ -134,7 +150,14 @@ static double plan_efficiency(const trn_cuda_site_row *r, trn_cuda_precision p, 
         *why = "the layernorm's warp per row, 16-byte packs; the add in its first pass"; return bf16 ? 0.65 : 0.70;
     }
     if (plan_is(r, "layernorm bwd")) { *why = "16-byte packs; dout, inp read twice (dx pass, then dw/db partials), last block sums"; return bf16 ? 0.45 : 0.50; }
-    if (plan_is(r, "embedding bwd")) { *why = "atomics: 16 rows (the batch) collide on each wpe row"; return 0.30; }
+    if (plan_is(r, "embedding bwd")) { *why = "a 4-byte atomic per element, no packs; repeated tokens collide"; return 0.30; }
+    /* positions (train_cuda.h's trn__k_embed_bwd_rows): the B rows of a
+       position summed in registers (B 16-byte loads in flight a thread),
+       then one atomic per table element (1/B of the elements read); below
+       the plain 16-byte kernels' 0.75 for the strided rows and the atomics */
+    if (plan_is(r, "embedding bwd (batch summed)")) {
+        *why = "16-byte loads, the batch summed in registers, one atomic per table element"; return 0.60;
+    }
     if (plan_is(r, "bias grad (column sums)")) { *why = "16-byte partials over 64 chunks, last block sums"; return 0.55; }
     if (plan_is(r, "add") || plan_is(r, "accumulate") || plan_is(r, "convert") || plan_is(r, "gelu fwd") ||
         plan_is(r, "gelu bwd") || plan_is(r, "embedding fwd")) {

@@ -1691,6 +1691,17 @@ static inline cublasStatus_t cublasGemmStridedBatchedEx(
      GELU_AUX       aux = v, D = gelu(v)
      GELU_AUX_BIAS  w = v + bias[i], aux = w, D = gelu(w)
      DGELU          D = v * gelu'(aux)          (beta 0 only, see below)
+     BGRADA         D = v, and bias[i] = sum over k of op(A)[i][k]  (m values)
+     BGRADB         D = v, and bias[j] = sum over k of op(B)[k][j]  (n values)
+   The two bias gradients (cublasLt.h: "Bias gradient based on the input
+   matrix A [B]. The bias size corresponds to the number of rows [columns]
+   of the matrix D. The reduction happens over the GEMM's "k" dimension.")
+   are WRITTEN through the bias pointer in the bias type (D's), summed in
+   fp32 from the operand's stored values; neither alpha nor beta enters
+   them, and since the header does not say whether alpha scales them, the
+   harness runs them with alpha 1 only (NOT_SUPPORTED otherwise), as the
+   kit calls them. The bias pointer must point at device memory for m (n)
+   values.
    aux and D are each rounded once to their type, from the same fp32 value:
    aux is bit-equal to what BIAS would have stored in D. gelu is the tanh
    form in fp32 (cuemu::gelu_tanh, the kit's formula; what the library
@@ -1706,7 +1717,8 @@ static inline cublasStatus_t cublasGemmStridedBatchedEx(
    least as large as that algorithm asked for. Bad arguments give
    CUBLAS_STATUS_INVALID_VALUE (and a harness error, as for cuBLAS),
    combinations the library would not run CUBLAS_STATUS_NOT_SUPPORTED.
-   Other epilogues (RELU*, GELU and GELU_BIAS without aux, *_BGRAD*),
+   Other epilogues (RELU*, GELU and GELU_BIAS without aux, DRELU_BGRAD,
+   DGELU_BGRAD), BGRADA/BGRADB with alpha != 1,
    DGELU with beta != 0 (whether gelu' scales beta C too is not
    documented), batched layouts, matrix orders other than column-major and
    C != D layouts are not emulated (NOT_SUPPORTED). */
@@ -1838,12 +1850,29 @@ enum lt_epilogue { LT_UNSUPPORTED, LT_PLAIN, LT_GELU, LT_DGELU };
 inline lt_epilogue lt_epilogue_kind(uint32_t e) {
     switch (e) {
     case CUBLASLT_EPILOGUE_DEFAULT: case CUBLASLT_EPILOGUE_BIAS: return LT_PLAIN;
+    case CUBLASLT_EPILOGUE_BGRADA: case CUBLASLT_EPILOGUE_BGRADB: return LT_PLAIN; /* + the bias gradient */
     case CUBLASLT_EPILOGUE_GELU_AUX: case CUBLASLT_EPILOGUE_GELU_AUX_BIAS: return LT_GELU;
     case CUBLASLT_EPILOGUE_DGELU: return LT_DGELU;
     default: return LT_UNSUPPORTED;
     }
 }
 inline int lt_has_bias(uint32_t e) { return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS; }
+/* BGRADA / BGRADB: the bias gradient, written (see the comment above):
+   out[i] (i < m) = sum_k op(A)[i][k], or out[j] (j < n) = sum_k op(B)[k][j],
+   where op(X) = X (col-major, ld) or its transpose. In fp32, k in order. */
+template <typename TI, typename TO>
+inline void lt_bias_grad(int from_b, cublasOperation_t t, int len, int k, const TI *X, int ldx, TO *out) {
+    for (int i = 0; i < len; i++) {
+        float s = 0.0f;
+        for (int kk = 0; kk < k; kk++) {
+            /* op(A)[i][kk]: A(i,kk) or A(kk,i); op(B)[kk][i]: B(kk,i) or B(i,kk) */
+            size_t at = from_b ? (t == CUBLAS_OP_N ? (size_t)kk + (size_t)i * ldx : (size_t)i + (size_t)kk * ldx)
+                               : (t == CUBLAS_OP_N ? (size_t)i + (size_t)kk * ldx : (size_t)kk + (size_t)i * ldx);
+            s += ld(X[at]);
+        }
+        st(&out[i], s);
+    }
+}
 /* GELU, tanh form, and its derivative: the formula train.h and
    train_cuda.h use, in fp32 */
 inline float gelu_tanh(float x) {
@@ -1982,7 +2011,14 @@ static inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDe
         return n == 0 || cuemu::is_device(ptr, n * cuemu::dt_bytes(l->type));
     };
     int with_bias = cuemu::lt_has_bias(d->epilogue);
+    int bgrad = d->epilogue == CUBLASLT_EPILOGUE_BGRADA ? 1 : d->epilogue == CUBLASLT_EPILOGUE_BGRADB ? 2 : 0;
     cuemu::lt_epilogue kind = cuemu::lt_epilogue_kind(d->epilogue);
+    if (bgrad && *(const float *)alpha != 1.0f) return CUBLAS_STATUS_NOT_SUPPORTED; /* (see above) */
+    if (bgrad && !cuemu::is_device(d->bias, (size_t)(bgrad == 1 ? p.m : p.n) * cuemu::dt_bytes(dd->type))) {
+        cuemu::error("%s: the %s epilogue's bias gradient (%d values) is not (all) in device memory", who,
+                     bgrad == 1 ? "BGRADA" : "BGRADB", bgrad == 1 ? p.m : p.n);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
     size_t aux_n = dd->rows && dd->cols ? (size_t)((dd->cols - 1) * (uint64_t)d->aux_ld + dd->rows) : 0;
     if (!inside(A, a) || !inside(B, b) || !inside(D, dd) || (*(const float *)beta != 0.0f && !inside(C, c)) ||
         (with_bias && !cuemu::is_device(d->bias, (size_t)p.m * cuemu::dt_bytes(dd->type))) ||
@@ -2016,6 +2052,18 @@ static inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDe
             cuemu::lt_gelu_epilogue(kind, p.m, p.n, sum.data(), be, (const float *)C, ldc, (float *)D, ldd,
                                     with_bias ? (const float *)d->bias : nullptr, (float *)d->aux, d->aux_ld);
         return CUBLAS_STATUS_SUCCESS;
+    }
+    if (bgrad && !cuemu::S().cfg.dry_run) { /* the bias gradient, from the operand as stored (D comes below) */
+        int from_b = bgrad == 2, len = from_b ? p.n : p.m;
+        const void *X = from_b ? B : A;
+        int ldx = from_b ? ldb : lda;
+        cublasOperation_t t = from_b ? tb : ta;
+        if (p.kind == cuemu::GEMM_F32)
+            cuemu::lt_bias_grad(from_b, t, len, p.k, (const float *)X, ldx, (float *)d->bias);
+        else if (dd->type == CUDA_R_32F)
+            cuemu::lt_bias_grad(from_b, t, len, p.k, (const bf *)X, ldx, (float *)d->bias);
+        else
+            cuemu::lt_bias_grad(from_b, t, len, p.k, (const bf *)X, ldx, (bf *)d->bias);
     }
     switch (p.kind) {
     case cuemu::GEMM_F32:

@@ -192,6 +192,34 @@ static void test_matmul(int N, int C, int OC, int with_bias) {
     vec before = ddi.get();
     GPU->matmul_backward(NULL, NULL, NULL, dg.f(), di.f(), dw.f(), N, C, OC);
     CHECK(maxdiff(ddi.get(), before) == 0, "matmul_backward with NULL outputs changed something\n");
+
+    /* _ex with dinp fresh (1) and dw, dbias known zero (2, train.h's
+       grad_zero): all three WRITTEN, dbias by the dW GEMM's BGRADB epilogue
+       (two GEMMs, no kernel). They start as NaN: a read of them shows. */
+    if (with_bias) {
+        vec zi((size_t)N * C, 0.0f), zw((size_t)OC * C, 0.0f), zb((size_t)OC, 0.0f);
+        vec Zi = zi, Zw = zw, Zb = zb;
+        trn_matmul_backward(zi.data(), zw.data(), zb.data(), g.data(), inp.data(), w.data(), N, C, OC);
+        trn_matmul_backward(Zi.data(), Zw.data(), Zb.data(), absv(g).data(), absv(inp).data(), absv(w).data(), N, C, OC);
+        dbuf ni(vec((size_t)N * C, NAN), BF16), nw(vec((size_t)OC * C, NAN), F32), nb(vec((size_t)OC, NAN), F32);
+#ifdef TRN_CUDA_ON_CPU
+        long l0 = cuemu::S().launches;
+        long long g0 = cuemu::gemms;
+#endif
+        GPU->matmul_backward_ex(ni.f(), nw.f(), nb.f(), dg.f(), di.f(), dw.f(), N, C, OC, 1, 2, 2);
+#ifdef TRN_CUDA_ON_CPU
+        CHECK(cuemu::S().launches == l0 && cuemu::gemms == g0 + 2,
+              "matmul_backward_ex (BGRADB): %ld kernel launches and %lld GEMMs, want 0 and 2\n",
+              cuemu::S().launches - l0, cuemu::gemms - g0);
+#endif
+        vec wrong_b = zb; /* wrong: dbias added to its old values (db0) */
+        for (size_t j = 0; j < wrong_b.size(); j++) wrong_b[j] += db0[j];
+        snprintf(name, sizeof name, "matmul_backward_ex dinp (written) %dx%d", N, C);
+        expect(name, ni.get(), zi, tol_sum(zi, Zi, OC, 1), NULL, e0);
+        snprintf(name, sizeof name, "matmul_backward_ex dw (written) %dx%d", OC, C);
+        expect(name, nw.get(), zw, tol_sum(zw, Zw, N, 0), NULL, e0);
+        expect("matmul_backward_ex dbias (BGRADB, written)", nb.get(), zb, tol_sum(zb, Zb, N, 0), &wrong_b, e0);
+    }
 }
 
 /* --------------------------------------------------------------------- bmm */
@@ -667,6 +695,94 @@ static void test_harness(void) {
 #endif
 
 #ifdef TRN_CUDA_ON_CPU
+/* the harness's bias-gradient epilogues, BGRADA and BGRADB, for each
+   transpose of their operand: D = op(A) op(B) (fp32 D from bf16 A, B) as
+   without them, and the bias gradient written, in D's type: BGRADA the
+   sums over k of op(A)'s rows (m values), BGRADB of op(B)'s columns (n
+   values), each against the column sums written out here; alpha != 1 is
+   refused (the header does not say whether alpha scales them) */
+static void test_harness_bgrad(void) {
+    const int m = 5, n = 7, k = 9;
+    float one = 1.0f, two = 2.0f, zero = 0.0f;
+    long e0 = harness_errors();
+    cublasLtHandle_t lt;
+    CHECK(cublasLtCreate(&lt) == CUBLAS_STATUS_SUCCESS, "cublasLtCreate\n");
+    for (int which = 0; which < 2; which++)     /* 0: BGRADA, 1: BGRADB */
+        for (int t = 0; t < 2; t++) {           /* the operand's transpose */
+            int ta = which == 0 ? t : 0, tb = which == 1 ? t : 0;
+            vec A = randbf((size_t)m * k), B = randbf((size_t)k * n);
+            /* A stored (m,k) col-major when op N, (k,m) when op T; B (k,n) or (n,k) */
+            int lda = ta ? k : m, ldb = tb ? n : k;
+            auto opA = [&](int i, int l) { return ta ? A[(size_t)l + (size_t)i * lda] : A[(size_t)i + (size_t)l * lda]; };
+            auto opB = [&](int l, int j) { return tb ? B[(size_t)j + (size_t)l * ldb] : B[(size_t)l + (size_t)j * ldb]; };
+            int len = which == 0 ? m : n;
+            vec want_d((size_t)m * n), want_b((size_t)len, 0.0f), S_b((size_t)len, 0.0f);
+            for (int j = 0; j < n; j++)
+                for (int i = 0; i < m; i++) {
+                    float s = 0;
+                    for (int l = 0; l < k; l++) s += opA(i, l) * opB(l, j);
+                    want_d[(size_t)i + (size_t)j * m] = s;
+                }
+            for (int i = 0; i < len; i++)
+                for (int l = 0; l < k; l++) {
+                    float v = which == 0 ? opA(i, l) : opB(l, i);
+                    want_b[(size_t)i] += v;
+                    S_b[(size_t)i] += fabsf(v);
+                }
+            vec nan_b((size_t)len, NAN); /* written, never read: NaN shows a read */
+            dbuf dA(A, BF16), dB(B, BF16), dD((size_t)m * n, F32), dbias(nan_b, F32), ws(1 << 20, F32);
+            cublasLtMatmulDesc_t op;
+            cublasLtMatrixLayout_t la, lb, ld;
+            cublasLtMatmulPreference_t pref;
+            cublasLtMatmulHeuristicResult_t res;
+            int found = 0;
+            uint64_t max_ws = 4 << 20;
+            uint32_t epi = which == 0 ? CUBLASLT_EPILOGUE_BGRADA : CUBLASLT_EPILOGUE_BGRADB;
+            int32_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+            void *bp = dbias.p;
+            cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+            cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa);
+            cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb);
+            cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+            cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp);
+            cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, ta ? k : m, ta ? m : k, lda);
+            cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, tb ? n : k, tb ? k : n, ldb);
+            cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, m, n, m);
+            cublasLtMatmulPreferenceCreate(&pref);
+            cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws, sizeof max_ws);
+            cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ld, ld, pref, 1, &res, &found);
+            if (st == CUBLAS_STATUS_SUCCESS)
+                st = cublasLtMatmul(lt, op, &one, dA.p, la, dB.p, lb, &zero, dD.p, ld, dD.p, ld, &res.algo, ws.p,
+                                    ws.bytes(), NULL);
+            char name[64];
+            snprintf(name, sizeof name, "harness %s, op %s: status", which == 0 ? "BGRADA" : "BGRADB", t ? "T" : "N");
+            CHECK(st == CUBLAS_STATUS_SUCCESS && found == 1, "%s %d\n", name, (int)st);
+            vec tol_d((size_t)m * n, 1e-5f), tol_b((size_t)len);
+            for (int i = 0; i < len; i++) tol_b[(size_t)i] = (float)(k * SUM * S_b[(size_t)i]);
+            vec other((size_t)len); /* wrong: the other operand's sums (or zeros, when the lengths differ) */
+            for (int i = 0; i < len && i < (which == 0 ? n : m); i++)
+                for (int l = 0; l < k; l++) other[(size_t)i] += which == 0 ? opB(l, i) : opA(i, l);
+            snprintf(name, sizeof name, "harness %s op %s: D", which == 0 ? "BGRADA" : "BGRADB", t ? "T" : "N");
+            expect(name, dD.get(), want_d, tol_d, NULL, e0);
+            snprintf(name, sizeof name, "harness %s op %s: bias gradient", which == 0 ? "BGRADA" : "BGRADB", t ? "T" : "N");
+            expect(name, dbias.get(), want_b, tol_b, &other, e0);
+            /* alpha 2: not documented for the bias gradient, refused */
+            if (which == 1 && t == 1)
+                CHECK(cublasLtMatmul(lt, op, &two, dA.p, la, dB.p, lb, &zero, dD.p, ld, dD.p, ld, &res.algo, ws.p,
+                                     ws.bytes(), NULL) == CUBLAS_STATUS_NOT_SUPPORTED,
+                      "BGRADB with alpha 2 must be refused\n");
+            cublasLtMatmulPreferenceDestroy(pref);
+            cublasLtMatrixLayoutDestroy(ld);
+            cublasLtMatrixLayoutDestroy(lb);
+            cublasLtMatrixLayoutDestroy(la);
+            cublasLtMatmulDescDestroy(op);
+        }
+    CHECK(harness_errors() == e0, "the BGRAD epilogues made %ld harness errors\n", harness_errors() - e0);
+    cublasLtDestroy(lt);
+}
+#endif
+
+#ifdef TRN_CUDA_ON_CPU
 /* the harness's GELU epilogues, one call each through the same steps as
    train_cuda.h, against the formula written out here in fp32 (what the kit
    expects: aux = round(v), D = round(gelu(v)); DGELU D = round(acc gelu'(aux))),
@@ -800,6 +916,7 @@ int main(int argc, char **argv) {
 #ifdef TRN_CUDA_ON_CPU
     test_harness();
     test_harness_gelu();
+    test_harness_bgrad();
     printf("harness: %ld launches, %lld GEMMs, %ld errors (6 on purpose)\n", cuemu::S().launches, cuemu::gemms,
            cuemu::errors());
 #endif

@@ -83,13 +83,13 @@ static void test_matmul(int N, int C, int OC, int with_bias, double tol, const c
     trn_matmul_backward(wi_c.data(), ww_c.data(), with_bias ? wb_c.data() : NULL, g.data(), inp.data(), w.data(), N, C,
                         OC);
     dbuf xi(nan_i), xw(nan_w), xb(db0);
-    GPU->matmul_backward_ex(xi.f(), xw.f(), with_bias ? xb.f() : NULL, dg.f(), di.f(), dw.f(), N, C, OC, 1, 1);
+    GPU->matmul_backward_ex(xi.f(), xw.f(), with_bias ? xb.f() : NULL, dg.f(), di.f(), dw.f(), N, C, OC, 1, 1, 0);
     d = fmax(maxdiff(xi.get(), wi_c), maxdiff(xw.get(), ww_c));
     d = fmax(d, maxdiff(xb.get(), wb_c));
     snprintf(name, sizeof name, "matmul_backward_ex (written)%s", label);
     report(name, d, tol, e0);
     dbuf yi(dinp0), yw(dw0); /* write dinp, accumulate dw */
-    GPU->matmul_backward_ex(yi.f(), yw.f(), NULL, dg.f(), di.f(), dw.f(), N, C, OC, 1, 0);
+    GPU->matmul_backward_ex(yi.f(), yw.f(), NULL, dg.f(), di.f(), dw.f(), N, C, OC, 1, 0, 0);
     d = fmax(maxdiff(yi.get(), wi_c), maxdiff(yw.get(), dw_c));
     snprintf(name, sizeof name, "matmul_backward_ex (mixed)%s", label);
     report(name, d, tol, e0);

@@ -2,9 +2,12 @@
 /* tests/test_cuda_lt_plans.cpp - cuBLASLt once per problem (train_cuda.h's
    >>lt-plans), on the harness with real arithmetic at small shapes:
      1. the bf16 matmuls of a layer (forward with bias, the fused GELU
-        forward, the DGELU backward, dinp and dW), run twice: one heuristic
-        query and one descriptor per distinct problem the first time, none
-        the second;
+        forward, the DGELU backward, dinp and dW, and dW with its bias
+        gradient from the BGRADB epilogue, as train.h asks for a parameter
+        gradient known to be zero), run twice: one heuristic query and one
+        descriptor per distinct problem the first time, none the second;
+        BGRADB's dbias against the column sums of dout summed here, its dW
+        against the plain dW;
      2. a D pointer 8 bytes off a 256-aligned block: its own plan, chosen for
         8-byte alignment; the harness checks every cublasLtMatmul's pointers
         against the alignment its algorithm was chosen for, so a plan reused
@@ -15,7 +18,8 @@
         path (cublasGemmEx, then a kernel for the epilogue), the note said
         once, and the same results as the fused calls within bf16 rounding
         (the unfused path rounds the GEMM's result once more before the
-        bias or GELU).
+        bias or GELU); BGRADB's unfused form is the GEMM, then the column
+        sums.
    GPT-2's whole step is counted by tests/test_gpt2_plan.cpp. */
 #define TRAIN_IMPLEMENTATION
 #include "train.h"
@@ -58,7 +62,7 @@ static double rel(const vec &a, const vec &b) {
     return m > 0 ? d / m : d;
 }
 
-struct outputs { vec out, outg, pre, dpre, dinp, dw; };
+struct outputs { vec out, outg, pre, dpre, dinp, dw, dw2, db, db_ref; };
 /* one layer's matmuls; d_off: bytes the forward's output sits off its block */
 static outputs layer(int d_off) {
     trn_rng r;
@@ -79,7 +83,21 @@ static outputs layer(int d_off) {
     G->matmul_gelu_forward((float *)outg, (float *)pre, (float *)dx, (float *)dw_, (float *)db, N, C, OC);
     G->matmul_dgelu_backward((float *)dpre, (float *)dg, (float *)dw_, (float *)dx, N, C, OC); /* x stands in for pre */
     G->matmul_backward((float *)dinp, dW, NULL, (float *)dg, (float *)dx, (float *)dw_, N, C, OC);
+    /* dW and dbias known zero (flags 2): written, by one GEMM with the BGRADB
+       epilogue; NaN where they start shows any read of the old values */
+    float *dW2 = (float *)G->alloc(4 * (size_t)OC * C, TRN_KIND_TEMP), *dB = (float *)G->alloc(4 * (size_t)OC, TRN_KIND_TEMP);
+    vec nan_w((size_t)OC * C, NAN), nan_b((size_t)OC, NAN);
+    G->upload(dW2, nan_w.data(), 4 * nan_w.size());
+    G->upload(dB, nan_b.data(), 4 * nan_b.size());
+    G->matmul_backward_ex(NULL, dW2, dB, (float *)dg, (float *)dx, (float *)dw_, N, C, OC, 0, 2, 2);
     outputs o;
+    o.dw2 = get_f32(dW2, (size_t)OC * C);
+    o.db = get_f32(dB, (size_t)OC);
+    o.db_ref.assign((size_t)OC, 0.0f); /* the column sums of dout (N,OC) as stored (bf16), in fp32, row by row */
+    for (int n = 0; n < N; n++)
+        for (int j = 0; j < OC; j++) o.db_ref[(size_t)j] += __bfloat162float(__float2bfloat16(g[(size_t)n * OC + j]));
+    G->free(dW2);
+    G->free(dB);
     o.out = get_bf16(out + d_off, (size_t)N * OC);
     o.outg = get_bf16(outg, (size_t)N * OC);
     o.pre = get_bf16(pre, (size_t)N * OC);
@@ -107,15 +125,22 @@ int main(void) {
     long long h1 = cuemu::lt_heuristics, d1 = cuemu::lt_descs;
     layer(0);
     long long h2 = cuemu::lt_heuristics, d2 = cuemu::lt_descs;
-    printf("a layer's 5 bf16 matmuls, twice: heuristic queries %lld then %lld, descriptors %lld then %lld, %d plans\n",
+    printf("a layer's 6 bf16 matmuls, twice: heuristic queries %lld then %lld, descriptors %lld then %lld, %d plans\n",
            h1 - h0, h2 - h1, d1 - d0, d2 - d1, trn__lt.n);
-    CHECK(h1 - h0 == 5 && d1 - d0 == 5 && trn__lt.n == 5, "first time: %lld queries, %lld descriptors, %d plans (5 problems)\n",
+    CHECK(h1 - h0 == 6 && d1 - d0 == 6 && trn__lt.n == 6, "first time: %lld queries, %lld descriptors, %d plans (6 problems)\n",
           h1 - h0, d1 - d0, trn__lt.n);
+    printf("BGRADB: dW vs the plain dW %.2g, dbias vs the column sums %.2g\n", rel(fused.dw2, fused.dw),
+           rel(fused.db, fused.db_ref));
+    CHECK(rel(fused.dw2, fused.dw) == 0, "BGRADB's dW (beta 0) differs from the plain dW (beta 1 on zeros): %g\n",
+          rel(fused.dw2, fused.dw));
+    CHECK(rel(fused.db, fused.db_ref) <= 1e-6, "BGRADB's dbias differs from the column sums of dout: %g\n",
+          rel(fused.db, fused.db_ref));
+
     CHECK(h2 == h1 && d2 == d1, "second time: %lld queries, %lld descriptors\n", h2 - h1, d2 - d1);
     /* 2 */
     outputs off = layer(8);
     printf("D 8 bytes off: %d plans, harness errors %ld\n", trn__lt.n, cuemu::errors());
-    CHECK(trn__lt.n == 6 && cuemu::errors() == 0, "an 8-byte aligned D: %d plans, %ld harness errors\n", trn__lt.n,
+    CHECK(trn__lt.n == 7 && cuemu::errors() == 0, "an 8-byte aligned D: %d plans, %ld harness errors\n", trn__lt.n,
           cuemu::errors());
     CHECK(rel(off.out, fused.out) == 0, "the 8-byte aligned output differs: %g\n", rel(off.out, fused.out));
     {   /* what the kit's plans avoid: an algorithm chosen for cuBLASLt's default 256 bytes, run on that pointer */
@@ -152,11 +177,14 @@ int main(void) {
     long long g0 = cuemu::gemms, m0 = cuemu::lt_matmuls;
     outputs un = layer(0);
     printf("no algorithm: %d plans, %lld cublasGemmEx, %lld cublasLtMatmul; relative differences from the fused: "
-           "out %.2g, gelu %.2g, pre %.2g, dpre %.2g, dinp %.2g, dw %.2g\n", trn__lt.n, cuemu::gemms - g0,
-           cuemu::lt_matmuls - m0, rel(un.out, fused.out), rel(un.outg, fused.outg), rel(un.pre, fused.pre),
-           rel(un.dpre, fused.dpre), rel(un.dinp, fused.dinp), rel(un.dw, fused.dw));
-    CHECK(trn__lt.noted == 1 && cuemu::lt_matmuls == m0 && cuemu::gemms - g0 == 5, "the unfused path: noted %d, %lld "
-          "cuBLASLt calls, %lld cublasGemmEx (want 0 and 5)\n", trn__lt.noted, cuemu::lt_matmuls - m0, cuemu::gemms - g0);
+           "out %.2g, gelu %.2g, pre %.2g, dpre %.2g, dinp %.2g, dw %.2g, BGRADB dw %.2g, dbias %.2g\n", trn__lt.n,
+           cuemu::gemms - g0, cuemu::lt_matmuls - m0, rel(un.out, fused.out), rel(un.outg, fused.outg),
+           rel(un.pre, fused.pre), rel(un.dpre, fused.dpre), rel(un.dinp, fused.dinp), rel(un.dw, fused.dw),
+           rel(un.dw2, fused.dw2), rel(un.db, fused.db));
+    CHECK(trn__lt.noted == 1 && cuemu::lt_matmuls == m0 && cuemu::gemms - g0 == 6, "the unfused path: noted %d, %lld "
+          "cuBLASLt calls, %lld cublasGemmEx (want 0 and 6)\n", trn__lt.noted, cuemu::lt_matmuls - m0, cuemu::gemms - g0);
+    CHECK(rel(un.dw2, fused.dw2) <= 1e-6 && rel(un.db, un.db_ref) <= 1e-6,
+          "unfused BGRADB: dW %g, dbias %g from the column sums\n", rel(un.dw2, fused.dw2), rel(un.db, un.db_ref));
     /* one extra bf16 rounding (2^-8 relative) before the epilogue; GELU' can magnify it a little */
     CHECK(rel(un.out, fused.out) <= 1.0 / 128 && rel(un.outg, fused.outg) <= 1.0 / 128 &&
               rel(un.pre, fused.pre) <= 1.0 / 128 && rel(un.dpre, fused.dpre) <= 1.0 / 64 &&
