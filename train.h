@@ -544,12 +544,15 @@ typedef struct trn_backend {
        b), out = layernorm(sum, w, bias), mean and rstd as layernorm_forward.
        layernorm_backward_ex: layernorm_backward, and where dinp2 is not
        NULL it is WRITTEN with dinp's final values (the residual's gradient
-       handed to the branch in the same pass, no copy) */
+       handed to the branch in the same pass, no copy); write_dinp: dinp is
+       a fresh buffer, WRITTEN (its old contents never read), not added to.
+       The plain layernorm's backward uses it for that too (a fresh dx: no
+       memset, no read) */
     void (*add_layernorm_forward)(float *sum, float *out, float *mean, float *rstd, const float *a, const float *b,
                                   const float *w, const float *bias, int N, int C);
     void (*layernorm_backward_ex)(float *dinp, float *dinp2, float *dw, float *db, const float *dout,
                                   const float *inp, const float *w, const float *mean, const float *rstd, int N,
-                                  int C);
+                                  int C, int write_dinp);
 } trn_backend;
 
 TRNDEF const trn_backend *trn_cpu_backend(void);
@@ -4430,6 +4433,14 @@ static void trn__layernorm_fw(trn_model *m, trn_tape_entry *e) {
 }
 static void trn__layernorm_bw(trn_model *m, trn_tape_entry *e) {
     trn_tensor *x = e->in[0], *w = e->in[1], *b = e->in[2];
+    int fresh = 0;
+    if (m->backend->layernorm_backward_ex) { /* a fresh dx is written, not zeroed and added to */
+        float *dx = trn__want(m, x, &fresh);
+        m->backend->layernorm_backward_ex(dx, NULL, trn_grad(m, w), trn_grad(m, b), trn_grad(m, e->out), x->data,
+                                          w->data, (const float *)e->saved[0], (const float *)e->saved[1], e->iarg[0],
+                                          e->iarg[1], fresh);
+        return;
+    }
     m->backend->layernorm_backward(trn_grad(m, x), trn_grad(m, w), trn_grad(m, b), trn_grad(m, e->out), x->data, w->data,
                                    (const float *)e->saved[0], (const float *)e->saved[1], e->iarg[0], e->iarg[1]);
 }
@@ -4654,7 +4665,7 @@ static void trn__add_layernorm_bw(trn_model *m, trn_tape_entry *e) {
         add->iarg[0] = 1;
     }
     m->backend->layernorm_backward_ex(ds, db2, trn_grad(m, w), trn_grad(m, bias), trn_grad(m, e->out), s->data, w->data,
-                                      (const float *)e->saved[0], (const float *)e->saved[1], e->iarg[0], e->iarg[1]);
+                                      (const float *)e->saved[0], (const float *)e->saved[1], e->iarg[0], e->iarg[1], 0);
 }
 TRNDEF trn_tensor *trn_add_layernorm(trn_model *m, trn_tensor *a, trn_tensor *b, trn_tensor *w, trn_tensor *bias,
                                      trn_tensor **sum) {
@@ -4857,7 +4868,8 @@ TRNDEF trn_tensor *trn_cross_entropy(trn_model *m, trn_tensor *logits, const int
    and ~30 GB of dW traffic per step).
    The FLOPs are the unfused pair's either way. What is saved sits in the
    gradient arena and dies in this op's backward, the first of the step, so
-   the gradients of the layers below reuse its bytes. With the tape off
+   the gradients of the layers below reuse its bytes (dx, when x has no
+   gradient yet and d(loss) is 1, becomes x's gradient as it is: no copy). With the tape off
    (evaluation) only the losses are computed, chunk by chunk. Same backend
    kernels as the unfused pair: matmul, cross-entropy, scale, add; without
    crossentropy_fused, a second (R,Vp) buffer for dlogits and a zero pass. */
@@ -4893,6 +4905,10 @@ static void trn__linear_xent_bw(trn_model *m, trn_tape_entry *e) {
         int dt;
         if (!saved) continue;
         dt = trn__grad_dtype(t); /* saved in the gradient's dtype */
+        if (!t->is_param && !t->grad && dloss == 1.0f) { /* dx: x takes the saved buffer itself, no copy */
+            t->grad = saved; /* (a span of the gradient block, x->size elements: freed with x's producer) */
+            continue;
+        }
         if (t->is_param) { /* dW, db: written when known zero (no read of the old fp32 values) */
             int z;
             g = trn__want_param(m, t, &z);

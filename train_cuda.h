@@ -920,11 +920,12 @@ static __global__ void trn__k_ln_fwd(A *out, float *mean, float *rstd, const A *
     }
 }
 /* dx += rstd * (g - mean(g) - xhat * mean(g * xhat)),  g = dout * w;
-   dinp2 (>>addln; NULL: none) is written with the new dx as well: the
-   residual's gradient handed to the branch without a copy pass */
+   write: dx = ... instead (a fresh dx, never read); dinp2 (>>addln; NULL:
+   none) is written with the new dx as well: the residual's gradient handed
+   to the branch without a copy pass */
 template <typename A>
 static __global__ void trn__k_ln_bwd_dx(A *dinp, const A *dout, const A *inp, const A *w, const float *mean,
-                                        const float *rstd, int N, int C, int vec, A *dinp2) {
+                                        const float *rstd, int N, int C, int vec, A *dinp2, int write) {
     int lane = threadIdx.x % 32, row = blockIdx.x * 8 + threadIdx.x / 32;
     if (row >= N) return;
     const A *x = inp + (size_t)row * C, *g = dout + (size_t)row * C;
@@ -949,14 +950,17 @@ static __global__ void trn__k_ln_bwd_dx(A *dinp, const A *dout, const A *inp, co
     mgx = trn__warp_sum(mgx) / C;
     if (vec)
         for (int i = 8 * lane; i < C; i += 256) {
-            trn__ld8(fg, g + i); trn__ld8(fw, w + i); trn__ld8(fx, x + i); trn__ld8(fd, dx + i);
+            trn__ld8(fg, g + i); trn__ld8(fw, w + i); trn__ld8(fx, x + i);
+            if (write) for (int k = 0; k < 8; k++) fd[k] = 0.0f;
+            else trn__ld8(fd, dx + i);
             for (int k = 0; k < 8; k++) fd[k] += r * (fg[k] * fw[k] - mg - (fx[k] - m) * r * mgx);
             trn__st8(dx + i, fd);
             if (dinp2) trn__st8(dinp2 + (size_t)row * C + i, fd);
         }
     else
         for (int i = lane; i < C; i += 32) {
-            A d = trn__to<A>(trn__ld(dx[i]) + r * (trn__ld(g[i]) * trn__ld(w[i]) - mg - (trn__ld(x[i]) - m) * r * mgx));
+            A d = trn__to<A>((write ? 0.0f : trn__ld(dx[i])) +
+                             r * (trn__ld(g[i]) * trn__ld(w[i]) - mg - (trn__ld(x[i]) - m) * r * mgx));
             dx[i] = d;
             if (dinp2) dinp2[(size_t)row * C + i] = d;
         }
@@ -2647,12 +2651,24 @@ static __global__ void trn__k_softmax_kv(A *att, int rows, int T, int P, int pos
     for (int s = lane; s < P; s += 32) p[s] = trn__to<A>(s <= last ? expf(trn__ld(p[s]) - mx) * inv : 0.0f);
 }
 
-/* --- sum of squares: each block sums a fixed grid-stride slice in double -- */
-static __global__ void trn__k_sumsq(double *part, const float *x, size_t n) {
+/* --- sum of squares: each block sums a fixed grid-stride slice in double --
+   vec (x 16-byte aligned): 8 floats a step through two 16-byte loads, the
+   last n % 8 by the first block's threads (the scalar tail); otherwise one
+   float at a time. The reference: train.h's trn_sum_squares. */
+static __global__ void trn__k_sumsq(double *part, const float *x, size_t n, int vec) {
     __shared__ double ws[32];
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
     double s = 0.0;
-    TRN__GRID_STRIDE(i, n) s += (double)x[i] * (double)x[i];
+    if (vec) {
+        float f[8];
+        TRN__GRID_STRIDE(j, n / 8) {
+            trn__ld8(f, x + 8 * j);
+            for (int k = 0; k < 8; k++) s += (double)f[k] * (double)f[k];
+        }
+        size_t t = n / 8 * 8 + threadIdx.x;
+        if (blockIdx.x == 0 && t < n) s += (double)x[t] * (double)x[t];
+    } else
+        TRN__GRID_STRIDE(i, n) s += (double)x[i] * (double)x[i];
     s = trn__warp_sum_d(s);
     if (lane == 0) ws[warp] = s;
     __syncthreads();
@@ -3362,20 +3378,23 @@ static void trn__cuda_add_layernorm_forward(float *sum, float *out, float *mean,
                     rstd, (const A *)a, (const A *)w, (const A *)bias, N, C,
                     trn__cuda_ln_vec(C, out, a, w, bias) && trn__al16(b) && trn__al16(sum), (const A *)b, (A *)sum);
 }
-/* dinp2 (>>addln): NULL, or written with dinp's final values */
+/* dinp2 (>>addln): NULL, or written with dinp's final values; write_dinp:
+   dinp is written, not added to (a fresh gradient) */
 template <typename A>
 static void trn__cuda_layernorm_backward_ex(float *dinp, float *dinp2, float *dw, float *db, const float *dout,
                                             const float *inp, const float *w, const float *mean, const float *rstd,
-                                            int N, int C) {
+                                            int N, int C, int write_dinp) {
     if (N <= 0) return;
     if (!dinp) dinp2 = NULL;
     unsigned *count = dw || db ? trn__cuda_counts((size_t)(C + 31) / 32) : NULL; /* (before the site: it may zero them) */
-    TRN__CUDA_SITE("layernorm bwd", sizeof(A) * ((dinp ? 4.0 : 2.0) * N * C + (dinp2 ? 1.0 : 0.0) * N * C + C) +
-                                        8.0 * N + 16.0 * C, 10.0 * N * C); /* dinp +=: read and written; dinp2 written */
+    TRN__CUDA_SITE("layernorm bwd", sizeof(A) * ((dinp ? (write_dinp ? 3.0 : 4.0) : 2.0) * N * C +
+                                                 (dinp2 ? 1.0 : 0.0) * N * C + C) +
+                                        8.0 * N + 16.0 * C, 10.0 * N * C); /* dinp +=: read (unless written) and written; dinp2 written */
     if (dinp)
         TRN_CUDA_LAUNCH(trn__k_ln_bwd_dx<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, (A *)dinp,
                         (const A *)dout, (const A *)inp, (const A *)w, mean, rstd, N, C,
-                        trn__cuda_ln_vec(C, dinp, dout, inp, w) && (!dinp2 || trn__al16(dinp2)), (A *)dinp2);
+                        trn__cuda_ln_vec(C, dinp, dout, inp, w) && (!dinp2 || trn__al16(dinp2)), (A *)dinp2,
+                        write_dinp);
     if (dw || db) {
         int nchunk = (N + 63) / 64, rows;
         float *pw, *pb;
@@ -3397,7 +3416,7 @@ static void trn__cuda_layernorm_backward_ex(float *dinp, float *dinp2, float *dw
 template <typename A>
 static void trn__cuda_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                                          const float *w, const float *mean, const float *rstd, int N, int C) {
-    trn__cuda_layernorm_backward_ex<A>(dinp, NULL, dw, db, dout, inp, w, mean, rstd, N, C);
+    trn__cuda_layernorm_backward_ex<A>(dinp, NULL, dw, db, dout, inp, w, mean, rstd, N, C, 0);
 }
 
 #define TRN__CUDA_ELEMENTWISE(kernel, n, ...)                                                                  \
@@ -3717,11 +3736,14 @@ static void trn__cuda_attention_kv_forward(float *out_, float *att_, const float
    TRN__CUDA_PARTIALS), then those added in order by trn__k_norm_final. The
    total stays on the device (grad_norm_clip) or comes back (sum_squares). */
 static void trn__cuda_sumsq_device(float *stat, double *total, const float *x, size_t n, float max_norm) {
-    size_t g = (n + TRN__CUDA_BLOCK - 1) / TRN__CUDA_BLOCK;
+    int vec = trn__al16(x);
+    size_t g = (n / (vec ? 8 : 1) + TRN__CUDA_BLOCK - 1) / TRN__CUDA_BLOCK;
+    if (g < 1) g = 1;
     if (g > TRN__CUDA_PARTIALS) g = TRN__CUDA_PARTIALS;
     TRN__CUDA_SITE("grad norm (sum of squares)", 4.0 * n, 2.0 * n);
     if (n > 0)
-        TRN_CUDA_LAUNCH(trn__k_sumsq, dim3((unsigned)g), dim3(TRN__CUDA_BLOCK), 0, trn__cu.stream, trn__cu.partials, x, n);
+        TRN_CUDA_LAUNCH(trn__k_sumsq, dim3((unsigned)g), dim3(TRN__CUDA_BLOCK), 0, trn__cu.stream, trn__cu.partials, x, n,
+                        vec);
     TRN_CUDA_LAUNCH(trn__k_norm_final, dim3(1), dim3(32), 0, trn__cu.stream, stat, total,
                     (const double *)trn__cu.partials, n > 0 ? (int)g : 0, max_norm);
 }

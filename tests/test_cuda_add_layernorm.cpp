@@ -119,7 +119,7 @@ static void test_kernels(int bf, int N, int C, int off, int in_place) {
     T->layernorm_backward(ux.f(), uw2.f(), ub2.f(), gout.f(), us.f(), uw.f(), fm.f(), fr.f(), N, C);
     T->copy(ucopy.f(), ux.f(), n * (bf ? 2 : 4));
     dv fx(d0, bf, off), fw2(dw0, 0), fb2(db0, 0), f2(randbf(n), bf, off); /* dinp2 starts as garbage: it is written */
-    T->layernorm_backward_ex(fx.f(), f2.f(), fw2.f(), fb2.f(), gout.f(), us.f(), uw.f(), fm.f(), fr.f(), N, C);
+    T->layernorm_backward_ex(fx.f(), f2.f(), fw2.f(), fb2.f(), gout.f(), us.f(), uw.f(), fm.f(), fr.f(), N, C, 0);
     vec dx = fx.get();
     int ok_b = same(dx, ux.get()) && same(f2.get(), ucopy.get()) && same(fw2.get(), uw2.get()) && same(fb2.get(), ub2.get());
     printf("%s layernorm bwd_ex N=%d C=%d%s: dinp, dinp2, dw, db %s\n", pr, N, C, off ? " (unaligned)" : "",
@@ -132,8 +132,14 @@ static void test_kernels(int bf, int N, int C, int off, int in_place) {
     CHECK(!same(dx, zx.get()), "%s: dinp from zero equals dinp from d0: the check is blind\n", pr);
     /* dinp2 NULL: just layernorm_backward */
     dv nx(d0, bf, off);
-    T->layernorm_backward_ex(nx.f(), NULL, NULL, NULL, gout.f(), us.f(), uw.f(), fm.f(), fr.f(), N, C);
+    T->layernorm_backward_ex(nx.f(), NULL, NULL, NULL, gout.f(), us.f(), uw.f(), fm.f(), fr.f(), N, C, 0);
     CHECK(same(nx.get(), dx), "%s layernorm bwd_ex with dinp2 NULL differs\n", pr);
+    /* write_dinp: a fresh dinp (NaN: any read of it shows) is WRITTEN, bit for
+       bit what adding to zeros gives (zx above) */
+    dv wx(vec(n, NAN), bf, off);
+    T->layernorm_backward_ex(wx.f(), NULL, NULL, NULL, gout.f(), us.f(), uw.f(), fm.f(), fr.f(), N, C, 1);
+    CHECK(same(wx.get(), zx.get()), "%s layernorm bwd_ex N=%d C=%d, dinp written: differs from dinp from zero (%zu)\n",
+          pr, N, C, n_diff(wx.get(), zx.get()));
     CHECK(harness_errors() == e0, "%s N=%d C=%d: the harness reported errors\n", pr, N, C);
 }
 

@@ -239,7 +239,8 @@ static void test_table(void) {
     CHECK(F->act_dtype == TRN_F32 && H->act_dtype == TRN_BF16, "act_dtype %d %d\n", F->act_dtype, H->act_dtype);
     int same = 0;
 #define K1_PICKED(fn) same += F->fn == H->fn || !H->fn
-    K1_PICKED(embedding_forward); K1_PICKED(embedding_backward); K1_PICKED(layernorm_forward);
+    K1_PICKED(embedding_forward); K1_PICKED(embedding_backward); K1_PICKED(embedding_backward_rows);
+    K1_PICKED(layernorm_forward);
     K1_PICKED(layernorm_backward); K1_PICKED(relu_forward); K1_PICKED(relu_backward); K1_PICKED(add_forward);
     K1_PICKED(accumulate); K1_PICKED(crossentropy_forward); K1_PICKED(crossentropy_backward);
     K1_PICKED(crossentropy_fused);
@@ -254,7 +255,7 @@ static void test_table(void) {
     K1_PICKED(crossentropy_ex_backward); K1_PICKED(bce_logits_forward); K1_PICKED(bce_logits_backward);
     K1_PICKED(l1_forward); K1_PICKED(l1_backward); K1_PICKED(huber_forward); K1_PICKED(huber_backward);
 #undef K1_PICKED
-    CHECK(same == 0, "%d of 46 table entries are the same function in fp32 and bf16\n", same);
+    CHECK(same == 0, "%d of 47 table entries are the same function in fp32 and bf16\n", same);
 }
 
 static void test_embedding(int N, int C, int V) {
@@ -271,6 +272,38 @@ static void test_embedding(int N, int C, int V) {
     compare("embedding_backward (fp32 dtable)", "f", 1, [&](const trn_backend *be, int bf, int d0) {
         dv dout(g, bf), dt(d0 ? dt0 : zeros(dt0.size()), 0);
         be->embedding_backward(dt.f(), dout.f(), (const int *)dids.p, N, C);
+        return outs{dt.get()};
+    });
+    /* ids of B equal rows (positions; here a row that repeats an id too):
+       embedding_backward_rows sums the batch first; against the plain
+       kernel on the same ids (the reference, 'f': the same sums in another
+       order), in fp32 and in bf16, then fp32 against bf16 as above */
+    const int B = 3, T = N / B > 0 ? N / B : 1;
+    std::vector<int> rid((size_t)B * T);
+    for (int t = 0; t < T; t++) rid[(size_t)t] = t % 2 == 0 ? (int)(trn_rng_next(&RNG) % (uint64_t)V) : t % V;
+    if (T > 1) rid[1] = rid[0]; /* a repeat inside the row: those atomics collide */
+    for (int b = 1; b < B; b++) memcpy(&rid[(size_t)b * T], rid.data(), sizeof(int) * (size_t)T);
+    dv drid(vec((size_t)B * T), 0);
+    F->upload(drid.p, rid.data(), sizeof(int) * rid.size());
+    vec gr = randbf((size_t)B * T * C);
+    for (int bf = 0; bf < 2; bf++) {
+        const trn_backend *be = bf ? H : F;
+        CHECK(be->embedding_backward_rows != NULL, "no embedding_backward_rows in the %s table\n", bf ? "bf16" : "fp32");
+        if (!be->embedding_backward_rows) continue;
+        dv dout(gr, bf), a(dt0, 0), r(dt0, 0);
+        long e0 = harness_errors();
+        be->embedding_backward_rows(a.f(), dout.f(), (const int *)drid.p, B, T, C);
+        be->embedding_backward(r.f(), dout.f(), (const int *)drid.p, B * T, C);
+        double w = excess(a.get(), r.get(), 'f'), far = excess(a.get(), dt0, 'f');
+        printf("embedding_backward_rows C=%d %s: /bound %.3f vs the plain kernel (%.3g from untouched)\n", C,
+               bf ? "bf16" : "fp32", w, far);
+        CHECK(w <= 1.0 && far > 1.0, "embedding_backward_rows %s: %.3g x the bound from the plain kernel\n",
+              bf ? "bf16" : "fp32", w);
+        CHECK(harness_errors() == e0, "embedding_backward_rows: %ld harness errors\n", harness_errors() - e0);
+    }
+    compare("embedding_backward_rows (fp32 dtable)", "f", 1, [&](const trn_backend *be, int bf, int d0) {
+        dv dout(gr, bf), dt(d0 ? dt0 : zeros(dt0.size()), 0);
+        be->embedding_backward_rows(dt.f(), dout.f(), (const int *)drid.p, B, T, C);
         return outs{dt.get()};
     });
 }

@@ -31,8 +31,9 @@
    gradient over them), the dinp GEMM (reads W again; WRITES dx's rows,
    beta 0) and the dW GEMM (chunk 0 WRITES the fp32 dW, 4 Vp C; the others
    read and write it, 8 Vp C): 4 launches. Once: the targets' upload, and
-   in backward two converts (dx handed on to a fresh gradient: read,
-   written; dW added into the gradient: fp32 read, read, written).
+   in backward one convert (dW WRITTEN into the LM head's gradient, which
+   is known zero after trn_zero_grad: fp32 read, written); dx needs none
+   (x has no gradient yet: the saved dx becomes it).
    Bytes:
      W per chunk              K 2E Vp C
      dW                       (8K - 4) Vp C
@@ -40,38 +41,41 @@
                                           reads and writes; dinp and dW read)
      the (n, C) rows          3 E N C    (x read by the logits and dW GEMMs,
                                           dx written by dinp)
-     once                     12 Vp C    (convert dW)
-                            + 2E N C     (convert dx: read, written)
+     once                     8 Vp C     (convert dW)
                             + 12 N       (targets 4 twice (upload, read by
                                           the fused kernel) + losses 4)
-   Launches of the step: per layer 28 (forward: a layernorm, the residual
+   Launches of the step: per layer 24 (forward: a layernorm, the residual
    add fused into the second layernorm (>>addln), 3 GEMMs, the fused
    matmul+GELU, attention, 1 residual add = 8; backward: 2 layernorms x 2
    launches (dx; dw and db partials, summed by the last block of each
    column group in the same launch), 1 copy (the block's last residual
    add hands its gradient on; the fused one's layernorm writes it in its
-   dx pass), 4 bias column sums x 1 (the same: partials and their sum in
-   one launch), the matmul+dGELU, 3 dinp and 4 dW GEMMs, attention's 3
-   (FlashAttention-2: D = rowsum(dO O), the key-block kernel, the dQ
-   partials' sum; the partials need no zero pass: each one's first key
-   block stores) = 20, and no zero: the 3 dinp GEMMs write their fresh
+   dx pass), the matmul+dGELU, 3 dinp and 4 dW GEMMs (each dW GEMM also
+   WRITES its bias gradient in its BGRADB epilogue: the parameters'
+   gradients are known zero after trn_zero_grad, so no column-sum
+   launches), attention's 3 (FlashAttention-2: D = rowsum(dO O), the
+   key-block kernel, the dQ partials' sum; the partials need no zero
+   pass: each one's first key block stores) = 16, and no zero: the 3 dinp
+   GEMMs write their fresh
    gradients with beta 0, and attention WRITES its fresh dqkv
    (flash_attention_backward_ex), where they were zeroed and added to); outside
-   the layers 21 (ids upload 3, embedding 2+2, its add, the final
-   layernorm 1 + 2, a copy, 3 zeros, the loss mean, 2 downloads, the
-   gradient norm 2, AdamW 1); and the classifier's 1 + 4 K + 2. */
+   the layers 20 (ids upload 3, embedding 2+2 (backward: the tokens'
+   rows, and the positions' summed over the batch first), its add, the final
+   layernorm 1 + 2 (its backward WRITES the fresh gradient of its input,
+   no zero pass), a copy, 2 zeros, the loss mean, 2 downloads, the
+   gradient norm 2, AdamW 1); and the classifier's 1 + 4 K + 1. */
 static const double D_N = 16384, D_C = 768, D_VP = 50304, D_E = 2;
 static const int D_L = 12, D_RMAX = (int)((400.0 * 1048576) / (2 * 50304)), D_K = (16384 + D_RMAX - 1) / D_RMAX,
                  D_R = (16384 + D_K - 1) / D_K;
 static double design_classifier_bytes(void) {
     return D_K * 2 * D_E * D_VP * D_C + (8.0 * D_K - 4) * D_VP * D_C + 5 * D_E * D_N * D_VP + 3 * D_E * D_N * D_C +
-           12 * D_VP * D_C + 2 * D_E * D_N * D_C + 12 * D_N;
+           8 * D_VP * D_C + 12 * D_N;
 }
-static const long long D_CLASSIFIER_LAUNCHES = 1 + 4 * D_K + 2;
-static const long long D_STEP_LAUNCHES = D_L * 28 + 21 + D_CLASSIFIER_LAUNCHES;
+static const long long D_CLASSIFIER_LAUNCHES = 1 + 4 * D_K + 1;
+static const long long D_STEP_LAUNCHES = D_L * 24 + 20 + D_CLASSIFIER_LAUNCHES;
 /* the distinct cuBLASLt problems of the step: forward qkv, attention proj,
    fc+GELU, fc proj (4); backward dinp of qkv, proj, fc proj and the
-   fc+dGELU (4), dW of the four (4); the classifier's logits, dinp and dW at
+   fc+dGELU (4), dW of the four with BGRADB (4); the classifier's logits, dinp and dW at
    4096 rows (3) */
 static const int D_LT_PLANS = 4 + 4 + 4 + 3;
 /* ---- end of DESIGN ------------------------------------------------------- */
