@@ -525,8 +525,8 @@ typedef struct trn_backend {
        garbage (a fresh buffer), write; 2 they are zero (a parameter's
        grad_zero), writing and adding are the same. It is how a fresh
        gradient skips its memset and a read, and how dbias can come out of
-       the dW GEMM's epilogue (which can only write). NULL: train.h zeroes what is to be written, then calls
-       matmul_backward */
+       the dW GEMM's epilogue (which can only write). NULL: train.h zeroes
+       what is to be written, then calls matmul_backward */
     void (*matmul_backward_ex)(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                                const float *w, int N, int C, int OC, int write_dinp, int write_dw,
                                int write_dbias);

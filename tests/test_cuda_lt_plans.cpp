@@ -20,6 +20,10 @@
         (the unfused path rounds the GEMM's result once more before the
         bias or GELU); BGRADB's unfused form is the GEMM, then the column
         sums.
+     4. train.h's grad_zero, end to end (bf16): a trn_linear's dW and
+        dbias are WRITTEN by the first backward after trn_zero_grad (dbias
+        by BGRADB), added to by the next (the column sums): 2 micro-batches
+        give one batch's gradients.
    GPT-2's whole step is counted by tests/test_gpt2_plan.cpp. */
 #define TRAIN_IMPLEMENTATION
 #include "train.h"
@@ -106,6 +110,33 @@ static outputs layer(int d_off) {
     o.dw = get_f32(dW, (size_t)OC * C);
     for (void *p : {dx, dw_, db, dg, (void *)out, outg, pre, dpre, dinp, (void *)dW}) G->free(p);
     return o;
+}
+
+/* 4: dW, dbias of y = x w^T + b under an MSE loss, over K micro-batches */
+static vec accumulated(int K) {
+    trn_model m;
+    trn_rng r;
+    static float X[N * C], Yt[N * OC];
+    trn_rng_seed(&r, 9);
+    for (float &v : X) v = trn_rng_normal(&r);
+    for (float &v : Yt) v = trn_rng_normal(&r);
+    trn_model_init(&m, G);
+    trn_tensor *w = trn_param2(&m, "w", OC, C), *b = trn_param1(&m, "b", OC);
+    trn_model_alloc(&m);
+    trn_init_normal(&m, w, 0.0f, 0.3f, &r);
+    trn_init_normal(&m, b, 0.0f, 0.3f, &r);
+    trn_zero_grad(&m);
+    for (int k = 0; k < K; k++) {
+        int rows = N / K, shape[2] = {rows, C};
+        trn_reset(&m);
+        trn_tensor *x = trn_input(&m, "x", 2, shape, X + (size_t)k * rows * C);
+        trn_tensor *loss = trn_mse(&m, trn_linear(&m, x, w, b), Yt + (size_t)k * rows * OC);
+        trn_backward_scaled(&m, loss, 1.0f / (float)K);
+    }
+    vec g = get_f32(w->grad, (size_t)OC * C), gb = get_f32(b->grad, OC); /* dW, then dbias */
+    g.insert(g.end(), gb.begin(), gb.end());
+    trn_model_free(&m);
+    return g;
 }
 
 static void init(void) {
@@ -195,6 +226,18 @@ int main(void) {
     CHECK(rel(un.pre, fused.out) <= 1.0 / 128 && rel(un.outg, nobias) > 0.05, "the tolerance cannot tell GELU from none\n");
     CHECK(cuemu::errors() == 0, "the harness reported %ld errors\n", cuemu::errors());
     cuemu::lt_no_algo = 0;
+    trn_cuda_shutdown();
+    /* 4 */
+    init();
+    vec one = accumulated(1), two = accumulated(2);
+    vec db1(one.end() - OC, one.end()), db2(two.end() - OC, two.end());
+    printf("a linear layer, 2 micro-batches vs 1 batch (bf16): dW %.2g, dbias %.2g relative\n", rel(two, one),
+           rel(db2, db1));
+    CHECK(rel(two, one) <= 1.0 / 128 && rel(db2, db1) <= 1.0 / 128,
+          "2 micro-batches: dW, dbias off by %.3g, %.3g relative (the second must add, not write)\n", rel(two, one),
+          rel(db2, db1));
+    CHECK(rel(db1, vec(OC, 0.0f)) > 1e-3, "dbias is %g at most: the check is blind\n", rel(db1, vec(OC, 0.0f)));
+    CHECK(cuemu::errors() == 0, "the harness reported %ld errors\n", cuemu::errors());
     trn_cuda_shutdown();
     return check_summary();
 }
