@@ -657,6 +657,20 @@ static int trn__net_listen(int port, int *port_out) {
     return fd;
 }
 
+/* 1 if fd is connected to itself. TCP allows a "simultaneous open": when
+   nobody listens yet on a local port P, and the OS happens to pick P itself
+   as the connecting socket's own (ephemeral) port, the socket connects to
+   itself. connect() succeeds, our hello comes back to us as the answer, and
+   rank 0 can no longer listen on P. A port chosen in the ephemeral range
+   (32768-60999 on Linux) by a launcher or a script hits this now and then:
+   once in CI, a rank hung for its whole timeout with nothing in its log. */
+static int trn__net_is_self(int fd) {
+    struct sockaddr_in a, b;
+    socklen_t la = sizeof a, lb = sizeof b;
+    return getsockname(fd, (struct sockaddr *)&a, &la) == 0 && getpeername(fd, (struct sockaddr *)&b, &lb) == 0 &&
+           a.sin_port == b.sin_port && a.sin_addr.s_addr == b.sin_addr.s_addr;
+}
+
 /* connect, retrying while nobody listens yet (the peer may start later) */
 static int trn__net_connect(struct in_addr addr, int port, double deadline) {
     for (;;) {
@@ -676,6 +690,11 @@ static int trn__net_connect(struct in_addr addr, int port, double deadline) {
             socklen_t len = sizeof e;
             e = ETIMEDOUT;
             if (w > 0 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &len) != 0) e = errno;
+        }
+        if (e == 0 && trn__net_is_self(fd)) { /* as if refused; reset, not closed, so P is free at once */
+            struct linger now = {1, 0};
+            setsockopt(fd, SOL_SOCKET, SO_LINGER, &now, sizeof now);
+            e = ECONNREFUSED;
         }
         if (e == 0) {
             setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -1228,6 +1247,11 @@ static trn_result trn__ring_init(trn_comm *c, const trn_dist_env *env) {
     peers = (trn__peer *)calloc((size_t)c->world, sizeof(trn__peer));
     if (!g->stage || !peers) { free(peers); return trn_fail(TRN_ERR_NOMEM, "tcp communicator: out of memory"); }
     lfd = trn__net_listen(0, &port); /* our ring listener, on a port the OS picks */
+    if (lfd >= 0 && port == env->master_port) { /* MASTER_PORT itself (rank 0 is not listening yet): another */
+        int taken = lfd;
+        lfd = trn__net_listen(0, &port);
+        close(taken);
+    }
     if (lfd < 0) { free(peers); return trn_fail(TRN_ERR_COMM, "rank %d: listen: %s", c->rank, strerror(errno)); }
     memset(blob, 0, sizeof blob);
     if (c->rank == 0) { /* a job token: time, pid and an address, mixed */
