@@ -2743,7 +2743,7 @@ TRNDEF void trn_flash_attention_forward(float *out, float *lse, const float *qkv
 #pragma omp parallel for schedule(dynamic, 1)
 #endif
     for (task = 0; task < ntask; task++) {
-        float m[TRN__FA_BQ], l[TRN__FA_BQ];
+        float m[TRN__FA_BQ], l[TRN__FA_BQ], mnew[TRN__FA_BQ], corr[TRN__FA_BQ];
 #ifdef _OPENMP
         float *S = work + (size_t)omp_get_thread_num() * tile;
 #else
@@ -2766,22 +2766,27 @@ TRNDEF void trn_flash_attention_forward(float *out, float *lse, const float *qkv
         for (j0 = 0; j0 < kend; j0 += TRN__FA_BK) {
             int nk = TRN__MIN(TRN__FA_BK, kend - j0);
             trn__fa_gemm_masked(cols, i0 - j0, nq, nk, hs, scale, q, (size_t)ld, 1, k_t + j0, ldt, 0.0f, S, TRN__FA_BK);
+            /* the new maxima, then their corrections e^(m - m') for all
+               rows in one loop (vectorized, where one exp per row was a
+               scalar chain per row), then the rows' exps and sums */
             for (r = 0; r < nq; r++) {
-                float *s = S + r * TRN__FA_BK, *orow = o + (size_t)r * C, mx, corr;
+                int n = trn__fa_visible(causal, i0 + r, j0, nk);
+                float mx = n > 0 ? trn__row_max(S + r * TRN__FA_BK, n) : -INFINITY;
+                mnew[r] = mx < m[r] ? m[r] : mx; /* every row sees key 0: finite after the first block */
+            }
+            for (r = 0; r < nq; r++) corr[r] = trn__expf(m[r] - mnew[r]); /* e^-inf = 0 on the first block */
+            for (r = 0; r < nq; r++) {
+                float *s = S + r * TRN__FA_BK, *orow = o + (size_t)r * C, mx = mnew[r];
                 int n = trn__fa_visible(causal, i0 + r, j0, nk), ne = trn__fa_pad8(n, nk);
-                /* every row sees key 0, so m is finite after the first block */
-                mx = n > 0 ? trn__row_max(s, n) : -INFINITY;
-                if (mx < m[r]) mx = m[r];
-                corr = trn__expf(m[r] - mx); /* e^-inf = 0 on the first block */
                 for (c = 0; c < ne; c++) { /* whole vectors: no scalar tail */
                     float e = trn__expf(s[c] - mx);
                     s[c] = c < n ? e : 0.0f;
                 }
                 for (; c < nk; c++) s[c] = 0.0f;
-                l[r] = l[r] * corr + trn__row_sum(s, n);
+                l[r] = l[r] * corr[r] + trn__row_sum(s, n);
                 m[r] = mx;
-                if (corr != 1.0f)
-                    for (c = 0; c < hs; c++) orow[c] *= corr;
+                if (corr[r] != 1.0f)
+                    for (c = 0; c < hs; c++) orow[c] *= corr[r];
             }
             trn__fa_gemm_masked(khead, i0 - j0, nq, hs, nk, 1.0f, S, TRN__FA_BK, 1, v + (size_t)j0 * ld, (size_t)ld, 1.0f,
                                 o, (size_t)C);
