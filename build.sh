@@ -43,7 +43,7 @@ C_STD="-std=c99"
 # train.h turns POSIX on itself when it is the first #include (examples and
 # tools show that); tests and benchmarks include other headers first
 POSIX_DEFS="-D_DEFAULT_SOURCE -D_POSIX_C_SOURCE=200809L"
-ASAN="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined"
+ASAN="-O1 -g1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined"
 # sm_80 (A100) and sm_90 (H100) machine code, and compute_90 PTX that the
 # driver compiles for newer GPUs
 NVCC_FLAGS="-O3 -I. -std=c++17 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 -Xcompiler -fopenmp"

@@ -6,7 +6,8 @@
 # A test that crashes, times out or prints no summary counts as one failure;
 # one that prints a line starting with SKIP and "0 passed, 0 failed" could
 # not run here (no root, no compiler, ...) and is listed as skipped.
-# TESTS=pattern runs only the matching tests.
+# TESTS=pattern runs only the matching tests; TEST_LANES=1 runs them all in
+# one lane (by default the CUDA-harness programs run beside the rest).
 set -u
 cd "$(dirname "$0")/.."
 total_pass=0; total_fail=0; total_skip=0
@@ -33,19 +34,44 @@ run_one() { # run_one NAME COMMAND...
     total_pass=$((total_pass + p)); total_fail=$((total_fail + f))
     if [ "$f" = 0 ] && [ "$p" = 0 ] && grep -q '^SKIP' "$log"; then # could not run here: say so, never "ok"
         total_skip=$((total_skip + 1))
-        printf 'skip  %-34s %s\n' "$name" "$(grep -m1 '^SKIP' "$log" | cut -c1-100)"
+        report=$(printf 'skip  %-34s %s' "$name" "$(grep -m1 '^SKIP' "$log" | cut -c1-100)")
     elif [ "$f" = 0 ]; then
-        printf 'ok    %-34s %4d passed  (%ds)\n' "$name" "$p" $((t1 - t0))
+        report=$(printf 'ok    %-34s %4d passed  (%ds)' "$name" "$p" $((t1 - t0)))
     else
-        printf 'FAIL  %-34s %4d passed, %d failed, exit %d  (%ds)\n' "$name" "$p" "$f" "$rc" $((t1 - t0))
-        grep -v '^ok' "$log" | tail -30 | sed 's/^/      /'
+        report=$(printf 'FAIL  %-34s %4d passed, %d failed, exit %d  (%ds)\n' "$name" "$p" "$f" "$rc" $((t1 - t0))
+                 grep -v '^ok' "$log" | tail -30 | sed 's/^/      /')
     fi
+    printf '%s\n' "$report" # one write: the two lanes below share this output
     rm -f "$log"
 }
 
-for t in tests/bin/test_*; do [ -x "$t" ] && run_one "$(basename "$t")" "$t"; done
+# Two lanes where there are two cores: the CUDA-on-CPU harness programs
+# (tests/bin/test_cuda_*: one thread each, long, no clocks or timeouts of
+# their own) run one after another beside everything else, which keeps its
+# order. TEST_LANES=1 runs all in one lane.
+harness_lane=0
+if [ "${TEST_LANES:-2}" -ge 2 ] && [ "$(nproc 2>/dev/null || echo 1)" -ge 2 ]; then
+    harness_lane=1
+    lane_sums=$(mktemp)
+    (
+        for t in tests/bin/test_cuda_*; do [ -x "$t" ] && run_one "$(basename "$t")" "$t"; done
+        echo "$total_pass $total_fail $total_skip" > "$lane_sums"
+    ) &
+    lane_pid=$!
+fi
+
+for t in tests/bin/test_*; do
+    [ "$harness_lane" = 1 ] && [[ "$t" == tests/bin/test_cuda_* ]] && continue
+    [ -x "$t" ] && run_one "$(basename "$t")" "$t"
+done
 for t in tests/bin/asan/test_*; do [ -x "$t" ] && run_one "asan/$(basename "$t")" "$t"; done
 for t in tests/test_*.sh; do [ -e "$t" ] && run_one "$(basename "$t")" bash "$t"; done
+if [ "$harness_lane" = 1 ]; then
+    wait "$lane_pid"
+    read -r p f k < "$lane_sums" || { p=0; f=1; k=0; echo "FAIL  the harness lane left no sums"; }
+    total_pass=$((total_pass + p)); total_fail=$((total_fail + f)); total_skip=$((total_skip + k))
+    rm -f "$lane_sums"
+fi
 
 echo
 [ "$total_skip" = 0 ] || echo "($total_skip test(s) skipped: see the skip lines above)"

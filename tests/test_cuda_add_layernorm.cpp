@@ -1,4 +1,4 @@
-// build: -O1 -g -Wno-maybe-uninitialized
+// build: -O1 -g1 -Wno-maybe-uninitialized
 // requires: test -f examples/gpt2.c
 /* tests/test_cuda_add_layernorm.cpp - train_cuda.h's residual add fused
    into the layernorm after it (>>addln), run on the CPU by
@@ -28,6 +28,7 @@
    tests/test_cuda_add_layernorm_gpu.cu is the same file for a real GPU.
    Run:  tests/bin/test_cuda_add_layernorm [seed] */
 #ifndef __CUDACC__
+#define TRN_CUDA_FLASH_HS(X) X(16) /* bf16 attention compiled for the tiny preset's head size only (train_cuda.h) */
 #include "tests/cuda_on_cpu.h"
 #endif
 #define TRN_USE_CUDA

@@ -1,4 +1,4 @@
-// build: -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined -Wno-maybe-uninitialized
+// build: -O1 -g1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined -Wno-maybe-uninitialized
 // requires: test -f examples/llama.c
 /* tests/test_cuda_bf16_llama.cpp - examples/llama.c's model (RMSNorm,
    RoPE, grouped-query attention, SwiGLU, untied head) in bf16 on the CUDA
@@ -17,6 +17,7 @@
         W (64,16), b (64), chunks of 20 rows, backward from 0.5: the saved
         bf16 dx is scaled into x's gradient, dW and db stay fp32; loss and
         the three gradients match fp32 to bf16 precision. */
+#define TRN_CUDA_FLASH_HS(X) X(16) /* bf16 attention compiled for the tiny preset's head size only (train_cuda.h) */
 #include "tests/cuda_on_cpu.h"
 /* the fused classifier in chunks of 20 rows of 64 logits (part 3) */
 #define TRN__XENT_CHUNK_FLOATS (20 * 64)

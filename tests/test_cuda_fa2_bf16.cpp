@@ -1,4 +1,4 @@
-// build: -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined -Wno-maybe-uninitialized
+// build: -O1 -g1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined -Wno-maybe-uninitialized
 /* tests/test_cuda_fa2_bf16.cpp - the FlashAttention-2 kernels of
    train_cuda.h (>>cuda-fa2: mma.sync m16n8k16, ldmatrix, cp.async) against
    the materialized reference pair (train.h's trn_attention_forward/backward

@@ -1,4 +1,4 @@
-// build: -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined -Wno-maybe-uninitialized
+// build: -O1 -g1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined -Wno-maybe-uninitialized
 /* tests/test_cuda_flash_bf16.cpp - the WMMA bf16 fused attention of
    train_cuda.h (tensor cores through nvcuda::wmma; since the FA2 kernels
    became the default, selected with trn_cuda_set_flash(TRN_CUDA_FLASH_WMMA, 0)

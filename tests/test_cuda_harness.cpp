@@ -1,4 +1,4 @@
-// build: -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined -Wno-maybe-uninitialized
+// build: -O1 -g1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined -Wno-maybe-uninitialized
 /* tests/test_cuda_harness.cpp - tests of the CUDA-on-CPU harness itself
    (tests/cuda_on_cpu.h): that it runs correct kernels correctly, and that it
    CATCHES broken ones - a missing __syncthreads gives a wrong sum under the

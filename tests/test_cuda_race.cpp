@@ -1,4 +1,4 @@
-// build: -O1 -g -fsanitize=thread -Wno-maybe-uninitialized
+// build: -O1 -g1 -fsanitize=thread -Wno-maybe-uninitialized
 /* tests/test_cuda_race.cpp - tests/test_cuda_kernels.cpp built with
    ThreadSanitizer: the CUDA-on-CPU harness then works as a race detector
    (see tests/cuda_on_cpu.h), and every kernel of train_cuda.h runs through

@@ -1,4 +1,4 @@
-// build: -O2 -g -Wno-maybe-uninitialized
+// build: -O2 -g1 -Wno-maybe-uninitialized
 // requires: test -f examples/gpt2.c
 /* tests/test_gpt2_plan.cpp - the time ledger (train_cuda.h's >>sites) of
    one GPT-2 124M step at B=16, T=1024 in bf16, counted on the real code
@@ -16,6 +16,7 @@
         one of D_LT_PLANS problems.
    When the classifier or a launcher changes (issue 23's items 2-4), the
    DESIGN block changes with it, and nothing else here. */
+#define TRN_CUDA_FLASH_HS(X) X(64) /* bf16 attention compiled for GPT-2 124M's head size only (train_cuda.h) */
 #define GPT2_PLAN_NO_MAIN
 #include "bench/gpt2_plan.cpp"
 #include "tests/check.h"
