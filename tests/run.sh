@@ -16,13 +16,22 @@ export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}  # no spinning threads on a s
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
 pattern=${TESTS:-}
 
+# a test's time limit: 900 s, or its source's `// timeout: SECONDS` line
+limit_of() { # limit_of NAME
+    local src t
+    for src in "tests/${1#asan/}.c" "tests/${1#asan/}.cpp"; do
+        [ -e "$src" ] && t=$(sed -n '1,60s|^// timeout: ||p' "$src" | head -1) && [ -n "$t" ] && { echo "$t"; return; }
+    done
+    echo 900
+}
+
 run_one() { # run_one NAME COMMAND...
     local name=$1; shift
     local log rc line p f t0 t1
     [ -n "$pattern" ] && [[ "$name" != *$pattern* ]] && return 0
     log=$(mktemp)
     t0=$(date +%s)
-    timeout "${TEST_TIMEOUT:-900}" "$@" >"$log" 2>&1; rc=$?
+    timeout "${TEST_TIMEOUT:-$(limit_of "$name")}" "$@" >"$log" 2>&1; rc=$?
     t1=$(date +%s)
     line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$log" | tail -1)
     if [ -n "$line" ]; then

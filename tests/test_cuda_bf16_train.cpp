@@ -1,5 +1,6 @@
 // build: -O2 -g1 -Wno-maybe-uninitialized
 // requires: test -f examples/gpt2.c
+// timeout: 2400
 /* tests/test_cuda_bf16_train.cpp - bf16 mixed precision, end to end,
    through the CUDA backend on the CPU (tests/cuda_on_cpu.h; no ASan here:
    2 x 200 training steps; the kernels' bounds are checked under ASan by
