@@ -18,7 +18,7 @@ static int argmax(const float *x, int n) {
 
 int main(void) {
     /* L, NH, NKV, C, hs, F, maxT, V, Vp, theta, eps: 6 query heads on 2 kv heads */
-    llama_config cfg = {3, 6, 2, 48, 8, 96, 64, 256, 256, 10000.0f, 1e-5f};
+    llama_config cfg = {3, 6, 2, 48, 8, 96, 64, 256, 256, 10000.0f, 1e-5f, 0, {0, 0.0f, 0.0f, 0.0f, 0}};
     llama g;
     trn_kv_cache kv;
     trn_tokenizer tok;
