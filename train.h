@@ -2684,14 +2684,14 @@ static int trn__fa_pad8(int n, int nk) {
 static size_t trn__fa_ldt(int T) { return ((size_t)T + 15) / 16 * 16 + 16; }
 static void trn__fa_transpose(float *xt, const float *x, size_t ld, int T, int hs) {
     size_t ldt = trn__fa_ldt(T);
-    int t0 = 0, t, d, d0 = 0;
+    int t0 = 0, t, d;
 #if defined(__AVX2__)
     /* 8 x 8 blocks in registers: 8 row loads, 24 shuffles, 8 row stores,
        where the plain loop below makes 64 single loads and stores (it was
        a tenth of the attention's time at T = 128, hs = 48). Pairs of rows
        are interleaved (unpack), then pairs of pairs (shuffle), then the
        128-bit halves swapped (permute): row d of the block is column d. */
-    d0 = hs / 8 * 8;
+    int d0 = hs / 8 * 8;
     for (t0 = 0; t0 + 8 <= T; t0 += 8)
         for (d = 0; d < d0; d += 8) {
             const float *s = x + (size_t)t0 * ld + d;

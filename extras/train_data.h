@@ -1221,7 +1221,7 @@ static const char trn__re_qwen2[] =
      7. \s+                            whitespace */
 static size_t trn__l3_pretoken_len(const unsigned char *s, size_t len, int max_digits) {
     size_t w, w2, end, last_nl = 0, last_start = 0;
-    int c, c2, k, any_nl = 0;
+    int c, k, any_nl = 0;
     uint32_t cp;
     if (s[0] == '\'' && len >= 2) {
         int a = s[1] | 0x20, b = len >= 3 ? s[2] | 0x20 : 0;
@@ -1242,7 +1242,7 @@ static size_t trn__l3_pretoken_len(const unsigned char *s, size_t len, int max_d
         return end;
     }
     end = (s[0] == ' ' && len > 1) ? 1 : 0;
-    if ((c2 = trn__class_at(s, len, end, &w2)) == TRN__CH_OTHER) {
+    if (trn__class_at(s, len, end, &w2) == TRN__CH_OTHER) {
         while (end < len && trn__class_at(s, len, end, &w2) == TRN__CH_OTHER) end += w2;
         while (end < len && (s[end] == '\r' || s[end] == '\n')) end++;
         return end;
@@ -1483,10 +1483,9 @@ typedef struct trn__hf_enc {
 
 /* append s[0..n) to b with every " " as "▁" (after one "▁" with prepend) */
 static trn_result trn__meta_replace(trn__dbuf *b, const unsigned char *s, size_t n, int prepend) {
-    trn_result r;
     size_t i;
     char *o;
-    if (n > (size_t)-1 / 8 || (r = trn__dbuf_reserve(b, 3 * n + 3)) != TRN_OK) return TRN_ERR_NOMEM;
+    if (n > (size_t)-1 / 8 || trn__dbuf_reserve(b, 3 * n + 3) != TRN_OK) return TRN_ERR_NOMEM;
     o = b->p + b->n;
     if (prepend) { memcpy(o, "\xE2\x96\x81", 3); o += 3; }
     for (i = 0; i < n; i++) {
