@@ -20,6 +20,15 @@
    Hangul jamo; Python's unicodedata.normalize('NFC', ...) beside each):
    both outputs must be Python's, and trn__nfc_text may say "already NFC"
    only where it is; plus bytes that are not UTF-8, which pass through.
+   "@classes": the kit's character class (trn__char_class: other, \s,
+   \p{L}, \p{N}) of every assigned code point must be the one the
+   package's regex engine gives it (DIR/classes.bin).
+   "@pieces": the kit's pre-tokenizer scanners (trn_bpe_pretoken_len for
+   GPT-2's regex, trn__l3_pretoken_len for Llama 3's and Qwen2's) must cut
+   each string of DIR/pieces.bin (edge cases and random strings of white
+   space, marks, contractions...) into the package's pieces, whatever the
+   vocabulary (the ids of a document can hide a wrong cut when no merge
+   crosses it).
    Prints one line per tokenizer (documents, bytes, ids, the first
    difference if any) and "N passed, M failed". */
 #define TRAIN_IMPLEMENTATION
@@ -190,6 +199,81 @@ static void check_nfc(const char *dir) {
     trn_free(out.p); trn_free(cps.p); trn_free(tmp.p); trn_free(q.p); free(file);
 }
 
+/* hf_tokenizer_check's @classes (see the top) */
+static void check_classes(const char *dir) {
+    static const char *names[] = {"other", "\\s", "\\p{L}", "\\p{N}"};
+    char path[4096];
+    size_t n_file;
+    unsigned char *want;
+    uint32_t cp;
+    int bad = 0, n = 0;
+    snprintf(path, sizeof path, "%s/classes.bin", dir);
+    want = slurp(path, &n_file);
+    if (n_file != 0x110000) { printf("FAIL classes: %s is %zu bytes, not 0x110000\n", path, n_file); n_fail++; free(want); return; }
+    for (cp = 0; cp < 0x110000; cp++) {
+        int got;
+        if (want[cp] == 255) continue; /* a surrogate, or unassigned in Python's Unicode */
+        n++;
+        if ((got = trn__char_class(cp)) != want[cp] && bad++ < 5)
+            printf("  U+%04X: kit %s, package %s\n", (unsigned)cp, names[got & 3], names[want[cp] & 3]);
+    }
+    if (bad) {
+        printf("FAIL classes: %d of %d assigned code points in another class than the package's regex gives\n", bad, n);
+        n_fail++;
+    } else {
+        printf("ok classes: %d assigned code points, each in the package's class (other, \\s, \\p{L}, \\p{N})\n", n);
+        n_pass++;
+    }
+    free(want);
+}
+
+/* hf_tokenizer_check's @pieces (see the top) */
+static void check_pieces(const char *dir) {
+    static const char *names[] = {"GPT-2", "Llama 3", "Qwen2"};
+    char path[4096];
+    size_t n_file;
+    unsigned char *file;
+    const unsigned char *p;
+    int n, i, m, bad[3] = {0, 0, 0}, n_pieces = 0;
+    snprintf(path, sizeof path, "%s/pieces.bin", dir);
+    p = file = slurp(path, &n_file);
+    n = rd32(&p);
+    for (i = 0; i < n; i++) {
+        int32_t len = rd32(&p);
+        const unsigned char *s = p;
+        p += len;
+        for (m = 0; m < 3; m++) {
+            int32_t k = rd32(&p), j, same = 1;
+            size_t pos = 0, got = 0;
+            for (j = 0; j < k; j++, pos += got) {
+                int32_t want = rd32(&p);
+                if (!same) continue;
+                got = m == 0 ? trn_bpe_pretoken_len((const char *)s + pos, (size_t)len - pos)
+                             : trn__l3_pretoken_len(s + pos, (size_t)len - pos, m == 1 ? 3 : 1);
+                if (got != (size_t)want) {
+                    same = 0;
+                    if (bad[m] == 0 && bad[0] + bad[1] + bad[2] < 3)
+                        printf("  %s, string %d: piece %d at byte %zu is %zu bytes, the package's %d (\"%.*s\")\n",
+                               names[m], i, j, pos, got, want, (int)(len - (int32_t)pos < 24 ? len - (int32_t)pos : 24),
+                               (const char *)s + pos);
+                }
+            }
+            n_pieces += k;
+            bad[m] += !same;
+        }
+    }
+    if (bad[0] || bad[1] || bad[2]) {
+        printf("FAIL pieces: of %d strings, %d cut otherwise than the package (GPT-2's regex), %d (Llama 3's), %d "
+               "(Qwen2's)\n", n, bad[0], bad[1], bad[2]);
+        n_fail++;
+    } else {
+        printf("ok pieces: %d strings cut into the package's %d pieces by GPT-2's, Llama 3's and Qwen2's regexes\n",
+               n, n_pieces);
+        n_pass++;
+    }
+    free(file);
+}
+
 int main(int argc, char **argv) {
     char path[4096];
     size_t n;
@@ -200,6 +284,8 @@ int main(int argc, char **argv) {
     docs = slurp(path, &n);
     for (i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "@nfc")) { check_nfc(argv[1]); continue; }
+        if (!strcmp(argv[i], "@classes")) { check_classes(argv[1]); continue; }
+        if (!strcmp(argv[i], "@pieces")) { check_pieces(argv[1]); continue; }
         if (argv[i][0] == '!' && strchr(argv[i], '=')) { /* a file to refuse */
             const char *eq = strchr(argv[i], '=');
             trn_tokenizer tok;

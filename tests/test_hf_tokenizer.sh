@@ -21,6 +21,11 @@
 #      tokenizer promises one;
 #      @nfc requires the kit's NFC (extras/train_data.h) to give Python's
 #      output on every case of nfc.bin;
+#      @classes the kit's character class (other, \s, \p{L}, \p{N}) of
+#      every assigned code point to be the package's regex engine's;
+#      @pieces the kit's GPT-2, Llama 3 and Qwen2 split scanners to cut
+#      20,000 random strings of white space, marks, contractions... and the
+#      fixed edge-case documents into the package's pieces;
 #   3. and one-line refusals of a Unigram and a WordPiece model, the NFKC
 #      normalizer, a Sequence holding Lowercase, an unknown split regex, an
 #      added token with lstrip and a truncated file;
@@ -48,7 +53,7 @@ if ! python3 tests/hf_tokenizer_ref.py "$tmp"; then
     echo "FAIL: tests/hf_tokenizer_ref.py"; echo "0 passed, 1 failed"; exit 1
 fi
 log=$tmp/check.log
-"$check" "$tmp" gpt2 llama3 llama3words llama2 qwen2 smollm mistral metasplit qwen2nfc llama2nfc @nfc \
+"$check" "$tmp" gpt2 llama3 llama3words llama2 qwen2 smollm mistral metasplit qwen2nfc llama2nfc @nfc @classes @pieces \
     '!unigram=model type "Unigram" is not implemented' '!wordpiece=model type "WordPiece" is not implemented' \
     '!nfkc=normalizer "NFKC" is not implemented' '!lowercase=normalizer "Lowercase" is not implemented' \
     '!pattern=split pattern "\p{L}+|\s+" is not one of the known' \
