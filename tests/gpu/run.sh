@@ -36,8 +36,9 @@
 #       6 torch bf16   tests/gpu/torch_gpt2.py (SDPA flash, fused AdamW),
 #                      and torch.profiler's top kernels (torch_profile.txt)
 #       7 ncu          Nsight Compute (--clock-control none) on a window of
-#                      the bf16 step's kernels (NCU_SKIP, NCU_COUNT); the 10
-#                      costliest by device time (ncu.csv)
+#                      the bf16 steps' kernels (NCU_SKIP, NCU_COUNT: about one
+#                      step's ~330 launches, inside the 2nd and 3rd of 4
+#                      steps); the 10 costliest by device time (ncu.csv)
 #       8 sanitizers   compute-sanitizer memcheck and racecheck on the bf16
 #                      step at a small shape (the bf16 attention kernels)
 #       9 fp32/tf32    bench/gpt2_cuda --tf32 1 and --tf32 0: regressions
@@ -46,7 +47,7 @@
 #   - at most 8 files in OUTDIR: report.md, summary.json (one object per
 #     part: name, status, seconds), sites.csv, ncu.csv, torch_profile.txt,
 #     logs.tar.gz (every part's full log).
-# Knobs: BENCH_STEPS (10), NCU_SKIP (1300), NCU_COUNT (150), NVCC, ARCH.
+# Knobs: BENCH_STEPS (10), NCU_SKIP (700), NCU_COUNT (340), NVCC, ARCH.
 # tests/test_gpu_scripts.sh runs --dry-run in CI.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
@@ -296,7 +297,7 @@ print(open(sys.argv[2]).read())
 EOF
 ncu_top() {
     ncu --clock-control none --csv --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed \
-        --launch-skip "${NCU_SKIP:-1300}" --launch-count "${NCU_COUNT:-150}" "$bin/gpt2_cuda" --precision bf16 --steps 1 >"$logs/ncu_raw.csv" &&
+        --launch-skip "${NCU_SKIP:-700}" --launch-count "${NCU_COUNT:-340}" "$bin/gpt2_cuda" --precision bf16 --steps 3 >"$logs/ncu_raw.csv" &&
         python3 "$work/ncu_top.py" "$logs/ncu_raw.csv" "$out/ncu.csv"
 }
 export -f ncu_top
