@@ -32,7 +32,8 @@
 #                      site (sites.csv; bench/gpt2_plan is its prediction)
 #       5 old vs new   the same step with each option of bench/gpt2_cuda
 #                      --help that selects an old path (a line starting
-#                      "  --old-"), and with --attention materialized
+#                      "  --old-"), with --attention materialized, and with
+#                      --dq-atomic (FA2's atomic dQ)
 #       6 torch bf16   tests/gpu/torch_gpt2.py (SDPA flash, fused AdamW),
 #                      and torch.profiler's top kernels (torch_profile.txt)
 #       7 ncu          Nsight Compute (--clock-control none) on a window of
@@ -254,7 +255,7 @@ if runnable gpt2_cuda; then
     # --- 5: old paths beside the new (options "--old-*" of --help), the materialized attention
     section "5. Old vs new (bf16)"
     olds=$([ "$dry" = 1 ] && sed -n 's/.*"  \(--old-[a-z0-9-]*\).*/\1/p' bench/gpt2_cuda.cu || "$bin/gpt2_cuda" --help 2>&1 | sed -n 's/^  \(--old-[a-z0-9-]*\).*/\1/p')
-    for o in $olds "--attention materialized"; do
+    for o in $olds "--attention materialized" "--dq-atomic"; do
         # shellcheck disable=SC2086
         part "gpt2_cuda bf16 $o" 90 "$bin/gpt2_cuda" --precision bf16 --steps 5 $o
         kit_logs+=(--kit "kit bf16 $o" "$logs/$(slug "gpt2_cuda bf16 $o").log")
