@@ -155,7 +155,11 @@ static void usage(void) {
            "  --tf32 0|1          the same as --precision tf32 (1) or fp32 (0)\n"
            "  --recompute         each block a recompute region (activation checkpointing)\n"
            "  --attention KIND    fused (flash-style, saves (B,NH,T)) or materialized\n"
-           "                      (saves the (B,NH,T,T) probabilities, TF32 cuBLAS products) [fused]\n"
+           "                      (saves the (B,NH,T,T) probabilities, cuBLAS products) [fused in bf16,\n"
+           "                      materialized in fp32 and tf32: on an H100 the fp32 fused kernels took\n"
+           "                      381 ms per TF32 step (2026-11-27), materialized 134-166 ms]\n"
+           "  --dq-atomic         bf16 attention backward: dQ added with fp32 atomics (FA2's way: 5\n"
+           "                      products, not 7; the last bits of dQ change from run to run)\n"
            "  --peak-tflops X     the device's peak for MFU, when the table does not know it\n"
            "  --profile           then one step with CUDA events per launch site: the time ledger's table\n"
            "  --profile-csv FILE  the same, and its rows as CSV\n");
@@ -163,7 +167,7 @@ static void usage(void) {
 
 int main(int argc, char **argv) {
     const char *model = "gpt2";
-    int B = 16, T = 1024, steps = 10, recompute = 0, materialized = 0;
+    int B = 16, T = 1024, steps = 10, recompute = 0, materialized = -1, dq_atomic = 0; // materialized -1: by the precision
     int prec = TRN_CUDA_TF32;
     double peak_arg = 0.0;
     int profile = 0;
@@ -176,6 +180,8 @@ int main(int argc, char **argv) {
             recompute = 1;
         } else if (!strcmp(argv[i], "--profile")) {
             profile = 1;
+        } else if (!strcmp(argv[i], "--dq-atomic")) {
+            dq_atomic = 1;
         } else if (i + 1 >= argc) {
             die("unknown argument or missing value '%s' (see --help)", argv[i]);
         } else if (!strcmp(argv[i], "--attention")) {
@@ -204,6 +210,7 @@ int main(int argc, char **argv) {
             die("unknown argument '%s' (see --help)", argv[i]);
         }
     }
+    if (materialized < 0) materialized = prec != TRN_CUDA_BF16;
     const preset *pre = find_preset(model);
     if (!pre) die("--model: no preset '%s' (see examples/gpt2 --help)", model);
     const gpt2_config *cfg = &pre->cfg;
@@ -215,6 +222,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     if (trn_cuda_set_precision((trn_cuda_precision)prec) != TRN_OK) die("%s", trn_error_reason());
+    if (dq_atomic && trn_cuda_set_flash(TRN_CUDA_FLASH_FA2, 1) != TRN_OK) die("%s", trn_error_reason());
     const char *dev = trn_cuda_device_name();
     const peak_row *pk = find_peak(dev);
     double peak = peak_arg > 0.0 ? peak_arg

@@ -90,23 +90,28 @@ static double plan_efficiency(const trn_cuda_site_row *r, trn_cuda_precision p, 
                     : "fp32 FMA on smem tiles; from the 2026-11-25 TF32 step";
         return bf16 ? 0.25 : 0.098;
     }
-    if (plan_is(r, "flash bwd dkdv")) {
+    if (plan_is(r, "flash attn bwd dkdv")) {
         *why = bf16 ? "4 products per key block, S and dS through shared memory" : "fp32 FMA; from the 2026-11-25 TF32 step";
         return bf16 ? 0.20 : 0.070;
     }
-    if (plan_is(r, "flash bwd dq")) {
+    if (plan_is(r, "flash attn bwd dq")) {
         *why = bf16 ? "recomputes S and dP: 3 products where 1 is needed" : "fp32 FMA, 3 products for 1; from 2026-11-25";
         return bf16 ? 0.07 : 0.0235;
     }
     /* FlashAttention-2 (>>cuda-fa2): mma.sync with S, P, O in registers.
        The FA2 paper reports mma.sync kernels (no wgmma) at ~335 TFLOP/s
-       forward on an H100 at long sequences, 42% of the 790 measured here;
-       at head size 64 and T = 1024 (few key blocks per row block, the
-       causal half idle) and as a first version, less. Not yet run on a GPU. */
-    if (plan_is(r, "flash fwd")) { *why = "FA2 mma.sync, registers; hs 64, T 1024: short rows, first version"; return 0.30; }
-    if (plan_is(r, "flash bwd")) { *why = "FA2 5 products per key block, dS via smem, fp32 dQ partials"; return 0.22; }
+       forward on an H100 at long sequences, 42% of the 790 measured here.
+       Measured on an H100 (2026-11-27, bench/gpt2_cuda --profile, GPT-2
+       124M B=16 T=1024): the forward at 0.20 of its floor (2.04 ms for 12
+       layers); the first backward, whose blocks read-added-wrote fp32 dQ
+       partials in global memory, at 0.10. The dK/dV and dQ kernels that
+       replaced it have the forward's structure and are expected at its
+       efficiency; not yet measured. */
+    if (plan_is(r, "flash fwd")) { *why = "FA2 mma.sync, registers; hs 64, T 1024: measured 0.20 on an H100"; return 0.20; }
+    if (plan_is(r, "flash bwd dkdv")) { *why = "FA2 4 products per key block, registers: as the forward"; return 0.20; }
+    if (plan_is(r, "flash bwd dq")) { *why = "S and dP again, dQ += dS K, registers: as the forward"; return 0.20; }
     if (plan_is(r, "flash bwd D") || plan_is(r, "flash bwd dq sum")) {
-        *why = "a streaming pass over (B,T,C) rows (rowsum; partials summed)"; return 0.60;
+        *why = "a streaming pass over (B,T,C) rows (rowsum; or the atomic accumulator)"; return 0.60;
     }
     if (!strncmp(r->name, "attention", 9)) { *why = "cuBLAS batched, K = head size: (T,T) matrices through HBM"; return 0.5; }
     if (r->m) { /* cuBLAS(Lt) GEMMs */

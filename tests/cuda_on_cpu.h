@@ -1242,6 +1242,7 @@ static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 static inline double rsqrt(double x) { return 1.0 / sqrt(x); }
 static inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x); }
 static inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
+static inline float __fmul_rn(float a, float b) { return a * b; } /* a product nvcc never contracts into an FMA */
 static inline int __float_as_int(float x) { int i; memcpy(&i, &x, 4); return i; }
 static inline float __int_as_float(int i) { float x; memcpy(&x, &i, 4); return x; }
 static inline unsigned __float_as_uint(float x) { unsigned i; memcpy(&i, &x, 4); return i; }

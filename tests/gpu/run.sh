@@ -32,12 +32,14 @@
 #                      site (sites.csv; bench/gpt2_plan is its prediction)
 #       5 old vs new   the same step with each option of bench/gpt2_cuda
 #                      --help that selects an old path (a line starting
-#                      "  --old-"), and with --attention materialized
+#                      "  --old-"), with --attention materialized, and with
+#                      --dq-atomic (FA2's atomic dQ)
 #       6 torch bf16   tests/gpu/torch_gpt2.py (SDPA flash, fused AdamW),
 #                      and torch.profiler's top kernels (torch_profile.txt)
 #       7 ncu          Nsight Compute (--clock-control none) on a window of
-#                      the bf16 step's kernels (NCU_SKIP, NCU_COUNT); the 10
-#                      costliest by device time (ncu.csv)
+#                      the bf16 steps' kernels (NCU_SKIP, NCU_COUNT: about one
+#                      step's ~330 launches, inside the 2nd and 3rd of 4
+#                      steps); the 10 costliest by device time (ncu.csv)
 #       8 sanitizers   compute-sanitizer memcheck and racecheck on the bf16
 #                      step at a small shape (the bf16 attention kernels)
 #       9 fp32/tf32    bench/gpt2_cuda --tf32 1 and --tf32 0: regressions
@@ -46,7 +48,7 @@
 #   - at most 8 files in OUTDIR: report.md, summary.json (one object per
 #     part: name, status, seconds), sites.csv, ncu.csv, torch_profile.txt,
 #     logs.tar.gz (every part's full log).
-# Knobs: BENCH_STEPS (10), NCU_SKIP (1300), NCU_COUNT (150), NVCC, ARCH.
+# Knobs: BENCH_STEPS (10), NCU_SKIP (700), NCU_COUNT (340), NVCC, ARCH.
 # tests/test_gpu_scripts.sh runs --dry-run in CI.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
@@ -253,7 +255,7 @@ if runnable gpt2_cuda; then
     # --- 5: old paths beside the new (options "--old-*" of --help), the materialized attention
     section "5. Old vs new (bf16)"
     olds=$([ "$dry" = 1 ] && sed -n 's/.*"  \(--old-[a-z0-9-]*\).*/\1/p' bench/gpt2_cuda.cu || "$bin/gpt2_cuda" --help 2>&1 | sed -n 's/^  \(--old-[a-z0-9-]*\).*/\1/p')
-    for o in $olds "--attention materialized"; do
+    for o in $olds "--attention materialized" "--dq-atomic"; do
         # shellcheck disable=SC2086
         part "gpt2_cuda bf16 $o" 90 "$bin/gpt2_cuda" --precision bf16 --steps 5 $o
         kit_logs+=(--kit "kit bf16 $o" "$logs/$(slug "gpt2_cuda bf16 $o").log")
@@ -296,7 +298,7 @@ print(open(sys.argv[2]).read())
 EOF
 ncu_top() {
     ncu --clock-control none --csv --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed \
-        --launch-skip "${NCU_SKIP:-1300}" --launch-count "${NCU_COUNT:-150}" "$bin/gpt2_cuda" --precision bf16 --steps 1 >"$logs/ncu_raw.csv" &&
+        --launch-skip "${NCU_SKIP:-700}" --launch-count "${NCU_COUNT:-340}" "$bin/gpt2_cuda" --precision bf16 --steps 3 >"$logs/ncu_raw.csv" &&
         python3 "$work/ncu_top.py" "$logs/ncu_raw.csv" "$out/ncu.csv"
 }
 export -f ncu_top
