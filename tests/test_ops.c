@@ -141,7 +141,7 @@ static void mlp_equals_three_ops(void) {
         trn_tensor *out;
         trn_model_init(&M, run == 2 ? &plain : NULL);
         for (k = 0; k < 5; k++) {
-            char name[8];
+            char name[16];
             snprintf(name, sizeof name, "p%d", k);
             P[k] = trn_param(&M, name, nd[k], shapes[k]);
         }
