@@ -157,7 +157,7 @@ static void usage(void) {
            "  --attention KIND    fused (flash-style, saves (B,NH,T)) or materialized\n"
            "                      (saves the (B,NH,T,T) probabilities, cuBLAS products) [fused in bf16,\n"
            "                      materialized in fp32 and tf32: on an H100 the fp32 fused kernels took\n"
-           "                      381 ms per TF32 step (2026-11-27), materialized 134-166 ms]\n"
+           "                      381 ms per TF32 step, materialized 119.5 ms (2026-11-27)]\n"
            "  --dq-atomic         bf16 attention backward: dQ added with fp32 atomics (FA2's way: 5\n"
            "                      products, not 7; the last bits of dQ change from run to run)\n"
            "  --peak-tflops X     the device's peak for MFU, when the table does not know it\n"
