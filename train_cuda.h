@@ -1038,6 +1038,122 @@ static __global__ void trn__k_ln_bwd_part8(float *pw, float *pb, const A *dout, 
     }
 }
 
+/* The whole layernorm backward in ONE launch (the vec path: C a multiple of
+   8, C <= 256 NP, rows 16-byte aligned): the reference is train.h's
+   trn_layernorm_backward; the two kernels above are its other form (dx,
+   then the dw/db partials), which read dout and inp from HBM twice and
+   whose partials kernel runs few blocks of dependent loads.
+   Shapes: dout, inp, dinp, dinp2 (N, C) in A; w (C) in A; mean, rstd (N);
+   dw, db (C) fp32, ADDED to (master gradients), either may be NULL; part:
+   scratch (gridDim.y, 2C) fp32. Block = 8 warps; gridDim.y blocks (a number
+   the host takes from N alone, trn__ln_bwd_blocks); warp w of block b takes
+   rows b*8 + w, then + 8 gridDim.y, ... (fixed by N, never by the GPU).
+   1. Per row, as trn__k_ln_bwd_dx: lane l loads the packs i = 8l + 256p
+      (p < NP) of dout, w, inp (and dinp when it is added to: loaded here,
+      so the second pass waits on no HBM load), sums mean(g) and
+      mean(g xhat), g = dout w, over the warp, and writes dx (+=, or = when
+      write; dinp2 too) from the same packs re-read (an L1 hit) with the
+      same math and rounding. In the same first pass the lane adds its
+      columns' dout * xhat (dw) and dout (db) into registers sw, sb (fp32).
+   2. The block's 8 warps' sw, sb are summed in shared memory, warp 0 then
+      1 ... 7 in turn, and written as the block's row of part.
+   3. The last block to finish (trn__last_block, count[0]) sums the rows of
+      part, warp w taking rows w, w + 8, ... and the 8 warps' sums again
+      in order: dw[c] += sum, db[c] += sum. Every order is fixed by N and
+      C: the same bits on every run and every GPU.
+   One launch: dout and inp cross HBM once, and all N/8 warps' worth of
+   loads are in flight together, where the partials kernel had 192 blocks
+   walking 32 rows each. dinp NULL: only dw, db; dw and db NULL: only dx
+   (part NULL). */
+static __device__ __forceinline__ void trn__ldcg8(float *f, const float *p) {
+#ifndef TRN_CUDA_ON_CPU
+    float4 a = __ldcg((const float4 *)p), b = __ldcg((const float4 *)p + 1); /* L2: other blocks' rows */
+    f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w; f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
+#else
+    cuemu::check_align16(p, "16-byte load");
+    memcpy(f, p, 32);
+#endif
+}
+/* red (2C) = the sum of the block's 8 warps' sw (into red[0, C)) and sb
+   (into red[C, 2C)), warp 0 first, then 1, ..., 7 (8 barriers) */
+template <int NP>
+static __device__ __forceinline__ void trn__ln_bwd_block_sum(float *red, float (*sw)[8], float (*sb)[8], int C) {
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    for (int j = 0; j < 8; j++) {
+        if (warp == j)
+            for (int p = 0; p < NP; p++) {
+                int i = 8 * lane + 256 * p;
+                if (i < C)
+                    for (int k = 0; k < 8; k++) {
+                        red[i + k] = j ? red[i + k] + sw[p][k] : sw[p][k];
+                        red[C + i + k] = j ? red[C + i + k] + sb[p][k] : sb[p][k];
+                    }
+            }
+        __syncthreads();
+    }
+}
+template <typename A, int NP>
+static __global__ void __launch_bounds__(256, 1)
+    trn__k_ln_bwd(A *dinp, float *part, const A *dout, const A *inp, const A *w, const float *mean,
+                  const float *rstd, int N, int C, A *dinp2, int write, float *dw, float *db, unsigned *count) {
+    __shared__ float red[2 * 256 * NP]; /* the block's sums: dw's C, then db's C */
+    __shared__ int last;
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    float sw[NP][8], sb[NP][8], fd[NP][8], fg[8], fw[8], fx[8];
+    for (int p = 0; p < NP; p++)
+        for (int k = 0; k < 8; k++) sw[p][k] = sb[p][k] = 0.0f;
+    for (int row = blockIdx.y * 8 + warp; row < N; row += 8 * gridDim.y) { /* the whole warp: one row */
+        const A *x = inp + (size_t)row * C, *g = dout + (size_t)row * C;
+        float m = mean[row], r = rstd[row], mg = 0.0f, mgx = 0.0f;
+        for (int p = 0; p < NP; p++) { /* pass 1: the row's sums; dw, db; dinp's packs */
+            int i = 8 * lane + 256 * p;
+            if (i >= C) break;
+            trn__ld8(fg, g + i); trn__ld8(fw, w + i); trn__ld8(fx, x + i);
+            if (dinp && !write) trn__ld8(fd[p], dinp + (size_t)row * C + i);
+            for (int k = 0; k < 8; k++) {
+                float gi = fg[k] * fw[k];
+                mg += gi;
+                mgx += gi * (fx[k] - m) * r;
+                sw[p][k] += fg[k] * ((fx[k] - m) * r); /* dout * xhat, as trn__k_ln_bwd_part8 */
+                sb[p][k] += fg[k];
+            }
+        }
+        if (!dinp) continue; /* the same for the whole grid */
+        mg = trn__warp_sum(mg) / C;
+        mgx = trn__warp_sum(mgx) / C;
+        for (int p = 0; p < NP; p++) { /* pass 2: dx, as trn__k_ln_bwd_dx */
+            int i = 8 * lane + 256 * p;
+            if (i >= C) break;
+            trn__ld8(fg, g + i); trn__ld8(fw, w + i); trn__ld8(fx, x + i);
+            if (write) for (int k = 0; k < 8; k++) fd[p][k] = 0.0f;
+            for (int k = 0; k < 8; k++) fd[p][k] += r * (fg[k] * fw[k] - mg - (fx[k] - m) * r * mgx);
+            trn__st8(dinp + (size_t)row * C + i, fd[p]);
+            if (dinp2) trn__st8(dinp2 + (size_t)row * C + i, fd[p]);
+        }
+    }
+    if (!part) return; /* no dw, no db (the same for every block) */
+    trn__ln_bwd_block_sum<NP>(red, sw, sb, C);
+    for (int c = threadIdx.x; c < 2 * C; c += 256) part[(size_t)blockIdx.y * 2 * C + c] = red[c];
+    if (!trn__last_block(count, &last)) return; /* (its barriers also keep red until every thread wrote) */
+    for (int p = 0; p < NP; p++)
+        for (int k = 0; k < 8; k++) sw[p][k] = sb[p][k] = 0.0f;
+    for (int b = warp; b < (int)gridDim.y; b += 8) { /* warp w: the rows w, w + 8, ... of part */
+        const float *q = part + (size_t)b * 2 * C;
+        for (int p = 0; p < NP; p++) {
+            int i = 8 * lane + 256 * p;
+            if (i >= C) break;
+            trn__ldcg8(fg, q + i);
+            trn__ldcg8(fx, q + C + i);
+            for (int k = 0; k < 8; k++) { sw[p][k] += fg[k]; sb[p][k] += fx[k]; }
+        }
+    }
+    trn__ln_bwd_block_sum<NP>(red, sw, sb, C);
+    for (int c = threadIdx.x; c < C; c += 256) {
+        if (dw) dw[c] += red[c];
+        if (db) db[c] += red[C + c];
+    }
+}
+
 /* --- elementwise ------------------------------------------------------------ */
 #define TRN__CUDA_GELU_K 0.7978845608028654f /* sqrt(2/pi), as train.h */
 /* GELU in GPT-2's tanh form, gelu(x) = x/2 (1 + tanh(k (x + 0.044715 x^3))),
@@ -3498,22 +3614,50 @@ static void trn__cuda_add_layernorm_forward(float *sum, float *out, float *mean,
                     rstd, (const A *)a, (const A *)w, (const A *)bias, N, C,
                     trn__cuda_ln_vec(C, out, a, w, bias) && trn__al16(b) && trn__al16(sum), (const A *)b, (A *)sum);
 }
+/* blocks of the one-launch layernorm backward (trn__k_ln_bwd): 8 rows a warp
+   at least (64 a block), at most 128 blocks: one wave of one block an SM on
+   an H100 (132 SMs), and few partial rows for the last block to sum. A
+   function of N alone, so the sums' order (the bits) is too. */
+static int trn__ln_bwd_blocks(int N) { return N > 128 * 64 ? 128 : (N + 63) / 64; }
 /* dinp2 (>>addln): NULL, or written with dinp's final values; write_dinp:
-   dinp is written, not added to (a fresh gradient) */
+   dinp is written, not added to (a fresh gradient). The vec path with C <=
+   1024 (GPT-2, and small Llamas) is one launch, trn__k_ln_bwd; otherwise the
+   dx kernel and the partials kernel (the last block of each column group
+   sums them). */
 template <typename A>
 static void trn__cuda_layernorm_backward_ex(float *dinp, float *dinp2, float *dw, float *db, const float *dout,
                                             const float *inp, const float *w, const float *mean, const float *rstd,
                                             int N, int C, int write_dinp) {
     if (N <= 0) return;
     if (!dinp) dinp2 = NULL;
+    if (!dinp && !dw && !db) return;
     unsigned *count = dw || db ? trn__cuda_counts((size_t)(C + 31) / 32) : NULL; /* (before the site: it may zero them) */
+    int np = (C + 255) / 256, vec = trn__cuda_ln_vec(C, dinp, dout, inp, w) && trn__al16(dinp2);
+    if (vec && np <= 4) {
+        int nb = trn__ln_bwd_blocks(N);
+        float *part = dw || db ? trn__cuda_tmp(2 * (size_t)nb * C) : NULL;
+        /* dout, inp read once; dinp read (unless written) and written; dinp2
+           written; w; mean, rstd; the partials (nb, 2C) written, read back by
+           the last block; dw, db read and written */
+        TRN__CUDA_SITE("layernorm bwd", sizeof(A) * ((2.0 + (dinp ? (write_dinp ? 1.0 : 2.0) : 0.0) +
+                                                      (dinp2 ? 1.0 : 0.0)) * N * C + C) +
+                                            8.0 * N + (part ? 16.0 * nb * C + 16.0 * C : 0.0),
+                       10.0 * N * C);
+        void (*k_ln_bwd)(A *, float *, const A *, const A *, const A *, const float *, const float *, int, int, A *,
+                         int, float *, float *, unsigned *) = /* <A, packs a lane> */
+            np <= 1 ? trn__k_ln_bwd<A, 1> : np == 2 ? trn__k_ln_bwd<A, 2> : np == 3 ? trn__k_ln_bwd<A, 3>
+                                                                               : trn__k_ln_bwd<A, 4>;
+        /* grid (1, nb): trn__last_block counts the blocks of column 0 in count[0] */
+        TRN_CUDA_LAUNCH(k_ln_bwd, dim3(1, (unsigned)nb), dim3(256), 0, trn__cu.stream, (A *)dinp, part, (const A *)dout,
+                        (const A *)inp, (const A *)w, mean, rstd, N, C, (A *)dinp2, write_dinp, dw, db, count);
+        return;
+    }
     TRN__CUDA_SITE("layernorm bwd", sizeof(A) * ((dinp ? (write_dinp ? 3.0 : 4.0) : 2.0) * N * C +
                                                  (dinp2 ? 1.0 : 0.0) * N * C + C) +
                                         8.0 * N + 16.0 * C, 10.0 * N * C); /* dinp +=: read (unless written) and written; dinp2 written */
     if (dinp)
         TRN_CUDA_LAUNCH(trn__k_ln_bwd_dx<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, (A *)dinp,
-                        (const A *)dout, (const A *)inp, (const A *)w, mean, rstd, N, C,
-                        trn__cuda_ln_vec(C, dinp, dout, inp, w) && (!dinp2 || trn__al16(dinp2)), (A *)dinp2,
+                        (const A *)dout, (const A *)inp, (const A *)w, mean, rstd, N, C, vec, (A *)dinp2,
                         write_dinp);
     if (dw || db) {
         int nchunk = (N + 63) / 64, rows;

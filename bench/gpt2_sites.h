@@ -105,7 +105,6 @@ static const struct plan_measured {
     {"classifier", "matmul bwd dinp gemm", 4096, 768, 50304, 1.015},
     {"classifier", "matmul bwd dW gemm", 50304, 768, 4096, 0.887},
     {"classifier", "convert", 0, 0, 0, 0.872},
-    {"", "layernorm bwd", 0, 0, 0, 0.466},
     {"", "copy (device)", 0, 0, 0, 1.005},
     {"", "matmul bwd dW gemm+bgrad", 768, 3072, 16384, 0.733},
     {"", "matmul+dgelu bwd", 16384, 3072, 768, 0.551},
@@ -209,7 +208,10 @@ static double plan_efficiency_rule(const trn_cuda_site_row *r, trn_cuda_precisio
     if (plan_is(r, "add+layernorm fwd")) { /* the layernorm kernel with the add in its first pass (>>addln) */
         *why = "the layernorm's warp per row, 16-byte packs; the add in its first pass"; return bf16 ? 0.65 : 0.70;
     }
-    if (plan_is(r, "layernorm bwd")) { *why = "16-byte packs; dout, inp read twice (dx pass, then dw/db partials), last block sums"; return bf16 ? 0.45 : 0.50; }
+    if (plan_is(r, "layernorm bwd")) { /* trn__k_ln_bwd: one launch, 128 blocks of 8 warps */
+        *why = "one launch, dout and inp read once, 16-byte packs; 1 wave of 128 blocks; tail: 1 SM sums 128 partial rows";
+        return bf16 ? 0.65 : 0.70; /* the old two kernels measured 0.466 (H100, 2026-11-27); not yet measured */
+    }
     if (plan_is(r, "embedding bwd")) { *why = "a 4-byte atomic per element, no packs; repeated tokens collide"; return 0.30; }
     /* positions (train_cuda.h's trn__k_embed_bwd_rows): the B rows of a
        position summed in registers (B 16-byte loads in flight a thread),

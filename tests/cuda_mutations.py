@@ -161,6 +161,14 @@ MUTATIONS = [  # (name, original text, broken text, sanitizer: "" | "address" | 
     ("column sums: the last block sums before the others' partials are counted (>= for ==)",
      "*flag = atomicAdd(count + blockIdx.x, 1u) == gridDim.y - 1;", "*flag = atomicAdd(count + blockIdx.x, 1u) + 2 >= gridDim.y;",
      ""),
+    # the layernorm backward in one launch (trn__k_ln_bwd: dx, and dw, db from the blocks' partial rows)
+    ("layernorm bwd one launch: the block's sum of its warps drops warp 7",
+     "    for (int j = 0; j < 8; j++) {\n        if (warp == j)", "    for (int j = 0; j < 7; j++) {\n        if (warp == j)",
+     ""),
+    ("layernorm bwd one launch: the last block's sum skips the last block's partial row",
+     "for (int b = warp; b < (int)gridDim.y; b += 8)", "for (int b = warp; b < (int)gridDim.y - 1; b += 8)", ""),
+    ("layernorm bwd one launch: dw's partials from dout * x (mean not subtracted)",
+     "sw[p][k] += fg[k] * ((fx[k] - m) * r);", "sw[p][k] += fg[k] * (fx[k] * r);", "", "tests/test_cuda_bf16_ops.cpp"),
 ]
 
 

@@ -45,24 +45,24 @@
      once                     8 Vp C     (convert dW)
                             + 12 N       (targets 4 twice (upload, read by
                                           the fused kernel) + losses 4)
-   Launches of the step: per layer 24 (forward: a layernorm, the residual
+   Launches of the step: per layer 22 (forward: a layernorm, the residual
    add fused into the second layernorm (>>addln), 3 GEMMs, the fused
-   matmul+GELU, attention, 1 residual add = 8; backward: 2 layernorms x 2
-   launches (dx; dw and db partials, summed by the last block of each
-   column group in the same launch), 1 copy (the block's last residual
+   matmul+GELU, attention, 1 residual add = 8; backward: 2 layernorms x 1
+   launch (dx, and dw and db from the same loads: each block's partial
+   row, summed by the last block in the same launch), 1 copy (the block's last residual
    add hands its gradient on; the fused one's layernorm writes it in its
    dx pass), the matmul+dGELU, 3 dinp and 4 dW GEMMs (each dW GEMM also
    WRITES its bias gradient in its BGRADB epilogue: the parameters'
    gradients are known zero after trn_zero_grad, so no column-sum
    launches), attention's 3 (FlashAttention-2: D = rowsum(dO O), the
    key-block kernel, the dQ partials' sum; the partials need no zero
-   pass: each one's first key block stores) = 16, and no zero: the 3 dinp
+   pass: each one's first key block stores) = 14, and no zero: the 3 dinp
    GEMMs write their fresh
    gradients with beta 0, and attention WRITES its fresh dqkv
    (flash_attention_backward_ex), where they were zeroed and added to); outside
-   the layers 20 (ids upload 3, embedding 2+2 (backward: the tokens'
+   the layers 19 (ids upload 3, embedding 2+2 (backward: the tokens'
    rows, and the positions' summed over the batch first), its add, the final
-   layernorm 1 + 2 (its backward WRITES the fresh gradient of its input,
+   layernorm 1 + 1 (its backward WRITES the fresh gradient of its input,
    no zero pass), a copy, 2 zeros, the loss mean, 2 downloads, the
    gradient norm 2, AdamW 1); and the classifier's 1 + 4 K + 1. */
 static const double D_N = 16384, D_C = 768, D_VP = 50304, D_E = 2;
@@ -73,7 +73,7 @@ static double design_classifier_bytes(void) {
            8 * D_VP * D_C + 12 * D_N;
 }
 static const long long D_CLASSIFIER_LAUNCHES = 1 + 4 * D_K + 1;
-static const long long D_STEP_LAUNCHES = D_L * 24 + 20 + D_CLASSIFIER_LAUNCHES;
+static const long long D_STEP_LAUNCHES = D_L * 22 + 19 + D_CLASSIFIER_LAUNCHES;
 /* the distinct cuBLASLt problems of the step: forward qkv, attention proj,
    fc+GELU, fc proj (4); backward dinp of qkv, proj, fc proj and the
    fc+dGELU (4), dW of the four with BGRADB (4); the classifier's logits, dinp and dW at
