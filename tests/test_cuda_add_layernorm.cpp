@@ -224,6 +224,7 @@ int main(int argc, char **argv) {
         test_kernels(bf, 37, 768, 1, 1); /* unaligned: the scalar path */
         test_kernels(bf, 37, 53, 0, 1);  /* C not a multiple of 8 */
         test_kernels(bf, 5, 777, 0, 0);  /* 24 or 25 elements a lane */
+        test_kernels(bf, 200, 264, 0, 0); /* the one-launch backward over 4 blocks, 2 packs a lane */
     }
     test_gpt2(TRN_CUDA_FP32, "fp32");
     test_gpt2(TRN_CUDA_BF16, "bf16");
