@@ -1045,9 +1045,10 @@ static __global__ void trn__k_ln_bwd_part8(float *pw, float *pb, const A *dout, 
    whose partials kernel runs few blocks of dependent loads.
    Shapes: dout, inp, dinp, dinp2 (N, C) in A; w (C) in A; mean, rstd (N);
    dw, db (C) fp32, ADDED to (master gradients), either may be NULL; part:
-   scratch (gridDim.y, 2C) fp32. Block = 8 warps; gridDim.y blocks (a number
-   the host takes from N alone, trn__ln_bwd_blocks); warp w of block b takes
-   rows b*8 + w, then + 8 gridDim.y, ... (fixed by N, never by the GPU).
+   scratch (nb + ng, 2C) fp32 (the ng rows only where ng > 1, step 3).
+   Block = 8 warps; nb = gridDim.x blocks (a number the host takes from N
+   alone, trn__ln_bwd_blocks); warp w of block b takes rows b*8 + w, then
+   + 8 nb, ... (fixed by N, never by the GPU).
    1. Per row, as trn__k_ln_bwd_dx: lane l loads the packs i = 8l + 256p
       (p < NP) of dout, w, inp (and dinp when it is added to: loaded here,
       so the second pass waits on no HBM load), sums mean(g) and
@@ -1057,10 +1058,16 @@ static __global__ void trn__k_ln_bwd_part8(float *pw, float *pb, const A *dout, 
       columns' dout * xhat (dw) and dout (db) into registers sw, sb (fp32).
    2. The block's 8 warps' sw, sb are summed in shared memory, warp 0 then
       1 ... 7 in turn, and written as the block's row of part.
-   3. The last block to finish (trn__last_block, count[0]) sums the rows of
-      part, warp w taking rows w, w + 8, ... and the 8 warps' sums again
-      in order: dw[c] += sum, db[c] += sum. Every order is fixed by N and
-      C: the same bits on every run and every GPU.
+   3. Blocks come in groups of 16 (ng = nb / 16 rounded up). The last
+      block of a group to finish (trn__last_of, as trn__last_block: the
+      counter count[1 + group]) sums its group's rows of part, warp w
+      taking rows w, w + 8, ... and the 8 warps' sums again in order; with
+      one group that is dw[c] += sum, db[c] += sum; else it writes the sum
+      as row nb + group of part, and the last group to finish (count[0])
+      sums those ng rows the same way into dw, db. Two levels, so that no
+      one SM reads all nb rows at the end (GPT-2: 16 + 8 rows of 6 KB, not
+      128) while the other SMs sit idle. Every order is fixed by N and C:
+      the same bits on every run and every GPU.
    One launch: dout and inp cross HBM once, and all N/8 warps' worth of
    loads are in flight together, where the partials kernel had 192 blocks
    walking 32 rows each. dinp NULL: only dw, db; dw and db NULL: only dx
@@ -1092,6 +1099,42 @@ static __device__ __forceinline__ void trn__ln_bwd_block_sum(float *red, float (
         __syncthreads();
     }
 }
+/* trn__last_block with its counter and its number of blocks named: is this
+   block the n-th (the last) of those that count in *count? It sets the
+   counter back to 0 for the next launch. Every thread calls it. */
+static __device__ int trn__last_of(unsigned *count, unsigned n, int *flag) {
+    __threadfence(); /* this block's partial row, visible to every block */
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        *flag = atomicAdd(count, 1u) == n - 1;
+        if (*flag) *count = 0;
+    }
+    __syncthreads();
+    return *flag;
+}
+/* red (2C) = the sum of the rows [r0, r1) of part (rows of 2C floats, other
+   blocks' writes: read from L2): warp w adds the rows r0 + w, r0 + w + 8,
+   ... in order for its lanes' columns, then the warps' sums in order (the
+   block sum above); sw, sb: the caller's registers, reused */
+template <int NP>
+static __device__ __forceinline__ void trn__ln_bwd_rows_sum(float *red, float (*sw)[8], float (*sb)[8],
+                                                            const float *part, int r0, int r1, int C) {
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    float a[8], b[8];
+    for (int p = 0; p < NP; p++)
+        for (int k = 0; k < 8; k++) sw[p][k] = sb[p][k] = 0.0f;
+    for (int j = r0 + warp; j < r1; j += 8) {
+        const float *q = part + (size_t)j * 2 * C;
+        for (int p = 0; p < NP; p++) {
+            int i = 8 * lane + 256 * p;
+            if (i >= C) break;
+            trn__ldcg8(a, q + i);
+            trn__ldcg8(b, q + C + i);
+            for (int k = 0; k < 8; k++) { sw[p][k] += a[k]; sb[p][k] += b[k]; }
+        }
+    }
+    trn__ln_bwd_block_sum<NP>(red, sw, sb, C);
+}
 template <typename A, int NP>
 static __global__ void __launch_bounds__(256, 1)
     trn__k_ln_bwd(A *dinp, float *part, const A *dout, const A *inp, const A *w, const float *mean,
@@ -1102,7 +1145,7 @@ static __global__ void __launch_bounds__(256, 1)
     float sw[NP][8], sb[NP][8], fd[NP][8], fg[8], fw[8], fx[8];
     for (int p = 0; p < NP; p++)
         for (int k = 0; k < 8; k++) sw[p][k] = sb[p][k] = 0.0f;
-    for (int row = blockIdx.y * 8 + warp; row < N; row += 8 * gridDim.y) { /* the whole warp: one row */
+    for (int row = blockIdx.x * 8 + warp; row < N; row += 8 * gridDim.x) { /* the whole warp: one row */
         const A *x = inp + (size_t)row * C, *g = dout + (size_t)row * C;
         float m = mean[row], r = rstd[row], mg = 0.0f, mgx = 0.0f;
         for (int p = 0; p < NP; p++) { /* pass 1: the row's sums; dw, db; dinp's packs */
@@ -1132,22 +1175,17 @@ static __global__ void __launch_bounds__(256, 1)
         }
     }
     if (!part) return; /* no dw, no db (the same for every block) */
+    /* the block's row of part, then two levels of last blocks */
+    int nb = (int)gridDim.x, g = blockIdx.x / 16, ng = (nb + 15) / 16, gs = min(16, nb - 16 * g);
     trn__ln_bwd_block_sum<NP>(red, sw, sb, C);
-    for (int c = threadIdx.x; c < 2 * C; c += 256) part[(size_t)blockIdx.y * 2 * C + c] = red[c];
-    if (!trn__last_block(count, &last)) return; /* (its barriers also keep red until every thread wrote) */
-    for (int p = 0; p < NP; p++)
-        for (int k = 0; k < 8; k++) sw[p][k] = sb[p][k] = 0.0f;
-    for (int b = warp; b < (int)gridDim.y; b += 8) { /* warp w: the rows w, w + 8, ... of part */
-        const float *q = part + (size_t)b * 2 * C;
-        for (int p = 0; p < NP; p++) {
-            int i = 8 * lane + 256 * p;
-            if (i >= C) break;
-            trn__ldcg8(fg, q + i);
-            trn__ldcg8(fx, q + C + i);
-            for (int k = 0; k < 8; k++) { sw[p][k] += fg[k]; sb[p][k] += fx[k]; }
-        }
+    for (int c = threadIdx.x; c < 2 * C; c += 256) part[(size_t)blockIdx.x * 2 * C + c] = red[c];
+    if (!trn__last_of(count + 1 + g, (unsigned)gs, &last)) return; /* (its barriers keep red until all wrote) */
+    trn__ln_bwd_rows_sum<NP>(red, sw, sb, part, 16 * g, 16 * g + gs, C); /* the group's 16 rows (or fewer) */
+    if (ng > 1) { /* the group's sum is row g of part2 = part + nb rows; the last group's last block sums those */
+        for (int c = threadIdx.x; c < 2 * C; c += 256) part[(size_t)(nb + g) * 2 * C + c] = red[c];
+        if (!trn__last_of(count, (unsigned)ng, &last)) return;
+        trn__ln_bwd_rows_sum<NP>(red, sw, sb, part, nb, nb + ng, C);
     }
-    trn__ln_bwd_block_sum<NP>(red, sw, sb, C);
     for (int c = threadIdx.x; c < C; c += 256) {
         if (dw) dw[c] += red[c];
         if (db) db[c] += red[C + c];
@@ -3616,7 +3654,7 @@ static void trn__cuda_add_layernorm_forward(float *sum, float *out, float *mean,
 }
 /* blocks of the one-launch layernorm backward (trn__k_ln_bwd): 8 rows a warp
    at least (64 a block), at most 128 blocks: one wave of one block an SM on
-   an H100 (132 SMs), and few partial rows for the last block to sum. A
+   an H100 (132 SMs), and few partial rows for the last blocks to sum. A
    function of N alone, so the sums' order (the bits) is too. */
 static int trn__ln_bwd_blocks(int N) { return N > 128 * 64 ? 128 : (N + 63) / 64; }
 /* dinp2 (>>addln): NULL, or written with dinp's final values; write_dinp:
@@ -3631,24 +3669,25 @@ static void trn__cuda_layernorm_backward_ex(float *dinp, float *dinp2, float *dw
     if (N <= 0) return;
     if (!dinp) dinp2 = NULL;
     if (!dinp && !dw && !db) return;
-    unsigned *count = dw || db ? trn__cuda_counts((size_t)(C + 31) / 32) : NULL; /* (before the site: it may zero them) */
+    /* counters: one a column group (the partials kernel), 1 + 8 (trn__k_ln_bwd); before the site: it may zero them */
+    unsigned *count = dw || db ? trn__cuda_counts((size_t)(C + 31) / 32 > 9 ? (size_t)(C + 31) / 32 : 9) : NULL;
     int np = (C + 255) / 256, vec = trn__cuda_ln_vec(C, dinp, dout, inp, w) && trn__al16(dinp2);
     if (vec && np <= 4) {
-        int nb = trn__ln_bwd_blocks(N);
-        float *part = dw || db ? trn__cuda_tmp(2 * (size_t)nb * C) : NULL;
+        int nb = trn__ln_bwd_blocks(N), ng = (nb + 15) / 16;
+        float *part = dw || db ? trn__cuda_tmp(2 * (size_t)(nb + (ng > 1 ? ng : 0)) * C) : NULL;
         /* dout, inp read once; dinp read (unless written) and written; dinp2
-           written; w; mean, rstd; the partials (nb, 2C) written, read back by
-           the last block; dw, db read and written */
+           written; w; mean, rstd; the partials (nb, 2C) and the groups' sums
+           (ng, 2C) written and read back once; dw, db read and written */
         TRN__CUDA_SITE("layernorm bwd", sizeof(A) * ((2.0 + (dinp ? (write_dinp ? 1.0 : 2.0) : 0.0) +
                                                       (dinp2 ? 1.0 : 0.0)) * N * C + C) +
-                                            8.0 * N + (part ? 16.0 * nb * C + 16.0 * C : 0.0),
+                                            8.0 * N + (part ? 16.0 * (nb + (ng > 1 ? ng : 0)) * C + 16.0 * C : 0.0),
                        10.0 * N * C);
         void (*k_ln_bwd)(A *, float *, const A *, const A *, const A *, const float *, const float *, int, int, A *,
                          int, float *, float *, unsigned *) = /* <A, packs a lane> */
             np <= 1 ? trn__k_ln_bwd<A, 1> : np == 2 ? trn__k_ln_bwd<A, 2> : np == 3 ? trn__k_ln_bwd<A, 3>
                                                                                : trn__k_ln_bwd<A, 4>;
-        /* grid (1, nb): trn__last_block counts the blocks of column 0 in count[0] */
-        TRN_CUDA_LAUNCH(k_ln_bwd, dim3(1, (unsigned)nb), dim3(256), 0, trn__cu.stream, (A *)dinp, part, (const A *)dout,
+        /* counters: count[0] for the groups, count[1 + g] for group g's blocks */
+        TRN_CUDA_LAUNCH(k_ln_bwd, dim3((unsigned)nb), dim3(256), 0, trn__cu.stream, (A *)dinp, part, (const A *)dout,
                         (const A *)inp, (const A *)w, mean, rstd, N, C, (A *)dinp2, write_dinp, dw, db, count);
         return;
     }

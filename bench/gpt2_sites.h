@@ -209,8 +209,8 @@ static double plan_efficiency_rule(const trn_cuda_site_row *r, trn_cuda_precisio
         *why = "the layernorm's warp per row, 16-byte packs; the add in its first pass"; return bf16 ? 0.65 : 0.70;
     }
     if (plan_is(r, "layernorm bwd")) { /* trn__k_ln_bwd: one launch, 128 blocks of 8 warps */
-        *why = "one launch, dout and inp read once, 16-byte packs; 1 wave of 128 blocks; tail: 1 SM sums 128 partial rows";
-        return bf16 ? 0.65 : 0.70; /* the old two kernels measured 0.466 (H100, 2026-11-27); not yet measured */
+        *why = "one launch, dout and inp read once, 16-byte packs; 1 wave of 128 blocks, 8 warps an SM; partials summed 16 + 8";
+        return bf16 ? 0.70 : 0.75; /* the old two kernels measured 0.466 (H100, 2026-11-27); not yet measured */
     }
     if (plan_is(r, "embedding bwd")) { *why = "a 4-byte atomic per element, no packs; repeated tokens collide"; return 0.30; }
     /* positions (train_cuda.h's trn__k_embed_bwd_rows): the B rows of a

@@ -165,8 +165,11 @@ MUTATIONS = [  # (name, original text, broken text, sanitizer: "" | "address" | 
     ("layernorm bwd one launch: the block's sum of its warps drops warp 7",
      "    for (int j = 0; j < 8; j++) {\n        if (warp == j)", "    for (int j = 0; j < 7; j++) {\n        if (warp == j)",
      ""),
-    ("layernorm bwd one launch: the last block's sum skips the last block's partial row",
-     "for (int b = warp; b < (int)gridDim.y; b += 8)", "for (int b = warp; b < (int)gridDim.y - 1; b += 8)", ""),
+    ("layernorm bwd one launch: a last block's sum skips the last row of its range",
+     "for (int j = r0 + warp; j < r1; j += 8)", "for (int j = r0 + warp; j < r1 - 1; j += 8)", ""),
+    ("layernorm bwd one launch: a group's last block counts on the groups' counter",
+     "if (!trn__last_of(count + 1 + g, (unsigned)gs, &last)) return;", "if (!trn__last_of(count, (unsigned)gs, &last)) return;",
+     ""),
     ("layernorm bwd one launch: dw's partials from dout * x (mean not subtracted)",
      "sw[p][k] += fg[k] * ((fx[k] - m) * r);", "sw[p][k] += fg[k] * (fx[k] * r);", ""),
 ]

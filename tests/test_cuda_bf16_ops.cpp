@@ -688,6 +688,7 @@ int main(int argc, char **argv) {
     /* last (the random draws of the tests above stay as they were) */
     test_layernorm(200, 264);  /* the one-launch backward: 4 blocks of 8 warps (the last short), 2 packs a lane */
     test_layernorm(70, 1024);  /* 4 packs a lane (its widest), 2 blocks */
+    test_layernorm(1100, 264); /* 18 blocks in 2 groups: two levels of last blocks */
     test_layernorm(9, 1032);   /* wider than 1024: the dx kernel, then the partials kernel */
     trn_cuda_shutdown();
     return check_summary();

@@ -700,7 +700,8 @@ int main(int argc, char **argv) {
     test_layernorm(5, 768);     /* GPT-2's C, 3 packs a lane; fewer rows than one block's 8 warps */
     test_layernorm(130, 1024);  /* 4 packs a lane (the widest one-launch kernel), 3 blocks, 2 rows in the last */
     test_layernorm(70, 520);    /* 3 packs, the third only lane 0's */
-    test_layernorm(8300, 16);   /* 128 blocks (the most): warps take rows 8 x 128 apart, 65 rows a block or 64 */
+    test_layernorm(1100, 64);   /* 18 blocks: 2 groups (of 16, then 2), their sums summed by the last */
+    test_layernorm(8300, 16);   /* 128 blocks (the most), 8 groups: warps take rows 8 x 128 apart, 65 or 64 a block */
     test_layernorm(100, 1032);  /* C % 8 == 0 but wider than 1024: the dx kernel, then dw, db partials by packs */
     test_embedding(13, 64, 5);  /* the same */
     test_elementwise(64);       /* packs alone, no tail */
