@@ -1720,7 +1720,8 @@ TRN__UNROLL
    - Backward: D = rowsum(dO * O) once per row in its own small kernel;
      then one block per key block with four products (S^T = K Q^T,
      dP^T = V dO^T, dV += P^T dO, dK += dS^T Q), dK and dV in registers for
-     the whole key block; then dQ by a kernel laid out as the forward (a
+     the whole key block (and, at head sizes up to 64, the block's K and V
+     fragments, read from shared memory once); then dQ by a kernel laid out as the forward (a
      block per 64 query rows, key tiles streamed): S = Q K^T, dP = dO V^T,
      dQ += dS K, all in registers, one owner per row of dQ.
    dQ is deterministic by default, and that costs two products: S and dP
@@ -1798,7 +1799,7 @@ static __device__ __forceinline__ float trn__bf16_hi(unsigned w) { return __uint
    stream in steps of FBC (forward) and QBC (dQ pass: S and dP both live in
    registers, so half the keys at MW = 2). Backward key blocks: a block of
    W warps owns BC = 16 W keys (16 per warp) and streams BR queries per
-   step. Rows of every shared tile are padded by 8 bf16 (16 bytes), so the 8
+   step (trn__fa2_kb). Rows of every shared tile are padded by 8 bf16 (16 bytes), so the 8
    row addresses of one ldmatrix tile fall in different banks; all tiles
    fit in 48 KiB. */
 template <int HS> struct trn__fa2 {
@@ -1812,18 +1813,38 @@ template <int HS> struct trn__fa2 {
         QBC = MW > 1 ? 32 : FBC,    /* dQ pass: keys per step             */
         BW = HS > 64 ? 2 : 4,       /* backward: warps                    */
         BBC = 16 * BW,              /* backward: keys per block           */
-        BBR = HS > 64 ? 16 : 32,    /* backward: queries per step         */
+        BBR = HS > 64 ? 16 : 32,    /* backward, atomic dQ: queries per step */
         LDS = BBR + 8,              /* row stride of dS^T (keys x queries) */
         DL = CH <= 2 ? 2 : CH <= 4 ? 4 : CH <= 8 ? 8 : 16 /* backward pass 1: lanes per row */
     };
     static_assert(HS % 16 == 0 && HS <= 128, "FA2 tile sizes");
     static_assert(FBR <= 2 * FBC, "the forward's Q tile fits in one key buffer");
 };
-template <int HS> static size_t trn__fa2_shmem(int backward) {
+/* the key-block kernel with atomic dQ (AT = 1) or without. Without, at
+   head sizes up to 64, each warp reads its 16 keys of K and V into
+   registers once (KR: they are the A operand of S^T and dP^T at every
+   step, 8 ldmatrix a step saved) and their shared memory then holds Q and
+   dO, which makes room for steps of 64 queries: twice the independent
+   products per barrier. With atomic dQ, K stays in shared memory for
+   dQ += dS K, and dS^T needs its own tile: 32 queries a step. */
+template <int HS, int AT> struct trn__fa2_kb {
+    enum {
+        KR = !AT && HS <= 64,                                       /* K, V fragments in registers */
+        BR = KR ? 2 * trn__fa2<HS>::BBR : trn__fa2<HS>::BBR,        /* queries per step            */
+        QO = KR ? 0 : 2 * trn__fa2<HS>::BBC * trn__fa2<HS>::LD,     /* where Q, dO start (bf16)    */
+        DS = AT ? trn__fa2<HS>::BBC * trn__fa2<HS>::LDS : 0         /* dS^T's tile (bf16)          */
+    };
+};
+/* dynamic shared memory: pass 0 forward and dQ pass, 1 key blocks, 2 key blocks with atomic dQ */
+template <int HS> static size_t trn__fa2_shmem(int pass) {
     typedef trn__fa2<HS> F;
+    typedef trn__fa2_kb<HS, 0> K0;
+    typedef trn__fa2_kb<HS, 1> K1;
     /* forward: K, V x 2 buffers (Q in buffer 0 first); dQ pass: Q and dO first, then K, V x 2 buffers of QBC */
-    if (!backward) return 2 * (size_t)(4 * F::FBC > 2 * F::FBR ? 4 * F::FBC : 2 * F::FBR) * F::LD;
-    return 2 * (size_t)(2 * F::BBC * F::LD + 4 * F::BBR * F::LD + F::BBC * F::LDS) + 4 * (size_t)(4 * F::BBR);
+    if (pass == 0) return 2 * (size_t)(4 * F::FBC > 2 * F::FBR ? 4 * F::FBC : 2 * F::FBR) * F::LD;
+    /* key blocks: K, V (KR: overwritten by) Q, dO x 2 buffers, dS^T (atomic), lse and D x 2 buffers (fp32) */
+    if (pass == 1) return 2 * (size_t)(K0::QO + 4 * K0::BR * F::LD + K0::DS) + 4 * (size_t)(4 * K0::BR);
+    return 2 * (size_t)(K1::QO + 4 * K1::BR * F::LD + K1::DS) + 4 * (size_t)(4 * K1::BR);
 }
 
 /* issue the cp.async copies of rows [r0, r0+rows) of one head (HS bf16 at
@@ -2050,26 +2071,28 @@ static __global__ void trn__k_fa2_bwd_d(float *D, float *dq_acc, const trn__bf16
 /* backward, pass 2: grid (B*NKV, key blocks), BW warps. Block (bg, kb)
    owns key block kb of its (b, kv head); warp w owns keys [16w, 16w+16),
    and for every query head of the group and every query step (BR rows,
-   double-buffered with cp.async) computes, all in registers (lane g, t as
-   in the forward; rows = keys, columns = queries):
+   double-buffered with cp.async; BR and where K, V live: trn__fa2_kb)
+   computes, all in registers (lane g, t as in the forward; rows = keys,
+   columns = queries):
      S^T  = K Q^T              dP^T = V dO^T
      P^T  = exp(scale S^T - lse)   dS^T = P^T (dP^T - D)   (masked, fp32)
      dV  += P^T dO             dK  += dS^T Q        (fragments, whole block)
-   With atomic dQ (atomic = 1) dS^T then goes to shared memory (bf16) and
+   With atomic dQ (AT = 1) dS^T then goes to shared memory (bf16) and
    the block computes dQ += dS K (16 x 16 tiles dealt round-robin to the
    warps) and adds it into dq_acc with atomicAdd (zeroed by pass 1);
    otherwise pass 3 (trn__k_fa2_bwd_q) computes dQ. dK (times scale) and dV
    are added to dqkv (or written) at the end. */
-template <int HS>
+template <int HS, int AT>
 static __global__ void trn__k_fa2_bwd(trn__bf16 *dqkv, float *dq_acc, const trn__bf16 *dout, const trn__bf16 *qkv,
                                       const float *lse, const float *D, int T, int NH, int NKV, int causal, float scale,
-                                      int atomic, int write) {
+                                      int write) {
     typedef trn__fa2<HS> F;
-    enum { LD = F::LD, BC = F::BBC, BR = F::BBR, LDS = F::LDS, BW = F::BW };
+    typedef trn__fa2_kb<HS, AT> KB;
+    enum { LD = F::LD, BC = F::BBC, BR = KB::BR, LDS = F::LDS, BW = F::BW, KR = KB::KR, atomic = AT };
     TRN__CUDA_SHARED_128(trn__bf16, sm);
-    trn__bf16 *Ks = sm, *Vs = Ks + BC * LD, *QO = Vs + BC * LD; /* QO: buffer u: Q at QO + 2u BR LD, dO after */
+    trn__bf16 *Ks = sm, *Vs = Ks + BC * LD, *QO = sm + KB::QO; /* QO: buffer u: Q at QO + 2u BR LD, dO after */
     trn__bf16 *dSs = QO + 4 * BR * LD;
-    float *LDv = (float *)(dSs + BC * LDS); /* buffer u: lse2 at LDv + 2u BR, D after */
+    float *LDv = (float *)(dSs + KB::DS); /* buffer u: lse2 at LDv + 2u BR, D after */
     int bg = blockIdx.x, b = bg / NKV, kvh = bg % NKV, G = NH / NKV, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     int g = lane / 4, t = lane % 4, kb = blockIdx.y;
     size_t ld = (size_t)(NH + 2 * NKV) * HS;
@@ -2080,6 +2103,18 @@ static __global__ void trn__k_fa2_bwd(trn__bf16 *dqkv, float *dq_acc, const trn_
     trn__fa2_tile<HS>(Ks, x + (size_t)(NH + kvh) * HS, ld, j0, BC, T);
     trn__fa2_tile<HS>(Vs, x + (size_t)(NH + NKV + kvh) * HS, ld, j0, BC, T);
     trn__cp_async_commit();
+    unsigned kr[KR ? HS / 16 : 1][4], vr[KR ? HS / 16 : 1][4]; /* KR: the warp's 16 keys of K, V as A fragments */
+    if (KR) {
+        trn__cp_async_wait<0>();
+        __syncthreads();
+TRN__UNROLL
+        for (int k = 0; k < (KR ? HS / 16 : 0); k++) {
+            int ar = (warp * 16 + lane % 8 + (lane / 8) % 2 * 8) * LD + k * 16 + lane / 16 * 8;
+            trn__ldmatrix_x4(kr[k], Ks + ar);
+            trn__ldmatrix_x4(vr[k], Vs + ar);
+        }
+        __syncthreads(); /* every warp has its fragments: Q and dO may overwrite K and V */
+    }
     float dk[HS / 8][4], dv[HS / 8][4];
 TRN__UNROLL
     for (int n = 0; n < HS / 8; n++)
@@ -2108,7 +2143,7 @@ TRN__UNROLL
         }
         if (st + 1 < steps) trn__cp_async_wait<1>();
         else trn__cp_async_wait<0>();
-        __syncthreads(); /* K, V and step st's Q, dO, lse, D are complete */
+        __syncthreads(); /* K, V (unless in registers) and step st's Q, dO, lse, D are complete */
         int h = kvh * G + st / nqs, i0 = i_start + st % nqs * BR, u = st & 1;
         const trn__bf16 *Qs = QO + 2 * u * BR * LD, *dOs = Qs + BR * LD;
         const float *L2 = LDv + 2 * u * BR, *Dv = L2 + BR;
@@ -2120,9 +2155,13 @@ TRN__UNROLL
 TRN__UNROLL
         for (int k = 0; k < HS / 16; k++) {
             unsigned ka[4], va[4];
-            int ar = (warp * 16 + lane % 8 + (lane / 8) % 2 * 8) * LD + k * 16 + lane / 16 * 8;
-            trn__ldmatrix_x4(ka, Ks + ar);
-            trn__ldmatrix_x4(va, Vs + ar);
+            if (KR) {
+                for (int e = 0; e < 4; e++) { ka[e] = kr[KR ? k : 0][e]; va[e] = vr[KR ? k : 0][e]; }
+            } else {
+                int ar = (warp * 16 + lane % 8 + (lane / 8) % 2 * 8) * LD + k * 16 + lane / 16 * 8;
+                trn__ldmatrix_x4(ka, Ks + ar);
+                trn__ldmatrix_x4(va, Vs + ar);
+            }
 TRN__UNROLL
             for (int n = 0; n < BR / 16; n++) {
                 unsigned qb[4], ob[4];
@@ -2419,9 +2458,14 @@ static void trn__cuda_fa2_backward(float *dqkv, const float *dout, const float *
            five with atomic dQ */
         TRN__CUDA_SITE_GEMM("flash bwd dkdv", qkvdo + 8.0 * rows + 2.0 * (2.0 - write) * B * T * 2 * NKV * HS +
                                                   8.0 * atomic * rows * HS, T, T, HS, (causal ? 0.5 : 1.0) * (4 + atomic) * B * NH);
-        TRN_CUDA_LAUNCH(trn__k_fa2_bwd<HS>, dim3((unsigned)(B * NKV), (unsigned)nkb), dim3(32 * F::BW),
-                        trn__fa2_shmem<HS>(1), trn__cu.stream, (trn__bf16 *)dqkv, acc, (const trn__bf16 *)dout,
-                        (const trn__bf16 *)qkv, lse, (const float *)D, T, NH, NKV, causal, scale, atomic, write);
+        if (atomic)
+            TRN_CUDA_LAUNCH((trn__k_fa2_bwd<HS, 1>), dim3((unsigned)(B * NKV), (unsigned)nkb), dim3(32 * F::BW),
+                            trn__fa2_shmem<HS>(2), trn__cu.stream, (trn__bf16 *)dqkv, acc, (const trn__bf16 *)dout,
+                            (const trn__bf16 *)qkv, lse, (const float *)D, T, NH, NKV, causal, scale, write);
+        else
+            TRN_CUDA_LAUNCH((trn__k_fa2_bwd<HS, 0>), dim3((unsigned)(B * NKV), (unsigned)nkb), dim3(32 * F::BW),
+                            trn__fa2_shmem<HS>(1), trn__cu.stream, (trn__bf16 *)dqkv, acc, (const trn__bf16 *)dout,
+                            (const trn__bf16 *)qkv, lse, (const float *)D, T, NH, NKV, causal, scale, write);
     }
     if (atomic) { /* the accumulator read (fp32), dQ of dqkv written, or read and written (bf16) */
         TRN__CUDA_SITE("flash bwd dq sum", 4.0 * rows * HS + 2.0 * (2.0 - write) * rows * HS, 2.0 * rows * HS);
