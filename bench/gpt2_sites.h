@@ -152,17 +152,21 @@ static double plan_efficiency_rule(const trn_cuda_site_row *r, trn_cuda_precisio
        Measured on an H100 (2026-11-27, bench/gpt2_cuda --profile, GPT-2
        124M B=16 T=1024): the forward at 0.19 of its floor (2.15 ms for 12
        layers) and the dQ pass at 0.18, both with one 16-row tile per warp:
-       one ldmatrix.x4 (512 bytes of shared memory) per two mma.sync, about
-       what the SM's shared memory delivers while the tensor cores wait.
-       Both now hold two row tiles per warp at head size 64 (one ldmatrix
-       per four mma.sync, FA2's own layout: 4 warps, 128 query rows):
+       one ldmatrix.x4 per two mma.sync and 8-16 independent products per
+       warp between barriers. At 0.19 the SM's shared memory runs at about a
+       third of its 128 bytes a clock, the tensor cores at a sixth: the
+       kernels wait on latency, not on a unit. Both now hold two row tiles
+       per warp at head size 64 (one ldmatrix per four mma.sync, twice the
+       independent products per load: FA2's own layout, 4 warps and 128
+       query rows, 2 blocks an SM at 252-254 registers where 3 ran):
        expected about halfway from 0.19 to the paper's 0.42; not yet
        measured. */
     if (plan_is(r, "flash fwd")) {
-        *why = "FA2 mma.sync, registers, 2 row tiles a warp (0.19 measured with 1: smem-bound)"; return 0.28;
+        *why = "FA2 mma.sync, registers, 2 row tiles a warp (0.19 measured with 1)"; return 0.28;
     }
-    if (plan_is(r, "flash bwd dkdv")) { /* measured 0.144 before its lse/D loads left the step's critical path */
-        *why = "FA2 4 products per key block, registers; 0.144 measured before lse/D left the critical path"; return 0.16;
+    if (plan_is(r, "flash bwd dkdv")) { /* measured 0.144 with 32 queries a step, K and V read from shared memory
+                                           each step and lse/D loads in the step's critical path */
+        *why = "FA2 4 products per key block; K, V in registers, 64 queries a step (0.144 measured before)"; return 0.20;
     }
     if (plan_is(r, "flash bwd dq")) { *why = "S and dP again, dQ += dS K, registers: as the forward"; return 0.28; }
     if (plan_is(r, "flash bwd D") || plan_is(r, "flash bwd dq sum")) { /* D measured 0.39 with 3 of 4 lanes idle */
