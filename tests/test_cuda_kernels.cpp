@@ -696,6 +696,7 @@ int main(int argc, char **argv) {
     test_crossentropy_fused(3, 50257, 50304, 1.0f / 3, 2e-5); /* GPT-2: the shared-memory packs, the last slot partly */
     test_crossentropy_fused(3, 52730, 52735, 0.5f, 2e-5);  /* every pack slot, rows 1, 2 unaligned: one read */
     test_crossentropy_fused(3, 52737, 52737, 0.5f, 2e-5);  /* one column too many: the two-pass kernel */
+    test_crossentropy_fused(3, 100, 52741, 0.5f, 1e-5);    /* two-pass (by Vp): padding in its packs, heads of 3, 2 */
 #ifndef CUEMU_TSAN /* (the race detector sees the same blocks and barriers at the small V's) */
     test_crossentropy(2, 128256, 128256, 3e-5);           /* Llama 3's vocabulary: targets above 65535 */
     test_crossentropy_fused(3, 128256, 128256, 1.0f / 3, 3e-5);
