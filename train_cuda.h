@@ -2485,8 +2485,9 @@ static __global__ void trn__k_xent_fused(float *losses, A *logits, const int *ta
    store. Pack j (16 bytes: 8 bf16 / 4 fp32) of thread i is the row's pack
    i + j NT (a warp's loads are contiguous); packs j < P sit in registers,
    the others in dynamic shared memory (SP packs, cp.async: no register
-   holds them on the way). All P + S loads of a thread are issued before any is used:
-   many independent 16-byte loads in flight hide HBM's latency. Then:
+   holds them on the way). All of a thread's loads are issued before any
+   is used: 13 independent 16-byte loads in flight a thread hide HBM's
+   latency. Then:
      each thread's max m over its real columns, then s = sum exp(x - m)
        (the row is here: no online rescaling, the CPU reference's form);
      trn__block_lse merges the (m, s) pairs: z = log-sum-exp of the row;
@@ -2518,8 +2519,8 @@ template <typename A> static int trn__xent_reg_fits(int Vp) {
 /* the compiler forgets what it knows of a pack's registers (an empty asm
    that "changes" them): between the passes of trn__k_xent_fused_reg this
    keeps nvcc from holding the bf16 packs' unpacked floats from one pass to
-   the next (twice the registers: 112 a thread, measured with ptxas -v,
-   where the pass needs 64) */
+   the next (ptxas -v, sm_90: 112 registers a thread uncapped, spills at
+   the 64 that two blocks of 512 allow; with it 64 and no spills) */
 template <typename A> static __device__ __forceinline__ void trn__opaque16(trn__pack<A> &p) {
 #ifndef TRN_CUDA_ON_CPU
     unsigned *w = reinterpret_cast<unsigned *>(&p);
@@ -2629,9 +2630,11 @@ static void trn__cuda_crossentropy_fused(float *losses, float *logits, const int
     /* the logits read, their gradient written over them; targets, losses.
        FLOPs: ~3 a column for the max and sum, ~3 for the gradient */
     TRN__CUDA_SITE("cross-entropy fused fwd+bwd", 2.0 * sizeof(A) * N * Vp + 8.0 * N, 6.0 * N * V);
-    /* a row that fits in a block's registers is read once (the count
-       above); a longer one (Llama 3's 128,256) goes to the two-pass
-       kernel, whose second read comes from L2 only in part */
+    /* a row that fits in a block's registers and shared memory (GPT-2's,
+       up to 53,248 bf16 / 52,736 fp32 columns) is read once: the count
+       above; a longer one (Llama 3's 128,256) goes to the two-pass kernel,
+       whose second read comes from L2 only in part (for it the count is
+       the floor, not the bytes it moves) */
     typedef trn__xent_reg<A> R;
     if (trn__xent_reg_fits<A>(Vp))
         TRN_CUDA_LAUNCH((trn__k_xent_fused_reg<A, R::NT, R::P, R::SP>), dim3((unsigned)N), dim3(R::NT), R::SP * 16,
