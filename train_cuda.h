@@ -1720,7 +1720,8 @@ TRN__UNROLL
    - Backward: D = rowsum(dO * O) once per row in its own small kernel;
      then one block per key block with four products (S^T = K Q^T,
      dP^T = V dO^T, dV += P^T dO, dK += dS^T Q), dK and dV in registers for
-     the whole key block; then dQ by a kernel laid out as the forward (a
+     the whole key block (and, at head sizes up to 64, the block's K and V
+     fragments, read from shared memory once); then dQ by a kernel laid out as the forward (a
      block per 64 query rows, key tiles streamed): S = Q K^T, dP = dO V^T,
      dQ += dS K, all in registers, one owner per row of dQ.
    dQ is deterministic by default, and that costs two products: S and dP
@@ -1789,29 +1790,61 @@ static __device__ __forceinline__ unsigned trn__pack_bf16(float lo, float hi) {
 static __device__ __forceinline__ float trn__bf16_lo(unsigned w) { return __uint_as_float(w << 16); }
 static __device__ __forceinline__ float trn__bf16_hi(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
 
-/* tile sizes. Forward: a block of 4 warps owns BR = 64 query rows (16 per
-   warp) and streams BC keys per step. Backward: a block of W warps owns BC
-   = 16 W keys (16 per warp) and streams BR queries per step. Rows of every
-   shared tile are padded by 8 bf16 (16 bytes), so the 8 row addresses of
-   one ldmatrix tile fall in different banks; all tiles fit in 48 KiB. */
+/* tile sizes. Forward and the dQ pass: a block of FW = 4 warps owns BR
+   query rows, 16 MW per warp: MW = 2 tiles of 16 rows at head sizes up to
+   64, so every K or V fragment a warp loads from shared memory feeds two
+   mma.sync instead of one (at MW = 1 the kernels issued one ldmatrix per
+   two mma.sync: bound by shared memory, 0.19 of the GEMM ceiling on the
+   H100, 2026-11-27); above 64 the registers of MW = 2 do not fit. Keys
+   stream in steps of FBC (forward) and QBC (dQ pass: S and dP both live in
+   registers, so half the keys at MW = 2). Backward key blocks: a block of
+   W warps owns BC = 16 W keys (16 per warp) and streams BR queries per
+   step (trn__fa2_kb). Rows of every shared tile are padded by 8 bf16 (16 bytes), so the 8
+   row addresses of one ldmatrix tile fall in different banks; all tiles
+   fit in 48 KiB. */
 template <int HS> struct trn__fa2 {
     enum {
         LD = HS + 8,                /* row stride of Q, K, V, dO tiles   */
         CH = HS / 8,                /* 16-byte chunks per row             */
-        FW = 4, FBR = 64,           /* forward: warps, query rows         */
+        FW = 4,                     /* forward, dQ pass: warps            */
+        MW = HS > 64 ? 1 : 2,       /* forward, dQ pass: 16-row tiles a warp */
+        FBR = 16 * MW * FW,         /* forward, dQ pass: query rows       */
         FBC = HS > 64 ? 32 : 64,    /* forward: keys per step             */
+        QBC = MW > 1 ? 32 : FBC,    /* dQ pass: keys per step             */
         BW = HS > 64 ? 2 : 4,       /* backward: warps                    */
         BBC = 16 * BW,              /* backward: keys per block           */
-        BBR = HS > 64 ? 16 : 32,    /* backward: queries per step         */
+        BBR = HS > 64 ? 16 : 32,    /* backward, atomic dQ: queries per step */
         LDS = BBR + 8,              /* row stride of dS^T (keys x queries) */
         DL = CH <= 2 ? 2 : CH <= 4 ? 4 : CH <= 8 ? 8 : 16 /* backward pass 1: lanes per row */
     };
     static_assert(HS % 16 == 0 && HS <= 128, "FA2 tile sizes");
+    static_assert(FBR <= 2 * FBC, "the forward's Q tile fits in one key buffer");
 };
-template <int HS> static size_t trn__fa2_shmem(int backward) {
+/* the key-block kernel with atomic dQ (AT = 1) or without. Without, at
+   head sizes up to 64, each warp reads its 16 keys of K and V into
+   registers once (KR: they are the A operand of S^T and dP^T at every
+   step, 8 ldmatrix a step saved) and their shared memory then holds Q and
+   dO, which makes room for steps of 64 queries: twice the independent
+   products per barrier. With atomic dQ, K stays in shared memory for
+   dQ += dS K, and dS^T needs its own tile: 32 queries a step. */
+template <int HS, int AT> struct trn__fa2_kb {
+    enum {
+        KR = !AT && HS <= 64,                                       /* K, V fragments in registers */
+        BR = KR ? 2 * trn__fa2<HS>::BBR : trn__fa2<HS>::BBR,        /* queries per step            */
+        QO = KR ? 0 : 2 * trn__fa2<HS>::BBC * trn__fa2<HS>::LD,     /* where Q, dO start (bf16)    */
+        DS = AT ? trn__fa2<HS>::BBC * trn__fa2<HS>::LDS : 0         /* dS^T's tile (bf16)          */
+    };
+};
+/* dynamic shared memory: pass 0 forward and dQ pass, 1 key blocks, 2 key blocks with atomic dQ */
+template <int HS> static size_t trn__fa2_shmem(int pass) {
     typedef trn__fa2<HS> F;
-    if (!backward) return 2 * (size_t)(4 * F::FBC * F::LD); /* K, V x 2 buffers; Q uses buffer 0 first */
-    return 2 * (size_t)(2 * F::BBC * F::LD + 4 * F::BBR * F::LD + F::BBC * F::LDS) + 4 * (size_t)(4 * F::BBR);
+    typedef trn__fa2_kb<HS, 0> K0;
+    typedef trn__fa2_kb<HS, 1> K1;
+    /* forward: K, V x 2 buffers (Q in buffer 0 first); dQ pass: Q and dO first, then K, V x 2 buffers of QBC */
+    if (pass == 0) return 2 * (size_t)(4 * F::FBC > 2 * F::FBR ? 4 * F::FBC : 2 * F::FBR) * F::LD;
+    /* key blocks: K, V (KR: overwritten by) Q, dO x 2 buffers, dS^T (atomic), lse and D x 2 buffers (fp32) */
+    if (pass == 1) return 2 * (size_t)(K0::QO + 4 * K0::BR * F::LD + K0::DS) + 4 * (size_t)(4 * K0::BR);
+    return 2 * (size_t)(K1::QO + 4 * K1::BR * F::LD + K1::DS) + 4 * (size_t)(4 * K1::BR);
 }
 
 /* issue the cp.async copies of rows [r0, r0+rows) of one head (HS bf16 at
@@ -1827,131 +1860,184 @@ static __device__ __forceinline__ void trn__fa2_tile(trn__bf16 *tile, const trn_
     }
 }
 
-/* forward: grid (B*NH, query blocks of 64), 128 threads. Warp w owns rows
-   [16w, 16w+16) of the block; lane (g = lane/4, t = lane%4) holds rows g
-   and g+8 of them: s[n][0..1] = S(g, 8n+2t..), s[n][2..3] = S(g+8, ..),
-   the same for the output accumulator o[n] over columns 8n+2t.. */
+/* the kernels that stream key tiles (forward, dQ pass) keep two buffers of
+   BC keys, K then V (buffer u at sm + 2 u BC LD). trn__fa2_keys waits for
+   tile kb, held in buffer (kb + first) & 1, after issuing tile kb + 1's
+   copies into the other buffer, so they run while tile kb is multiplied;
+   every thread calls it, and it returns tile kb's K (V follows it) */
+template <int HS, int BC>
+static __device__ __forceinline__ void trn__fa2_kv(trn__bf16 *buf, const trn__bf16 *kp, const trn__bf16 *vp, size_t ld,
+                                                   int j0, int kend) {
+    trn__fa2_tile<HS>(buf, kp, ld, j0, BC, kend);
+    trn__fa2_tile<HS>(buf + BC * trn__fa2<HS>::LD, vp, ld, j0, BC, kend);
+    trn__cp_async_commit();
+}
+template <int HS, int BC>
+static __device__ __forceinline__ const trn__bf16 *trn__fa2_keys(trn__bf16 *sm, const trn__bf16 *kp,
+                                                                 const trn__bf16 *vp, size_t ld, int kb, int nkb,
+                                                                 int kend, int first) {
+    enum { LD = trn__fa2<HS>::LD };
+    if (kb + 1 < nkb) {
+        trn__fa2_kv<HS, BC>(sm + ((kb + 1 + first) & 1) * 2 * BC * LD, kp, vp, ld, (kb + 1) * BC, kend);
+        trn__cp_async_wait<1>(); /* all but the newest group: tile kb */
+    } else {
+        trn__cp_async_wait<0>();
+    }
+    __syncthreads(); /* tile kb is complete (everyone's copies), and the other buffer's readers are done */
+    return sm + ((kb + first) & 1) * 2 * BC * LD;
+}
+
+/* The accumulators of two 16 x 8 tiles s[2k], s[2k+1] (fp32) are, pair for
+   pair, the A fragment of the 16 x 16 tile they form: rounded to bf16 they
+   feed the next product straight from registers (P V, dS K, P^T dO, ...) */
+static __device__ __forceinline__ void trn__fa2_afrag(unsigned *a, const float (*s)[4], int k) {
+    a[0] = trn__pack_bf16(s[2 * k][0], s[2 * k][1]);
+    a[1] = trn__pack_bf16(s[2 * k][2], s[2 * k][3]);
+    a[2] = trn__pack_bf16(s[2 * k + 1][0], s[2 * k + 1][1]);
+    a[3] = trn__pack_bf16(s[2 * k + 1][2], s[2 * k + 1][3]);
+}
+
+/* forward: grid (B*NH, query blocks of BR), 128 threads. Warp w owns rows
+   [16 MW w, 16 MW (w+1)) of the block as MW tiles of 16; in tile mt, lane
+   (g = lane/4, t = lane%4) holds rows g and g+8: s[mt][n][0..1] = S(g,
+   8n+2t..), s[mt][n][2..3] = S(g+8, ..), the same for the output
+   accumulator o[mt][n] over columns 8n+2t.. */
 template <int HS>
 static __global__ void trn__k_fa2_fwd(trn__bf16 *out, float *lse, const trn__bf16 *qkv, int T, int NH, int NKV,
                                       int causal, float scale_log2) {
     typedef trn__fa2<HS> F;
-    enum { LD = F::LD, BR = F::FBR, BC = F::FBC };
+    enum { LD = F::LD, BR = F::FBR, BC = F::FBC, MW = F::MW };
     TRN__CUDA_SHARED_128(trn__bf16, sm);
     int bh = blockIdx.x, b = bh / NH, h = bh % NH, kvh = h / (NH / NKV);
     /* query blocks in reverse: under a causal mask the last ones have the
        most keys, and starting them first keeps them out of the tail */
     int i0 = (gridDim.y - 1 - blockIdx.y) * BR, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    int w0 = i0 + warp * 16 * MW; /* the warp's first row */
     int g = lane / 4, t = lane % 4, kend = causal ? min(T, i0 + BR) : T, nkb = (kend + BC - 1) / BC;
     size_t ld = (size_t)(NH + 2 * NKV) * HS;
     const trn__bf16 *x = qkv + (size_t)b * T * ld, *kp = x + (size_t)(NH + kvh) * HS, *vp = kp + (size_t)NKV * HS;
-    /* Q into buffer 0, key tile 0 into buffer 1 (buffer s: K at sm + 2 s BC LD, V after it) */
+    /* Q into buffer 0, key tile 0 into buffer 1 */
     trn__fa2_tile<HS>(sm, x + (size_t)h * HS, ld, i0, BR, T);
     trn__cp_async_commit();
-    trn__fa2_tile<HS>(sm + 2 * BC * LD, kp, ld, 0, BC, kend);
-    trn__fa2_tile<HS>(sm + 3 * BC * LD, vp, ld, 0, BC, kend);
-    trn__cp_async_commit();
+    trn__fa2_kv<HS, BC>(sm + 2 * BC * LD, kp, vp, ld, 0, kend);
     trn__cp_async_wait<1>(); /* this thread's Q copies have landed */
     __syncthreads();         /* ... and everyone's */
-    unsigned qf[HS / 16][4]; /* the warp's 16 x HS of Q as A fragments */
+    unsigned qf[MW][HS / 16][4]; /* the warp's 16 MW x HS of Q as A fragments */
 TRN__UNROLL
-    for (int k = 0; k < HS / 16; k++)
-        trn__ldmatrix_x4(qf[k], sm + (warp * 16 + lane % 8 + (lane / 8) % 2 * 8) * LD + k * 16 + lane / 16 * 8);
-    __syncthreads(); /* buffer 0 is free for key tile 1 */
-    float o[HS / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-TRN__UNROLL
-    for (int n = 0; n < HS / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-    for (int kb = 0; kb < nkb; kb++) {
-        int j0 = kb * BC;
-        const trn__bf16 *Ks = sm + ((kb + 1) & 1) * 2 * BC * LD, *Vs = Ks + BC * LD;
-        if (kb + 1 < nkb) { /* prefetch the next key tile into the other buffer */
-            trn__bf16 *nk = sm + (kb & 1) * 2 * BC * LD;
-            trn__fa2_tile<HS>(nk, kp, ld, j0 + BC, BC, kend);
-            trn__fa2_tile<HS>(nk + BC * LD, vp, ld, j0 + BC, BC, kend);
-            trn__cp_async_commit();
-            trn__cp_async_wait<1>(); /* all but the newest group: this tile */
-        } else {
-            trn__cp_async_wait<0>();
-        }
-        __syncthreads(); /* key tile kb is complete */
-        /* S = Q K^T (16 x BC per warp); K read as B: ldmatrix (no .trans)
-           of 16 keys x 16 columns gives b for two 8-key tiles */
-        float s[BC / 8][4];
-TRN__UNROLL
-        for (int n = 0; n < BC / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+    for (int mt = 0; mt < MW; mt++)
 TRN__UNROLL
         for (int k = 0; k < HS / 16; k++)
+            trn__ldmatrix_x4(qf[mt][k],
+                             sm + (w0 - i0 + mt * 16 + lane % 8 + (lane / 8) % 2 * 8) * LD + k * 16 + lane / 16 * 8);
+    __syncthreads(); /* buffer 0 is free for key tile 1 */
+    float o[MW][HS / 8][4], m[MW][2], l[MW][2];
 TRN__UNROLL
-            for (int n = 0; n < BC / 16; n++) {
-                unsigned kf[4];
-                trn__ldmatrix_x4(kf, Ks + (n * 16 + lane % 8 + lane / 16 * 8) * LD + k * 16 + (lane / 8) % 2 * 8);
-                trn__mma_bf16(s[2 * n], qf[k], kf);
-                trn__mma_bf16(s[2 * n + 1], qf[k], kf + 2);
+    for (int mt = 0; mt < MW; mt++) {
+        m[mt][0] = m[mt][1] = -INFINITY;
+        l[mt][0] = l[mt][1] = 0.0f;
+TRN__UNROLL
+        for (int n = 0; n < HS / 8; n++) o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.0f;
+    }
+    for (int kb = 0; kb < nkb; kb++) {
+        int j0 = kb * BC;
+        const trn__bf16 *Ks = trn__fa2_keys<HS, BC>(sm, kp, vp, ld, kb, nkb, kend, 1), *Vs = Ks + BC * LD;
+        /* causal: a warp whose rows all come before the tile's first key
+           would only add zeros (the block's later warps still need it) */
+        if (!causal || j0 < w0 + 16 * MW) {
+            /* S = Q K^T (16 MW x BC per warp); K read as B: ldmatrix (no
+               .trans) of 16 keys x 16 columns gives b for two 8-key tiles,
+               and each b serves the warp's MW row tiles */
+            float s[MW][BC / 8][4];
+TRN__UNROLL
+            for (int mt = 0; mt < MW; mt++)
+TRN__UNROLL
+                for (int n = 0; n < BC / 8; n++) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
+TRN__UNROLL
+            for (int k = 0; k < HS / 16; k++)
+TRN__UNROLL
+                for (int n = 0; n < BC / 16; n++) {
+                    unsigned kf[4];
+                    trn__ldmatrix_x4(kf, Ks + (n * 16 + lane % 8 + lane / 16 * 8) * LD + k * 16 + (lane / 8) % 2 * 8);
+TRN__UNROLL
+                    for (int mt = 0; mt < MW; mt++) {
+                        trn__mma_bf16(s[mt][2 * n], qf[mt][k], kf);
+                        trn__mma_bf16(s[mt][2 * n + 1], qf[mt][k], kf + 2);
+                    }
+                }
+TRN__UNROLL
+            for (int mt = 0; mt < MW; mt++) {
+                /* scale into base 2; mask where the tile crosses T or the diagonal */
+                int r0 = w0 + mt * 16, mask = j0 + BC > T || (causal && j0 + BC > r0);
+                float mx[2] = {m[mt][0], m[mt][1]};
+TRN__UNROLL
+                for (int n = 0; n < BC / 8; n++)
+TRN__UNROLL
+                    for (int e = 0; e < 4; e++) {
+                        int i = r0 + g + e / 2 * 8, j = j0 + n * 8 + 2 * t + e % 2;
+                        s[mt][n][e] = mask && (j >= T || (causal && j > i)) ? -INFINITY : s[mt][n][e] * scale_log2;
+                        mx[e / 2] = fmaxf(mx[e / 2], s[mt][n][e]);
+                    }
+                /* online softmax: the row's max over the 4 lanes that hold it */
+                float corr[2];
+TRN__UNROLL
+                for (int r = 0; r < 2; r++) {
+                    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+                    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+                    float base = mx[r] == -INFINITY ? 0.0f : mx[r]; /* a row with nothing yet */
+                    corr[r] = exp2f(m[mt][r] - base);                /* 0 on the row's first keys */
+                    m[mt][r] = mx[r];
+                    mx[r] = base;
+                    l[mt][r] *= corr[r];
+                }
+TRN__UNROLL
+                for (int n = 0; n < BC / 8; n++)
+TRN__UNROLL
+                    for (int e = 0; e < 4; e++) {
+                        s[mt][n][e] = exp2f(s[mt][n][e] - mx[e / 2]); /* p; 0 where masked */
+                        l[mt][e / 2] += s[mt][n][e];                  /* this lane's part of the row sum, fp32 */
+                    }
+TRN__UNROLL
+                for (int n = 0; n < HS / 8; n++) {
+                    o[mt][n][0] *= corr[0]; o[mt][n][1] *= corr[0]; o[mt][n][2] *= corr[1]; o[mt][n][3] *= corr[1];
+                }
             }
-        /* scale into base 2; mask where the tile crosses T or the diagonal */
-        int mask = j0 + BC > T || (causal && j0 + BC > i0 + warp * 16);
-        float mx[2] = {m[0], m[1]};
+            /* O += P V: P's k-th 16 keys as A fragments (bf16); V read with .trans */
 TRN__UNROLL
-        for (int n = 0; n < BC / 8; n++)
+            for (int k = 0; k < BC / 16; k++) {
+                unsigned pa[MW][4];
 TRN__UNROLL
-            for (int e = 0; e < 4; e++) {
-                int i = i0 + warp * 16 + g + e / 2 * 8, j = j0 + n * 8 + 2 * t + e % 2;
-                s[n][e] = mask && (j >= T || (causal && j > i)) ? -INFINITY : s[n][e] * scale_log2;
-                mx[e / 2] = fmaxf(mx[e / 2], s[n][e]);
-            }
-        /* online softmax: the row's max over the 4 lanes that hold it */
-        float corr[2];
+                for (int mt = 0; mt < MW; mt++) trn__fa2_afrag(pa[mt], s[mt], k);
 TRN__UNROLL
-        for (int r = 0; r < 2; r++) {
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-            float base = mx[r] == -INFINITY ? 0.0f : mx[r]; /* a row with nothing yet */
-            corr[r] = exp2f(m[r] - base);                    /* 0 on the row's first keys */
-            m[r] = mx[r];
-            mx[r] = base;
-            l[r] *= corr[r];
-        }
+                for (int n = 0; n < HS / 16; n++) {
+                    unsigned vf[4];
+                    trn__ldmatrix_x4_trans(vf, Vs + (k * 16 + lane % 8 + (lane / 8) % 2 * 8) * LD + n * 16 + lane / 16 * 8);
 TRN__UNROLL
-        for (int n = 0; n < BC / 8; n++)
-TRN__UNROLL
-            for (int e = 0; e < 4; e++) {
-                s[n][e] = exp2f(s[n][e] - mx[e / 2]); /* p; 0 where masked */
-                l[e / 2] += s[n][e];                  /* this lane's part of the row sum, fp32 */
-            }
-TRN__UNROLL
-        for (int n = 0; n < HS / 8; n++) {
-            o[n][0] *= corr[0]; o[n][1] *= corr[0]; o[n][2] *= corr[1]; o[n][3] *= corr[1];
-        }
-        /* O += P V: the accumulators of S tiles 2k, 2k+1 are the A fragment
-           of P's k-th 16 keys (rounded to bf16); V read with .trans */
-TRN__UNROLL
-        for (int k = 0; k < BC / 16; k++) {
-            unsigned pa[4] = {trn__pack_bf16(s[2 * k][0], s[2 * k][1]), trn__pack_bf16(s[2 * k][2], s[2 * k][3]),
-                              trn__pack_bf16(s[2 * k + 1][0], s[2 * k + 1][1]),
-                              trn__pack_bf16(s[2 * k + 1][2], s[2 * k + 1][3])};
-TRN__UNROLL
-            for (int n = 0; n < HS / 16; n++) {
-                unsigned vf[4];
-                trn__ldmatrix_x4_trans(vf, Vs + (k * 16 + lane % 8 + (lane / 8) % 2 * 8) * LD + n * 16 + lane / 16 * 8);
-                trn__mma_bf16(o[2 * n], pa, vf);
-                trn__mma_bf16(o[2 * n + 1], pa, vf + 2);
+                    for (int mt = 0; mt < MW; mt++) {
+                        trn__mma_bf16(o[mt][2 * n], pa[mt], vf);
+                        trn__mma_bf16(o[mt][2 * n + 1], pa[mt], vf + 2);
+                    }
+                }
             }
         }
         __syncthreads(); /* everyone is done with this buffer before it is refilled */
     }
     /* out = O / l (the row sum over the 4 lanes), lse = ln(2^m l) */
 TRN__UNROLL
-    for (int r = 0; r < 2; r++) {
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-        int i = i0 + warp * 16 + g + r * 8;
-        if (i < T) {
-            float inv = 1.0f / l[r];
-            unsigned *dst = (unsigned *)(out + ((size_t)b * T + i) * NH * HS + (size_t)h * HS + 2 * t);
+    for (int mt = 0; mt < MW; mt++)
 TRN__UNROLL
-            for (int n = 0; n < HS / 8; n++) dst[n * 4] = trn__pack_bf16(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
-            if (t == 0) lse[(size_t)bh * T + i] = m[r] * 0.69314718056f + logf(l[r]);
+        for (int r = 0; r < 2; r++) {
+            l[mt][r] += __shfl_xor_sync(0xffffffffu, l[mt][r], 1);
+            l[mt][r] += __shfl_xor_sync(0xffffffffu, l[mt][r], 2);
+            int i = w0 + mt * 16 + g + r * 8;
+            if (i < T) {
+                float inv = 1.0f / l[mt][r];
+                unsigned *dst = (unsigned *)(out + ((size_t)b * T + i) * NH * HS + (size_t)h * HS + 2 * t);
+TRN__UNROLL
+                for (int n = 0; n < HS / 8; n++)
+                    dst[n * 4] = trn__pack_bf16(o[mt][n][2 * r] * inv, o[mt][n][2 * r + 1] * inv);
+                if (t == 0) lse[(size_t)bh * T + i] = m[mt][r] * 0.69314718056f + logf(l[mt][r]);
+            }
         }
-    }
 }
 
 /* backward, pass 1: D = rowsum(dO * O) per (b, h, i), fp32; with atomic
@@ -1985,26 +2071,28 @@ static __global__ void trn__k_fa2_bwd_d(float *D, float *dq_acc, const trn__bf16
 /* backward, pass 2: grid (B*NKV, key blocks), BW warps. Block (bg, kb)
    owns key block kb of its (b, kv head); warp w owns keys [16w, 16w+16),
    and for every query head of the group and every query step (BR rows,
-   double-buffered with cp.async) computes, all in registers (lane g, t as
-   in the forward; rows = keys, columns = queries):
+   double-buffered with cp.async; BR and where K, V live: trn__fa2_kb)
+   computes, all in registers (lane g, t as in the forward; rows = keys,
+   columns = queries):
      S^T  = K Q^T              dP^T = V dO^T
      P^T  = exp(scale S^T - lse)   dS^T = P^T (dP^T - D)   (masked, fp32)
      dV  += P^T dO             dK  += dS^T Q        (fragments, whole block)
-   With atomic dQ (atomic = 1) dS^T then goes to shared memory (bf16) and
+   With atomic dQ (AT = 1) dS^T then goes to shared memory (bf16) and
    the block computes dQ += dS K (16 x 16 tiles dealt round-robin to the
    warps) and adds it into dq_acc with atomicAdd (zeroed by pass 1);
    otherwise pass 3 (trn__k_fa2_bwd_q) computes dQ. dK (times scale) and dV
    are added to dqkv (or written) at the end. */
-template <int HS>
+template <int HS, int AT>
 static __global__ void trn__k_fa2_bwd(trn__bf16 *dqkv, float *dq_acc, const trn__bf16 *dout, const trn__bf16 *qkv,
                                       const float *lse, const float *D, int T, int NH, int NKV, int causal, float scale,
-                                      int atomic, int write) {
+                                      int write) {
     typedef trn__fa2<HS> F;
-    enum { LD = F::LD, BC = F::BBC, BR = F::BBR, LDS = F::LDS, BW = F::BW };
+    typedef trn__fa2_kb<HS, AT> KB;
+    enum { LD = F::LD, BC = F::BBC, BR = KB::BR, LDS = F::LDS, BW = F::BW, KR = KB::KR, atomic = AT };
     TRN__CUDA_SHARED_128(trn__bf16, sm);
-    trn__bf16 *Ks = sm, *Vs = Ks + BC * LD, *QO = Vs + BC * LD; /* QO: buffer u: Q at QO + 2u BR LD, dO after */
+    trn__bf16 *Ks = sm, *Vs = Ks + BC * LD, *QO = sm + KB::QO; /* QO: buffer u: Q at QO + 2u BR LD, dO after */
     trn__bf16 *dSs = QO + 4 * BR * LD;
-    float *LDv = (float *)(dSs + BC * LDS); /* buffer u: lse2 at LDv + 2u BR, D after */
+    float *LDv = (float *)(dSs + KB::DS); /* buffer u: lse2 at LDv + 2u BR, D after */
     int bg = blockIdx.x, b = bg / NKV, kvh = bg % NKV, G = NH / NKV, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     int g = lane / 4, t = lane % 4, kb = blockIdx.y;
     size_t ld = (size_t)(NH + 2 * NKV) * HS;
@@ -2015,6 +2103,18 @@ static __global__ void trn__k_fa2_bwd(trn__bf16 *dqkv, float *dq_acc, const trn_
     trn__fa2_tile<HS>(Ks, x + (size_t)(NH + kvh) * HS, ld, j0, BC, T);
     trn__fa2_tile<HS>(Vs, x + (size_t)(NH + NKV + kvh) * HS, ld, j0, BC, T);
     trn__cp_async_commit();
+    unsigned kr[KR ? HS / 16 : 1][4], vr[KR ? HS / 16 : 1][4]; /* KR: the warp's 16 keys of K, V as A fragments */
+    if (KR) {
+        trn__cp_async_wait<0>();
+        __syncthreads();
+TRN__UNROLL
+        for (int k = 0; k < (KR ? HS / 16 : 0); k++) {
+            int ar = (warp * 16 + lane % 8 + (lane / 8) % 2 * 8) * LD + k * 16 + lane / 16 * 8;
+            trn__ldmatrix_x4(kr[k], Ks + ar);
+            trn__ldmatrix_x4(vr[k], Vs + ar);
+        }
+        __syncthreads(); /* every warp has its fragments: Q and dO may overwrite K and V */
+    }
     float dk[HS / 8][4], dv[HS / 8][4];
 TRN__UNROLL
     for (int n = 0; n < HS / 8; n++)
@@ -2043,7 +2143,7 @@ TRN__UNROLL
         }
         if (st + 1 < steps) trn__cp_async_wait<1>();
         else trn__cp_async_wait<0>();
-        __syncthreads(); /* K, V and step st's Q, dO, lse, D are complete */
+        __syncthreads(); /* K, V (unless in registers) and step st's Q, dO, lse, D are complete */
         int h = kvh * G + st / nqs, i0 = i_start + st % nqs * BR, u = st & 1;
         const trn__bf16 *Qs = QO + 2 * u * BR * LD, *dOs = Qs + BR * LD;
         const float *L2 = LDv + 2 * u * BR, *Dv = L2 + BR;
@@ -2055,9 +2155,13 @@ TRN__UNROLL
 TRN__UNROLL
         for (int k = 0; k < HS / 16; k++) {
             unsigned ka[4], va[4];
-            int ar = (warp * 16 + lane % 8 + (lane / 8) % 2 * 8) * LD + k * 16 + lane / 16 * 8;
-            trn__ldmatrix_x4(ka, Ks + ar);
-            trn__ldmatrix_x4(va, Vs + ar);
+            if (KR) {
+                for (int e = 0; e < 4; e++) { ka[e] = kr[KR ? k : 0][e]; va[e] = vr[KR ? k : 0][e]; }
+            } else {
+                int ar = (warp * 16 + lane % 8 + (lane / 8) % 2 * 8) * LD + k * 16 + lane / 16 * 8;
+                trn__ldmatrix_x4(ka, Ks + ar);
+                trn__ldmatrix_x4(va, Vs + ar);
+            }
 TRN__UNROLL
             for (int n = 0; n < BR / 16; n++) {
                 unsigned qb[4], ob[4];
@@ -2086,13 +2190,9 @@ TRN__UNROLL
            also to shared memory */
 TRN__UNROLL
         for (int k = 0; k < BR / 16; k++) {
-            unsigned pa[4] = {trn__pack_bf16(s[2 * k][0], s[2 * k][1]), trn__pack_bf16(s[2 * k][2], s[2 * k][3]),
-                              trn__pack_bf16(s[2 * k + 1][0], s[2 * k + 1][1]),
-                              trn__pack_bf16(s[2 * k + 1][2], s[2 * k + 1][3])};
-            unsigned da[4] = {trn__pack_bf16(dp[2 * k][0], dp[2 * k][1]),
-                              trn__pack_bf16(dp[2 * k][2], dp[2 * k][3]),
-                              trn__pack_bf16(dp[2 * k + 1][0], dp[2 * k + 1][1]),
-                              trn__pack_bf16(dp[2 * k + 1][2], dp[2 * k + 1][3])};
+            unsigned pa[4], da[4];
+            trn__fa2_afrag(pa, s, k);
+            trn__fa2_afrag(da, dp, k);
             if (atomic) { /* dS^T to shared memory for dQ: rows = keys, columns = queries */
                 unsigned *d0 = (unsigned *)(dSs + (warp * 16 + g) * LDS + k * 16 + 2 * t);
                 d0[0] = da[0];
@@ -2168,12 +2268,12 @@ TRN__UNROLL
 }
 
 /* backward, pass 3 (the default, deterministic dQ): grid (B*NH, query
-   blocks of 64), 128 threads, laid out as the forward (warp w owns query
-   rows [16w, 16w+16); lane g, t as there). Q and dO of the warp's rows are
-   A fragments in registers, lse and D of its two rows g, g+8 too; key
-   tiles (K and V, BC keys) stream through two cp.async buffers, and per
-   tile, all in registers:
-     S  = Q K^T                   dP = dO V^T         (16 x BC per warp)
+   blocks of BR), 128 threads, laid out as the forward (warp w owns MW
+   tiles of 16 query rows; lane g, t as there). Q and dO of the warp's rows
+   are A fragments in registers, lse and D of its rows too; key tiles (K
+   and V, QBC keys) stream through two cp.async buffers, and per tile, all
+   in registers:
+     S  = Q K^T                   dP = dO V^T         (16 MW x QBC per warp)
      P  = exp(scale S - lse)      dS = P (dP - D)     (masked, fp32)
      dQ += dS K   (the accumulators of dS are its A fragments, as P's are
                    in the forward's P V; K read with .trans as V there)
@@ -2184,11 +2284,12 @@ template <int HS>
 static __global__ void trn__k_fa2_bwd_q(trn__bf16 *dqkv, const trn__bf16 *dout, const trn__bf16 *qkv, const float *lse,
                                         const float *D, int T, int NH, int NKV, int causal, float scale, int write) {
     typedef trn__fa2<HS> F;
-    enum { LD = F::LD, BR = F::FBR, BC = F::FBC };
-    TRN__CUDA_SHARED_128(trn__bf16, sm); /* 4 BC LD bf16: Q and dO (2 BR LD) first, then 2 buffers of K, V */
+    enum { LD = F::LD, BR = F::FBR, BC = F::QBC, MW = F::MW };
+    TRN__CUDA_SHARED_128(trn__bf16, sm); /* Q and dO (2 BR LD) first, then 2 buffers of K, V (4 BC LD) */
     int bh = blockIdx.x, b = bh / NH, h = bh % NH, kvh = h / (NH / NKV);
     int i0 = (gridDim.y - 1 - blockIdx.y) * BR, lane = threadIdx.x % 32, warp = threadIdx.x / 32; /* longest first */
-    int g = lane / 4, t = lane % 4, kend = causal ? min(T, i0 + BR) : T, nkb = (kend + BC - 1) / BC;
+    int w0 = i0 + warp * 16 * MW, g = lane / 4, t = lane % 4;
+    int kend = causal ? min(T, i0 + BR) : T, nkb = (kend + BC - 1) / BC;
     size_t ld = (size_t)(NH + 2 * NKV) * HS;
     const trn__bf16 *x = qkv + (size_t)b * T * ld, *kp = x + (size_t)(NH + kvh) * HS, *vp = kp + (size_t)NKV * HS;
     const float log2e = 1.44269504089f;
@@ -2197,97 +2298,110 @@ static __global__ void trn__k_fa2_bwd_q(trn__bf16 *dqkv, const trn__bf16 *dout, 
     trn__cp_async_commit();
     trn__cp_async_wait<0>();
     __syncthreads();
-    unsigned qf[HS / 16][4], of[HS / 16][4]; /* the warp's 16 x HS of Q and of dO as A fragments */
+    unsigned qf[MW][HS / 16][4], of[MW][HS / 16][4]; /* the warp's 16 MW x HS of Q and of dO as A fragments */
+    float l2[MW][2], dd[MW][2];                      /* lse in base 2 and D of its rows */
 TRN__UNROLL
-    for (int k = 0; k < HS / 16; k++) {
-        int ar = (warp * 16 + lane % 8 + (lane / 8) % 2 * 8) * LD + k * 16 + lane / 16 * 8;
-        trn__ldmatrix_x4(qf[k], sm + ar);
-        trn__ldmatrix_x4(of[k], sm + BR * LD + ar);
-    }
-    float l2[2], dd[2]; /* lse in base 2 and D of rows g, g+8 */
+    for (int mt = 0; mt < MW; mt++) {
 TRN__UNROLL
-    for (int r = 0; r < 2; r++) {
-        int i = i0 + warp * 16 + g + r * 8;
-        l2[r] = i < T ? lse[(size_t)bh * T + i] * log2e : 0.0f;
-        dd[r] = i < T ? D[(size_t)bh * T + i] : 0.0f;
+        for (int k = 0; k < HS / 16; k++) {
+            int ar = (w0 - i0 + mt * 16 + lane % 8 + (lane / 8) % 2 * 8) * LD + k * 16 + lane / 16 * 8;
+            trn__ldmatrix_x4(qf[mt][k], sm + ar);
+            trn__ldmatrix_x4(of[mt][k], sm + BR * LD + ar);
+        }
+TRN__UNROLL
+        for (int r = 0; r < 2; r++) {
+            int i = w0 + mt * 16 + g + r * 8;
+            l2[mt][r] = i < T ? lse[(size_t)bh * T + i] * log2e : 0.0f;
+            dd[mt][r] = i < T ? D[(size_t)bh * T + i] : 0.0f;
+        }
     }
     __syncthreads(); /* Q and dO are in registers: the shared memory is free */
-    trn__fa2_tile<HS>(sm, kp, ld, 0, BC, kend); /* key tile 0 into buffer 0 (K at sm + 2 s BC LD, V after it) */
-    trn__fa2_tile<HS>(sm + BC * LD, vp, ld, 0, BC, kend);
-    trn__cp_async_commit();
-    float dq[HS / 8][4];
+    trn__fa2_kv<HS, BC>(sm, kp, vp, ld, 0, kend); /* key tile 0 into buffer 0 */
+    float dq[MW][HS / 8][4];
 TRN__UNROLL
-    for (int n = 0; n < HS / 8; n++) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+    for (int mt = 0; mt < MW; mt++)
+TRN__UNROLL
+        for (int n = 0; n < HS / 8; n++) dq[mt][n][0] = dq[mt][n][1] = dq[mt][n][2] = dq[mt][n][3] = 0.0f;
     for (int kb = 0; kb < nkb; kb++) {
         int j0 = kb * BC;
-        const trn__bf16 *Ks = sm + (kb & 1) * 2 * BC * LD, *Vs = Ks + BC * LD;
-        if (kb + 1 < nkb) { /* prefetch the next key tile into the other buffer */
-            trn__bf16 *nk = sm + ((kb + 1) & 1) * 2 * BC * LD;
-            trn__fa2_tile<HS>(nk, kp, ld, j0 + BC, BC, kend);
-            trn__fa2_tile<HS>(nk + BC * LD, vp, ld, j0 + BC, BC, kend);
-            trn__cp_async_commit();
-            trn__cp_async_wait<1>(); /* all but the newest group: this tile */
-        } else {
-            trn__cp_async_wait<0>();
-        }
-        __syncthreads(); /* key tile kb is complete */
-        /* S = Q K^T and dP = dO V^T; K and V read as B (no .trans) */
-        float s[BC / 8][4], dp[BC / 8][4];
+        const trn__bf16 *Ks = trn__fa2_keys<HS, BC>(sm, kp, vp, ld, kb, nkb, kend, 0), *Vs = Ks + BC * LD;
+        /* causal: a warp whose rows all come before the tile's first key
+           would only add zeros (dS = 0 there) */
+        if (!causal || j0 < w0 + 16 * MW) {
+            /* S = Q K^T and dP = dO V^T; K and V read as B (no .trans), each
+               fragment serving the warp's MW row tiles */
+            float s[MW][BC / 8][4], dp[MW][BC / 8][4];
 TRN__UNROLL
-        for (int n = 0; n < BC / 8; n++)
-            for (int e = 0; e < 4; e++) s[n][e] = dp[n][e] = 0.0f;
+            for (int mt = 0; mt < MW; mt++)
 TRN__UNROLL
-        for (int k = 0; k < HS / 16; k++)
+                for (int n = 0; n < BC / 8; n++)
+                    for (int e = 0; e < 4; e++) s[mt][n][e] = dp[mt][n][e] = 0.0f;
 TRN__UNROLL
-            for (int n = 0; n < BC / 16; n++) {
-                unsigned kf[4], vf[4];
-                int br = (n * 16 + lane % 8 + lane / 16 * 8) * LD + k * 16 + (lane / 8) % 2 * 8;
-                trn__ldmatrix_x4(kf, Ks + br);
-                trn__ldmatrix_x4(vf, Vs + br);
-                trn__mma_bf16(s[2 * n], qf[k], kf);
-                trn__mma_bf16(s[2 * n + 1], qf[k], kf + 2);
-                trn__mma_bf16(dp[2 * n], of[k], vf);
-                trn__mma_bf16(dp[2 * n + 1], of[k], vf + 2);
+            for (int k = 0; k < HS / 16; k++)
+TRN__UNROLL
+                for (int n = 0; n < BC / 16; n++) {
+                    unsigned kf[4], vf[4];
+                    int br = (n * 16 + lane % 8 + lane / 16 * 8) * LD + k * 16 + (lane / 8) % 2 * 8;
+                    trn__ldmatrix_x4(kf, Ks + br);
+                    trn__ldmatrix_x4(vf, Vs + br);
+TRN__UNROLL
+                    for (int mt = 0; mt < MW; mt++) {
+                        trn__mma_bf16(s[mt][2 * n], qf[mt][k], kf);
+                        trn__mma_bf16(s[mt][2 * n + 1], qf[mt][k], kf + 2);
+                        trn__mma_bf16(dp[mt][2 * n], of[mt][k], vf);
+                        trn__mma_bf16(dp[mt][2 * n + 1], of[mt][k], vf + 2);
+                    }
+                }
+            /* dS = P (dP - D) in place of S, fp32; masked where the tile crosses
+               T or the diagonal (P = 0 there) */
+TRN__UNROLL
+            for (int mt = 0; mt < MW; mt++) {
+                int r0 = w0 + mt * 16, mask = j0 + BC > T || r0 + 16 > T || (causal && j0 + BC > r0);
+TRN__UNROLL
+                for (int n = 0; n < BC / 8; n++)
+TRN__UNROLL
+                    for (int e = 0; e < 4; e++) {
+                        int i = r0 + g + e / 2 * 8, j = j0 + n * 8 + 2 * t + e % 2;
+                        float p = mask && (j >= T || i >= T || (causal && j > i))
+                                      ? 0.0f
+                                      : exp2f(s[mt][n][e] * scale * log2e - l2[mt][e / 2]);
+                        s[mt][n][e] = p * (dp[mt][n][e] - dd[mt][e / 2]);
+                    }
             }
-        /* dS = P (dP - D) in place of S, fp32; masked where the tile crosses
-           T or the diagonal (P = 0 there) */
-        int mask = j0 + BC > T || i0 + warp * 16 + 16 > T || (causal && j0 + BC > i0 + warp * 16);
+            /* dQ += dS K: dS's k-th 16 keys as A fragments (rounded to bf16) */
 TRN__UNROLL
-        for (int n = 0; n < BC / 8; n++)
+            for (int k = 0; k < BC / 16; k++) {
+                unsigned da[MW][4];
 TRN__UNROLL
-            for (int e = 0; e < 4; e++) {
-                int i = i0 + warp * 16 + g + e / 2 * 8, j = j0 + n * 8 + 2 * t + e % 2;
-                float p = mask && (j >= T || i >= T || (causal && j > i)) ? 0.0f
-                                                                          : exp2f(s[n][e] * scale * log2e - l2[e / 2]);
-                s[n][e] = p * (dp[n][e] - dd[e / 2]);
-            }
-        /* dQ += dS K: dS's k-th 16 keys as the A fragment (rounded to bf16) */
+                for (int mt = 0; mt < MW; mt++) trn__fa2_afrag(da[mt], s[mt], k);
 TRN__UNROLL
-        for (int k = 0; k < BC / 16; k++) {
-            unsigned da[4] = {trn__pack_bf16(s[2 * k][0], s[2 * k][1]), trn__pack_bf16(s[2 * k][2], s[2 * k][3]),
-                              trn__pack_bf16(s[2 * k + 1][0], s[2 * k + 1][1]),
-                              trn__pack_bf16(s[2 * k + 1][2], s[2 * k + 1][3])};
+                for (int n = 0; n < HS / 16; n++) {
+                    unsigned kf[4];
+                    int kr = (k * 16 + lane % 8 + (lane / 8) % 2 * 8) * LD + n * 16 + lane / 16 * 8;
+                    trn__ldmatrix_x4_trans(kf, Ks + kr);
 TRN__UNROLL
-            for (int n = 0; n < HS / 16; n++) {
-                unsigned kf[4];
-                trn__ldmatrix_x4_trans(kf, Ks + (k * 16 + lane % 8 + (lane / 8) % 2 * 8) * LD + n * 16 + lane / 16 * 8);
-                trn__mma_bf16(dq[2 * n], da, kf);
-                trn__mma_bf16(dq[2 * n + 1], da, kf + 2);
+                    for (int mt = 0; mt < MW; mt++) {
+                        trn__mma_bf16(dq[mt][2 * n], da[mt], kf);
+                        trn__mma_bf16(dq[mt][2 * n + 1], da[mt], kf + 2);
+                    }
+                }
             }
         }
         __syncthreads(); /* everyone is done with this buffer before it is refilled */
     }
 TRN__UNROLL
-    for (int r = 0; r < 2; r++) {
-        int i = i0 + warp * 16 + g + r * 8;
-        if (i >= T) continue;
-        unsigned *q = (unsigned *)(dqkv + ((size_t)b * T + i) * ld + (size_t)h * HS + 2 * t);
+    for (int mt = 0; mt < MW; mt++)
 TRN__UNROLL
-        for (int n = 0; n < HS / 8; n++)
-            q[n * 4] = write ? trn__pack_bf16(scale * dq[n][2 * r], scale * dq[n][2 * r + 1])
-                             : trn__pack_bf16(trn__bf16_lo(q[n * 4]) + scale * dq[n][2 * r],
-                                              trn__bf16_hi(q[n * 4]) + scale * dq[n][2 * r + 1]);
-    }
+        for (int r = 0; r < 2; r++) {
+            int i = w0 + mt * 16 + g + r * 8;
+            if (i >= T) continue;
+            unsigned *q = (unsigned *)(dqkv + ((size_t)b * T + i) * ld + (size_t)h * HS + 2 * t);
+TRN__UNROLL
+            for (int n = 0; n < HS / 8; n++)
+                q[n * 4] = write ? trn__pack_bf16(scale * dq[mt][n][2 * r], scale * dq[mt][n][2 * r + 1])
+                                 : trn__pack_bf16(trn__bf16_lo(q[n * 4]) + scale * dq[mt][n][2 * r],
+                                                  trn__bf16_hi(q[n * 4]) + scale * dq[mt][n][2 * r + 1]);
+        }
 }
 
 /* backward with atomic dQ, pass 3: dqkv's Q part += scale * the fp32
@@ -2318,7 +2432,8 @@ static void trn__cuda_fa2_forward(float *out, float *lse, const float *qkv, int 
     /* Q, K, V read, out written (bf16), lse written; S = Q K^T and P V: 2 T T HS each per head, half under causal */
     TRN__CUDA_SITE_GEMM("flash fwd", 2.0 * B * T * (2 * NH + 2 * NKV) * HS + 4.0 * B * NH * T, T, T, HS,
                         (causal ? 1.0 : 2.0) * B * NH);
-    TRN_CUDA_LAUNCH(trn__k_fa2_fwd<HS>, dim3((unsigned)(B * NH), (unsigned)((T + 63) / 64)), dim3(128),
+    TRN_CUDA_LAUNCH(trn__k_fa2_fwd<HS>, dim3((unsigned)(B * NH), (unsigned)((T + trn__fa2<HS>::FBR - 1) / trn__fa2<HS>::FBR)),
+                    dim3(32 * trn__fa2<HS>::FW),
                     trn__fa2_shmem<HS>(0), trn__cu.stream, (trn__bf16 *)out, lse, (const trn__bf16 *)qkv, T, NH, NKV,
                     causal, 1.44269504089f / sqrtf((float)HS));
 }
@@ -2343,9 +2458,14 @@ static void trn__cuda_fa2_backward(float *dqkv, const float *dout, const float *
            five with atomic dQ */
         TRN__CUDA_SITE_GEMM("flash bwd dkdv", qkvdo + 8.0 * rows + 2.0 * (2.0 - write) * B * T * 2 * NKV * HS +
                                                   8.0 * atomic * rows * HS, T, T, HS, (causal ? 0.5 : 1.0) * (4 + atomic) * B * NH);
-        TRN_CUDA_LAUNCH(trn__k_fa2_bwd<HS>, dim3((unsigned)(B * NKV), (unsigned)nkb), dim3(32 * F::BW),
-                        trn__fa2_shmem<HS>(1), trn__cu.stream, (trn__bf16 *)dqkv, acc, (const trn__bf16 *)dout,
-                        (const trn__bf16 *)qkv, lse, (const float *)D, T, NH, NKV, causal, scale, atomic, write);
+        if (atomic)
+            TRN_CUDA_LAUNCH((trn__k_fa2_bwd<HS, 1>), dim3((unsigned)(B * NKV), (unsigned)nkb), dim3(32 * F::BW),
+                            trn__fa2_shmem<HS>(2), trn__cu.stream, (trn__bf16 *)dqkv, acc, (const trn__bf16 *)dout,
+                            (const trn__bf16 *)qkv, lse, (const float *)D, T, NH, NKV, causal, scale, write);
+        else
+            TRN_CUDA_LAUNCH((trn__k_fa2_bwd<HS, 0>), dim3((unsigned)(B * NKV), (unsigned)nkb), dim3(32 * F::BW),
+                            trn__fa2_shmem<HS>(1), trn__cu.stream, (trn__bf16 *)dqkv, acc, (const trn__bf16 *)dout,
+                            (const trn__bf16 *)qkv, lse, (const float *)D, T, NH, NKV, causal, scale, write);
     }
     if (atomic) { /* the accumulator read (fp32), dQ of dqkv written, or read and written (bf16) */
         TRN__CUDA_SITE("flash bwd dq sum", 4.0 * rows * HS + 2.0 * (2.0 - write) * rows * HS, 2.0 * rows * HS);

@@ -97,7 +97,6 @@ static const struct plan_measured {
     {"", "add", 0, 0, 0, 1.032},
     {"", "layernorm fwd", 0, 0, 0, 0.786},
     {"", "matmul fwd", 16384, 2304, 768, 0.748},
-    {"", "flash fwd", 1024, 1024, 64, 0.188},
     {"", "matmul fwd", 16384, 768, 768, 0.673},
     {"", "add+layernorm fwd", 0, 0, 0, 0.890},
     {"", "matmul+gelu fwd", 16384, 3072, 768, 0.591},
@@ -114,7 +113,6 @@ static const struct plan_measured {
     {"", "matmul bwd dW gemm+bgrad", 3072, 768, 16384, 0.609},
     {"", "matmul bwd dinp gemm", 16384, 768, 768, 0.668},
     {"", "matmul bwd dW gemm+bgrad", 768, 768, 16384, 0.407},
-    {"", "flash bwd dq", 1024, 1024, 64, 0.182},
     {"", "matmul bwd dinp gemm", 16384, 768, 2304, 0.871},
     {"", "matmul bwd dW gemm+bgrad", 2304, 768, 16384, 0.551},
     {"", "embedding bwd", 0, 0, 0, 0.792},
@@ -153,16 +151,25 @@ static double plan_efficiency_rule(const trn_cuda_site_row *r, trn_cuda_precisio
        The FA2 paper reports mma.sync kernels (no wgmma) at ~335 TFLOP/s
        forward on an H100 at long sequences, 42% of the 790 measured here.
        Measured on an H100 (2026-11-27, bench/gpt2_cuda --profile, GPT-2
-       124M B=16 T=1024): the forward at 0.20 of its floor (2.04 ms for 12
-       layers); the first backward, whose blocks read-added-wrote fp32 dQ
-       partials in global memory, at 0.10. The dK/dV and dQ kernels that
-       replaced it have the forward's structure and are expected at its
-       efficiency; not yet measured. */
-    if (plan_is(r, "flash fwd")) { *why = "FA2 mma.sync, registers; hs 64, T 1024: measured 0.20 on an H100"; return 0.20; }
-    if (plan_is(r, "flash bwd dkdv")) { /* measured 0.144 before its lse/D loads left the step's critical path */
-        *why = "FA2 4 products per key block, registers; 0.144 measured before lse/D left the critical path"; return 0.16;
+       124M B=16 T=1024): the forward at 0.19 of its floor (2.15 ms for 12
+       layers) and the dQ pass at 0.18, both with one 16-row tile per warp:
+       one ldmatrix.x4 per two mma.sync and 8-16 independent products per
+       warp between barriers. At 0.19 the SM's shared memory runs at about a
+       third of its 128 bytes a clock, the tensor cores at a sixth: the
+       kernels wait on latency, not on a unit. Both now hold two row tiles
+       per warp at head size 64 (one ldmatrix per four mma.sync, twice the
+       independent products per load: FA2's own layout, 4 warps and 128
+       query rows, 2 blocks an SM at 252-254 registers where 3 ran):
+       expected about halfway from 0.19 to the paper's 0.42; not yet
+       measured. */
+    if (plan_is(r, "flash fwd")) {
+        *why = "FA2 mma.sync, registers, 2 row tiles a warp (0.19 measured with 1)"; return 0.28;
     }
-    if (plan_is(r, "flash bwd dq")) { *why = "S and dP again, dQ += dS K, registers: as the forward"; return 0.20; }
+    if (plan_is(r, "flash bwd dkdv")) { /* measured 0.144 with 32 queries a step, K and V read from shared memory
+                                           each step and lse/D loads in the step's critical path */
+        *why = "FA2 4 products per key block; K, V in registers, 64 queries a step (0.144 measured before)"; return 0.20;
+    }
+    if (plan_is(r, "flash bwd dq")) { *why = "S and dP again, dQ += dS K, registers: as the forward"; return 0.28; }
     if (plan_is(r, "flash bwd D") || plan_is(r, "flash bwd dq sum")) { /* D measured 0.39 with 3 of 4 lanes idle */
         *why = "a streaming pass over (B,T,C) rows, 16-byte loads on every lane (rowsum; or the atomic accumulator)";
         return 0.60;
