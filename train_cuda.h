@@ -2709,9 +2709,10 @@ static __global__ void trn__k_xent_bwd(A *dlogits, const A *logits, const float 
    Both passes go 16 bytes at a time: a scalar head up to the row's first
    16-byte boundary (rows start unaligned when Vp * sizeof(A) is not a
    multiple of 16), packs of 8 bf16 / 4 fp32, a scalar tail. Bytes: the
-   row read twice (the second mostly from L2: a block's row is 100 KB in
-   bf16 at Vp = 50304) and written once; no lse leaves the kernel, no
-   dlogits buffer exists, nothing is zeroed first. */
+   row read twice (the second from L2 only in part: a block's row is 100
+   KB in bf16 at Vp = 50304) and written once; no lse leaves the kernel,
+   no dlogits buffer exists, nothing is zeroed first. The launcher gives
+   it only rows too long for trn__k_xent_fused_reg below. */
 template <typename A>
 static __global__ void trn__k_xent_fused(float *losses, A *logits, const int *targets, float dloss, int V, int Vp) {
     __shared__ float wm[32], wsum[32];
@@ -2746,6 +2747,140 @@ static __global__ void trn__k_xent_fused(float *losses, A *logits, const int *ta
         l[v] = trn__to<A>(v < V ? dloss * (expf(trn__ld(l[v]) - z) - (v == t ? 1.0f : 0.0f)) : 0.0f);
 }
 
+/* The classifier's kernel for rows that fit on the chip (GPT-2's, in bf16
+   and fp32): the results of trn__k_xent_fused above, each row read from
+   HBM ONCE.
+   Why: the two-pass kernel reads a row for its max/sum and again for the
+   gradient. A 4096-row chunk of GPT-2's logits is 400 MB and ~100 MB of
+   rows are in flight at once, so the second read mostly misses the 50 MB
+   L2: on an H100 (2026-11-27) it took 1.82 ms for a floor of 1.10, with
+   DRAM 82% busy: ~3 row-passes of traffic (2 reads, 1 write) for 2.
+   Here a block of NT threads holds its whole row from the load to the
+   store. Pack j (16 bytes: 8 bf16 / 4 fp32) of thread i is the row's pack
+   i + j NT (a warp's loads are contiguous); packs j < P sit in registers,
+   the others in dynamic shared memory (SP packs, cp.async: no register
+   holds them on the way). All of a thread's loads are issued before any
+   is used: 13 independent 16-byte loads in flight a thread hide HBM's
+   latency. Then:
+     each thread's max m over its real columns, then s = sum exp(x - m)
+       (the row is here: no online rescaling, the CPU reference's form);
+     trn__block_lse merges the (m, s) pairs: z = log-sum-exp of the row;
+     x[v] = dloss * (exp(x[v] - z) - [v == target]), 0 for v >= V (the
+       two-pass kernel's expression), stored pack by pack over the logits.
+   The loss z - x[target]: thread 0 reads x[target] with the packs, before
+   the barrier in trn__block_lse; every store comes after that barrier.
+   Head and tail as in the two-pass kernel: up to K - 1 scalars each, one
+   per thread, kept in shared memory. Bytes: the row read once and written
+   once, 2 Vp sizeof(A): the site's count, and its floor.
+   Instantiations (trn__xent_reg; the launcher picks by trn__xent_reg_fits):
+     bf16: 512 threads, 8 packs in registers + 2560 in shared memory
+           (40 KB): 53,248 columns; 64 registers, so an SM holds two
+           blocks (one loads while the other computes);
+     fp32: 1024 threads, 10 packs in registers + 2944 in shared memory
+           (46 KB, under the 48 KB a block gets without opting in):
+           52,736 columns; 64 registers, one block an SM (1024 threads
+           of 64 registers are the whole register file).
+   ptxas -v (sm_90): 64 registers, 0 bytes spilled, both. GPT-2's Vp =
+   50,304 fits either way; Llama 3's 128,256 does not and goes to the
+   two-pass kernel. */
+template <typename A> struct trn__xent_reg {
+    enum { NT = sizeof(A) == 2 ? 512 : 1024, P = sizeof(A) == 2 ? 8 : 10, SP = sizeof(A) == 2 ? 2560 : 2944 };
+};
+template <typename A> static int trn__xent_reg_fits(int Vp) {
+    typedef trn__xent_reg<A> R;
+    return (long long)Vp <= ((long long)R::NT * R::P + R::SP) * TRN__VEC(A);
+}
+/* the compiler forgets what it knows of a pack's registers (an empty asm
+   that "changes" them): between the passes of trn__k_xent_fused_reg this
+   keeps nvcc from holding the bf16 packs' unpacked floats from one pass to
+   the next (ptxas -v, sm_90: 112 registers a thread uncapped, spills at
+   the 64 that two blocks of 512 allow; with it 64 and no spills) */
+template <typename A> static __device__ __forceinline__ void trn__opaque16(trn__pack<A> &p) {
+#ifndef TRN_CUDA_ON_CPU
+    unsigned *w = reinterpret_cast<unsigned *>(&p);
+    asm volatile("" : "+r"(w[0]), "+r"(w[1]), "+r"(w[2]), "+r"(w[3]));
+#else
+    (void)p;
+#endif
+}
+template <typename A, int NT, int P, int SP>
+static __global__ void __launch_bounds__(NT, 1024 / NT)
+    trn__k_xent_fused_reg(float *losses, A *logits, const int *targets, float dloss, int V, int Vp) {
+    __shared__ float wm[32], wsum[32], xs[2 * TRN__VEC(A) + 1]; /* head, tail, x[target] */
+    TRN_CUDA_DYNAMIC_SHARED(trn__pack<A>, sp);                   /* SP packs: those beyond the registers' */
+    const int S = (SP + NT - 1) / NT; /* slots a thread has in sp (the last one partly) */
+    const int K = TRN__VEC(A), n = blockIdx.x, t = targets[n], i = threadIdx.x;
+    A *l = logits + (size_t)n * Vp;
+    const int head = trn__head16(l, Vp), nvec = (Vp - head) / K, body = head + nvec * K, tail = Vp - body;
+    /* this thread's pack j holds the columns c + u, u = j NT K + k (k < K);
+       it exists when j NT < nj; column c + u is real when u < lim */
+    const int c = head + i * K, nj = nvec - i, lim = V - c, tt = t - c;
+    A *q = l + c;
+    /* 1. load, all at once: packs 0..P-1 into registers, P..P+S-1 into
+       shared memory (cp.async: no register holds them on the way); the
+       head, the tail and x[target] into shared memory */
+    trn__pack<A> r[P + S];
+    TRN__UNROLL
+    for (int j = 0; j < P + S; j++)
+        if (j * NT < nj) {
+            if (j < P) r[j] = trn__ld16(q + j * NT * K);
+            else trn__cp_async16(&sp[(j - P) * NT + i], q + j * NT * K, 16);
+        }
+    trn__cp_async_commit();
+    if (i < head) xs[i] = trn__ld(l[i]);
+    if (i < tail) xs[K + i] = trn__ld(l[body + i]);
+    if (i == 0) xs[2 * K] = trn__ld(l[t]);
+    trn__cp_async_wait<0>(); /* this thread's own copies have landed */
+    /* 2. this thread's max, then its sum of exp(x - max), over real columns */
+    float m = -INFINITY, s = 0.0f, z;
+    TRN__UNROLL
+    for (int j = 0; j < P + S; j++)
+        if (j * NT < nj) {
+            trn__pack<A> x = j < P ? r[j] : sp[(j - P) * NT + i];
+            TRN__UNROLL
+            for (int k = 0; k < K; k++)
+                if (j * NT * K + k < lim) m = fmaxf(m, trn__ld(x.e[k]));
+        }
+    if (i < head && i < V) m = fmaxf(m, xs[i]);
+    if (i < tail && body + i < V) m = fmaxf(m, xs[K + i]);
+    TRN__UNROLL
+    for (int j = 0; j < P; j++) trn__opaque16(r[j]);
+    TRN__UNROLL
+    for (int j = 0; j < P + S; j++)
+        if (j * NT < nj) {
+            trn__pack<A> x = j < P ? r[j] : sp[(j - P) * NT + i];
+            TRN__UNROLL
+            for (int k = 0; k < K; k++)
+                if (j * NT * K + k < lim) s += expf(trn__ld(x.e[k]) - m);
+        }
+    if (i < head && i < V) s += expf(xs[i] - m);
+    if (i < tail && body + i < V) s += expf(xs[K + i] - m);
+    TRN__UNROLL
+    for (int j = 0; j < P; j++) trn__opaque16(r[j]);
+    /* 3. z for the row; the barrier in trn__block_lse: every read of the
+       row is done before any thread writes */
+    z = trn__block_lse(m, s, wm, wsum);
+    if (i == 0) losses[n] = z - xs[2 * K];
+    /* 4. the gradient written over the logits: x[v] = dloss * (exp(x[v] - z)
+       - [v == target]) for real columns, 0 for the padding */
+    TRN__UNROLL
+    for (int j = 0; j < P + S; j++)
+        if (j * NT < nj) {
+            trn__pack<A> x = j < P ? r[j] : sp[(j - P) * NT + i];
+            TRN__UNROLL
+            for (int k = 0; k < K; k++) {
+                const int u = j * NT * K + k;
+                x.e[k] = trn__to<A>(u < lim ? dloss * (expf(trn__ld(x.e[k]) - z) - (u == tt ? 1.0f : 0.0f)) : 0.0f);
+            }
+            trn__st16(q + j * NT * K, x);
+        }
+    if (i < head) l[i] = trn__to<A>(i < V ? dloss * (expf(xs[i] - z) - (i == t ? 1.0f : 0.0f)) : 0.0f);
+    if (i < tail) {
+        int v = body + i;
+        l[v] = trn__to<A>(v < V ? dloss * (expf(xs[K + i] - z) - (v == t ? 1.0f : 0.0f)) : 0.0f);
+    }
+}
+
 template <typename A>
 static void trn__cuda_crossentropy_forward(float *losses, float *lse, const float *logits, const int *targets, int N,
                                            int V, int Vp) {
@@ -2769,8 +2904,18 @@ static void trn__cuda_crossentropy_fused(float *losses, float *logits, const int
     /* the logits read, their gradient written over them; targets, losses.
        FLOPs: ~3 a column for the max and sum, ~3 for the gradient */
     TRN__CUDA_SITE("cross-entropy fused fwd+bwd", 2.0 * sizeof(A) * N * Vp + 8.0 * N, 6.0 * N * V);
-    TRN_CUDA_LAUNCH(trn__k_xent_fused<A>, dim3((unsigned)N), dim3(256), 0, trn__cu.stream, losses, (A *)logits,
-                    targets, dloss, V, Vp);
+    /* a row that fits in a block's registers and shared memory (GPT-2's,
+       up to 53,248 bf16 / 52,736 fp32 columns) is read once: the count
+       above; a longer one (Llama 3's 128,256) goes to the two-pass kernel,
+       whose second read comes from L2 only in part (for it the count is
+       the floor, not the bytes it moves) */
+    typedef trn__xent_reg<A> R;
+    if (trn__xent_reg_fits<A>(Vp))
+        TRN_CUDA_LAUNCH((trn__k_xent_fused_reg<A, R::NT, R::P, R::SP>), dim3((unsigned)N), dim3(R::NT), R::SP * 16,
+                        trn__cu.stream, losses, (A *)logits, targets, dloss, V, Vp);
+    else
+        TRN_CUDA_LAUNCH(trn__k_xent_fused<A>, dim3((unsigned)N), dim3(256), 0, trn__cu.stream, losses, (A *)logits,
+                        targets, dloss, V, Vp);
 }
 /* the classifier's chunk: 400 MiB of logits, 4096 rows of GPT-2's 50304 in
    bf16 (2048 in fp32). Thousands of rows make its GEMMs full-size and read

@@ -83,8 +83,10 @@ static double plan_waves(const trn_cuda_site_row *r) {
    and the loss mean, whose time is a launch's latency, not a floor's
    multiple. When a kernel is rewritten, its line here goes (the rule
    predicts it) until a GPU measures it: so far "flash bwd D" (0.39 then,
-   one warp per row with 3 of 4 lanes idle) and "flash bwd dkdv" (0.144
-   then, with a global load of lse and D in each step's critical path). */
+   one warp per row with 3 of 4 lanes idle), "flash bwd dkdv" (0.144
+   then, with a global load of lse and D in each step's critical path) and
+   the classifier's "cross-entropy fused fwd+bwd" (0.602 then: each row
+   read twice, the second read mostly from HBM, not L2). */
 static const struct plan_measured {
     const char *scope, *name;
     int m, n, k;
@@ -100,7 +102,6 @@ static const struct plan_measured {
     {"", "matmul+gelu fwd", 16384, 3072, 768, 0.591},
     {"", "matmul fwd", 16384, 768, 3072, 0.911},
     {"classifier", "matmul fwd", 4096, 50304, 768, 0.861},
-    {"classifier", "cross-entropy fused fwd+bwd", 0, 0, 0, 0.602},
     {"classifier", "matmul bwd dinp gemm", 4096, 768, 50304, 1.015},
     {"classifier", "matmul bwd dW gemm", 50304, 768, 4096, 0.887},
     {"classifier", "convert", 0, 0, 0, 0.872},
@@ -207,9 +208,17 @@ static double plan_efficiency_rule(const trn_cuda_site_row *r, trn_cuda_precisio
         *why = "one block per row (166 rows a chunk: 1.3 waves), one 2-byte load in flight per warp";
         return bf16 ? 0.30 : 0.40;
     }
+    /* trn__k_xent_fused_reg: a row read once into registers and shared
+       memory, then written once (the two-pass kernel, which read each row
+       twice, measured 0.602). Its loads are the 16-byte streams' (0.75 and
+       up), but 2 expf and ~30 arithmetic instructions a column (counted in
+       nvcc's PTX) keep the SMs busy about as long as the bytes take: bf16 has two blocks an SM to overlap
+       one's loads with the other's math (0.70), fp32 one block (0.60). Not
+       yet measured. */
     if (plan_is(r, "cross-entropy fused fwd+bwd")) {
-        *why = "16-byte packs; one block per 100 KB row read twice (max/sum, then dlogits): the 2nd read mostly from L2";
-        return 0.70;
+        *why = bf16 ? "row read once (regs+smem), written once; 2 blocks/SM overlap loads and 2 expf a column"
+                    : "row read once (regs+smem), written once; 1 block/SM: loads and math alternate";
+        return bf16 ? 0.70 : 0.60;
     }
     if (plan_is(r, "layernorm fwd")) { *why = "a warp per row, 16-byte packs"; return bf16 ? 0.65 : 0.70; }
     if (plan_is(r, "add+layernorm fwd")) { /* the layernorm kernel with the add in its first pass (>>addln) */

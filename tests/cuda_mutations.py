@@ -99,6 +99,21 @@ MUTATIONS = [  # (name, original text, broken text, sanitizer: "" | "address" | 
     ("fused cross-entropy: the max and sum skip the head's last element",
      "    for (int v = threadIdx.x; v < head; v += blockDim.x)\n        if (v < V) trn__ms_add(",
      "    for (int v = threadIdx.x; v < head - 1; v += blockDim.x)\n        if (v < V) trn__ms_add(", ""),
+    # the one-read kernel (trn__k_xent_fused_reg: packs in registers and shared memory)
+    ("fused cross-entropy, one read: x[target] read from the logits after the barrier (another thread may have "
+     "written it)", "if (i == 0) losses[n] = z - xs[2 * K];", "if (i == 0) losses[n] = z - trn__ld(l[t]);", ""),
+    ("fused cross-entropy, one read: the last pack slot never stored",
+     "    for (int j = 0; j < P + S; j++)\n        if (j * NT < nj) {\n            trn__pack<A> x = j < P ? r[j] : sp[(j - P) * NT + i];\n"
+     "            TRN__UNROLL\n            for (int k = 0; k < K; k++) {",
+     "    for (int j = 0; j < P + S; j++)\n        if (j * NT < nj && j < P + S - 1) {\n            trn__pack<A> x = j < P ? r[j] : sp[(j - P) * NT + i];\n"
+     "            TRN__UNROLL\n            for (int k = 0; k < K; k++) {", ""),
+    ("fused cross-entropy, one read: the sum without the shared-memory packs",
+     "                if (j * NT * K + k < lim) s += expf(", "                if (j < P && j * NT * K + k < lim) s += expf(", ""),
+    ("fused cross-entropy, one read: padding in a pack left as it was",
+     "x.e[k] = trn__to<A>(u < lim ? dloss * (expf(trn__ld(x.e[k]) - z) - (u == tt ? 1.0f : 0.0f)) : 0.0f);",
+     "if (u < lim) x.e[k] = trn__to<A>(dloss * (expf(trn__ld(x.e[k]) - z) - (u == tt ? 1.0f : 0.0f)));", ""),
+    ("fused cross-entropy, one read: the head left out of the max",
+     "    if (i < head && i < V) m = fmaxf(m, xs[i]);\n", "", ""),
     ("bf16 matmul without the bias epilogue",
      ": bias                 ? CUBLASLT_EPILOGUE_BIAS", ": bias                 ? CUBLASLT_EPILOGUE_DEFAULT", "",
      "tests/test_cuda_bf16_gemm.cpp"),

@@ -462,6 +462,29 @@ static void test_crossentropy(int N, int V, int Vp) {
     });
 }
 
+/* the fused kernel alone at the classifier's sizes: rows of up to 53,248
+   bf16 columns (52,736 fp32) are read once (trn__k_xent_fused_reg: packs
+   in registers and shared memory), longer rows take the two-pass kernel.
+   Targets in the head (row 1), the body (row 2) and the last real column. */
+static void test_crossentropy_fused(int N, int V, int Vp, const char *what) {
+    vec logits = randbf((size_t)N * Vp, 3.0f);
+    std::vector<int> tg(N);
+    for (int i = 0; i < N; i++) tg[i] = (int)(trn_rng_next(&RNG) % (uint64_t)V);
+    tg[0] = V - 1;
+    if (N > 1) tg[1] = 0;
+    if (N > 2) tg[2] = V / 2;
+    dv dtg(vec(N), 0);
+    F->upload(dtg.p, tg.data(), sizeof(int) * N);
+    char name[64];
+    snprintf(name, sizeof name, "crossentropy_fused V=%d Vp=%d", V, Vp);
+    printf("  (%s)\n", what);
+    compare(name, "fa", 0, [&](const trn_backend *be, int bf, int) {
+        dv l(logits, bf), loss(zeros(N), 0);
+        be->crossentropy_fused(loss.f(), l.f(), (const int *)dtg.p, 1.0f / N, N, V, Vp);
+        return outs{loss.get(), l.get()};
+    });
+}
+
 /* convert (the bf16 step's copies, casts and scaled adds): every dtype
    pair, written and accumulated, scaled. n = 1037: packs of 8 and a
    scalar tail of 5; off = 1 starts both pointers off a 16-byte boundary
@@ -674,6 +697,9 @@ int main(int argc, char **argv) {
     test_losses(1037);
     test_crossentropy(37, 67, 72);
     test_crossentropy(9, 1000, 1003);
+    test_crossentropy_fused(3, 50257, 50304, "GPT-2: one read in bf16 and fp32");
+    test_crossentropy_fused(3, 53000, 53001, "bf16 one read, fp32 two-pass; rows 1, 2 unaligned");
+    test_crossentropy_fused(2, 53249, 53249, "two-pass in bf16 and fp32; row 1 unaligned");
     test_meanpool_sum(3, 13, 53);
     test_shape_ops();
     test_mul(37, 53);

@@ -310,8 +310,9 @@ static void test_crossentropy_fused(int N, int V, int Vp, float dloss, double to
     vec logits = randn((size_t)N * Vp, 3.0f), grad_c = logits, loss_c((size_t)N);
     std::vector<int> tg((size_t)N);
     for (int i = 0; i < N; i++) tg[(size_t)i] = (int)trn_rng_below(&RNG, (uint32_t)V);
-    tg[0] = V - 1;
-    if (N > 1) tg[1] = 0;
+    tg[0] = V - 1;            /* the last real column: a pack's, or the tail's when V = Vp */
+    if (N > 1) tg[1] = 0;     /* the first: in the head when row 1 starts unaligned */
+    if (N > 2) tg[2] = V / 2; /* the body */
     trn_crossentropy_fused(loss_c.data(), grad_c.data(), tg.data(), dloss, N, V, Vp);
     dbuf dl(logits), dt(tg.data(), tg.size() * sizeof(int)), dloss_(NULL, (size_t)N * 4);
     GPU->crossentropy_fused(dloss_.f(), dl.f(), dt.i(), dloss, N, V, Vp);
@@ -714,9 +715,18 @@ int main(int argc, char **argv) {
     test_attention(1, 45, 8, 2, 40, 1);
     test_crossentropy(19, 67, 72, 1e-5);
     test_crossentropy(3, 1000, 1003, 1e-5);
+    /* the fused kernel: rows of up to 52,736 fp32 columns go to the one-read
+       kernel (trn__k_xent_fused_reg: 10 packs a thread in registers, the
+       rest in shared memory), longer ones to the two-pass kernel */
     test_crossentropy_fused(19, 67, 72, 1.0f / 19, 1e-5); /* rows aligned, padding in the last pack */
     test_crossentropy_fused(5, 1000, 1003, 0.37f, 1e-5);  /* rows start anywhere: head, packs, tail */
+    test_crossentropy_fused(4, 1003, 1003, 0.37f, 1e-5);  /* no padding: the target in the tail (row 0) */
     test_crossentropy_fused(3, 2, 3, 1.0f, 1e-5);         /* shorter than one pack */
+    test_crossentropy_fused(3, 1, 5, 1.0f, 1e-5);         /* one class: loss 0, gradient 0 */
+    test_crossentropy_fused(3, 50257, 50304, 1.0f / 3, 2e-5); /* GPT-2: the shared-memory packs, the last slot partly */
+    test_crossentropy_fused(3, 52730, 52735, 0.5f, 2e-5);  /* every pack slot, rows 1, 2 unaligned: one read */
+    test_crossentropy_fused(3, 52737, 52737, 0.5f, 2e-5);  /* one column too many: the two-pass kernel */
+    test_crossentropy_fused(3, 100, 52741, 0.5f, 1e-5);    /* two-pass (by Vp): padding in its packs, heads of 3, 2 */
 #ifndef CUEMU_TSAN /* (the race detector sees the same blocks and barriers at the small V's) */
     test_crossentropy(2, 128256, 128256, 3e-5);           /* Llama 3's vocabulary: targets above 65535 */
     test_crossentropy_fused(3, 128256, 128256, 1.0f / 3, 3e-5);
