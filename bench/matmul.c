@@ -3,7 +3,7 @@
 // one run.
 //
 //   bench/matmul               all shapes, 2 threads (about 2-3 minutes)
-//   bench/matmul --quick       N=256 rows only, fewer repetitions (~15 s)
+//   bench/matmul --quick       N=256 rows only, fewer repetitions (~40 s)
 //   bench/matmul --threads 1   one thread for both libraries
 //
 // For each linear layer y = x W^T (x: N x C rows, W: OC x C as nn.Linear
@@ -14,8 +14,14 @@
 // The layers of GPT-2 124M (C=768): qkv (OC=3C), attention projection
 // (OC=C), MLP up (OC=4C), MLP down (C=4C -> OC=C) and the LM head
 // (OC=V=50304), for N = B*T = 256 and 4096 rows.
-// Each cell is the median of several timed calls after one warm-up call;
-// "ratio" is kit / OpenBLAS (above 1: the kit is faster). A last table times
+// Each product is timed in 3 rounds, the two libraries taking turns (which
+// goes first alternates), each side the median of several timed calls
+// after one warm-up call; a cell is the median over the rounds, and
+// "ratio" the median of the rounds' kit / OpenBLAS (above 1: the kit is
+// faster). Timing one side's calls all at once and then the other's let
+// the machine's slow moments fall on one side: on a 2-core EPYC
+// (2026-11-28) one product read 0.65-0.98 that way and 0.99-1.06 in
+// alternating rounds. A last table times
 // small products (one attention head, a few rows) for information; the
 // attention ones run on one thread for both, as the kit runs them (one head
 // per thread inside the attention op's own parallel loop).
@@ -51,7 +57,8 @@ typedef struct product {
 } product;
 
 typedef struct result {
-    double kit, blas;   /* GFLOP/s, median */
+    double kit, blas;   /* GFLOP/s, median over the rounds */
+    double ratio;       /* median over the rounds of kit / blas */
     double max_err;     /* max |kit - blas| / (sum |a||b| scale) of the warm-up call */
 } result;
 
@@ -106,16 +113,27 @@ static double time_side(int kit, const product *p, int reps) {
     return flops / t[reps / 2] * 1e-9;
 }
 
+#define ROUNDS 3
+static double median3(double a, double b, double c) {
+    return a > b ? (b > c ? b : a > c ? c : a) : (a > c ? a : b > c ? c : b);
+}
+
 static result measure(const product *p, double budget_s) {
     result res;
-    double flops = 2.0 * p->M * p->N * p->K;
-    /* as many calls as fit the budget at ~200 GFLOP/s, 3..15, odd */
-    int reps = (int)(budget_s * 200e9 / flops);
+    double flops = 2.0 * p->M * p->N * p->K, kit[ROUNDS], blas[ROUNDS], ratio[ROUNDS];
+    /* as many calls as fit the budget at ~200 GFLOP/s, over the rounds: 3..5 a round, odd */
+    int reps = (int)(budget_s * 200e9 / flops) / ROUNDS, r;
     size_t i, n = (size_t)p->M * p->N;
-    reps = reps < 3 ? 3 : reps > 15 ? 15 : reps;
+    reps = reps < 3 ? 3 : reps > 5 ? 5 : reps;
     reps |= 1;
-    res.blas = time_side(0, p, reps);
-    res.kit = time_side(1, p, reps);
+    for (r = 0; r < ROUNDS; r++) { /* the libraries take turns; who goes first alternates */
+        if (r % 2) { kit[r] = time_side(1, p, reps); blas[r] = time_side(0, p, reps); }
+        else { blas[r] = time_side(0, p, reps); kit[r] = time_side(1, p, reps); }
+        ratio[r] = kit[r] / blas[r];
+    }
+    res.kit = median3(kit[0], kit[1], kit[2]);
+    res.blas = median3(blas[0], blas[1], blas[2]);
+    res.ratio = median3(ratio[0], ratio[1], ratio[2]);
     /* agreement check: the timed calls with beta 1 accumulated into C, so
        recompute both once with beta 0 */
     if (p->beta != 0.0f) { run_kit(p, 0.0f, buf_kit); run_blas(p, 0.0f, buf_blas); }
@@ -256,15 +274,15 @@ int main(int argc, char **argv) {
 
     printf("trn_sgemm (train.h, %s) vs OpenBLAS cblas_sgemm (%s, core %s)\n", kernel_name(),
            openblas_get_config(), openblas_get_corename());
-    printf("threads: %d for both; GFLOP/s = 2*M*N*K / time, median of 3-15 calls after a warm-up\n",
-           threads);
+    printf("threads: %d for both; GFLOP/s = 2*M*N*K / time; %d rounds, the libraries taking turns, each side the median of 3-5 calls after a warm-up; cells and ratios: medians over the rounds\n",
+           threads, ROUNDS);
     warn_if_busy("before");
     printf("\n");
     printf("  rows  layer       product      M      N      K     kit  openblas  ratio\n");
     for (i = 0; i < n_prods; i++) {
         const product *p = &prods[i];
         result res = measure(p, quick ? 0.15 : 0.6);
-        double ratio = res.kit / res.blas;
+        double ratio = res.ratio;
         if (ratio < min_ratio) { min_ratio = ratio; min_at = i; }
         if (res.max_err > worst_err) worst_err = res.max_err;
         printf("  %4d  %-10s  %-7s %6d %6d %6d  %6.1f  %8.1f  %5.2f\n", p->rows, p->layer, p->what,
@@ -279,7 +297,7 @@ int main(int argc, char **argv) {
     for (i = 0; i < n_small; i++) {
         const product *p = &small[i];
         result res = measure(p, 0.05);
-        double ratio = res.kit / res.blas;
+        double ratio = res.ratio;
         if (ratio < min_small) { min_small = ratio; min_small_at = i; }
         if (res.max_err > worst_err) worst_err = res.max_err;
         printf("  %-10s  %-7s %6d %6d %6d  %3d  %6.1f  %8.1f  %5.2f\n", p->layer, p->what, p->M, p->N,
