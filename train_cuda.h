@@ -705,6 +705,39 @@ template <typename A> static __device__ __forceinline__ int trn__head16(const A 
     int h = (int)(((16 - ((uintptr_t)p & 15)) & 15) / sizeof(A));
     return h < n ? h : n;
 }
+/* A block's walk over one row of n elements, 16 bytes at a time: a scalar
+   head up to the row's first 16-byte boundary (rows of Vp elements start
+   off it when Vp sizeof(A) is not a multiple of 16), packs of 8 bf16 / 4
+   fp32 (thread i takes packs i, i + blockDim.x, ...), then the scalar
+   tail, under K elements. Each thread meets its elements in one fixed
+   order, so sums it keeps come out the same on every run.
+   trn__row_read16: f(v, x) for each v < n, x = p[v] as float. */
+template <typename A, typename F> static __device__ __forceinline__ void trn__row_read16(const A *p, int n, F f) {
+    const int K = TRN__VEC(A), head = trn__head16(p, n), nvec = (n - head) / K, body = head + nvec * K;
+    for (int v = threadIdx.x; v < head; v += blockDim.x) f(v, trn__ld(p[v]));
+    for (int i = threadIdx.x; i < nvec; i += blockDim.x) {
+        trn__pack<A> q = trn__ld16(p + head + i * K);
+        for (int k = 0; k < K; k++) f(head + i * K + k, trn__ld(q.e[k]));
+    }
+    for (int v = body + threadIdx.x; v < n; v += blockDim.x) f(v, trn__ld(p[v]));
+}
+/* trn__row_update16: d[v] = f(v, d[v], l[v]) for each v < n (d and l as
+   floats). Packs only where both rows sit at the same place within 16
+   bytes (the same head); where they do not, the whole row goes one
+   element at a time (head = n). */
+template <typename A, typename F>
+static __device__ __forceinline__ void trn__row_update16(A *d, const A *l, int n, F f) {
+    const int K = TRN__VEC(A), head = (((uintptr_t)d ^ (uintptr_t)l) & 15) ? n : trn__head16(d, n);
+    const int nvec = (n - head) / K, body = head + nvec * K;
+    for (int v = threadIdx.x; v < head; v += blockDim.x) d[v] = trn__to<A>(f(v, trn__ld(d[v]), trn__ld(l[v])));
+    for (int i = threadIdx.x; i < nvec; i += blockDim.x) {
+        const int v = head + i * K;
+        trn__pack<A> q = trn__ld16(d + v), x = trn__ld16(l + v);
+        for (int k = 0; k < K; k++) q.e[k] = trn__to<A>(f(v + k, trn__ld(q.e[k]), trn__ld(x.e[k])));
+        trn__st16(d + v, q);
+    }
+    for (int v = body + threadIdx.x; v < n; v += blockDim.x) d[v] = trn__to<A>(f(v, trn__ld(d[v]), trn__ld(l[v])));
+}
 
 static __device__ __forceinline__ float trn__warp_max(float v) {
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
@@ -2674,32 +2707,33 @@ static __device__ __forceinline__ float trn__block_lse(float m, float s, float *
     }
     return m + logf(s);
 }
-/* forward alone (evaluation, and trn_cross_entropy): losses, lse */
+/* forward alone (evaluation, and trn_cross_entropy): losses, lse. The
+   row's V real columns read 16 bytes at a time (trn__row_read16: head,
+   packs, tail); the padding is never read. */
 template <typename A>
 static __global__ void trn__k_xent_fwd(float *losses, float *lse, const A *logits, const int *targets, int V, int Vp) {
     __shared__ float wm[32], wsum[32];
     int n = blockIdx.x;
     const A *l = logits + (size_t)n * Vp;
     float m = -INFINITY, s = 0.0f, z;
-    for (int v = threadIdx.x; v < V; v += blockDim.x) trn__ms_add(&m, &s, trn__ld(l[v]));
+    trn__row_read16(l, V, [&](int, float x) { trn__ms_add(&m, &s, x); });
     z = trn__block_lse(m, s, wm, wsum);
     if (threadIdx.x == 0) {
         lse[n] = z;
         losses[n] = z - trn__ld(l[targets[n]]);
     }
 }
-/* dlogits += dloss * (softmax - onehot) on the V real columns */
+/* dlogits += dloss * (softmax - onehot) on the V real columns, 16 bytes
+   at a time (trn__row_update16); the padding is left as it is */
 template <typename A>
 static __global__ void trn__k_xent_bwd(A *dlogits, const A *logits, const float *lse, const int *targets, float dloss,
                                        int V, int Vp) {
-    int n = blockIdx.x, t = targets[n];
-    const A *l = logits + (size_t)n * Vp;
-    A *d = dlogits + (size_t)n * Vp;
-    float z = lse[n];
-    for (int v = threadIdx.x; v < V; v += blockDim.x) {
-        float p = expf(trn__ld(l[v]) - z);
-        d[v] = trn__to<A>(trn__ld(d[v]) + dloss * (v == t ? p - 1.0f : p));
-    }
+    const int n = blockIdx.x, t = targets[n];
+    const float z = lse[n];
+    trn__row_update16(dlogits + (size_t)n * Vp, logits + (size_t)n * Vp, V, [&](int v, float d, float x) {
+        float p = expf(x - z);
+        return d + dloss * (v == t ? p - 1.0f : p);
+    });
 }
 /* The classifier's kernel: forward and backward in one, the gradient
    WRITTEN OVER the logits (reference: trn_crossentropy_fused).
