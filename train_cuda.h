@@ -3094,63 +3094,6 @@ template <typename A>
 static __global__ void trn__k_sum_bwd(A *dinp, const A *dout, int N, size_t C, float scale) {
     TRN__GRID_STRIDE(i, (size_t)N * C) dinp[i] = trn__to<A>(trn__ld(dinp[i]) + scale * trn__ld(dout[i / C]));
 }
-/* cross-entropy with ignore index and label smoothing: one block per row,
-   the online max/sum of trn__k_xent_fwd plus the row's plain sum */
-template <typename A>
-static __global__ void trn__k_xent_ex_fwd(float *losses, float *lse, const A *logits, const int *targets, int V, int Vp,
-                                          float smoothing) {
-    __shared__ float wm[32], wsum[32];
-    __shared__ double wl[32];
-    int n = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32, t = targets[n];
-    const A *l = logits + (size_t)n * Vp;
-    float m = -INFINITY, s = 0.0f;
-    double tot = 0.0;
-    if (t < 0) { /* ignored row (the whole block takes this branch) */
-        if (threadIdx.x == 0) { losses[n] = 0.0f; lse[n] = 0.0f; }
-        return;
-    }
-    for (int v = threadIdx.x; v < V; v += blockDim.x) {
-        float x = trn__ld(l[v]);
-        tot += x;
-        if (x > m) { s = s * expf(m - x) + 1.0f; m = x; }
-        else s += expf(x - m);
-    }
-    for (int o = 16; o > 0; o >>= 1) {
-        float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
-        trn__ms_merge(&m, &s, m2, s2);
-    }
-    tot = trn__warp_sum_d(tot);
-    if (lane == 0) { wm[warp] = m; wsum[warp] = s; wl[warp] = tot; }
-    __syncthreads();
-    if (warp == 0) {
-        m = lane < nw ? wm[lane] : -INFINITY;
-        s = lane < nw ? wsum[lane] : 0.0f;
-        tot = lane < nw ? wl[lane] : 0.0;
-        for (int o = 16; o > 0; o >>= 1) {
-            float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
-            trn__ms_merge(&m, &s, m2, s2);
-        }
-        tot = trn__warp_sum_d(tot);
-        if (lane == 0) {
-            float z = m + logf(s);
-            lse[n] = z;
-            losses[n] = (float)((double)z - (1.0 - smoothing) * trn__ld(l[t]) - smoothing * tot / V);
-        }
-    }
-}
-template <typename A>
-static __global__ void trn__k_xent_ex_bwd(A *dlogits, const A *logits, const float *lse, const int *targets,
-                                          float dloss, int V, int Vp, float smoothing) {
-    int n = blockIdx.x, t = targets[n];
-    const A *l = logits + (size_t)n * Vp;
-    A *d = dlogits + (size_t)n * Vp;
-    float z = lse[n], u = smoothing / (float)V;
-    if (t < 0) return;
-    for (int v = threadIdx.x; v < V; v += blockDim.x) {
-        float p = expf(trn__ld(l[v]) - z) - u;
-        d[v] = trn__to<A>(trn__ld(d[v]) + dloss * (v == t ? p - (1.0f - smoothing) : p));
-    }
-}
 /* BCE with logits, L1, Huber: elementwise; inputs and gradients A,
    per-element losses fp32 */
 template <typename A>
@@ -4247,6 +4190,72 @@ static void trn__cuda_bmm_backward(float *da_, float *db_, const float *dout_, c
     if (db && !tb) trn__cuda_rowmajor_gemm(!ta, 0, K, N, M, a, lda, sa, dout, N, sc, 1.0f, db, N, sb, Bt);
     if (db && tb) trn__cuda_rowmajor_gemm(1, ta, N, K, M, dout, N, sc, a, lda, sa, 1.0f, db, K, sb, Bt);
 }
+/* ------------------------------------------------------------------------
+   >>xent-ex: cross-entropy with an ignore index and label smoothing
+   (trn_cross_entropy_ex), kernels and launchers together. The plain
+   references: train.h's trn_cross_entropy_ex_forward / _backward.
+   logits, dlogits (N,Vp) in A (float or bf16): V real columns; targets
+   (N), a target < 0 marks a row to ignore; losses, lse (N) fp32. The
+   smoothed target is q = (1-s) onehot(t) + s/V, so
+     loss = lse - (1-s) x[t] - (s/V) sum_v x[v]
+     dlogits[v] += dloss * (exp(x[v] - lse) - q[v])
+   One block per row, the row read 16 bytes at a time (trn__row_read16,
+   trn__row_update16: head, packs, tail). Forward: each thread's online
+   (max, sum exp) pair as in trn__k_xent_fwd, plus its plain sum of the
+   row in double; warps, then the block, merge both in a fixed tree.
+   Ignored rows: loss and lse 0, no gradient; padding never touched.
+   ------------------------------------------------------------------------ */
+template <typename A>
+static __global__ void trn__k_xent_ex_fwd(float *losses, float *lse, const A *logits, const int *targets, int V, int Vp,
+                                          float smoothing) {
+    __shared__ float wm[32], wsum[32];
+    __shared__ double wl[32];
+    int n = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32, t = targets[n];
+    const A *l = logits + (size_t)n * Vp;
+    float m = -INFINITY, s = 0.0f;
+    double tot = 0.0;
+    if (t < 0) { /* ignored row (the whole block takes this branch) */
+        if (threadIdx.x == 0) { losses[n] = 0.0f; lse[n] = 0.0f; }
+        return;
+    }
+    trn__row_read16(l, V, [&](int, float x) {
+        tot += x;
+        trn__ms_add(&m, &s, x);
+    });
+    for (int o = 16; o > 0; o >>= 1) {
+        float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+        trn__ms_merge(&m, &s, m2, s2);
+    }
+    tot = trn__warp_sum_d(tot);
+    if (lane == 0) { wm[warp] = m; wsum[warp] = s; wl[warp] = tot; }
+    __syncthreads();
+    if (warp == 0) {
+        m = lane < nw ? wm[lane] : -INFINITY;
+        s = lane < nw ? wsum[lane] : 0.0f;
+        tot = lane < nw ? wl[lane] : 0.0;
+        for (int o = 16; o > 0; o >>= 1) {
+            float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+            trn__ms_merge(&m, &s, m2, s2);
+        }
+        tot = trn__warp_sum_d(tot);
+        if (lane == 0) {
+            float z = m + logf(s);
+            lse[n] = z;
+            losses[n] = (float)((double)z - (1.0 - smoothing) * trn__ld(l[t]) - smoothing * tot / V);
+        }
+    }
+}
+template <typename A>
+static __global__ void trn__k_xent_ex_bwd(A *dlogits, const A *logits, const float *lse, const int *targets,
+                                          float dloss, int V, int Vp, float smoothing) {
+    const int n = blockIdx.x, t = targets[n];
+    const float z = lse[n], u = smoothing / (float)V;
+    if (t < 0) return;
+    trn__row_update16(dlogits + (size_t)n * Vp, logits + (size_t)n * Vp, V, [&](int v, float d, float x) {
+        float p = expf(x - z) - u;
+        return d + dloss * (v == t ? p - (1.0f - smoothing) : p);
+    });
+}
 template <typename A>
 static void trn__cuda_crossentropy_ex_forward(float *losses, float *lse, const float *logits, const int *targets,
                                               int N, int V, int Vp, float smoothing) {
@@ -4263,6 +4272,8 @@ static void trn__cuda_crossentropy_ex_backward(float *dlogits, const float *logi
         TRN_CUDA_LAUNCH(trn__k_xent_ex_bwd<A>, dim3((unsigned)N), dim3(256), 0, trn__cu.stream, TRN__A(dlogits),
                         TRN__CA(logits), lse, targets, dloss, V, Vp, smoothing);
 }
+/* <<xent-ex */
+
 template <typename A>
 static void trn__cuda_bce_logits_forward(float *losses, const float *x, const float *y, size_t n) {
     TRN__CUDA_SITE("bce fwd", 2.0 * sizeof(A) * n + 4.0 * n, 5.0 * n);

@@ -452,7 +452,7 @@ static void test_crossentropy(int N, int V, int Vp) {
         return outs{loss.get(), l.get()};
     });
     snprintf(name, sizeof name, "crossentropy_ex_forward V=%d", V);
-    compare(name, "xx", 0, [&](const trn_backend *be, int bf, int) {
+    compare(name, "ff", 0, [&](const trn_backend *be, int bf, int) {
         dv l(logits, bf), loss(zeros(N), 0), z(zeros(N), 0);
         be->crossentropy_ex_forward(loss.f(), z.f(), l.f(), (const int *)dtg.p, N, V, Vp, smoothing);
         if (!bf) lse_ex = z.get();

@@ -219,6 +219,7 @@ int main(void) {
         for (int tb = 0; tb < 2; tb++) test_bmm(3, 7, 5, 9, ta, tb);
     test_xent_ex(13, 37, 40, 0.0f);
     test_xent_ex(13, 37, 40, 0.15f);
+    test_xent_ex(7, 41, 43, 0.15f); /* rows off 16-byte boundaries: head, packs, tail */
     test_pointwise_losses(1001);
     test_graph();
     trn_cuda_shutdown();
