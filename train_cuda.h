@@ -119,8 +119,14 @@
    test_cuda_memory_plan measures GPT-2 124M's device memory in both (the
    harness's dry run: allocations real, kernels skipped).
 
-   Contents:  >>cuda-api (declarations)  >>cuda-errors  >>cuda-memory
-              >>cuda-kernels  >>cuda-ops  >>cuda-init
+   Contents:  >>cuda-api (declarations)  >>cuda-errors  >>sites (the time
+              ledger)  >>cuda-memory
+              >>cuda-kernels; in it, one op in one place (its banner names
+              the plain reference in train.h, then the device kernels,
+              then the host launchers): >>elementwise  >>cuda-fa2
+              >>classifier
+              >>cuda-ops (the backend table's other functions: cuBLAS and
+              cuBLASLt matmuls, attention, ...)  >>cuda-init
 
    License: MIT, as train.h.
 */
@@ -620,7 +626,10 @@ static void trn__cuda_probe(size_t *used, size_t *total) {
    with a grid stride, so any n works with a capped grid. Reductions are
    written so the order of additions is fixed by the shapes alone: the
    same inputs give the same bits on every run (except embedding backward,
-   which uses atomics).
+   which uses atomics). An op's section (>>elementwise, >>cuda-fa2,
+   >>classifier, ...: the list in the top comment's Contents) holds its
+   kernels and then its launchers, the host functions that the backend
+   table points at.
    ======================================================================== */
 #define TRN__CUDA_BLOCK 256
 
@@ -630,6 +639,17 @@ static unsigned trn__cuda_grid(size_t n) {
 }
 #define TRN__GRID_STRIDE(i, n) \
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
+/* a launcher's launch of a grid-stride kernel over n items (none when n is 0) */
+#define TRN__CUDA_ELEMENTWISE(kernel, n, ...)                                                                  \
+    do {                                                                                                       \
+        if ((n) > 0)                                                                                           \
+            TRN_CUDA_LAUNCH(kernel, dim3(trn__cuda_grid(n)), dim3(TRN__CUDA_BLOCK), 0, trn__cu.stream, __VA_ARGS__); \
+    } while (0)
+/* host functions of activation kernels are templates on A as well; their
+   float * arguments that hold activations are cast to A * (a no-op for
+   float), and the table picks one instantiation (TRN__CUDA_PICK) */
+#define TRN__A(p) ((A *)(p))
+#define TRN__CA(p) ((const A *)(p))
 
 static __device__ __forceinline__ float trn__warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -1192,7 +1212,15 @@ static __global__ void __launch_bounds__(256, 1)
     }
 }
 
-/* --- elementwise ------------------------------------------------------------ */
+/* ------------------------------------------------------------------------
+   >>elementwise: one value out per value in (GELU, ReLU, add, accumulate,
+   scale, MSE), kernels and launchers together. The plain references:
+   train.h's trn_gelu_forward / _backward, trn_relu_forward / _backward,
+   trn_add_forward, trn_accumulate, trn_scale, trn_mse_forward / _backward.
+   SiLU, sigmoid and tanh run through the same trn__k_map (>>ops2); the
+   unfused matmul + GELU kernel here, trn__k_bias_gelu, is launched by
+   >>mlp and >>cublaslt.
+   ------------------------------------------------------------------------ */
 #define TRN__CUDA_GELU_K 0.7978845608028654f /* sqrt(2/pi), as train.h */
 /* GELU in GPT-2's tanh form, gelu(x) = x/2 (1 + tanh(k (x + 0.044715 x^3))),
    and its derivative d gelu / dx: one definition for the GELU kernels and
@@ -1205,13 +1233,12 @@ static __device__ __forceinline__ float trn__gelu_grad(float x) {
     float dt = (1.0f - t * t) * TRN__CUDA_GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
     return 0.5f * (1.0f + t) + 0.5f * x * dt;
 }
-/* >>elementwise: out[i] = op(a[i], b[i], c[i]) for i < n (b, c NULL when
-   op takes fewer; out may be a: that is how += is written). Eight
-   elements at a time through 16-byte loads and stores (one pack of 8
-   bf16, two of 4 fp32) where every pointer is 16-byte aligned (vec, from
-   the host), then the last n % 8 one at a time: the scalar tail. One
-   kernel for every such op; an op is a struct with one element's math.
-   The plain references: train.h's trn_gelu_forward, trn_add_forward ... */
+/* out[i] = op(a[i], b[i], c[i]) for i < n (b, c NULL when op takes fewer;
+   out may be a: that is how += is written). Eight elements at a time
+   through 16-byte loads and stores (one pack of 8 bf16, two of 4 fp32)
+   where every pointer is 16-byte aligned (vec, from the host), then the
+   last n % 8 one at a time: the scalar tail. One kernel for every such
+   op; an op is a struct with one element's math. */
 template <typename A, typename Op>
 static __global__ void trn__k_map(A *out, const A *a, const A *b, const A *c, size_t n, int vec, Op op) {
     const size_t nv = vec ? n / 8 : 0; /* packs of 8 */
@@ -1280,6 +1307,53 @@ static __global__ void trn__k_mse_bwd(A *dpred, const A *pred, const A *target, 
     TRN__GRID_STRIDE(i, n)
         dpred[i] = trn__to<A>(trn__ld(dpred[i]) + dloss * 2.0f * (trn__ld(pred[i]) - trn__ld(target[i])));
 }
+
+/* the launchers: the backend table's gelu_forward ... mse_backward */
+template <typename A>
+static void trn__cuda_gelu_forward(float *out, const float *inp, size_t n) {
+    TRN__CUDA_SITE("gelu fwd", 2.0 * sizeof(A) * n, 0);
+    trn__cuda_map<A>(trn__op_gelu(), out, inp, NULL, NULL, n);
+}
+template <typename A>
+static void trn__cuda_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+    TRN__CUDA_SITE("gelu bwd", 4.0 * sizeof(A) * n, 0); /* dinp +=: read and written */
+    if (dinp) trn__cuda_map<A>(trn__op_gelu_bwd(), dinp, dinp, inp, dout, n);
+}
+template <typename A>
+static void trn__cuda_relu_forward(float *out, const float *inp, size_t n) {
+    TRN__CUDA_SITE("relu fwd", 2.0 * sizeof(A) * n, n);
+    TRN__CUDA_ELEMENTWISE(trn__k_relu_fwd<A>, n, TRN__A(out), TRN__CA(inp), n);
+}
+template <typename A>
+static void trn__cuda_relu_backward(float *dinp, const float *out, const float *dout, size_t n) {
+    TRN__CUDA_SITE("relu bwd", 3.0 * sizeof(A) * n, n);
+    if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_relu_bwd<A>, n, TRN__A(dinp), TRN__CA(out), TRN__CA(dout), n);
+}
+template <typename A>
+static void trn__cuda_add_forward(float *out, const float *a, const float *b, size_t n) {
+    TRN__CUDA_SITE("add", 3.0 * sizeof(A) * n, n);
+    trn__cuda_map<A>(trn__op_add(), out, a, b, NULL, n);
+}
+template <typename A>
+static void trn__cuda_accumulate(float *dst, const float *src, size_t n) {
+    TRN__CUDA_SITE("accumulate", 3.0 * sizeof(A) * n, n);
+    if (dst) trn__cuda_map<A>(trn__op_add(), dst, dst, src, NULL, n);
+}
+static void trn__cuda_scale(float *x, float s, size_t n) {
+    TRN__CUDA_SITE("scale", 8.0 * n, n);
+    TRN__CUDA_ELEMENTWISE(trn__k_scale, n, x, s, n);
+}
+template <typename A>
+static void trn__cuda_mse_forward(float *losses, const float *pred, const float *target, size_t n) {
+    TRN__CUDA_SITE("mse fwd", 2.0 * sizeof(A) * n + 4.0 * n, 3.0 * n);
+    TRN__CUDA_ELEMENTWISE(trn__k_mse_fwd<A>, n, losses, TRN__CA(pred), TRN__CA(target), n);
+}
+template <typename A>
+static void trn__cuda_mse_backward(float *dpred, const float *pred, const float *target, float dloss, size_t n) {
+    TRN__CUDA_SITE("mse bwd", 3.0 * sizeof(A) * n, 3.0 * n);
+    if (dpred) TRN__CUDA_ELEMENTWISE(trn__k_mse_bwd<A>, n, TRN__A(dpred), TRN__CA(pred), TRN__CA(target), dloss, n);
+}
+/* <<elementwise */
 
 /* --- attention: softmax over rows of S (B*NH*T rows of length T), in place.
    One warp per row; causal rows t see columns 0..t, the rest become 0.
@@ -3987,26 +4061,6 @@ static void trn__cuda_layernorm_backward(float *dinp, float *dw, float *db, cons
     trn__cuda_layernorm_backward_ex<A>(dinp, NULL, dw, db, dout, inp, w, mean, rstd, N, C, 0);
 }
 
-#define TRN__CUDA_ELEMENTWISE(kernel, n, ...)                                                                  \
-    do {                                                                                                       \
-        if ((n) > 0)                                                                                           \
-            TRN_CUDA_LAUNCH(kernel, dim3(trn__cuda_grid(n)), dim3(TRN__CUDA_BLOCK), 0, trn__cu.stream, __VA_ARGS__); \
-    } while (0)
-/* host functions of activation kernels are templates on A as well; their
-   float * arguments that hold activations are cast to A * (a no-op for
-   float), and the table picks one instantiation (TRN__CUDA_PICK) */
-#define TRN__A(p) ((A *)(p))
-#define TRN__CA(p) ((const A *)(p))
-template <typename A>
-static void trn__cuda_gelu_forward(float *out, const float *inp, size_t n) {
-    TRN__CUDA_SITE("gelu fwd", 2.0 * sizeof(A) * n, 0);
-    trn__cuda_map<A>(trn__op_gelu(), out, inp, NULL, NULL, n);
-}
-template <typename A>
-static void trn__cuda_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
-    TRN__CUDA_SITE("gelu bwd", 4.0 * sizeof(A) * n, 0); /* dinp +=: read and written */
-    if (dinp) trn__cuda_map<A>(trn__op_gelu_bwd(), dinp, dinp, inp, dout, n);
-}
 /* >>mlp: GPT-2's feed-forward pair fused (train.h's trn_mlp).
    Forward: pre (N,OC) = inp (N,C) w^T + bias, out = gelu(pre); pre is saved
    for backward. bf16: ONE cuBLASLt GEMM, whose GELU_AUX_BIAS epilogue takes
@@ -4058,40 +4112,6 @@ static void trn__cuda_matmul_dgelu_backward(float *dpre, const float *dout, cons
                        TRN__A(dpre), C, 0, 1);
     if (!fused)
         trn__cuda_map<A>(trn__op_dgelu_mul(), dpre, dpre, pre, NULL, (size_t)N * C);
-}
-template <typename A>
-static void trn__cuda_relu_forward(float *out, const float *inp, size_t n) {
-    TRN__CUDA_SITE("relu fwd", 2.0 * sizeof(A) * n, n);
-    TRN__CUDA_ELEMENTWISE(trn__k_relu_fwd<A>, n, TRN__A(out), TRN__CA(inp), n);
-}
-template <typename A>
-static void trn__cuda_relu_backward(float *dinp, const float *out, const float *dout, size_t n) {
-    TRN__CUDA_SITE("relu bwd", 3.0 * sizeof(A) * n, n);
-    if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_relu_bwd<A>, n, TRN__A(dinp), TRN__CA(out), TRN__CA(dout), n);
-}
-template <typename A>
-static void trn__cuda_add_forward(float *out, const float *a, const float *b, size_t n) {
-    TRN__CUDA_SITE("add", 3.0 * sizeof(A) * n, n);
-    trn__cuda_map<A>(trn__op_add(), out, a, b, NULL, n);
-}
-template <typename A>
-static void trn__cuda_accumulate(float *dst, const float *src, size_t n) {
-    TRN__CUDA_SITE("accumulate", 3.0 * sizeof(A) * n, n);
-    if (dst) trn__cuda_map<A>(trn__op_add(), dst, dst, src, NULL, n);
-}
-static void trn__cuda_scale(float *x, float s, size_t n) {
-    TRN__CUDA_SITE("scale", 8.0 * n, n);
-    TRN__CUDA_ELEMENTWISE(trn__k_scale, n, x, s, n);
-}
-template <typename A>
-static void trn__cuda_mse_forward(float *losses, const float *pred, const float *target, size_t n) {
-    TRN__CUDA_SITE("mse fwd", 2.0 * sizeof(A) * n + 4.0 * n, 3.0 * n);
-    TRN__CUDA_ELEMENTWISE(trn__k_mse_fwd<A>, n, losses, TRN__CA(pred), TRN__CA(target), n);
-}
-template <typename A>
-static void trn__cuda_mse_backward(float *dpred, const float *pred, const float *target, float dloss, size_t n) {
-    TRN__CUDA_SITE("mse bwd", 3.0 * sizeof(A) * n, 3.0 * n);
-    if (dpred) TRN__CUDA_ELEMENTWISE(trn__k_mse_bwd<A>, n, TRN__A(dpred), TRN__CA(pred), TRN__CA(target), dloss, n);
 }
 template <typename A>
 static void trn__cuda_meanpool_forward(float *out, const float *inp, int B, int T, int C) {
