@@ -123,7 +123,7 @@
               ledger)  >>cuda-memory
               >>cuda-kernels; in it, one op in one place (its banner names
               the plain reference in train.h, then the device kernels,
-              then the host launchers): >>elementwise  >>cuda-fa2
+              then the host launchers): >>embedding  >>elementwise  >>cuda-fa2
               >>classifier
               >>cuda-ops (the backend table's other functions: cuBLAS and
               cuBLASLt matmuls, attention, ...)  >>cuda-init
@@ -826,7 +826,12 @@ static __global__ void trn__k_colsum_final(float *dst, const float *part, int nc
     dst[c] += s;
 }
 
-/* --- embedding ------------------------------------------------------------- */
+/* ------------------------------------------------------------------------
+   >>embedding: out (N,C) = the rows of table (V,C) that ids (N) name;
+   backward adds each row of dout into the table row it came from. Kernels
+   and launchers together; the plain references: train.h's
+   trn_embedding_forward / _backward.
+   ------------------------------------------------------------------------ */
 /* a copy of table rows: A to A, no rounding. vec (C a multiple of 8, both
    pointers 16-byte aligned): 8 elements, one or two 16-byte packs, a thread */
 template <typename A>
@@ -877,6 +882,34 @@ static __global__ void trn__k_embed_bwd_rows(float *dtable, const A *dout, const
         }
     }
 }
+
+/* the launchers: the backend table's embedding_forward, _backward, _backward_rows */
+template <typename A>
+static void trn__cuda_embedding_forward(float *out, const int *ids, const float *table, int N, int C) {
+    if ((size_t)N * C == 0) return;
+    int vec = C % 8 == 0 && trn__al16(out) && trn__al16(table);
+    TRN__CUDA_SITE("embedding fwd", 4.0 * N + 2.0 * sizeof(A) * N * C, 0); /* ids; the rows read, out written */
+    TRN_CUDA_LAUNCH(trn__k_embed_fwd<A>, dim3(trn__cuda_grid((size_t)N * C / (vec ? 8 : 1))), dim3(TRN__CUDA_BLOCK),
+                    0, trn__cu.stream, (A *)out, ids, (const A *)table, N, C, vec);
+}
+template <typename A>
+static void trn__cuda_embedding_backward(float *dtable, const float *dout, const int *ids, int N, int C) {
+    if (!dtable || (size_t)N * C == 0) return;
+    TRN__CUDA_SITE("embedding bwd", 4.0 * N + (sizeof(A) + 8.0) * N * C, 0); /* dout read; dtable rows read+written */
+    TRN_CUDA_LAUNCH(trn__k_embed_bwd<A>, dim3(trn__cuda_grid((size_t)N * C)), dim3(TRN__CUDA_BLOCK), 0, trn__cu.stream,
+                    dtable, (const A *)dout, ids, N, C);
+}
+/* the backend's embedding_backward_rows: ids of B equal rows of T */
+template <typename A>
+static void trn__cuda_embedding_backward_rows(float *dtable, const float *dout, const int *ids, int B, int T, int C) {
+    if (!dtable || (size_t)B * T * C == 0) return;
+    int vec = C % 8 == 0 && trn__al16(dout);
+    /* ids (T) and dout read; the T table rows read + written */
+    TRN__CUDA_SITE("embedding bwd (batch summed)", 4.0 * T + sizeof(A) * (double)B * T * C + 8.0 * T * C, (double)B * T * C);
+    TRN_CUDA_LAUNCH(trn__k_embed_bwd_rows<A>, dim3(trn__cuda_grid((size_t)T * C / (vec ? 8 : 1))),
+                    dim3(TRN__CUDA_BLOCK), 0, trn__cu.stream, dtable, (const A *)dout, ids, B, T, C, vec);
+}
+/* <<embedding */
 
 /* --- layernorm: one warp per row (block of 8 warps = 8 rows) ----------------
    x, w, b, out, dout, dinp are A; mean, rstd, the partials of dw and db and
@@ -3938,32 +3971,6 @@ template <typename A>
 static void trn__cuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                                       const float *w, int N, int C, int OC) {
     trn__cuda_matmul_backward_ex<A>(dinp, dw, dbias, dout, inp, w, N, C, OC, 0, 0, 0);
-}
-
-template <typename A>
-static void trn__cuda_embedding_forward(float *out, const int *ids, const float *table, int N, int C) {
-    if ((size_t)N * C == 0) return;
-    int vec = C % 8 == 0 && trn__al16(out) && trn__al16(table);
-    TRN__CUDA_SITE("embedding fwd", 4.0 * N + 2.0 * sizeof(A) * N * C, 0); /* ids; the rows read, out written */
-    TRN_CUDA_LAUNCH(trn__k_embed_fwd<A>, dim3(trn__cuda_grid((size_t)N * C / (vec ? 8 : 1))), dim3(TRN__CUDA_BLOCK),
-                    0, trn__cu.stream, (A *)out, ids, (const A *)table, N, C, vec);
-}
-template <typename A>
-static void trn__cuda_embedding_backward(float *dtable, const float *dout, const int *ids, int N, int C) {
-    if (!dtable || (size_t)N * C == 0) return;
-    TRN__CUDA_SITE("embedding bwd", 4.0 * N + (sizeof(A) + 8.0) * N * C, 0); /* dout read; dtable rows read+written */
-    TRN_CUDA_LAUNCH(trn__k_embed_bwd<A>, dim3(trn__cuda_grid((size_t)N * C)), dim3(TRN__CUDA_BLOCK), 0, trn__cu.stream,
-                    dtable, (const A *)dout, ids, N, C);
-}
-/* the backend's embedding_backward_rows: ids of B equal rows of T */
-template <typename A>
-static void trn__cuda_embedding_backward_rows(float *dtable, const float *dout, const int *ids, int B, int T, int C) {
-    if (!dtable || (size_t)B * T * C == 0) return;
-    int vec = C % 8 == 0 && trn__al16(dout);
-    /* ids (T) and dout read; the T table rows read + written */
-    TRN__CUDA_SITE("embedding bwd (batch summed)", 4.0 * T + sizeof(A) * (double)B * T * C + 8.0 * T * C, (double)B * T * C);
-    TRN_CUDA_LAUNCH(trn__k_embed_bwd_rows<A>, dim3(trn__cuda_grid((size_t)T * C / (vec ? 8 : 1))),
-                    dim3(TRN__CUDA_BLOCK), 0, trn__cu.stream, dtable, (const A *)dout, ids, B, T, C, vec);
 }
 
 /* 16-byte packs in a row kernel: C a multiple of 8 keeps every row at a
