@@ -123,7 +123,8 @@
               ledger)  >>cuda-memory
               >>cuda-kernels; in it, one op in one place (its banner names
               the plain reference in train.h, then the device kernels,
-              then the host launchers): >>embedding  >>elementwise  >>cuda-fa2
+              then the host launchers): >>embedding  >>layernorm (>>addln)
+              >>elementwise  >>cuda-fa2
               >>classifier
               >>cuda-ops (the backend table's other functions: cuBLAS and
               cuBLASLt matmuls, attention, ...)  >>cuda-init
@@ -911,19 +912,23 @@ static void trn__cuda_embedding_backward_rows(float *dtable, const float *dout, 
 }
 /* <<embedding */
 
-/* --- layernorm: one warp per row (block of 8 warps = 8 rows) ----------------
-   x, w, b, out, dout, dinp are A; mean, rstd, the partials of dw and db and
-   dw, db themselves are fp32; every sum is taken in fp32. vec (C a multiple
-   of 8, every row pointer 16-byte aligned, see trn__cuda_ln_vec): lane l
-   takes the 8-element packs l, l + 32, ... (GPT-2's C = 768: 3 packs a
-   lane, 16-byte loads), otherwise the elements l, l + 32, ... The
-   reference: train.h's trn_layernorm_forward / _backward.
+/* ------------------------------------------------------------------------
+   >>layernorm: out = (x - mean) rstd w + b over each row of C (mean, rstd
+   saved for backward), kernels and launchers together. One warp per row
+   (a block of 8 warps = 8 rows). x, w, b, out, dout, dinp are A; mean,
+   rstd, the partials of dw and db and dw, db themselves are fp32; every
+   sum is taken in fp32. vec (C a multiple of 8, every row pointer 16-byte
+   aligned, see trn__cuda_ln_vec): lane l takes the 8-element packs l,
+   l + 32, ... (GPT-2's C = 768: 3 packs a lane, 16-byte loads), otherwise
+   the elements l, l + 32, ... The reference: train.h's
+   trn_layernorm_forward / _backward.
    >>addln (res not NULL): the residual add first, in the same pass: sum =
    inp + res rounded to A (sum may be res), written, and the row that is
    normalized is that sum: each lane writes and then reads back its own
    elements, so the result is bit for bit that of the add kernel followed
    by this one (the reference: trn_add_forward, then
-   trn_layernorm_forward). */
+   trn_layernorm_forward).
+   ------------------------------------------------------------------------ */
 template <typename A>
 static __global__ void trn__k_ln_fwd(A *out, float *mean, float *rstd, const A *inp, const A *w, const A *b, int N,
                                      int C, int vec, const A *res, A *sum) {
@@ -1244,6 +1249,104 @@ static __global__ void __launch_bounds__(256, 1)
         if (db) db[c] += red[C + c];
     }
 }
+
+/* the launchers: the backend table's layernorm_forward,
+   add_layernorm_forward, layernorm_backward(_ex) */
+/* 16-byte packs in a row kernel: C a multiple of 8 keeps every row at a
+   16-byte boundary when the base pointers are */
+static int trn__cuda_ln_vec(int C, const void *p, const void *q, const void *r, const void *s) {
+    return C % 8 == 0 && trn__al16(p) && trn__al16(q) && trn__al16(r) && trn__al16(s);
+}
+template <typename A>
+static void trn__cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                                        const float *b, int N, int C) {
+    if (N <= 0) return;
+    TRN__CUDA_SITE("layernorm fwd", sizeof(A) * (2.0 * N * C + 2.0 * C) + 8.0 * N, 7.0 * N * C);
+    TRN_CUDA_LAUNCH(trn__k_ln_fwd<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, (A *)out, mean,
+                    rstd, (const A *)inp, (const A *)w, (const A *)b, N, C, trn__cuda_ln_vec(C, out, inp, w, b),
+                    (const A *)NULL, (A *)NULL);
+}
+/* >>addln: the residual add and the layernorm in one pass (sum may be b) */
+template <typename A>
+static void trn__cuda_add_layernorm_forward(float *sum, float *out, float *mean, float *rstd, const float *a,
+                                            const float *b, const float *w, const float *bias, int N, int C) {
+    if (N <= 0) return;
+    /* a, b read; sum, out written; w, bias read; mean, rstd written */
+    TRN__CUDA_SITE("add+layernorm fwd", sizeof(A) * (4.0 * N * C + 2.0 * C) + 8.0 * N, 8.0 * N * C);
+    TRN_CUDA_LAUNCH(trn__k_ln_fwd<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, (A *)out, mean,
+                    rstd, (const A *)a, (const A *)w, (const A *)bias, N, C,
+                    trn__cuda_ln_vec(C, out, a, w, bias) && trn__al16(b) && trn__al16(sum), (const A *)b, (A *)sum);
+}
+/* blocks of the one-launch layernorm backward (trn__k_ln_bwd): 8 rows a warp
+   at least (64 a block), at most 128 blocks: one wave of one block an SM on
+   an H100 (132 SMs), and few partial rows for the last blocks to sum. A
+   function of N alone, so the sums' order (the bits) is too. */
+static int trn__ln_bwd_blocks(int N) { return N > 128 * 64 ? 128 : (N + 63) / 64; }
+/* dinp2 (>>addln): NULL, or written with dinp's final values; write_dinp:
+   dinp is written, not added to (a fresh gradient). The vec path with C <=
+   1024 (GPT-2, and small Llamas) is one launch, trn__k_ln_bwd; otherwise the
+   dx kernel and the partials kernel (the last block of each column group
+   sums them). */
+template <typename A>
+static void trn__cuda_layernorm_backward_ex(float *dinp, float *dinp2, float *dw, float *db, const float *dout,
+                                            const float *inp, const float *w, const float *mean, const float *rstd,
+                                            int N, int C, int write_dinp) {
+    if (N <= 0) return;
+    if (!dinp) dinp2 = NULL;
+    if (!dinp && !dw && !db) return;
+    /* counters: one a column group (the partials kernel), 1 + 8 (trn__k_ln_bwd); before the site: it may zero them */
+    unsigned *count = dw || db ? trn__cuda_counts((size_t)(C + 31) / 32 > 9 ? (size_t)(C + 31) / 32 : 9) : NULL;
+    int np = (C + 255) / 256, vec = trn__cuda_ln_vec(C, dinp, dout, inp, w) && trn__al16(dinp2);
+    if (vec && np <= 4) {
+        int nb = trn__ln_bwd_blocks(N), ng = (nb + 15) / 16;
+        float *part = dw || db ? trn__cuda_tmp(2 * (size_t)(nb + (ng > 1 ? ng : 0)) * C) : NULL;
+        /* dout, inp read once; dinp read (unless written) and written; dinp2
+           written; w; mean, rstd; the partials (nb, 2C) and the groups' sums
+           (ng, 2C) written and read back once; dw, db read and written */
+        TRN__CUDA_SITE("layernorm bwd", sizeof(A) * ((2.0 + (dinp ? (write_dinp ? 1.0 : 2.0) : 0.0) +
+                                                      (dinp2 ? 1.0 : 0.0)) * N * C + C) +
+                                            8.0 * N + (part ? 16.0 * (nb + (ng > 1 ? ng : 0)) * C + 16.0 * C : 0.0),
+                       10.0 * N * C);
+        void (*k_ln_bwd)(A *, float *, const A *, const A *, const A *, const float *, const float *, int, int, A *,
+                         int, float *, float *, unsigned *) = /* <A, packs a lane> */
+            np <= 1 ? trn__k_ln_bwd<A, 1> : np == 2 ? trn__k_ln_bwd<A, 2> : np == 3 ? trn__k_ln_bwd<A, 3>
+                                                                               : trn__k_ln_bwd<A, 4>;
+        /* counters: count[0] for the groups, count[1 + g] for group g's blocks */
+        TRN_CUDA_LAUNCH(k_ln_bwd, dim3((unsigned)nb), dim3(256), 0, trn__cu.stream, (A *)dinp, part, (const A *)dout,
+                        (const A *)inp, (const A *)w, mean, rstd, N, C, (A *)dinp2, write_dinp, dw, db, count);
+        return;
+    }
+    TRN__CUDA_SITE("layernorm bwd", sizeof(A) * ((dinp ? (write_dinp ? 3.0 : 4.0) : 2.0) * N * C +
+                                                 (dinp2 ? 1.0 : 0.0) * N * C + C) +
+                                        8.0 * N + 16.0 * C, 10.0 * N * C); /* dinp +=: read (unless written) and written; dinp2 written */
+    if (dinp)
+        TRN_CUDA_LAUNCH(trn__k_ln_bwd_dx<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, (A *)dinp,
+                        (const A *)dout, (const A *)inp, (const A *)w, mean, rstd, N, C, vec, (A *)dinp2,
+                        write_dinp);
+    if (dw || db) {
+        int nchunk = (N + 63) / 64, rows;
+        float *pw, *pb;
+        if (nchunk > 64) nchunk = 64;
+        rows = (N + nchunk - 1) / nchunk;
+        pw = trn__cuda_tmp(2 * (size_t)nchunk * C);
+        pb = pw + (size_t)nchunk * C;
+        /* one launch: the partials of dw and db, summed by the last block of each column group */
+        if (trn__cuda_ln_vec(C, dout, inp, dout, inp))
+            TRN_CUDA_LAUNCH(trn__k_ln_bwd_part8<A>, dim3((unsigned)(C + 255) / 256, (unsigned)nchunk), dim3(32, 8), 0,
+                            trn__cu.stream, pw, pb, (const A *)dout, (const A *)inp, mean, rstd, N, C, rows, dw, db,
+                            count);
+        else
+            TRN_CUDA_LAUNCH(trn__k_ln_bwd_part<A>, dim3((unsigned)(C + 31) / 32, (unsigned)nchunk), dim3(32, 8), 0,
+                            trn__cu.stream, pw, pb, (const A *)dout, (const A *)inp, mean, rstd, N, C, rows, dw, db,
+                            count);
+    }
+}
+template <typename A>
+static void trn__cuda_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                                         const float *w, const float *mean, const float *rstd, int N, int C) {
+    trn__cuda_layernorm_backward_ex<A>(dinp, NULL, dw, db, dout, inp, w, mean, rstd, N, C, 0);
+}
+/* <<layernorm */
 
 /* ------------------------------------------------------------------------
    >>elementwise: one value out per value in (GELU, ReLU, add, accumulate,
@@ -3973,100 +4076,6 @@ static void trn__cuda_matmul_backward(float *dinp, float *dw, float *dbias, cons
     trn__cuda_matmul_backward_ex<A>(dinp, dw, dbias, dout, inp, w, N, C, OC, 0, 0, 0);
 }
 
-/* 16-byte packs in a row kernel: C a multiple of 8 keeps every row at a
-   16-byte boundary when the base pointers are */
-static int trn__cuda_ln_vec(int C, const void *p, const void *q, const void *r, const void *s) {
-    return C % 8 == 0 && trn__al16(p) && trn__al16(q) && trn__al16(r) && trn__al16(s);
-}
-template <typename A>
-static void trn__cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
-                                        const float *b, int N, int C) {
-    if (N <= 0) return;
-    TRN__CUDA_SITE("layernorm fwd", sizeof(A) * (2.0 * N * C + 2.0 * C) + 8.0 * N, 7.0 * N * C);
-    TRN_CUDA_LAUNCH(trn__k_ln_fwd<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, (A *)out, mean,
-                    rstd, (const A *)inp, (const A *)w, (const A *)b, N, C, trn__cuda_ln_vec(C, out, inp, w, b),
-                    (const A *)NULL, (A *)NULL);
-}
-/* >>addln: the residual add and the layernorm in one pass (sum may be b) */
-template <typename A>
-static void trn__cuda_add_layernorm_forward(float *sum, float *out, float *mean, float *rstd, const float *a,
-                                            const float *b, const float *w, const float *bias, int N, int C) {
-    if (N <= 0) return;
-    /* a, b read; sum, out written; w, bias read; mean, rstd written */
-    TRN__CUDA_SITE("add+layernorm fwd", sizeof(A) * (4.0 * N * C + 2.0 * C) + 8.0 * N, 8.0 * N * C);
-    TRN_CUDA_LAUNCH(trn__k_ln_fwd<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, (A *)out, mean,
-                    rstd, (const A *)a, (const A *)w, (const A *)bias, N, C,
-                    trn__cuda_ln_vec(C, out, a, w, bias) && trn__al16(b) && trn__al16(sum), (const A *)b, (A *)sum);
-}
-/* blocks of the one-launch layernorm backward (trn__k_ln_bwd): 8 rows a warp
-   at least (64 a block), at most 128 blocks: one wave of one block an SM on
-   an H100 (132 SMs), and few partial rows for the last blocks to sum. A
-   function of N alone, so the sums' order (the bits) is too. */
-static int trn__ln_bwd_blocks(int N) { return N > 128 * 64 ? 128 : (N + 63) / 64; }
-/* dinp2 (>>addln): NULL, or written with dinp's final values; write_dinp:
-   dinp is written, not added to (a fresh gradient). The vec path with C <=
-   1024 (GPT-2, and small Llamas) is one launch, trn__k_ln_bwd; otherwise the
-   dx kernel and the partials kernel (the last block of each column group
-   sums them). */
-template <typename A>
-static void trn__cuda_layernorm_backward_ex(float *dinp, float *dinp2, float *dw, float *db, const float *dout,
-                                            const float *inp, const float *w, const float *mean, const float *rstd,
-                                            int N, int C, int write_dinp) {
-    if (N <= 0) return;
-    if (!dinp) dinp2 = NULL;
-    if (!dinp && !dw && !db) return;
-    /* counters: one a column group (the partials kernel), 1 + 8 (trn__k_ln_bwd); before the site: it may zero them */
-    unsigned *count = dw || db ? trn__cuda_counts((size_t)(C + 31) / 32 > 9 ? (size_t)(C + 31) / 32 : 9) : NULL;
-    int np = (C + 255) / 256, vec = trn__cuda_ln_vec(C, dinp, dout, inp, w) && trn__al16(dinp2);
-    if (vec && np <= 4) {
-        int nb = trn__ln_bwd_blocks(N), ng = (nb + 15) / 16;
-        float *part = dw || db ? trn__cuda_tmp(2 * (size_t)(nb + (ng > 1 ? ng : 0)) * C) : NULL;
-        /* dout, inp read once; dinp read (unless written) and written; dinp2
-           written; w; mean, rstd; the partials (nb, 2C) and the groups' sums
-           (ng, 2C) written and read back once; dw, db read and written */
-        TRN__CUDA_SITE("layernorm bwd", sizeof(A) * ((2.0 + (dinp ? (write_dinp ? 1.0 : 2.0) : 0.0) +
-                                                      (dinp2 ? 1.0 : 0.0)) * N * C + C) +
-                                            8.0 * N + (part ? 16.0 * (nb + (ng > 1 ? ng : 0)) * C + 16.0 * C : 0.0),
-                       10.0 * N * C);
-        void (*k_ln_bwd)(A *, float *, const A *, const A *, const A *, const float *, const float *, int, int, A *,
-                         int, float *, float *, unsigned *) = /* <A, packs a lane> */
-            np <= 1 ? trn__k_ln_bwd<A, 1> : np == 2 ? trn__k_ln_bwd<A, 2> : np == 3 ? trn__k_ln_bwd<A, 3>
-                                                                               : trn__k_ln_bwd<A, 4>;
-        /* counters: count[0] for the groups, count[1 + g] for group g's blocks */
-        TRN_CUDA_LAUNCH(k_ln_bwd, dim3((unsigned)nb), dim3(256), 0, trn__cu.stream, (A *)dinp, part, (const A *)dout,
-                        (const A *)inp, (const A *)w, mean, rstd, N, C, (A *)dinp2, write_dinp, dw, db, count);
-        return;
-    }
-    TRN__CUDA_SITE("layernorm bwd", sizeof(A) * ((dinp ? (write_dinp ? 3.0 : 4.0) : 2.0) * N * C +
-                                                 (dinp2 ? 1.0 : 0.0) * N * C + C) +
-                                        8.0 * N + 16.0 * C, 10.0 * N * C); /* dinp +=: read (unless written) and written; dinp2 written */
-    if (dinp)
-        TRN_CUDA_LAUNCH(trn__k_ln_bwd_dx<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, (A *)dinp,
-                        (const A *)dout, (const A *)inp, (const A *)w, mean, rstd, N, C, vec, (A *)dinp2,
-                        write_dinp);
-    if (dw || db) {
-        int nchunk = (N + 63) / 64, rows;
-        float *pw, *pb;
-        if (nchunk > 64) nchunk = 64;
-        rows = (N + nchunk - 1) / nchunk;
-        pw = trn__cuda_tmp(2 * (size_t)nchunk * C);
-        pb = pw + (size_t)nchunk * C;
-        /* one launch: the partials of dw and db, summed by the last block of each column group */
-        if (trn__cuda_ln_vec(C, dout, inp, dout, inp))
-            TRN_CUDA_LAUNCH(trn__k_ln_bwd_part8<A>, dim3((unsigned)(C + 255) / 256, (unsigned)nchunk), dim3(32, 8), 0,
-                            trn__cu.stream, pw, pb, (const A *)dout, (const A *)inp, mean, rstd, N, C, rows, dw, db,
-                            count);
-        else
-            TRN_CUDA_LAUNCH(trn__k_ln_bwd_part<A>, dim3((unsigned)(C + 31) / 32, (unsigned)nchunk), dim3(32, 8), 0,
-                            trn__cu.stream, pw, pb, (const A *)dout, (const A *)inp, mean, rstd, N, C, rows, dw, db,
-                            count);
-    }
-}
-template <typename A>
-static void trn__cuda_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                                         const float *w, const float *mean, const float *rstd, int N, int C) {
-    trn__cuda_layernorm_backward_ex<A>(dinp, NULL, dw, db, dout, inp, w, mean, rstd, N, C, 0);
-}
 
 /* >>mlp: GPT-2's feed-forward pair fused (train.h's trn_mlp).
    Forward: pre (N,OC) = inp (N,C) w^T + bias, out = gelu(pre); pre is saved
