@@ -123,8 +123,8 @@
               ledger)  >>cuda-memory
               >>cuda-kernels; in it, one op in one place (its banner names
               the plain reference in train.h, then the device kernels,
-              then the host launchers): >>embedding  >>layernorm (>>addln)
-              >>elementwise  >>cuda-fa2
+              then the host launchers): >>colsum  >>embedding
+              >>layernorm (>>addln)  >>elementwise  >>cuda-fa2
               >>classifier
               >>cuda-ops (the backend table's other functions: cuBLAS and
               cuBLASLt matmuls, attention, ...)  >>cuda-init
@@ -736,18 +736,23 @@ static __device__ __forceinline__ float trn__warp_max(float v) {
    this build's kernels at all */
 static __global__ void trn__k_probe(int *x) { if (x) x[0] = 1; }
 
-/* --- linear: cuBLAS does the products; these add the bias and sum dbias -- */
+/* --- linear: cuBLAS does the products; this adds the bias (dbias: >>colsum) */
 static __global__ void trn__k_bias_add(float *out, const float *bias, size_t N, int OC) {
     TRN__GRID_STRIDE(i, N * (size_t)OC) out[i] += bias[i % (size_t)OC];
 }
 
-/* Column sums of x (N,C), deterministic, in one launch of two steps. Step
-   1: block (32,8) owns 32 columns and one chunk of `rows` rows; its 8
-   thread rows stride the chunk, then add their 8 partials in shared
-   memory: part (nchunk, C). Step 2, by the LAST block of each column group
-   to finish (trn__last_block): dst[c] += part[0][c] + part[1][c] + ... in
-   order. The plain two-launch form, the reference: trn__k_colsum_part's
-   step 1, then trn__k_colsum_final as its own pass (the same bits). */
+/* ------------------------------------------------------------------------
+   >>colsum: dst (C) += the column sums of x (N,C), a linear layer's bias
+   gradient (the sum over rows of dout), kernels and launcher together.
+   The plain reference: train.h's trn_linear_backward_ref (its dbias loop).
+   Deterministic, in one launch of two steps. Step 1: block (32,8) owns 32
+   columns and one chunk of `rows` rows; its 8 thread rows stride the
+   chunk, then add their 8 partials in shared memory: part (nchunk, C).
+   Step 2, by the LAST block of each column group to finish
+   (trn__last_block): dst[c] += part[0][c] + part[1][c] + ... in order. The
+   plain two-launch form, the GPU reference: trn__k_colsum_part's step 1,
+   then trn__k_colsum_final as its own pass (the same bits).
+   ------------------------------------------------------------------------ */
 
 /* The finish of a two-step column sum in the same launch (the CUDA
    samples' threadFenceReduction pattern): each block of column group
@@ -826,6 +831,29 @@ static __global__ void trn__k_colsum_final(float *dst, const float *part, int nc
     for (int k = 0; k < nchunk; k++) s += part[(size_t)k * C + c];
     dst[c] += s;
 }
+
+/* the launcher: dst (C, fp32) += column sums of x (N,C), x float or bf16
+   (the bias gradient of matmul backward in >>cuda-ops, and of the
+   unfused BGRADB in >>cublaslt) */
+template <typename X>
+static void trn__cuda_colsum(float *dst, const X *x, int N, int C) {
+    int nchunk = (N + 63) / 64, rows;
+    float *part;
+    if (nchunk > 64) nchunk = 64;
+    if (nchunk < 1) nchunk = 1;
+    rows = (N + nchunk - 1) / nchunk;
+    part = trn__cuda_tmp((size_t)nchunk * C);
+    unsigned *count = trn__cuda_counts((size_t)(C + 31) / 32); /* one per column group (of 32 or 256) */
+    /* one launch: the partials, and the last block of each column group sums them (trn__last_block) */
+    TRN__CUDA_SITE("bias grad (column sums)", sizeof(X) * (double)N * C + 8.0 * C, 0); /* dst read and written */
+    if (C % 8 == 0 && trn__al16(x))
+        TRN_CUDA_LAUNCH(trn__k_colsum_part8<X>, dim3((unsigned)(C + 255) / 256, (unsigned)nchunk), dim3(32, 8), 0,
+                        trn__cu.stream, part, x, N, C, rows, dst, count);
+    else
+        TRN_CUDA_LAUNCH(trn__k_colsum_part<X>, dim3((unsigned)(C + 31) / 32, (unsigned)nchunk), dim3(32, 8), 0,
+                        trn__cu.stream, part, x, N, C, rows, dst, count);
+}
+/* <<colsum */
 
 /* ------------------------------------------------------------------------
    >>embedding: out (N,C) = the rows of table (V,C) that ids (N) name;
@@ -3911,8 +3939,6 @@ template <typename A>
 static __global__ void trn__k_bias_add_a(A *out, const A *bias, size_t N, int OC) {
     TRN__GRID_STRIDE(i, N * (size_t)OC) out[i] = trn__to<A>(trn__ld(out[i]) + trn__ld(bias[i % (size_t)OC]));
 }
-template <typename X>
-static void trn__cuda_colsum(float *dst, const X *x, int N, int C); /* (below, >>cuda-ops) */
 template <typename TD>
 static void trn__cuda_lt_gemm(const char *file, int line, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
                               int k, const trn__bf16 *A, int lda, const trn__bf16 *B, int ldb, float beta, TD *D,
@@ -3987,26 +4013,6 @@ static void trn__cuda_matmul_forward(float *out, const float *inp, const float *
     if (bias)
         TRN_CUDA_LAUNCH(trn__k_bias_add, dim3(trn__cuda_grid((size_t)N * OC)), dim3(TRN__CUDA_BLOCK), 0,
                         trn__cu.stream, out, bias, (size_t)N, OC);
-}
-
-/* dst (C, fp32) += column sums of x (N,C), x float or bf16 */
-template <typename X>
-static void trn__cuda_colsum(float *dst, const X *x, int N, int C) {
-    int nchunk = (N + 63) / 64, rows;
-    float *part;
-    if (nchunk > 64) nchunk = 64;
-    if (nchunk < 1) nchunk = 1;
-    rows = (N + nchunk - 1) / nchunk;
-    part = trn__cuda_tmp((size_t)nchunk * C);
-    unsigned *count = trn__cuda_counts((size_t)(C + 31) / 32); /* one per column group (of 32 or 256) */
-    /* one launch: the partials, and the last block of each column group sums them (trn__last_block) */
-    TRN__CUDA_SITE("bias grad (column sums)", sizeof(X) * (double)N * C + 8.0 * C, 0); /* dst read and written */
-    if (C % 8 == 0 && trn__al16(x))
-        TRN_CUDA_LAUNCH(trn__k_colsum_part8<X>, dim3((unsigned)(C + 255) / 256, (unsigned)nchunk), dim3(32, 8), 0,
-                        trn__cu.stream, part, x, N, C, rows, dst, count);
-    else
-        TRN_CUDA_LAUNCH(trn__k_colsum_part<X>, dim3((unsigned)(C + 31) / 32, (unsigned)nchunk), dim3(32, 8), 0,
-                        trn__cu.stream, part, x, N, C, rows, dst, count);
 }
 
 /* dinp (N,C) += dout (N,OC) @ w;  dw (OC,C) += dout^T @ inp;  dbias += column sums of dout.
