@@ -125,7 +125,7 @@
               the plain reference in train.h, then the device kernels,
               then the host launchers): >>colsum  >>embedding
               >>layernorm (>>addln)  >>elementwise  >>cuda-fa2
-              >>classifier
+              >>classifier  >>convert
               >>cuda-ops (the backend table's other functions: cuBLAS and
               cuBLASLt matmuls, attention, ...)  >>cuda-init
 
@@ -3652,10 +3652,14 @@ static __global__ void trn__k_rope(A *y, const A *x, int B, int T, int H, int R,
     }
 }
 
-/* --- bf16: dtype conversions ------------------------------------------------ */
-/* dst = s * src or dst += s * src, any pair of dtypes; 8 elements at a
-   time (16-byte packs) where both pointers are 16-byte aligned (vec), then
-   the scalar tail. Reference: train.h's trn__cpu_convert. */
+/* ------------------------------------------------------------------------
+   >>convert: dst (n) = s * src or dst += s * src, any pair of dtypes
+   (fp32 or bf16: the weights' bf16 copy, casts and their gradients,
+   ZeRO-2's gradient buckets), kernel and launcher together. The plain
+   reference: train.h's trn__cpu_convert (trn__convert_host).
+   ------------------------------------------------------------------------ */
+/* 8 elements at a time (16-byte packs) where both pointers are 16-byte
+   aligned (vec), then the scalar tail */
 template <typename D, typename S>
 static __global__ void trn__k_convert(D *dst, const S *src, size_t n, int accumulate, float s, int vec) {
     const size_t nv = vec ? n / 8 : 0;
@@ -3677,6 +3681,23 @@ static __global__ void trn__k_convert(D *dst, const S *src, size_t n, int accumu
         dst[i] = trn__to<D>(v);
     }
 }
+
+/* the launcher: the backend table's convert (dt, st: TRN_F32 or TRN_BF16) */
+static void trn__cuda_convert(void *dst, int dt, const void *src, int st, size_t n, int accumulate, float s) {
+    int vec = trn__al16(dst) && trn__al16(src);
+    unsigned grid = trn__cuda_grid((n + 7) / 8);
+    if (n == 0) return;
+    TRN__CUDA_SITE("convert", (double)n * ((st == TRN_BF16 ? 2 : 4) + (dt == TRN_BF16 ? 2 : 4) * (accumulate ? 2 : 1)), n);
+#define TRN__CONVERT(D, S)                                                                                        \
+    TRN_CUDA_LAUNCH((trn__k_convert<D, S>), dim3(grid), dim3(TRN__CUDA_BLOCK), 0, trn__cu.stream, (D *)dst, \
+                    (const S *)src, n, accumulate, s, vec)
+    if (dt == TRN_BF16 && st == TRN_BF16) TRN__CONVERT(trn__bf16, trn__bf16);
+    else if (dt == TRN_BF16) TRN__CONVERT(trn__bf16, float);
+    else if (st == TRN_BF16) TRN__CONVERT(float, trn__bf16);
+    else TRN__CONVERT(float, float);
+#undef TRN__CONVERT
+}
+/* <<convert */
 
 /* >>sync-free step kernels */
 /* the partials of trn__k_sumsq added in order by one thread (as the host
@@ -4400,20 +4421,6 @@ static void trn__cuda_adamw_flat(float *p, float *g, float *m, float *v, size_t 
     TRN__CUDA_SITE("adamw", (28.0 + (p_bf16 ? 2 : 0) + (clip ? 4 : 0)) * n, 12.0 * n); /* p g m v read; p m v (g) written */
     TRN__CUDA_ELEMENTWISE(trn__k_adamw_flat, n, p, g, m, v, n, dseg, n_seg, lr, beta1, beta2, eps, weight_decay,
                           bias_corr1, bias_corr2, clip, (trn__bf16 *)p_bf16);
-}
-static void trn__cuda_convert(void *dst, int dt, const void *src, int st, size_t n, int accumulate, float s) {
-    int vec = trn__al16(dst) && trn__al16(src);
-    unsigned grid = trn__cuda_grid((n + 7) / 8);
-    if (n == 0) return;
-    TRN__CUDA_SITE("convert", (double)n * ((st == TRN_BF16 ? 2 : 4) + (dt == TRN_BF16 ? 2 : 4) * (accumulate ? 2 : 1)), n);
-#define TRN__CONVERT(D, S)                                                                                        \
-    TRN_CUDA_LAUNCH((trn__k_convert<D, S>), dim3(grid), dim3(TRN__CUDA_BLOCK), 0, trn__cu.stream, (D *)dst, \
-                    (const S *)src, n, accumulate, s, vec)
-    if (dt == TRN_BF16 && st == TRN_BF16) TRN__CONVERT(trn__bf16, trn__bf16);
-    else if (dt == TRN_BF16) TRN__CONVERT(trn__bf16, float);
-    else if (st == TRN_BF16) TRN__CONVERT(float, trn__bf16);
-    else TRN__CONVERT(float, float);
-#undef TRN__CONVERT
 }
 
 /* attention, materialized: the reference (trn_attention runs the fused
