@@ -125,7 +125,7 @@
               the plain reference in train.h, then the device kernels,
               then the host launchers): >>colsum  >>embedding
               >>layernorm (>>addln)  >>elementwise  >>cuda-fa2
-              >>classifier  >>convert
+              >>classifier  >>adamw  >>convert
               >>cuda-ops (the backend table's other functions: cuBLAS and
               cuBLASLt matmuls, attention, ...)  >>cuda-init
 
@@ -3181,7 +3181,18 @@ static __global__ void trn__k_meanpool_bwd(A *dinp, const A *dout, int B, int T,
     }
 }
 
-/* --- AdamW: one pass over a slice of the flat buffers ------------------------ */
+/* ------------------------------------------------------------------------
+   >>adamw: the AdamW update (Loshchilov & Hutter 2019), kernels and
+   launchers together. The plain reference: train.h's trn_adamw_update_ref
+     m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
+     p -= lr ((m/bc1) / (sqrt(v/bc2) + eps) + weight_decay p)
+   in fp32, one thread an element. Two forms: one tensor's slice
+   (trn__k_adamw, the backend's adamw_update), and the whole flat buffers
+   in one launch (trn__k_adamw_flat, adamw_flat: runs of decay / no decay
+   / skip, the clip factor read from device memory, the bf16 copy of the
+   weights written in the same pass).
+   ------------------------------------------------------------------------ */
+/* one pass over a slice of the flat buffers */
 static __global__ void trn__k_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1,
                                    float b2, float eps, float wd, float bc1, float bc2) {
     TRN__GRID_STRIDE(i, n) {
@@ -3193,6 +3204,80 @@ static __global__ void trn__k_adamw(float *p, const float *g, float *m, float *v
         p[i] -= lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * p[i]);
     }
 }
+/* the launcher: the backend table's adamw_update (one tensor) */
+static void trn__cuda_adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
+                                   float beta2, float eps, float weight_decay, float bias_corr1, float bias_corr2) {
+    TRN__CUDA_SITE("adamw (per tensor)", 28.0 * n, 12.0 * n);
+    TRN__CUDA_ELEMENTWISE(trn__k_adamw, n, p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bias_corr1, bias_corr2);
+}
+
+/* AdamW over a whole slice of the flat buffers, with the clip factor (a
+   device scalar, or none) applied to each gradient first: gi = g*s, stored
+   back so the buffer holds the clipped gradients as after trn_scale. The
+   run of element i (decay, no decay, skip) comes from seg: a thread's i
+   only grows, so it finds its first run by bisection and then steps on. */
+static __global__ void trn__k_adamw_flat(float *p, float *g, float *m, float *v, size_t n, const trn_adamw_seg *seg,
+                                         int nseg, float lr, float b1, float b2, float eps, float wd, float bc1,
+                                         float bc2, const float *clip, trn__bf16 *p16) {
+    float s = clip ? clip[0] : 1.0f;
+    int r = -1;
+    TRN__GRID_STRIDE(i, n) {
+        if (r < 0) {
+            int lo = 0, hi = nseg - 1; /* the first run with end > i */
+            while (lo < hi) {
+                int mid = (lo + hi) / 2;
+                if (seg[mid].end > i) hi = mid;
+                else lo = mid + 1;
+            }
+            r = lo;
+        }
+        while (seg[r].end <= i) r++;
+        int mode = seg[r].mode;
+        if (mode == TRN_ADAMW_SKIP) continue;
+        float gi = g[i];
+        if (s != 1.0f) { gi *= s; g[i] = gi; }
+        float mi = b1 * m[i] + (1.0f - b1) * gi;
+        float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+        float w = mode == TRN_ADAMW_DECAY ? wd : 0.0f;
+        m[i] = mi;
+        v[i] = vi;
+        float pi = p[i] - lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + w * p[i]);
+        p[i] = pi;
+        if (p16) p16[i] = __float2bfloat16(pi); /* bf16: the copy kernels read */
+    }
+}
+/* the runs rarely change (once per model): upload them only when they do
+   (staged, so not even that waits) */
+static const trn_adamw_seg *trn__cuda_segments(const trn_adamw_seg *seg, int n) {
+    int i, same = n == trn__cu.n_seg;
+    for (i = 0; same && i < n; i++) same = seg[i].end == trn__cu.seg_host[i].end && seg[i].mode == trn__cu.seg_host[i].mode;
+    if (same) return trn__cu.seg_dev;
+    if (n > trn__cu.cap_seg) {
+        trn_adamw_seg *h = (trn_adamw_seg *)realloc(trn__cu.seg_host, sizeof(trn_adamw_seg) * (size_t)n);
+        if (!h) trn_fatal("train_cuda.h: out of host memory for AdamW's runs");
+        trn__cu.seg_host = h;
+        if (trn__cu.seg_dev) trn__cuda_free(trn__cu.seg_dev);
+        trn__cu.seg_dev = (trn_adamw_seg *)trn__cuda_alloc(sizeof(trn_adamw_seg) * (size_t)n, TRN_KIND_RUNTIME);
+        if (!trn__cu.seg_dev) trn_fatal("train_cuda.h: AdamW's runs: %s", trn_error_reason());
+        trn__cu.cap_seg = n;
+    }
+    memcpy(trn__cu.seg_host, seg, sizeof(trn_adamw_seg) * (size_t)n);
+    trn__cu.n_seg = n;
+    trn__cuda_upload(trn__cu.seg_dev, seg, sizeof(trn_adamw_seg) * (size_t)n);
+    return trn__cu.seg_dev;
+}
+/* the launcher: the backend table's adamw_flat (train.h's trn_adamw_step, one launch a step) */
+static void trn__cuda_adamw_flat(float *p, float *g, float *m, float *v, size_t n, const trn_adamw_seg *seg, int n_seg,
+                                 float lr, float beta1, float beta2, float eps, float weight_decay, float bias_corr1,
+                                 float bias_corr2, const float *clip, void *p_bf16) {
+    const trn_adamw_seg *dseg;
+    if (n == 0 || n_seg <= 0) return;
+    dseg = trn__cuda_segments(seg, n_seg);
+    TRN__CUDA_SITE("adamw", (28.0 + (p_bf16 ? 2 : 0) + (clip ? 4 : 0)) * n, 12.0 * n); /* p g m v read; p m v (g) written */
+    TRN__CUDA_ELEMENTWISE(trn__k_adamw_flat, n, p, g, m, v, n, dseg, n_seg, lr, beta1, beta2, eps, weight_decay,
+                          bias_corr1, bias_corr2, clip, (trn__bf16 *)p_bf16);
+}
+/* <<adamw */
 
 /* --- SGD with momentum: train.h's trn_sgd_update, element by element ----- */
 static __global__ void trn__k_sgd(float *p, const float *g, float *buf, size_t n, float lr, float momentum,
@@ -3733,41 +3818,8 @@ static __global__ void trn__k_mean(float *out, const float *x, size_t n) {
     }
 }
 
-/* AdamW over a whole slice of the flat buffers, with the clip factor (a
-   device scalar, or none) applied to each gradient first: gi = g*s, stored
-   back so the buffer holds the clipped gradients as after trn_scale. The
-   run of element i (decay, no decay, skip) comes from seg: a thread's i
-   only grows, so it finds its first run by bisection and then steps on. */
-static __global__ void trn__k_adamw_flat(float *p, float *g, float *m, float *v, size_t n, const trn_adamw_seg *seg,
-                                         int nseg, float lr, float b1, float b2, float eps, float wd, float bc1,
-                                         float bc2, const float *clip, trn__bf16 *p16) {
-    float s = clip ? clip[0] : 1.0f;
-    int r = -1;
-    TRN__GRID_STRIDE(i, n) {
-        if (r < 0) {
-            int lo = 0, hi = nseg - 1; /* the first run with end > i */
-            while (lo < hi) {
-                int mid = (lo + hi) / 2;
-                if (seg[mid].end > i) hi = mid;
-                else lo = mid + 1;
-            }
-            r = lo;
-        }
-        while (seg[r].end <= i) r++;
-        int mode = seg[r].mode;
-        if (mode == TRN_ADAMW_SKIP) continue;
-        float gi = g[i];
-        if (s != 1.0f) { gi *= s; g[i] = gi; }
-        float mi = b1 * m[i] + (1.0f - b1) * gi;
-        float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
-        float w = mode == TRN_ADAMW_DECAY ? wd : 0.0f;
-        m[i] = mi;
-        v[i] = vi;
-        float pi = p[i] - lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + w * p[i]);
-        p[i] = pi;
-        if (p16) p16[i] = __float2bfloat16(pi); /* bf16: the copy kernels read */
-    }
-}
+/* (AdamW over the flat buffers, which reads the clip factor from device
+   memory: trn__k_adamw_flat, >>adamw) */
 /* <<sync-free step kernels */
 
 /* ========================================================================
@@ -4166,11 +4218,6 @@ static void trn__cuda_meanpool_backward(float *dinp, const float *dout, int B, i
     TRN__CUDA_SITE("meanpool bwd", sizeof(A) * ((double)B * T * C + (double)B * C), (double)B * T * C);
     if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_meanpool_bwd<A>, (size_t)B * T * C, TRN__A(dinp), TRN__CA(dout), B, T, C);
 }
-static void trn__cuda_adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
-                                   float beta2, float eps, float weight_decay, float bias_corr1, float bias_corr2) {
-    TRN__CUDA_SITE("adamw (per tensor)", 28.0 * n, 12.0 * n);
-    TRN__CUDA_ELEMENTWISE(trn__k_adamw, n, p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bias_corr1, bias_corr2);
-}
 static void trn__cuda_sgd_update(float *p, const float *g, float *buf, size_t n, float lr, float momentum,
                                  float dampening, float weight_decay, int nesterov, int first) {
     TRN__CUDA_SITE("sgd", 16.0 * n, 6.0 * n);
@@ -4391,36 +4438,6 @@ static void trn__cuda_grad_norm_clip(float *stat, const float *g, size_t n, floa
 static void trn__cuda_mean(float *out, const float *x, size_t n) {
     TRN__CUDA_SITE("loss mean", 4.0 * n + 4, n);
     TRN_CUDA_LAUNCH(trn__k_mean, dim3(1), dim3(1024), 0, trn__cu.stream, out, x, n);
-}
-/* the runs rarely change (once per model): upload them only when they do
-   (staged, so not even that waits) */
-static const trn_adamw_seg *trn__cuda_segments(const trn_adamw_seg *seg, int n) {
-    int i, same = n == trn__cu.n_seg;
-    for (i = 0; same && i < n; i++) same = seg[i].end == trn__cu.seg_host[i].end && seg[i].mode == trn__cu.seg_host[i].mode;
-    if (same) return trn__cu.seg_dev;
-    if (n > trn__cu.cap_seg) {
-        trn_adamw_seg *h = (trn_adamw_seg *)realloc(trn__cu.seg_host, sizeof(trn_adamw_seg) * (size_t)n);
-        if (!h) trn_fatal("train_cuda.h: out of host memory for AdamW's runs");
-        trn__cu.seg_host = h;
-        if (trn__cu.seg_dev) trn__cuda_free(trn__cu.seg_dev);
-        trn__cu.seg_dev = (trn_adamw_seg *)trn__cuda_alloc(sizeof(trn_adamw_seg) * (size_t)n, TRN_KIND_RUNTIME);
-        if (!trn__cu.seg_dev) trn_fatal("train_cuda.h: AdamW's runs: %s", trn_error_reason());
-        trn__cu.cap_seg = n;
-    }
-    memcpy(trn__cu.seg_host, seg, sizeof(trn_adamw_seg) * (size_t)n);
-    trn__cu.n_seg = n;
-    trn__cuda_upload(trn__cu.seg_dev, seg, sizeof(trn_adamw_seg) * (size_t)n);
-    return trn__cu.seg_dev;
-}
-static void trn__cuda_adamw_flat(float *p, float *g, float *m, float *v, size_t n, const trn_adamw_seg *seg, int n_seg,
-                                 float lr, float beta1, float beta2, float eps, float weight_decay, float bias_corr1,
-                                 float bias_corr2, const float *clip, void *p_bf16) {
-    const trn_adamw_seg *dseg;
-    if (n == 0 || n_seg <= 0) return;
-    dseg = trn__cuda_segments(seg, n_seg);
-    TRN__CUDA_SITE("adamw", (28.0 + (p_bf16 ? 2 : 0) + (clip ? 4 : 0)) * n, 12.0 * n); /* p g m v read; p m v (g) written */
-    TRN__CUDA_ELEMENTWISE(trn__k_adamw_flat, n, p, g, m, v, n, dseg, n_seg, lr, beta1, beta2, eps, weight_decay,
-                          bias_corr1, bias_corr2, clip, (trn__bf16 *)p_bf16);
 }
 
 /* attention, materialized: the reference (trn_attention runs the fused
