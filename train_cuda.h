@@ -119,8 +119,15 @@
    test_cuda_memory_plan measures GPT-2 124M's device memory in both (the
    harness's dry run: allocations real, kernels skipped).
 
-   Contents:  >>cuda-api (declarations)  >>cuda-errors  >>cuda-memory
-              >>cuda-kernels  >>cuda-ops  >>cuda-init
+   Contents:  >>cuda-api (declarations)  >>cuda-errors  >>sites (the time
+              ledger)  >>cuda-memory
+              >>cuda-kernels; in it, one op in one place (its banner names
+              the plain reference in train.h, then the device kernels,
+              then the host launchers): >>colsum  >>embedding
+              >>layernorm (>>addln)  >>elementwise  >>cuda-fa2
+              >>classifier  >>adamw  >>convert
+              >>cuda-ops (the backend table's other functions: cuBLAS and
+              cuBLASLt matmuls, attention, ...)  >>cuda-init
 
    License: MIT, as train.h.
 */
@@ -620,7 +627,10 @@ static void trn__cuda_probe(size_t *used, size_t *total) {
    with a grid stride, so any n works with a capped grid. Reductions are
    written so the order of additions is fixed by the shapes alone: the
    same inputs give the same bits on every run (except embedding backward,
-   which uses atomics).
+   which uses atomics). An op's section (>>elementwise, >>cuda-fa2,
+   >>classifier, ...: the list in the top comment's Contents) holds its
+   kernels and then its launchers, the host functions that the backend
+   table points at.
    ======================================================================== */
 #define TRN__CUDA_BLOCK 256
 
@@ -630,6 +640,17 @@ static unsigned trn__cuda_grid(size_t n) {
 }
 #define TRN__GRID_STRIDE(i, n) \
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
+/* a launcher's launch of a grid-stride kernel over n items (none when n is 0) */
+#define TRN__CUDA_ELEMENTWISE(kernel, n, ...)                                                                  \
+    do {                                                                                                       \
+        if ((n) > 0)                                                                                           \
+            TRN_CUDA_LAUNCH(kernel, dim3(trn__cuda_grid(n)), dim3(TRN__CUDA_BLOCK), 0, trn__cu.stream, __VA_ARGS__); \
+    } while (0)
+/* host functions of activation kernels are templates on A as well; their
+   float * arguments that hold activations are cast to A * (a no-op for
+   float), and the table picks one instantiation (TRN__CUDA_PICK) */
+#define TRN__A(p) ((A *)(p))
+#define TRN__CA(p) ((const A *)(p))
 
 static __device__ __forceinline__ float trn__warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -748,18 +769,23 @@ static __device__ __forceinline__ float trn__warp_max(float v) {
    this build's kernels at all */
 static __global__ void trn__k_probe(int *x) { if (x) x[0] = 1; }
 
-/* --- linear: cuBLAS does the products; these add the bias and sum dbias -- */
+/* --- linear: cuBLAS does the products; this adds the bias (dbias: >>colsum) */
 static __global__ void trn__k_bias_add(float *out, const float *bias, size_t N, int OC) {
     TRN__GRID_STRIDE(i, N * (size_t)OC) out[i] += bias[i % (size_t)OC];
 }
 
-/* Column sums of x (N,C), deterministic, in one launch of two steps. Step
-   1: block (32,8) owns 32 columns and one chunk of `rows` rows; its 8
-   thread rows stride the chunk, then add their 8 partials in shared
-   memory: part (nchunk, C). Step 2, by the LAST block of each column group
-   to finish (trn__last_block): dst[c] += part[0][c] + part[1][c] + ... in
-   order. The plain two-launch form, the reference: trn__k_colsum_part's
-   step 1, then trn__k_colsum_final as its own pass (the same bits). */
+/* ------------------------------------------------------------------------
+   >>colsum: dst (C) += the column sums of x (N,C), a linear layer's bias
+   gradient (the sum over rows of dout), kernels and launcher together.
+   The plain reference: train.h's trn_linear_backward_ref (its dbias loop).
+   Deterministic, in one launch of two steps. Step 1: block (32,8) owns 32
+   columns and one chunk of `rows` rows; its 8 thread rows stride the
+   chunk, then add their 8 partials in shared memory: part (nchunk, C).
+   Step 2, by the LAST block of each column group to finish
+   (trn__last_block): dst[c] += part[0][c] + part[1][c] + ... in order. The
+   plain two-launch form, the GPU reference: trn__k_colsum_part's step 1,
+   then trn__k_colsum_final as its own pass (the same bits).
+   ------------------------------------------------------------------------ */
 
 /* The finish of a two-step column sum in the same launch (the CUDA
    samples' threadFenceReduction pattern): each block of column group
@@ -839,7 +865,35 @@ static __global__ void trn__k_colsum_final(float *dst, const float *part, int nc
     dst[c] += s;
 }
 
-/* --- embedding ------------------------------------------------------------- */
+/* the launcher: dst (C, fp32) += column sums of x (N,C), x float or bf16
+   (the bias gradient of matmul backward in >>cuda-ops, and of the
+   unfused BGRADB in >>cublaslt) */
+template <typename X>
+static void trn__cuda_colsum(float *dst, const X *x, int N, int C) {
+    int nchunk = (N + 63) / 64, rows;
+    float *part;
+    if (nchunk > 64) nchunk = 64;
+    if (nchunk < 1) nchunk = 1;
+    rows = (N + nchunk - 1) / nchunk;
+    part = trn__cuda_tmp((size_t)nchunk * C);
+    unsigned *count = trn__cuda_counts((size_t)(C + 31) / 32); /* one per column group (of 32 or 256) */
+    /* one launch: the partials, and the last block of each column group sums them (trn__last_block) */
+    TRN__CUDA_SITE("bias grad (column sums)", sizeof(X) * (double)N * C + 8.0 * C, 0); /* dst read and written */
+    if (C % 8 == 0 && trn__al16(x))
+        TRN_CUDA_LAUNCH(trn__k_colsum_part8<X>, dim3((unsigned)(C + 255) / 256, (unsigned)nchunk), dim3(32, 8), 0,
+                        trn__cu.stream, part, x, N, C, rows, dst, count);
+    else
+        TRN_CUDA_LAUNCH(trn__k_colsum_part<X>, dim3((unsigned)(C + 31) / 32, (unsigned)nchunk), dim3(32, 8), 0,
+                        trn__cu.stream, part, x, N, C, rows, dst, count);
+}
+/* <<colsum */
+
+/* ------------------------------------------------------------------------
+   >>embedding: out (N,C) = the rows of table (V,C) that ids (N) name;
+   backward adds each row of dout into the table row it came from. Kernels
+   and launchers together; the plain references: train.h's
+   trn_embedding_forward / _backward.
+   ------------------------------------------------------------------------ */
 /* a copy of table rows: A to A, no rounding. vec (C a multiple of 8, both
    pointers 16-byte aligned): 8 elements, one or two 16-byte packs, a thread */
 template <typename A>
@@ -891,19 +945,51 @@ static __global__ void trn__k_embed_bwd_rows(float *dtable, const A *dout, const
     }
 }
 
-/* --- layernorm: one warp per row (block of 8 warps = 8 rows) ----------------
-   x, w, b, out, dout, dinp are A; mean, rstd, the partials of dw and db and
-   dw, db themselves are fp32; every sum is taken in fp32. vec (C a multiple
-   of 8, every row pointer 16-byte aligned, see trn__cuda_ln_vec): lane l
-   takes the 8-element packs l, l + 32, ... (GPT-2's C = 768: 3 packs a
-   lane, 16-byte loads), otherwise the elements l, l + 32, ... The
-   reference: train.h's trn_layernorm_forward / _backward.
+/* the launchers: the backend table's embedding_forward, _backward, _backward_rows */
+template <typename A>
+static void trn__cuda_embedding_forward(float *out, const int *ids, const float *table, int N, int C) {
+    if ((size_t)N * C == 0) return;
+    int vec = C % 8 == 0 && trn__al16(out) && trn__al16(table);
+    TRN__CUDA_SITE("embedding fwd", 4.0 * N + 2.0 * sizeof(A) * N * C, 0); /* ids; the rows read, out written */
+    TRN_CUDA_LAUNCH(trn__k_embed_fwd<A>, dim3(trn__cuda_grid((size_t)N * C / (vec ? 8 : 1))), dim3(TRN__CUDA_BLOCK),
+                    0, trn__cu.stream, (A *)out, ids, (const A *)table, N, C, vec);
+}
+template <typename A>
+static void trn__cuda_embedding_backward(float *dtable, const float *dout, const int *ids, int N, int C) {
+    if (!dtable || (size_t)N * C == 0) return;
+    TRN__CUDA_SITE("embedding bwd", 4.0 * N + (sizeof(A) + 8.0) * N * C, 0); /* dout read; dtable rows read+written */
+    TRN_CUDA_LAUNCH(trn__k_embed_bwd<A>, dim3(trn__cuda_grid((size_t)N * C)), dim3(TRN__CUDA_BLOCK), 0, trn__cu.stream,
+                    dtable, (const A *)dout, ids, N, C);
+}
+/* the backend's embedding_backward_rows: ids of B equal rows of T */
+template <typename A>
+static void trn__cuda_embedding_backward_rows(float *dtable, const float *dout, const int *ids, int B, int T, int C) {
+    if (!dtable || (size_t)B * T * C == 0) return;
+    int vec = C % 8 == 0 && trn__al16(dout);
+    /* ids (T) and dout read; the T table rows read + written */
+    TRN__CUDA_SITE("embedding bwd (batch summed)", 4.0 * T + sizeof(A) * (double)B * T * C + 8.0 * T * C, (double)B * T * C);
+    TRN_CUDA_LAUNCH(trn__k_embed_bwd_rows<A>, dim3(trn__cuda_grid((size_t)T * C / (vec ? 8 : 1))),
+                    dim3(TRN__CUDA_BLOCK), 0, trn__cu.stream, dtable, (const A *)dout, ids, B, T, C, vec);
+}
+/* <<embedding */
+
+/* ------------------------------------------------------------------------
+   >>layernorm: out = (x - mean) rstd w + b over each row of C (mean, rstd
+   saved for backward), kernels and launchers together. One warp per row
+   (a block of 8 warps = 8 rows). x, w, b, out, dout, dinp are A; mean,
+   rstd, the partials of dw and db and dw, db themselves are fp32; every
+   sum is taken in fp32. vec (C a multiple of 8, every row pointer 16-byte
+   aligned, see trn__cuda_ln_vec): lane l takes the 8-element packs l,
+   l + 32, ... (GPT-2's C = 768: 3 packs a lane, 16-byte loads), otherwise
+   the elements l, l + 32, ... The reference: train.h's
+   trn_layernorm_forward / _backward.
    >>addln (res not NULL): the residual add first, in the same pass: sum =
    inp + res rounded to A (sum may be res), written, and the row that is
    normalized is that sum: each lane writes and then reads back its own
    elements, so the result is bit for bit that of the add kernel followed
    by this one (the reference: trn_add_forward, then
-   trn_layernorm_forward). */
+   trn_layernorm_forward).
+   ------------------------------------------------------------------------ */
 template <typename A>
 static __global__ void trn__k_ln_fwd(A *out, float *mean, float *rstd, const A *inp, const A *w, const A *b, int N,
                                      int C, int vec, const A *res, A *sum) {
@@ -1225,7 +1311,113 @@ static __global__ void __launch_bounds__(256, 1)
     }
 }
 
-/* --- elementwise ------------------------------------------------------------ */
+/* the launchers: the backend table's layernorm_forward,
+   add_layernorm_forward, layernorm_backward(_ex) */
+/* 16-byte packs in a row kernel: C a multiple of 8 keeps every row at a
+   16-byte boundary when the base pointers are */
+static int trn__cuda_ln_vec(int C, const void *p, const void *q, const void *r, const void *s) {
+    return C % 8 == 0 && trn__al16(p) && trn__al16(q) && trn__al16(r) && trn__al16(s);
+}
+template <typename A>
+static void trn__cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                                        const float *b, int N, int C) {
+    if (N <= 0) return;
+    TRN__CUDA_SITE("layernorm fwd", sizeof(A) * (2.0 * N * C + 2.0 * C) + 8.0 * N, 7.0 * N * C);
+    TRN_CUDA_LAUNCH(trn__k_ln_fwd<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, (A *)out, mean,
+                    rstd, (const A *)inp, (const A *)w, (const A *)b, N, C, trn__cuda_ln_vec(C, out, inp, w, b),
+                    (const A *)NULL, (A *)NULL);
+}
+/* >>addln: the residual add and the layernorm in one pass (sum may be b) */
+template <typename A>
+static void trn__cuda_add_layernorm_forward(float *sum, float *out, float *mean, float *rstd, const float *a,
+                                            const float *b, const float *w, const float *bias, int N, int C) {
+    if (N <= 0) return;
+    /* a, b read; sum, out written; w, bias read; mean, rstd written */
+    TRN__CUDA_SITE("add+layernorm fwd", sizeof(A) * (4.0 * N * C + 2.0 * C) + 8.0 * N, 8.0 * N * C);
+    TRN_CUDA_LAUNCH(trn__k_ln_fwd<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, (A *)out, mean,
+                    rstd, (const A *)a, (const A *)w, (const A *)bias, N, C,
+                    trn__cuda_ln_vec(C, out, a, w, bias) && trn__al16(b) && trn__al16(sum), (const A *)b, (A *)sum);
+}
+/* blocks of the one-launch layernorm backward (trn__k_ln_bwd): 8 rows a warp
+   at least (64 a block), at most 128 blocks: one wave of one block an SM on
+   an H100 (132 SMs), and few partial rows for the last blocks to sum. A
+   function of N alone, so the sums' order (the bits) is too. */
+static int trn__ln_bwd_blocks(int N) { return N > 128 * 64 ? 128 : (N + 63) / 64; }
+/* dinp2 (>>addln): NULL, or written with dinp's final values; write_dinp:
+   dinp is written, not added to (a fresh gradient). The vec path with C <=
+   1024 (GPT-2, and small Llamas) is one launch, trn__k_ln_bwd; otherwise the
+   dx kernel and the partials kernel (the last block of each column group
+   sums them). */
+template <typename A>
+static void trn__cuda_layernorm_backward_ex(float *dinp, float *dinp2, float *dw, float *db, const float *dout,
+                                            const float *inp, const float *w, const float *mean, const float *rstd,
+                                            int N, int C, int write_dinp) {
+    if (N <= 0) return;
+    if (!dinp) dinp2 = NULL;
+    if (!dinp && !dw && !db) return;
+    /* counters: one a column group (the partials kernel), 1 + 8 (trn__k_ln_bwd); before the site: it may zero them */
+    unsigned *count = dw || db ? trn__cuda_counts((size_t)(C + 31) / 32 > 9 ? (size_t)(C + 31) / 32 : 9) : NULL;
+    int np = (C + 255) / 256, vec = trn__cuda_ln_vec(C, dinp, dout, inp, w) && trn__al16(dinp2);
+    if (vec && np <= 4) {
+        int nb = trn__ln_bwd_blocks(N), ng = (nb + 15) / 16;
+        float *part = dw || db ? trn__cuda_tmp(2 * (size_t)(nb + (ng > 1 ? ng : 0)) * C) : NULL;
+        /* dout, inp read once; dinp read (unless written) and written; dinp2
+           written; w; mean, rstd; the partials (nb, 2C) and the groups' sums
+           (ng, 2C) written and read back once; dw, db read and written */
+        TRN__CUDA_SITE("layernorm bwd", sizeof(A) * ((2.0 + (dinp ? (write_dinp ? 1.0 : 2.0) : 0.0) +
+                                                      (dinp2 ? 1.0 : 0.0)) * N * C + C) +
+                                            8.0 * N + (part ? 16.0 * (nb + (ng > 1 ? ng : 0)) * C + 16.0 * C : 0.0),
+                       10.0 * N * C);
+        void (*k_ln_bwd)(A *, float *, const A *, const A *, const A *, const float *, const float *, int, int, A *,
+                         int, float *, float *, unsigned *) = /* <A, packs a lane> */
+            np <= 1 ? trn__k_ln_bwd<A, 1> : np == 2 ? trn__k_ln_bwd<A, 2> : np == 3 ? trn__k_ln_bwd<A, 3>
+                                                                               : trn__k_ln_bwd<A, 4>;
+        /* counters: count[0] for the groups, count[1 + g] for group g's blocks */
+        TRN_CUDA_LAUNCH(k_ln_bwd, dim3((unsigned)nb), dim3(256), 0, trn__cu.stream, (A *)dinp, part, (const A *)dout,
+                        (const A *)inp, (const A *)w, mean, rstd, N, C, (A *)dinp2, write_dinp, dw, db, count);
+        return;
+    }
+    TRN__CUDA_SITE("layernorm bwd", sizeof(A) * ((dinp ? (write_dinp ? 3.0 : 4.0) : 2.0) * N * C +
+                                                 (dinp2 ? 1.0 : 0.0) * N * C + C) +
+                                        8.0 * N + 16.0 * C, 10.0 * N * C); /* dinp +=: read (unless written) and written; dinp2 written */
+    if (dinp)
+        TRN_CUDA_LAUNCH(trn__k_ln_bwd_dx<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, (A *)dinp,
+                        (const A *)dout, (const A *)inp, (const A *)w, mean, rstd, N, C, vec, (A *)dinp2,
+                        write_dinp);
+    if (dw || db) {
+        int nchunk = (N + 63) / 64, rows;
+        float *pw, *pb;
+        if (nchunk > 64) nchunk = 64;
+        rows = (N + nchunk - 1) / nchunk;
+        pw = trn__cuda_tmp(2 * (size_t)nchunk * C);
+        pb = pw + (size_t)nchunk * C;
+        /* one launch: the partials of dw and db, summed by the last block of each column group */
+        if (trn__cuda_ln_vec(C, dout, inp, dout, inp))
+            TRN_CUDA_LAUNCH(trn__k_ln_bwd_part8<A>, dim3((unsigned)(C + 255) / 256, (unsigned)nchunk), dim3(32, 8), 0,
+                            trn__cu.stream, pw, pb, (const A *)dout, (const A *)inp, mean, rstd, N, C, rows, dw, db,
+                            count);
+        else
+            TRN_CUDA_LAUNCH(trn__k_ln_bwd_part<A>, dim3((unsigned)(C + 31) / 32, (unsigned)nchunk), dim3(32, 8), 0,
+                            trn__cu.stream, pw, pb, (const A *)dout, (const A *)inp, mean, rstd, N, C, rows, dw, db,
+                            count);
+    }
+}
+template <typename A>
+static void trn__cuda_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                                         const float *w, const float *mean, const float *rstd, int N, int C) {
+    trn__cuda_layernorm_backward_ex<A>(dinp, NULL, dw, db, dout, inp, w, mean, rstd, N, C, 0);
+}
+/* <<layernorm */
+
+/* ------------------------------------------------------------------------
+   >>elementwise: one value out per value in (GELU, ReLU, add, accumulate,
+   scale, MSE), kernels and launchers together. The plain references:
+   train.h's trn_gelu_forward / _backward, trn_relu_forward / _backward,
+   trn_add_forward, trn_accumulate, trn_scale, trn_mse_forward / _backward.
+   SiLU, sigmoid and tanh run through the same trn__k_map (>>ops2); the
+   unfused matmul + GELU kernel here, trn__k_bias_gelu, is launched by
+   >>mlp and >>cublaslt.
+   ------------------------------------------------------------------------ */
 #define TRN__CUDA_GELU_K 0.7978845608028654f /* sqrt(2/pi), as train.h */
 /* GELU in GPT-2's tanh form, gelu(x) = x/2 (1 + tanh(k (x + 0.044715 x^3))),
    and its derivative d gelu / dx: one definition for the GELU kernels and
@@ -1238,13 +1430,12 @@ static __device__ __forceinline__ float trn__gelu_grad(float x) {
     float dt = (1.0f - t * t) * TRN__CUDA_GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
     return 0.5f * (1.0f + t) + 0.5f * x * dt;
 }
-/* >>elementwise: out[i] = op(a[i], b[i], c[i]) for i < n (b, c NULL when
-   op takes fewer; out may be a: that is how += is written). Eight
-   elements at a time through 16-byte loads and stores (one pack of 8
-   bf16, two of 4 fp32) where every pointer is 16-byte aligned (vec, from
-   the host), then the last n % 8 one at a time: the scalar tail. One
-   kernel for every such op; an op is a struct with one element's math.
-   The plain references: train.h's trn_gelu_forward, trn_add_forward ... */
+/* out[i] = op(a[i], b[i], c[i]) for i < n (b, c NULL when op takes fewer;
+   out may be a: that is how += is written). Eight elements at a time
+   through 16-byte loads and stores (one pack of 8 bf16, two of 4 fp32)
+   where every pointer is 16-byte aligned (vec, from the host), then the
+   last n % 8 one at a time: the scalar tail. One kernel for every such
+   op; an op is a struct with one element's math. */
 template <typename A, typename Op>
 static __global__ void trn__k_map(A *out, const A *a, const A *b, const A *c, size_t n, int vec, Op op) {
     const size_t nv = vec ? n / 8 : 0; /* packs of 8 */
@@ -1313,6 +1504,53 @@ static __global__ void trn__k_mse_bwd(A *dpred, const A *pred, const A *target, 
     TRN__GRID_STRIDE(i, n)
         dpred[i] = trn__to<A>(trn__ld(dpred[i]) + dloss * 2.0f * (trn__ld(pred[i]) - trn__ld(target[i])));
 }
+
+/* the launchers: the backend table's gelu_forward ... mse_backward */
+template <typename A>
+static void trn__cuda_gelu_forward(float *out, const float *inp, size_t n) {
+    TRN__CUDA_SITE("gelu fwd", 2.0 * sizeof(A) * n, 0);
+    trn__cuda_map<A>(trn__op_gelu(), out, inp, NULL, NULL, n);
+}
+template <typename A>
+static void trn__cuda_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+    TRN__CUDA_SITE("gelu bwd", 4.0 * sizeof(A) * n, 0); /* dinp +=: read and written */
+    if (dinp) trn__cuda_map<A>(trn__op_gelu_bwd(), dinp, dinp, inp, dout, n);
+}
+template <typename A>
+static void trn__cuda_relu_forward(float *out, const float *inp, size_t n) {
+    TRN__CUDA_SITE("relu fwd", 2.0 * sizeof(A) * n, n);
+    TRN__CUDA_ELEMENTWISE(trn__k_relu_fwd<A>, n, TRN__A(out), TRN__CA(inp), n);
+}
+template <typename A>
+static void trn__cuda_relu_backward(float *dinp, const float *out, const float *dout, size_t n) {
+    TRN__CUDA_SITE("relu bwd", 3.0 * sizeof(A) * n, n);
+    if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_relu_bwd<A>, n, TRN__A(dinp), TRN__CA(out), TRN__CA(dout), n);
+}
+template <typename A>
+static void trn__cuda_add_forward(float *out, const float *a, const float *b, size_t n) {
+    TRN__CUDA_SITE("add", 3.0 * sizeof(A) * n, n);
+    trn__cuda_map<A>(trn__op_add(), out, a, b, NULL, n);
+}
+template <typename A>
+static void trn__cuda_accumulate(float *dst, const float *src, size_t n) {
+    TRN__CUDA_SITE("accumulate", 3.0 * sizeof(A) * n, n);
+    if (dst) trn__cuda_map<A>(trn__op_add(), dst, dst, src, NULL, n);
+}
+static void trn__cuda_scale(float *x, float s, size_t n) {
+    TRN__CUDA_SITE("scale", 8.0 * n, n);
+    TRN__CUDA_ELEMENTWISE(trn__k_scale, n, x, s, n);
+}
+template <typename A>
+static void trn__cuda_mse_forward(float *losses, const float *pred, const float *target, size_t n) {
+    TRN__CUDA_SITE("mse fwd", 2.0 * sizeof(A) * n + 4.0 * n, 3.0 * n);
+    TRN__CUDA_ELEMENTWISE(trn__k_mse_fwd<A>, n, losses, TRN__CA(pred), TRN__CA(target), n);
+}
+template <typename A>
+static void trn__cuda_mse_backward(float *dpred, const float *pred, const float *target, float dloss, size_t n) {
+    TRN__CUDA_SITE("mse bwd", 3.0 * sizeof(A) * n, 3.0 * n);
+    if (dpred) TRN__CUDA_ELEMENTWISE(trn__k_mse_bwd<A>, n, TRN__A(dpred), TRN__CA(pred), TRN__CA(target), dloss, n);
+}
+/* <<elementwise */
 
 /* --- attention: softmax over rows of S (B*NH*T rows of length T), in place.
    One warp per row; causal rows t see columns 0..t, the rest become 0.
@@ -2977,7 +3215,18 @@ static __global__ void trn__k_meanpool_bwd(A *dinp, const A *dout, int B, int T,
     }
 }
 
-/* --- AdamW: one pass over a slice of the flat buffers ------------------------ */
+/* ------------------------------------------------------------------------
+   >>adamw: the AdamW update (Loshchilov & Hutter 2019), kernels and
+   launchers together. The plain reference: train.h's trn_adamw_update_ref
+     m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
+     p -= lr ((m/bc1) / (sqrt(v/bc2) + eps) + weight_decay p)
+   in fp32, one thread an element. Two forms: one tensor's slice
+   (trn__k_adamw, the backend's adamw_update), and the whole flat buffers
+   in one launch (trn__k_adamw_flat, adamw_flat: runs of decay / no decay
+   / skip, the clip factor read from device memory, the bf16 copy of the
+   weights written in the same pass).
+   ------------------------------------------------------------------------ */
+/* one pass over a slice of the flat buffers */
 static __global__ void trn__k_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1,
                                    float b2, float eps, float wd, float bc1, float bc2) {
     TRN__GRID_STRIDE(i, n) {
@@ -2989,6 +3238,80 @@ static __global__ void trn__k_adamw(float *p, const float *g, float *m, float *v
         p[i] -= lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * p[i]);
     }
 }
+/* the launcher: the backend table's adamw_update (one tensor) */
+static void trn__cuda_adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
+                                   float beta2, float eps, float weight_decay, float bias_corr1, float bias_corr2) {
+    TRN__CUDA_SITE("adamw (per tensor)", 28.0 * n, 12.0 * n);
+    TRN__CUDA_ELEMENTWISE(trn__k_adamw, n, p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bias_corr1, bias_corr2);
+}
+
+/* AdamW over a whole slice of the flat buffers, with the clip factor (a
+   device scalar, or none) applied to each gradient first: gi = g*s, stored
+   back so the buffer holds the clipped gradients as after trn_scale. The
+   run of element i (decay, no decay, skip) comes from seg: a thread's i
+   only grows, so it finds its first run by bisection and then steps on. */
+static __global__ void trn__k_adamw_flat(float *p, float *g, float *m, float *v, size_t n, const trn_adamw_seg *seg,
+                                         int nseg, float lr, float b1, float b2, float eps, float wd, float bc1,
+                                         float bc2, const float *clip, trn__bf16 *p16) {
+    float s = clip ? clip[0] : 1.0f;
+    int r = -1;
+    TRN__GRID_STRIDE(i, n) {
+        if (r < 0) {
+            int lo = 0, hi = nseg - 1; /* the first run with end > i */
+            while (lo < hi) {
+                int mid = (lo + hi) / 2;
+                if (seg[mid].end > i) hi = mid;
+                else lo = mid + 1;
+            }
+            r = lo;
+        }
+        while (seg[r].end <= i) r++;
+        int mode = seg[r].mode;
+        if (mode == TRN_ADAMW_SKIP) continue;
+        float gi = g[i];
+        if (s != 1.0f) { gi *= s; g[i] = gi; }
+        float mi = b1 * m[i] + (1.0f - b1) * gi;
+        float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+        float w = mode == TRN_ADAMW_DECAY ? wd : 0.0f;
+        m[i] = mi;
+        v[i] = vi;
+        float pi = p[i] - lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + w * p[i]);
+        p[i] = pi;
+        if (p16) p16[i] = __float2bfloat16(pi); /* bf16: the copy kernels read */
+    }
+}
+/* the runs rarely change (once per model): upload them only when they do
+   (staged, so not even that waits) */
+static const trn_adamw_seg *trn__cuda_segments(const trn_adamw_seg *seg, int n) {
+    int i, same = n == trn__cu.n_seg;
+    for (i = 0; same && i < n; i++) same = seg[i].end == trn__cu.seg_host[i].end && seg[i].mode == trn__cu.seg_host[i].mode;
+    if (same) return trn__cu.seg_dev;
+    if (n > trn__cu.cap_seg) {
+        trn_adamw_seg *h = (trn_adamw_seg *)realloc(trn__cu.seg_host, sizeof(trn_adamw_seg) * (size_t)n);
+        if (!h) trn_fatal("train_cuda.h: out of host memory for AdamW's runs");
+        trn__cu.seg_host = h;
+        if (trn__cu.seg_dev) trn__cuda_free(trn__cu.seg_dev);
+        trn__cu.seg_dev = (trn_adamw_seg *)trn__cuda_alloc(sizeof(trn_adamw_seg) * (size_t)n, TRN_KIND_RUNTIME);
+        if (!trn__cu.seg_dev) trn_fatal("train_cuda.h: AdamW's runs: %s", trn_error_reason());
+        trn__cu.cap_seg = n;
+    }
+    memcpy(trn__cu.seg_host, seg, sizeof(trn_adamw_seg) * (size_t)n);
+    trn__cu.n_seg = n;
+    trn__cuda_upload(trn__cu.seg_dev, seg, sizeof(trn_adamw_seg) * (size_t)n);
+    return trn__cu.seg_dev;
+}
+/* the launcher: the backend table's adamw_flat (train.h's trn_adamw_step, one launch a step) */
+static void trn__cuda_adamw_flat(float *p, float *g, float *m, float *v, size_t n, const trn_adamw_seg *seg, int n_seg,
+                                 float lr, float beta1, float beta2, float eps, float weight_decay, float bias_corr1,
+                                 float bias_corr2, const float *clip, void *p_bf16) {
+    const trn_adamw_seg *dseg;
+    if (n == 0 || n_seg <= 0) return;
+    dseg = trn__cuda_segments(seg, n_seg);
+    TRN__CUDA_SITE("adamw", (28.0 + (p_bf16 ? 2 : 0) + (clip ? 4 : 0)) * n, 12.0 * n); /* p g m v read; p m v (g) written */
+    TRN__CUDA_ELEMENTWISE(trn__k_adamw_flat, n, p, g, m, v, n, dseg, n_seg, lr, beta1, beta2, eps, weight_decay,
+                          bias_corr1, bias_corr2, clip, (trn__bf16 *)p_bf16);
+}
+/* <<adamw */
 
 /* --- SGD with momentum: train.h's trn_sgd_update, element by element ----- */
 static __global__ void trn__k_sgd(float *p, const float *g, float *buf, size_t n, float lr, float momentum,
@@ -3391,10 +3714,14 @@ static __global__ void trn__k_rope(A *y, const A *x, int B, int T, int H, int R,
     }
 }
 
-/* --- bf16: dtype conversions ------------------------------------------------ */
-/* dst = s * src or dst += s * src, any pair of dtypes; 8 elements at a
-   time (16-byte packs) where both pointers are 16-byte aligned (vec), then
-   the scalar tail. Reference: train.h's trn__cpu_convert. */
+/* ------------------------------------------------------------------------
+   >>convert: dst (n) = s * src or dst += s * src, any pair of dtypes
+   (fp32 or bf16: the weights' bf16 copy, casts and their gradients,
+   ZeRO-2's gradient buckets), kernel and launcher together. The plain
+   reference: train.h's trn__cpu_convert (trn__convert_host).
+   ------------------------------------------------------------------------ */
+/* 8 elements at a time (16-byte packs) where both pointers are 16-byte
+   aligned (vec), then the scalar tail */
 template <typename D, typename S>
 static __global__ void trn__k_convert(D *dst, const S *src, size_t n, int accumulate, float s, int vec) {
     const size_t nv = vec ? n / 8 : 0;
@@ -3416,6 +3743,23 @@ static __global__ void trn__k_convert(D *dst, const S *src, size_t n, int accumu
         dst[i] = trn__to<D>(v);
     }
 }
+
+/* the launcher: the backend table's convert (dt, st: TRN_F32 or TRN_BF16) */
+static void trn__cuda_convert(void *dst, int dt, const void *src, int st, size_t n, int accumulate, float s) {
+    int vec = trn__al16(dst) && trn__al16(src);
+    unsigned grid = trn__cuda_grid((n + 7) / 8);
+    if (n == 0) return;
+    TRN__CUDA_SITE("convert", (double)n * ((st == TRN_BF16 ? 2 : 4) + (dt == TRN_BF16 ? 2 : 4) * (accumulate ? 2 : 1)), n);
+#define TRN__CONVERT(D, S)                                                                                        \
+    TRN_CUDA_LAUNCH((trn__k_convert<D, S>), dim3(grid), dim3(TRN__CUDA_BLOCK), 0, trn__cu.stream, (D *)dst, \
+                    (const S *)src, n, accumulate, s, vec)
+    if (dt == TRN_BF16 && st == TRN_BF16) TRN__CONVERT(trn__bf16, trn__bf16);
+    else if (dt == TRN_BF16) TRN__CONVERT(trn__bf16, float);
+    else if (st == TRN_BF16) TRN__CONVERT(float, trn__bf16);
+    else TRN__CONVERT(float, float);
+#undef TRN__CONVERT
+}
+/* <<convert */
 
 /* >>sync-free step kernels */
 /* the partials of trn__k_sumsq added in order by one thread (as the host
@@ -3451,41 +3795,8 @@ static __global__ void trn__k_mean(float *out, const float *x, size_t n) {
     }
 }
 
-/* AdamW over a whole slice of the flat buffers, with the clip factor (a
-   device scalar, or none) applied to each gradient first: gi = g*s, stored
-   back so the buffer holds the clipped gradients as after trn_scale. The
-   run of element i (decay, no decay, skip) comes from seg: a thread's i
-   only grows, so it finds its first run by bisection and then steps on. */
-static __global__ void trn__k_adamw_flat(float *p, float *g, float *m, float *v, size_t n, const trn_adamw_seg *seg,
-                                         int nseg, float lr, float b1, float b2, float eps, float wd, float bc1,
-                                         float bc2, const float *clip, trn__bf16 *p16) {
-    float s = clip ? clip[0] : 1.0f;
-    int r = -1;
-    TRN__GRID_STRIDE(i, n) {
-        if (r < 0) {
-            int lo = 0, hi = nseg - 1; /* the first run with end > i */
-            while (lo < hi) {
-                int mid = (lo + hi) / 2;
-                if (seg[mid].end > i) hi = mid;
-                else lo = mid + 1;
-            }
-            r = lo;
-        }
-        while (seg[r].end <= i) r++;
-        int mode = seg[r].mode;
-        if (mode == TRN_ADAMW_SKIP) continue;
-        float gi = g[i];
-        if (s != 1.0f) { gi *= s; g[i] = gi; }
-        float mi = b1 * m[i] + (1.0f - b1) * gi;
-        float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
-        float w = mode == TRN_ADAMW_DECAY ? wd : 0.0f;
-        m[i] = mi;
-        v[i] = vi;
-        float pi = p[i] - lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + w * p[i]);
-        p[i] = pi;
-        if (p16) p16[i] = __float2bfloat16(pi); /* bf16: the copy kernels read */
-    }
-}
+/* (AdamW over the flat buffers, which reads the clip factor from device
+   memory: trn__k_adamw_flat, >>adamw) */
 /* <<sync-free step kernels */
 
 /* ========================================================================
@@ -3678,8 +3989,6 @@ template <typename A>
 static __global__ void trn__k_bias_add_a(A *out, const A *bias, size_t N, int OC) {
     TRN__GRID_STRIDE(i, N * (size_t)OC) out[i] = trn__to<A>(trn__ld(out[i]) + trn__ld(bias[i % (size_t)OC]));
 }
-template <typename X>
-static void trn__cuda_colsum(float *dst, const X *x, int N, int C); /* (below, >>cuda-ops) */
 template <typename TD>
 static void trn__cuda_lt_gemm(const char *file, int line, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
                               int k, const trn__bf16 *A, int lda, const trn__bf16 *B, int ldb, float beta, TD *D,
@@ -3756,26 +4065,6 @@ static void trn__cuda_matmul_forward(float *out, const float *inp, const float *
                         trn__cu.stream, out, bias, (size_t)N, OC);
 }
 
-/* dst (C, fp32) += column sums of x (N,C), x float or bf16 */
-template <typename X>
-static void trn__cuda_colsum(float *dst, const X *x, int N, int C) {
-    int nchunk = (N + 63) / 64, rows;
-    float *part;
-    if (nchunk > 64) nchunk = 64;
-    if (nchunk < 1) nchunk = 1;
-    rows = (N + nchunk - 1) / nchunk;
-    part = trn__cuda_tmp((size_t)nchunk * C);
-    unsigned *count = trn__cuda_counts((size_t)(C + 31) / 32); /* one per column group (of 32 or 256) */
-    /* one launch: the partials, and the last block of each column group sums them (trn__last_block) */
-    TRN__CUDA_SITE("bias grad (column sums)", sizeof(X) * (double)N * C + 8.0 * C, 0); /* dst read and written */
-    if (C % 8 == 0 && trn__al16(x))
-        TRN_CUDA_LAUNCH(trn__k_colsum_part8<X>, dim3((unsigned)(C + 255) / 256, (unsigned)nchunk), dim3(32, 8), 0,
-                        trn__cu.stream, part, x, N, C, rows, dst, count);
-    else
-        TRN_CUDA_LAUNCH(trn__k_colsum_part<X>, dim3((unsigned)(C + 31) / 32, (unsigned)nchunk), dim3(32, 8), 0,
-                        trn__cu.stream, part, x, N, C, rows, dst, count);
-}
-
 /* dinp (N,C) += dout (N,OC) @ w;  dw (OC,C) += dout^T @ inp;  dbias += column sums of dout.
    bf16: dinp, dout, inp and w are bf16; two cuBLASLt GEMMs with beta = 1:
    dinp accumulates in its bf16 D (old value + fp32 sum, rounded once), dw
@@ -3843,147 +4132,7 @@ static void trn__cuda_matmul_backward(float *dinp, float *dw, float *dbias, cons
     trn__cuda_matmul_backward_ex<A>(dinp, dw, dbias, dout, inp, w, N, C, OC, 0, 0, 0);
 }
 
-template <typename A>
-static void trn__cuda_embedding_forward(float *out, const int *ids, const float *table, int N, int C) {
-    if ((size_t)N * C == 0) return;
-    int vec = C % 8 == 0 && trn__al16(out) && trn__al16(table);
-    TRN__CUDA_SITE("embedding fwd", 4.0 * N + 2.0 * sizeof(A) * N * C, 0); /* ids; the rows read, out written */
-    TRN_CUDA_LAUNCH(trn__k_embed_fwd<A>, dim3(trn__cuda_grid((size_t)N * C / (vec ? 8 : 1))), dim3(TRN__CUDA_BLOCK),
-                    0, trn__cu.stream, (A *)out, ids, (const A *)table, N, C, vec);
-}
-template <typename A>
-static void trn__cuda_embedding_backward(float *dtable, const float *dout, const int *ids, int N, int C) {
-    if (!dtable || (size_t)N * C == 0) return;
-    TRN__CUDA_SITE("embedding bwd", 4.0 * N + (sizeof(A) + 8.0) * N * C, 0); /* dout read; dtable rows read+written */
-    TRN_CUDA_LAUNCH(trn__k_embed_bwd<A>, dim3(trn__cuda_grid((size_t)N * C)), dim3(TRN__CUDA_BLOCK), 0, trn__cu.stream,
-                    dtable, (const A *)dout, ids, N, C);
-}
-/* the backend's embedding_backward_rows: ids of B equal rows of T */
-template <typename A>
-static void trn__cuda_embedding_backward_rows(float *dtable, const float *dout, const int *ids, int B, int T, int C) {
-    if (!dtable || (size_t)B * T * C == 0) return;
-    int vec = C % 8 == 0 && trn__al16(dout);
-    /* ids (T) and dout read; the T table rows read + written */
-    TRN__CUDA_SITE("embedding bwd (batch summed)", 4.0 * T + sizeof(A) * (double)B * T * C + 8.0 * T * C, (double)B * T * C);
-    TRN_CUDA_LAUNCH(trn__k_embed_bwd_rows<A>, dim3(trn__cuda_grid((size_t)T * C / (vec ? 8 : 1))),
-                    dim3(TRN__CUDA_BLOCK), 0, trn__cu.stream, dtable, (const A *)dout, ids, B, T, C, vec);
-}
 
-/* 16-byte packs in a row kernel: C a multiple of 8 keeps every row at a
-   16-byte boundary when the base pointers are */
-static int trn__cuda_ln_vec(int C, const void *p, const void *q, const void *r, const void *s) {
-    return C % 8 == 0 && trn__al16(p) && trn__al16(q) && trn__al16(r) && trn__al16(s);
-}
-template <typename A>
-static void trn__cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
-                                        const float *b, int N, int C) {
-    if (N <= 0) return;
-    TRN__CUDA_SITE("layernorm fwd", sizeof(A) * (2.0 * N * C + 2.0 * C) + 8.0 * N, 7.0 * N * C);
-    TRN_CUDA_LAUNCH(trn__k_ln_fwd<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, (A *)out, mean,
-                    rstd, (const A *)inp, (const A *)w, (const A *)b, N, C, trn__cuda_ln_vec(C, out, inp, w, b),
-                    (const A *)NULL, (A *)NULL);
-}
-/* >>addln: the residual add and the layernorm in one pass (sum may be b) */
-template <typename A>
-static void trn__cuda_add_layernorm_forward(float *sum, float *out, float *mean, float *rstd, const float *a,
-                                            const float *b, const float *w, const float *bias, int N, int C) {
-    if (N <= 0) return;
-    /* a, b read; sum, out written; w, bias read; mean, rstd written */
-    TRN__CUDA_SITE("add+layernorm fwd", sizeof(A) * (4.0 * N * C + 2.0 * C) + 8.0 * N, 8.0 * N * C);
-    TRN_CUDA_LAUNCH(trn__k_ln_fwd<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, (A *)out, mean,
-                    rstd, (const A *)a, (const A *)w, (const A *)bias, N, C,
-                    trn__cuda_ln_vec(C, out, a, w, bias) && trn__al16(b) && trn__al16(sum), (const A *)b, (A *)sum);
-}
-/* blocks of the one-launch layernorm backward (trn__k_ln_bwd): 8 rows a warp
-   at least (64 a block), at most 128 blocks: one wave of one block an SM on
-   an H100 (132 SMs), and few partial rows for the last blocks to sum. A
-   function of N alone, so the sums' order (the bits) is too. */
-static int trn__ln_bwd_blocks(int N) { return N > 128 * 64 ? 128 : (N + 63) / 64; }
-/* dinp2 (>>addln): NULL, or written with dinp's final values; write_dinp:
-   dinp is written, not added to (a fresh gradient). The vec path with C <=
-   1024 (GPT-2, and small Llamas) is one launch, trn__k_ln_bwd; otherwise the
-   dx kernel and the partials kernel (the last block of each column group
-   sums them). */
-template <typename A>
-static void trn__cuda_layernorm_backward_ex(float *dinp, float *dinp2, float *dw, float *db, const float *dout,
-                                            const float *inp, const float *w, const float *mean, const float *rstd,
-                                            int N, int C, int write_dinp) {
-    if (N <= 0) return;
-    if (!dinp) dinp2 = NULL;
-    if (!dinp && !dw && !db) return;
-    /* counters: one a column group (the partials kernel), 1 + 8 (trn__k_ln_bwd); before the site: it may zero them */
-    unsigned *count = dw || db ? trn__cuda_counts((size_t)(C + 31) / 32 > 9 ? (size_t)(C + 31) / 32 : 9) : NULL;
-    int np = (C + 255) / 256, vec = trn__cuda_ln_vec(C, dinp, dout, inp, w) && trn__al16(dinp2);
-    if (vec && np <= 4) {
-        int nb = trn__ln_bwd_blocks(N), ng = (nb + 15) / 16;
-        float *part = dw || db ? trn__cuda_tmp(2 * (size_t)(nb + (ng > 1 ? ng : 0)) * C) : NULL;
-        /* dout, inp read once; dinp read (unless written) and written; dinp2
-           written; w; mean, rstd; the partials (nb, 2C) and the groups' sums
-           (ng, 2C) written and read back once; dw, db read and written */
-        TRN__CUDA_SITE("layernorm bwd", sizeof(A) * ((2.0 + (dinp ? (write_dinp ? 1.0 : 2.0) : 0.0) +
-                                                      (dinp2 ? 1.0 : 0.0)) * N * C + C) +
-                                            8.0 * N + (part ? 16.0 * (nb + (ng > 1 ? ng : 0)) * C + 16.0 * C : 0.0),
-                       10.0 * N * C);
-        void (*k_ln_bwd)(A *, float *, const A *, const A *, const A *, const float *, const float *, int, int, A *,
-                         int, float *, float *, unsigned *) = /* <A, packs a lane> */
-            np <= 1 ? trn__k_ln_bwd<A, 1> : np == 2 ? trn__k_ln_bwd<A, 2> : np == 3 ? trn__k_ln_bwd<A, 3>
-                                                                               : trn__k_ln_bwd<A, 4>;
-        /* counters: count[0] for the groups, count[1 + g] for group g's blocks */
-        TRN_CUDA_LAUNCH(k_ln_bwd, dim3((unsigned)nb), dim3(256), 0, trn__cu.stream, (A *)dinp, part, (const A *)dout,
-                        (const A *)inp, (const A *)w, mean, rstd, N, C, (A *)dinp2, write_dinp, dw, db, count);
-        return;
-    }
-    TRN__CUDA_SITE("layernorm bwd", sizeof(A) * ((dinp ? (write_dinp ? 3.0 : 4.0) : 2.0) * N * C +
-                                                 (dinp2 ? 1.0 : 0.0) * N * C + C) +
-                                        8.0 * N + 16.0 * C, 10.0 * N * C); /* dinp +=: read (unless written) and written; dinp2 written */
-    if (dinp)
-        TRN_CUDA_LAUNCH(trn__k_ln_bwd_dx<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, (A *)dinp,
-                        (const A *)dout, (const A *)inp, (const A *)w, mean, rstd, N, C, vec, (A *)dinp2,
-                        write_dinp);
-    if (dw || db) {
-        int nchunk = (N + 63) / 64, rows;
-        float *pw, *pb;
-        if (nchunk > 64) nchunk = 64;
-        rows = (N + nchunk - 1) / nchunk;
-        pw = trn__cuda_tmp(2 * (size_t)nchunk * C);
-        pb = pw + (size_t)nchunk * C;
-        /* one launch: the partials of dw and db, summed by the last block of each column group */
-        if (trn__cuda_ln_vec(C, dout, inp, dout, inp))
-            TRN_CUDA_LAUNCH(trn__k_ln_bwd_part8<A>, dim3((unsigned)(C + 255) / 256, (unsigned)nchunk), dim3(32, 8), 0,
-                            trn__cu.stream, pw, pb, (const A *)dout, (const A *)inp, mean, rstd, N, C, rows, dw, db,
-                            count);
-        else
-            TRN_CUDA_LAUNCH(trn__k_ln_bwd_part<A>, dim3((unsigned)(C + 31) / 32, (unsigned)nchunk), dim3(32, 8), 0,
-                            trn__cu.stream, pw, pb, (const A *)dout, (const A *)inp, mean, rstd, N, C, rows, dw, db,
-                            count);
-    }
-}
-template <typename A>
-static void trn__cuda_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                                         const float *w, const float *mean, const float *rstd, int N, int C) {
-    trn__cuda_layernorm_backward_ex<A>(dinp, NULL, dw, db, dout, inp, w, mean, rstd, N, C, 0);
-}
-
-#define TRN__CUDA_ELEMENTWISE(kernel, n, ...)                                                                  \
-    do {                                                                                                       \
-        if ((n) > 0)                                                                                           \
-            TRN_CUDA_LAUNCH(kernel, dim3(trn__cuda_grid(n)), dim3(TRN__CUDA_BLOCK), 0, trn__cu.stream, __VA_ARGS__); \
-    } while (0)
-/* host functions of activation kernels are templates on A as well; their
-   float * arguments that hold activations are cast to A * (a no-op for
-   float), and the table picks one instantiation (TRN__CUDA_PICK) */
-#define TRN__A(p) ((A *)(p))
-#define TRN__CA(p) ((const A *)(p))
-template <typename A>
-static void trn__cuda_gelu_forward(float *out, const float *inp, size_t n) {
-    TRN__CUDA_SITE("gelu fwd", 2.0 * sizeof(A) * n, 0);
-    trn__cuda_map<A>(trn__op_gelu(), out, inp, NULL, NULL, n);
-}
-template <typename A>
-static void trn__cuda_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
-    TRN__CUDA_SITE("gelu bwd", 4.0 * sizeof(A) * n, 0); /* dinp +=: read and written */
-    if (dinp) trn__cuda_map<A>(trn__op_gelu_bwd(), dinp, dinp, inp, dout, n);
-}
 /* >>mlp: GPT-2's feed-forward pair fused (train.h's trn_mlp).
    Forward: pre (N,OC) = inp (N,C) w^T + bias, out = gelu(pre); pre is saved
    for backward. bf16: ONE cuBLASLt GEMM, whose GELU_AUX_BIAS epilogue takes
@@ -4037,40 +4186,6 @@ static void trn__cuda_matmul_dgelu_backward(float *dpre, const float *dout, cons
         trn__cuda_map<A>(trn__op_dgelu_mul(), dpre, dpre, pre, NULL, (size_t)N * C);
 }
 template <typename A>
-static void trn__cuda_relu_forward(float *out, const float *inp, size_t n) {
-    TRN__CUDA_SITE("relu fwd", 2.0 * sizeof(A) * n, n);
-    TRN__CUDA_ELEMENTWISE(trn__k_relu_fwd<A>, n, TRN__A(out), TRN__CA(inp), n);
-}
-template <typename A>
-static void trn__cuda_relu_backward(float *dinp, const float *out, const float *dout, size_t n) {
-    TRN__CUDA_SITE("relu bwd", 3.0 * sizeof(A) * n, n);
-    if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_relu_bwd<A>, n, TRN__A(dinp), TRN__CA(out), TRN__CA(dout), n);
-}
-template <typename A>
-static void trn__cuda_add_forward(float *out, const float *a, const float *b, size_t n) {
-    TRN__CUDA_SITE("add", 3.0 * sizeof(A) * n, n);
-    trn__cuda_map<A>(trn__op_add(), out, a, b, NULL, n);
-}
-template <typename A>
-static void trn__cuda_accumulate(float *dst, const float *src, size_t n) {
-    TRN__CUDA_SITE("accumulate", 3.0 * sizeof(A) * n, n);
-    if (dst) trn__cuda_map<A>(trn__op_add(), dst, dst, src, NULL, n);
-}
-static void trn__cuda_scale(float *x, float s, size_t n) {
-    TRN__CUDA_SITE("scale", 8.0 * n, n);
-    TRN__CUDA_ELEMENTWISE(trn__k_scale, n, x, s, n);
-}
-template <typename A>
-static void trn__cuda_mse_forward(float *losses, const float *pred, const float *target, size_t n) {
-    TRN__CUDA_SITE("mse fwd", 2.0 * sizeof(A) * n + 4.0 * n, 3.0 * n);
-    TRN__CUDA_ELEMENTWISE(trn__k_mse_fwd<A>, n, losses, TRN__CA(pred), TRN__CA(target), n);
-}
-template <typename A>
-static void trn__cuda_mse_backward(float *dpred, const float *pred, const float *target, float dloss, size_t n) {
-    TRN__CUDA_SITE("mse bwd", 3.0 * sizeof(A) * n, 3.0 * n);
-    if (dpred) TRN__CUDA_ELEMENTWISE(trn__k_mse_bwd<A>, n, TRN__A(dpred), TRN__CA(pred), TRN__CA(target), dloss, n);
-}
-template <typename A>
 static void trn__cuda_meanpool_forward(float *out, const float *inp, int B, int T, int C) {
     TRN__CUDA_SITE("meanpool fwd", sizeof(A) * ((double)B * T * C + (double)B * C), (double)B * T * C);
     TRN__CUDA_ELEMENTWISE(trn__k_meanpool_fwd<A>, (size_t)B * C, TRN__A(out), TRN__CA(inp), B, T, C);
@@ -4079,11 +4194,6 @@ template <typename A>
 static void trn__cuda_meanpool_backward(float *dinp, const float *dout, int B, int T, int C) {
     TRN__CUDA_SITE("meanpool bwd", sizeof(A) * ((double)B * T * C + (double)B * C), (double)B * T * C);
     if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_meanpool_bwd<A>, (size_t)B * T * C, TRN__A(dinp), TRN__CA(dout), B, T, C);
-}
-static void trn__cuda_adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
-                                   float beta2, float eps, float weight_decay, float bias_corr1, float bias_corr2) {
-    TRN__CUDA_SITE("adamw (per tensor)", 28.0 * n, 12.0 * n);
-    TRN__CUDA_ELEMENTWISE(trn__k_adamw, n, p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bias_corr1, bias_corr2);
 }
 static void trn__cuda_sgd_update(float *p, const float *g, float *buf, size_t n, float lr, float momentum,
                                  float dampening, float weight_decay, int nesterov, int first) {
@@ -4373,50 +4483,6 @@ static void trn__cuda_grad_norm_clip(float *stat, const float *g, size_t n, floa
 static void trn__cuda_mean(float *out, const float *x, size_t n) {
     TRN__CUDA_SITE("loss mean", 4.0 * n + 4, n);
     TRN_CUDA_LAUNCH(trn__k_mean, dim3(1), dim3(1024), 0, trn__cu.stream, out, x, n);
-}
-/* the runs rarely change (once per model): upload them only when they do
-   (staged, so not even that waits) */
-static const trn_adamw_seg *trn__cuda_segments(const trn_adamw_seg *seg, int n) {
-    int i, same = n == trn__cu.n_seg;
-    for (i = 0; same && i < n; i++) same = seg[i].end == trn__cu.seg_host[i].end && seg[i].mode == trn__cu.seg_host[i].mode;
-    if (same) return trn__cu.seg_dev;
-    if (n > trn__cu.cap_seg) {
-        trn_adamw_seg *h = (trn_adamw_seg *)realloc(trn__cu.seg_host, sizeof(trn_adamw_seg) * (size_t)n);
-        if (!h) trn_fatal("train_cuda.h: out of host memory for AdamW's runs");
-        trn__cu.seg_host = h;
-        if (trn__cu.seg_dev) trn__cuda_free(trn__cu.seg_dev);
-        trn__cu.seg_dev = (trn_adamw_seg *)trn__cuda_alloc(sizeof(trn_adamw_seg) * (size_t)n, TRN_KIND_RUNTIME);
-        if (!trn__cu.seg_dev) trn_fatal("train_cuda.h: AdamW's runs: %s", trn_error_reason());
-        trn__cu.cap_seg = n;
-    }
-    memcpy(trn__cu.seg_host, seg, sizeof(trn_adamw_seg) * (size_t)n);
-    trn__cu.n_seg = n;
-    trn__cuda_upload(trn__cu.seg_dev, seg, sizeof(trn_adamw_seg) * (size_t)n);
-    return trn__cu.seg_dev;
-}
-static void trn__cuda_adamw_flat(float *p, float *g, float *m, float *v, size_t n, const trn_adamw_seg *seg, int n_seg,
-                                 float lr, float beta1, float beta2, float eps, float weight_decay, float bias_corr1,
-                                 float bias_corr2, const float *clip, void *p_bf16) {
-    const trn_adamw_seg *dseg;
-    if (n == 0 || n_seg <= 0) return;
-    dseg = trn__cuda_segments(seg, n_seg);
-    TRN__CUDA_SITE("adamw", (28.0 + (p_bf16 ? 2 : 0) + (clip ? 4 : 0)) * n, 12.0 * n); /* p g m v read; p m v (g) written */
-    TRN__CUDA_ELEMENTWISE(trn__k_adamw_flat, n, p, g, m, v, n, dseg, n_seg, lr, beta1, beta2, eps, weight_decay,
-                          bias_corr1, bias_corr2, clip, (trn__bf16 *)p_bf16);
-}
-static void trn__cuda_convert(void *dst, int dt, const void *src, int st, size_t n, int accumulate, float s) {
-    int vec = trn__al16(dst) && trn__al16(src);
-    unsigned grid = trn__cuda_grid((n + 7) / 8);
-    if (n == 0) return;
-    TRN__CUDA_SITE("convert", (double)n * ((st == TRN_BF16 ? 2 : 4) + (dt == TRN_BF16 ? 2 : 4) * (accumulate ? 2 : 1)), n);
-#define TRN__CONVERT(D, S)                                                                                        \
-    TRN_CUDA_LAUNCH((trn__k_convert<D, S>), dim3(grid), dim3(TRN__CUDA_BLOCK), 0, trn__cu.stream, (D *)dst, \
-                    (const S *)src, n, accumulate, s, vec)
-    if (dt == TRN_BF16 && st == TRN_BF16) TRN__CONVERT(trn__bf16, trn__bf16);
-    else if (dt == TRN_BF16) TRN__CONVERT(trn__bf16, float);
-    else if (st == TRN_BF16) TRN__CONVERT(float, trn__bf16);
-    else TRN__CONVERT(float, float);
-#undef TRN__CONVERT
 }
 
 /* attention, materialized: the reference (trn_attention runs the fused
