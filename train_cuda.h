@@ -127,7 +127,8 @@
               >>layernorm (>>addln)  >>elementwise  >>cuda-fa2
               >>classifier  >>adamw  >>convert
               >>cuda-ops (the backend table's other functions: cuBLAS and
-              cuBLASLt matmuls, attention, ...)  >>cuda-init
+              cuBLASLt matmuls, attention, ...; in it, laid out the same
+              way: >>xent-ex)  >>cuda-init
 
    License: MIT, as train.h.
 */
@@ -731,7 +732,9 @@ template <typename A> static __device__ __forceinline__ int trn__head16(const A 
    off it when Vp sizeof(A) is not a multiple of 16), packs of 8 bf16 / 4
    fp32 (thread i takes packs i, i + blockDim.x, ...), then the scalar
    tail, under K elements. Each thread meets its elements in one fixed
-   order, so sums it keeps come out the same on every run.
+   order, so sums it keeps come out the same on every run; the head
+   depends on the row's address, which for rows of a 16-byte-aligned
+   buffer (cudaMalloc's) is fixed by Vp and sizeof(A): by the shapes.
    trn__row_read16: f(v, x) for each v < n, x = p[v] as float. */
 template <typename A, typename F> static __device__ __forceinline__ void trn__row_read16(const A *p, int n, F f) {
     const int K = TRN__VEC(A), head = trn__head16(p, n), nvec = (n - head) / K, body = head + nvec * K;
