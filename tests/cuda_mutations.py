@@ -83,11 +83,6 @@ MUTATIONS = [  # (name, original text, broken text, sanitizer: "" | "address" | 
      "            for (int k = 0; k < 8; k++) v += (f[k] - m) * (f[k] - m);\n            break;\n", ""),
     ("elementwise map: the scalar tail skipped", "    TRN__GRID_STRIDE(t, n - 8 * nv) { /* the tail */",
      "    TRN__GRID_STRIDE(t, 0 * (n - 8 * nv)) { /* the tail */", ""),
-    ("relu backward through the map: dinp zeroed where out <= 0 (not left as it was)",
-     "return y > 0.0f ? d + g : d;", "return y > 0.0f ? d + g : 0.0f;", ""),
-    ("sigmoid backward through the map: out and dout swapped (the op's b and c)",
-     "trn__cuda_map<A>(trn__op_sigmoid_bwd(), dinp, dinp, out, dout, n);",
-     "trn__cuda_map<A>(trn__op_sigmoid_bwd(), dinp, dinp, dout, out, n);", "", "tests/test_cuda_ops_decoder.cpp"),
     ("convert: the packs ignore the scale", "            if (s != 1.0f) v[k] = __fmul_rn(v[k], s);", "", "",
      "tests/test_cuda_bf16_ops.cpp"),
     # >>classifier: the fused cross-entropy (16-byte packs, the gradient over the logits)
