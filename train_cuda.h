@@ -1417,11 +1417,9 @@ static void trn__cuda_layernorm_backward(float *dinp, float *dw, float *db, cons
    scale, MSE), kernels and launchers together. The plain references:
    train.h's trn_gelu_forward / _backward, trn_relu_forward / _backward,
    trn_add_forward, trn_accumulate, trn_scale, trn_mse_forward / _backward.
-   SiLU, sigmoid and tanh run through the same trn__k_map (>>ops2). All
-   of them are op structs on trn__k_map (16-byte packs, a scalar tail)
-   but MSE's forward (fp32 losses from A inputs: one element at a time);
-   the unfused matmul + GELU kernel here, trn__k_bias_gelu, is launched
-   by >>mlp and >>cublaslt.
+   SiLU, sigmoid and tanh run through the same trn__k_map (>>ops2); the
+   unfused matmul + GELU kernel here, trn__k_bias_gelu, is launched by
+   >>mlp and >>cublaslt.
    ------------------------------------------------------------------------ */
 #define TRN__CUDA_GELU_K 0.7978845608028654f /* sqrt(2/pi), as train.h */
 /* GELU in GPT-2's tanh form, gelu(x) = x/2 (1 + tanh(k (x + 0.044715 x^3))),
@@ -1488,26 +1486,26 @@ static __global__ void trn__k_bias_gelu(A *out, A *pre, const A *bias, size_t N,
         out[i] = trn__to<A>(trn__gelu(v));
     }
 }
-struct trn__op_relu { __device__ float operator()(float x, float, float) const { return x > 0.0f ? x : 0.0f; } };
-/* dinp += dout where out > 0: a = dinp, b = out, c = dout (elsewhere dinp
-   is stored back unchanged: a bf16 value read and rounded is itself) */
-struct trn__op_relu_bwd {
-    __device__ float operator()(float d, float y, float g) const { return y > 0.0f ? d + g : d; }
-};
-struct trn__op_scale {
-    float s;
-    __device__ float operator()(float x, float, float) const { return x * s; }
-};
-/* dpred += dloss 2 (pred - target): a = dpred, b = pred, c = target */
-struct trn__op_mse_bwd {
-    float dloss;
-    __device__ float operator()(float d, float p, float t) const { return d + dloss * 2.0f * (p - t); }
-};
-/* losses: fp32 per element whatever A is (so not trn__k_map, whose output
-   is A: one element at a time) */
+template <typename A>
+static __global__ void trn__k_relu_fwd(A *out, const A *inp, size_t n) {
+    TRN__GRID_STRIDE(i, n) { float x = trn__ld(inp[i]); out[i] = trn__to<A>(x > 0.0f ? x : 0.0f); }
+}
+template <typename A>
+static __global__ void trn__k_relu_bwd(A *dinp, const A *out, const A *dout, size_t n) {
+    TRN__GRID_STRIDE(i, n) if (trn__ld(out[i]) > 0.0f) dinp[i] = trn__to<A>(trn__ld(dinp[i]) + trn__ld(dout[i]));
+}
+static __global__ void trn__k_scale(float *x, float s, size_t n) {
+    TRN__GRID_STRIDE(i, n) x[i] *= s;
+}
+/* losses: fp32 per element whatever A is */
 template <typename A>
 static __global__ void trn__k_mse_fwd(float *losses, const A *pred, const A *target, size_t n) {
     TRN__GRID_STRIDE(i, n) { float d = trn__ld(pred[i]) - trn__ld(target[i]); losses[i] = d * d; }
+}
+template <typename A>
+static __global__ void trn__k_mse_bwd(A *dpred, const A *pred, const A *target, float dloss, size_t n) {
+    TRN__GRID_STRIDE(i, n)
+        dpred[i] = trn__to<A>(trn__ld(dpred[i]) + dloss * 2.0f * (trn__ld(pred[i]) - trn__ld(target[i])));
 }
 
 /* the launchers: the backend table's gelu_forward ... mse_backward */
@@ -1524,12 +1522,12 @@ static void trn__cuda_gelu_backward(float *dinp, const float *inp, const float *
 template <typename A>
 static void trn__cuda_relu_forward(float *out, const float *inp, size_t n) {
     TRN__CUDA_SITE("relu fwd", 2.0 * sizeof(A) * n, n);
-    trn__cuda_map<A>(trn__op_relu(), out, inp, NULL, NULL, n);
+    TRN__CUDA_ELEMENTWISE(trn__k_relu_fwd<A>, n, TRN__A(out), TRN__CA(inp), n);
 }
 template <typename A>
 static void trn__cuda_relu_backward(float *dinp, const float *out, const float *dout, size_t n) {
     TRN__CUDA_SITE("relu bwd", 3.0 * sizeof(A) * n, n);
-    if (dinp) trn__cuda_map<A>(trn__op_relu_bwd(), dinp, dinp, out, dout, n);
+    if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_relu_bwd<A>, n, TRN__A(dinp), TRN__CA(out), TRN__CA(dout), n);
 }
 template <typename A>
 static void trn__cuda_add_forward(float *out, const float *a, const float *b, size_t n) {
@@ -1543,7 +1541,7 @@ static void trn__cuda_accumulate(float *dst, const float *src, size_t n) {
 }
 static void trn__cuda_scale(float *x, float s, size_t n) {
     TRN__CUDA_SITE("scale", 8.0 * n, n);
-    trn__cuda_map<float>(trn__op_scale{s}, x, x, NULL, NULL, n);
+    TRN__CUDA_ELEMENTWISE(trn__k_scale, n, x, s, n);
 }
 template <typename A>
 static void trn__cuda_mse_forward(float *losses, const float *pred, const float *target, size_t n) {
@@ -1553,7 +1551,7 @@ static void trn__cuda_mse_forward(float *losses, const float *pred, const float 
 template <typename A>
 static void trn__cuda_mse_backward(float *dpred, const float *pred, const float *target, float dloss, size_t n) {
     TRN__CUDA_SITE("mse bwd", 3.0 * sizeof(A) * n, 3.0 * n);
-    if (dpred) trn__cuda_map<A>(trn__op_mse_bwd{dloss}, dpred, dpred, pred, target, n);
+    if (dpred) TRN__CUDA_ELEMENTWISE(trn__k_mse_bwd<A>, n, TRN__A(dpred), TRN__CA(pred), TRN__CA(target), dloss, n);
 }
 /* <<elementwise */
 
@@ -3576,18 +3574,28 @@ struct trn__op_silu_bwd {
         return d + g * (s + x * s * (1.0f - s));
     }
 };
-/* sigmoid and tanh through trn__k_map too; backward from the saved output
-   y: dinp += dout y (1 - y), dinp += dout (1 - y^2), with a = dinp, b =
-   out, c = dout. The references: train.h's trn_sigmoid_forward /
-   _backward, trn_tanh_forward / _backward */
-struct trn__op_sigmoid { __device__ float operator()(float x, float, float) const { return trn__sigmoid_d(x); } };
-struct trn__op_sigmoid_bwd {
-    __device__ float operator()(float d, float y, float g) const { return d + g * y * (1.0f - y); }
-};
-struct trn__op_tanh { __device__ float operator()(float x, float, float) const { return tanhf(x); } };
-struct trn__op_tanh_bwd {
-    __device__ float operator()(float d, float y, float g) const { return d + g * (1.0f - y * y); }
-};
+template <typename A>
+static __global__ void trn__k_sigmoid_fwd(A *out, const A *inp, size_t n) {
+    TRN__GRID_STRIDE(i, n) out[i] = trn__to<A>(trn__sigmoid_d(trn__ld(inp[i])));
+}
+template <typename A>
+static __global__ void trn__k_sigmoid_bwd(A *dinp, const A *out, const A *dout, size_t n) {
+    TRN__GRID_STRIDE(i, n) {
+        float y = trn__ld(out[i]);
+        dinp[i] = trn__to<A>(trn__ld(dinp[i]) + trn__ld(dout[i]) * y * (1.0f - y));
+    }
+}
+template <typename A>
+static __global__ void trn__k_tanh_fwd(A *out, const A *inp, size_t n) {
+    TRN__GRID_STRIDE(i, n) out[i] = trn__to<A>(tanhf(trn__ld(inp[i])));
+}
+template <typename A>
+static __global__ void trn__k_tanh_bwd(A *dinp, const A *out, const A *dout, size_t n) {
+    TRN__GRID_STRIDE(i, n) {
+        float y = trn__ld(out[i]);
+        dinp[i] = trn__to<A>(trn__ld(dinp[i]) + trn__ld(dout[i]) * (1.0f - y * y));
+    }
+}
 /* softmax over rows of C: one warp per row (8 rows per block); max, sum
    and dot in fp32 */
 template <typename A>
@@ -4762,22 +4770,22 @@ static void trn__cuda_silu_backward(float *dinp, const float *inp, const float *
 template <typename A>
 static void trn__cuda_sigmoid_forward(float *out, const float *inp, size_t n) {
     TRN__CUDA_SITE("sigmoid fwd", 2.0 * sizeof(A) * n, 3.0 * n);
-    trn__cuda_map<A>(trn__op_sigmoid(), out, inp, NULL, NULL, n);
+    TRN__CUDA_ELEMENTWISE(trn__k_sigmoid_fwd<A>, n, TRN__A(out), TRN__CA(inp), n);
 }
 template <typename A>
 static void trn__cuda_sigmoid_backward(float *dinp, const float *out, const float *dout, size_t n) {
     TRN__CUDA_SITE("sigmoid bwd", 3.0 * sizeof(A) * n, 3.0 * n);
-    if (dinp) trn__cuda_map<A>(trn__op_sigmoid_bwd(), dinp, dinp, out, dout, n);
+    if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_sigmoid_bwd<A>, n, TRN__A(dinp), TRN__CA(out), TRN__CA(dout), n);
 }
 template <typename A>
 static void trn__cuda_tanh_forward(float *out, const float *inp, size_t n) {
     TRN__CUDA_SITE("tanh fwd", 2.0 * sizeof(A) * n, 3.0 * n);
-    trn__cuda_map<A>(trn__op_tanh(), out, inp, NULL, NULL, n);
+    TRN__CUDA_ELEMENTWISE(trn__k_tanh_fwd<A>, n, TRN__A(out), TRN__CA(inp), n);
 }
 template <typename A>
 static void trn__cuda_tanh_backward(float *dinp, const float *out, const float *dout, size_t n) {
     TRN__CUDA_SITE("tanh bwd", 3.0 * sizeof(A) * n, 3.0 * n);
-    if (dinp) trn__cuda_map<A>(trn__op_tanh_bwd(), dinp, dinp, out, dout, n);
+    if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_tanh_bwd<A>, n, TRN__A(dinp), TRN__CA(out), TRN__CA(dout), n);
 }
 template <typename A>
 static void trn__cuda_softmax_forward(float *out, const float *inp, int N, int C) {
