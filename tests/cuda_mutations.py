@@ -140,7 +140,7 @@ MUTATIONS = [  # (name, original text, broken text, sanitizer: "" | "address" | 
     ("GELU epilogue taken for an aux ld that is not a multiple of 8",
      "return ld % 8 == 0 && (uintptr_t)aux % 16 == 0;", "return (uintptr_t)aux % 16 == 0;", "",
      "tests/test_cuda_bf16_gemm.cpp"),
-    ("unfused matmul + GELU: pre keeps the sum without the bias", "            pre[i] = trn__to<A>(v);\n", "", "",
+    ("unfused matmul + GELU: pre keeps the sum without the bias", "        pre[i] = trn__to<A>(v);\n", "", "",
      "tests/test_cuda_bf16_gemm.cpp"),
     ("fp32 dgelu accumulates into dpre (beta 1)", "OC, 0, 0.0f,\n                       TRN__A(dpre), C, 0, 1);",
      "OC, 0, 1.0f,\n                       TRN__A(dpre), C, 0, 1);", "", "tests/test_cuda_bf16_gemm.cpp"),
