@@ -3,7 +3,7 @@
 //
 // For each model (GPT-2 124M at B=4, T=64; the default "mini" preset of
 // examples/gpt2 at its default batch) it prints:
-//   - ms per training step (median of --steps timed steps after a warm-up):
+//   - ms per training step (the median over --steps rounds, after a warm-up):
 //     zero_grad + forward + cross-entropy + backward + clip + AdamW,
 //     split into forward / backward / optimizer,
 //   - tokens/s and achieved GFLOP/s (matmul FLOPs only: 6 * matmul
@@ -15,9 +15,11 @@
 //   - the ratio: achieved step GFLOP/s / OpenBLAS GFLOP/s. 100% would mean
 //     the whole step (all the non-matmul work included) ran at OpenBLAS's
 //     matmul speed.
+//   Each round times one step and then the products with both libraries
+//   (see bench_model): ratios are medians of the rounds' own ratios.
 //
-//   bench/gpt2                 both models, 2 threads (~1 minute)
-//   bench/gpt2 --model mini    one of them;  --threads N, --steps N
+//   bench/gpt2                 both models, 2 threads, 5 rounds (~1 minute)
+//   bench/gpt2 --model mini    one of them;  --threads N, --steps N (rounds)
 //   bench/gpt2 --recompute     each block a recompute region (what the
 //                              memory saving costs in time)
 //
@@ -76,61 +78,71 @@ static int step_products(const gpt2_config *c, int rows, product *out) {
     return n;
 }
 
-// seconds per call (median of reps after a warm-up) of one product
+// seconds per call (the median of 3 calls; the caller warmed it up) of one product
 static double time_product(const product *p, int blas, float *A, float *B, float *C) {
-    double t[7];
-    int reps = 5;
+    double t[3];
     int lda = p->ta ? p->M : p->K, ldb = p->tb ? p->K : p->N;
-    for (int r = -1; r < reps; r++) {
+    for (int r = 0; r < 3; r++) {
         double t0 = now_s();
         if (blas)
             cblas_sgemm(CblasRowMajor, p->ta ? CblasTrans : CblasNoTrans, p->tb ? CblasTrans : CblasNoTrans, p->M,
                         p->N, p->K, 1.0f, A, lda, B, ldb, p->beta, C, p->N);
         else
             trn_sgemm(p->ta, p->tb, p->M, p->N, p->K, 1.0f, A, lda, B, ldb, p->beta, C, p->N);
-        if (r >= 0) t[r] = now_s() - t0;
+        t[r] = now_s() - t0;
     }
-    return median(t, reps);
+    return median(t, 3);
 }
 
-// GFLOP/s of the step's linear products with OpenBLAS (blas=1) or trn_sgemm
-static double gemm_rate(const gpt2_config *c, int rows, int blas) {
+// the step's linear products and one set of operands large enough for each
+typedef struct product_set {
     product p[16];
-    int n = step_products(c, rows, p);
+    int n;
+    float *A, *B, *C;
+} product_set;
+
+static void products_init(product_set *s, const gpt2_config *c, int rows) {
     size_t most_a = 0, most_b = 0, most_c = 0;
-    for (int i = 0; i < n; i++) {
-        size_t a = (size_t)p[i].M * p[i].K, b = (size_t)p[i].K * p[i].N, cc = (size_t)p[i].M * p[i].N;
+    s->n = step_products(c, rows, s->p);
+    for (int i = 0; i < s->n; i++) {
+        const product *p = &s->p[i];
+        size_t a = (size_t)p->M * p->K, b = (size_t)p->K * p->N, cc = (size_t)p->M * p->N;
         most_a = a > most_a ? a : most_a;
         most_b = b > most_b ? b : most_b;
         most_c = cc > most_c ? cc : most_c;
     }
-    float *A = (float *)malloc(most_a * 4), *B = (float *)malloc(most_b * 4), *C = (float *)malloc(most_c * 4);
-    if (!A || !B || !C) { fprintf(stderr, "bench: out of memory\n"); exit(1); }
-    for (size_t i = 0; i < most_a; i++) A[i] = (float)((i * 7919) % 1000) / 1000.0f - 0.5f;
-    for (size_t i = 0; i < most_b; i++) B[i] = (float)((i * 104729) % 1000) / 1000.0f - 0.5f;
-    memset(C, 0, most_c * 4);
-    sleep_s(0.15); // let the other library's spinning threads go to sleep
+    s->A = (float *)malloc(most_a * 4), s->B = (float *)malloc(most_b * 4), s->C = (float *)malloc(most_c * 4);
+    if (!s->A || !s->B || !s->C) { fprintf(stderr, "bench: out of memory\n"); exit(1); }
+    for (size_t i = 0; i < most_a; i++) s->A[i] = (float)((i * 7919) % 1000) / 1000.0f - 0.5f;
+    for (size_t i = 0; i < most_b; i++) s->B[i] = (float)((i * 104729) % 1000) / 1000.0f - 0.5f;
+    memset(s->C, 0, most_c * 4);
+}
+
+// GFLOP/s of the step's linear products (each weighted by how often the
+// step makes it) with OpenBLAS (blas=1) or trn_sgemm
+static double gemm_rate(product_set *s, int blas) {
     double flops = 0.0, secs = 0.0;
-    for (int i = 0; i < n; i++) {
-        flops += 2.0 * p[i].M * p[i].N * (double)p[i].K * p[i].count;
-        secs += time_product(&p[i], blas, A, B, C) * p[i].count;
+    sleep_s(0.15); // let the other library's spinning threads go to sleep
+    for (int i = 0; i < s->n; i++) {
+        const product *p = &s->p[i];
+        flops += 2.0 * p->M * p->N * (double)p->K * p->count;
+        secs += time_product(p, blas, s->A, s->B, s->C) * p->count;
     }
-    free(A);
-    free(B);
-    free(C);
     return flops / secs / 1e9;
 }
 
 static int recompute; // --recompute: gpt2.recompute for every model
 
-typedef struct bench_result {
-    double ms, fwd, bwd, opt, tok_s, gflops, blas, kit;
-} bench_result;
-
-static bench_result bench_model(const char *name, const gpt2_config *cfg, int B, int T, int steps) {
-    bench_result res;
+// One model, in `rounds` rounds. A round times one training step, then the
+// step's products with OpenBLAS and with trn_sgemm (which library goes
+// first alternates), so that each ratio compares measurements taken within
+// seconds of each other: on a shared machine the slow moments then land on
+// both sides of a ratio instead of on one side (timing all the steps first
+// and the yardstick afterwards made the 124M ratio read 67-82% on the same
+// build). Everything printed is a median over the rounds; the ratios are
+// the medians of the rounds' own ratios, with their range.
+static void bench_model(const char *name, const gpt2_config *cfg, int B, int T, int rounds) {
     gpt2 g;
-    memset(&res, 0, sizeof res);
     if (gpt2_create(&g, cfg, GPT2_BACKEND()) != TRN_OK) {
         fprintf(stderr, "bench: %s: %s\n", name, trn_error_reason());
         exit(1);
@@ -150,11 +162,16 @@ static bench_result bench_model(const char *name, const gpt2_config *cfg, int B,
     od.beta2 = 0.95f;
     od.weight_decay = 0.1f;
     trn_adamw_init(&opt, &od);
-    double *t_all = (double *)malloc(sizeof(double) * 4 * (size_t)steps);
-    double *t_fwd = t_all + steps, *t_bwd = t_all + 2 * steps, *t_opt = t_all + 3 * steps;
+    product_set ps;
+    products_init(&ps, cfg, B * T);
+    double flops = gpt2_step_flops(cfg, B, T);
+    // per round: ms, fwd, bwd, opt, OpenBLAS GFLOP/s, trn_sgemm GFLOP/s, step/OpenBLAS, kit/OpenBLAS
+    double *v = (double *)malloc(sizeof(double) * 8 * (size_t)rounds);
+    double *ms = v, *fwd = v + rounds, *bwd = v + 2 * rounds, *optm = v + 3 * rounds;
+    double *blas = v + 4 * rounds, *kit = v + 5 * rounds, *ratio = v + 6 * rounds, *kratio = v + 7 * rounds;
     float loss = 0.0f;
-    sleep_s(0.15);
-    for (int s = -1; s < steps; s++) { // step -1: warm-up (first-touch of every buffer)
+    for (int r = -1; r < rounds; r++) { // round -1: warm-up (first touch of every buffer, both libraries)
+        sleep_s(0.15);
         double t0 = now_s();
         trn_zero_grad(&g.m);
         trn_reset(&g.m);
@@ -163,40 +180,45 @@ static bench_result bench_model(const char *name, const gpt2_config *cfg, int B,
         double t1 = now_s();
         trn_backward(&g.m, l);
         double t2 = now_s();
-        trn_clip_grad_norm(&g.m, 1.0f);
+        float norm;
+        trn_clip_grad_norm_async(&g.m, 1.0f, &norm); // as examples/gpt2 (one process)
         trn_adamw_step(&opt, &g.m, 1e-4f);
         g.m.backend->sync();
         double t3 = now_s();
-        if (s >= 0) {
-            t_all[s] = t3 - t0;
-            t_fwd[s] = t1 - t0;
-            t_bwd[s] = t2 - t1;
-            t_opt[s] = t3 - t2;
-        }
+        int first = r & 1; // 0: OpenBLAS first
+        double rate[2];
+        rate[first] = gemm_rate(&ps, first == 0);
+        rate[!first] = gemm_rate(&ps, first != 0);
+        if (r < 0) continue;
+        ms[r] = 1e3 * (t3 - t0), fwd[r] = 1e3 * (t1 - t0), bwd[r] = 1e3 * (t2 - t1), optm[r] = 1e3 * (t3 - t2);
+        blas[r] = rate[0], kit[r] = rate[1];
+        ratio[r] = flops / (t3 - t0) / 1e9 / blas[r];
+        kratio[r] = kit[r] / blas[r];
     }
-    double flops = gpt2_step_flops(cfg, B, T);
-    res.ms = 1e3 * median(t_all, steps);
-    res.fwd = 1e3 * median(t_fwd, steps);
-    res.bwd = 1e3 * median(t_bwd, steps);
-    res.opt = 1e3 * median(t_opt, steps);
-    res.tok_s = (double)B * T / (res.ms / 1e3);
-    res.gflops = flops / (res.ms / 1e3) / 1e9;
     printf("%-6s L=%d C=%d V=%d, %.1fM params, B=%d T=%d: %.1f GFLOP per step, last loss %.3f%s\n", name,
            cfg->n_layer, cfg->n_embd, cfg->padded_vocab, g.m.n_floats / 1e6, B, T, flops / 1e9, loss,
            recompute ? " (--recompute: the blocks' forward runs twice, not counted)" : "");
-    free(t_all);
+    double lo = ratio[0], hi = ratio[0], klo = kratio[0], khi = kratio[0];
+    for (int r = 1; r < rounds; r++) {
+        lo = fmin(lo, ratio[r]), hi = fmax(hi, ratio[r]);
+        klo = fmin(klo, kratio[r]), khi = fmax(khi, kratio[r]);
+    }
+    double step_ms = median(ms, rounds);
+    printf("  step %8.1f ms  (forward+loss %.1f, backward %.1f, clip+AdamW %.1f)\n", step_ms, median(fwd, rounds),
+           median(bwd, rounds), median(optm, rounds));
+    printf("  %8.0f tokens/s   %7.1f GFLOP/s achieved\n", (double)B * T / (step_ms / 1e3), flops / (step_ms / 1e3) / 1e9);
+    printf("  OpenBLAS sgemm on this step's linear products: %7.1f GFLOP/s   (trn_sgemm: %.1f, %.2fx OpenBLAS; "
+           "%.2f-%.2f)\n", median(blas, rounds), median(kit, rounds), median(kratio, rounds), klo, khi);
+    printf("  step rate / OpenBLAS rate: %.0f%% (%.0f-%.0f%% over the rounds)\n\n", 100.0 * median(ratio, rounds),
+           100.0 * lo, 100.0 * hi);
+    free(v);
     free(x);
     free(y);
+    free(ps.A);
+    free(ps.B);
+    free(ps.C);
     trn_adamw_free(&opt);
     gpt2_free(&g);
-    res.blas = gemm_rate(cfg, B * T, 1);
-    res.kit = gemm_rate(cfg, B * T, 0);
-    printf("  step %8.1f ms  (forward+loss %.1f, backward %.1f, clip+AdamW %.1f)\n", res.ms, res.fwd, res.bwd, res.opt);
-    printf("  %8.0f tokens/s   %7.1f GFLOP/s achieved\n", res.tok_s, res.gflops);
-    printf("  OpenBLAS sgemm on this step's linear products: %7.1f GFLOP/s   (trn_sgemm: %.1f, %.2fx OpenBLAS)\n",
-           res.blas, res.kit, res.kit / res.blas);
-    printf("  step rate / OpenBLAS rate: %.0f%%\n\n", 100.0 * res.gflops / res.blas);
-    return res;
 }
 
 // the kernel path train.h was compiled for (the same tests as its #ifs)
@@ -219,7 +241,8 @@ int main(int argc, char **argv) {
     const char *only = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help")) {
-            printf("usage: bench/gpt2 [--model gpt2|mini] [--threads N] [--steps N] [--recompute]\n");
+            printf("usage: bench/gpt2 [--model gpt2|mini] [--threads N] [--steps N (rounds: one step and the products "
+                   "with both libraries each)] [--recompute]\n");
             return 0;
         } else if (!strcmp(argv[i], "--recompute")) {
             recompute = 1;
@@ -236,7 +259,7 @@ int main(int argc, char **argv) {
     }
     openblas_set_num_threads(threads);
     trn_set_threads(threads);
-    printf("bench/gpt2: %d threads, median of %d steps after a warm-up step; train.h kernels: %s; OpenBLAS kernel: "
+    printf("bench/gpt2: %d threads, medians of %d rounds after a warm-up round; train.h kernels: %s; OpenBLAS kernel: "
            "%s\n\n", threads, steps, isa_path(), openblas_get_corename());
     if (!only || !strcmp(only, "gpt2")) {
         const preset *p = find_preset("gpt2");

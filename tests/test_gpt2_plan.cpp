@@ -55,8 +55,8 @@
    WRITES its bias gradient in its BGRADB epilogue: the parameters'
    gradients are known zero after trn_zero_grad, so no column-sum
    launches), attention's 3 (FlashAttention-2: D = rowsum(dO O), the
-   key-block kernel, the dQ partials' sum; the partials need no zero
-   pass: each one's first key block stores) = 14, and no zero: the 3 dinp
+   key-block kernel for dK and dV, the query-block pass for dQ; each
+   stores its outputs, so none needs a zero pass) = 14, and no zero: the 3 dinp
    GEMMs write their fresh
    gradients with beta 0, and attention WRITES its fresh dqkv
    (flash_attention_backward_ex), where they were zeroed and added to); outside
