@@ -736,10 +736,6 @@ static __device__ __forceinline__ float trn__warp_max(float v) {
    this build's kernels at all */
 static __global__ void trn__k_probe(int *x) { if (x) x[0] = 1; }
 
-/* --- linear: cuBLAS does the products; this adds the bias (dbias: >>colsum) */
-static __global__ void trn__k_bias_add(float *out, const float *bias, size_t N, int OC) {
-    TRN__GRID_STRIDE(i, N * (size_t)OC) out[i] += bias[i % (size_t)OC];
-}
 
 /* ------------------------------------------------------------------------
    >>colsum: dst (C) += the column sums of x (N,C), a linear layer's bias
@@ -1416,79 +1412,130 @@ static __device__ __forceinline__ float trn__gelu_grad(float x) {
     float dt = (1.0f - t * t) * TRN__CUDA_GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
     return 0.5f * (1.0f + t) + 0.5f * x * dt;
 }
-/* out[i] = op(a[i], b[i], c[i]) for i < n (b, c NULL when op takes fewer;
-   out may be a: that is how += is written). Eight elements at a time
-   through 16-byte loads and stores (one pack of 8 bf16, two of 4 fp32)
-   where every pointer is 16-byte aligned (vec, from the host), then the
-   last n % 8 one at a time: the scalar tail. One kernel for every such
-   op; an op is a struct with one element's math. */
-template <typename A, typename Op>
-static __global__ void trn__k_map(A *out, const A *a, const A *b, const A *c, size_t n, int vec, Op op) {
+/* out[i] = op(a[i], b[i], c[i], i) for i < n (b, c NULL when op takes
+   fewer; out may be a: that is how += is written; i, the element's index,
+   for ops that need it: a bias row, dropout's mask). Eight elements at a
+   time through 16-byte loads and stores (one pack of 8 bf16, two of 4
+   fp32) where every pointer is 16-byte aligned (vec, from the host), then
+   the last n % 8 one at a time: the scalar tail. One kernel for every such
+   op; an op is a struct with one element's math. out is A too, except for
+   a loss per element (O = float: mse). */
+template <typename A, typename Op, typename O>
+static __global__ void trn__k_map(O *out, const A *a, const A *b, const A *c, size_t n, int vec, Op op) {
     const size_t nv = vec ? n / 8 : 0; /* packs of 8 */
     TRN__GRID_STRIDE(i, nv) {
         float x[8], y[8] = {0}, z[8] = {0};
         trn__ld8(x, a + 8 * i);
         if (b) trn__ld8(y, b + 8 * i);
         if (c) trn__ld8(z, c + 8 * i);
-        for (int k = 0; k < 8; k++) x[k] = op(x[k], y[k], z[k]);
+        for (int k = 0; k < 8; k++) x[k] = op(x[k], y[k], z[k], 8 * i + k);
         trn__st8(out + 8 * i, x);
     }
     TRN__GRID_STRIDE(t, n - 8 * nv) { /* the tail */
         size_t i = 8 * nv + t;
-        out[i] = trn__to<A>(op(trn__ld(a[i]), b ? trn__ld(b[i]) : 0.0f, c ? trn__ld(c[i]) : 0.0f));
+        out[i] = trn__to<O>(op(trn__ld(a[i]), b ? trn__ld(b[i]) : 0.0f, c ? trn__ld(c[i]) : 0.0f, i));
     }
 }
 /* the host side: 16-byte access only when every pointer allows it */
-template <typename A, typename Op>
+template <typename A, typename O = A, typename Op>
 static void trn__cuda_map(Op op, float *out, const float *a, const float *b, const float *c, size_t n) {
     int vec = trn__al16(out) && trn__al16(a) && trn__al16(b) && trn__al16(c);
     if (n == 0) return;
-    TRN_CUDA_LAUNCH((trn__k_map<A, Op>), dim3(trn__cuda_grid((n + 7) / 8)), dim3(TRN__CUDA_BLOCK), 0, trn__cu.stream,
-                    (A *)out, (const A *)a, (const A *)b, (const A *)c, n, vec, op);
+    TRN_CUDA_LAUNCH((trn__k_map<A, Op, O>), dim3(trn__cuda_grid((n + 7) / 8)), dim3(TRN__CUDA_BLOCK), 0, trn__cu.stream,
+                    (O *)out, (const A *)a, (const A *)b, (const A *)c, n, vec, op);
 }
-struct trn__op_gelu { __device__ float operator()(float x, float, float) const { return trn__gelu(x); } };
+/* the ops (the references: train.h's trn_gelu_forward, trn_relu_forward, ...) */
+struct trn__op_gelu { __device__ float operator()(float x, float, float, size_t) const { return trn__gelu(x); } };
 /* dinp += dout * gelu'(inp): a = dinp, b = inp, c = dout */
 struct trn__op_gelu_bwd {
-    __device__ float operator()(float d, float x, float g) const { return d + g * trn__gelu_grad(x); }
+    __device__ float operator()(float d, float x, float g, size_t) const { return d + g * trn__gelu_grad(x); }
 };
 /* d = d * gelu'(pre), in place: the GEMM wrote dloss/d(gelu's output) into d (the unfused matmul + dgelu) */
-struct trn__op_dgelu_mul { __device__ float operator()(float d, float x, float) const { return d * trn__gelu_grad(x); } };
-struct trn__op_add { __device__ float operator()(float x, float y, float) const { return x + y; } };
+struct trn__op_dgelu_mul {
+    __device__ float operator()(float d, float x, float, size_t) const { return d * trn__gelu_grad(x); }
+};
+struct trn__op_add { __device__ float operator()(float x, float y, float, size_t) const { return x + y; } };
+/* d + y z: a gradient that accumulates a product (mul's db when b has a's shape) */
+struct trn__op_add_mul { __device__ float operator()(float d, float y, float z, size_t) const { return d + y * z; } };
+struct trn__op_relu { __device__ float operator()(float x, float, float, size_t) const { return x > 0.0f ? x : 0.0f; } };
+/* dinp += dout where out > 0: a = dinp, b = out, c = dout */
+struct trn__op_relu_bwd {
+    __device__ float operator()(float d, float y, float g, size_t) const { return y > 0.0f ? d + g : d; }
+};
+struct trn__op_scale {
+    float s;
+    __device__ float operator()(float x, float, float, size_t) const { return x * s; }
+};
+/* mse: a = pred, b = target; the loss per element is fp32 whatever A is */
+struct trn__op_mse {
+    __device__ float operator()(float p, float t, float, size_t) const { float d = p - t; return d * d; }
+};
+/* dpred += dloss 2 (pred - target): a = dpred, b = pred, c = target */
+struct trn__op_mse_bwd {
+    float dloss;
+    __device__ float operator()(float d, float p, float t, size_t) const { return d + dloss * 2.0f * (p - t); }
+};
+/* x + row[i % C] and x * row[i % C]: a row (a bias, mul's broadcast b)
+   over the rows of an (N,C) array. The row is small and stays in cache,
+   so it is read an element at a time; x, the big array, in packs. */
+template <typename A>
+struct trn__op_add_row {
+    const A *row;
+    size_t C;
+    __device__ float operator()(float x, float, float, size_t i) const { return x + trn__ld(row[i % C]); }
+};
+template <typename A>
+struct trn__op_mul_row {
+    const A *row;
+    size_t C;
+    __device__ float operator()(float x, float, float, size_t i) const { return x * trn__ld(row[i % C]); }
+};
+/* da += dout * row[i % C]: a = da, b = dout */
+template <typename A>
+struct trn__op_acc_mul_row {
+    const A *row;
+    size_t C;
+    __device__ float operator()(float d, float g, float, size_t i) const { return d + g * trn__ld(row[i % C]); }
+};
 /* matmul + GELU where cuBLASLt's epilogue does not do it (fp32, tf32, and
    bf16 shapes the epilogue cannot take): the GEMM wrote its product into
    pre (N,OC); this one pass adds the bias (NULL: none, or the GEMM added
    it), keeps the sum in pre (what backward reads) and writes gelu of it. */
+/* Eight at a time (16-byte packs) when OC % 8 == 0 and the arrays are
+   16-byte aligned (vec), so that a pack never crosses a row; else one at a
+   time. */
 template <typename A>
-static __global__ void trn__k_bias_gelu(A *out, A *pre, const A *bias, size_t N, int OC) {
-    TRN__GRID_STRIDE(i, N * (size_t)OC) {
-        float v = trn__ld(pre[i]);
-        if (bias) {
-            v += trn__ld(bias[i % (size_t)OC]);
-            pre[i] = trn__to<A>(v);
-        }
-        out[i] = trn__to<A>(trn__gelu(v));
+static __device__ __forceinline__ float trn__bias_gelu1(A *pre, const A *bias, size_t i, int OC) {
+    float v = trn__ld(pre[i]);
+    if (bias) {
+        v += trn__ld(bias[i % (size_t)OC]);
+        pre[i] = trn__to<A>(v);
     }
+    return trn__gelu(v);
 }
 template <typename A>
-static __global__ void trn__k_relu_fwd(A *out, const A *inp, size_t n) {
-    TRN__GRID_STRIDE(i, n) { float x = trn__ld(inp[i]); out[i] = trn__to<A>(x > 0.0f ? x : 0.0f); }
+static __global__ void trn__k_bias_gelu(A *out, A *pre, const A *bias, size_t N, int OC, int vec) {
+    const size_t n = N * (size_t)OC, nv = vec ? n / 8 : 0;
+    TRN__GRID_STRIDE(p, nv) {
+        float v[8], b[8];
+        trn__ld8(v, pre + 8 * p);
+        if (bias) {
+            trn__ld8(b, bias + (8 * p) % (size_t)OC);
+            for (int k = 0; k < 8; k++) v[k] += b[k];
+            trn__st8(pre + 8 * p, v); /* (gelu below takes the fp32 sum, as one at a time) */
+        }
+        for (int k = 0; k < 8; k++) v[k] = trn__gelu(v[k]);
+        trn__st8(out + 8 * p, v);
+    }
+    TRN__GRID_STRIDE(t, n - 8 * nv) out[8 * nv + t] = trn__to<A>(trn__bias_gelu1(pre, bias, 8 * nv + t, OC));
 }
 template <typename A>
-static __global__ void trn__k_relu_bwd(A *dinp, const A *out, const A *dout, size_t n) {
-    TRN__GRID_STRIDE(i, n) if (trn__ld(out[i]) > 0.0f) dinp[i] = trn__to<A>(trn__ld(dinp[i]) + trn__ld(dout[i]));
-}
-static __global__ void trn__k_scale(float *x, float s, size_t n) {
-    TRN__GRID_STRIDE(i, n) x[i] *= s;
-}
-/* losses: fp32 per element whatever A is */
-template <typename A>
-static __global__ void trn__k_mse_fwd(float *losses, const A *pred, const A *target, size_t n) {
-    TRN__GRID_STRIDE(i, n) { float d = trn__ld(pred[i]) - trn__ld(target[i]); losses[i] = d * d; }
-}
-template <typename A>
-static __global__ void trn__k_mse_bwd(A *dpred, const A *pred, const A *target, float dloss, size_t n) {
-    TRN__GRID_STRIDE(i, n)
-        dpred[i] = trn__to<A>(trn__ld(dpred[i]) + dloss * 2.0f * (trn__ld(pred[i]) - trn__ld(target[i])));
+static void trn__cuda_bias_gelu(A *out, A *pre, const A *bias, size_t N, int OC) {
+    size_t n = N * (size_t)OC;
+    int vec = OC % 8 == 0 && trn__al16(out) && trn__al16(pre) && trn__al16(bias);
+    if (n == 0) return;
+    TRN_CUDA_LAUNCH(trn__k_bias_gelu<A>, dim3(trn__cuda_grid(vec ? (n + 7) / 8 : n)), dim3(TRN__CUDA_BLOCK), 0,
+                    trn__cu.stream, out, pre, bias, N, OC, vec);
 }
 
 /* the launchers: the backend table's gelu_forward ... mse_backward */
@@ -1505,12 +1552,12 @@ static void trn__cuda_gelu_backward(float *dinp, const float *inp, const float *
 template <typename A>
 static void trn__cuda_relu_forward(float *out, const float *inp, size_t n) {
     TRN__CUDA_SITE("relu fwd", 2.0 * sizeof(A) * n, n);
-    TRN__CUDA_ELEMENTWISE(trn__k_relu_fwd<A>, n, TRN__A(out), TRN__CA(inp), n);
+    trn__cuda_map<A>(trn__op_relu(), out, inp, NULL, NULL, n);
 }
 template <typename A>
 static void trn__cuda_relu_backward(float *dinp, const float *out, const float *dout, size_t n) {
     TRN__CUDA_SITE("relu bwd", 3.0 * sizeof(A) * n, n);
-    if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_relu_bwd<A>, n, TRN__A(dinp), TRN__CA(out), TRN__CA(dout), n);
+    if (dinp) trn__cuda_map<A>(trn__op_relu_bwd(), dinp, dinp, out, dout, n);
 }
 template <typename A>
 static void trn__cuda_add_forward(float *out, const float *a, const float *b, size_t n) {
@@ -1524,17 +1571,19 @@ static void trn__cuda_accumulate(float *dst, const float *src, size_t n) {
 }
 static void trn__cuda_scale(float *x, float s, size_t n) {
     TRN__CUDA_SITE("scale", 8.0 * n, n);
-    TRN__CUDA_ELEMENTWISE(trn__k_scale, n, x, s, n);
+    trn__op_scale op = {s};
+    trn__cuda_map<float>(op, x, x, NULL, NULL, n);
 }
 template <typename A>
 static void trn__cuda_mse_forward(float *losses, const float *pred, const float *target, size_t n) {
     TRN__CUDA_SITE("mse fwd", 2.0 * sizeof(A) * n + 4.0 * n, 3.0 * n);
-    TRN__CUDA_ELEMENTWISE(trn__k_mse_fwd<A>, n, losses, TRN__CA(pred), TRN__CA(target), n);
+    trn__cuda_map<A, float>(trn__op_mse(), losses, pred, target, NULL, n);
 }
 template <typename A>
 static void trn__cuda_mse_backward(float *dpred, const float *pred, const float *target, float dloss, size_t n) {
     TRN__CUDA_SITE("mse bwd", 3.0 * sizeof(A) * n, 3.0 * n);
-    if (dpred) TRN__CUDA_ELEMENTWISE(trn__k_mse_bwd<A>, n, TRN__A(dpred), TRN__CA(pred), TRN__CA(target), dloss, n);
+    trn__op_mse_bwd op = {dloss};
+    if (dpred) trn__cuda_map<A>(op, dpred, dpred, pred, target, n);
 }
 /* <<elementwise */
 
@@ -3321,15 +3370,23 @@ static __device__ __forceinline__ float trn__cuda_dropout_u(uint64_t key, size_t
     z ^= z >> 31;
     return (float)(z >> 40) * (1.0f / 16777216.0f);
 }
-template <typename A>
-static __global__ void trn__k_dropout_fwd(A *out, const A *inp, size_t n, float p, float scale, uint64_t key) {
-    TRN__GRID_STRIDE(i, n) out[i] = trn__to<A>(trn__cuda_dropout_u(key, i) >= p ? trn__ld(inp[i]) * scale : 0.0f);
-}
-template <typename A>
-static __global__ void trn__k_dropout_bwd(A *dinp, const A *dout, size_t n, float p, float scale, uint64_t key) {
-    TRN__GRID_STRIDE(i, n)
-        if (trn__cuda_dropout_u(key, i) >= p) dinp[i] = trn__to<A>(trn__ld(dinp[i]) + trn__ld(dout[i]) * scale);
-}
+/* through trn__k_map (>>elementwise): out = inp * scale where element i's
+   u(key, i) >= p, else 0; backward dinp += dout * scale where kept (a =
+   dinp, b = dout) */
+struct trn__op_dropout {
+    float p, scale;
+    uint64_t key;
+    __device__ float operator()(float x, float, float, size_t i) const {
+        return trn__cuda_dropout_u(key, i) >= p ? x * scale : 0.0f;
+    }
+};
+struct trn__op_dropout_bwd {
+    float p, scale;
+    uint64_t key;
+    __device__ float operator()(float d, float g, float, size_t i) const {
+        return trn__cuda_dropout_u(key, i) >= p ? d + g * scale : d;
+    }
+};
 /* transpose in the 5-D view (A, D0, Bm, D1, C): one thread per element of
    the written array, so backward's += has one writer per element. The
    storage type is T here (A is the view's first dimension). */
@@ -3459,47 +3516,45 @@ static __global__ void trn__k_xent_ex_bwd(A *dlogits, const A *logits, const flo
         d[v] = trn__to<A>(trn__ld(d[v]) + dloss * (v == t ? p - (1.0f - smoothing) : p));
     }
 }
-/* BCE with logits, L1, Huber: elementwise; inputs and gradients A,
-   per-element losses fp32 */
-template <typename A>
-static __global__ void trn__k_bce_fwd(float *losses, const A *x, const A *y, size_t n) {
-    TRN__GRID_STRIDE(i, n) {
-        float xi = trn__ld(x[i]);
-        losses[i] = fmaxf(xi, 0.0f) - xi * trn__ld(y[i]) + log1pf(expf(-fabsf(xi)));
+/* BCE with logits, L1, Huber: elementwise, through trn__k_map
+   (>>elementwise); inputs and gradients A, per-element losses fp32.
+   Forward: a = x or pred, b = y or target; backward: a = the gradient,
+   b and c the forward's inputs. The references: train.h's
+   trn_bce_with_logits_*, trn_l1_*, trn_huber_* */
+struct trn__op_bce {
+    __device__ float operator()(float x, float y, float, size_t) const {
+        return fmaxf(x, 0.0f) - x * y + log1pf(expf(-fabsf(x)));
     }
-}
-template <typename A>
-static __global__ void trn__k_bce_bwd(A *dx, const A *x, const A *y, float dloss, size_t n) {
-    TRN__GRID_STRIDE(i, n) {
-        float xi = trn__ld(x[i]), e = expf(-fabsf(xi)), s = xi >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
-        dx[i] = trn__to<A>(trn__ld(dx[i]) + dloss * (s - trn__ld(y[i])));
+};
+struct trn__op_bce_bwd {
+    float dloss;
+    __device__ float operator()(float d, float x, float y, size_t) const {
+        float e = expf(-fabsf(x)), s = x >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
+        return d + dloss * (s - y);
     }
-}
-template <typename A>
-static __global__ void trn__k_l1_fwd(float *losses, const A *pred, const A *target, size_t n) {
-    TRN__GRID_STRIDE(i, n) losses[i] = fabsf(trn__ld(pred[i]) - trn__ld(target[i]));
-}
-template <typename A>
-static __global__ void trn__k_l1_bwd(A *dpred, const A *pred, const A *target, float dloss, size_t n) {
-    TRN__GRID_STRIDE(i, n) {
-        float d = trn__ld(pred[i]) - trn__ld(target[i]);
-        dpred[i] = trn__to<A>(trn__ld(dpred[i]) + (d > 0.0f ? dloss : d < 0.0f ? -dloss : 0.0f));
+};
+struct trn__op_l1 { __device__ float operator()(float p, float t, float, size_t) const { return fabsf(p - t); } };
+struct trn__op_l1_bwd {
+    float dloss;
+    __device__ float operator()(float g, float p, float t, size_t) const {
+        float d = p - t;
+        return g + (d > 0.0f ? dloss : d < 0.0f ? -dloss : 0.0f);
     }
-}
-template <typename A>
-static __global__ void trn__k_huber_fwd(float *losses, const A *pred, const A *target, float delta, size_t n) {
-    TRN__GRID_STRIDE(i, n) {
-        float d = trn__ld(pred[i]) - trn__ld(target[i]), a = fabsf(d);
-        losses[i] = a < delta ? 0.5f * d * d : delta * (a - 0.5f * delta);
+};
+struct trn__op_huber {
+    float delta;
+    __device__ float operator()(float p, float t, float, size_t) const {
+        float d = p - t, a = fabsf(d);
+        return a < delta ? 0.5f * d * d : delta * (a - 0.5f * delta);
     }
-}
-template <typename A>
-static __global__ void trn__k_huber_bwd(A *dpred, const A *pred, const A *target, float delta, float dloss, size_t n) {
-    TRN__GRID_STRIDE(i, n) {
-        float d = trn__ld(pred[i]) - trn__ld(target[i]);
-        dpred[i] = trn__to<A>(trn__ld(dpred[i]) + dloss * (fabsf(d) < delta ? d : d > 0.0f ? delta : -delta));
+};
+struct trn__op_huber_bwd {
+    float delta, dloss;
+    __device__ float operator()(float g, float p, float t, size_t) const {
+        float d = p - t;
+        return g + dloss * (fabsf(d) < delta ? d : d > 0.0f ? delta : -delta);
     }
-}
+};
 
 /* --- generation: attention over a key/value cache -------------------------
    append: the T new keys and values into rows pos.. of the caches;
@@ -3559,16 +3614,9 @@ static __global__ void trn__k_sumsq(double *part, const float *x, size_t n, int 
 }
 
 /* --- >>ops2: mul, silu, sigmoid, tanh, softmax, rmsnorm, rope ---------------- */
-/* out[i] = a[i] * b[i % C]  (b: one row broadcast over rows, or a's shape);
+/* out[i] = a[i] * b[i % C]  (b: one row broadcast over rows, or a's shape):
+   forward and da through trn__k_map (trn__op_mul_row, trn__op_acc_mul_row);
    a, b, out and their gradients are A, db's column partials fp32 */
-template <typename A>
-static __global__ void trn__k_mul_fwd(A *out, const A *a, const A *b, size_t n, size_t C) {
-    TRN__GRID_STRIDE(i, n) out[i] = trn__to<A>(trn__ld(a[i]) * trn__ld(b[i % C]));
-}
-template <typename A>
-static __global__ void trn__k_mul_bwd_da(A *da, const A *dout, const A *b, size_t n, size_t C) {
-    TRN__GRID_STRIDE(i, n) da[i] = trn__to<A>(trn__ld(da[i]) + trn__ld(dout[i]) * trn__ld(b[i % C]));
-}
 /* db = column sums of dout * a: as trn__k_colsum_part, on the product */
 template <typename A>
 static __global__ void trn__k_mul_bwd_part(float *part, const A *dout, const A *a, int N, int C, int rows) {
@@ -3584,10 +3632,6 @@ static __global__ void trn__k_mul_bwd_part(float *part, const A *dout, const A *
         for (int k = 1; k < 8; k++) s += acc[k][threadIdx.x];
         part[(size_t)blockIdx.y * C + c] = s;
     }
-}
-template <typename A>
-static __global__ void trn__k_mul_bwd_same(A *db, const A *dout, const A *a, size_t n) {
-    TRN__GRID_STRIDE(i, n) db[i] = trn__to<A>(trn__ld(db[i]) + trn__ld(dout[i]) * trn__ld(a[i]));
 }
 /* db (C, type A) += the partials of trn__k_mul_bwd_part added in order: as
    trn__k_colsum_final, which writes fp32 parameter gradients */
@@ -3605,36 +3649,27 @@ static __device__ __forceinline__ float trn__sigmoid_d(float x) { return 1.0f / 
    sigmoid(x), with a = dinp, b = inp, c = dout. The references: train.h's
    trn_silu_forward / _backward */
 struct trn__op_silu {
-    __device__ float operator()(float x, float, float) const { return x * trn__sigmoid_d(x); }
+    __device__ float operator()(float x, float, float, size_t) const { return x * trn__sigmoid_d(x); }
 };
 struct trn__op_silu_bwd {
-    __device__ float operator()(float d, float x, float g) const {
+    __device__ float operator()(float d, float x, float g, size_t) const {
         float s = trn__sigmoid_d(x);
         return d + g * (s + x * s * (1.0f - s));
     }
 };
-template <typename A>
-static __global__ void trn__k_sigmoid_fwd(A *out, const A *inp, size_t n) {
-    TRN__GRID_STRIDE(i, n) out[i] = trn__to<A>(trn__sigmoid_d(trn__ld(inp[i])));
-}
-template <typename A>
-static __global__ void trn__k_sigmoid_bwd(A *dinp, const A *out, const A *dout, size_t n) {
-    TRN__GRID_STRIDE(i, n) {
-        float y = trn__ld(out[i]);
-        dinp[i] = trn__to<A>(trn__ld(dinp[i]) + trn__ld(dout[i]) * y * (1.0f - y));
-    }
-}
-template <typename A>
-static __global__ void trn__k_tanh_fwd(A *out, const A *inp, size_t n) {
-    TRN__GRID_STRIDE(i, n) out[i] = trn__to<A>(tanhf(trn__ld(inp[i])));
-}
-template <typename A>
-static __global__ void trn__k_tanh_bwd(A *dinp, const A *out, const A *dout, size_t n) {
-    TRN__GRID_STRIDE(i, n) {
-        float y = trn__ld(out[i]);
-        dinp[i] = trn__to<A>(trn__ld(dinp[i]) + trn__ld(dout[i]) * (1.0f - y * y));
-    }
-}
+/* sigmoid and tanh, the same way; backward from the saved output y:
+   dinp += dout y (1 - y), and dinp += dout (1 - y^2) (a = dinp, b = out,
+   c = dout). The references: train.h's trn_sigmoid_* and trn_tanh_* */
+struct trn__op_sigmoid {
+    __device__ float operator()(float x, float, float, size_t) const { return trn__sigmoid_d(x); }
+};
+struct trn__op_sigmoid_bwd {
+    __device__ float operator()(float d, float y, float g, size_t) const { return d + g * y * (1.0f - y); }
+};
+struct trn__op_tanh { __device__ float operator()(float x, float, float, size_t) const { return tanhf(x); } };
+struct trn__op_tanh_bwd {
+    __device__ float operator()(float d, float y, float g, size_t) const { return d + g * (1.0f - y * y); }
+};
 /* softmax over rows of C: one warp per row (8 rows per block); max, sum
    and dot in fp32 */
 template <typename A>
@@ -4025,12 +4060,6 @@ static trn__lt_plan *trn__cuda_lt_plan(const char *file, int line, int ta, int t
     }
     return q;
 }
-/* out (N,OC) += bias (OC), bf16 or fp32: the unfused bias of a matmul whose
-   fused cuBLASLt epilogue is not available */
-template <typename A>
-static __global__ void trn__k_bias_add_a(A *out, const A *bias, size_t N, int OC) {
-    TRN__GRID_STRIDE(i, N * (size_t)OC) out[i] = trn__to<A>(trn__ld(out[i]) + trn__ld(bias[i % (size_t)OC]));
-}
 template <typename TD>
 static void trn__cuda_lt_gemm(const char *file, int line, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
                               int k, const trn__bf16 *A, int lda, const trn__bf16 *B, int ldb, float beta, TD *D,
@@ -4063,15 +4092,15 @@ static void trn__cuda_lt_gemm(const char *file, int line, cublasOperation_t ta, 
             trn__cuda_colsum((float *)(void *)bias, B, k, n);
         } else if (act == TRN__LT_GELU) { /* aux = acc (+ bias), D = gelu(aux) */
             trn__cuda_gemm(file, line, ta, tb, m, n, k, 1.0f, A, lda, 0, B, ldb, 0, beta, aux, ldd, 0, 1);
-            TRN_CUDA_LAUNCH(trn__k_bias_gelu<TD>, dim3(trn__cuda_grid(mn)), dim3(TRN__CUDA_BLOCK), 0, trn__cu.stream, D,
-                            aux, bias, (size_t)n, m);
+            trn__cuda_bias_gelu<TD>(D, aux, bias, (size_t)n, m);
         } else {
             trn__cuda_gemm(file, line, ta, tb, m, n, k, 1.0f, A, lda, 0, B, ldb, 0, beta, D, ldd, 0, 1);
             if (act == TRN__LT_DGELU)
                 trn__cuda_map<TD>(trn__op_dgelu_mul(), (float *)D, (const float *)D, (const float *)aux, NULL, mn);
-            else if (bias)
-                TRN_CUDA_LAUNCH(trn__k_bias_add_a<TD>, dim3(trn__cuda_grid(mn)), dim3(TRN__CUDA_BLOCK), 0,
-                                trn__cu.stream, D, bias, (size_t)n, m);
+            else if (bias) {
+                trn__op_add_row<TD> op = {bias, (size_t)m};
+                trn__cuda_map<TD>(op, (float *)(void *)D, (const float *)(const void *)D, NULL, NULL, mn);
+            }
         }
         return;
     }
@@ -4102,9 +4131,10 @@ static void trn__cuda_matmul_forward(float *out, const float *inp, const float *
         return;
     }
     TRN__CUDA_GEMM(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, 1.0f, w, C, 0, inp, C, 0, 0.0f, out, OC, 0, 1);
-    if (bias)
-        TRN_CUDA_LAUNCH(trn__k_bias_add, dim3(trn__cuda_grid((size_t)N * OC)), dim3(TRN__CUDA_BLOCK), 0,
-                        trn__cu.stream, out, bias, (size_t)N, OC);
+    if (bias) { /* out (N,OC) += bias, the rows in 16-byte packs (>>elementwise) */
+        trn__op_add_row<float> op = {bias, (size_t)OC};
+        trn__cuda_map<float>(op, out, out, NULL, NULL, (size_t)N * OC);
+    }
 }
 
 /* dinp (N,C) += dout (N,OC) @ w;  dw (OC,C) += dout^T @ inp;  dbias += column sums of dout.
@@ -4198,8 +4228,7 @@ static void trn__cuda_matmul_gelu_forward(float *out, float *pre, const float *i
     }
     trn__cuda_matmul_forward<A>(pre, inp, w, bf16 ? bias : NULL, N, C, OC);
     TRN__CUDA_SITE("bias+gelu (unfused)", sizeof(A) * (3.0 * N * OC + OC), 0); /* pre read and written, out written */
-    TRN_CUDA_LAUNCH(trn__k_bias_gelu<A>, dim3(trn__cuda_grid((size_t)N * OC)), dim3(TRN__CUDA_BLOCK), 0,
-                    trn__cu.stream, TRN__A(out), TRN__A(pre), bf16 ? NULL : TRN__CA(bias), (size_t)N, OC);
+    trn__cuda_bias_gelu<A>(TRN__A(out), TRN__A(pre), bf16 ? NULL : TRN__CA(bias), (size_t)N, OC);
 }
 /* Backward of the GELU into the next matmul (GPT-2's c_proj, whose input is
    gelu(pre)): dpre (N,C) = (dout (N,OC) @ w (OC,C)) * gelu'(pre), WRITTEN
@@ -4247,15 +4276,14 @@ static void trn__cuda_sgd_update(float *p, const float *g, float *buf, size_t n,
 template <typename A>
 static void trn__cuda_dropout_forward(float *out, const float *inp, size_t n, float p, uint64_t key) {
     TRN__CUDA_SITE("dropout fwd", 2.0 * sizeof(A) * n, 2.0 * n);
-    TRN__CUDA_ELEMENTWISE(trn__k_dropout_fwd<A>, n, TRN__A(out), TRN__CA(inp), n, p, p < 1.0f ? 1.0f / (1.0f - p) : 0.0f,
-                          key);
+    trn__op_dropout op = {p, p < 1.0f ? 1.0f / (1.0f - p) : 0.0f, key};
+    trn__cuda_map<A>(op, out, inp, NULL, NULL, n);
 }
 template <typename A>
 static void trn__cuda_dropout_backward(float *dinp, const float *dout, size_t n, float p, uint64_t key) {
     TRN__CUDA_SITE("dropout bwd", 2.0 * sizeof(A) * n, 2.0 * n);
-    if (dinp)
-        TRN__CUDA_ELEMENTWISE(trn__k_dropout_bwd<A>, n, TRN__A(dinp), TRN__CA(dout), n, p,
-                              p < 1.0f ? 1.0f / (1.0f - p) : 0.0f, key);
+    trn__op_dropout_bwd op = {p, p < 1.0f ? 1.0f / (1.0f - p) : 0.0f, key};
+    if (dinp) trn__cuda_map<A>(op, dinp, dinp, dout, NULL, n);
 }
 /* (the storage type is T: A names the view's first dimension here) */
 template <typename T>
@@ -4361,34 +4389,37 @@ static void trn__cuda_crossentropy_ex_backward(float *dlogits, const float *logi
 template <typename A>
 static void trn__cuda_bce_logits_forward(float *losses, const float *x, const float *y, size_t n) {
     TRN__CUDA_SITE("bce fwd", 2.0 * sizeof(A) * n + 4.0 * n, 5.0 * n);
-    TRN__CUDA_ELEMENTWISE(trn__k_bce_fwd<A>, n, losses, TRN__CA(x), TRN__CA(y), n);
+    trn__cuda_map<A, float>(trn__op_bce(), losses, x, y, NULL, n);
 }
 template <typename A>
 static void trn__cuda_bce_logits_backward(float *dx, const float *x, const float *y, float dloss, size_t n) {
     TRN__CUDA_SITE("bce bwd", 3.0 * sizeof(A) * n, 5.0 * n);
-    if (dx) TRN__CUDA_ELEMENTWISE(trn__k_bce_bwd<A>, n, TRN__A(dx), TRN__CA(x), TRN__CA(y), dloss, n);
+    trn__op_bce_bwd op = {dloss};
+    if (dx) trn__cuda_map<A>(op, dx, dx, x, y, n);
 }
 template <typename A>
 static void trn__cuda_l1_forward(float *losses, const float *pred, const float *target, size_t n) {
     TRN__CUDA_SITE("l1 fwd", 2.0 * sizeof(A) * n + 4.0 * n, 2.0 * n);
-    TRN__CUDA_ELEMENTWISE(trn__k_l1_fwd<A>, n, losses, TRN__CA(pred), TRN__CA(target), n);
+    trn__cuda_map<A, float>(trn__op_l1(), losses, pred, target, NULL, n);
 }
 template <typename A>
 static void trn__cuda_l1_backward(float *dpred, const float *pred, const float *target, float dloss, size_t n) {
     TRN__CUDA_SITE("l1 bwd", 3.0 * sizeof(A) * n, 2.0 * n);
-    if (dpred) TRN__CUDA_ELEMENTWISE(trn__k_l1_bwd<A>, n, TRN__A(dpred), TRN__CA(pred), TRN__CA(target), dloss, n);
+    trn__op_l1_bwd op = {dloss};
+    if (dpred) trn__cuda_map<A>(op, dpred, dpred, pred, target, n);
 }
 template <typename A>
 static void trn__cuda_huber_forward(float *losses, const float *pred, const float *target, float delta, size_t n) {
     TRN__CUDA_SITE("huber fwd", 2.0 * sizeof(A) * n + 4.0 * n, 4.0 * n);
-    TRN__CUDA_ELEMENTWISE(trn__k_huber_fwd<A>, n, losses, TRN__CA(pred), TRN__CA(target), delta, n);
+    trn__op_huber op = {delta};
+    trn__cuda_map<A, float>(op, losses, pred, target, NULL, n);
 }
 template <typename A>
 static void trn__cuda_huber_backward(float *dpred, const float *pred, const float *target, float delta, float dloss,
                                      size_t n) {
     TRN__CUDA_SITE("huber bwd", 3.0 * sizeof(A) * n, 4.0 * n);
-    if (dpred)
-        TRN__CUDA_ELEMENTWISE(trn__k_huber_bwd<A>, n, TRN__A(dpred), TRN__CA(pred), TRN__CA(target), delta, dloss, n);
+    trn__op_huber_bwd op = {delta, dloss};
+    if (dpred) trn__cuda_map<A>(op, dpred, dpred, pred, target, n);
 }
 
 /* attention over the cache (train.h's trn_attention_kv_forward). Per batch
@@ -4710,15 +4741,17 @@ static void trn__cuda_flash_attention_backward_bf16(float *dqkv, const float *do
 template <typename A>
 static void trn__cuda_mul_forward(float *out, const float *a, const float *b, size_t N, size_t C) {
     TRN__CUDA_SITE("mul fwd", 3.0 * sizeof(A) * N * C, (double)N * C);
-    TRN__CUDA_ELEMENTWISE(trn__k_mul_fwd<A>, N * C, TRN__A(out), TRN__CA(a), TRN__CA(b), N * C, C);
+    trn__op_mul_row<A> op = {TRN__CA(b), C};
+    trn__cuda_map<A>(op, out, a, NULL, NULL, N * C);
 }
 template <typename A>
 static void trn__cuda_mul_backward(float *da, float *db, const float *dout, const float *a, const float *b, size_t N,
                                    size_t C) {
     TRN__CUDA_SITE("mul bwd", sizeof(A) * ((da ? 3.0 : 0) + (db ? 2.0 : 0)) * N * C + (db ? sizeof(A) * (double)C : 0), 2.0 * N * C);
-    if (da) TRN__CUDA_ELEMENTWISE(trn__k_mul_bwd_da<A>, N * C, TRN__A(da), TRN__CA(dout), TRN__CA(b), N * C, C);
+    trn__op_acc_mul_row<A> op = {TRN__CA(b), C};
+    if (da) trn__cuda_map<A>(op, da, da, dout, NULL, N * C);
     if (!db || N * C == 0) return;
-    if (N == 1) { TRN__CUDA_ELEMENTWISE(trn__k_mul_bwd_same<A>, C, TRN__A(db), TRN__CA(dout), TRN__CA(a), C); return; }
+    if (N == 1) { trn__cuda_map<A>(trn__op_add_mul(), db, db, dout, a, C); return; }
     int nchunk = (int)((N + 63) / 64), rows;
     if (nchunk > 64) nchunk = 64;
     rows = (int)((N + (size_t)nchunk - 1) / (size_t)nchunk);
@@ -4741,22 +4774,22 @@ static void trn__cuda_silu_backward(float *dinp, const float *inp, const float *
 template <typename A>
 static void trn__cuda_sigmoid_forward(float *out, const float *inp, size_t n) {
     TRN__CUDA_SITE("sigmoid fwd", 2.0 * sizeof(A) * n, 3.0 * n);
-    TRN__CUDA_ELEMENTWISE(trn__k_sigmoid_fwd<A>, n, TRN__A(out), TRN__CA(inp), n);
+    trn__cuda_map<A>(trn__op_sigmoid(), out, inp, NULL, NULL, n);
 }
 template <typename A>
 static void trn__cuda_sigmoid_backward(float *dinp, const float *out, const float *dout, size_t n) {
     TRN__CUDA_SITE("sigmoid bwd", 3.0 * sizeof(A) * n, 3.0 * n);
-    if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_sigmoid_bwd<A>, n, TRN__A(dinp), TRN__CA(out), TRN__CA(dout), n);
+    if (dinp) trn__cuda_map<A>(trn__op_sigmoid_bwd(), dinp, dinp, out, dout, n);
 }
 template <typename A>
 static void trn__cuda_tanh_forward(float *out, const float *inp, size_t n) {
     TRN__CUDA_SITE("tanh fwd", 2.0 * sizeof(A) * n, 3.0 * n);
-    TRN__CUDA_ELEMENTWISE(trn__k_tanh_fwd<A>, n, TRN__A(out), TRN__CA(inp), n);
+    trn__cuda_map<A>(trn__op_tanh(), out, inp, NULL, NULL, n);
 }
 template <typename A>
 static void trn__cuda_tanh_backward(float *dinp, const float *out, const float *dout, size_t n) {
     TRN__CUDA_SITE("tanh bwd", 3.0 * sizeof(A) * n, 3.0 * n);
-    if (dinp) TRN__CUDA_ELEMENTWISE(trn__k_tanh_bwd<A>, n, TRN__A(dinp), TRN__CA(out), TRN__CA(dout), n);
+    if (dinp) trn__cuda_map<A>(trn__op_tanh_bwd(), dinp, dinp, out, dout, n);
 }
 template <typename A>
 static void trn__cuda_softmax_forward(float *out, const float *inp, int N, int C) {
