@@ -871,11 +871,29 @@ static __global__ void trn__k_embed_fwd(A *out, const int *ids, const A *table, 
     }
     TRN__GRID_STRIDE(i, (size_t)N * C) out[i] = table[(size_t)ids[i / (size_t)C] * C + i % (size_t)C];
 }
-/* rows with the same id add into the same table row: atomics, into an fp32
-   dtable whatever A is (a parameter gradient) */
+/* rows with the same id add into the same table row: atomics, one 4-byte
+   atomicAdd an element, into an fp32 dtable whatever A is (a parameter
+   gradient). dout (N,C) is read as one flat array of N C elements: vec
+   (dout 16-byte aligned) 8 elements a thread through 16-byte packs (one
+   of bf16, two of fp32), a pack free to cross from one row into the next
+   (any C), then the last N C % 8 one at a time: the scalar tail (all of
+   them without vec). The reference: train.h's trn_embedding_backward. */
 template <typename A>
-static __global__ void trn__k_embed_bwd(float *dtable, const A *dout, const int *ids, int N, int C) {
-    TRN__GRID_STRIDE(i, (size_t)N * C) atomicAdd(&dtable[(size_t)ids[i / (size_t)C] * C + i % (size_t)C], trn__ld(dout[i]));
+static __global__ void trn__k_embed_bwd(float *dtable, const A *dout, const int *ids, int N, int C, int vec) {
+    const size_t n = (size_t)N * C, nv = vec ? n / 8 : 0; /* packs of 8 */
+    TRN__GRID_STRIDE(j, nv) {
+        float f[8];
+        trn__ld8(f, dout + 8 * j);
+        size_t r = 8 * j / (size_t)C, c = 8 * j % (size_t)C; /* the row and column of the pack's first element */
+        for (int k = 0; k < 8; k++, c++) {
+            if (c == (size_t)C) { c = 0; r++; } /* the pack goes on in the next row */
+            atomicAdd(&dtable[(size_t)ids[r] * C + c], f[k]);
+        }
+    }
+    TRN__GRID_STRIDE(t, n - 8 * nv) { /* the scalar tail: the last n % 8 */
+        size_t i = 8 * nv + t;
+        atomicAdd(&dtable[(size_t)ids[i / (size_t)C] * C + i % (size_t)C], trn__ld(dout[i]));
+    }
 }
 /* ids made of B equal rows of T (ids[b T + t] = ids[t]: GPT-2's positions),
    dout (B,T,C): dtable[ids[t]] += sum over b of dout[b][t]. The kernel
@@ -920,9 +938,10 @@ static void trn__cuda_embedding_forward(float *out, const int *ids, const float 
 template <typename A>
 static void trn__cuda_embedding_backward(float *dtable, const float *dout, const int *ids, int N, int C) {
     if (!dtable || (size_t)N * C == 0) return;
+    int vec = trn__al16(dout);
     TRN__CUDA_SITE("embedding bwd", 4.0 * N + (sizeof(A) + 8.0) * N * C, 0); /* dout read; dtable rows read+written */
-    TRN_CUDA_LAUNCH(trn__k_embed_bwd<A>, dim3(trn__cuda_grid((size_t)N * C)), dim3(TRN__CUDA_BLOCK), 0, trn__cu.stream,
-                    dtable, (const A *)dout, ids, N, C);
+    TRN_CUDA_LAUNCH(trn__k_embed_bwd<A>, dim3(trn__cuda_grid(((size_t)N * C + (vec ? 7 : 0)) / (vec ? 8 : 1))),
+                    dim3(TRN__CUDA_BLOCK), 0, trn__cu.stream, dtable, (const A *)dout, ids, N, C, vec);
 }
 /* the backend's embedding_backward_rows: ids of B equal rows of T */
 template <typename A>

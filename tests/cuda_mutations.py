@@ -39,9 +39,12 @@ MUTATIONS = [  # (name, original text, broken text, sanitizer: "" | "address" | 
      "    TRN_CUBLAS_CHECK(cublasSetWorkspace(trn__cu.cublas, trn__cu.workspace, trn__cu.workspace_bytes));",
      "    TRN_CUBLAS_CHECK(cublasSetWorkspace(trn__cu.cublas, trn__cu.workspace, trn__cu.workspace_bytes));\n"
      "    TRN_CUBLAS_CHECK(cublasSetStream(trn__cu.cublas, trn__cu.stream));", ""),
-    ("embedding backward without atomics",
-     "atomicAdd(&dtable[(size_t)ids[i / (size_t)C] * C + i % (size_t)C], trn__ld(dout[i]));",
-     "dtable[(size_t)ids[i / (size_t)C] * C + i % (size_t)C] += trn__ld(dout[i]);", "thread"),
+    ("embedding backward without atomics", "atomicAdd(&dtable[(size_t)ids[r] * C + c], f[k]);",
+     "dtable[(size_t)ids[r] * C + c] += f[k];", "thread"),
+    ("embedding backward packs: a pack that crosses a row's end adds the rest into the same table row",
+     "            if (c == (size_t)C) { c = 0; r++; } /* the pack goes on in the next row */\n", "", "address"),
+    ("embedding backward: the scalar tail skipped", "TRN__GRID_STRIDE(t, n - 8 * nv) { /* the scalar tail: the last n % 8 */",
+     "TRN__GRID_STRIDE(t, 0 * (n - 8 * nv)) { /* the scalar tail: the last n % 8 */", ""),
     # bf16 activations (tests/test_cuda_bf16_ops.cpp checks them against fp32)
     ("bf16 store truncates instead of rounding to nearest even",
      "trn__to<trn__bf16>(float v) { return __float2bfloat16(v); }",
