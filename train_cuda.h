@@ -3613,7 +3613,10 @@ static __global__ void trn__k_sumsq(double *part, const float *x, size_t n, int 
     }
 }
 
-/* --- >>ops2: mul, silu, sigmoid, tanh, softmax, rmsnorm, rope ---------------- */
+/* --- >>ops2: mul, silu, sigmoid, tanh, softmax, rmsnorm, rope: the
+   decoder ops (Llama's), kernels and then their launchers. The plain
+   references: train.h's trn_mul_forward, trn_silu_forward, ...,
+   trn_rope_forward and their _backward ------------------------------------ */
 /* out[i] = a[i] * b[i % C]  (b: one row broadcast over rows, or a's shape):
    forward and da through trn__k_map (trn__op_mul_row, trn__op_acc_mul_row);
    a, b, out and their gradients are A, db's column partials fp32 */
@@ -3790,6 +3793,123 @@ static __global__ void trn__k_rope(A *y, const A *x, int B, int T, int H, int R,
         y[k] = trn__to<A>(accumulate ? trn__ld(y[k]) + v : v);
     }
 }
+
+/* the host launchers: the backend table's mul_forward ... rope_backward */
+template <typename A>
+static void trn__cuda_mul_forward(float *out, const float *a, const float *b, size_t N, size_t C) {
+    TRN__CUDA_SITE("mul fwd", 3.0 * sizeof(A) * N * C, (double)N * C);
+    trn__op_mul_row<A> op = {TRN__CA(b), C};
+    trn__cuda_map<A>(op, out, a, NULL, NULL, N * C);
+}
+template <typename A>
+static void trn__cuda_mul_backward(float *da, float *db, const float *dout, const float *a, const float *b, size_t N,
+                                   size_t C) {
+    TRN__CUDA_SITE("mul bwd", sizeof(A) * ((da ? 3.0 : 0) + (db ? 2.0 : 0)) * N * C + (db ? sizeof(A) * (double)C : 0), 2.0 * N * C);
+    trn__op_acc_mul_row<A> op = {TRN__CA(b), C};
+    if (da) trn__cuda_map<A>(op, da, da, dout, NULL, N * C);
+    if (!db || N * C == 0) return;
+    if (N == 1) { trn__cuda_map<A>(trn__op_add_mul(), db, db, dout, a, C); return; }
+    int nchunk = (int)((N + 63) / 64), rows;
+    if (nchunk > 64) nchunk = 64;
+    rows = (int)((N + (size_t)nchunk - 1) / (size_t)nchunk);
+    float *part = trn__cuda_tmp((size_t)nchunk * C);
+    TRN_CUDA_LAUNCH(trn__k_mul_bwd_part<A>, dim3((unsigned)(C + 31) / 32, (unsigned)nchunk), dim3(32, 8), 0,
+                    trn__cu.stream, part, TRN__CA(dout), TRN__CA(a), (int)N, (int)C, rows);
+    TRN_CUDA_LAUNCH(trn__k_mul_bwd_final<A>, dim3((unsigned)(C + 255) / 256), dim3(256), 0, trn__cu.stream, TRN__A(db),
+                    (const float *)part, nchunk, (int)C);
+}
+template <typename A>
+static void trn__cuda_silu_forward(float *out, const float *inp, size_t n) {
+    TRN__CUDA_SITE("silu fwd", 2.0 * sizeof(A) * n, 4.0 * n);
+    trn__cuda_map<A>(trn__op_silu(), out, inp, NULL, NULL, n);
+}
+template <typename A>
+static void trn__cuda_silu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+    TRN__CUDA_SITE("silu bwd", 3.0 * sizeof(A) * n, 6.0 * n);
+    if (dinp) trn__cuda_map<A>(trn__op_silu_bwd(), dinp, dinp, inp, dout, n);
+}
+template <typename A>
+static void trn__cuda_sigmoid_forward(float *out, const float *inp, size_t n) {
+    TRN__CUDA_SITE("sigmoid fwd", 2.0 * sizeof(A) * n, 3.0 * n);
+    trn__cuda_map<A>(trn__op_sigmoid(), out, inp, NULL, NULL, n);
+}
+template <typename A>
+static void trn__cuda_sigmoid_backward(float *dinp, const float *out, const float *dout, size_t n) {
+    TRN__CUDA_SITE("sigmoid bwd", 3.0 * sizeof(A) * n, 3.0 * n);
+    if (dinp) trn__cuda_map<A>(trn__op_sigmoid_bwd(), dinp, dinp, out, dout, n);
+}
+template <typename A>
+static void trn__cuda_tanh_forward(float *out, const float *inp, size_t n) {
+    TRN__CUDA_SITE("tanh fwd", 2.0 * sizeof(A) * n, 3.0 * n);
+    trn__cuda_map<A>(trn__op_tanh(), out, inp, NULL, NULL, n);
+}
+template <typename A>
+static void trn__cuda_tanh_backward(float *dinp, const float *out, const float *dout, size_t n) {
+    TRN__CUDA_SITE("tanh bwd", 3.0 * sizeof(A) * n, 3.0 * n);
+    if (dinp) trn__cuda_map<A>(trn__op_tanh_bwd(), dinp, dinp, out, dout, n);
+}
+template <typename A>
+static void trn__cuda_softmax_forward(float *out, const float *inp, int N, int C) {
+    TRN__CUDA_SITE("softmax fwd", 2.0 * sizeof(A) * N * C, 4.0 * N * C);
+    if (N <= 0) return;
+    TRN_CUDA_LAUNCH(trn__k_softmax_rows_fwd<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, TRN__A(out),
+                    TRN__CA(inp), N, C);
+}
+template <typename A>
+static void trn__cuda_softmax_backward(float *dinp, const float *out, const float *dout, int N, int C) {
+    TRN__CUDA_SITE("softmax bwd", 3.0 * sizeof(A) * N * C, 4.0 * N * C);
+    if (!dinp || N <= 0) return;
+    TRN_CUDA_LAUNCH(trn__k_softmax_rows_bwd<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream,
+                    TRN__A(dinp), TRN__CA(out), TRN__CA(dout), N, C);
+}
+template <typename A>
+static void trn__cuda_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C,
+                                      float eps) {
+    TRN__CUDA_SITE("rmsnorm fwd", sizeof(A) * (2.0 * N * C + C) + 4.0 * N, 4.0 * N * C);
+    if (N <= 0) return;
+    TRN_CUDA_LAUNCH(trn__k_rms_fwd<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, TRN__A(out), rstd,
+                    TRN__CA(inp), TRN__CA(w), N, C, eps, trn__cuda_ln_vec(C, out, inp, w, w));
+}
+template <typename A>
+static void trn__cuda_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                                       const float *rstd, int N, int C) {
+    TRN__CUDA_SITE("rmsnorm bwd", sizeof(A) * ((dinp ? 4.0 : 2.0) * N * C + C) + 4.0 * N + (dw ? 8.0 * C : 0), 8.0 * N * C);
+    if (N <= 0) return;
+    if (dinp)
+        TRN_CUDA_LAUNCH(trn__k_rms_bwd_dx<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, TRN__A(dinp),
+                        TRN__CA(dout), TRN__CA(inp), TRN__CA(w), rstd, N, C, trn__cuda_ln_vec(C, dinp, dout, inp, w));
+    if (dw) {
+        int nchunk = (N + 63) / 64, rows;
+        if (nchunk > 64) nchunk = 64;
+        rows = (N + nchunk - 1) / nchunk;
+        float *part = trn__cuda_tmp((size_t)nchunk * C);
+        TRN_CUDA_LAUNCH(trn__k_rms_bwd_part<A>, dim3((unsigned)(C + 31) / 32, (unsigned)nchunk), dim3(32, 8), 0,
+                        trn__cu.stream, part, TRN__CA(dout), TRN__CA(inp), rstd, N, C, rows);
+        TRN_CUDA_LAUNCH(trn__k_colsum_final, dim3((unsigned)(C + 255) / 256), dim3(256), 0, trn__cu.stream, dw,
+                        (const float *)part, nchunk, C);
+    }
+}
+static trn_rope_scaling trn__rope_sc_or_plain(const trn_rope_scaling *sc) { /* by value into the kernel */
+    trn_rope_scaling plain;
+    memset(&plain, 0, sizeof plain);
+    return sc ? *sc : plain;
+}
+template <typename A>
+static void trn__cuda_rope_forward(float *out, const float *inp, int B, int T, int H, int R, int hs, int pos0,
+                                   float theta, const trn_rope_scaling *sc) {
+    TRN__CUDA_SITE("rope fwd", 2.0 * sizeof(A) * B * T * H * hs, 4.0 * B * T * H * hs);
+    TRN__CUDA_ELEMENTWISE(trn__k_rope<A>, (size_t)B * T * H * hs, TRN__A(out), TRN__CA(inp), B, T, H, R, hs, pos0, theta,
+                          trn__rope_sc_or_plain(sc), 1.0f, 0);
+}
+template <typename A>
+static void trn__cuda_rope_backward(float *dinp, const float *dout, int B, int T, int H, int R, int hs, int pos0,
+                                    float theta, const trn_rope_scaling *sc) {
+    TRN__CUDA_SITE("rope bwd", 2.0 * sizeof(A) * B * T * H * hs, 4.0 * B * T * H * hs);
+    if (dinp)
+        TRN__CUDA_ELEMENTWISE(trn__k_rope<A>, (size_t)B * T * H * hs, TRN__A(dinp), TRN__CA(dout), B, T, H, R, hs, pos0,
+                              theta, trn__rope_sc_or_plain(sc), -1.0f, 1);
+}
+/* <<ops2 */
 
 /* ------------------------------------------------------------------------
    >>convert: dst (n) = s * src or dst += s * src, any pair of dtypes
@@ -4735,122 +4855,6 @@ static void trn__cuda_flash_attention_backward_bf16(float *dqkv, const float *do
                                                     const float *lse, int B, int T, int NH, int NKV, int hs,
                                                     int causal) {
     trn__cuda_flash_attention_backward_ex_bf16(dqkv, dout, qkv, out, lse, B, T, NH, NKV, hs, causal, 0);
-}
-
-/* >>ops2 */
-template <typename A>
-static void trn__cuda_mul_forward(float *out, const float *a, const float *b, size_t N, size_t C) {
-    TRN__CUDA_SITE("mul fwd", 3.0 * sizeof(A) * N * C, (double)N * C);
-    trn__op_mul_row<A> op = {TRN__CA(b), C};
-    trn__cuda_map<A>(op, out, a, NULL, NULL, N * C);
-}
-template <typename A>
-static void trn__cuda_mul_backward(float *da, float *db, const float *dout, const float *a, const float *b, size_t N,
-                                   size_t C) {
-    TRN__CUDA_SITE("mul bwd", sizeof(A) * ((da ? 3.0 : 0) + (db ? 2.0 : 0)) * N * C + (db ? sizeof(A) * (double)C : 0), 2.0 * N * C);
-    trn__op_acc_mul_row<A> op = {TRN__CA(b), C};
-    if (da) trn__cuda_map<A>(op, da, da, dout, NULL, N * C);
-    if (!db || N * C == 0) return;
-    if (N == 1) { trn__cuda_map<A>(trn__op_add_mul(), db, db, dout, a, C); return; }
-    int nchunk = (int)((N + 63) / 64), rows;
-    if (nchunk > 64) nchunk = 64;
-    rows = (int)((N + (size_t)nchunk - 1) / (size_t)nchunk);
-    float *part = trn__cuda_tmp((size_t)nchunk * C);
-    TRN_CUDA_LAUNCH(trn__k_mul_bwd_part<A>, dim3((unsigned)(C + 31) / 32, (unsigned)nchunk), dim3(32, 8), 0,
-                    trn__cu.stream, part, TRN__CA(dout), TRN__CA(a), (int)N, (int)C, rows);
-    TRN_CUDA_LAUNCH(trn__k_mul_bwd_final<A>, dim3((unsigned)(C + 255) / 256), dim3(256), 0, trn__cu.stream, TRN__A(db),
-                    (const float *)part, nchunk, (int)C);
-}
-template <typename A>
-static void trn__cuda_silu_forward(float *out, const float *inp, size_t n) {
-    TRN__CUDA_SITE("silu fwd", 2.0 * sizeof(A) * n, 4.0 * n);
-    trn__cuda_map<A>(trn__op_silu(), out, inp, NULL, NULL, n);
-}
-template <typename A>
-static void trn__cuda_silu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
-    TRN__CUDA_SITE("silu bwd", 3.0 * sizeof(A) * n, 6.0 * n);
-    if (dinp) trn__cuda_map<A>(trn__op_silu_bwd(), dinp, dinp, inp, dout, n);
-}
-template <typename A>
-static void trn__cuda_sigmoid_forward(float *out, const float *inp, size_t n) {
-    TRN__CUDA_SITE("sigmoid fwd", 2.0 * sizeof(A) * n, 3.0 * n);
-    trn__cuda_map<A>(trn__op_sigmoid(), out, inp, NULL, NULL, n);
-}
-template <typename A>
-static void trn__cuda_sigmoid_backward(float *dinp, const float *out, const float *dout, size_t n) {
-    TRN__CUDA_SITE("sigmoid bwd", 3.0 * sizeof(A) * n, 3.0 * n);
-    if (dinp) trn__cuda_map<A>(trn__op_sigmoid_bwd(), dinp, dinp, out, dout, n);
-}
-template <typename A>
-static void trn__cuda_tanh_forward(float *out, const float *inp, size_t n) {
-    TRN__CUDA_SITE("tanh fwd", 2.0 * sizeof(A) * n, 3.0 * n);
-    trn__cuda_map<A>(trn__op_tanh(), out, inp, NULL, NULL, n);
-}
-template <typename A>
-static void trn__cuda_tanh_backward(float *dinp, const float *out, const float *dout, size_t n) {
-    TRN__CUDA_SITE("tanh bwd", 3.0 * sizeof(A) * n, 3.0 * n);
-    if (dinp) trn__cuda_map<A>(trn__op_tanh_bwd(), dinp, dinp, out, dout, n);
-}
-template <typename A>
-static void trn__cuda_softmax_forward(float *out, const float *inp, int N, int C) {
-    TRN__CUDA_SITE("softmax fwd", 2.0 * sizeof(A) * N * C, 4.0 * N * C);
-    if (N <= 0) return;
-    TRN_CUDA_LAUNCH(trn__k_softmax_rows_fwd<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, TRN__A(out),
-                    TRN__CA(inp), N, C);
-}
-template <typename A>
-static void trn__cuda_softmax_backward(float *dinp, const float *out, const float *dout, int N, int C) {
-    TRN__CUDA_SITE("softmax bwd", 3.0 * sizeof(A) * N * C, 4.0 * N * C);
-    if (!dinp || N <= 0) return;
-    TRN_CUDA_LAUNCH(trn__k_softmax_rows_bwd<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream,
-                    TRN__A(dinp), TRN__CA(out), TRN__CA(dout), N, C);
-}
-template <typename A>
-static void trn__cuda_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C,
-                                      float eps) {
-    TRN__CUDA_SITE("rmsnorm fwd", sizeof(A) * (2.0 * N * C + C) + 4.0 * N, 4.0 * N * C);
-    if (N <= 0) return;
-    TRN_CUDA_LAUNCH(trn__k_rms_fwd<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, TRN__A(out), rstd,
-                    TRN__CA(inp), TRN__CA(w), N, C, eps, trn__cuda_ln_vec(C, out, inp, w, w));
-}
-template <typename A>
-static void trn__cuda_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
-                                       const float *rstd, int N, int C) {
-    TRN__CUDA_SITE("rmsnorm bwd", sizeof(A) * ((dinp ? 4.0 : 2.0) * N * C + C) + 4.0 * N + (dw ? 8.0 * C : 0), 8.0 * N * C);
-    if (N <= 0) return;
-    if (dinp)
-        TRN_CUDA_LAUNCH(trn__k_rms_bwd_dx<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, TRN__A(dinp),
-                        TRN__CA(dout), TRN__CA(inp), TRN__CA(w), rstd, N, C, trn__cuda_ln_vec(C, dinp, dout, inp, w));
-    if (dw) {
-        int nchunk = (N + 63) / 64, rows;
-        if (nchunk > 64) nchunk = 64;
-        rows = (N + nchunk - 1) / nchunk;
-        float *part = trn__cuda_tmp((size_t)nchunk * C);
-        TRN_CUDA_LAUNCH(trn__k_rms_bwd_part<A>, dim3((unsigned)(C + 31) / 32, (unsigned)nchunk), dim3(32, 8), 0,
-                        trn__cu.stream, part, TRN__CA(dout), TRN__CA(inp), rstd, N, C, rows);
-        TRN_CUDA_LAUNCH(trn__k_colsum_final, dim3((unsigned)(C + 255) / 256), dim3(256), 0, trn__cu.stream, dw,
-                        (const float *)part, nchunk, C);
-    }
-}
-static trn_rope_scaling trn__rope_sc_or_plain(const trn_rope_scaling *sc) { /* by value into the kernel */
-    trn_rope_scaling plain;
-    memset(&plain, 0, sizeof plain);
-    return sc ? *sc : plain;
-}
-template <typename A>
-static void trn__cuda_rope_forward(float *out, const float *inp, int B, int T, int H, int R, int hs, int pos0,
-                                   float theta, const trn_rope_scaling *sc) {
-    TRN__CUDA_SITE("rope fwd", 2.0 * sizeof(A) * B * T * H * hs, 4.0 * B * T * H * hs);
-    TRN__CUDA_ELEMENTWISE(trn__k_rope<A>, (size_t)B * T * H * hs, TRN__A(out), TRN__CA(inp), B, T, H, R, hs, pos0, theta,
-                          trn__rope_sc_or_plain(sc), 1.0f, 0);
-}
-template <typename A>
-static void trn__cuda_rope_backward(float *dinp, const float *dout, int B, int T, int H, int R, int hs, int pos0,
-                                    float theta, const trn_rope_scaling *sc) {
-    TRN__CUDA_SITE("rope bwd", 2.0 * sizeof(A) * B * T * H * hs, 4.0 * B * T * H * hs);
-    if (dinp)
-        TRN__CUDA_ELEMENTWISE(trn__k_rope<A>, (size_t)B * T * H * hs, TRN__A(dinp), TRN__CA(dout), B, T, H, R, hs, pos0,
-                              theta, trn__rope_sc_or_plain(sc), -1.0f, 1);
 }
 
 /* ========================================================================
