@@ -907,11 +907,29 @@ static __global__ void trn__k_embed_fwd(A *out, const int *ids, const A *table, 
     }
     TRN__GRID_STRIDE(i, (size_t)N * C) out[i] = table[(size_t)ids[i / (size_t)C] * C + i % (size_t)C];
 }
-/* rows with the same id add into the same table row: atomics, into an fp32
-   dtable whatever A is (a parameter gradient) */
+/* rows with the same id add into the same table row: atomics, one 4-byte
+   atomicAdd an element, into an fp32 dtable whatever A is (a parameter
+   gradient). dout (N,C) is read as one flat array of N C elements: vec
+   (dout 16-byte aligned) 8 elements a thread through 16-byte packs (one
+   of bf16, two of fp32), a pack free to cross from one row into the next
+   (any C), then the last N C % 8 one at a time: the scalar tail (all of
+   them without vec). The reference: train.h's trn_embedding_backward. */
 template <typename A>
-static __global__ void trn__k_embed_bwd(float *dtable, const A *dout, const int *ids, int N, int C) {
-    TRN__GRID_STRIDE(i, (size_t)N * C) atomicAdd(&dtable[(size_t)ids[i / (size_t)C] * C + i % (size_t)C], trn__ld(dout[i]));
+static __global__ void trn__k_embed_bwd(float *dtable, const A *dout, const int *ids, int N, int C, int vec) {
+    const size_t n = (size_t)N * C, nv = vec ? n / 8 : 0; /* packs of 8 */
+    TRN__GRID_STRIDE(j, nv) {
+        float f[8];
+        trn__ld8(f, dout + 8 * j);
+        size_t r = 8 * j / (size_t)C, c = 8 * j % (size_t)C; /* the row and column of the pack's first element */
+        for (int k = 0; k < 8; k++, c++) {
+            if (c == (size_t)C) { c = 0; r++; } /* the pack goes on in the next row */
+            atomicAdd(&dtable[(size_t)ids[r] * C + c], f[k]);
+        }
+    }
+    TRN__GRID_STRIDE(t, n - 8 * nv) { /* the scalar tail: the last n % 8 */
+        size_t i = 8 * nv + t;
+        atomicAdd(&dtable[(size_t)ids[i / (size_t)C] * C + i % (size_t)C], trn__ld(dout[i]));
+    }
 }
 /* ids made of B equal rows of T (ids[b T + t] = ids[t]: GPT-2's positions),
    dout (B,T,C): dtable[ids[t]] += sum over b of dout[b][t]. The kernel
@@ -956,9 +974,10 @@ static void trn__cuda_embedding_forward(float *out, const int *ids, const float 
 template <typename A>
 static void trn__cuda_embedding_backward(float *dtable, const float *dout, const int *ids, int N, int C) {
     if (!dtable || (size_t)N * C == 0) return;
+    int vec = trn__al16(dout);
     TRN__CUDA_SITE("embedding bwd", 4.0 * N + (sizeof(A) + 8.0) * N * C, 0); /* dout read; dtable rows read+written */
-    TRN_CUDA_LAUNCH(trn__k_embed_bwd<A>, dim3(trn__cuda_grid((size_t)N * C)), dim3(TRN__CUDA_BLOCK), 0, trn__cu.stream,
-                    dtable, (const A *)dout, ids, N, C);
+    TRN_CUDA_LAUNCH(trn__k_embed_bwd<A>, dim3(trn__cuda_grid(((size_t)N * C + (vec ? 7 : 0)) / (vec ? 8 : 1))),
+                    dim3(TRN__CUDA_BLOCK), 0, trn__cu.stream, dtable, (const A *)dout, ids, N, C, vec);
 }
 /* the backend's embedding_backward_rows: ids of B equal rows of T */
 template <typename A>
@@ -3574,7 +3593,10 @@ static __global__ void trn__k_sumsq(double *part, const float *x, size_t n, int 
     }
 }
 
-/* --- >>ops2: mul, silu, sigmoid, tanh, softmax, rmsnorm, rope ---------------- */
+/* --- >>ops2: mul, silu, sigmoid, tanh, softmax, rmsnorm, rope: the
+   decoder ops (Llama's), kernels and then their launchers. The plain
+   references: train.h's trn_mul_forward, trn_silu_forward, ...,
+   trn_rope_forward and their _backward ------------------------------------ */
 /* out[i] = a[i] * b[i % C]  (b: one row broadcast over rows, or a's shape):
    forward and da through trn__k_map (trn__op_mul_row, trn__op_acc_mul_row);
    a, b, out and their gradients are A, db's column partials fp32 */
@@ -3751,6 +3773,123 @@ static __global__ void trn__k_rope(A *y, const A *x, int B, int T, int H, int R,
         y[k] = trn__to<A>(accumulate ? trn__ld(y[k]) + v : v);
     }
 }
+
+/* the host launchers: the backend table's mul_forward ... rope_backward */
+template <typename A>
+static void trn__cuda_mul_forward(float *out, const float *a, const float *b, size_t N, size_t C) {
+    TRN__CUDA_SITE("mul fwd", 3.0 * sizeof(A) * N * C, (double)N * C);
+    trn__op_mul_row<A> op = {TRN__CA(b), C};
+    trn__cuda_map<A>(op, out, a, NULL, NULL, N * C);
+}
+template <typename A>
+static void trn__cuda_mul_backward(float *da, float *db, const float *dout, const float *a, const float *b, size_t N,
+                                   size_t C) {
+    TRN__CUDA_SITE("mul bwd", sizeof(A) * ((da ? 3.0 : 0) + (db ? 2.0 : 0)) * N * C + (db ? sizeof(A) * (double)C : 0), 2.0 * N * C);
+    trn__op_acc_mul_row<A> op = {TRN__CA(b), C};
+    if (da) trn__cuda_map<A>(op, da, da, dout, NULL, N * C);
+    if (!db || N * C == 0) return;
+    if (N == 1) { trn__cuda_map<A>(trn__op_add_mul(), db, db, dout, a, C); return; }
+    int nchunk = (int)((N + 63) / 64), rows;
+    if (nchunk > 64) nchunk = 64;
+    rows = (int)((N + (size_t)nchunk - 1) / (size_t)nchunk);
+    float *part = trn__cuda_tmp((size_t)nchunk * C);
+    TRN_CUDA_LAUNCH(trn__k_mul_bwd_part<A>, dim3((unsigned)(C + 31) / 32, (unsigned)nchunk), dim3(32, 8), 0,
+                    trn__cu.stream, part, TRN__CA(dout), TRN__CA(a), (int)N, (int)C, rows);
+    TRN_CUDA_LAUNCH(trn__k_mul_bwd_final<A>, dim3((unsigned)(C + 255) / 256), dim3(256), 0, trn__cu.stream, TRN__A(db),
+                    (const float *)part, nchunk, (int)C);
+}
+template <typename A>
+static void trn__cuda_silu_forward(float *out, const float *inp, size_t n) {
+    TRN__CUDA_SITE("silu fwd", 2.0 * sizeof(A) * n, 4.0 * n);
+    trn__cuda_map<A>(trn__op_silu(), out, inp, NULL, NULL, n);
+}
+template <typename A>
+static void trn__cuda_silu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+    TRN__CUDA_SITE("silu bwd", 3.0 * sizeof(A) * n, 6.0 * n);
+    if (dinp) trn__cuda_map<A>(trn__op_silu_bwd(), dinp, dinp, inp, dout, n);
+}
+template <typename A>
+static void trn__cuda_sigmoid_forward(float *out, const float *inp, size_t n) {
+    TRN__CUDA_SITE("sigmoid fwd", 2.0 * sizeof(A) * n, 3.0 * n);
+    trn__cuda_map<A>(trn__op_sigmoid(), out, inp, NULL, NULL, n);
+}
+template <typename A>
+static void trn__cuda_sigmoid_backward(float *dinp, const float *out, const float *dout, size_t n) {
+    TRN__CUDA_SITE("sigmoid bwd", 3.0 * sizeof(A) * n, 3.0 * n);
+    if (dinp) trn__cuda_map<A>(trn__op_sigmoid_bwd(), dinp, dinp, out, dout, n);
+}
+template <typename A>
+static void trn__cuda_tanh_forward(float *out, const float *inp, size_t n) {
+    TRN__CUDA_SITE("tanh fwd", 2.0 * sizeof(A) * n, 3.0 * n);
+    trn__cuda_map<A>(trn__op_tanh(), out, inp, NULL, NULL, n);
+}
+template <typename A>
+static void trn__cuda_tanh_backward(float *dinp, const float *out, const float *dout, size_t n) {
+    TRN__CUDA_SITE("tanh bwd", 3.0 * sizeof(A) * n, 3.0 * n);
+    if (dinp) trn__cuda_map<A>(trn__op_tanh_bwd(), dinp, dinp, out, dout, n);
+}
+template <typename A>
+static void trn__cuda_softmax_forward(float *out, const float *inp, int N, int C) {
+    TRN__CUDA_SITE("softmax fwd", 2.0 * sizeof(A) * N * C, 4.0 * N * C);
+    if (N <= 0) return;
+    TRN_CUDA_LAUNCH(trn__k_softmax_rows_fwd<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, TRN__A(out),
+                    TRN__CA(inp), N, C);
+}
+template <typename A>
+static void trn__cuda_softmax_backward(float *dinp, const float *out, const float *dout, int N, int C) {
+    TRN__CUDA_SITE("softmax bwd", 3.0 * sizeof(A) * N * C, 4.0 * N * C);
+    if (!dinp || N <= 0) return;
+    TRN_CUDA_LAUNCH(trn__k_softmax_rows_bwd<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream,
+                    TRN__A(dinp), TRN__CA(out), TRN__CA(dout), N, C);
+}
+template <typename A>
+static void trn__cuda_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C,
+                                      float eps) {
+    TRN__CUDA_SITE("rmsnorm fwd", sizeof(A) * (2.0 * N * C + C) + 4.0 * N, 4.0 * N * C);
+    if (N <= 0) return;
+    TRN_CUDA_LAUNCH(trn__k_rms_fwd<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, TRN__A(out), rstd,
+                    TRN__CA(inp), TRN__CA(w), N, C, eps, trn__cuda_ln_vec(C, out, inp, w, w));
+}
+template <typename A>
+static void trn__cuda_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                                       const float *rstd, int N, int C) {
+    TRN__CUDA_SITE("rmsnorm bwd", sizeof(A) * ((dinp ? 4.0 : 2.0) * N * C + C) + 4.0 * N + (dw ? 8.0 * C : 0), 8.0 * N * C);
+    if (N <= 0) return;
+    if (dinp)
+        TRN_CUDA_LAUNCH(trn__k_rms_bwd_dx<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, TRN__A(dinp),
+                        TRN__CA(dout), TRN__CA(inp), TRN__CA(w), rstd, N, C, trn__cuda_ln_vec(C, dinp, dout, inp, w));
+    if (dw) {
+        int nchunk = (N + 63) / 64, rows;
+        if (nchunk > 64) nchunk = 64;
+        rows = (N + nchunk - 1) / nchunk;
+        float *part = trn__cuda_tmp((size_t)nchunk * C);
+        TRN_CUDA_LAUNCH(trn__k_rms_bwd_part<A>, dim3((unsigned)(C + 31) / 32, (unsigned)nchunk), dim3(32, 8), 0,
+                        trn__cu.stream, part, TRN__CA(dout), TRN__CA(inp), rstd, N, C, rows);
+        TRN_CUDA_LAUNCH(trn__k_colsum_final, dim3((unsigned)(C + 255) / 256), dim3(256), 0, trn__cu.stream, dw,
+                        (const float *)part, nchunk, C);
+    }
+}
+static trn_rope_scaling trn__rope_sc_or_plain(const trn_rope_scaling *sc) { /* by value into the kernel */
+    trn_rope_scaling plain;
+    memset(&plain, 0, sizeof plain);
+    return sc ? *sc : plain;
+}
+template <typename A>
+static void trn__cuda_rope_forward(float *out, const float *inp, int B, int T, int H, int R, int hs, int pos0,
+                                   float theta, const trn_rope_scaling *sc) {
+    TRN__CUDA_SITE("rope fwd", 2.0 * sizeof(A) * B * T * H * hs, 4.0 * B * T * H * hs);
+    TRN__CUDA_ELEMENTWISE(trn__k_rope<A>, (size_t)B * T * H * hs, TRN__A(out), TRN__CA(inp), B, T, H, R, hs, pos0, theta,
+                          trn__rope_sc_or_plain(sc), 1.0f, 0);
+}
+template <typename A>
+static void trn__cuda_rope_backward(float *dinp, const float *dout, int B, int T, int H, int R, int hs, int pos0,
+                                    float theta, const trn_rope_scaling *sc) {
+    TRN__CUDA_SITE("rope bwd", 2.0 * sizeof(A) * B * T * H * hs, 4.0 * B * T * H * hs);
+    if (dinp)
+        TRN__CUDA_ELEMENTWISE(trn__k_rope<A>, (size_t)B * T * H * hs, TRN__A(dinp), TRN__CA(dout), B, T, H, R, hs, pos0,
+                              theta, trn__rope_sc_or_plain(sc), -1.0f, 1);
+}
+/* <<ops2 */
 
 /* ------------------------------------------------------------------------
    >>convert: dst (n) = s * src or dst += s * src, any pair of dtypes
@@ -4764,122 +4903,6 @@ static void trn__cuda_flash_attention_backward_bf16(float *dqkv, const float *do
                                                     const float *lse, int B, int T, int NH, int NKV, int hs,
                                                     int causal) {
     trn__cuda_flash_attention_backward_ex_bf16(dqkv, dout, qkv, out, lse, B, T, NH, NKV, hs, causal, 0);
-}
-
-/* >>ops2 */
-template <typename A>
-static void trn__cuda_mul_forward(float *out, const float *a, const float *b, size_t N, size_t C) {
-    TRN__CUDA_SITE("mul fwd", 3.0 * sizeof(A) * N * C, (double)N * C);
-    trn__op_mul_row<A> op = {TRN__CA(b), C};
-    trn__cuda_map<A>(op, out, a, NULL, NULL, N * C);
-}
-template <typename A>
-static void trn__cuda_mul_backward(float *da, float *db, const float *dout, const float *a, const float *b, size_t N,
-                                   size_t C) {
-    TRN__CUDA_SITE("mul bwd", sizeof(A) * ((da ? 3.0 : 0) + (db ? 2.0 : 0)) * N * C + (db ? sizeof(A) * (double)C : 0), 2.0 * N * C);
-    trn__op_acc_mul_row<A> op = {TRN__CA(b), C};
-    if (da) trn__cuda_map<A>(op, da, da, dout, NULL, N * C);
-    if (!db || N * C == 0) return;
-    if (N == 1) { trn__cuda_map<A>(trn__op_add_mul(), db, db, dout, a, C); return; }
-    int nchunk = (int)((N + 63) / 64), rows;
-    if (nchunk > 64) nchunk = 64;
-    rows = (int)((N + (size_t)nchunk - 1) / (size_t)nchunk);
-    float *part = trn__cuda_tmp((size_t)nchunk * C);
-    TRN_CUDA_LAUNCH(trn__k_mul_bwd_part<A>, dim3((unsigned)(C + 31) / 32, (unsigned)nchunk), dim3(32, 8), 0,
-                    trn__cu.stream, part, TRN__CA(dout), TRN__CA(a), (int)N, (int)C, rows);
-    TRN_CUDA_LAUNCH(trn__k_mul_bwd_final<A>, dim3((unsigned)(C + 255) / 256), dim3(256), 0, trn__cu.stream, TRN__A(db),
-                    (const float *)part, nchunk, (int)C);
-}
-template <typename A>
-static void trn__cuda_silu_forward(float *out, const float *inp, size_t n) {
-    TRN__CUDA_SITE("silu fwd", 2.0 * sizeof(A) * n, 4.0 * n);
-    trn__cuda_map<A>(trn__op_silu(), out, inp, NULL, NULL, n);
-}
-template <typename A>
-static void trn__cuda_silu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
-    TRN__CUDA_SITE("silu bwd", 3.0 * sizeof(A) * n, 6.0 * n);
-    if (dinp) trn__cuda_map<A>(trn__op_silu_bwd(), dinp, dinp, inp, dout, n);
-}
-template <typename A>
-static void trn__cuda_sigmoid_forward(float *out, const float *inp, size_t n) {
-    TRN__CUDA_SITE("sigmoid fwd", 2.0 * sizeof(A) * n, 3.0 * n);
-    trn__cuda_map<A>(trn__op_sigmoid(), out, inp, NULL, NULL, n);
-}
-template <typename A>
-static void trn__cuda_sigmoid_backward(float *dinp, const float *out, const float *dout, size_t n) {
-    TRN__CUDA_SITE("sigmoid bwd", 3.0 * sizeof(A) * n, 3.0 * n);
-    if (dinp) trn__cuda_map<A>(trn__op_sigmoid_bwd(), dinp, dinp, out, dout, n);
-}
-template <typename A>
-static void trn__cuda_tanh_forward(float *out, const float *inp, size_t n) {
-    TRN__CUDA_SITE("tanh fwd", 2.0 * sizeof(A) * n, 3.0 * n);
-    trn__cuda_map<A>(trn__op_tanh(), out, inp, NULL, NULL, n);
-}
-template <typename A>
-static void trn__cuda_tanh_backward(float *dinp, const float *out, const float *dout, size_t n) {
-    TRN__CUDA_SITE("tanh bwd", 3.0 * sizeof(A) * n, 3.0 * n);
-    if (dinp) trn__cuda_map<A>(trn__op_tanh_bwd(), dinp, dinp, out, dout, n);
-}
-template <typename A>
-static void trn__cuda_softmax_forward(float *out, const float *inp, int N, int C) {
-    TRN__CUDA_SITE("softmax fwd", 2.0 * sizeof(A) * N * C, 4.0 * N * C);
-    if (N <= 0) return;
-    TRN_CUDA_LAUNCH(trn__k_softmax_rows_fwd<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, TRN__A(out),
-                    TRN__CA(inp), N, C);
-}
-template <typename A>
-static void trn__cuda_softmax_backward(float *dinp, const float *out, const float *dout, int N, int C) {
-    TRN__CUDA_SITE("softmax bwd", 3.0 * sizeof(A) * N * C, 4.0 * N * C);
-    if (!dinp || N <= 0) return;
-    TRN_CUDA_LAUNCH(trn__k_softmax_rows_bwd<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream,
-                    TRN__A(dinp), TRN__CA(out), TRN__CA(dout), N, C);
-}
-template <typename A>
-static void trn__cuda_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C,
-                                      float eps) {
-    TRN__CUDA_SITE("rmsnorm fwd", sizeof(A) * (2.0 * N * C + C) + 4.0 * N, 4.0 * N * C);
-    if (N <= 0) return;
-    TRN_CUDA_LAUNCH(trn__k_rms_fwd<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, TRN__A(out), rstd,
-                    TRN__CA(inp), TRN__CA(w), N, C, eps, trn__cuda_ln_vec(C, out, inp, w, w));
-}
-template <typename A>
-static void trn__cuda_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
-                                       const float *rstd, int N, int C) {
-    TRN__CUDA_SITE("rmsnorm bwd", sizeof(A) * ((dinp ? 4.0 : 2.0) * N * C + C) + 4.0 * N + (dw ? 8.0 * C : 0), 8.0 * N * C);
-    if (N <= 0) return;
-    if (dinp)
-        TRN_CUDA_LAUNCH(trn__k_rms_bwd_dx<A>, dim3((unsigned)(N + 7) / 8), dim3(256), 0, trn__cu.stream, TRN__A(dinp),
-                        TRN__CA(dout), TRN__CA(inp), TRN__CA(w), rstd, N, C, trn__cuda_ln_vec(C, dinp, dout, inp, w));
-    if (dw) {
-        int nchunk = (N + 63) / 64, rows;
-        if (nchunk > 64) nchunk = 64;
-        rows = (N + nchunk - 1) / nchunk;
-        float *part = trn__cuda_tmp((size_t)nchunk * C);
-        TRN_CUDA_LAUNCH(trn__k_rms_bwd_part<A>, dim3((unsigned)(C + 31) / 32, (unsigned)nchunk), dim3(32, 8), 0,
-                        trn__cu.stream, part, TRN__CA(dout), TRN__CA(inp), rstd, N, C, rows);
-        TRN_CUDA_LAUNCH(trn__k_colsum_final, dim3((unsigned)(C + 255) / 256), dim3(256), 0, trn__cu.stream, dw,
-                        (const float *)part, nchunk, C);
-    }
-}
-static trn_rope_scaling trn__rope_sc_or_plain(const trn_rope_scaling *sc) { /* by value into the kernel */
-    trn_rope_scaling plain;
-    memset(&plain, 0, sizeof plain);
-    return sc ? *sc : plain;
-}
-template <typename A>
-static void trn__cuda_rope_forward(float *out, const float *inp, int B, int T, int H, int R, int hs, int pos0,
-                                   float theta, const trn_rope_scaling *sc) {
-    TRN__CUDA_SITE("rope fwd", 2.0 * sizeof(A) * B * T * H * hs, 4.0 * B * T * H * hs);
-    TRN__CUDA_ELEMENTWISE(trn__k_rope<A>, (size_t)B * T * H * hs, TRN__A(out), TRN__CA(inp), B, T, H, R, hs, pos0, theta,
-                          trn__rope_sc_or_plain(sc), 1.0f, 0);
-}
-template <typename A>
-static void trn__cuda_rope_backward(float *dinp, const float *dout, int B, int T, int H, int R, int hs, int pos0,
-                                    float theta, const trn_rope_scaling *sc) {
-    TRN__CUDA_SITE("rope bwd", 2.0 * sizeof(A) * B * T * H * hs, 4.0 * B * T * H * hs);
-    if (dinp)
-        TRN__CUDA_ELEMENTWISE(trn__k_rope<A>, (size_t)B * T * H * hs, TRN__A(dinp), TRN__CA(dout), B, T, H, R, hs, pos0,
-                              theta, trn__rope_sc_or_plain(sc), -1.0f, 1);
 }
 
 /* ========================================================================

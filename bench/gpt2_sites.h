@@ -228,7 +228,7 @@ static double plan_efficiency_rule(const trn_cuda_site_row *r, trn_cuda_precisio
         *why = "one launch, dout and inp read once, 16-byte packs; 1 wave of 128 blocks, 8 warps an SM; partials summed 16 + 8";
         return bf16 ? 0.70 : 0.75; /* the old two kernels measured 0.466 (H100, 2026-11-27); not yet measured */
     }
-    if (plan_is(r, "embedding bwd")) { *why = "a 4-byte atomic per element, no packs; repeated tokens collide"; return 0.30; }
+    if (plan_is(r, "embedding bwd")) { *why = "16-byte loads of dout, a 4-byte atomic per element; repeated tokens collide"; return 0.30; }
     /* positions (train_cuda.h's trn__k_embed_bwd_rows): the B rows of a
        position summed in registers (B 16-byte loads in flight a thread),
        then one atomic per table element (1/B of the elements read); below

@@ -936,6 +936,7 @@ int main(int argc, char **argv) {
     test_gelu_formula();
     test_mlp_fp32(TRN_CUDA_FP32, 21, 19, 24);
     test_mlp_fp32(TRN_CUDA_TF32, 21, 19, 24);
+    test_mlp_fp32(TRN_CUDA_FP32, 7, 19, 21); /* H odd: the bias + GELU one element at a time */
 #ifdef TRN_CUDA_ON_CPU
     test_harness();
     test_harness_gelu();
